@@ -1,0 +1,72 @@
+"""Local mode: run the matrix in-process on Prefect's ephemeral API, with progress on the terminal."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+from trtfarm.buildspec import spec_for_model
+from trtfarm.fleet import load_fleet, select_targets
+from trtfarm.identity import model_name_from_path
+from trtfarm.matrix import model_source
+from trtfarm.profiles import profile_from_args
+
+
+class _RichBuild:
+    """IProgressMonitor callbacks -> one progress bar per target (top-level phase steps)."""
+
+    def __init__(self, bars: Progress, target: str) -> None:
+        self.bars, self.target, self.task = bars, target, None
+
+    def phase_start(self, name: str, parent: str | None, steps: int) -> None:
+        if parent is None:
+            self.task = self.bars.add_task(f"build {self.target}", total=max(steps, 1))
+        elif self.task is not None:
+            self.bars.update(self.task, description=f"build {self.target}: {name.lower()}")
+
+    def step_complete(self, name: str, step: int) -> bool:
+        if self.task is not None and name == "Building engine":
+            self.bars.update(self.task, completed=step + 1)
+        return True
+
+    def phase_finish(self, name: str) -> None:
+        if self.task is not None and name == "Building engine":
+            self.bars.update(self.task, description=f"build {self.target}: done", completed=self.bars.tasks[
+                self.task].total)
+
+
+def _check_inputs(model: Path, name: str | None, profile_args: list[str], targets: list[str],
+                  targets_file: str) -> tuple[str, list[dict]]:
+    """Fail fast, before Prefect starts, on every input error a user can make."""
+    select_targets(load_fleet(targets_file), targets or None)
+    spec, _ = spec_for_model(model)
+    profiles = [profile_from_args(profile_args)] if profile_args else spec.profiles
+    resolved_name = name or spec.name or model_name_from_path(model)
+    model_source(model, resolved_name)
+    return resolved_name, [{n: r.text() for n, r in p.root.items()} for p in profiles]
+
+
+def run_local_build(model: Path, *, name: str | None, profile_args: list[str], targets: list[str], store: str,
+                    targets_file: str, verbose: bool, console: Console) -> list[dict]:
+    """Build ``model`` in this process; return the per-target outcome rows."""
+    resolved_name, profiles = _check_inputs(model, name, profile_args, targets, targets_file)
+    if not verbose:
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL")
+        os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
+    from flows.build_matrix import build_matrix
+    from flows.requests import MatrixRequest
+    from trtfarm import progress
+
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as bars:
+        def upload(target: str):
+            task = bars.add_task(f"upload {target}", total=None)
+            return lambda n: bars.advance(task, n)
+
+        progress.install(lambda t: _RichBuild(bars, t), upload)
+        request = MatrixRequest(model_path=str(model), name=resolved_name, targets=targets, profiles=profiles,
+                                store=store, targets_file=targets_file)
+        return build_matrix(request)

@@ -1,0 +1,1 @@
+"""Prefect tasks: thin wrappers adding retries, logging and artifacts around ``trtfarm`` calls."""

@@ -1,0 +1,33 @@
+"""The build-and-publish task."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from prefect.runtime import flow_run
+
+from trtfarm import progress
+from trtfarm.build import TargetOutcome, build_group
+from trtfarm.errors import UserInputError
+from trtfarm.matrix import ModelSource, TargetPlan
+from trtfarm.profiles import Profile
+from trtfarm.store import open_store
+
+
+def _retry_infrastructure_only(task, task_run, state) -> bool:
+    try:
+        state.result()
+    except UserInputError:
+        return False
+    except Exception:
+        return True
+    return False
+
+
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=_retry_infrastructure_only)
+def build_and_publish(store_uri: str, model: ModelSource, group: list[TargetPlan],
+                      profiles: list[Profile]) -> list[TargetOutcome]:
+    """Build once for the group's compatibility class and publish for each target; user errors are not retried."""
+    return build_group(open_store(store_uri), model, group, profiles,
+                       progress=progress.build_progress(group[0].target.id),
+                       upload_progress=progress.upload_progress(), run_id=str(flow_run.get_id() or "") or None)

@@ -1,0 +1,41 @@
+"""``farm.yaml``: the build spec that sits beside a model export (``model.onnx``).
+
+```yaml
+name: encoder            # the model's name in the store (default: the folder name)
+precision: fp32          # precision recipe
+targets: []              # target ids (default: every target of the fleet)
+profiles:                # one entry per optimization profile
+  - input_ids: 1x16:16x128:32x512
+    attention_mask: {min: [1, 16], opt: [16, 128], max: [32, 512]}
+```
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from trtfarm.profiles import Profile
+from trtfarm.yamlfile import model_from_yaml
+
+SPEC_NAME = "farm.yaml"
+
+
+class BuildSpec(BaseModel):
+    """What to build for one model."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+    precision: Literal["fp32"] = "fp32"
+    targets: list[str] = []
+    profiles: list[Profile] = []
+
+
+def spec_for_model(onnx_path: Path) -> tuple[BuildSpec, Path | None]:
+    """Load ``farm.yaml`` beside the model if there is one; else an empty spec."""
+    path = Path(onnx_path).with_name(SPEC_NAME)
+    if not path.is_file():
+        return BuildSpec(), None
+    return model_from_yaml(path, BuildSpec, hint="Keys: name, precision, targets, profiles."), path

@@ -1,0 +1,220 @@
+"""The fleet: toolchains, GPU models and build targets from ``gpu_targets.yaml``.
+
+A target is one GPU model x one toolchain version. Each target resolves to the builder settings it builds with and
+to its *compatibility class*: the set of GPU models one plan can serve. TensorRT's default plans serve one GPU model;
+``same_compute_capability`` serves every GPU of that compute capability; TensorRT-RTX plans are portable across
+compute capabilities 8.0/8.6/8.9/12.x by default, so one RTX build serves the whole RTX fleet.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from trtfarm.yamlfile import LocatedValueError, model_from_yaml
+
+DEFAULT_TARGETS_FILE = "gpu_targets.yaml"
+RTX_COMPUTE_CAPABILITIES = ("8.0", "8.6", "8.9", "12.0", "12.1")
+_ID = r"^[a-z0-9][a-z0-9._-]*$"
+
+
+class Flavour(str, Enum):
+    """Which TensorRT-family Python module builds the plan."""
+
+    tensorrt = "tensorrt"
+    tensorrt_rtx = "tensorrt_rtx"
+
+
+class HardwareCompatibility(str, Enum):
+    """``IBuilderConfig.hardware_compatibility_level``, by name."""
+
+    none = "none"
+    ampere_plus = "ampere_plus"
+    same_compute_capability = "same_compute_capability"
+
+
+class RefitMode(str, Enum):
+    """Which refit builder flag a target opts into (``none``: not refittable)."""
+
+    none = "none"
+    refit = "refit"
+    refit_identical = "refit_identical"
+    refit_individual = "refit_individual"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BuilderSettings(_Strict):
+    """Everything in ``IBuilderConfig`` that a target may set; each changes the plan, so all feed the build digest."""
+
+    workspace_mib: int = Field(4096, ge=1, description="WORKSPACE memory pool limit; too small silently drops tactics")
+    optimization_level: int = Field(3, ge=0, le=5, description="builder_optimization_level (0 ignores timing cache)")
+    tf32: bool = Field(True, description="TF32 math for FP32 matmul/conv; false for strict FP32")
+    hardware_compatibility: HardwareCompatibility = HardwareCompatibility.none
+    refit: RefitMode = RefitMode.none
+    strip_plan: bool = Field(False, description="STRIP_PLAN: ship weights separately (needs a refit mode)")
+    timing_cache: bool = Field(True, description="use the shared timing cache of (GPU, toolchain version)")
+    detailed_profiling: bool = Field(True, description="ProfilingVerbosity.DETAILED, for tactic names")
+
+    @model_validator(mode="after")
+    def _strip_needs_refit(self) -> BuilderSettings:
+        if self.strip_plan and self.refit is RefitMode.none:
+            raise ValueError("strip_plan needs a refit mode: set refit: refit_identical (or refit) as well")
+        return self
+
+
+class SettingsOverride(_Strict):
+    """Per-target overrides of ``defaults``; every field optional."""
+
+    workspace_mib: int | None = Field(None, ge=1)
+    optimization_level: int | None = Field(None, ge=0, le=5)
+    tf32: bool | None = None
+    hardware_compatibility: HardwareCompatibility | None = None
+    refit: RefitMode | None = None
+    strip_plan: bool | None = None
+    timing_cache: bool | None = None
+    detailed_profiling: bool | None = None
+
+
+class Toolchain(_Strict):
+    """One toolchain version, and the worker image that carries it."""
+
+    flavour: Flavour
+    version: str = Field(pattern=r"^\d+\.\d+\.\d+(\.\d+)?$", description="exact version, e.g. 11.4.0.106")
+    image: str | None = Field(None, description="worker image with this toolchain installed")
+
+
+class Gpu(_Strict):
+    """One GPU model of the fleet and the work pool whose workers have it."""
+
+    nvml_name: str = Field(description="the name NVML reports, e.g. 'NVIDIA H100 80GB HBM3'")
+    compute_capability: str = Field(pattern=r"^\d+\.\d+$")
+    memory_gib: float = Field(gt=0)
+    pool: str = Field(pattern=_ID)
+    count: int = Field(1, ge=1, description="GPUs of this model serving the pool (its concurrency limit)")
+
+
+class Target(_Strict):
+    """One build target: a GPU model x a toolchain."""
+
+    id: str = Field(pattern=_ID)
+    gpu: str
+    toolchain: str
+    release_on: Literal["engine", "built"] = Field("engine", description="verification a release pointer needs")
+    settings: SettingsOverride = SettingsOverride()
+
+
+class Fleet(_Strict):
+    """The whole ``gpu_targets.yaml``."""
+
+    version: Literal[1] = 1
+    toolchains: dict[str, Toolchain]
+    gpus: dict[str, Gpu]
+    targets: list[Target] = Field(min_length=1)
+    defaults: BuilderSettings = BuilderSettings()
+
+    @field_validator("toolchains", "gpus")
+    @classmethod
+    def _keys_are_ids(cls, value: dict) -> dict:
+        bad = [k for k in value if not re.match(_ID, k)]
+        if bad:
+            raise ValueError(f"names {bad} must be lowercase letters, digits, '.', '_' or '-'")
+        return value
+
+    @model_validator(mode="after")
+    def _references_resolve(self) -> Fleet:
+        seen: dict[str, int] = {}
+        pairs: dict[tuple[str, str], str] = {}
+        for i, t in enumerate(self.targets):
+            if t.id in seen:
+                raise LocatedValueError(f"duplicate target id {t.id!r} (also targets[{seen[t.id]}]); "
+                                        "give each target its own id", ("targets", i, "id"))
+            seen[t.id] = i
+            if t.gpu not in self.gpus:
+                raise LocatedValueError(f"target {t.id!r}: unknown GPU {t.gpu!r}; declare it under gpus: "
+                                        f"or use one of {sorted(self.gpus)}", ("targets", i, "gpu"))
+            if t.toolchain not in self.toolchains:
+                raise LocatedValueError(f"target {t.id!r}: unknown toolchain {t.toolchain!r}; declare it under "
+                                        f"toolchains: or use one of {sorted(self.toolchains)}",
+                                        ("targets", i, "toolchain"))
+            if (t.gpu, t.toolchain) in pairs:
+                raise LocatedValueError(f"target {t.id!r}: duplicate target, same GPU and toolchain as "
+                                        f"{pairs[t.gpu, t.toolchain]!r}; remove one", ("targets", i))
+            pairs[t.gpu, t.toolchain] = t.id
+            try:
+                resolve_target(self, t)
+            except ValueError as err:
+                raise LocatedValueError(str(err), ("targets", i)) from err
+        return self
+
+
+@dataclass(frozen=True)
+class ResolvedTarget:
+    """A target with its GPU, toolchain and effective settings looked up."""
+
+    id: str
+    gpu_key: str
+    gpu: Gpu
+    toolchain_key: str
+    toolchain: Toolchain
+    settings: BuilderSettings
+    compat_class: str
+    release_on: str
+
+    @property
+    def toolchain_label(self) -> str:
+        """``tensorrt-11.4.0.106`` / ``tensorrt_rtx-1.7.1.116``, as used in keys."""
+        return f"{self.toolchain.flavour.value}-{self.toolchain.version}"
+
+
+def compat_class(flavour: Flavour, gpu_key: str, gpu: Gpu, hw: HardwareCompatibility) -> str:
+    """Return the name of the set of GPU models that one plan for this target can run on."""
+    if flavour is Flavour.tensorrt_rtx:
+        if gpu.compute_capability not in RTX_COMPUTE_CAPABILITIES and not gpu.compute_capability.startswith("12."):
+            raise ValueError(f"GPU {gpu_key!r} has compute capability {gpu.compute_capability}; TensorRT-RTX plans "
+                             f"run on {', '.join(RTX_COMPUTE_CAPABILITIES)}/12.x only: use a tensorrt toolchain")
+        return "rtx-portable" if hw is HardwareCompatibility.none else f"rtx-{hw.value}"
+    if hw is HardwareCompatibility.same_compute_capability:
+        return f"sm{gpu.compute_capability.replace('.', '')}"
+    if hw is HardwareCompatibility.ampere_plus:
+        if float(gpu.compute_capability) < 8.0:
+            raise ValueError(f"GPU {gpu_key!r} (compute capability {gpu.compute_capability}) is older than Ampere: "
+                             "ampere_plus needs 8.0 or newer")
+        return "ampere-plus"
+    return gpu_key
+
+
+def resolve_target(fleet: Fleet, target: Target) -> ResolvedTarget:
+    """Look up a target's GPU and toolchain and merge its settings over the fleet defaults."""
+    gpu, tc = fleet.gpus[target.gpu], fleet.toolchains[target.toolchain]
+    merged = {**fleet.defaults.model_dump(), **target.settings.model_dump(exclude_none=True)}
+    try:
+        settings = BuilderSettings.model_validate(merged)
+        cls = compat_class(tc.flavour, target.gpu, gpu, settings.hardware_compatibility)
+    except ValueError as err:
+        raise ValueError(f"target {target.id!r}: {err}") from err
+    return ResolvedTarget(target.id, target.gpu, gpu, target.toolchain, tc, settings, cls, target.release_on)
+
+
+def load_fleet(path: str | Path = DEFAULT_TARGETS_FILE) -> Fleet:
+    """Read and validate ``gpu_targets.yaml``; errors name the file, the line and the fix."""
+    return model_from_yaml(Path(path), Fleet, hint="See gpu_targets.yaml in the trtfarm repository for every key.")
+
+
+def select_targets(fleet: Fleet, ids: list[str] | None = None) -> list[ResolvedTarget]:
+    """Resolve the targets named by ``ids`` (all when empty); an unknown id is a user error naming the known ones."""
+    by_id = {t.id: t for t in fleet.targets}
+    unknown = [i for i in ids or [] if i not in by_id]
+    if unknown:
+        from trtfarm.errors import UserInputError
+
+        raise UserInputError(f"unknown target(s) {unknown}; known targets: {', '.join(by_id)}")
+    chosen = [by_id[i] for i in ids] if ids else fleet.targets
+    return [resolve_target(fleet, t) for t in chosen]

@@ -1,0 +1,55 @@
+"""Local GPU discovery through NVML (``nvidia-ml-py``). A machine with no driver has no GPUs, which is valid."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LocalGpu:
+    """One GPU as NVML reports it."""
+
+    index: int
+    name: str
+    compute_capability: str
+    memory_gib: float
+
+
+@dataclass(frozen=True)
+class GpuScan:
+    """What NVML found, and why nothing was found when that is the case."""
+
+    gpus: tuple[LocalGpu, ...]
+    driver: str | None
+    reason: str | None = None
+
+    def describe(self) -> str:
+        """One line for people: the GPUs, or why there are none."""
+        if not self.gpus:
+            return f"no NVIDIA GPU ({self.reason})"
+        return ", ".join(f"{g.name} (cc {g.compute_capability})" for g in self.gpus)
+
+
+def scan_gpus() -> GpuScan:
+    """List the local NVIDIA GPUs; never raises."""
+    try:
+        import pynvml
+    except ImportError:
+        return GpuScan((), None, "nvidia-ml-py is not installed")
+    try:
+        pynvml.nvmlInit()
+    except Exception as err:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return GpuScan((), None, f"NVML unavailable: {err}")
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h).total / 2**30
+            name = pynvml.nvmlDeviceGetName(h)
+            gpus.append(LocalGpu(i, name.decode() if isinstance(name, bytes) else name, f"{major}.{minor}", mem))
+        return GpuScan(tuple(gpus), driver.decode() if isinstance(driver, bytes) else driver,
+                       None if gpus else "the driver reports no devices")
+    finally:
+        pynvml.nvmlShutdown()

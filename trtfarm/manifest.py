@@ -1,0 +1,163 @@
+"""The manifest published beside every plan: a versioned pydantic schema, JSON on disk.
+
+TensorRT enums are stored by *name* (``"SAME_COMPUTE_CAPABILITY"``, ``"REFIT_IDENTICAL"``): their integer values
+changed between 10.x and 11.x. Readers upgrade older documents through ``_UPGRADES`` and refuse newer ones.
+This module imports no build code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from trtfarm import __version__
+from trtfarm.errors import UserInputError
+
+SCHEMA_VERSION = 1
+CheckStatus = Literal["passed", "failed", "pending", "not_run"]
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelInfo(_Doc):
+    """The exported model this plan came from."""
+
+    name: str
+    source_uri: str
+    onnx_digest: str
+    graph_digest: str
+
+
+class PrecisionInfo(_Doc):
+    """How the ONNX was converted before the build (``fp32``: used as exported)."""
+
+    recipe: str = "fp32"
+    converted_onnx_digest: str
+    pinned_fp32_nodes: list[str] = []
+    accuracy: dict | None = None
+
+
+class TargetInfo(_Doc):
+    """Where the plan runs."""
+
+    target_id: str
+    gpu: str
+    gpu_name: str
+    compute_capability: str
+    compat_class: str
+    flavour: str
+    toolchain_version: str
+    hardware_compatibility_level: str = Field(description="HardwareCompatibilityLevel name")
+    version_compatible: bool = False
+    refittable: bool = False
+    builder_flags: list[str] = Field(default_factory=list, description="BuilderFlag names set")
+
+
+class TimingCacheInfo(_Doc):
+    """The shared timing cache around this build."""
+
+    used: bool
+    reason: str | None = None
+    key: str | None = None
+    entries_before: int | None = None
+    entries_after: int | None = None
+    bytes_before: int | None = None
+    bytes_after: int | None = None
+
+
+class BuildInfo(_Doc):
+    """How the plan was built, enough to rebuild it."""
+
+    build_digest: str
+    profiles: list[dict]
+    settings: dict
+    wall_s: float
+    built_for_target: str = Field(description="the target whose build produced these bytes (shared classes)")
+    timing_cache: TimingCacheInfo
+    worker_host: str
+    flow_run_id: str | None = None
+    reproduce: str = Field(description="a command that rebuilds this plan")
+
+
+class PlanInfo(_Doc):
+    """The stored plan."""
+
+    key: str
+    bytes: int
+    sha256: str
+    header_version: str | None = None
+    device_memory_per_profile: list[int] | None = None
+    tactics_digest: str | None = None
+
+
+class Check(_Doc):
+    """One verification step and what it found."""
+
+    status: CheckStatus
+    detail: str = ""
+    figures: dict = {}
+
+
+class Verification(_Doc):
+    """What was checked, and what was not: ``onnx`` on CPU, ``built``, ``engine`` on the target GPU."""
+
+    onnx: Check
+    built: Check
+    engine: Check
+
+
+class Lineage(_Doc):
+    """Where this plan came from when it was not a fresh build (refits)."""
+
+    parent_manifest: str | None = None
+
+
+class Manifest(_Doc):
+    """Everything a reader needs to trust, load or rebuild one plan."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    trtfarm_version: str = __version__
+    created_at: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    model: ModelInfo
+    precision: PrecisionInfo
+    target: TargetInfo
+    build: BuildInfo
+    plan: PlanInfo
+    verification: Verification
+    lineage: Lineage = Lineage()
+
+    def to_json(self) -> bytes:
+        """Serialise with stable key order."""
+        return (self.model_dump_json(indent=2) + "\n").encode()
+
+    def same_build(self, other: Manifest) -> bool:
+        """True when both describe the same build of the same model for the same target GPU."""
+        return (self.build.build_digest == other.build.build_digest
+                and self.model.onnx_digest == other.model.onnx_digest and self.target.gpu == other.target.gpu)
+
+
+_UPGRADES: dict[int, Callable[[dict], dict]] = {}  # from_version -> function returning the next version's document
+
+
+def manifest_from_json(data: bytes | str, source: str = "manifest") -> Manifest:
+    """Parse a manifest, upgrading older schema versions; a newer or broken one is a clear error."""
+    try:
+        doc = json.loads(data)
+        version = int(doc.get("schema_version", 0))
+    except (ValueError, AttributeError, TypeError) as err:
+        raise UserInputError(f"{source}: not a trtfarm manifest (invalid JSON: {err}).") from err
+    if version > SCHEMA_VERSION:
+        raise UserInputError(f"{source}: manifest schema {version} is newer than this trtfarm understands "
+                             f"({SCHEMA_VERSION}); upgrade trtfarm.")
+    while version < SCHEMA_VERSION:
+        if version not in _UPGRADES:
+            raise UserInputError(f"{source}: manifest schema {version} cannot be upgraded; rebuild the plan.")
+        doc = _UPGRADES[version](doc)
+        version = int(doc["schema_version"])
+    return Manifest.model_validate(doc)

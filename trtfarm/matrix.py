@@ -1,0 +1,111 @@
+"""Planning a matrix run: the model's identity, each target's build digest and key, and what this machine serves.
+
+Nothing here builds. ``plan_targets`` is pure given its inputs, so the flows and ``trtfarm targets`` share it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+
+from trtfarm.errors import UserInputError
+from trtfarm.fleet import Flavour, ResolvedTarget
+from trtfarm.gpu import GpuScan, scan_gpus
+from trtfarm.identity import build_digest, graph_digest, onnx_digest, plan_prefix
+from trtfarm.profiles import Profile, profiles_json
+from trtfarm.publish import MANIFEST_NAME
+from trtfarm.toolchain.flavour import INSTALL_HINT, installed_version
+from trtfarm.toolchain.header import version_matches
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """An ONNX export and its content addresses."""
+
+    name: str
+    path: Path
+    source_uri: str
+    onnx_digest: str
+    graph_digest: str
+
+
+def model_source(path: Path, name: str) -> ModelSource:
+    """Check the ONNX loads and passes ``onnx.checker``; compute its digests. Bad files are user errors."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserInputError(f"{path}: no such ONNX file")
+    try:
+        onnx.checker.check_model(str(path))
+    except Exception as err:  # DecodeError, ValidationError, ...
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserInputError(f"{path}: not a valid ONNX model ({type(err).__name__}: {first}). "
+                             "Fix: re-export the model; check the file was copied completely.") from err
+    return ModelSource(name, path, path.resolve().as_uri(), onnx_digest(path), graph_digest(path))
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What this machine has: GPUs and importable toolchain versions."""
+
+    gpus: GpuScan
+    versions: dict[str, str | None] = field(default_factory=dict)
+
+
+def local_capabilities() -> Capabilities:
+    """Scan GPUs and import each toolchain flavour once."""
+    return Capabilities(scan_gpus(), {f.value: installed_version(f.value) for f in Flavour})
+
+
+def serve_check(target: ResolvedTarget, caps: Capabilities) -> str | None:
+    """None when this machine can build ``target``; else the reason it cannot."""
+    flavour, want = target.toolchain.flavour.value, target.toolchain.version
+    have = caps.versions.get(flavour)
+    if have is None:
+        return f"`{flavour}` is not importable here; {INSTALL_HINT[flavour].replace('VERSION', want)}"
+    if not version_matches(have, want):
+        return f"installed {flavour} is {have}, the target needs {want}"
+    if target.toolchain.flavour is Flavour.tensorrt_rtx:
+        return None  # ahead-of-time build: no GPU needed
+    names = [g.name for g in caps.gpus.gpus]
+    if target.gpu.nvml_name not in names:
+        return f"needs a {target.gpu.nvml_name} GPU to build on; this machine has {caps.gpus.describe()}"
+    return None
+
+
+@dataclass(frozen=True)
+class TargetPlan:
+    """One target of a run: its build digest, where its plan goes, and whether this machine can build it."""
+
+    target: ResolvedTarget
+    build_digest: str
+    prefix: str
+    skip_reason: str | None
+
+    @property
+    def manifest_key(self) -> str:
+        """Where this build's manifest lives."""
+        return f"{self.prefix}/{MANIFEST_NAME}"
+
+
+def plan_targets(model: ModelSource, converted_digest: str, targets: Sequence[ResolvedTarget],
+                 profiles: Sequence[Profile], caps: Capabilities) -> list[TargetPlan]:
+    """Compute every target's build digest and plan key (keyed on its compatibility class)."""
+    plans = []
+    for t in targets:
+        digest = build_digest(converted_onnx_digest=converted_digest, profiles=profiles_json(profiles),
+                              settings=t.settings.model_dump(mode="json"), flavour=t.toolchain.flavour.value,
+                              toolchain_version=t.toolchain.version, compat_class=t.compat_class)
+        prefix = plan_prefix(model.name, model.onnx_digest, t.gpu_key, t.toolchain_label, digest)
+        plans.append(TargetPlan(t, digest, prefix, serve_check(t, caps)))
+    return plans
+
+
+def group_by_build(plans: Sequence[TargetPlan]) -> list[list[TargetPlan]]:
+    """Targets that share a build digest (one compatibility class) are built once: group them, order kept."""
+    groups: dict[str, list[TargetPlan]] = {}
+    for p in plans:
+        groups.setdefault(p.build_digest, []).append(p)
+    return list(groups.values())

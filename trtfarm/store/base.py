@@ -1,0 +1,115 @@
+"""The artifact store interface: ids (keys) to bytes, with the conditional writes the publish protocol needs.
+
+Keys are computed by ``trtfarm.identity``; a store never invents them. Every write is atomic: a reader sees the old
+object or the new one, never a part.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from trtfarm.errors import StoreError
+
+Progress = Callable[[int], None]  # called with the number of bytes just moved
+
+
+class AlreadyExists(StoreError):
+    """A create-only write found the key taken."""
+
+
+class Conflict(StoreError):
+    """A compare-and-swap found the object changed since it was read (or created, or deleted)."""
+
+
+@dataclass(frozen=True)
+class Blob:
+    """An object's bytes and the ETag a compare-and-swap must name to replace it."""
+
+    data: bytes
+    etag: str
+
+
+@dataclass(frozen=True)
+class Uploaded:
+    """A finished streaming upload."""
+
+    key: str
+    sha256: str
+    size: int
+
+
+class HashingReader:
+    """A read-only, non-seekable file wrapper that hashes (sha256) and counts what passes through it."""
+
+    def __init__(self, f, progress: Progress | None = None) -> None:
+        self._f, self._progress = f, progress
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def read(self, n: int = -1) -> bytes:
+        """Read up to ``n`` bytes, hashing them on the way."""
+        chunk = self._f.read(n)
+        self.sha256.update(chunk)
+        self.size += len(chunk)
+        if self._progress and chunk:
+            self._progress(len(chunk))
+        return chunk
+
+
+def validate_key(key: str) -> str:
+    """Refuse keys that could escape the store's root or collide with temporaries."""
+    parts = key.split("/")
+    if not key or key.startswith("/") or "\\" in key or any(p in {"", ".", ".."} for p in parts):
+        raise StoreError(f"invalid store key {key!r}: use relative 'a/b/c' keys without '.', '..' or empty parts")
+    if any(p.startswith(".tmp-") for p in parts):
+        raise StoreError(f"invalid store key {key!r}: '.tmp-' names are reserved for in-flight writes")
+    return key
+
+
+class Store(ABC):
+    """One interface, two backends (``file://`` and ``s3://``)."""
+
+    uri: str
+
+    @abstractmethod
+    def get(self, key: str) -> Blob | None:
+        """Return the object and its ETag, or None when absent."""
+
+    @abstractmethod
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create the object; False (and nothing written) when the key exists."""
+
+    @abstractmethod
+    def compare_and_swap(self, key: str, data: bytes, etag: str | None) -> str:
+        """Replace the object only if its ETag is still ``etag`` (None: only if absent); return the new ETag.
+
+        Raises ``Conflict`` when someone else wrote in between.
+        """
+
+    @abstractmethod
+    def upload_file(self, key: str, path: Path, progress: Progress | None = None) -> Uploaded:
+        """Stream a file to a new key, computing sha256 on the way; ``AlreadyExists`` if the key is taken."""
+
+    @abstractmethod
+    def download_file(self, key: str, dest: Path, sha256: str | None = None, progress: Progress | None = None) -> int:
+        """Stream an object to ``dest`` atomically; with ``sha256``, refuse (``IntegrityError``) on a mismatch."""
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """Yield the keys under ``prefix``, in order."""
+
+    @abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove an object (absent is fine)."""
+
+    @abstractmethod
+    def url(self, key: str) -> str:
+        """A URI for the object that a person can open or copy."""
+
+    def exists(self, key: str) -> bool:
+        """True when the key holds an object."""
+        return self.get(key) is not None

@@ -1,0 +1,155 @@
+"""``file://`` store: a directory. The embedded default, and what a single machine needs.
+
+Create-only writes are ``os.link`` of a finished temporary file (atomic, fails if the name exists);
+compare-and-swap holds an ``flock`` on a per-key lock file and replaces with ``os.replace``. ETags are the sha256
+of the content.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from trtfarm.errors import IntegrityError, StoreError
+from trtfarm.store.base import AlreadyExists, Blob, Conflict, HashingReader, Progress, Store, Uploaded, validate_key
+
+CHUNK = 1 << 20
+
+
+class LocalStore(Store):
+    """A store rooted at a local directory."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.uri = self.root.as_uri()
+
+    def _path(self, key: str) -> Path:
+        path = (self.root / validate_key(key)).resolve()
+        if self.root not in path.parents:
+            raise StoreError(f"store key {key!r} resolves outside the store root {self.root}")
+        return path
+
+    @contextmanager
+    def _temp_beside(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.parent / f".tmp-{uuid.uuid4().hex}"
+        try:
+            yield tmp
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    @contextmanager
+    def _locked(self, key: str):
+        locks = self.root / ".locks"
+        locks.mkdir(exist_ok=True)
+        with open(locks / hashlib.sha256(key.encode()).hexdigest(), "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    @staticmethod
+    def _write(tmp: Path, data: bytes) -> None:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def get(self, key: str) -> Blob | None:
+        """Return the object and its ETag (content sha256), or None."""
+        try:
+            data = self._path(key).read_bytes()
+        except (FileNotFoundError, IsADirectoryError):
+            return None
+        return Blob(data, hashlib.sha256(data).hexdigest())
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create the object atomically; False when it exists."""
+        path = self._path(key)
+        with self._temp_beside(path) as tmp:
+            self._write(tmp, data)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+        return True
+
+    def compare_and_swap(self, key: str, data: bytes, etag: str | None) -> str:
+        """Replace only if unchanged since ``etag`` was read (None: only if absent)."""
+        path = self._path(key)
+        with self._locked(key):
+            current = self.get(key)
+            if (current.etag if current else None) != etag:
+                raise Conflict(f"{key}: changed since it was read (expected ETag {etag}, found "
+                               f"{current.etag if current else 'no object'})")
+            with self._temp_beside(path) as tmp:
+                self._write(tmp, data)
+                os.replace(tmp, path)
+        return hashlib.sha256(data).hexdigest()
+
+    def upload_file(self, key: str, path: Path, progress: Progress | None = None) -> Uploaded:
+        """Copy a file in, hashing on the way; create-only."""
+        dest = self._path(key)
+        with self._temp_beside(dest) as tmp, open(path, "rb") as src, open(tmp, "wb") as out:
+            reader = HashingReader(src, progress)
+            while chunk := reader.read(CHUNK):
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+            try:
+                os.link(tmp, dest)
+            except FileExistsError as err:
+                raise AlreadyExists(f"{key} already exists") from err
+        return Uploaded(key, reader.sha256.hexdigest(), reader.size)
+
+    def download_file(self, key: str, dest: Path, sha256: str | None = None, progress: Progress | None = None) -> int:
+        """Copy an object out atomically, checking its sha256."""
+        src = self._path(key)
+        if not src.is_file():
+            raise StoreError(f"{self.url(key)} does not exist")
+        dest = Path(dest)
+        with self._temp_beside(dest) as tmp, open(src, "rb") as f, open(tmp, "wb") as out:
+            reader = HashingReader(f, progress)
+            while chunk := reader.read(CHUNK):
+                out.write(chunk)
+            out.close()
+            if sha256 and reader.sha256.hexdigest() != sha256:
+                raise IntegrityError(f"{self.url(key)}: sha256 {reader.sha256.hexdigest()} does not match the "
+                                     f"manifest's {sha256}; the stored plan is corrupt, rebuild it")
+            os.replace(tmp, dest)
+        return reader.size
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """Yield keys under ``prefix`` (no temporaries, no lock files)."""
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            dirnames[:] = sorted(d for d in dirnames if d != ".locks")
+            for name in sorted(filenames):
+                if name.startswith(".tmp-"):
+                    continue
+                key = Path(dirpath, name).relative_to(self.root).as_posix()
+                if key.startswith(prefix):
+                    yield key
+
+    def delete(self, key: str) -> None:
+        """Remove an object and any folders it leaves empty."""
+        path = self._path(key)
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+        parent = path.parent
+        while parent != self.root and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+            parent = parent.parent
+
+    def url(self, key: str) -> str:
+        """``file://`` URI of the object."""
+        return (self.root / key).as_uri()

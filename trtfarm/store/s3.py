@@ -1,0 +1,171 @@
+"""``s3://bucket/prefix`` store over boto3: AWS S3, MinIO or any S3-compatible server.
+
+The endpoint comes from boto3's own settings (``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``, profiles) or the
+``endpoint_url`` argument. Create-only writes use ``IfNoneMatch='*'``, compare-and-swap ``IfMatch=etag``. Streaming
+uploads go through s3transfer (multipart above the threshold); s3transfer rejects ``IfNoneMatch`` in ExtraArgs, so a
+botocore event hook adds it to the PutObject / CompleteMultipartUpload of keys being created.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from trtfarm.errors import IntegrityError, StoreError
+from trtfarm.store.base import AlreadyExists, Blob, Conflict, HashingReader, Progress, Store, Uploaded, validate_key
+
+MULTIPART_THRESHOLD = 64 << 20
+_RETRIES = 5
+
+
+def _code(err: Exception) -> str:
+    resp = getattr(err, "response", None) or {}
+    return str(resp.get("Error", {}).get("Code", "")) or str(resp.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+
+
+def _is_precondition_failed(err: Exception) -> bool:
+    return _code(err) in {"PreconditionFailed", "412"}
+
+
+def _is_conflict_retry(err: Exception) -> bool:
+    return _code(err) in {"ConditionalRequestConflict", "409"}
+
+
+def _is_missing(err: Exception) -> bool:
+    return _code(err) in {"NoSuchKey", "404", "NotFound"}
+
+
+class S3Store(Store):
+    """A store under ``s3://bucket/prefix``."""
+
+    def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
+                 multipart_threshold: int = MULTIPART_THRESHOLD, client=None) -> None:
+        import boto3
+        from boto3.s3.transfer import TransferConfig
+        from botocore.config import Config
+
+        self.bucket, self.prefix = bucket, prefix.strip("/")
+        self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self.client = client or boto3.client(
+            "s3", endpoint_url=endpoint_url or None,
+            config=Config(retries={"max_attempts": 5, "mode": "standard"}, max_pool_connections=32))
+        self._transfer = TransferConfig(multipart_threshold=multipart_threshold, multipart_chunksize=16 << 20,
+                                        preferred_transfer_client="classic")
+        self._creating: set[str] = set()
+        self._lock = threading.Lock()
+        events = self.client.meta.events
+        events.register("before-parameter-build.s3.PutObject", self._add_if_none_match)
+        events.register("before-parameter-build.s3.CompleteMultipartUpload", self._add_if_none_match)
+
+    def _add_if_none_match(self, params: dict, **_: object) -> None:
+        with self._lock:
+            if params.get("Key") in self._creating and "IfMatch" not in params:
+                params["IfNoneMatch"] = "*"
+
+    def _k(self, key: str) -> str:
+        validate_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def get(self, key: str) -> Blob | None:
+        """Return the object and its ETag, or None."""
+        try:
+            resp = self.client.get_object(Bucket=self.bucket, Key=self._k(key))
+        except Exception as err:  # botocore ClientError and friends
+            if _is_missing(err):
+                return None
+            raise StoreError(f"{self.url(key)}: read failed: {err}") from err
+        return Blob(resp["Body"].read(), resp["ETag"])
+
+    def _put(self, key: str, data: bytes, **cond: str) -> str:
+        for attempt in range(_RETRIES):
+            try:
+                return self.client.put_object(Bucket=self.bucket, Key=self._k(key), Body=data, **cond)["ETag"]
+            except Exception as err:
+                if _is_conflict_retry(err) and attempt < _RETRIES - 1:
+                    time.sleep(0.05 * 2**attempt)
+                    continue
+                raise
+        raise AssertionError("unreachable")
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create the object (``IfNoneMatch='*'``); False when it exists."""
+        try:
+            self._put(key, data, IfNoneMatch="*")
+        except Exception as err:
+            if _is_precondition_failed(err):
+                return False
+            raise StoreError(f"{self.url(key)}: write failed: {err}") from err
+        return True
+
+    def compare_and_swap(self, key: str, data: bytes, etag: str | None) -> str:
+        """Write with ``IfMatch=etag`` (or ``IfNoneMatch='*'`` when etag is None)."""
+        cond = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
+        try:
+            return self._put(key, data, **cond)
+        except Exception as err:
+            if _is_precondition_failed(err) or (etag and _is_missing(err)):
+                raise Conflict(f"{self.url(key)}: changed since it was read") from err
+            raise StoreError(f"{self.url(key)}: write failed: {err}") from err
+
+    def upload_file(self, key: str, path: Path, progress: Progress | None = None) -> Uploaded:
+        """Stream through s3transfer (multipart when large), hashing on the way; create-only."""
+        full = self._k(key)
+        with self._lock:
+            self._creating.add(full)
+        try:
+            with open(path, "rb") as f:
+                reader = HashingReader(f, progress)
+                self.client.upload_fileobj(reader, self.bucket, full, Config=self._transfer)
+        except Exception as err:
+            if _is_precondition_failed(err):
+                raise AlreadyExists(f"{self.url(key)} already exists") from err
+            raise StoreError(f"{self.url(key)}: upload failed: {err}") from err
+        finally:
+            with self._lock:
+                self._creating.discard(full)
+        return Uploaded(key, reader.sha256.hexdigest(), reader.size)
+
+    def download_file(self, key: str, dest: Path, sha256: str | None = None, progress: Progress | None = None) -> int:
+        """Stream the object to a temporary beside ``dest``, check sha256, then rename into place."""
+        dest = Path(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.parent / f".tmp-{uuid.uuid4().hex}"
+        try:
+            try:
+                body = self.client.get_object(Bucket=self.bucket, Key=self._k(key))["Body"]
+            except Exception as err:
+                raise StoreError(f"{self.url(key)}: cannot read it: {err}") from err
+            with open(tmp, "wb") as out:
+                reader = HashingReader(body, progress)
+                while chunk := reader.read(1 << 20):
+                    out.write(chunk)
+            if sha256 and reader.sha256.hexdigest() != sha256:
+                raise IntegrityError(f"{self.url(key)}: sha256 {reader.sha256.hexdigest()} does not match the "
+                                     f"manifest's {sha256}; the stored plan is corrupt, rebuild it")
+            os.replace(tmp, dest)
+            return reader.size
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """Yield keys under ``prefix``."""
+        full = self._k(prefix.rstrip("/")) if prefix else self.prefix
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full)
+        for page in pages:
+            for obj in page.get("Contents", []):
+                key = obj["Key"][strip:]
+                if key.startswith(prefix):
+                    yield key
+
+    def delete(self, key: str) -> None:
+        """Delete the object."""
+        self.client.delete_object(Bucket=self.bucket, Key=self._k(key))
+
+    def url(self, key: str) -> str:
+        """``s3://`` URI of the object."""
+        return f"s3://{self.bucket}/{self._k(key)}"

@@ -1,0 +1,220 @@
+"""ONE plan builder over the TensorRT-family Python API, parameterised by the flavour module.
+
+``tensorrt`` (10.x/11.x) and ``tensorrt_rtx`` share this code: parse (every parser error, with node name and
+operator), optimization profiles, workspace limit, optimization level, TF32, hardware compatibility level,
+refit/strip flags, a progress monitor, the timing cache, and a captured log so a failed build says why.
+Written to the documented 11.x API (strongly typed networks; no FP16/INT8 flags, no calibrators).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Protocol
+
+from trtfarm.errors import UserInputError
+from trtfarm.fleet import BuilderSettings, RefitMode
+from trtfarm.profiles import Profile
+from trtfarm.toolchain.header import read_plan_header
+
+RTX_NO_TIMING_CACHE = "TensorRT-RTX has no timing cache (its cache calls are no-ops since 1.2)"
+_REFIT_FLAGS = {RefitMode.refit: "REFIT", RefitMode.refit_identical: "REFIT_IDENTICAL",
+                RefitMode.refit_individual: "REFIT_INDIVIDUAL"}
+
+
+class BuildProgress(Protocol):
+    """Receives the builder's IProgressMonitor callbacks (from the builder's threads)."""
+
+    def phase_start(self, name: str, parent: str | None, steps: int) -> None:
+        """A phase began."""
+
+    def step_complete(self, name: str, step: int) -> bool:
+        """A step finished; return False to cancel the build."""
+
+    def phase_finish(self, name: str) -> None:
+        """A phase ended."""
+
+
+@dataclass(frozen=True)
+class ParserIssue:
+    """One ONNX parser error."""
+
+    code: str
+    desc: str
+    node: int
+    node_name: str
+    node_operator: str
+
+    def __str__(self) -> str:
+        where = f"node {self.node} {self.node_name!r} ({self.node_operator})" if self.node >= 0 else "model"
+        return f"{where}: {self.code}: {self.desc}"
+
+
+class OnnxParseError(UserInputError):
+    """The parser rejected the model; ``issues`` holds every error it reported."""
+
+    def __init__(self, path: Path, issues: list[ParserIssue]) -> None:
+        self.issues = issues
+        lines = "\n".join(f"  - {i}" for i in issues) or "  - (the parser gave no reason)"
+        super().__init__(f"{path}: the ONNX parser rejected the model ({len(issues)} error(s)):\n{lines}\n"
+                         "Fix: check the file is a complete ONNX export; for an unsupported operator, change the "
+                         "export opset, rewrite the op in supported primitives, or add a plugin.")
+
+
+class BuildFailed(UserInputError):
+    """``build_serialized_network`` returned None; the message carries the builder's own errors."""
+
+
+@dataclass
+class BuildResult:
+    """A finished build."""
+
+    plan_path: Path
+    plan_bytes: int
+    header_version: str | None
+    wall_s: float
+    flags: list[str]
+    hardware_compatibility_level: str
+    timing_cache: bytes | None
+    timing_cache_reason: str | None
+    log_tail: list[str] = field(default_factory=list)
+
+
+def _logger(trt: ModuleType):
+    class CapturingLogger(trt.ILogger):
+        """Keeps every message at WARNING or worse, and the last INFO lines."""
+
+        def __init__(self) -> None:
+            trt.ILogger.__init__(self)
+            self.errors: list[str] = []
+            self.lines: list[str] = []
+
+        def log(self, severity, msg) -> None:  # noqa: D102 - TensorRT callback
+            name = getattr(severity, "name", str(severity)).rsplit(".", 1)[-1]
+            if name in {"INTERNAL_ERROR", "ERROR"}:
+                self.errors.append(msg)
+            if name != "VERBOSE":
+                self.lines.append(f"[{name}] {msg}")
+                del self.lines[:-200]
+
+    return CapturingLogger()
+
+
+def _monitor(trt: ModuleType, sink: BuildProgress):
+    class Monitor(trt.IProgressMonitor):
+        def __init__(self) -> None:
+            trt.IProgressMonitor.__init__(self)
+
+        def phase_start(self, phase_name, parent_phase, num_steps):  # noqa: D102 - TensorRT callback
+            sink.phase_start(phase_name, parent_phase, num_steps)
+
+        def step_complete(self, phase_name, step):  # noqa: D102 - TensorRT callback
+            return bool(sink.step_complete(phase_name, step))
+
+        def phase_finish(self, phase_name):  # noqa: D102 - TensorRT callback
+            sink.phase_finish(phase_name)
+
+    return Monitor()
+
+
+def _network(trt: ModuleType, builder):
+    flag = getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", None)
+    return builder.create_network(1 << int(flag) if flag is not None else 0)
+
+
+def _parse(trt: ModuleType, network, logger, onnx_path: Path) -> None:
+    parser = trt.OnnxParser(network, logger)
+    ok = parser.parse_from_file(str(onnx_path))
+    if ok:
+        return
+    issues = []
+    for i in range(parser.num_errors):
+        e = parser.get_error(i)
+        issues.append(ParserIssue(str(getattr(e.code(), "name", e.code())), e.desc(), int(e.node()),
+                                  e.node_name() or "", e.node_operator() or ""))
+    raise OnnxParseError(onnx_path, issues)
+
+
+def _configure(trt: ModuleType, builder, config, settings: BuilderSettings) -> list[str]:
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, settings.workspace_mib << 20)
+    config.builder_optimization_level = settings.optimization_level
+    config.hardware_compatibility_level = getattr(trt.HardwareCompatibilityLevel, settings.hardware_compatibility.name.upper())
+    if settings.detailed_profiling:
+        config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
+    flags = []
+    if settings.tf32:
+        flags.append("TF32")
+    else:
+        config.clear_flag(trt.BuilderFlag.TF32)
+    if settings.refit is not RefitMode.none:
+        flags.append(_REFIT_FLAGS[settings.refit])
+    if settings.strip_plan:
+        flags.append("STRIP_PLAN")
+    for name in flags:
+        config.set_flag(getattr(trt.BuilderFlag, name))
+    return sorted(flags)
+
+
+def _add_profiles(builder, config, network, profiles: Sequence[Profile]) -> None:
+    dynamic = [network.get_input(i) for i in range(network.num_inputs)]
+    dynamic_names = [t.name for t in dynamic if any(d < 0 for d in t.shape)]
+    if dynamic_names and not profiles:
+        raise UserInputError(f"inputs {dynamic_names} have dynamic dimensions but no optimization profile was "
+                             "given; add --profile INPUT=MIN:OPT:MAX for each (or profiles: in farm.yaml)")
+    known = {t.name: t for t in dynamic}
+    for index, profile in enumerate(profiles):
+        p = builder.create_optimization_profile()
+        for name, r in profile.root.items():
+            if name not in known:
+                raise UserInputError(f"profile {index}: the model has no input {name!r}; its inputs are "
+                                     f"{sorted(known)}")
+            p.set_shape(name, r.min, r.opt, r.max)
+        if config.add_optimization_profile(p) < 0:
+            raise UserInputError(f"profile {index} was rejected as invalid: {profile.to_json()}")
+
+
+def _timing_cache(config, blob: bytes | None, use: bool, flavour: str) -> tuple[object | None, str | None]:
+    if flavour == "tensorrt_rtx":
+        return None, RTX_NO_TIMING_CACHE
+    if not use:
+        return None, "disabled for this target (timing_cache: false)"
+    cache = config.create_timing_cache(blob or b"")
+    if not config.set_timing_cache(cache, False):
+        cache = config.create_timing_cache(b"")
+        config.set_timing_cache(cache, False)
+        return cache, "the shared cache did not match this toolchain/GPU and was ignored"
+    return cache, None
+
+
+def plan_from_onnx(trt: ModuleType, flavour: str, onnx_path: Path, profiles: Sequence[Profile],
+                   settings: BuilderSettings, plan_path: Path, *, timing_cache: bytes | None = None,
+                   progress: BuildProgress | None = None) -> BuildResult:
+    """Parse ``onnx_path``, build a plan with ``settings`` and ``profiles``, write it to ``plan_path``."""
+    logger = _logger(trt)
+    builder = trt.Builder(logger)
+    network = _network(trt, builder)
+    _parse(trt, network, logger, Path(onnx_path))
+    config = builder.create_builder_config()
+    flags = _configure(trt, builder, config, settings)
+    _add_profiles(builder, config, network, profiles)
+    cache, cache_reason = _timing_cache(config, timing_cache, settings.timing_cache, flavour)
+    if progress is not None:
+        config.progress_monitor = _monitor(trt, progress)
+    start = time.perf_counter()
+    plan = builder.build_serialized_network(network, config)
+    wall = time.perf_counter() - start
+    if plan is None:
+        reasons = "\n".join(f"  - {m}" for m in logger.errors) or "  - (no error was logged)"
+        raise BuildFailed(f"{onnx_path}: the {flavour} builder failed:\n{reasons}\n"
+                          "Fix: check the optimization profiles against the model's shape constraints "
+                          "and the builder settings named above.")
+    plan_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(plan_path, "wb") as f:
+        f.write(memoryview(plan))
+    header = read_plan_header(plan_path)
+    new_cache = bytes(memoryview(cache.serialize())) if cache is not None else None
+    return BuildResult(plan_path, plan.nbytes, header.version, wall, flags,
+                       settings.hardware_compatibility.name.upper(), new_cache, cache_reason, logger.lines[-20:])

@@ -1,0 +1,81 @@
+"""Load YAML into a pydantic model with errors that point at the file and line.
+
+``yaml.compose`` keeps each node's position; a pydantic error location (``("targets", 2, "gpu")``) is walked
+down that node tree to the deepest node that exists, so every error names ``file:line``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from trtfarm.errors import ConfigError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class LocatedValueError(ValueError):
+    """A ValueError raised in a model validator that knows where in the document it belongs."""
+
+    def __init__(self, message: str, loc: tuple) -> None:
+        super().__init__(message)
+        self.loc = loc
+
+
+def _location(err: dict) -> tuple:
+    cause = (err.get("ctx") or {}).get("error")
+    return tuple(err["loc"]) + tuple(getattr(cause, "loc", ()))
+
+
+def _node_at(root: yaml.Node | None, loc: tuple) -> yaml.Node | None:
+    node = root
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next((v for k, v in node.value if k.value == part), None)
+            if match is None:
+                key = next((k for k, _ in node.value if k.value == part), None)
+                return key or node
+            node = match
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+        else:
+            return node
+    return node
+
+
+def _describe(err: dict, hint: str) -> str:
+    loc = ".".join(str(p) for p in _location(err)) or "(top level)"
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return f"{loc}: unknown key. {hint}"
+    if kind == "missing":
+        return f"{loc}: required key is missing. {hint}"
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{loc}: {msg}"
+
+
+def model_from_yaml(path: Path, model: type[M], hint: str = "") -> M:
+    """Parse ``path`` into ``model``; raise ``ConfigError`` naming the file, the line and the fix."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the file ({err.strerror}).") from err
+    try:
+        root = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: not valid YAML: {getattr(err, 'problem', err)}. Fix the syntax there.") from err
+    try:
+        return model.model_validate(data if data is not None else {})
+    except ValidationError as err:
+        lines = []
+        for e in err.errors():
+            node = _node_at(root, _location(e))
+            line = node.start_mark.line + 1 if node is not None else 1
+            lines.append(f"{path}:{line}: {_describe(e, hint)}")
+        raise ConfigError("\n".join(lines)) from err
