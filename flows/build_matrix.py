@@ -10,11 +10,10 @@ from flows.build_target import build_target
 from flows.requests import MatrixRequest, TargetRequest
 from tasks.plan import plan_matrix, prepare_model, resolve_targets
 from tasks.report import report_outcomes
-from trtfarm.build import TargetOutcome, outcome_from_manifest
+from trtfarm.build import TargetOutcome, triage
 from trtfarm.buildspec import spec_for_model
 from trtfarm.matrix import group_by_build
 from trtfarm.profiles import Profile
-from trtfarm.publish import read_manifest
 from trtfarm.store import open_store
 
 
@@ -27,16 +26,7 @@ def build_matrix(request: MatrixRequest) -> list[dict]:
     targets = resolve_targets(request.targets_file, request.targets or spec.targets)
     model = prepare_model(request.model_path, request.name or spec.name)
     plans = plan_matrix(model, targets, profiles)
-    store = open_store(request.store)
-    outcomes: dict[str, TargetOutcome] = {}
-    todo = []
-    for p in plans:
-        if p.skip_reason:
-            outcomes[p.target.id] = TargetOutcome(p.target.id, "skipped", p.skip_reason)
-        elif (existing := read_manifest(store, p.manifest_key)) is not None:
-            outcomes[p.target.id] = outcome_from_manifest(store, p, existing)
-        else:
-            todo.append(p)
+    outcomes, todo = triage(open_store(request.store), plans)
     for group in group_by_build(todo):
         child = TargetRequest(model_path=str(model.path), name=model.name, targets=[p.target.id for p in group],
                               build_digest=group[0].build_digest, profiles=profile_texts, store=request.store,

@@ -8,11 +8,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
+from trtfarm.build import triage
 from trtfarm.buildspec import spec_for_model
 from trtfarm.fleet import load_fleet, select_targets
 from trtfarm.identity import model_name_from_path
-from trtfarm.matrix import model_source
+from trtfarm.matrix import local_capabilities, model_source, plan_targets
 from trtfarm.profiles import profile_from_args
+from trtfarm.store import open_store
 
 
 class _RichBuild:
@@ -38,21 +40,27 @@ class _RichBuild:
                 self.task].total)
 
 
-def _check_inputs(model: Path, name: str | None, profile_args: list[str], targets: list[str],
-                  targets_file: str) -> tuple[str, list[dict]]:
-    """Fail fast, before Prefect starts, on every input error a user can make."""
-    select_targets(load_fleet(targets_file), targets or None)
+def _triage_without_prefect(model: Path, name: str | None, profile_args: list[str], targets: list[str],
+                            targets_file: str, store: str) -> tuple[str, list[dict], list[dict] | None]:
+    """Check every input before Prefect starts; when nothing needs a build, answer without starting it at all."""
     spec, _ = spec_for_model(model)
+    resolved = select_targets(load_fleet(targets_file), targets or spec.targets or None)
     profiles = [profile_from_args(profile_args)] if profile_args else spec.profiles
     resolved_name = name or spec.name or model_name_from_path(model)
-    model_source(model, resolved_name)
-    return resolved_name, [{n: r.text() for n, r in p.root.items()} for p in profiles]
+    source = model_source(model, resolved_name)
+    plans = plan_targets(source, source.onnx_digest, resolved, profiles, local_capabilities())
+    done, todo = triage(open_store(store), plans)
+    rows = None if todo else [done[p.target.id].to_json() for p in plans]
+    return resolved_name, [{n: r.text() for n, r in p.root.items()} for p in profiles], rows
 
 
 def run_local_build(model: Path, *, name: str | None, profile_args: list[str], targets: list[str], store: str,
                     targets_file: str, verbose: bool, console: Console) -> list[dict]:
     """Build ``model`` in this process; return the per-target outcome rows."""
-    resolved_name, profiles = _check_inputs(model, name, profile_args, targets, targets_file)
+    resolved_name, profiles, finished = _triage_without_prefect(model, name, profile_args, targets, targets_file,
+                                                                store)
+    if finished is not None:
+        return finished
     if not verbose:
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL")
         os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")

@@ -15,11 +15,20 @@ from pathlib import Path
 from typing import Literal
 
 from trtfarm.fleet import Flavour
-from trtfarm.manifest import (BuildInfo, Check, Manifest, ModelInfo, PlanInfo, PrecisionInfo, TargetInfo,
-                              TimingCacheInfo, Verification)
+from trtfarm.manifest import (
+    BuildInfo,
+    Check,
+    Manifest,
+    ModelInfo,
+    PlanInfo,
+    PrecisionInfo,
+    TargetInfo,
+    TimingCacheInfo,
+    Verification,
+)
 from trtfarm.matrix import ModelSource, TargetPlan
 from trtfarm.profiles import Profile, profiles_json
-from trtfarm.publish import publish_plan
+from trtfarm.publish import publish_plan, read_manifest
 from trtfarm.store import Store
 from trtfarm.store.base import Progress
 from trtfarm.timing_cache import cache_key, merge_timing_cache, pull_timing_cache, tensorrt_combine
@@ -139,3 +148,17 @@ def outcome_from_manifest(store: Store, plan: TargetPlan, manifest: Manifest) ->
     return TargetOutcome(plan.target.id, "up-to-date", f"build {plan.build_digest[:12]} already published",
                          store.url(plan.manifest_key), manifest.build.wall_s, manifest.plan.bytes,
                          {k: v.status for k, v in manifest.verification})
+
+
+def triage(store: Store, plans: Sequence[TargetPlan]) -> tuple[dict[str, TargetOutcome], list[TargetPlan]]:
+    """Split a run into finished outcomes (skipped, up to date) and the plans that still need a build."""
+    done: dict[str, TargetOutcome] = {}
+    todo = []
+    for p in plans:
+        if p.skip_reason:
+            done[p.target.id] = TargetOutcome(p.target.id, "skipped", p.skip_reason)
+        elif (existing := read_manifest(store, p.manifest_key)) is not None:
+            done[p.target.id] = outcome_from_manifest(store, p, existing)
+        else:
+            todo.append(p)
+    return done, todo

@@ -42,8 +42,8 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 def build(
     model: Path = typer.Argument(..., help="the ONNX export (farm.yaml beside it is read)"),
     name: str = typer.Option(None, "--name", help="model name in the store"),
-    profile: list[str] = typer.Option([], "--profile", help="INPUT=MIN:OPT:MAX, e.g. input_ids=1x16:16x128:32x512; "
-                                                          "repeat for each input"),
+    profile: list[str] = typer.Option([], "--profile",
+                                      help="INPUT=MIN:OPT:MAX, e.g. input_ids=1x16:16x128:32x512; repeat per input"),
     target: list[str] = typer.Option([], "--target", help="target id (repeat); default: every target"),
     store: str = STORE_OPT,
     targets_file: Path = TARGETS_OPT,
@@ -74,8 +74,10 @@ def _outcome_table(rows: list[dict], store: str) -> None:
     mark = {"passed": "[green]✓[/]", "failed": "[red]✗[/]", "pending": "[yellow]…[/]", "not_run": "-"}
     table = Table(title=f"trtfarm build → {store}", caption="checks: onnx / built / engine (… = pending on the "
                   "target GPU)")
-    for col, kw in (("target", {"no_wrap": True}), ("status", {"no_wrap": True}), ("build s", {"justify": "right"}),
-                    ("plan", {"justify": "right", "no_wrap": True}), ("checks", {"no_wrap": True}), ("note", {"overflow": "fold"})):
+    columns = (("target", {"no_wrap": True}), ("status", {"no_wrap": True}), ("build s", {"justify": "right"}),
+               ("plan", {"justify": "right", "no_wrap": True}), ("checks", {"no_wrap": True}),
+               ("note", {"overflow": "fold"}))
+    for col, kw in columns:
         table.add_column(col, **kw)
     for r in rows:
         size = f"{r['plan_bytes'] / 2**20:.1f} MiB" if r.get("plan_bytes") else ""

@@ -43,7 +43,7 @@ class InputRange(BaseModel):
             parts = value.split(":")
             if len(parts) != 3:
                 raise ValueError(f"{value!r} must be MIN:OPT:MAX shapes, e.g. 1x16:16x128:32x512")
-            return dict(zip(("min", "opt", "max"), (parse_shape(p) for p in parts)))
+            return dict(zip(("min", "opt", "max"), (parse_shape(p) for p in parts), strict=True))
         return value
 
     @model_validator(mode="after")
@@ -52,7 +52,7 @@ class InputRange(BaseModel):
             raise ValueError(f"min/opt/max have different ranks: {self.text()}")
         if any(d < 0 for d in self.min + self.opt + self.max):
             raise ValueError(f"negative dimension in {self.text()}")
-        if not all(a <= b <= c for a, b, c in zip(self.min, self.opt, self.max)):
+        if not all(a <= b <= c for a, b, c in zip(self.min, self.opt, self.max, strict=True)):
             raise ValueError(f"need min <= opt <= max in every dimension, got {self.text()}")
         return self
 
@@ -62,7 +62,9 @@ class InputRange(BaseModel):
 
     def contains(self, shape: list[int] | tuple[int, ...]) -> bool:
         """True when ``shape`` lies inside [min, max] in every dimension."""
-        return len(shape) == len(self.min) and all(a <= d <= c for a, d, c in zip(self.min, shape, self.max))
+        if len(shape) != len(self.min):
+            return False
+        return all(a <= d <= c for a, d, c in zip(self.min, shape, self.max, strict=True))
 
 
 class Profile(RootModel[dict[str, InputRange]]):

@@ -141,7 +141,8 @@ def _parse(trt: ModuleType, network, logger, onnx_path: Path) -> None:
 def _configure(trt: ModuleType, builder, config, settings: BuilderSettings) -> list[str]:
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, settings.workspace_mib << 20)
     config.builder_optimization_level = settings.optimization_level
-    config.hardware_compatibility_level = getattr(trt.HardwareCompatibilityLevel, settings.hardware_compatibility.name.upper())
+    level = settings.hardware_compatibility.name.upper()
+    config.hardware_compatibility_level = getattr(trt.HardwareCompatibilityLevel, level)
     if settings.detailed_profiling:
         config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
     flags = []

@@ -1,0 +1,124 @@
+"""Shared fixtures: the example model, fleets, and real servers (moto's S3 on 127.0.0.1, Prefect's test API)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import socket
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _load_example():
+    spec = importlib.util.spec_from_file_location("make_model", REPO / "examples/encoder/make_model.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+make_model = _load_example()
+
+
+@pytest.fixture(scope="session")
+def example_dir(tmp_path_factory) -> Path:
+    """A model export folder: the example encoder (seed 0) and its farm.yaml."""
+    d = tmp_path_factory.mktemp("export") / "encoder"
+    d.mkdir()
+    (d / "model.onnx").write_bytes(make_model.encoder_model(0).SerializeToString(deterministic=True))
+    shutil.copy(REPO / "examples/encoder/farm.yaml", d / "farm.yaml")
+    return d
+
+
+@pytest.fixture(scope="session")
+def example_onnx(example_dir) -> Path:
+    return example_dir / "model.onnx"
+
+
+ENCODER_PROFILE = ["input_ids=1x16:16x128:32x512", "attention_mask=1x16:16x128:32x512"]
+
+RTX_FLEET = """\
+version: 1
+toolchains:
+  rtx-1.7: {flavour: tensorrt_rtx, version: "1.7.1.116"}
+  trt-11.4: {flavour: tensorrt, version: "11.4.0.106"}
+gpus:
+  rtx-4090: {nvml_name: "NVIDIA GeForce RTX 4090", compute_capability: "8.9", memory_gib: 24, pool: rtx-4090}
+  rtx-5090: {nvml_name: "NVIDIA GeForce RTX 5090", compute_capability: "12.0", memory_gib: 32, pool: rtx-5090}
+  rtx-3090: {nvml_name: "NVIDIA GeForce RTX 3090", compute_capability: "8.6", memory_gib: 24, pool: rtx-3090}
+  h100: {nvml_name: "NVIDIA H100 80GB HBM3", compute_capability: "9.0", memory_gib: 80, pool: gpu-h100}
+targets:
+  - {id: rtx4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7}
+  - {id: rtx5090-rtx1.7, gpu: rtx-5090, toolchain: rtx-1.7}
+  - {id: rtx3090-rtx1.7-o5, gpu: rtx-3090, toolchain: rtx-1.7, settings: {optimization_level: 5}}
+  - {id: h100-trt11.4, gpu: h100, toolchain: trt-11.4}
+"""
+
+
+@pytest.fixture
+def fleet_file(tmp_path) -> Path:
+    """Three RTX targets (two share one build) and one TensorRT target this machine cannot serve."""
+    p = tmp_path / "gpu_targets.yaml"
+    p.write_text(RTX_FLEET)
+    return p
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """moto's S3 server on 127.0.0.1 (a real HTTP endpoint), with AWS settings pointed at it."""
+    from moto.server import ThreadedMotoServer
+
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    url = f"http://127.0.0.1:{port}"
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": url}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield url
+    finally:
+        server.stop()
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture
+def s3_uri(s3_endpoint) -> str:
+    """A fresh bucket on the moto server, as an s3:// store URI with a prefix."""
+    import boto3
+
+    bucket = f"plans-{uuid.uuid4().hex[:10]}"
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    return f"s3://{bucket}/farm"
+
+
+@pytest.fixture(params=["file", "s3"])
+def store_uri(request, tmp_path) -> str:
+    """Each store test runs against file:// and against moto's S3 server."""
+    if request.param == "file":
+        return (tmp_path / "store").as_uri()
+    return request.getfixturevalue("s3_uri")
+
+
+@pytest.fixture(scope="session")
+def prefect_api():
+    """Prefect's test harness: a temporary API server with its own database, for the whole session."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

@@ -1,0 +1,83 @@
+"""The matrix flow in local mode, on Prefect's test API, with real RTX builds, against file:// and moto's S3."""
+
+from __future__ import annotations
+
+import pytest
+
+from flows.build_matrix import build_matrix
+from flows.requests import MatrixRequest
+from trtfarm.errors import UserInputError
+from trtfarm.publish import read_manifest
+from trtfarm.store import open_store
+
+from ..conftest import make_model
+
+pytestmark = pytest.mark.integration
+
+
+def run(onnx, fleet_file, store, **kw):
+    return {r["target"]: r for r in build_matrix(MatrixRequest(model_path=str(onnx), store=store,
+                                                               targets_file=str(fleet_file), **kw))}
+
+
+def test_builds_every_rtx_target_once_per_class_then_everything_is_up_to_date(
+        prefect_api, example_onnx, fleet_file, store_uri, tmp_path):
+    first = run(example_onnx, fleet_file, store_uri)
+    assert {t: r["status"] for t, r in first.items()} == {
+        "rtx4090-rtx1.7": "built", "rtx5090-rtx1.7": "built", "rtx3090-rtx1.7-o5": "built", "h100-trt11.4": "skipped"}
+    assert "tensorrt" in first["h100-trt11.4"]["reason"] and "not importable" in first["h100-trt11.4"]["reason"]
+    assert "shares the rtx-portable build of rtx4090-rtx1.7" in first["rtx5090-rtx1.7"]["reason"]
+
+    store = open_store(store_uri)
+    manifests = {}
+    for target in ("rtx4090-rtx1.7", "rtx5090-rtx1.7", "rtx3090-rtx1.7-o5"):
+        key = first[target]["manifest"].split(f"{store.uri}/", 1)[1] if store.uri.startswith("s3") else \
+            first[target]["manifest"].split("/store/", 1)[1]
+        m = read_manifest(store, key)
+        store.download_file(m.plan.key, tmp_path / f"{target}.plan", sha256=m.plan.sha256)  # refuses a mismatch
+        assert m.target.target_id == target and m.model.name == "encoder"
+        assert m.verification.engine.status == "pending" and m.target.gpu_name in m.verification.engine.detail
+        assert m.build.timing_cache.used is False and "no timing cache" in m.build.timing_cache.reason
+        assert m.build.profiles == [{n: {"min": [1, 16], "opt": [16, 128], "max": [32, 512]}
+                                     for n in ("attention_mask", "input_ids")}]
+        manifests[target] = m
+    assert manifests["rtx4090-rtx1.7"].build.build_digest == manifests["rtx5090-rtx1.7"].build.build_digest
+    assert manifests["rtx4090-rtx1.7"].plan.sha256 == manifests["rtx5090-rtx1.7"].plan.sha256
+    assert manifests["rtx3090-rtx1.7-o5"].build.build_digest != manifests["rtx4090-rtx1.7"].build.build_digest
+    assert "--target rtx4090-rtx1.7" in manifests["rtx5090-rtx1.7"].build.reproduce
+
+    second = run(example_onnx, fleet_file, store_uri)
+    assert {t: r["status"] for t, r in second.items() if t != "h100-trt11.4"} == {
+        "rtx4090-rtx1.7": "up-to-date", "rtx5090-rtx1.7": "up-to-date", "rtx3090-rtx1.7-o5": "up-to-date"}
+    assert len([k for k in store.list("plans/") if k.endswith("manifest.json")]) == 3
+
+
+def test_new_weights_are_a_new_build(prefect_api, example_dir, fleet_file, tmp_path):
+    store = (tmp_path / "store").as_uri()
+    run(example_dir / "model.onnx", fleet_file, store, targets=["rtx4090-rtx1.7"])
+    other = tmp_path / "encoder" / "model.onnx"
+    other.parent.mkdir()
+    other.write_bytes(make_model.encoder_model(7).SerializeToString(deterministic=True))
+    rows = run(other, fleet_file, store, targets=["rtx4090-rtx1.7"],
+               profiles=[{"input_ids": "1x16:16x128:32x512", "attention_mask": "1x16:16x128:32x512"}])
+    assert rows["rtx4090-rtx1.7"]["status"] == "built"
+
+
+def test_a_profile_violating_the_model_fails_every_target_and_publishes_nothing(
+        prefect_api, example_onnx, fleet_file, tmp_path):
+    store = (tmp_path / "store").as_uri()
+    bad = [{"input_ids": "1x16:16x128:32x512", "attention_mask": "1x16:16x64:32x512"}]
+    rows = run(example_onnx, fleet_file, store, profiles=bad)
+    failed = [r for r in rows.values() if r["status"] == "failed"]
+    assert len(failed) == 3
+    assert all("kOPT values are not self-consistent" in r["reason"] for r in failed)
+    assert list(open_store(store).list("plans/")) == []
+
+
+def test_a_corrupt_onnx_stops_the_run_before_any_build(prefect_api, example_onnx, fleet_file, tmp_path):
+    bad = tmp_path / "corrupt.onnx"
+    bad.write_bytes(example_onnx.read_bytes()[:4000])
+    store = (tmp_path / "store").as_uri()
+    with pytest.raises(UserInputError, match="not a valid ONNX model"):
+        run(bad, fleet_file, store, profiles=[{"input_ids": "1x16:1x16:1x16", "attention_mask": "1x16:1x16:1x16"}])
+    assert list(open_store(store).list("")) == []

@@ -1,0 +1,117 @@
+"""Both store backends, against real backends: a directory and moto's S3 server over HTTP."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from trtfarm.errors import IntegrityError, StoreError
+from trtfarm.identity import sha256_file
+from trtfarm.store import AlreadyExists, Conflict, LocalStore, open_store
+from trtfarm.store.s3 import S3Store
+
+
+def test_put_if_absent_creates_once(store_uri):
+    s = open_store(store_uri)
+    assert s.put_if_absent("a/b.json", b"one")
+    assert not s.put_if_absent("a/b.json", b"two")
+    assert s.get("a/b.json").data == b"one"
+    assert s.get("a/missing") is None
+
+
+def test_compare_and_swap_refuses_a_stale_etag(store_uri):
+    s = open_store(store_uri)
+    first = s.compare_and_swap("p.json", b"v1", None)
+    with pytest.raises(Conflict):
+        s.compare_and_swap("p.json", b"v1b", None)
+    second = s.compare_and_swap("p.json", b"v2", first)
+    with pytest.raises(Conflict):
+        s.compare_and_swap("p.json", b"v3", first)
+    assert s.get("p.json").data == b"v2" and s.get("p.json").etag == second
+
+
+def test_concurrent_compare_and_swap_loses_no_increment(store_uri):
+    s = open_store(store_uri)
+    s.compare_and_swap("n", b"0", None)
+
+    def bump():
+        for _ in range(10):
+            while True:
+                cur = s.get("n")
+                try:
+                    s.compare_and_swap("n", str(int(cur.data) + 1).encode(), cur.etag)
+                    break
+                except Conflict:
+                    continue
+
+    threads = [threading.Thread(target=bump) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert s.get("n").data == b"40"
+
+
+def test_streaming_upload_hashes_on_the_way_and_is_create_only(store_uri, tmp_path):
+    s = open_store(store_uri)
+    src = tmp_path / "plan.bin"
+    src.write_bytes(os.urandom(3 << 20))
+    seen = []
+    up = s.upload_file("plans/x/model.plan", src, progress=seen.append)
+    assert up.sha256 == sha256_file(src) and up.size == 3 << 20 and sum(seen) == 3 << 20
+    with pytest.raises(AlreadyExists):
+        s.upload_file("plans/x/model.plan", src)
+    dest = tmp_path / "out" / "model.plan"
+    assert s.download_file("plans/x/model.plan", dest, sha256=up.sha256) == 3 << 20
+    assert sha256_file(dest) == up.sha256
+
+
+def test_download_refuses_a_sha_mismatch_and_leaves_nothing(store_uri, tmp_path):
+    s = open_store(store_uri)
+    s.put_if_absent("k/model.plan", b"plan bytes")
+    out = tmp_path / "downloads"
+    out.mkdir()
+    with pytest.raises(IntegrityError, match="does not match the manifest"):
+        s.download_file("k/model.plan", out / "model.plan", sha256="0" * 64)
+    assert list(out.iterdir()) == []
+
+
+def test_list_yields_keys_under_a_prefix(store_uri):
+    s = open_store(store_uri)
+    for k in ("plans/a/1", "plans/a/2", "plans/b/1", "releases/a.json"):
+        s.put_if_absent(k, b"x")
+    assert list(s.list("plans/a/")) == ["plans/a/1", "plans/a/2"]
+    assert sorted(s.list("plans/")) == ["plans/a/1", "plans/a/2", "plans/b/1"]
+    s.delete("plans/a/1")
+    assert list(s.list("plans/a/")) == ["plans/a/2"]
+
+
+@pytest.mark.parametrize("key", ["../escape", "/abs", "a/../../b", "a//b", ".tmp-x/y", "a\\b"])
+def test_keys_that_could_escape_are_refused(store_uri, key):
+    with pytest.raises(StoreError, match="invalid store key"):
+        open_store(store_uri).put_if_absent(key, b"x")
+
+
+def test_local_store_layout_on_disk(tmp_path):
+    s = LocalStore(tmp_path)
+    s.put_if_absent("plans/m/x/manifest.json", b"{}")
+    assert (tmp_path / "plans/m/x/manifest.json").read_bytes() == b"{}"
+    assert not [p for p in tmp_path.rglob(".tmp-*")]
+
+
+def test_s3_multipart_upload_is_create_only_and_hashes(s3_uri, tmp_path):
+    bucket = s3_uri.split("/")[2]
+    s = S3Store(bucket, "mp", multipart_threshold=5 << 20)
+    src = tmp_path / "big.plan"
+    src.write_bytes(os.urandom(17 << 20))
+    up = s.upload_file("big/model.plan", src)
+    assert up.sha256 == sha256_file(src)
+    head = s.client.head_object(Bucket=bucket, Key="mp/big/model.plan")
+    assert head["ETag"].strip('"').endswith("-2")  # two 16 MiB-chunk parts: it really went multipart
+    with pytest.raises(AlreadyExists):
+        s.upload_file("big/model.plan", src)
+    dest = tmp_path / "back.plan"
+    s.download_file("big/model.plan", dest, sha256=up.sha256)
+    assert sha256_file(dest) == up.sha256

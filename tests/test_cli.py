@@ -1,0 +1,104 @@
+"""The command line as a user runs it: subprocesses, a fresh working directory, Prefect's ephemeral mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from trtfarm.identity import sha256_file
+
+from .conftest import REPO
+
+pytestmark = pytest.mark.integration
+TRTFARM = [sys.executable, "-m", "trtfarm"]
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    shutil.copy(REPO / "gpu_targets.yaml", tmp_path / "gpu_targets.yaml")
+    return tmp_path
+
+
+def cli(args, cwd, check=True):
+    env = {**os.environ, "PREFECT_HOME": str(cwd / ".prefect"), "COLUMNS": "200"}
+    env.pop("PREFECT_API_URL", None)
+    proc = subprocess.run(TRTFARM + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+def test_build_then_rebuild_show_and_plans(workdir, example_dir):
+    onnx = str(example_dir / "model.onnx")
+    first = json.loads(cli(["build", onnx, "--json"], workdir).stdout)
+    status = {r["target"]: r["status"] for r in first}
+    assert status["rtx4090-rtx1.7"] == status["rtx5090-rtx1.7"] == "built"
+    assert {status[t] for t in status if "trt" in t and "rtx" not in t} == {"skipped"}
+    assert set(first[0]) >= {"target", "status", "reason", "manifest"}
+
+    table = cli(["build", onnx], workdir).stdout
+    assert table.count("up-to-date") == 2 and "│ built" not in table
+
+    manifest_url = next(r["manifest"] for r in first if r["target"] == "rtx5090-rtx1.7")
+    shown = json.loads(cli(["show", manifest_url, "--json"], workdir).stdout)
+    plan = workdir / "trtfarm-store" / shown["plan"]["key"]
+    assert sha256_file(plan) == shown["plan"]["sha256"]
+    human = cli(["show", shown["plan"]["key"].rsplit("/", 1)[0]], workdir).stdout
+    assert shown["plan"]["sha256"] in human and "engine: pending on NVIDIA GeForce RTX 5090" in human
+
+    listed = json.loads(cli(["plans", "--json"], workdir).stdout)
+    assert sorted(m["target"]["target_id"] for m in listed) == ["rtx4090-rtx1.7", "rtx5090-rtx1.7"]
+
+
+def test_corrupt_onnx_exits_nonzero_with_the_reason_and_publishes_nothing(workdir, example_onnx):
+    bad = workdir / "bad.onnx"
+    bad.write_bytes(example_onnx.read_bytes()[:3000])
+    proc = cli(["build", str(bad)], workdir, check=False)
+    assert proc.returncode == 2
+    assert "not a valid ONNX model" in proc.stderr and "re-export" in proc.stderr
+    assert not (workdir / "trtfarm-store").exists() or not list((workdir / "trtfarm-store").rglob("*.plan"))
+
+
+def test_unsupported_operator_exits_nonzero_with_the_parsers_message(workdir):
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Unique", ["x"], ["y"], name="dedupe")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])])
+    path = workdir / "unique.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    proc = cli(["build", str(path), "--target", "rtx4090-rtx1.7", "--json"], workdir, check=False)
+    assert proc.returncode == 1
+    row = json.loads(proc.stdout)[0]
+    assert row["status"] == "failed" and "UNSUPPORTED_NODE" in row["reason"] and "'dedupe' (Unique)" in row["reason"]
+    assert not list((workdir / "trtfarm-store").rglob("*.plan"))
+
+
+def test_bad_profile_flag_and_bad_fleet_are_clear_errors(workdir, example_onnx):
+    proc = cli(["build", str(example_onnx), "--profile", "input_ids=1x16:16x8:32x512"], workdir, check=False)
+    assert proc.returncode == 2 and "min <= opt <= max" in proc.stderr
+    fleet = (REPO / "gpu_targets.yaml").read_text().replace("pool: gpu-l4", "pool: gpu-l4\n    gpus: 4")
+    (workdir / "gpu_targets.yaml").write_text(fleet)
+    proc = cli(["targets"], workdir, check=False)
+    assert proc.returncode == 2 and "gpu_targets.yaml:" in proc.stderr and "unknown key" in proc.stderr
+
+
+def test_targets_json_says_what_this_machine_serves(workdir):
+    doc = json.loads(cli(["targets", "--json"], workdir).stdout)
+    servable = {t["target"]: t["servable"] for t in doc["targets"]}
+    assert servable["rtx4090-rtx1.7"] and not servable["h100-trt11.4"]
+    assert doc["machine"]["toolchains"]["tensorrt_rtx"] == "1.7.1.116"
+
+
+def test_help_imports_no_heavy_dependency():
+    code = ("import sys; from trtfarm.cli import app; from typer.testing import CliRunner; "
+            "r = CliRunner().invoke(app, ['--help']); assert r.exit_code == 0, r.output; "
+            "heavy = {'prefect', 'tensorrt_rtx', 'tensorrt', 'onnx', 'onnxruntime', 'boto3', 'torch'}; "
+            "heavy &= set(sys.modules); assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,84 @@
+"""Content addresses: what changes each digest and what does not."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from trtfarm.identity import build_digest, graph_digest, onnx_digest, plan_prefix, release_key
+
+from .conftest import make_model
+
+
+@pytest.fixture
+def two_exports(tmp_path):
+    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    a.write_bytes(make_model.encoder_model(0).SerializeToString(deterministic=True))
+    b.write_bytes(make_model.encoder_model(1).SerializeToString(deterministic=True))
+    return a, b
+
+
+def test_new_weights_change_the_onnx_digest_but_not_the_graph_digest(two_exports):
+    a, b = two_exports
+    assert onnx_digest(a) != onnx_digest(b)
+    assert graph_digest(a) == graph_digest(b)
+
+
+def test_a_graph_change_changes_the_graph_digest(two_exports, tmp_path):
+    a, _ = two_exports
+    model = onnx.load(str(a))
+    next(n for n in model.graph.node if n.op_type == "Relu").op_type = "Sigmoid"
+    c = tmp_path / "c.onnx"
+    onnx.save(model, str(c))
+    assert graph_digest(c) != graph_digest(a)
+
+
+def test_a_weight_shape_change_changes_the_graph_digest(two_exports, tmp_path):
+    a, _ = two_exports
+    model = onnx.load(str(a))
+    init = next(i for i in model.graph.initializer if i.name == "tok_emb")
+    init.CopyFrom(numpy_helper.from_array(np.zeros((1001, 64), np.float32), "tok_emb"))
+    c = tmp_path / "c.onnx"
+    onnx.save(model, str(c))
+    assert graph_digest(c) != graph_digest(a)
+
+
+def test_external_data_is_part_of_the_onnx_digest(tmp_path):
+    model = make_model.encoder_model(0)
+    path = tmp_path / "ext.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="ext.data", size_threshold=1024)
+    before = onnx_digest(path)
+    data = bytearray((tmp_path / "ext.data").read_bytes())
+    data[100] ^= 0xFF
+    (tmp_path / "ext.data").write_bytes(bytes(data))
+    assert onnx_digest(path) != before
+    assert graph_digest(path) == graph_digest(path)
+
+
+BASE = dict(converted_onnx_digest="a" * 64, profiles=[{"x": {"min": [1], "opt": [2], "max": [4]}}],
+            settings={"workspace_mib": 4096}, flavour="tensorrt", toolchain_version="11.4.0.106", compat_class="h100")
+
+
+@pytest.mark.parametrize("field, value", [
+    ("converted_onnx_digest", "b" * 64), ("profiles", [{"x": {"min": [1], "opt": [3], "max": [4]}}]),
+    ("settings", {"workspace_mib": 2048}), ("flavour", "tensorrt_rtx"), ("toolchain_version", "10.13.3.9"),
+    ("compat_class", "l4"),
+])
+def test_every_plan_input_changes_the_build_digest(field, value):
+    assert build_digest(**{**BASE, field: value}) != build_digest(**BASE)
+
+
+def test_build_digest_is_independent_of_key_order():
+    reordered = {**BASE, "settings": {"b": 1, "a": 2}}
+    assert build_digest(**reordered) == build_digest(**{**BASE, "settings": {"a": 2, "b": 1}})
+
+
+def test_keys_follow_the_design_layout_and_refuse_traversal():
+    assert plan_prefix("enc", "0" * 64, "h100", "tensorrt-11.4.0.106", "f" * 64) == \
+        "plans/enc/000000000000/h100/tensorrt-11.4.0.106/ffffffffffff"
+    assert release_key("enc", "h100", "tensorrt-11.4.0.106") == "releases/enc/h100/tensorrt-11.4.0.106.json"
+    for bad in ("..", "a/b", "", "x" * 200):
+        with pytest.raises(ValueError, match="not a valid name"):
+            plan_prefix(bad, "0" * 64, "h100", "t", "f" * 64)

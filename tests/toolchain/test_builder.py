@@ -1,0 +1,116 @@
+"""The one builder, exercised for real through TensorRT-RTX's ahead-of-time build."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from trtfarm.errors import UserInputError
+from trtfarm.fleet import BuilderSettings, RefitMode
+from trtfarm.profiles import profile_from_args
+from trtfarm.toolchain import BuildFailed, OnnxParseError, import_flavour, plan_from_onnx, read_plan_header
+from trtfarm.toolchain.builder import RTX_NO_TIMING_CACHE
+
+from ..conftest import ENCODER_PROFILE
+
+trt = import_flavour("tensorrt_rtx")
+
+
+def build(path, profiles, tmp_path, settings=BuilderSettings(), **kw):
+    return plan_from_onnx(trt, "tensorrt_rtx", path, profiles, settings, tmp_path / "model.plan", **kw)
+
+
+class Recorder:
+    def __init__(self):
+        self.started, self.steps = [], 0
+
+    def phase_start(self, name, parent, steps):
+        self.started.append((name, parent))
+
+    def step_complete(self, name, step):
+        self.steps += 1
+        return True
+
+    def phase_finish(self, name):
+        pass
+
+
+def test_example_encoder_builds_a_plan_with_a_readable_header(example_onnx, tmp_path):
+    rec = Recorder()
+    result = build(example_onnx, [profile_from_args(ENCODER_PROFILE)], tmp_path, progress=rec)
+    assert result.plan_path.stat().st_size == result.plan_bytes > 100_000
+    header = read_plan_header(result.plan_path)
+    assert header.magic_ok and header.flavour == "tensorrt_rtx" and header.version == trt.__version__
+    assert ("Building engine", None) in rec.started and rec.steps > 10
+    assert result.timing_cache is None and result.timing_cache_reason == RTX_NO_TIMING_CACHE
+    assert result.flags == ["TF32"] and result.hardware_compatibility_level == "NONE"
+
+
+def test_two_profiles_build_and_cancelling_from_the_monitor_stops_the_build(example_onnx, tmp_path):
+    short = profile_from_args(["input_ids=1x16:32x64:32x128", "attention_mask=1x16:32x64:32x128"])
+    long = profile_from_args(["input_ids=1x129:8x384:16x512", "attention_mask=1x129:8x384:16x512"])
+    assert build(example_onnx, [short, long], tmp_path).plan_bytes > 0
+
+    class Cancel(Recorder):
+        def step_complete(self, name, step):
+            return False
+
+    with pytest.raises(BuildFailed):
+        build(example_onnx, [short], tmp_path / "c", progress=Cancel())
+
+
+def test_tf32_off_and_refit_individual_are_set_by_name(example_onnx, tmp_path):
+    settings = BuilderSettings(tf32=False, refit=RefitMode.refit_individual)
+    result = build(example_onnx, [profile_from_args(ENCODER_PROFILE)], tmp_path, settings)
+    assert result.flags == ["REFIT_INDIVIDUAL"]
+
+
+def test_a_profile_violating_shape_constraints_fails_with_the_builders_message(example_onnx, tmp_path):
+    bad = profile_from_args(["input_ids=1x16:16x128:32x512", "attention_mask=1x16:16x64:32x512"])
+    with pytest.raises(BuildFailed) as err:
+        build(example_onnx, [bad], tmp_path)
+    assert "kOPT values are not self-consistent" in str(err.value)
+    assert "128 != 64" in str(err.value)
+    assert not (tmp_path / "model.plan").exists()
+
+
+def test_a_missing_profile_and_an_unknown_input_are_user_errors(example_onnx, tmp_path):
+    with pytest.raises(UserInputError, match="dynamic dimensions but no optimization profile"):
+        build(example_onnx, [], tmp_path)
+    with pytest.raises(UserInputError, match="no input 'token_ids'"):
+        build(example_onnx, [profile_from_args(["token_ids=1x1:1x1:1x1"])], tmp_path)
+
+
+def _model_with(tmp_path, node, domain=None):
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])]
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4])], outputs)
+    opsets = [helper.make_opsetid("", 18)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    path = tmp_path / f"{node.op_type}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=opsets), str(path))
+    return path
+
+
+@pytest.mark.parametrize("node, domain, code", [
+    (helper.make_node("Unique", ["x"], ["y"], name="dedupe", sorted=1), None, "UNSUPPORTED_NODE"),
+    (helper.make_node("FancyOp", ["x"], ["y"], name="fancy", domain="com.example"), "com.example", "INVALID_NODE"),
+])
+def test_rejected_operators_report_node_name_and_operator(tmp_path, node, domain, code):
+    path = _model_with(tmp_path, node, domain)
+    with pytest.raises(OnnxParseError) as err:
+        build(path, [profile_from_args(["x=1x4:2x4:4x4"])], tmp_path)
+    issue = err.value.issues[0]
+    assert (issue.node_name, issue.node_operator, issue.code) == (node.name, node.op_type, code)
+    assert f"'{node.name}' ({node.op_type})" in str(err.value)
+
+
+def test_truncated_onnx_is_reported_by_the_parser(example_onnx, tmp_path):
+    bad = tmp_path / "truncated.onnx"
+    bad.write_bytes(example_onnx.read_bytes()[:4000])
+    with pytest.raises(OnnxParseError, match="MODEL_DESERIALIZE_FAILED"):
+        build(bad, [], tmp_path)
+
+
+def test_header_of_non_plan_bytes_is_not_recognised(tmp_path):
+    assert not read_plan_header(b"\x00" * 64).magic_ok
+    assert read_plan_header(b"ftrt" + b"\x00" * 20 + bytes([11, 4, 0, 106])).version == "11.4.0.106"

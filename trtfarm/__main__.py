@@ -1,0 +1,5 @@
+"""``python -m trtfarm``."""
+
+from trtfarm.cli import main
+
+main()
