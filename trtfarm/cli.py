@@ -88,6 +88,10 @@ def _outcome_table(rows: list[dict], store: str) -> None:
         table.add_row(r["target"], f"[{style[r['status']]}]{r['status']}[/]",
                       f"{r['build_s']:.2f}" if r.get("build_s") is not None else "", size, checks, note)
     out.print(table)
+    counts = {s: sum(r["status"] == s for r in rows) for s in style}
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    hint = " (`trtfarm targets` says what each skipped target needs)" if counts["skipped"] else ""
+    out.print(f"{summary}{hint}", highlight=False)
 
 
 @app.command()

@@ -1,0 +1,37 @@
+"""The README's commands are the ones that run: CI runs the README's test command, the CLI has every command."""
+
+from __future__ import annotations
+
+import re
+
+from typer.testing import CliRunner
+
+from trtfarm.cli import app
+
+from .conftest import REPO
+
+README = (REPO / "README.md").read_text()
+
+
+def bash_blocks() -> list[str]:
+    return re.findall(r"```bash\n(.*?)```", README, re.S)
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    test_cmd = next(b.strip() for b in bash_blocks() if "pytest" in b)
+    assert test_cmd in (REPO / ".ci/run").read_text().splitlines()
+
+
+def test_readme_build_command_builds_the_bundled_example():
+    build_cmd = next(b.strip() for b in bash_blocks() if "trtfarm build" in b)
+    assert "examples/encoder/make_model.py" in build_cmd and build_cmd.endswith("examples/encoder/model.onnx")
+
+
+def test_every_command_in_the_readme_table_exists_with_its_flags():
+    runner = CliRunner()
+    for line in re.findall(r"^\| `trtfarm (\w+) ([^`]*)`", README, re.M):
+        command, usage = line
+        result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        for flag in re.findall(r"--[a-z-]+", usage):
+            assert flag in result.output, (command, flag)
