@@ -11,7 +11,7 @@ from flows.requests import MatrixRequest, TargetRequest
 from tasks.plan import plan_matrix, prepare_model, resolve_targets
 from tasks.report import report_outcomes
 from trtfarm.build import TargetOutcome, triage
-from trtfarm.buildspec import spec_for_model
+from trtfarm.buildspec import spec_for_model, spec_profiles
 from trtfarm.matrix import group_by_build
 from trtfarm.profiles import Profile
 from trtfarm.store import open_store
@@ -21,7 +21,8 @@ from trtfarm.store import open_store
 def build_matrix(request: MatrixRequest) -> list[dict]:
     """Build one model for the fleet; returns one ``{target, status, reason, manifest, ...}`` per target."""
     spec, _ = spec_for_model(Path(request.model_path))
-    profile_texts = request.profiles or [{n: r.text() for n, r in p.root.items()} for p in spec.profiles]
+    profile_texts = request.profiles or [{n: r.text() for n, r in p.root.items()}
+                                         for p in spec_profiles(Path(request.model_path), spec)[0]]
     profiles = [Profile.model_validate(p) for p in profile_texts]
     targets = resolve_targets(request.targets_file, request.targets or spec.targets)
     model = prepare_model(request.model_path, request.name or spec.name)

@@ -9,11 +9,12 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
 from trtfarm.build import triage
-from trtfarm.buildspec import spec_for_model
+from trtfarm.buildspec import spec_for_model, spec_profiles
+from trtfarm.errors import UserInputError
 from trtfarm.fleet import load_fleet, select_targets
 from trtfarm.identity import model_name_from_path
 from trtfarm.matrix import local_capabilities, model_source, plan_targets
-from trtfarm.profiles import profile_from_args
+from trtfarm.profiles import load_profiles_file, profile_from_args
 from trtfarm.store import open_store
 
 
@@ -40,12 +41,21 @@ class _RichBuild:
                 self.task].total)
 
 
-def _triage_without_prefect(model: Path, name: str | None, profile_args: list[str], targets: list[str],
-                            targets_file: str, store: str) -> tuple[str, list[dict], list[dict] | None]:
+def _profiles(model: Path, profile_args: list[str], profiles_file: Path | None, spec) -> list:
+    if profile_args and profiles_file:
+        raise UserInputError("give either --profile flags or --profiles FILE, not both")
+    if profiles_file:
+        return load_profiles_file(profiles_file).profiles
+    return [profile_from_args(profile_args)] if profile_args else spec_profiles(model, spec)[0]
+
+
+def _triage_without_prefect(model: Path, name: str | None, profile_args: list[str], profiles_file: Path | None,
+                            targets: list[str], targets_file: str,
+                            store: str) -> tuple[str, list[dict], list[dict] | None]:
     """Check every input before Prefect starts; when nothing needs a build, answer without starting it at all."""
     spec, _ = spec_for_model(model)
     resolved = select_targets(load_fleet(targets_file), targets or spec.targets or None)
-    profiles = [profile_from_args(profile_args)] if profile_args else spec.profiles
+    profiles = _profiles(model, profile_args, profiles_file, spec)
     resolved_name = name or spec.name or model_name_from_path(model)
     source = model_source(model, resolved_name)
     plans = plan_targets(source, source.onnx_digest, resolved, profiles, local_capabilities())
@@ -54,11 +64,12 @@ def _triage_without_prefect(model: Path, name: str | None, profile_args: list[st
     return resolved_name, [{n: r.text() for n, r in p.root.items()} for p in profiles], rows
 
 
-def run_local_build(model: Path, *, name: str | None, profile_args: list[str], targets: list[str], store: str,
-                    targets_file: str, verbose: bool, console: Console) -> list[dict]:
+def run_local_build(model: Path, *, name: str | None, profile_args: list[str], profiles_file: Path | None,
+                    targets: list[str], store: str, targets_file: str, verbose: bool,
+                    console: Console) -> list[dict]:
     """Build ``model`` in this process; return the per-target outcome rows."""
-    resolved_name, profiles, finished = _triage_without_prefect(model, name, profile_args, targets, targets_file,
-                                                                store)
+    resolved_name, profiles, finished = _triage_without_prefect(model, name, profile_args, profiles_file, targets,
+                                                                targets_file, store)
     if finished is not None:
         return finished
     if not verbose:

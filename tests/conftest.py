@@ -14,14 +14,16 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _load_example():
-    spec = importlib.util.spec_from_file_location("make_model", REPO / "examples/encoder/make_model.py")
+def _load(name):
+    """Import one of the example scripts (they are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / f"examples/encoder/{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-make_model = _load_example()
+make_model = _load("make_model")
+make_traffic = _load("make_traffic")
 
 
 @pytest.fixture(scope="session")
@@ -122,3 +124,11 @@ def prefect_api():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+@pytest.fixture(scope="session")
+def textbook_log(tmp_path_factory) -> Path:
+    """200,000 batches of the seed article's two-regime encoder traffic."""
+    path = tmp_path_factory.mktemp("traffic") / "shapes.jsonl"
+    make_traffic.write_jsonl(path, *make_traffic.synthetic_traffic(200_000, seed=0))
+    return path

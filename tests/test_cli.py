@@ -42,7 +42,7 @@ def test_build_then_rebuild_show_and_plans(workdir, example_dir):
     assert set(first[0]) >= {"target", "status", "reason", "manifest"}
 
     table = cli(["build", onnx], workdir).stdout
-    assert table.count("up-to-date") == 2 and "│ built" not in table
+    assert table.count("│ up-to-date") == 2 and "│ built" not in table and "2 up-to-date, 4 skipped" in table
 
     manifest_url = next(r["manifest"] for r in first if r["target"] == "rtx5090-rtx1.7")
     shown = json.loads(cli(["show", manifest_url, "--json"], workdir).stdout)
@@ -102,3 +102,30 @@ def test_help_imports_no_heavy_dependency():
             "heavy = {'prefect', 'tensorrt_rtx', 'tensorrt', 'onnx', 'onnxruntime', 'boto3', 'torch'}; "
             "heavy &= set(sys.modules); assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_derive_profiles_then_build_with_them(workdir, example_onnx, textbook_log):
+    out = workdir / "profiles.yaml"
+    doc = json.loads(cli(["profiles", "derive", str(textbook_log), "--cap", "input_ids:1=512", "--cap",
+                          "attention_mask:1=512", "--max-batch", "32", "--model", str(example_onnx),
+                          "--out", str(out), "--json"], workdir).stdout)
+    assert [p["input_ids"] for p in doc["profiles"]] == ["1x16:32x64:32x128", "1x129:8x384:16x512"]
+    assert doc["report"]["records"] == 200_000 and len(doc["report"]["profiles"]) == 2
+    assert doc["report"]["profiles"][1]["activation_bytes_estimate"] > doc["report"]["profiles"][0][
+        "activation_bytes_estimate"] > 0
+    table = cli(["profiles", "derive", str(textbook_log)], workdir).stdout
+    assert "98.0%" in table and "input_ids 1x129 : 8x384 : 16x512" in table
+
+    rows = json.loads(cli(["build", str(example_onnx), "--profiles", str(out), "--target", "rtx4090-rtx1.7",
+                           "--json"], workdir).stdout)
+    assert rows[0]["status"] == "built"
+    shown = json.loads(cli(["show", rows[0]["manifest"], "--json"], workdir).stdout)
+    assert len(shown["build"]["profiles"]) == 2
+
+
+def test_a_malformed_log_writes_nothing(workdir):
+    log = workdir / "shapes.jsonl"
+    log.write_text('{"input_ids": [1, 8]}\n{"input_ids": [1, -8]}\n')
+    proc = cli(["profiles", "derive", str(log), "--out", str(workdir / "p.yaml")], workdir, check=False)
+    assert proc.returncode == 2 and "line 2: input_ids: negative dimension" in proc.stderr
+    assert not list(workdir.glob("p.yaml*")) and not list(workdir.glob(".p.yaml*"))

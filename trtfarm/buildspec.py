@@ -4,10 +4,12 @@
 name: encoder            # the model's name in the store (default: the folder name)
 precision: fp32          # precision recipe
 targets: []              # target ids (default: every target of the fleet)
-profiles:                # one entry per optimization profile
+profiles:                # one entry per optimization profile ...
   - input_ids: 1x16:16x128:32x512
     attention_mask: {min: [1, 16], opt: [16, 128], max: [32, 512]}
+# profiles: profiles.yaml   ... or a profiles file (`trtfarm profiles derive` writes one)
 ```
+With no profiles given, a ``shapes.jsonl`` beside the model is turned into profiles (``trtfarm.derive``).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trtfarm.profiles import Profile
+from trtfarm.profiles import Profile, load_profiles_file
 from trtfarm.yamlfile import model_from_yaml
 
 SPEC_NAME = "farm.yaml"
+SHAPES_NAME = "shapes.jsonl"
 
 
 class BuildSpec(BaseModel):
@@ -30,7 +33,7 @@ class BuildSpec(BaseModel):
     name: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     precision: Literal["fp32"] = "fp32"
     targets: list[str] = []
-    profiles: list[Profile] = []
+    profiles: list[Profile] | str = []
 
 
 def spec_for_model(onnx_path: Path) -> tuple[BuildSpec, Path | None]:
@@ -39,3 +42,24 @@ def spec_for_model(onnx_path: Path) -> tuple[BuildSpec, Path | None]:
     if not path.is_file():
         return BuildSpec(), None
     return model_from_yaml(path, BuildSpec, hint="Keys: name, precision, targets, profiles."), path
+
+
+def spec_profiles(onnx_path: Path, spec: BuildSpec) -> tuple[list[Profile], str]:
+    """The spec's profiles (inline, or a file relative to farm.yaml), else derived from ``shapes.jsonl``.
+
+    Returns the profiles and where they came from, for logs and reports.
+    """
+    folder = Path(onnx_path).parent
+    if isinstance(spec.profiles, str):
+        path = folder / spec.profiles
+        return load_profiles_file(path).profiles, str(path)
+    if spec.profiles:
+        return spec.profiles, str(folder / SPEC_NAME)
+    shapes = folder / SHAPES_NAME
+    if shapes.is_file():
+        from trtfarm.derive import derive_profiles, onnx_activation_bytes
+        from trtfarm.shapelog import read_shape_log
+
+        derived = derive_profiles(read_shape_log(shapes), memory=onnx_activation_bytes(onnx_path))
+        return [p.profile for p in derived.profiles], f"derived from {shapes}"
+    return [], "none"

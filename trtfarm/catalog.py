@@ -75,3 +75,18 @@ def manifest_table(url: str, m: Manifest) -> Table:
     for k, v in rows:
         t.add_row(k, v)
     return t
+
+
+def derivation_table(d, source: str) -> Table:
+    """Profiles side by side: shapes, traffic share, padding overhead, memory."""
+    t = Table(title=f"profiles derived from {source}" + (f" (split on {d.split_axis})" if d.split_axis else ""))
+    for col in ("profile", "inputs min : opt : max", "traffic", "padding", "max shape", "activation est."):
+        t.add_column(col, overflow="fold")
+    for i, p in enumerate(d.profiles):
+        shapes = "\n".join(f"{n} {r.text().replace(':', ' : ')}" for n, r in p.profile.root.items())
+        mem = f"{p.activation_bytes / 2**20:,.1f} MiB" if p.activation_bytes else "(give --model)"
+        t.add_row(str(i), shapes, f"{p.share:.1%}", f"+{p.padding_overhead:.1%}",
+                  " x ".join(str(v) for v in p.max_shape.values()), mem)
+    t.caption = "score = relative memory + mean octaves from opt (lower is better): " + ", ".join(
+        f"{a['profiles']}: {a['score']}" for a in d.alternatives)
+    return t

@@ -99,3 +99,21 @@ def _first_error(err: ValueError) -> str:
 def profiles_json(profiles: list[Profile]) -> list[dict]:
     """The canonical JSON list that feeds the build digest and the manifest."""
     return [p.to_json() for p in profiles]
+
+
+class ProfilesFile(BaseModel):
+    """A profiles YAML: what ``trtfarm profiles derive`` writes and ``trtfarm build --profiles`` reads."""
+
+    model_config = ConfigDict(extra="forbid")
+    profiles: list[Profile]
+    buckets: dict[str, list[int]] = {}
+    report: dict = {}
+
+
+def load_profiles_file(path) -> ProfilesFile:
+    """Read a profiles YAML; errors name the file and line."""
+    from pathlib import Path
+
+    from trtfarm.yamlfile import model_from_yaml
+
+    return model_from_yaml(Path(path), ProfilesFile, hint="A profiles file has keys profiles, buckets, report.")

@@ -81,3 +81,17 @@ def test_a_corrupt_onnx_stops_the_run_before_any_build(prefect_api, example_onnx
     with pytest.raises(UserInputError, match="not a valid ONNX model"):
         run(bad, fleet_file, store, profiles=[{"input_ids": "1x16:1x16:1x16", "attention_mask": "1x16:1x16:1x16"}])
     assert list(open_store(store).list("")) == []
+
+
+def test_shapes_log_beside_the_model_becomes_two_profiles_in_a_real_build(
+        prefect_api, example_onnx, textbook_log, fleet_file, tmp_path):
+    export = tmp_path / "encoder"
+    export.mkdir()
+    (export / "model.onnx").write_bytes(example_onnx.read_bytes())
+    (export / "shapes.jsonl").write_bytes(textbook_log.read_bytes())
+    store = (tmp_path / "store").as_uri()
+    rows = run(export / "model.onnx", fleet_file, store, targets=["rtx4090-rtx1.7"])
+    assert rows["rtx4090-rtx1.7"]["status"] == "built"
+    m = read_manifest(open_store(store), rows["rtx4090-rtx1.7"]["manifest"].split("/store/", 1)[1])
+    assert [p["input_ids"] for p in m.build.profiles] == [
+        {"min": [1, 16], "opt": [32, 64], "max": [32, 128]}, {"min": [1, 129], "opt": [8, 384], "max": [16, 512]}]
