@@ -29,10 +29,12 @@ from trtfarm.manifest import (
 from trtfarm.matrix import ModelSource, TargetPlan
 from trtfarm.profiles import Profile, profiles_json
 from trtfarm.publish import publish_plan, read_manifest
+from trtfarm.release import ReleaseRefused, move_release, pointer_key
 from trtfarm.store import Store
 from trtfarm.store.base import Progress
 from trtfarm.timing_cache import cache_key, merge_timing_cache, pull_timing_cache, tensorrt_combine
 from trtfarm.toolchain import BuildProgress, BuildResult, import_flavour, plan_from_onnx
+from trtfarm.toolchain.engine import EngineRejected, deserialize_plan, device_memory_per_profile, timing_cache_entries
 
 Status = Literal["built", "up-to-date", "skipped", "failed"]
 
@@ -48,11 +50,13 @@ class TargetOutcome:
     build_s: float | None = None
     plan_bytes: int | None = None
     verification: dict = field(default_factory=dict)
+    release: str = ""
 
     def to_json(self) -> dict:
         """``{target, status, reason, manifest, ...}``."""
         return {"target": self.target, "status": self.status, "reason": self.reason, "manifest": self.manifest,
-                "build_s": self.build_s, "plan_bytes": self.plan_bytes, "verification": self.verification}
+                "build_s": self.build_s, "plan_bytes": self.plan_bytes, "verification": self.verification,
+                "release": self.release}
 
 
 def reproduce_command(model: ModelSource, plan: TargetPlan, profiles: Sequence[Profile]) -> str:
@@ -71,11 +75,24 @@ def _timing(store: Store, plan: TargetPlan) -> tuple[bytes | None, str | None]:
     return pull_timing_cache(store, key), key
 
 
-def _cache_info(result: BuildResult, key: str | None, before: bytes | None, after: int | None) -> TimingCacheInfo:
+def _cache_info(trt, result: BuildResult, key: str | None, before: bytes | None,
+                after: bytes | None) -> TimingCacheInfo:
     if key is None or result.timing_cache is None:
         return TimingCacheInfo(used=False, reason=result.timing_cache_reason or "disabled for this target")
     return TimingCacheInfo(used=result.timing_cache_reason is None, reason=result.timing_cache_reason, key=key,
-                           bytes_before=len(before) if before else 0, bytes_after=after)
+                           bytes_before=len(before) if before else 0, bytes_after=len(after) if after else None,
+                           entries_before=timing_cache_entries(trt, before or b""),
+                           entries_after=timing_cache_entries(trt, after))
+
+
+def _engine_memory(trt, plan: TargetPlan, result: BuildResult) -> list[int] | None:
+    """Device memory per profile, read from the engine when the build ran on the target GPU (TensorRT)."""
+    if plan.target.toolchain.flavour is not Flavour.tensorrt:
+        return None  # TensorRT-RTX builds ahead of time on a CPU: the figure comes from a GPU worker later
+    try:
+        return device_memory_per_profile(deserialize_plan(trt, result.plan_path.read_bytes()))
+    except EngineRejected:
+        return None
 
 
 def _verification(plan: TargetPlan, result: BuildResult) -> Verification:
@@ -96,7 +113,7 @@ def _manifest(model: ModelSource, plan: TargetPlan, built_by: TargetPlan, result
     t = plan.target
     return Manifest(
         model=ModelInfo(name=model.name, source_uri=model.source_uri, onnx_digest=model.onnx_digest,
-                        graph_digest=model.graph_digest),
+                        graph_digest=model.graph_digest, exported_at=model.exported_at),
         precision=PrecisionInfo(recipe="fp32", converted_onnx_digest=model.onnx_digest),
         target=TargetInfo(target_id=t.id, gpu=t.gpu_key, gpu_name=t.gpu.nvml_name,
                           compute_capability=t.gpu.compute_capability, compat_class=t.compat_class,
@@ -126,11 +143,13 @@ def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], p
                                 progress=progress)
         after = None
         if key and result.timing_cache is not None:
-            after = merge_timing_cache(store, key, result.timing_cache, tensorrt_combine(trt)).bytes_after
-        cache = _cache_info(result, key, before, after)
+            after = merge_timing_cache(store, key, result.timing_cache, tensorrt_combine(trt)).data
+        cache = _cache_info(trt, result, key, before, after)
+        memory = _engine_memory(trt, lead, result)
         outcomes = []
         for plan in group:
             def manifest_for(info: PlanInfo, plan: TargetPlan = plan) -> Manifest:
+                info = info.model_copy(update={"device_memory_per_profile": memory})
                 return _manifest(model, plan, lead, result, profiles, cache, run_id, info)
 
             up = upload_progress(plan.target.id) if upload_progress else None
@@ -139,8 +158,20 @@ def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], p
             outcomes.append(TargetOutcome(
                 plan.target.id, "built", shared if pub.created else "published concurrently by another worker",
                 store.url(pub.manifest_key), pub.manifest.build.wall_s, pub.manifest.plan.bytes,
-                {k: v.status for k, v in pub.manifest.verification}))
+                {k: v.status for k, v in pub.manifest.verification},
+                release_if_allowed(store, pub.manifest_key, pub.manifest, plan.target.release_on, run_id)))
     return outcomes
+
+
+def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, release_on: str,
+                       run_id: str | None) -> str:
+    """Move the release pointer when the target's policy allows; say what happened."""
+    try:
+        move_release(store, manifest_key, manifest, release_on=release_on, by="trtfarm",
+                     reason=f"built by flow run {run_id}" if run_id else "built by trtfarm build")
+    except ReleaseRefused as refused:
+        return str(refused)
+    return f"released: {pointer_key(manifest)}"
 
 
 def outcome_from_manifest(store: Store, plan: TargetPlan, manifest: Manifest) -> TargetOutcome:

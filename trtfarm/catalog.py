@@ -16,6 +16,11 @@ from trtfarm.store import open_store
 def list_manifests(store_uri: str, model: str | None = None) -> list[tuple[str, Manifest]]:
     """Every ``plans/**/manifest.json`` in the store (optionally of one model), as (url, manifest)."""
     store = open_store(store_uri)
+    return manifests_in(store, model)
+
+
+def manifests_in(store, model: str | None = None) -> list[tuple[str, Manifest]]:
+    """Every ``plans/**/manifest.json`` of an open store, as (url, manifest)."""
     prefix = f"plans/{model}/" if model else "plans/"
     found = []
     for key in store.list(prefix):

@@ -214,6 +214,8 @@ def profiles_derive(
 
 def main() -> None:
     """Console entry point."""
+    import trtfarm.cli_ops  # noqa: F401 - registers the operations commands
+
     try:
         app()
     except UserInputError as e:  # pragma: no cover - commands convert these themselves

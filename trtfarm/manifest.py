@@ -32,6 +32,7 @@ class ModelInfo(_Doc):
     source_uri: str
     onnx_digest: str
     graph_digest: str
+    exported_at: str | None = Field(None, description="when the export was written (ISO 8601, UTC): orders exports")
 
 
 class PrecisionInfo(_Doc):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import onnx
@@ -30,6 +31,7 @@ class ModelSource:
     source_uri: str
     onnx_digest: str
     graph_digest: str
+    exported_at: str
 
 
 def model_source(path: Path, name: str) -> ModelSource:
@@ -43,7 +45,8 @@ def model_source(path: Path, name: str) -> ModelSource:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserInputError(f"{path}: not a valid ONNX model ({type(err).__name__}: {first}). "
                              "Fix: re-export the model; check the file was copied completely.") from err
-    return ModelSource(name, path, path.resolve().as_uri(), onnx_digest(path), graph_digest(path))
+    exported = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).isoformat(timespec="microseconds")
+    return ModelSource(name, path, path.resolve().as_uri(), onnx_digest(path), graph_digest(path), exported)
 
 
 @dataclass(frozen=True)

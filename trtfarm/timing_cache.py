@@ -22,8 +22,13 @@ Combine = Callable[[bytes, bytes], bytes]  # (current, ours) -> merged
 class Merged:
     """The cache object after our merge."""
 
-    bytes_after: int
+    data: bytes
     attempts: int
+
+    @property
+    def bytes_after(self) -> int:
+        """Size of the shared cache after our merge."""
+        return len(self.data)
 
 
 def cache_key(toolchain_label: str, gpu: str) -> str:
@@ -45,7 +50,7 @@ def merge_timing_cache(store: Store, key: str, ours: bytes, combine: Combine, *,
         merged = combine(current.data, ours) if current else ours
         try:
             store.compare_and_swap(key, merged, current.etag if current else None)
-            return Merged(len(merged), attempt)
+            return Merged(merged, attempt)
         except Conflict:
             sleep(min(1.0, 0.01 * 2 ** min(attempt, 7)) * random.uniform(0.5, 1.5))
     raise Conflict(f"{key}: gave up merging the timing cache after {max_attempts} conflicting writers")

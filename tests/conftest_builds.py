@@ -1,0 +1,29 @@
+"""Real TensorRT-RTX plans published through the core (no Prefect), for loader/release/pull/gc tests."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from trtfarm.build import build_group
+from trtfarm.fleet import load_fleet, select_targets
+from trtfarm.matrix import local_capabilities, model_source, plan_targets
+from trtfarm.profiles import profile_from_args
+
+from .conftest import ENCODER_PROFILE, make_model
+
+
+def publish_export(store, fleet_file: Path, folder: Path, seed: int, mtime: float, targets: list[str]):
+    """Write the encoder with weights ``seed`` (exported at ``mtime``), build and publish it for ``targets``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "model.onnx"
+    path.write_bytes(make_model.encoder_model(seed).SerializeToString(deterministic=True))
+    os.utime(path, (mtime, mtime))
+    model = model_source(path, "encoder")
+    profiles = [profile_from_args(ENCODER_PROFILE)]
+    plans = plan_targets(model, model.onnx_digest, select_targets(load_fleet(fleet_file), targets), profiles,
+                         local_capabilities())
+    outcomes = []
+    for plan in plans:
+        outcomes += build_group(store, model, [plan], profiles)
+    return model, {o.target: o for o in outcomes}

@@ -1,0 +1,160 @@
+"""Load a plan only when it is the right one: ``load_plan`` and ``trtfarm verify``.
+
+Before deserialising: the plan's sha256 against its manifest, the plan header (no GPU needed), the model digest the
+caller expects, the installed toolchain flavour and version, and the local GPU model and compute capability. Then
+the runtime itself. Any difference raises ``PlanMismatch`` naming what differs and how to get the right plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from trtfarm.errors import UserInputError
+from trtfarm.fleet import RTX_COMPUTE_CAPABILITIES
+from trtfarm.gpu import GpuScan, LocalGpu, scan_gpus
+from trtfarm.identity import sha256_file
+from trtfarm.manifest import Manifest, manifest_from_json
+from trtfarm.toolchain.flavour import installed_version
+from trtfarm.toolchain.header import read_plan_header, version_matches
+
+FIX = "Run `trtfarm pull MODEL` on this host to fetch the plan released for its GPU and toolchain."
+
+
+class PlanMismatch(UserInputError):
+    """The plan is not the right one for this host (or is damaged); ``differences`` lists each problem."""
+
+    def __init__(self, plan: Path, differences: list[str]) -> None:
+        self.differences = differences
+        super().__init__(f"{plan}: refusing to load it:\n" + "\n".join(f"  - {d}" for d in differences) + f"\n{FIX}")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check of ``verify``."""
+
+    name: str
+    ok: bool | None  # None: could not run here
+    detail: str
+
+
+def manifest_beside(plan: Path) -> Path:
+    """Where ``pull`` puts a plan's manifest: ``model.plan`` -> ``model.plan.manifest.json``."""
+    return plan.with_name(plan.name + ".manifest.json")
+
+
+def find_pair(ref: Path) -> tuple[Path, Manifest]:
+    """Accept a plan (manifest beside it) or a manifest (plan beside it, or at its key under a store root)."""
+    ref = Path(ref)
+    if ref.name.endswith(".json"):
+        manifest = manifest_from_json(ref.read_bytes(), str(ref))
+        candidates = [ref.with_name(ref.name.removesuffix(".manifest.json")), ref.with_name("model.plan")]
+        plan = next((c for c in candidates if c.is_file() and c != ref), candidates[-1])
+    else:
+        plan, mpath = ref, manifest_beside(ref)
+        if not mpath.is_file() and ref.with_name("manifest.json").is_file():
+            mpath = ref.with_name("manifest.json")
+        if not mpath.is_file():
+            raise UserInputError(f"{ref}: no manifest beside it ({mpath.name} or manifest.json); `trtfarm pull` "
+                                 "writes one, or pass the manifest itself")
+        manifest = manifest_from_json(mpath.read_bytes(), str(mpath))
+    if not plan.is_file():
+        raise UserInputError(f"{plan}: the plan named by the manifest is not there")
+    return plan, manifest
+
+
+def _gpu_fits(m: Manifest, gpu: LocalGpu) -> bool:
+    cls, cc = m.target.compat_class, gpu.compute_capability
+    if cls == "rtx-portable":
+        return cc in RTX_COMPUTE_CAPABILITIES or cc.startswith("12.")
+    if cls.startswith("sm"):
+        return cls == f"sm{cc.replace('.', '')}"
+    if cls == "ampere-plus":
+        return float(cc) >= 8.0
+    return gpu.name == m.target.gpu_name and cc == m.target.compute_capability
+
+
+def static_checks(plan: Path, m: Manifest, *, expected_onnx_digest: str | None = None,
+                  installed: Mapping[str, str | None] | None = None, gpus: GpuScan | None = None) -> list[Check]:
+    """Everything that can be checked without running the engine."""
+    checks = []
+    digest = sha256_file(plan)
+    checks.append(Check("sha256", digest == m.plan.sha256, f"plan sha256 {digest[:16]}…, manifest says "
+                        f"{m.plan.sha256[:16]}…" + ("" if digest == m.plan.sha256 else " (the file is damaged or "
+                                                                                         "not this manifest's plan)")))
+    h = read_plan_header(plan)
+    header_ok = h.magic_ok and h.flavour == m.target.flavour and version_matches(h.version, m.target.toolchain_version)
+    checks.append(Check("header", header_ok, f"header: {h.flavour} {h.version}" if h.magic_ok else
+                        "header: not a TensorRT-family plan (bad magic)"))
+    if not header_ok and h.magic_ok:
+        checks[-1] = Check("header", False, f"header says {h.flavour} {h.version}, the manifest says "
+                           f"{m.target.flavour} {m.target.toolchain_version}")
+    if expected_onnx_digest:
+        same = expected_onnx_digest == m.model.onnx_digest
+        checks.append(Check("model", same, f"plan is of {m.model.name} onnx {m.model.onnx_digest[:12]}, expected "
+                            f"onnx {expected_onnx_digest[:12]}"))
+    have = (installed or {}).get(m.target.flavour) if installed is not None else installed_version(m.target.flavour)
+    checks.append(Check("toolchain", bool(have) and version_matches(have, m.target.toolchain_version),
+                        f"plan needs {m.target.flavour} {m.target.toolchain_version}; installed: "
+                        f"{have or 'not importable'}"))
+    gpus = gpus or scan_gpus()
+    fits = [g for g in gpus.gpus if _gpu_fits(m, g)]
+    checks.append(Check("gpu", bool(fits), f"plan is for {m.target.gpu_name} (cc {m.target.compute_capability}, "
+                        f"class {m.target.compat_class}); this host has {gpus.describe()}"))
+    return checks
+
+
+def load_plan(ref: str | Path, *, expected_onnx_digest: str | None = None,
+              installed: Mapping[str, str | None] | None = None, gpus: GpuScan | None = None):
+    """Check the plan against its manifest and this host, then deserialise it. Returns the engine."""
+    plan, m = find_pair(Path(ref))
+    bad = [c.detail for c in static_checks(plan, m, expected_onnx_digest=expected_onnx_digest, installed=installed,
+                                           gpus=gpus) if c.ok is False]
+    if bad:
+        raise PlanMismatch(plan, bad)
+    from trtfarm.toolchain import import_flavour
+    from trtfarm.toolchain.engine import EngineRejected, deserialize_plan
+
+    try:
+        return deserialize_plan(import_flavour(m.target.flavour), plan.read_bytes(),
+                                allow_host_code=m.target.version_compatible)
+    except EngineRejected as err:
+        raise PlanMismatch(plan, [f"the {m.target.flavour} runtime refused it: {err}"]) from err
+
+
+def runtime_check(plan: Path, m: Manifest) -> Check:
+    """Ask the runtime itself: TensorRT-RTX's validity check, then deserialisation."""
+    from trtfarm.toolchain import import_flavour
+    from trtfarm.toolchain.engine import EngineRejected, deserialize_plan, engine_validity
+
+    trt = import_flavour(m.target.flavour)
+    data = plan.read_bytes()
+    validity = engine_validity(trt, data)
+    if validity is not None and validity.status == "INVALID":
+        why = "; ".join(validity.diagnostics + validity.log) or "no reason given"
+        return Check("runtime", False, f"get_engine_validity: INVALID ({why})")
+    try:
+        engine = deserialize_plan(trt, data, allow_host_code=m.target.version_compatible)
+    except EngineRejected as err:
+        return Check("runtime", False, f"deserialize_cuda_engine refused it: {err}")
+    return Check("runtime", True, f"deserialised: {engine.num_optimization_profiles} profile(s), "
+                 f"{engine.num_io_tensors} I/O tensors")
+
+
+def contexts_that_fit(free_bytes: int, memory_per_profile: list[int], shares: list[float] | None = None,
+                      reserve_fraction: float = 0.1) -> list[int]:
+    """Execution contexts per profile that fit in ``free_bytes`` (a share kept in reserve).
+
+    One context per profile first; the rest of the budget goes to profiles in proportion to their traffic share.
+    """
+    budget = int(free_bytes * (1 - reserve_fraction))
+    if sum(memory_per_profile) > budget:
+        raise UserInputError(f"one context per profile needs {sum(memory_per_profile):,} bytes; only {budget:,} "
+                             "are available: use fewer or narrower profiles, or a larger GPU")
+    shares = shares or [1 / len(memory_per_profile)] * len(memory_per_profile)
+    counts = [1] * len(memory_per_profile)
+    budget -= sum(memory_per_profile)
+    for i, (mem, share) in enumerate(zip(memory_per_profile, shares, strict=True)):
+        counts[i] += int(budget * share // max(mem, 1))
+    return counts
