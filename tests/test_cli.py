@@ -129,3 +129,42 @@ def test_a_malformed_log_writes_nothing(workdir):
     proc = cli(["profiles", "derive", str(log), "--out", str(workdir / "p.yaml")], workdir, check=False)
     assert proc.returncode == 2 and "line 2: input_ids: negative dimension" in proc.stderr
     assert not list(workdir.glob("p.yaml*")) and not list(workdir.glob(".p.yaml*"))
+
+
+def test_release_pull_verify_cache_and_gc_from_the_command_line(workdir, example_dir):
+    rows = json.loads(cli(["build", str(example_dir / "model.onnx"), "--json"], workdir).stdout)
+    assert all(r["release"].startswith("released: releases/encoder/") for r in rows if r["status"] == "built")
+
+    pulled = json.loads(cli(["pull", "encoder", "--gpu", "rtx-5090", "--to", "host/enc.plan", "--json"],
+                            workdir).stdout)
+    assert pulled["release"] == "releases/encoder/rtx-5090/tensorrt_rtx-1.7.1.116.json"
+    ok = json.loads(cli(["verify", "host/enc.plan", "--gpu-name", "NVIDIA GeForce RTX 5090",
+                         "--compute-capability", "12.0", "--json"], workdir).stdout)
+    assert ok["ok"] and [c["check"] for c in ok["checks"]][-1] == "runtime"
+    proc = cli(["verify", "host/enc.plan"], workdir, check=False)  # this machine has no GPU
+    assert proc.returncode == 1 and "this host has no NVIDIA GPU" in proc.stderr
+    data = bytearray((workdir / "host/enc.plan").read_bytes())
+    data[-100] ^= 0xFF
+    (workdir / "host/enc.plan").write_bytes(bytes(data))
+    proc = cli(["verify", "host/enc.plan", "--gpu-name", "NVIDIA GeForce RTX 5090", "--compute-capability", "12.0"],
+               workdir, check=False)
+    assert proc.returncode == 1 and "the file is damaged" in proc.stderr
+
+    missing = cli(["pull", "encoder", "--gpu", "h100", "--toolchain", "tensorrt-11.4.0.106"], workdir, check=False)
+    assert missing.returncode == 2 and "Released: rtx-4090 / tensorrt_rtx-1.7.1.116" in missing.stderr
+
+    manifest = next(r["manifest"] for r in rows if r["target"] == "rtx4090-rtx1.7")
+    moved = json.loads(cli(["release", manifest, "--reason", "hand-checked on a 4090", "--json"], workdir).stdout)
+    assert len(moved["history"]) == 1 and moved["history"][0]["reason"].startswith("built by flow run")  # no-op
+    assert cli(["gc", "--json"], workdir).stdout.count('"manifest_key"') == 0
+
+    store = workdir / "trtfarm-store"
+    (store / "timing-caches/tensorrt-11.4.0.106").mkdir(parents=True)
+    (store / "timing-caches/tensorrt-11.4.0.106/h100.cache").write_bytes(b"\x00" * 64)
+    listed = json.loads(cli(["cache", "ls", "--json"], workdir).stdout)
+    assert listed == [{"key": "timing-caches/tensorrt-11.4.0.106/h100.cache", "bytes": 64}]
+    shown = json.loads(cli(["cache", "show", "tensorrt-11.4.0.106/h100", "--json"], workdir).stdout)
+    assert shown["bytes"] == 64 and "unknown here" in shown["entries"]
+    assert cli(["cache", "rm", "tensorrt-11.4.0.106/h100"], workdir, check=False).returncode == 1
+    cli(["cache", "rm", "tensorrt-11.4.0.106/h100", "--yes"], workdir)
+    assert json.loads(cli(["cache", "ls", "--json"], workdir).stdout) == []
