@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import resource
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,17 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# Runs the CLI, then prints VmHWM (peak RSS of this address space; ru_maxrss would include the forking parent's).
+RUN_AND_MEASURE = """
+import sys
+sys.argv = ["trtfarm", *sys.argv[1:]]
+from trtfarm.cli import app
+try:
+    app()
+except SystemExit:
+    pass
+print(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM")), file=sys.stderr)
+"""
 
 
 def main() -> None:
@@ -33,12 +43,13 @@ def main() -> None:
         traffic.write_jsonl(log, *traffic.synthetic_traffic(args.records, seed=0))
         print(f"wrote {args.records:,} records ({log.stat().st_size / 2**20:,.0f} MiB) in "
               f"{time.perf_counter() - start:.1f} s")
-        cmd = [sys.executable, "-m", "trtfarm", "profiles", "derive", str(log), "--cap", "input_ids:1=512",
-               "--cap", "attention_mask:1=512", "--max-batch", "32", "--out", str(Path(tmp) / "profiles.yaml")]
+        args_ = ["profiles", "derive", str(log), "--cap", "input_ids:1=512", "--cap", "attention_mask:1=512",
+                 "--max-batch", "32", "--out", str(Path(tmp) / "profiles.yaml")]
         start = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        proc = subprocess.run([sys.executable, "-c", RUN_AND_MEASURE, *args_], capture_output=True, text=True,
+                              check=True)
         wall = time.perf_counter() - start
-        peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        peak_mib = int(proc.stderr.strip().splitlines()[-1]) / 1024
     print(proc.stdout)
     print(f"derive: {wall:.1f} s wall, {args.records / wall:,.0f} records/s, peak RSS {peak_mib:,.0f} MiB "
           f"(the process, including Python, NumPy and onnx imports)")

@@ -52,7 +52,10 @@ class HashingReader:
 
     def read(self, n: int = -1) -> bytes:
         """Read up to ``n`` bytes, hashing them on the way."""
-        chunk = self._f.read(n)
+        return self.consume(self._f.read(n))
+
+    def consume(self, chunk: bytes) -> bytes:
+        """Hash and count bytes obtained some other way (e.g. a streaming body's chunk iterator)."""
         self.sha256.update(chunk)
         self.size += len(chunk)
         if self._progress and chunk:
