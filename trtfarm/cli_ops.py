@@ -152,9 +152,11 @@ def verify(ref: Path = typer.Argument(..., help="a plan (manifest beside it) or 
         checks = static_checks(plan, m, expected_onnx_digest=onnx_digest, gpus=gpus)
     except TrtfarmError as e:
         raise _fail(str(e)) from e
-    if all(c.ok is not False for c in checks):
-        checks.append(runtime_check(plan, m) if gpus is None else
-                      Check("runtime", None, f"not run: checked against --gpu-name {gpu_name!r}, not a local GPU"))
+    intact = all(c.ok is not False for c in checks if c.name in ("sha256", "header", "toolchain"))
+    if intact and gpus is None:  # ask the runtime too, so a GPU mismatch also shows the runtime's own reason
+        checks.append(runtime_check(plan, m))
+    elif intact:
+        checks.append(Check("runtime", None, f"not run: checked against --gpu-name {gpu_name!r}, not a local GPU"))
     rows = [{"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks]
     ok = all(c.ok is not False for c in checks)
     if as_json:

@@ -131,13 +131,15 @@ def runtime_check(plan: Path, m: Manifest) -> Check:
     trt = import_flavour(m.target.flavour)
     data = plan.read_bytes()
     validity = engine_validity(trt, data)
+    verdict = ""
     if validity is not None and validity.status == "INVALID":
-        why = "; ".join(validity.diagnostics + validity.log) or "no reason given"
-        return Check("runtime", False, f"get_engine_validity: INVALID ({why})")
+        verdict = f"get_engine_validity: INVALID ({'; '.join(validity.diagnostics + validity.log) or 'no reason'}); "
     try:
         engine = deserialize_plan(trt, data, allow_host_code=m.target.version_compatible)
     except EngineRejected as err:
-        return Check("runtime", False, f"deserialize_cuda_engine refused it: {err}")
+        return Check("runtime", False, f"{verdict}deserialize_cuda_engine refused it: {err}")
+    if verdict:
+        return Check("runtime", False, verdict.rstrip("; "))
     return Check("runtime", True, f"deserialised: {engine.num_optimization_profiles} profile(s), "
                  f"{engine.num_io_tensors} I/O tensors")
 
