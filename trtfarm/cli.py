@@ -214,10 +214,11 @@ def profiles_derive(
 
 def main() -> None:
     """Console entry point."""
-    import trtfarm.cli_ops  # noqa: F401 - registers the operations commands
-
     try:
         app()
     except UserInputError as e:  # pragma: no cover - commands convert these themselves
         err.print(f"error: {e}")
         sys.exit(2)
+
+
+from trtfarm import cli_ops  # noqa: E402,F401 - registers cache, release, pull, verify and gc on `app`
