@@ -72,3 +72,20 @@ def test_concurrent_movers_lose_no_history(two_exports):
         t.join()
     pointer, _ = read_pointer(store, pointer_key(m))
     assert sorted(e.reason for e in pointer.history) == sorted(f"mover {i}" for i in range(8))
+
+
+def test_pull_streams_the_released_plan_and_refuses_a_damaged_one(two_exports, tmp_path):
+    from trtfarm.errors import IntegrityError
+    from trtfarm.identity import sha256_file
+    from trtfarm.pull import pull_release
+
+    store, (_, new), (_, m_new) = two_exports
+    move_release(store, new, m_new, release_on="built", reason="test")
+    got = pull_release(store, "encoder", "rtx-4090", ["tensorrt-11.4.0.106", "tensorrt_rtx-1.7.1.116"],
+                       tmp_path / "host" / "encoder.plan")
+    assert sha256_file(got.plan) == m_new.plan.sha256 and got.manifest_path.is_file()
+    store.delete(m_new.plan.key)
+    store.put_if_absent(m_new.plan.key, b"vtrt" + b"\x00" * 100)  # someone overwrote the stored plan
+    with pytest.raises(IntegrityError, match="does not match the manifest"):
+        pull_release(store, "encoder", "rtx-4090", ["tensorrt_rtx-1.7.1.116"], tmp_path / "host2" / "encoder.plan")
+    assert not (tmp_path / "host2" / "encoder.plan").exists()
