@@ -1,0 +1,117 @@
+"""Precision as a property of the ONNX: ModelOpt conversion and an accuracy gate, before any engine exists.
+
+``prepare_precision`` is the step the matrix runs once per model and recipe: convert, gate, and store the converted
+ONNX with its report under a content address, so the same recipe on the same export is converted once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+
+from trtfarm.errors import UserInputError
+from trtfarm.identity import canonical_json, check_name, sha256_file
+from trtfarm.precision.autopin import auto_pin
+from trtfarm.precision.convert import ConversionError, Converted, convert_onnx
+from trtfarm.precision.gate import GateReport, accuracy_gate
+from trtfarm.precision.inputs import batches, generate_inputs, load_npz
+from trtfarm.precision.recipe import Recipe, Thresholds
+
+__all__ = ["ConversionError", "GateFailed", "PrecisionResult", "Recipe", "Thresholds", "convert_and_gate",
+           "prepare_precision"]
+
+
+class GateFailed(UserInputError):
+    """The converted model is not accurate enough; every build of this recipe stops."""
+
+
+@dataclass
+class PrecisionResult:
+    """A converted model, its gate report, and the nodes auto-pin kept in FP32."""
+
+    recipe: Recipe
+    path: Path
+    digest: str
+    report: GateReport
+    pinned: list[str]
+    reused: bool = False
+
+    def summary(self) -> str:
+        """One paragraph for people: pass/fail, the failing outputs, the first diverging nodes."""
+        r = self.report
+        if r.passed is None:
+            return r.note
+        if r.passed:
+            figs = "; ".join(f"{f.output}: cosine mean {f.cosine_mean:.6f}, min {f.cosine_min:.6f}" for f in r.figures)
+            return f"{self.recipe.mode} gate passed ({figs or r.note})" + (
+                f"; kept in FP32: {', '.join(self.pinned)}" if self.pinned else "")
+        nodes = "; ".join(f"{d['node']} ({d['op']}): {d['issue']}" for d in r.diverging_nodes) or "none found"
+        return (f"{self.recipe.mode} accuracy gate failed: {'; '.join(r.failures)}. First diverging nodes: {nodes}. "
+                "Fix: --auto-pin, or keep those nodes in FP32 with --keep-fp32 REGEX.")
+
+
+def gate_inputs(model_path: Path, heldout: Path | None) -> list[dict]:
+    """Held-out inputs from ``heldout.npz``, else generated ones with realistic masks."""
+    model = onnx.load(str(model_path), load_external_data=False)
+    data = load_npz(heldout, model, "held-out data") if heldout else generate_inputs(model)
+    return batches(data)
+
+
+def convert_and_gate(src: Path, recipe: Recipe, out: Path, *, calibration: Path | None = None,
+                     heldout: Path | None = None) -> PrecisionResult:
+    """Convert ``src`` by ``recipe`` into ``out`` and run the gate (auto-pin when the recipe asks)."""
+    model = onnx.load(str(src), load_external_data=False)
+    calib = load_npz(calibration, model, "calibration data") if calibration else None
+    feeds = gate_inputs(src, heldout)
+    if recipe.auto_pin and recipe.mode in ("fp16", "bf16"):
+        with tempfile.TemporaryDirectory() as tmp:
+            found = auto_pin(src, recipe, Path(tmp), feeds, calibration)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(found.converted.path.read_bytes())
+        return PrecisionResult(recipe, out, found.converted.digest, found.report, found.pinned)
+    conv: Converted = convert_onnx(src, recipe, out, calibration_path=calibration, calibration=calib)
+    return PrecisionResult(recipe, conv.path, conv.digest, accuracy_gate(src, conv.path, feeds, recipe), [])
+
+
+def precision_key(recipe: Recipe, onnx_digest: str, calibration: Path | None, heldout: Path | None) -> str:
+    """Content address of one precision step: export, full recipe, calibration and held-out data."""
+    doc = {"onnx": onnx_digest, "recipe": recipe.model_dump(mode="json"),
+           "calibration": sha256_file(calibration) if calibration else None,
+           "heldout": sha256_file(heldout) if heldout else None}
+    return hashlib.sha256(canonical_json(doc)).hexdigest()
+
+
+def prepare_precision(store, model_name: str, src: Path, onnx_digest: str, recipe: Recipe, work: Path, *,
+                      calibration: Path | None = None, heldout: Path | None = None) -> PrecisionResult:
+    """The matrix's precision step: reuse the stored result of this exact step, or convert, gate and store it.
+
+    A failing gate raises ``GateFailed`` (its report is stored too, for diagnosis).
+    """
+    if recipe.mode == "fp32" and not recipe.auto_pin:
+        return PrecisionResult(recipe, src, onnx_digest, accuracy_gate(src, src, [], recipe), [])
+    key = precision_key(recipe, onnx_digest, calibration, heldout)
+    prefix = f"converted/{check_name('model name', model_name)}/{onnx_digest[:12]}/{key[:12]}"
+    stored = store.get(f"{prefix}/report.json")
+    if stored is not None:
+        doc = json.loads(stored.data)
+        result = PrecisionResult(recipe, work / "model.onnx", doc["digest"], GateReport(**{
+            **doc["report"], "figures": []}), doc["pinned"], reused=True)
+        result.report.figures = doc["report"]["figures"]
+        if result.report.passed is False:
+            raise GateFailed(result.summary())
+        store.download_file(f"{prefix}/model.onnx", result.path, sha256=doc["sha256"])
+        return result
+    result = convert_and_gate(src, recipe, work / "model.onnx", calibration=calibration, heldout=heldout)
+    if result.report.passed is not False:
+        store.upload_file(f"{prefix}/model.onnx", result.path) if not store.exists(f"{prefix}/model.onnx") else None
+    doc = {"digest": result.digest, "sha256": sha256_file(result.path), "pinned": result.pinned,
+           "recipe": recipe.model_dump(mode="json"), "report": result.report.to_json()}
+    store.put_if_absent(f"{prefix}/report.json", json.dumps(doc, indent=2).encode())
+    if result.report.passed is False:
+        raise GateFailed(result.summary())
+    return result

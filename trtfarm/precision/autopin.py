@@ -1,0 +1,79 @@
+"""``--auto-pin``: the smallest set of nodes to keep in FP32 so that an FP16/BF16 conversion passes the gate.
+
+Start from the naive conversion (every node converted). Candidates, in graph order: nodes whose FP32 inputs or
+outputs exceed the low-precision range on the held-out data, then the nodes the layer-wise report names. Pin
+candidates one at a time until the gate passes, then try removing each pin again: what is left is needed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from trtfarm.precision.convert import ConversionError, Converted, convert_onnx
+from trtfarm.precision.gate import FP16_MAX, GateReport, accuracy_gate, all_tensors
+from trtfarm.precision.recipe import Recipe
+
+MAX_TRIES = 32
+
+
+@dataclass
+class Pinned:
+    """The outcome of the search."""
+
+    converted: Converted
+    report: GateReport
+    pinned: list[str]
+    conversions: int
+
+
+def overflow_candidates(fp32: Path, feed: dict, limit: float = FP16_MAX) -> list[str]:
+    """Nodes (graph order) that read or write values beyond ``limit`` in the FP32 run."""
+    model, values = all_tensors(fp32, feed)
+    big = {t for t, v in values.items() if np.issubdtype(v.dtype, np.floating) and np.abs(v).max() > limit}
+    return [n.name for n in model.graph.node if big & (set(n.input) | set(n.output))]
+
+
+def _exact(names: list[str]) -> list[str]:
+    return [f"^{re.escape(n)}$" for n in names]
+
+
+def auto_pin(src: Path, recipe: Recipe, work: Path, feeds: list[dict], calibration_path: Path | None) -> Pinned:
+    """Search the minimal FP32 node set (on top of the recipe's own keep lists)."""
+    naive = recipe.model_copy(update={"data_max": float("inf"), "auto_pin": False})
+    tries = 0
+
+    def attempt(pins: list[str]) -> tuple[Converted, GateReport]:
+        nonlocal tries
+        tries += 1
+        r = naive.model_copy(update={"keep_fp32": [*recipe.keep_fp32, *_exact(pins)]})
+        conv = convert_onnx(src, r, work / f"try-{tries}.onnx", calibration_path=calibration_path)
+        return conv, accuracy_gate(src, conv.path, feeds, r)
+
+    conv, report = attempt([])
+    if report.passed is not False:
+        return Pinned(conv, report, [], tries)
+    limit = FP16_MAX if recipe.mode == "fp16" else float(np.finfo(np.float32).max) / 2
+    candidates = list(dict.fromkeys(overflow_candidates(src, feeds[0], limit)
+                                    + [d["node"] for d in report.diverging_nodes]))
+    pins: list[str] = []
+    for name in candidates:
+        if tries >= MAX_TRIES:
+            break
+        pins.append(name)
+        conv, report = attempt(pins)
+        if report.passed:
+            break
+    if not report.passed:
+        raise ConversionError(f"--auto-pin: keeping {len(pins)} node(s) in FP32 ({', '.join(pins) or 'none'}) "
+                              f"still fails the gate: {'; '.join(report.failures)}. Keep larger regions with "
+                              "--keep-fp32 REGEX, or use fp32.")
+    for name in list(pins):  # minimality: drop every pin the gate does not need
+        trial = [p for p in pins if p != name]
+        if tries < MAX_TRIES and attempt(trial)[1].passed:
+            pins = trial
+    conv, report = attempt(pins)
+    return Pinned(conv, report, pins, tries)

@@ -1,0 +1,98 @@
+"""Conversion with ModelOpt, on CPU: AutoCast for FP16/BF16, ONNX quantization (Q/DQ) for INT8/FP8.
+
+ModelOpt and torch are imported only here, when a conversion runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from trtfarm.errors import UserInputError
+from trtfarm.identity import onnx_digest
+from trtfarm.precision.recipe import Recipe
+
+AUTOCAST = {"fp16", "bf16"}
+QUANTIZE = {"int8", "fp8"}
+
+
+class ConversionError(UserInputError):
+    """ModelOpt could not convert the model; the message says why and what to change."""
+
+
+@dataclass(frozen=True)
+class Converted:
+    """A converted ONNX file and its content address."""
+
+    path: Path
+    digest: str
+    seconds: float
+
+
+def _strip_value_info(src: Path, dest: Path) -> Path:
+    """AutoCast defect: value_info from dynamo exports carries 'unk' dims that break onnxruntime. Drop it."""
+    model = onnx.load(str(src))
+    del model.graph.value_info[:]
+    onnx.save(model, str(dest))
+    return dest
+
+
+def _quiet():
+    """ModelOpt logs and prints a lot; keep it for debugging, off the user's terminal."""
+    logging.getLogger("modelopt").setLevel(logging.WARNING)
+    return contextlib.redirect_stdout(io.StringIO())
+
+
+def _autocast(src: Path, out: Path, recipe: Recipe, calibration: Path | None) -> None:
+    from modelopt.onnx.autocast import convert_to_mixed_precision
+
+    with tempfile.TemporaryDirectory() as tmp, _quiet():
+        clean = _strip_value_info(src, Path(tmp) / "model.onnx")
+        model = convert_to_mixed_precision(
+            onnx_path=str(clean), low_precision_type=recipe.mode, nodes_to_exclude=recipe.keep_fp32 or None,
+            op_types_to_exclude=recipe.keep_fp32_ops or None, data_max=recipe.data_max, init_max=recipe.init_max,
+            keep_io_types=True, calibration_data=str(calibration) if calibration else None, providers=["cpu"])
+    onnx.save(model, str(out))
+
+
+def _quantize(src: Path, out: Path, recipe: Recipe, calibration: dict[str, np.ndarray] | None) -> None:
+    if calibration is None:
+        raise ConversionError(f"{recipe.mode} quantization needs calibration data: pass --calibration calib.npz "
+                              "(a numpy .npz keyed by input name, a few hundred realistic samples)")
+    from modelopt.onnx.quantization import quantize
+
+    with _quiet():
+        quantize(onnx_path=str(src), quantize_mode=recipe.mode, calibration_data=calibration,
+                 calibration_eps=["cpu"], output_path=str(out), nodes_to_exclude=recipe.keep_fp32 or None,
+                 op_types_to_exclude=recipe.keep_fp32_ops or None, log_level="WARNING")
+
+
+def convert_onnx(src: Path, recipe: Recipe, out: Path, *, calibration_path: Path | None = None,
+                 calibration: dict[str, np.ndarray] | None = None) -> Converted:
+    """Convert ``src`` by ``recipe`` into ``out`` (checked with onnx.checker); fp32 returns ``src`` itself."""
+    start = time.perf_counter()
+    if recipe.mode == "fp32":
+        return Converted(Path(src), onnx_digest(Path(src)), 0.0)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if recipe.mode in AUTOCAST:
+            _autocast(Path(src), out, recipe, calibration_path)
+        else:
+            _quantize(Path(src), out, recipe, calibration)
+        onnx.checker.check_model(str(out))
+    except UserInputError:
+        raise
+    except Exception as err:  # ModelOpt raises many kinds; all mean "this model/recipe did not convert"
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConversionError(f"{src}: {recipe.mode} conversion failed ({type(err).__name__}: {first}). Fix: check "
+                              "the model runs in onnxruntime, the calibration data matches its inputs, or keep the "
+                              "failing nodes in FP32 (--keep-fp32 REGEX).") from err
+    return Converted(out, onnx_digest(out), time.perf_counter() - start)

@@ -1,0 +1,86 @@
+"""Model inputs for calibration and the gate: ``.npz`` files checked against the model, or generated ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from trtfarm.errors import UserInputError
+
+
+def model_inputs(model: onnx.ModelProto) -> dict[str, tuple[np.dtype, list]]:
+    """Graph inputs (initializers excluded): name -> (numpy dtype, dims with names for dynamic ones)."""
+    inits = {i.name for i in model.graph.initializer}
+    out = {}
+    for i in model.graph.input:
+        if i.name in inits:
+            continue
+        t = i.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in t.shape.dim]
+        out[i.name] = (np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type)), dims)
+    return out
+
+
+def load_npz(path: Path, model: onnx.ModelProto, what: str) -> dict[str, np.ndarray]:
+    """Read an ``.npz`` keyed by input name; refuse wrong names, ranks or fixed dimensions with the fix."""
+    try:
+        with np.load(path) as npz:
+            data = {k: npz[k] for k in npz.files}
+    except (OSError, ValueError) as err:
+        raise UserInputError(f"{path}: cannot read {what} ({err}); write it with numpy.savez(path, **inputs)") from err
+    spec = model_inputs(model)
+    unknown, missing = sorted(set(data) - set(spec)), sorted(set(spec) - set(data))
+    if unknown or missing:
+        detail = (f"; unknown: {unknown}" if unknown else "") + (f"; missing: {missing}" if missing else "")
+        raise UserInputError(f"{path}: {what} keys {sorted(data)} do not match the model's inputs "
+                             f"{sorted(spec)}{detail}")
+    for name, arr in data.items():
+        dtype, dims = spec[name]
+        if arr.ndim != len(dims):
+            raise UserInputError(f"{path}: {what} input {name!r} has shape {list(arr.shape)}, the model takes rank "
+                                 f"{len(dims)} ({dims})")
+        fixed = [(i, d) for i, d in enumerate(dims) if isinstance(d, int) and d > 0 and arr.shape[i] != d]
+        if fixed:
+            raise UserInputError(f"{path}: {what} input {name!r} has shape {list(arr.shape)}; dimension "
+                                 f"{fixed[0][0]} must be {fixed[0][1]}")
+        data[name] = arr.astype(dtype, copy=False)
+    return data
+
+
+def _vocab_size(model: onnx.ModelProto, name: str) -> int:
+    """For token ids: the row count of the embedding table a Gather reads with them."""
+    inits = {i.name: i for i in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == name and node.input[0] in inits:
+            return int(inits[node.input[0]].dims[0])
+    return 100
+
+
+def generate_inputs(model: onnx.ModelProto, samples: int = 64, seq: int = 64,
+                    seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs with realistic structure: padding masks with varied lengths, ids in the vocabulary, normal floats."""
+    rng = np.random.default_rng(seed)
+    spec = model_inputs(model)
+    lengths = rng.integers(max(1, seq // 8), seq + 1, samples)
+    out = {}
+    for name, (dtype, dims) in spec.items():
+        shape = [samples if i == 0 else d if isinstance(d, int) and d > 0 else seq for i, d in enumerate(dims)]
+        if np.issubdtype(dtype, np.integer) and "mask" in name.lower() and len(shape) == 2:
+            out[name] = (np.arange(shape[1])[None, :] < lengths[:, None]).astype(dtype)
+        elif np.issubdtype(dtype, np.integer):
+            arr = rng.integers(0, _vocab_size(model, name), shape)
+            if len(shape) == 2:
+                arr[np.arange(shape[1])[None, :] >= lengths[:, None]] = 0
+            out[name] = arr.astype(dtype)
+        else:
+            out[name] = rng.standard_normal(shape).astype(dtype)
+    return out
+
+
+def batches(data: dict[str, np.ndarray], size: int = 16) -> list[dict[str, np.ndarray]]:
+    """Split samples (first axis) into feed dicts."""
+    n = len(next(iter(data.values())))
+    return [{k: v[i:i + size] for k, v in data.items()} for i in range(0, n, size)]

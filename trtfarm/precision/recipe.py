@@ -1,0 +1,64 @@
+"""Precision recipes: how an FP32 export becomes the ONNX the (strongly typed) builder sees."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from trtfarm.identity import canonical_json
+
+Mode = Literal["fp32", "fp16", "bf16", "int8", "fp8"]
+Task = Literal["embedding", "classifier", "generic"]
+
+
+class Thresholds(BaseModel):
+    """What the accuracy gate accepts, per output (cosine over each sample's output row)."""
+
+    model_config = ConfigDict(extra="forbid")
+    cosine_mean: float = Field(ge=0, le=1)
+    cosine_min: float = Field(ge=0, le=1)
+    recall_at_k: float = Field(0.9, ge=0, le=1, description="embedding models: recall@k of FP32's neighbours")
+    top1_agreement: float = Field(0.99, ge=0, le=1, description="classifiers: same arg-max as FP32")
+    k: int = Field(10, ge=1)
+
+
+DEFAULT_THRESHOLDS = {
+    "fp16": Thresholds(cosine_mean=0.9999, cosine_min=0.999),
+    "bf16": Thresholds(cosine_mean=0.999, cosine_min=0.99),
+    "int8": Thresholds(cosine_mean=0.995, cosine_min=0.98, recall_at_k=0.8),
+    "fp8": Thresholds(cosine_mean=0.99, cosine_min=0.95, recall_at_k=0.8),
+    "fp32": Thresholds(cosine_mean=1.0, cosine_min=1.0),
+}
+
+
+class Recipe(BaseModel):
+    """A precision recipe; ``"fp16"`` alone is shorthand for ``{mode: fp16}``."""
+
+    model_config = ConfigDict(extra="forbid")
+    mode: Mode = "fp32"
+    keep_fp32: list[str] = Field(default_factory=list, description="node-name regexes kept in FP32")
+    keep_fp32_ops: list[str] = Field(default_factory=list, description="op types kept in FP32")
+    data_max: float = Field(512, gt=0, description="AutoCast: keep nodes whose outputs exceed this in FP32 "
+                                                   "(inf: convert every node, the naive conversion)")
+    init_max: float = Field(65504, gt=0, description="AutoCast: keep initializers beyond this in FP32")
+    auto_pin: bool = Field(False, description="search the smallest FP32 node set that passes the gate")
+    task: Task = "generic"
+    thresholds: Thresholds | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: object) -> object:
+        return {"mode": value} if isinstance(value, str) else value
+
+    @property
+    def gate_thresholds(self) -> Thresholds:
+        """The thresholds in force (the recipe's, else the mode's defaults)."""
+        return self.thresholds or DEFAULT_THRESHOLDS[self.mode]
+
+    def conversion_key(self, calibration_digest: str | None) -> str:
+        """Everything that changes the converted ONNX (not the gate's thresholds or task)."""
+        doc = self.model_dump(mode="json", exclude={"thresholds", "task"})
+        doc["calibration"] = calibration_digest
+        return hashlib.sha256(canonical_json(doc)).hexdigest()
