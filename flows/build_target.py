@@ -6,7 +6,7 @@ from prefect import flow, get_run_logger
 
 from flows.requests import TargetRequest
 from tasks.build import build_and_publish
-from tasks.plan import plan_matrix, prepare_model, resolve_targets
+from tasks.plan import convert_precision, plan_matrix, prepare_model, resolve_targets
 from trtfarm.build import TargetOutcome
 from trtfarm.errors import UserInputError
 from trtfarm.profiles import Profile
@@ -18,7 +18,7 @@ def build_target(request: TargetRequest) -> list[dict]:
     logger = get_run_logger()
     profiles = [Profile.model_validate(p) for p in request.profiles]
     targets = resolve_targets(request.targets_file, request.targets)
-    model = prepare_model(request.model_path, request.name)
+    model = convert_precision(request.store, prepare_model(request.model_path, request.name), request.precision)
     group = plan_matrix(model, targets, profiles)
     if {p.build_digest for p in group} != {request.build_digest}:
         raise UserInputError(f"build digest drifted: expected {request.build_digest[:12]}, this worker computes "

@@ -8,12 +8,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
-from trtfarm.build import triage
-from trtfarm.buildspec import spec_for_model, spec_profiles
+from trtfarm.build import TargetOutcome, triage
+from trtfarm.buildspec import spec_for_model, spec_precision, spec_profiles
 from trtfarm.errors import UserInputError
 from trtfarm.fleet import load_fleet, select_targets
 from trtfarm.identity import model_name_from_path
-from trtfarm.matrix import local_capabilities, model_source, plan_targets
+from trtfarm.matrix import local_capabilities, model_source, plan_targets, with_precision
+from trtfarm.precision import GateFailed
 from trtfarm.profiles import load_profiles_file, profile_from_args
 from trtfarm.store import open_store
 
@@ -50,26 +51,33 @@ def _profiles(model: Path, profile_args: list[str], profiles_file: Path | None, 
 
 
 def _triage_without_prefect(model: Path, name: str | None, profile_args: list[str], profiles_file: Path | None,
-                            targets: list[str], targets_file: str,
-                            store: str) -> tuple[str, list[dict], list[dict] | None]:
-    """Check every input before Prefect starts; when nothing needs a build, answer without starting it at all."""
+                            targets: list[str], targets_file: str, store: str,
+                            precision: str | None) -> tuple[str, list[dict], list[dict] | None]:
+    """Check every input before Prefect starts; when nothing needs a build, answer without starting it at all.
+
+    The precision step runs here (and is stored), so a refused conversion fails every target before any build.
+    """
     spec, _ = spec_for_model(model)
     resolved = select_targets(load_fleet(targets_file), targets or spec.targets or None)
     profiles = _profiles(model, profile_args, profiles_file, spec)
     resolved_name = name or spec.name or model_name_from_path(model)
-    source = model_source(model, resolved_name)
-    plans = plan_targets(source, source.onnx_digest, resolved, profiles, local_capabilities())
+    recipe, calibration, heldout = spec_precision(model, spec, precision)
+    try:
+        source = with_precision(open_store(store), model_source(model, resolved_name), recipe, calibration, heldout)
+    except GateFailed as failed:
+        return resolved_name, [], [TargetOutcome(t.id, "failed", str(failed)).to_json() for t in resolved]
+    plans = plan_targets(source, source.plan_digest, resolved, profiles, local_capabilities())
     done, todo = triage(open_store(store), plans)
     rows = None if todo else [done[p.target.id].to_json() for p in plans]
     return resolved_name, [{n: r.text() for n, r in p.root.items()} for p in profiles], rows
 
 
 def run_local_build(model: Path, *, name: str | None, profile_args: list[str], profiles_file: Path | None,
-                    targets: list[str], store: str, targets_file: str, verbose: bool,
-                    console: Console) -> list[dict]:
+                    targets: list[str], store: str, targets_file: str, verbose: bool, console: Console,
+                    precision: str | None = None) -> list[dict]:
     """Build ``model`` in this process; return the per-target outcome rows."""
     resolved_name, profiles, finished = _triage_without_prefect(model, name, profile_args, profiles_file, targets,
-                                                                targets_file, store)
+                                                                targets_file, store, precision)
     if finished is not None:
         return finished
     if not verbose:
@@ -87,5 +95,5 @@ def run_local_build(model: Path, *, name: str | None, profile_args: list[str], p
 
         progress.install(lambda t: _RichBuild(bars, t), upload)
         request = MatrixRequest(model_path=str(model), name=resolved_name, targets=targets, profiles=profiles,
-                                store=store, targets_file=targets_file)
+                                store=store, targets_file=targets_file, precision=precision)
         return build_matrix(request)

@@ -9,7 +9,10 @@ import socket
 import uuid
 from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -131,4 +134,44 @@ def textbook_log(tmp_path_factory) -> Path:
     """200,000 batches of the seed article's two-regime encoder traffic."""
     path = tmp_path_factory.mktemp("traffic") / "shapes.jsonl"
     make_traffic.write_jsonl(path, *make_traffic.synthetic_traffic(200_000, seed=0))
+    return path
+
+
+# A model that overflows FP16 only at real input magnitudes (pixels 0..255): fc2 reaches ~3e5.
+def write_overflow_model(d):
+    """Write the model and 64 held-out samples to folder ``d``; return their paths."""
+    rng = np.random.default_rng(0)
+
+    def w(*shape, scale=1.0):
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    inits = [numpy_helper.from_array(w(64, 64, scale=4.0), "w1"), numpy_helper.from_array(w(64, 64, scale=4.0), "w2"),
+             numpy_helper.from_array(np.array(1e-4, np.float32), "scale"),
+             numpy_helper.from_array(w(64, 10, scale=0.3), "w3")]
+    n = helper.make_node
+    nodes = [n("MatMul", ["pixels", "w1"], ["h1"], name="fc1"), n("Relu", ["h1"], ["a1"], name="relu1"),
+             n("MatMul", ["a1", "w2"], ["h2"], name="fc2"), n("Mul", ["h2", "scale"], ["h2s"], name="rescale"),
+             n("Relu", ["h2s"], ["a2"], name="relu2"), n("MatMul", ["a2", "w3"], ["logits"], name="head")]
+    inputs = [helper.make_tensor_value_info("pixels", TensorProto.FLOAT, ["b", 64])]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["b", 10])]
+    graph = helper.make_graph(nodes, "overflow", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    onnx.save(model, str(d / "model.onnx"))
+    np.savez(d / "heldout.npz", pixels=rng.uniform(0, 255, (64, 64)).astype(np.float32))
+    return d / "model.onnx", d / "heldout.npz"
+
+
+@pytest.fixture(scope="session")
+def overflow_model(tmp_path_factory):
+    return write_overflow_model(tmp_path_factory.mktemp("overflow"))
+
+
+@pytest.fixture(scope="session")
+def encoder_calib(tmp_path_factory, example_onnx):
+    """Calibration data for the example encoder: realistic padding masks, ids in its vocabulary."""
+    from trtfarm.precision.inputs import generate_inputs
+
+    path = tmp_path_factory.mktemp("calib") / "calib.npz"
+    np.savez(path, **generate_inputs(onnx.load(str(example_onnx)), samples=64, seq=64, seed=3))
     return path

@@ -168,3 +168,16 @@ def test_release_pull_verify_cache_and_gc_from_the_command_line(workdir, example
     assert cli(["cache", "rm", "tensorrt-11.4.0.106/h100"], workdir, check=False).returncode == 1
     cli(["cache", "rm", "tensorrt-11.4.0.106/h100", "--yes"], workdir)
     assert json.loads(cli(["cache", "ls", "--json"], workdir).stdout) == []
+
+
+def test_precision_command_fails_naive_fp16_and_auto_pins(workdir, tmp_path):
+    from .conftest import write_overflow_model
+
+    model, heldout = write_overflow_model(tmp_path)
+    naive = cli(["precision", str(model), "--mode", "fp16", "--data-max", "inf", "--heldout", str(heldout),
+                 "--task", "classifier"], workdir, check=False)
+    assert naive.returncode == 1 and "fc2 (MatMul): FP16 overflow" in naive.stdout
+    pinned = json.loads(cli(["precision", str(model), "--mode", "fp16", "--auto-pin", "--heldout", str(heldout),
+                             "--task", "classifier", "--json"], workdir).stdout)
+    assert pinned["pinned_fp32_nodes"] == ["fc2", "rescale"] and pinned["gate"]["passed"]
+

@@ -62,6 +62,8 @@ class TargetOutcome:
 def reproduce_command(model: ModelSource, plan: TargetPlan, profiles: Sequence[Profile]) -> str:
     """The ``trtfarm build`` command that rebuilds this plan."""
     args = ["trtfarm", "build", str(model.path), "--name", model.name, "--target", plan.target.id]
+    if model.precision.get("recipe", "fp32") != "fp32":
+        args += ["--precision", model.precision["recipe"]]
     for p in profiles:
         args += [a for name, r in sorted(p.root.items()) for a in ("--profile", f"{name}={r.text()}")]
     return shlex.join(args)
@@ -95,7 +97,7 @@ def _engine_memory(trt, plan: TargetPlan, result: BuildResult) -> list[int] | No
         return None
 
 
-def _verification(plan: TargetPlan, result: BuildResult) -> Verification:
+def _verification(model: ModelSource, plan: TargetPlan, result: BuildResult) -> Verification:
     t = plan.target
     header_ok = result.header_version is not None
     built = Check(status="passed" if header_ok else "failed",
@@ -104,8 +106,17 @@ def _verification(plan: TargetPlan, result: BuildResult) -> Verification:
     how = "ahead-of-time on a CPU" if t.toolchain.flavour is Flavour.tensorrt_rtx else "without engine validation"
     engine = Check(status="pending", detail=f"engine: pending on {t.gpu.nvml_name} (built {how}; deserialisation, "
                                             "accuracy and latency need that GPU)")
-    onnx = Check(status="passed", detail="onnx.checker passed; fp32 recipe: no conversion, no accuracy gate")
-    return Verification(onnx=onnx, built=built, engine=engine)
+    return Verification(onnx=_onnx_check(model), built=built, engine=engine)
+
+
+def _onnx_check(model: ModelSource) -> Check:
+    """The precision gate's verdict, as the manifest's ``onnx`` check."""
+    p = model.precision
+    if not p or p.get("recipe", "fp32") == "fp32":
+        return Check(status="passed", detail="onnx.checker passed; fp32 recipe: no conversion, no accuracy gate")
+    figures = {f["output"]: {k: f[k] for k in ("cosine_mean", "cosine_min", "max_abs", "max_rel")} | f["extra"]
+               for f in (p.get("accuracy") or {}).get("figures", [])}
+    return Check(status=p["gate"], detail=p["gate_detail"], figures=figures)
 
 
 def _manifest(model: ModelSource, plan: TargetPlan, built_by: TargetPlan, result: BuildResult, profiles,
@@ -114,7 +125,10 @@ def _manifest(model: ModelSource, plan: TargetPlan, built_by: TargetPlan, result
     return Manifest(
         model=ModelInfo(name=model.name, source_uri=model.source_uri, onnx_digest=model.onnx_digest,
                         graph_digest=model.graph_digest, exported_at=model.exported_at),
-        precision=PrecisionInfo(recipe="fp32", converted_onnx_digest=model.onnx_digest),
+        precision=PrecisionInfo(recipe=model.precision.get("recipe", "fp32"),
+                                converted_onnx_digest=model.plan_digest,
+                                pinned_fp32_nodes=model.precision.get("pinned_fp32_nodes", []),
+                                accuracy=model.precision.get("accuracy")),
         target=TargetInfo(target_id=t.id, gpu=t.gpu_key, gpu_name=t.gpu.nvml_name,
                           compute_capability=t.gpu.compute_capability, compat_class=t.compat_class,
                           flavour=t.toolchain.flavour.value, toolchain_version=t.toolchain.version,
@@ -126,7 +140,7 @@ def _manifest(model: ModelSource, plan: TargetPlan, built_by: TargetPlan, result
                         built_for_target=built_by.target.id, timing_cache=cache, worker_host=socket.gethostname(),
                         flow_run_id=run_id, reproduce=reproduce_command(model, built_by, profiles)),
         plan=plan_info.model_copy(update={"header_version": result.header_version}),
-        verification=_verification(plan, result),
+        verification=_verification(model, plan, result),
     )
 
 
@@ -138,7 +152,7 @@ def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], p
     trt = import_flavour(lead.target.toolchain.flavour.value)
     before, key = _timing(store, lead)
     with tempfile.TemporaryDirectory(prefix="trtfarm-build-") as tmp:
-        result = plan_from_onnx(trt, lead.target.toolchain.flavour.value, model.path, profiles,
+        result = plan_from_onnx(trt, lead.target.toolchain.flavour.value, model.plan_input, profiles,
                                 lead.target.settings, Path(tmp) / "model.plan", timing_cache=before,
                                 progress=progress)
         after = None

@@ -2,7 +2,7 @@
 
 ```yaml
 name: encoder            # the model's name in the store (default: the folder name)
-precision: fp32          # precision recipe
+precision: fp16          # recipe: fp32 | fp16 | bf16 | int8 | fp8, or {mode, keep_fp32, auto_pin, task, ...}
 targets: []              # target ids (default: every target of the fleet)
 profiles:                # one entry per optimization profile ...
   - input_ids: 1x16:16x128:32x512
@@ -15,10 +15,10 @@ With no profiles given, a ``shapes.jsonl`` beside the model is turned into profi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trtfarm.precision.recipe import Recipe
 from trtfarm.profiles import Profile, load_profiles_file
 from trtfarm.yamlfile import model_from_yaml
 
@@ -31,7 +31,9 @@ class BuildSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     name: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-    precision: Literal["fp32"] = "fp32"
+    precision: Recipe = Recipe()
+    calibration: str | None = Field(None, description="calibration .npz (default: calib.npz beside the model)")
+    heldout: str | None = Field(None, description="held-out .npz for the gate (default: heldout.npz)")
     targets: list[str] = []
     profiles: list[Profile] | str = []
 
@@ -63,3 +65,20 @@ def spec_profiles(onnx_path: Path, spec: BuildSpec) -> tuple[list[Profile], str]
         derived = derive_profiles(read_shape_log(shapes), memory=onnx_activation_bytes(onnx_path))
         return [p.profile for p in derived.profiles], f"derived from {shapes}"
     return [], "none"
+
+
+def spec_precision(onnx_path: Path, spec: BuildSpec,
+                   mode: str | None = None) -> tuple[Recipe, Path | None, Path | None]:
+    """The recipe (``mode`` overrides its mode) and the calibration and held-out files beside the model."""
+    folder = Path(onnx_path).parent
+    recipe = spec.precision.model_copy(update={"mode": mode}) if mode else spec.precision
+
+    def find(given: str | None, default: str) -> Path | None:
+        path = folder / (given or default)
+        if given and not path.is_file():
+            from trtfarm.errors import UserInputError
+
+            raise UserInputError(f"{path}: named in farm.yaml but not there")
+        return path if path.is_file() else None
+
+    return recipe, find(spec.calibration, "calib.npz"), find(spec.heldout, "heldout.npz")

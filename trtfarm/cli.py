@@ -46,6 +46,7 @@ def build(
                                       help="INPUT=MIN:OPT:MAX, e.g. input_ids=1x16:16x128:32x512; repeat per input"),
     profiles: Path = typer.Option(None, "--profiles", help="a profiles YAML (`trtfarm profiles derive` writes one)"),
     target: list[str] = typer.Option([], "--target", help="target id (repeat); default: every target"),
+    precision: str = typer.Option(None, "--precision", help="fp32|fp16|bf16|int8|fp8 (default: farm.yaml's)"),
     store: str = STORE_OPT,
     targets_file: Path = TARGETS_OPT,
     as_json: bool = JSON_OPT,
@@ -56,7 +57,7 @@ def build(
 
     try:
         rows = run_local_build(model, name=name, profile_args=profile, profiles_file=profiles, targets=target,
-                               store=_store_uri(store),
+                               store=_store_uri(store), precision=_mode(precision),
                                targets_file=_targets_file(targets_file), verbose=verbose, console=err)
     except TrtfarmError as e:
         raise _fail(str(e)) from e
@@ -69,6 +70,13 @@ def build(
             if r["status"] == "failed":
                 err.print(f"[bold red]{r['target']} failed:[/] {r['reason']}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
+
+
+def _mode(mode: str | None) -> str | None:
+    modes = ("fp32", "fp16", "bf16", "int8", "fp8")
+    if mode and mode not in modes:
+        raise _fail(f"--precision {mode!r}: use one of {', '.join(modes)}")
+    return mode
 
 
 def _outcome_table(rows: list[dict], store: str) -> None:

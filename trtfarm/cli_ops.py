@@ -196,3 +196,48 @@ def gc(keep: int = typer.Option(3, "--keep", min=1, help="newest plans to keep p
     out.print(f"{len(doomed)} plan(s), {total:,} bytes" + ("" if apply else " — dry run; add --apply to delete"))
 
 
+
+
+@app.command()
+def precision(
+    model: Path = typer.Argument(..., help="the FP32 ONNX export"),
+    mode: str = typer.Option(..., "--mode", help="fp32 | fp16 | bf16 | int8 | fp8"),
+    calibration: Path = typer.Option(None, "--calibration", help=".npz keyed by input name (int8/fp8: required)"),
+    heldout: Path = typer.Option(None, "--heldout", help=".npz for the gate (default: generated, realistic masks)"),
+    keep_fp32: list[str] = typer.Option([], "--keep-fp32", help="node-name regex kept in FP32 (repeat)"),
+    keep_fp32_op: list[str] = typer.Option([], "--keep-fp32-op", help="op type kept in FP32 (repeat)"),
+    data_max: float = typer.Option(512, "--data-max", help="AutoCast: keep nodes with |x| above this in FP32 "
+                                                           "(inf: convert every node)"),
+    auto_pin: bool = typer.Option(False, "--auto-pin", help="search the smallest FP32 node set that passes"),
+    task: str = typer.Option("generic", "--task", help="embedding | classifier | generic (which figures to gate)"),
+    out_path: Path = typer.Option(None, "--out", help="converted ONNX [default: MODEL_<mode>.onnx beside it]"),
+    as_json: bool = JSON_OPT,
+) -> None:
+    """Convert an ONNX export's precision with ModelOpt and gate its accuracy against FP32 on CPU."""
+    from trtfarm.precision import convert_and_gate
+    from trtfarm.precision.recipe import Recipe
+
+    try:
+        recipe = Recipe(mode=mode, keep_fp32=keep_fp32, keep_fp32_ops=keep_fp32_op, data_max=data_max,
+                        auto_pin=auto_pin, task=task)
+    except ValueError as e:
+        raise _fail(f"invalid recipe: {e}") from e
+    target = out_path or model.with_name(f"{model.stem}_{mode}.onnx")
+    try:
+        result = convert_and_gate(model, recipe, target, calibration=calibration, heldout=heldout)
+    except TrtfarmError as e:
+        raise _fail(str(e)) from e
+    if as_json:
+        print(json.dumps({"converted": str(result.path), "digest": result.digest, "pinned_fp32_nodes": result.pinned,
+                          "gate": result.report.to_json()}, indent=2))
+    else:
+        table = Table(title=f"{mode} accuracy gate: {model.name} -> {result.path.name}")
+        for col in ("output", "cosine mean", "cosine min", "max abs", "max rel", "task figure"):
+            table.add_column(col)
+        for f in result.report.figures:
+            table.add_row(f.output, f"{f.cosine_mean:.6f}", f"{f.cosine_min:.6f}", f"{f.max_abs:.3g}",
+                          f"{f.max_rel:.3g}", ", ".join(f"{k} {v:.4f}" for k, v in f.extra.items()))
+        out.print(table) if result.report.figures else None
+        out.print(result.summary(), highlight=False)
+    if result.report.passed is False:
+        raise typer.Exit(1)

@@ -5,8 +5,9 @@ Nothing here builds. ``plan_targets`` is pure given its inputs, so the flows and
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -32,6 +33,34 @@ class ModelSource:
     onnx_digest: str
     graph_digest: str
     exported_at: str
+    build_path: Path | None = None  # the precision-converted ONNX the builder parses (None: as exported)
+    converted_digest: str | None = None
+    precision: dict = field(default_factory=dict)  # manifest ``precision`` fields
+
+    @property
+    def plan_input(self) -> Path:
+        """The ONNX the builder parses."""
+        return self.build_path or self.path
+
+    @property
+    def plan_digest(self) -> str:
+        """The digest that feeds build digests: of the converted ONNX."""
+        return self.converted_digest or self.onnx_digest
+
+
+def with_precision(store, model: ModelSource, recipe, calibration: Path | None, heldout: Path | None) -> ModelSource:
+    """Run (or reuse from the store) the precision step; ``GateFailed`` when the gate refuses the conversion."""
+    from trtfarm.precision import prepare_precision
+
+    work = Path(tempfile.gettempdir()) / "trtfarm" / "converted" / model.name / model.onnx_digest[:12] / recipe.mode
+    result = prepare_precision(store, model.name, model.path, model.onnx_digest, recipe, work,
+                               calibration=calibration, heldout=heldout)
+    info = {"recipe": recipe.mode, "recipe_detail": recipe.model_dump(mode="json"),
+            "converted_onnx_digest": result.digest, "pinned_fp32_nodes": result.pinned,
+            "accuracy": result.report.to_json() if recipe.mode != "fp32" else None,
+            "gate": "passed" if result.report.passed else "not_run" if result.report.passed is None else "failed",
+            "gate_detail": result.summary()}
+    return replace(model, build_path=result.path, converted_digest=result.digest, precision=info)
 
 
 def model_source(path: Path, name: str) -> ModelSource:

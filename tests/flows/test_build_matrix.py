@@ -95,3 +95,31 @@ def test_shapes_log_beside_the_model_becomes_two_profiles_in_a_real_build(
     m = read_manifest(open_store(store), rows["rtx4090-rtx1.7"]["manifest"].split("/store/", 1)[1])
     assert [p["input_ids"] for p in m.build.profiles] == [
         {"min": [1, 16], "opt": [32, 64], "max": [32, 128]}, {"min": [1, 129], "opt": [8, 384], "max": [16, 512]}]
+
+
+def test_fp16_recipe_is_converted_once_gated_and_built_for_every_rtx_target(
+        prefect_api, example_onnx, fleet_file, tmp_path):
+    store = (tmp_path / "store").as_uri()
+    rows = run(example_onnx, fleet_file, store, precision="fp16")
+    assert {r["status"] for t, r in rows.items() if t != "h100-trt11.4"} == {"built"}
+    s = open_store(store)
+    m = read_manifest(s, rows["rtx5090-rtx1.7"]["manifest"].split("/store/", 1)[1])
+    assert m.precision.recipe == "fp16" and m.precision.converted_onnx_digest != m.model.onnx_digest
+    assert m.verification.onnx.status == "passed" and m.verification.onnx.figures["embeddings"]["cosine_mean"] > 0.9999
+    assert "--precision fp16" in m.build.reproduce
+    assert len([k for k in s.list("converted/") if k.endswith("model.onnx")]) == 1
+
+
+def test_a_refused_recipe_stops_every_build_and_names_the_node(prefect_api, overflow_model, fleet_file, tmp_path):
+    model, heldout = overflow_model
+    export = tmp_path / "ovf"
+    export.mkdir()
+    (export / "model.onnx").write_bytes(model.read_bytes())
+    (export / "heldout.npz").write_bytes(heldout.read_bytes())
+    (export / "farm.yaml").write_text("name: ovf\nprecision: {mode: fp16, data_max: .inf, task: classifier}\n"
+                                      "profiles:\n  - pixels: 1x64:8x64:16x64\n")
+    store = (tmp_path / "store").as_uri()
+    rows = run(export / "model.onnx", fleet_file, store)
+    assert {r["status"] for r in rows.values()} == {"failed"}
+    assert all("fc2 (MatMul): FP16 overflow" in r["reason"] for r in rows.values())
+    assert list(open_store(store).list("plans/")) == []

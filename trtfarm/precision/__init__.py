@@ -18,7 +18,7 @@ from trtfarm.errors import UserInputError
 from trtfarm.identity import canonical_json, check_name, sha256_file
 from trtfarm.precision.autopin import auto_pin
 from trtfarm.precision.convert import ConversionError, Converted, convert_onnx
-from trtfarm.precision.gate import GateReport, accuracy_gate
+from trtfarm.precision.gate import GateReport, OutputFigures, accuracy_gate
 from trtfarm.precision.inputs import batches, generate_inputs, load_npz
 from trtfarm.precision.recipe import Recipe, Thresholds
 
@@ -65,7 +65,10 @@ def gate_inputs(model_path: Path, heldout: Path | None) -> list[dict]:
 def convert_and_gate(src: Path, recipe: Recipe, out: Path, *, calibration: Path | None = None,
                      heldout: Path | None = None) -> PrecisionResult:
     """Convert ``src`` by ``recipe`` into ``out`` and run the gate (auto-pin when the recipe asks)."""
-    model = onnx.load(str(src), load_external_data=False)
+    try:
+        model = onnx.load(str(src), load_external_data=False)
+    except Exception as err:  # DecodeError and friends
+        raise ConversionError(f"{src}: not a valid ONNX model ({type(err).__name__}); re-export it") from err
     calib = load_npz(calibration, model, "calibration data") if calibration else None
     feeds = gate_inputs(src, heldout)
     if recipe.auto_pin and recipe.mode in ("fp16", "bf16"):
@@ -99,9 +102,8 @@ def prepare_precision(store, model_name: str, src: Path, onnx_digest: str, recip
     stored = store.get(f"{prefix}/report.json")
     if stored is not None:
         doc = json.loads(stored.data)
-        result = PrecisionResult(recipe, work / "model.onnx", doc["digest"], GateReport(**{
-            **doc["report"], "figures": []}), doc["pinned"], reused=True)
-        result.report.figures = doc["report"]["figures"]
+        report = GateReport(**{**doc["report"], "figures": [OutputFigures(**f) for f in doc["report"]["figures"]]})
+        result = PrecisionResult(recipe, work / "model.onnx", doc["digest"], report, doc["pinned"], reused=True)
         if result.report.passed is False:
             raise GateFailed(result.summary())
         store.download_file(f"{prefix}/model.onnx", result.path, sha256=doc["sha256"])

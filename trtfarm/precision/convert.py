@@ -45,10 +45,16 @@ def _strip_value_info(src: Path, dest: Path) -> Path:
     return dest
 
 
+@contextlib.contextmanager
 def _quiet():
-    """ModelOpt logs and prints a lot; keep it for debugging, off the user's terminal."""
-    logging.getLogger("modelopt").setLevel(logging.WARNING)
-    return contextlib.redirect_stdout(io.StringIO())
+    """ModelOpt logs and prints a lot (INFO per node); keep the user's terminal for trtfarm's own output."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        logging.disable(previous)
 
 
 def _autocast(src: Path, out: Path, recipe: Recipe, calibration: Path | None) -> None:
@@ -69,8 +75,9 @@ def _quantize(src: Path, out: Path, recipe: Recipe, calibration: dict[str, np.nd
                               "(a numpy .npz keyed by input name, a few hundred realistic samples)")
     from modelopt.onnx.quantization import quantize
 
-    with _quiet():
-        quantize(onnx_path=str(src), quantize_mode=recipe.mode, calibration_data=calibration,
+    with tempfile.TemporaryDirectory() as tmp, _quiet():  # quantize() rewrites its input file: give it a copy
+        copy = _strip_value_info(src, Path(tmp) / "model.onnx")
+        quantize(onnx_path=str(copy), quantize_mode=recipe.mode, calibration_data=calibration,
                  calibration_eps=["cpu"], output_path=str(out), nodes_to_exclude=recipe.keep_fp32 or None,
                  op_types_to_exclude=recipe.keep_fp32_ops or None, log_level="WARNING")
 
