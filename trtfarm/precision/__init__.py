@@ -21,6 +21,7 @@ from trtfarm.precision.convert import ConversionError, Converted, convert_onnx
 from trtfarm.precision.gate import GateReport, OutputFigures, accuracy_gate
 from trtfarm.precision.inputs import batches, generate_inputs, load_npz
 from trtfarm.precision.recipe import Recipe, Thresholds
+from trtfarm.store import AlreadyExists
 
 __all__ = ["ConversionError", "GateFailed", "PrecisionResult", "Recipe", "Thresholds", "convert_and_gate",
            "prepare_precision"]
@@ -110,7 +111,10 @@ def prepare_precision(store, model_name: str, src: Path, onnx_digest: str, recip
         return result
     result = convert_and_gate(src, recipe, work / "model.onnx", calibration=calibration, heldout=heldout)
     if result.report.passed is not False:
-        store.upload_file(f"{prefix}/model.onnx", result.path) if not store.exists(f"{prefix}/model.onnx") else None
+        try:
+            store.upload_file(f"{prefix}/model.onnx", result.path)
+        except AlreadyExists:
+            pass  # another worker converted the same step first; the report below decides which copy readers use
     doc = {"digest": result.digest, "sha256": sha256_file(result.path), "pinned": result.pinned,
            "recipe": recipe.model_dump(mode="json"), "report": result.report.to_json()}
     store.put_if_absent(f"{prefix}/report.json", json.dumps(doc, indent=2).encode())
