@@ -60,8 +60,9 @@ def tensorrt_combine(trt: ModuleType) -> Combine:
     """A ``Combine`` using TensorRT's ``ITimingCache.combine`` (same TensorRT version on both sides)."""
 
     def combine(current: bytes, ours: bytes) -> bytes:
-        logger = trt.Logger(trt.Logger.WARNING)
-        config = trt.Builder(logger).create_builder_config()
+        from trtfarm.toolchain.builder import _shared_logger
+
+        config = trt.Builder(_shared_logger(trt)).create_builder_config()
         base = config.create_timing_cache(current)
         if not base.combine(config.create_timing_cache(ours), False):
             raise RuntimeError("ITimingCache.combine refused the caches (different TensorRT versions or devices)")

@@ -8,8 +8,10 @@ Written to the documented 11.x API (strongly typed networks; no FP16/INT8 flags,
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -83,24 +85,59 @@ class BuildResult:
     log_tail: list[str] = field(default_factory=list)
 
 
-def _logger(trt: ModuleType):
-    class CapturingLogger(trt.ILogger):
-        """Keeps every message at WARNING or worse, and the last INFO lines."""
+class Capture:
+    """The messages of one build: every error, and the last non-verbose lines."""
 
-        def __init__(self) -> None:
-            trt.ILogger.__init__(self)
-            self.errors: list[str] = []
-            self.lines: list[str] = []
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.lines: list[str] = []
 
-        def log(self, severity, msg) -> None:  # noqa: D102 - TensorRT callback
-            name = getattr(severity, "name", str(severity)).rsplit(".", 1)[-1]
-            if name in {"INTERNAL_ERROR", "ERROR"}:
-                self.errors.append(msg)
-            if name != "VERBOSE":
-                self.lines.append(f"[{name}] {msg}")
-                del self.lines[:-200]
 
-    return CapturingLogger()
+_LOGGERS: dict[str, object] = {}
+_LOGGERS_LOCK = threading.Lock()
+
+
+def _shared_logger(trt: ModuleType):
+    """One logger per toolchain module for the life of the process.
+
+    TensorRT keeps the logger it is given process-wide; a per-build Python logger that is garbage-collected while
+    the library still holds it hung a later ``Builder()`` here. Builds register a ``Capture`` instead.
+    """
+    with _LOGGERS_LOCK:
+        if trt.__name__ in _LOGGERS:
+            return _LOGGERS[trt.__name__]
+
+        class SharedLogger(trt.ILogger):
+            def __init__(self) -> None:
+                trt.ILogger.__init__(self)
+                self.captures: list[Capture] = []
+                self.lock = threading.Lock()
+
+            def log(self, severity, msg) -> None:  # noqa: D102 - TensorRT callback
+                name = getattr(severity, "name", str(severity)).rsplit(".", 1)[-1]
+                with self.lock:
+                    for capture in self.captures:
+                        if name in {"INTERNAL_ERROR", "ERROR"}:
+                            capture.errors.append(msg)
+                        if name != "VERBOSE":
+                            capture.lines.append(f"[{name}] {msg}")
+                            del capture.lines[:-200]
+
+        _LOGGERS[trt.__name__] = SharedLogger()
+        return _LOGGERS[trt.__name__]
+
+
+@contextmanager
+def captured_log(trt: ModuleType):
+    """Yield (logger, capture): pass the logger to TensorRT, read what it said from the capture."""
+    logger, capture = _shared_logger(trt), Capture()
+    with logger.lock:
+        logger.captures.append(capture)
+    try:
+        yield logger, capture
+    finally:
+        with logger.lock:
+            logger.captures.remove(capture)
 
 
 def _monitor(trt: ModuleType, sink: BuildProgress):
@@ -194,7 +231,12 @@ def plan_from_onnx(trt: ModuleType, flavour: str, onnx_path: Path, profiles: Seq
                    settings: BuilderSettings, plan_path: Path, *, timing_cache: bytes | None = None,
                    progress: BuildProgress | None = None) -> BuildResult:
     """Parse ``onnx_path``, build a plan with ``settings`` and ``profiles``, write it to ``plan_path``."""
-    logger = _logger(trt)
+    with captured_log(trt) as (logger, log):
+        return _build(trt, flavour, logger, log, onnx_path, profiles, settings, plan_path, timing_cache, progress)
+
+
+def _build(trt, flavour, logger, log: Capture, onnx_path, profiles, settings, plan_path, timing_cache,
+           progress) -> BuildResult:
     builder = trt.Builder(logger)
     network = _network(trt, builder)
     _parse(trt, network, logger, Path(onnx_path))
@@ -208,7 +250,7 @@ def plan_from_onnx(trt: ModuleType, flavour: str, onnx_path: Path, profiles: Seq
     plan = builder.build_serialized_network(network, config)
     wall = time.perf_counter() - start
     if plan is None:
-        reasons = "\n".join(f"  - {m}" for m in logger.errors) or "  - (no error was logged)"
+        reasons = "\n".join(f"  - {m}" for m in log.errors) or "  - (no error was logged)"
         raise BuildFailed(f"{onnx_path}: the {flavour} builder failed:\n{reasons}\n"
                           "Fix: check the optimization profiles against the model's shape constraints "
                           "and the builder settings named above.")
@@ -218,4 +260,4 @@ def plan_from_onnx(trt: ModuleType, flavour: str, onnx_path: Path, profiles: Seq
     header = read_plan_header(plan_path)
     new_cache = bytes(memoryview(cache.serialize())) if cache is not None else None
     return BuildResult(plan_path, plan.nbytes, header.version, wall, flags,
-                       settings.hardware_compatibility.name.upper(), new_cache, cache_reason, logger.lines[-20:])
+                       settings.hardware_compatibility.name.upper(), new_cache, cache_reason, log.lines[-20:])

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import ModuleType
 
-from trtfarm.toolchain.builder import _logger
+from trtfarm.toolchain.builder import captured_log
 
 
 class EngineRejected(RuntimeError):
@@ -32,13 +32,13 @@ class Validity:
 
 def engine_validity(trt: ModuleType, header: bytes) -> Validity | None:
     """``Runtime.get_engine_validity`` on the plan's header (TensorRT-RTX only; None elsewhere)."""
-    logger = _logger(trt)
-    runtime = trt.Runtime(logger)
-    if not hasattr(runtime, "get_engine_validity"):
-        return None
-    status, bits = runtime.get_engine_validity(header[: runtime.engine_header_size])
+    with captured_log(trt) as (logger, log):
+        runtime = trt.Runtime(logger)
+        if not hasattr(runtime, "get_engine_validity"):
+            return None
+        status, bits = runtime.get_engine_validity(header[: runtime.engine_header_size])
     flags = [d.name for d in _members(trt.EngineInvalidityDiagnostics) if int(bits) & int(d)]
-    return Validity(status.name, flags, logger.errors)
+    return Validity(status.name, flags, log.errors)
 
 
 def _members(enum) -> list:
@@ -47,13 +47,13 @@ def _members(enum) -> list:
 
 def deserialize_plan(trt: ModuleType, data: bytes, *, allow_host_code: bool = False):
     """Deserialise a plan into an engine; ``EngineRejected`` carries the runtime's reason."""
-    logger = _logger(trt)
-    runtime = trt.Runtime(logger)
-    if allow_host_code:
-        runtime.engine_host_code_allowed = True  # version-compatible plans embed host code
-    engine = runtime.deserialize_cuda_engine(data)
+    with captured_log(trt) as (logger, log):
+        runtime = trt.Runtime(logger)
+        if allow_host_code:
+            runtime.engine_host_code_allowed = True  # version-compatible plans embed host code
+        engine = runtime.deserialize_cuda_engine(data)
     if engine is None:
-        raise EngineRejected(logger.errors)
+        raise EngineRejected(log.errors)
     engine._trtfarm_runtime = runtime  # the engine must not outlive its runtime
     return engine
 
@@ -67,7 +67,8 @@ def timing_cache_entries(trt: ModuleType, blob: bytes | None) -> int | None:
     """Number of entries in a serialised timing cache (``ITimingCache.queryKeys``), None when unknown."""
     if not blob:
         return 0 if blob is not None else None
-    config = trt.Builder(_logger(trt)).create_builder_config()
-    cache = config.create_timing_cache(blob)
+    with captured_log(trt) as (logger, _):
+        config = trt.Builder(logger).create_builder_config()
+        cache = config.create_timing_cache(blob)
     query = getattr(cache, "queryKeys", None)
     return len(query()) if cache is not None and query else None
