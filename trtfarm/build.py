@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from trtfarm.fleet import Flavour
+from trtfarm.identity import sha256_file
 from trtfarm.manifest import (
     BuildInfo,
     Check,
@@ -34,7 +35,7 @@ from trtfarm.store import Store
 from trtfarm.store.base import Progress
 from trtfarm.timing_cache import cache_key, merge_timing_cache, pull_timing_cache, tensorrt_combine
 from trtfarm.toolchain import BuildProgress, BuildResult, import_flavour, plan_from_onnx
-from trtfarm.toolchain.engine import EngineRejected, deserialize_plan, device_memory_per_profile, timing_cache_entries
+from trtfarm.toolchain.engine import timing_cache_entries
 
 Status = Literal["built", "up-to-date", "skipped", "failed"]
 
@@ -87,25 +88,72 @@ def _cache_info(trt, result: BuildResult, key: str | None, before: bytes | None,
                            entries_after=timing_cache_entries(trt, after))
 
 
-def _engine_memory(trt, plan: TargetPlan, result: BuildResult) -> list[int] | None:
-    """Device memory per profile, read from the engine when the build ran on the target GPU (TensorRT)."""
-    if plan.target.toolchain.flavour is not Flavour.tensorrt:
-        return None  # TensorRT-RTX builds ahead of time on a CPU: the figure comes from a GPU worker later
-    try:
-        return device_memory_per_profile(deserialize_plan(trt, result.plan_path.read_bytes()))
-    except EngineRejected:
-        return None
+@dataclass
+class EngineResult:
+    """What the target GPU said about the plan (TensorRT builds run on it; RTX builds ran ahead of time)."""
+
+    check: Check
+    tactics: dict[str, str] | None = None
+    tactics_digest: str | None = None
+    memory: list[int] | None = None
 
 
-def _verification(model: ModelSource, plan: TargetPlan, result: BuildResult) -> Verification:
+def pending_engine(plan: TargetPlan, why: str = "built ahead-of-time on a CPU") -> Check:
+    """``engine: pending on <GPU>``: never a fabricated figure."""
+    return Check(status="pending", detail=f"engine: pending on {plan.target.gpu.nvml_name} ({why}; "
+                                          "deserialisation, accuracy and latency need that GPU)")
+
+
+def _engine_result(store: Store, model: ModelSource, plan: TargetPlan, profiles, result: BuildResult) -> EngineResult:
+    """Validate and time the plan on this GPU (TensorRT targets); otherwise the check stays pending."""
+    t = plan.target
+    if t.toolchain.flavour is not Flavour.tensorrt:
+        return EngineResult(pending_engine(plan))
+    from trtfarm.validate.engine_gpu import validate_engine
+    from trtfarm.validate.summary import engine_check
+
+    v = validate_engine(result.plan_path, model.path, list(profiles), engine_recipe(model))
+    check, tactics, digest = engine_check(v, t.gpu.nvml_name, released_manifest(store, model.name, plan),
+                                          t.max_p99_increase)
+    return EngineResult(check, tactics, digest, v.memory_per_profile)
+
+
+def engine_recipe(model: ModelSource):
+    """The tolerances an engine is held to: the recipe's, or for fp32 the FP16-level defaults (TF32 is on)."""
+    from trtfarm.precision.recipe import DEFAULT_THRESHOLDS, Recipe
+
+    recipe = Recipe.model_validate(model.precision.get("recipe_detail") or {"mode": "fp32"})
+    if recipe.thresholds is None and recipe.mode == "fp32":
+        recipe = recipe.model_copy(update={"thresholds": DEFAULT_THRESHOLDS["fp16"]})
+    return recipe
+
+
+def released_manifest(store: Store, model_name: str, plan: TargetPlan) -> Manifest | None:
+    """The manifest the target's release pointer names (the previous release), if any."""
+    from trtfarm.identity import release_key
+    from trtfarm.release import read_pointer
+
+    pointer, _ = read_pointer(store, release_key(model_name, plan.target.gpu_key, plan.target.toolchain_label))
+    return read_manifest(store, pointer.manifest) if pointer else None
+
+
+def _determinism(trt, model: ModelSource, plan: TargetPlan, profiles, result: BuildResult, tmp: Path) -> dict:
+    """Build again and compare plan bytes (deterministic builds give identical plans)."""
+    if not plan.target.determinism_check:
+        return {}
+    again = plan_from_onnx(trt, plan.target.toolchain.flavour.value, model.plan_input, profiles, plan.target.settings,
+                           tmp / "again.plan")
+    same = sha256_file(again.plan_path) == sha256_file(result.plan_path)
+    return {"determinism": "identical plan bytes in two builds" if same else "plan bytes differ between two builds"}
+
+
+def _verification(model: ModelSource, plan: TargetPlan, result: BuildResult, engine: Check,
+                  determinism: dict) -> Verification:
     t = plan.target
     header_ok = result.header_version is not None
     built = Check(status="passed" if header_ok else "failed",
                   detail=f"plan header: {t.toolchain.flavour.value} {result.header_version}" if header_ok
-                  else "plan header not recognised", figures={"build_s": round(result.wall_s, 3)})
-    how = "ahead-of-time on a CPU" if t.toolchain.flavour is Flavour.tensorrt_rtx else "without engine validation"
-    engine = Check(status="pending", detail=f"engine: pending on {t.gpu.nvml_name} (built {how}; deserialisation, "
-                                            "accuracy and latency need that GPU)")
+                  else "plan header not recognised", figures={"build_s": round(result.wall_s, 3), **determinism})
     return Verification(onnx=_onnx_check(model), built=built, engine=engine)
 
 
@@ -120,7 +168,8 @@ def _onnx_check(model: ModelSource) -> Check:
 
 
 def _manifest(model: ModelSource, plan: TargetPlan, built_by: TargetPlan, result: BuildResult, profiles,
-              cache: TimingCacheInfo, run_id: str | None, plan_info: PlanInfo) -> Manifest:
+              cache: TimingCacheInfo, run_id: str | None, plan_info: PlanInfo, engine: EngineResult,
+              determinism: dict) -> Manifest:
     t = plan.target
     return Manifest(
         model=ModelInfo(name=model.name, source_uri=model.source_uri, onnx_digest=model.onnx_digest,
@@ -139,8 +188,12 @@ def _manifest(model: ModelSource, plan: TargetPlan, built_by: TargetPlan, result
                         settings=t.settings.model_dump(mode="json"), wall_s=round(result.wall_s, 3),
                         built_for_target=built_by.target.id, timing_cache=cache, worker_host=socket.gethostname(),
                         flow_run_id=run_id, reproduce=reproduce_command(model, built_by, profiles)),
-        plan=plan_info.model_copy(update={"header_version": result.header_version}),
-        verification=_verification(model, plan, result),
+        plan=plan_info.model_copy(update={"header_version": result.header_version, "tactics": engine.tactics,
+                                          "tactics_digest": engine.tactics_digest,
+                                          "device_memory_per_profile": engine.memory}),
+        verification=_verification(model, plan, result, engine.check if plan is built_by else pending_engine(
+            plan, f"plan shared with {built_by.target.id}, whose GPU ran the engine checks"
+            if engine.check.status != "pending" else "built ahead-of-time on a CPU"), determinism),
     )
 
 
@@ -159,12 +212,12 @@ def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], p
         if key and result.timing_cache is not None:
             after = merge_timing_cache(store, key, result.timing_cache, tensorrt_combine(trt)).data
         cache = _cache_info(trt, result, key, before, after)
-        memory = _engine_memory(trt, lead, result)
+        engine = _engine_result(store, model, lead, profiles, result)
+        determinism = _determinism(trt, model, lead, profiles, result, Path(tmp))
         outcomes = []
         for plan in group:
             def manifest_for(info: PlanInfo, plan: TargetPlan = plan) -> Manifest:
-                info = info.model_copy(update={"device_memory_per_profile": memory})
-                return _manifest(model, plan, lead, result, profiles, cache, run_id, info)
+                return _manifest(model, plan, lead, result, profiles, cache, run_id, info, engine, determinism)
 
             up = upload_progress(plan.target.id) if upload_progress else None
             pub = publish_plan(store, plan.prefix, result.plan_path, manifest_for, up)

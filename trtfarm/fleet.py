@@ -108,6 +108,8 @@ class Target(_Strict):
     gpu: str
     toolchain: str
     release_on: Literal["engine", "built"] = Field("engine", description="verification a release pointer needs")
+    determinism_check: bool = Field(False, description="build twice and compare (plan bytes; tactics on GPUs)")
+    max_p99_increase: float = Field(0.05, ge=0, description="latency regression gate against the previous release")
     settings: SettingsOverride = SettingsOverride()
 
 
@@ -167,6 +169,8 @@ class ResolvedTarget:
     settings: BuilderSettings
     compat_class: str
     release_on: str
+    determinism_check: bool = False
+    max_p99_increase: float = 0.05
 
     @property
     def toolchain_label(self) -> str:
@@ -200,7 +204,8 @@ def resolve_target(fleet: Fleet, target: Target) -> ResolvedTarget:
         cls = compat_class(tc.flavour, target.gpu, gpu, settings.hardware_compatibility)
     except ValueError as err:
         raise ValueError(f"target {target.id!r}: {err}") from err
-    return ResolvedTarget(target.id, target.gpu, gpu, target.toolchain, tc, settings, cls, target.release_on)
+    return ResolvedTarget(target.id, target.gpu, gpu, target.toolchain, tc, settings, cls, target.release_on,
+                          target.determinism_check, target.max_p99_increase)
 
 
 def load_fleet(path: str | Path = DEFAULT_TARGETS_FILE) -> Fleet:

@@ -95,6 +95,7 @@ class PlanInfo(_Doc):
     header_version: str | None = None
     device_memory_per_profile: list[int] | None = None
     tactics_digest: str | None = None
+    tactics: dict[str, str] | None = Field(None, description="layer -> tactic, from the engine inspector")
 
 
 class Check(_Doc):

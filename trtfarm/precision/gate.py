@@ -84,7 +84,8 @@ def _rows(x: np.ndarray) -> np.ndarray:
     return x.reshape(x.shape[0], -1).astype(np.float64)
 
 
-def _figures(name: str, ref: np.ndarray, got: np.ndarray, recipe: Recipe) -> OutputFigures:
+def output_figures(name: str, ref: np.ndarray, got: np.ndarray, recipe: Recipe) -> OutputFigures:
+    """Cosine per sample row, max abs/rel error, and the task's figure (top-1 or recall@k)."""
     a, b = _rows(ref), _rows(got)
     finite = np.isfinite(b).all(axis=1)
     denom = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
@@ -113,7 +114,8 @@ def _recall_at_k(a: np.ndarray, b: np.ndarray, k: int) -> float:
     return float(np.mean([len(set(x) & set(y)) / k for x, y in zip(na, nb, strict=True)]))
 
 
-def _failures(figs: list[OutputFigures], recipe: Recipe) -> list[str]:
+def figure_failures(figs: list[OutputFigures], recipe: Recipe) -> list[str]:
+    """Each figure below the recipe's thresholds, as a sentence naming the output."""
     t, out = recipe.gate_thresholds, []
     for f in figs:
         if f.cosine_mean < t.cosine_mean or f.cosine_min < t.cosine_min:
@@ -138,9 +140,9 @@ def accuracy_gate(fp32: Path, converted: Path, feeds: list[dict], recipe: Recipe
                           f"kernels on CPU. Checked: onnx.checker passes; {n} BF16 initializers. The engine check on "
                           "the target GPU is the first numeric comparison.")
     ref, got = run_models([fp32, converted], feeds)
-    figs = [_figures(name, ref[name], got[name], recipe) for name in ref]
+    figs = [output_figures(name, ref[name], got[name], recipe) for name in ref]
     overflows = fp16_overflows(converted, feeds)
-    failures = _failures(figs, recipe) + [f"{o['tensor']} (output of {o['node']}, {o['op']}): {o['issue']}"
+    failures = figure_failures(figs, recipe) + [f"{o['tensor']} (output of {o['node']}, {o['op']}): {o['issue']}"
                                            for o in overflows]
     report = GateReport(recipe.mode, not failures, thresholds, figs, failures)
     if failures:

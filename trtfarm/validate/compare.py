@@ -1,0 +1,58 @@
+"""Compare a plan's outputs with the FP32 ONNX at each profile's min/opt/max shapes (runner-agnostic).
+
+The GPU worker feeds TensorRT's outputs here; the figures and thresholds are the precision gate's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from trtfarm.precision.gate import OutputFigures, figure_failures, output_figures
+from trtfarm.precision.inputs import model_inputs
+from trtfarm.precision.recipe import Recipe
+from trtfarm.profiles import Profile
+
+
+def profile_points(profile: Profile) -> list[tuple[str, dict[str, list[int]]]]:
+    """The shapes to validate a profile at: min, opt and max."""
+    return [(point, {name: getattr(r, point) for name, r in profile.root.items()}) for point in ("min", "opt", "max")]
+
+
+def inputs_for_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]], seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs of exactly these shapes: padding masks with varied lengths, ids in the vocabulary, normal floats."""
+    from trtfarm.precision.inputs import _vocab_size
+
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, (dtype, _) in model_inputs(model).items():
+        shape = shapes[name]
+        lengths = rng.integers(max(1, shape[-1] // 4), shape[-1] + 1, shape[0]) if len(shape) == 2 else None
+        if np.issubdtype(dtype, np.integer) and "mask" in name.lower() and lengths is not None:
+            out[name] = (np.arange(shape[1])[None, :] < lengths[:, None]).astype(dtype)
+        elif np.issubdtype(dtype, np.integer):
+            out[name] = rng.integers(0, _vocab_size(model, name), shape).astype(dtype)
+        else:
+            out[name] = rng.standard_normal(shape).astype(dtype)
+    return out
+
+
+@dataclass
+class PointComparison:
+    """The comparison at one shape of one profile."""
+
+    profile: int
+    point: str
+    shapes: dict[str, list[int]]
+    figures: list[OutputFigures]
+    failures: list[str] = field(default_factory=list)
+
+
+def compare_point(profile: int, point: str, shapes: dict, reference: dict[str, np.ndarray],
+                  candidate: dict[str, np.ndarray], recipe: Recipe) -> PointComparison:
+    """Figures per output of ``candidate`` (the plan) against ``reference`` (FP32 onnxruntime)."""
+    figs = [output_figures(name, np.asarray(reference[name], np.float32), np.asarray(candidate[name], np.float32),
+                           recipe) for name in reference]
+    return PointComparison(profile, point, shapes, figs, figure_failures(figs, recipe))
