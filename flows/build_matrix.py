@@ -43,5 +43,5 @@ def build_matrix(request: MatrixRequest) -> list[dict]:
         for row in build_target(child):
             outcomes[row["target"]] = TargetOutcome(**row)
     ordered = [outcomes[p.target.id] for p in plans]
-    report_outcomes(model.name, ordered)
+    report_outcomes(model.name, ordered, request.store)
     return [o.to_json() for o in ordered]

@@ -241,3 +241,35 @@ def precision(
         out.print(result.summary(), highlight=False)
     if result.report.passed is False:
         raise typer.Exit(1)
+
+
+@app.command()
+def report(ref: str = typer.Argument(..., help="a run id (reports/<model>/<run>/ in the store) or a model name"),
+           out_dir: Path = typer.Option(Path("trtfarm-report"), "--out", help="where to write report.md and charts"),
+           store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
+    """Render a run's (or a model's latest) report: accuracy, p50/p99, memory, build time, changes, regressions."""
+    from dataclasses import asdict
+
+    from trtfarm.report import outcomes_for, row_for, write_report
+    from trtfarm.store import open_store
+
+    try:
+        s = open_store(_store_uri(store))
+        model, run, outcomes = outcomes_for(s, ref)
+        path = write_report(s, model, run, outcomes, out_dir)
+    except TrtfarmError as e:
+        raise _fail(str(e)) from e
+    rows = [row_for(s, o) for o in outcomes]
+    if as_json:
+        print(json.dumps({"report": str(path), "rows": [asdict(r) for r in rows]}, indent=2))
+        return
+    table = Table(title=f"{model} — {run}")
+    for col in ("target", "status", "engine", "p50 ms", "p99 ms", "build s", "changes"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r.target, r.status, r.engine, f"{r.p50_ms:.3f}" if r.p50_ms is not None else "–",
+                      f"{r.p99_ms:.3f}" if r.p99_ms is not None else "–",
+                      f"{r.build_s:.2f}" if r.build_s is not None else "–",
+                      ("[red]REGRESSION[/] " if r.regressed else "") + (r.changes or r.reason))
+    out.print(table)
+    out.print(f"report: {path}", highlight=False)
