@@ -181,3 +181,20 @@ def test_precision_command_fails_naive_fp16_and_auto_pins(workdir, tmp_path):
                              "--task", "classifier", "--json"], workdir).stdout)
     assert pinned["pinned_fp32_nodes"] == ["fc2", "rescale"] and pinned["gate"]["passed"]
 
+
+
+def test_determinism_option_and_report_command(workdir, example_onnx):
+    fleet = (REPO / "gpu_targets.yaml").read_text().replace(
+        "{id: rtx4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7, release_on: built}",
+        "{id: rtx4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7, release_on: built, determinism_check: true}")
+    (workdir / "gpu_targets.yaml").write_text(fleet)
+    rows = json.loads(cli(["build", str(example_onnx), "--target", "rtx4090-rtx1.7", "--json"], workdir).stdout)
+    shown = json.loads(cli(["show", rows[0]["manifest"], "--json"], workdir).stdout)
+    assert shown["verification"]["built"]["figures"]["determinism"] == "identical plan bytes in two builds"
+    doc = json.loads(cli(["report", "encoder", "--json"], workdir).stdout)
+    (row,) = doc["rows"]
+    assert row["target"] == "rtx4090-rtx1.7" and row["engine"] == "pending on NVIDIA GeForce RTX 4090"
+    assert row["p50_ms"] is None and row["build_s"] > 0  # no fabricated latency without the GPU
+    report = (workdir / "trtfarm-report" / "report.md").read_text()
+    assert "| rtx4090-rtx1.7 | built | pending on NVIDIA GeForce RTX 4090 |" in report
+    assert (workdir / "trtfarm-store" / "reports" / "encoder" / "latest" / "build_time.png").is_file()

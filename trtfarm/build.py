@@ -112,7 +112,14 @@ def _engine_result(store: Store, model: ModelSource, plan: TargetPlan, profiles,
     from trtfarm.validate.engine_gpu import validate_engine
     from trtfarm.validate.summary import engine_check
 
-    v = validate_engine(result.plan_path, model.path, list(profiles), engine_recipe(model))
+    heldout = model.path.with_name("heldout.npz")
+    samples = None
+    if heldout.is_file():
+        import numpy as np
+
+        with np.load(heldout) as npz:
+            samples = {k: npz[k] for k in npz.files}
+    v = validate_engine(result.plan_path, model.path, list(profiles), engine_recipe(model), heldout=samples)
     check, tactics, digest = engine_check(v, t.gpu.nvml_name, released_manifest(store, model.name, plan),
                                           t.max_p99_increase)
     return EngineResult(check, tactics, digest, v.memory_per_profile)
@@ -137,14 +144,23 @@ def released_manifest(store: Store, model_name: str, plan: TargetPlan) -> Manife
     return read_manifest(store, pointer.manifest) if pointer else None
 
 
-def _determinism(trt, model: ModelSource, plan: TargetPlan, profiles, result: BuildResult, tmp: Path) -> dict:
-    """Build again and compare plan bytes (deterministic builds give identical plans)."""
+def _determinism(trt, model: ModelSource, plan: TargetPlan, profiles, result: BuildResult, tmp: Path,
+                 engine: EngineResult) -> dict:
+    """Build again and compare: plan bytes always, tactic digests where the engine ran here (GPU builds)."""
     if not plan.target.determinism_check:
         return {}
     again = plan_from_onnx(trt, plan.target.toolchain.flavour.value, model.plan_input, profiles, plan.target.settings,
                            tmp / "again.plan")
     same = sha256_file(again.plan_path) == sha256_file(result.plan_path)
-    return {"determinism": "identical plan bytes in two builds" if same else "plan bytes differ between two builds"}
+    out = {"determinism": "identical plan bytes in two builds" if same else "plan bytes differ between two builds"}
+    if engine.tactics_digest:
+        from trtfarm.validate.engine_gpu import engine_tactics
+        from trtfarm.validate.tactics import tactics_digest
+
+        second = tactics_digest(engine_tactics(again.plan_path))
+        out["determinism_tactics"] = "same tactics" if second == engine.tactics_digest else \
+            f"tactic digests differ: {engine.tactics_digest[:12]} vs {second[:12]}"
+    return out
 
 
 def _verification(model: ModelSource, plan: TargetPlan, result: BuildResult, engine: Check,
@@ -213,7 +229,7 @@ def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], p
             after = merge_timing_cache(store, key, result.timing_cache, tensorrt_combine(trt)).data
         cache = _cache_info(trt, result, key, before, after)
         engine = _engine_result(store, model, lead, profiles, result)
-        determinism = _determinism(trt, model, lead, profiles, result, Path(tmp))
+        determinism = _determinism(trt, model, lead, profiles, result, Path(tmp), engine)
         outcomes = []
         for plan in group:
             def manifest_for(info: PlanInfo, plan: TargetPlan = plan) -> Manifest:

@@ -118,3 +118,16 @@ def test_engine_check_passes_then_flags_a_p99_regression_and_tactic_changes(exam
     slower, _, _ = engine_check(validation(example_onnx, fp16_encoder, scale=1.2), "NVIDIA H100 80GB HBM3", previous)
     assert slower.status == "failed" and "REGRESSION" in slower.detail
     assert slower.figures["tactic_changes"]["summary"].startswith("1 tactic(s) changed")
+
+
+def test_heldout_samples_are_fitted_to_each_profile_point(example_onnx):
+    import numpy as np
+
+    from trtfarm.validate.compare import fit_to_shape
+
+    heldout = {"input_ids": np.arange(3 * 40).reshape(3, 40), "attention_mask": np.ones((3, 40), np.int64)}
+    model = onnx.load(str(example_onnx))
+    small = inputs_for_shapes(model, {"input_ids": [1, 16], "attention_mask": [1, 16]}, heldout=heldout)
+    assert small["input_ids"].tolist() == [list(range(16))]
+    big = fit_to_shape(heldout["attention_mask"], [4, 64])
+    assert big.shape == (4, 64) and big[:, :40].all() and not big[:, 40:].any()  # padded rows are masked out

@@ -21,10 +21,27 @@ def profile_points(profile: Profile) -> list[tuple[str, dict[str, list[int]]]]:
     return [(point, {name: getattr(r, point) for name, r in profile.root.items()}) for point in ("min", "opt", "max")]
 
 
-def inputs_for_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]], seed: int = 0) -> dict[str, np.ndarray]:
-    """Inputs of exactly these shapes: padding masks with varied lengths, ids in the vocabulary, normal floats."""
+def fit_to_shape(data: np.ndarray, shape: list[int]) -> np.ndarray:
+    """Held-out samples cut or zero-padded (mask 0, id 0) to ``shape``; rows repeat when there are too few."""
+    rows = np.resize(np.arange(len(data)), shape[0])
+    out = np.zeros(shape, dtype=data.dtype)
+    src = data[rows]
+    region = tuple(slice(0, min(a, b)) for a, b in zip(shape, src.shape, strict=True))
+    out[region] = src[region]
+    return out
+
+
+def inputs_for_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]], seed: int = 0,
+                      heldout: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Inputs of exactly these shapes.
+
+    Held-out samples fitted to the shapes when given; otherwise generated ones (padding masks with varied lengths,
+    ids in the vocabulary, normal floats).
+    """
     from trtfarm.precision.inputs import _vocab_size
 
+    if heldout:
+        return {name: fit_to_shape(heldout[name], shapes[name]) for name in shapes}
     rng = np.random.default_rng(seed)
     out = {}
     for name, (dtype, _) in model_inputs(model).items():

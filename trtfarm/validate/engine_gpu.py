@@ -57,10 +57,19 @@ def _trtexec_stats(plan: Path, shapes: dict[str, list[int]], batch: int, iterati
         return stats_from_trtexec_times(json.loads(times.read_text()), batch)
 
 
-def validate_engine(plan: Path, onnx_fp32: Path, profiles: list[Profile], recipe: Recipe, *, warmup: int = 10,
-                    iterations: int = 100) -> EngineValidation:
-    """Compare, time and inspect ``plan`` on this worker's GPU."""
+def engine_tactics(plan: Path) -> dict[str, str]:
+    """Per-layer tactics of a plan (deserialise + engine inspector; no execution)."""
     import tensorrt as trt
+    from polygraphy.backend.trt import EngineFromBytes
+
+    engine = EngineFromBytes(plan.read_bytes())()
+    return tactics_from_inspector(engine.create_engine_inspector().get_engine_information(
+        trt.LayerInformationFormat.JSON))
+
+
+def validate_engine(plan: Path, onnx_fp32: Path, profiles: list[Profile], recipe: Recipe, *, warmup: int = 10,
+                    iterations: int = 100, heldout: dict | None = None) -> EngineValidation:
+    """Compare, time and inspect ``plan`` on this worker's GPU (held-out samples fitted to each shape if given)."""
     from polygraphy.backend.onnxrt import OnnxrtRunner, SessionFromOnnx
     from polygraphy.backend.trt import EngineFromBytes, TrtRunner
 
@@ -71,11 +80,11 @@ def validate_engine(plan: Path, onnx_fp32: Path, profiles: list[Profile], recipe
         for index, profile in enumerate(profiles):
             with TrtRunner(engine, optimization_profile=index) as runner:
                 for point, shapes in profile_points(profile):
-                    feed = inputs_for_shapes(model, shapes, seed=index)
+                    feed = inputs_for_shapes(model, shapes, seed=index, heldout=heldout)
                     result.points.append(compare_point(index, point, shapes, reference.infer(feed),
                                                        runner.infer(feed), recipe))
                 opt = dict(profile_points(profile))["opt"]
-                feed, batch = inputs_for_shapes(model, opt), next(iter(opt.values()))[0]
+                feed, batch = inputs_for_shapes(model, opt, heldout=heldout), next(iter(opt.values()))[0]
                 for _ in range(warmup):
                     runner.infer(feed)
                 samples = []
@@ -85,8 +94,7 @@ def validate_engine(plan: Path, onnx_fp32: Path, profiles: list[Profile], recipe
                 result.latency[index] = latency_stats(samples, batch)
                 if (stats := _trtexec_stats(plan, opt, batch, iterations)) is not None:
                     result.trtexec[index] = stats
-    info = engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON)
-    result.tactics = tactics_from_inspector(info)
+    result.tactics = engine_tactics(plan)
     result.memory_per_profile = device_memory_per_profile(engine)
     result.contexts = contexts_that_fit(_free_gpu_bytes(), result.memory_per_profile)
     return result
