@@ -46,6 +46,10 @@ def test_builds_every_rtx_target_once_per_class_then_everything_is_up_to_date(
     assert manifests["rtx3090-rtx1.7-o5"].build.build_digest != manifests["rtx4090-rtx1.7"].build.build_digest
     assert "--target rtx4090-rtx1.7" in manifests["rtx5090-rtx1.7"].build.reproduce
 
+    reports = [k for k in store.list("reports/encoder/") if k.endswith("/report.md")]
+    assert len(reports) == 1 and "| rtx5090-rtx1.7 | built | pending on NVIDIA GeForce RTX 5090 |" in \
+        store.get(reports[0]).data.decode()
+
     second = run(example_onnx, fleet_file, store_uri)
     assert {t: r["status"] for t, r in second.items() if t != "h100-trt11.4"} == {
         "rtx4090-rtx1.7": "up-to-date", "rtx5090-rtx1.7": "up-to-date", "rtx3090-rtx1.7-o5": "up-to-date"}
