@@ -59,3 +59,22 @@ def test_a_plan_left_without_manifest_is_adopted(store_uri, tmp_path):
 
     assert pub.manifest.plan.sha256 == hashlib.sha256(orphan).hexdigest()
     assert pub.manifest.plan.bytes == len(orphan)
+
+
+def test_a_plan_that_fails_verification_is_published_as_failed_and_not_released(example_onnx, fleet_file, tmp_path,
+                                                                                monkeypatch):
+    from trtfarm import build as build_mod
+    from trtfarm.manifest import Check
+    from trtfarm.store import open_store
+
+    from .conftest_builds import publish_export
+
+    def failing_engine(store, model, plan, profiles, result):  # what a GPU worker reports for a bad plan
+        return build_mod.EngineResult(Check(status="failed", detail="profile 0 opt: cosine mean 0.91 below 0.9999"))
+
+    monkeypatch.setattr(build_mod, "_engine_result", failing_engine)
+    store = open_store((tmp_path / "store").as_uri())
+    _, outcomes = publish_export(store, fleet_file, tmp_path / "e", 0, 1_700_000_000, ["rtx4090-rtx1.7"])
+    out = outcomes["rtx4090-rtx1.7"]
+    assert out.status == "failed" and "cosine mean 0.91" in out.reason and out.manifest
+    assert "not released: verification failed (engine)" in out.release and not list(store.list("releases/"))

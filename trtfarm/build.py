@@ -238,8 +238,11 @@ def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], p
             up = upload_progress(plan.target.id) if upload_progress else None
             pub = publish_plan(store, plan.prefix, result.plan_path, manifest_for, up)
             shared = "" if plan is lead else f"shares the {plan.target.compat_class} build of {lead.target.id}"
+            failed = [f"{k}: {c.detail}" for k, c in pub.manifest.verification if c.status == "failed"]
+            note = shared if pub.created else "published concurrently by another worker"
             outcomes.append(TargetOutcome(
-                plan.target.id, "built", shared if pub.created else "published concurrently by another worker",
+                plan.target.id, "failed" if failed else "built",
+                f"published for diagnosis, not released: {'; '.join(failed)}" if failed else note,
                 store.url(pub.manifest_key), pub.manifest.build.wall_s, pub.manifest.plan.bytes,
                 {k: v.status for k, v in pub.manifest.verification},
                 release_if_allowed(store, pub.manifest_key, pub.manifest, plan.target.release_on, run_id)))
