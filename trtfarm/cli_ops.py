@@ -56,7 +56,10 @@ def cache_show(ref: str = typer.Argument(..., help="TOOLCHAIN/GPU, e.g. tensorrt
     except ToolchainUnavailable as e:
         entries = f"unknown here ({e})"
     doc = {"key": key, "url": s.url(key), "bytes": len(blob.data), "etag": blob.etag, "entries": entries}
-    print(json.dumps(doc, indent=2)) if as_json else out.print(doc)
+    if as_json:
+        print(json.dumps(doc, indent=2))
+    else:
+        out.print(doc)
 
 
 @cache_app.command("rm")
@@ -131,8 +134,11 @@ def pull(model: str = typer.Argument(..., help="model name"),
         raise _fail(str(e)) from e
     doc = {"plan": str(pulled.plan), "manifest": str(pulled.manifest_path), "release": pulled.pointer_key,
            "bytes": pulled.bytes}
-    print(json.dumps(doc, indent=2)) if as_json else out.print(
-        f"pulled {pulled.pointer_key} -> {pulled.plan} ({pulled.bytes:,} bytes, sha256 checked)", highlight=False)
+    if as_json:
+        print(json.dumps(doc, indent=2))
+    else:
+        out.print(f"pulled {pulled.pointer_key} -> {pulled.plan} ({pulled.bytes:,} bytes, sha256 checked)",
+                  highlight=False)
 
 
 @app.command()
@@ -237,7 +243,8 @@ def precision(
         for f in result.report.figures:
             table.add_row(f.output, f"{f.cosine_mean:.6f}", f"{f.cosine_min:.6f}", f"{f.max_abs:.3g}",
                           f"{f.max_rel:.3g}", ", ".join(f"{k} {v:.4f}" for k, v in f.extra.items()))
-        out.print(table) if result.report.figures else None
+        if result.report.figures:
+            out.print(table)
         out.print(result.summary(), highlight=False)
     if result.report.passed is False:
         raise typer.Exit(1)
