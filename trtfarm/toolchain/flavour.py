@@ -8,8 +8,8 @@ from types import ModuleType
 
 MODULES = {"tensorrt": "tensorrt", "tensorrt_rtx": "tensorrt_rtx"}
 INSTALL_HINT = {
-    "tensorrt": "install it on a GPU worker (pip install tensorrt==VERSION, or use the worker image from "
-                "infra/docker); PyPI's wheel downloads NVIDIA's libraries at install time",
+    "tensorrt": "install it on a GPU worker (pip install tensorrt==VERSION, which downloads NVIDIA's libraries at "
+                "install time, or run in NVIDIA's TensorRT container of that version)",
     "tensorrt_rtx": "pip install tensorrt-rtx-cu13==VERSION",
 }
 

@@ -1,0 +1,50 @@
+"""Worker admission: a worker serves a pool only when its GPU and toolchains match the pool's targets."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from trtfarm.fleet import load_fleet
+from trtfarm.gpu import GpuScan, LocalGpu
+from trtfarm.workers import check_worker
+
+from .conftest import REPO
+
+FLEET = load_fleet(REPO / "gpu_targets.yaml")
+NO_GPU = GpuScan((), None, "NVML unavailable")
+H100 = GpuScan((LocalGpu(0, "NVIDIA H100 80GB HBM3", "9.0", 80.0),), "580.0")
+H200 = GpuScan((LocalGpu(0, "NVIDIA H200", "9.0", 141.0),), "580.0")
+TRT = {"tensorrt": "11.4.0.106", "tensorrt_rtx": None}
+
+
+def test_a_gpu_pool_needs_its_gpu_model_even_with_the_same_compute_capability():
+    refused = check_worker(FLEET, "gpu-h100", H200, {"tensorrt": "11.4.0.106"})
+    assert not refused.ok and "builds on NVIDIA H100 80GB HBM3 (cc 9.0); this machine has NVIDIA H200 (cc 9.0)" \
+        in refused.problems[0]
+    assert "NVIDIA H200 (cc 9.0)" in refused.found
+
+
+def test_every_toolchain_of_the_pool_must_be_installed_at_its_version():
+    partial = check_worker(FLEET, "gpu-h100", H100, TRT)  # the pool also has a TensorRT 10.13 target
+    assert len(partial.problems) == 1
+    assert "h100-trt10.13 needs tensorrt 10.13.3.9; installed: 11.4.0.106" in partial.problems[0]
+    assert partial.targets == ["h100-trt11.4", "h100-trt10.13"]
+
+
+def test_an_rtx_pool_accepts_a_cpu_only_machine_with_the_right_tensorrt_rtx():
+    assert check_worker(FLEET, "rtx-4090", NO_GPU, {"tensorrt_rtx": "1.7.1.116"}).ok
+    old = check_worker(FLEET, "rtx-4090", NO_GPU, {"tensorrt_rtx": "1.6.0.5"})
+    assert not old.ok and "needs tensorrt_rtx 1.7.1.116; installed: 1.6.0.5" in old.problems[0]
+
+
+def test_the_command_refuses_a_mismatched_pool_before_starting_prefect(tmp_path):
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path)}
+    cmd = [sys.executable, "-m", "trtfarm", "worker", "--targets-file", str(REPO / "gpu_targets.yaml")]
+    refused = subprocess.run(cmd + ["--pool", "gpu-h100", "--check-only"], capture_output=True, text=True, env=env)
+    assert refused.returncode == 3 and "refusing to serve pool 'gpu-h100'" in refused.stderr
+    ok = subprocess.run(cmd + ["--pool", "rtx-4090", "--check-only", "--json"], capture_output=True, text=True,
+                        env=env, check=True)
+    assert json.loads(ok.stdout)["ok"] is True
