@@ -73,7 +73,11 @@ def build(
 
 
 def _mode(mode: str | None) -> str | None:
-    modes = ("fp32", "fp16", "bf16", "int8", "fp8")
+    from typing import get_args
+
+    from trtfarm.precision.recipe import Mode
+
+    modes = get_args(Mode)
     if mode and mode not in modes:
         raise _fail(f"--precision {mode!r}: use one of {', '.join(modes)}")
     return mode

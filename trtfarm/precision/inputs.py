@@ -59,25 +59,38 @@ def _vocab_size(model: onnx.ModelProto, name: str) -> int:
     return 100
 
 
-def generate_inputs(model: onnx.ModelProto, samples: int = 64, seq: int = 64,
-                    seed: int = 0) -> dict[str, np.ndarray]:
-    """Inputs with realistic structure: padding masks with varied lengths, ids in the vocabulary, normal floats."""
+def inputs_for_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]],
+                      seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs of exactly these shapes with realistic structure.
+
+    One set of padding lengths per batch (so masks and ids agree): masks of varied lengths, ids in the vocabulary
+    and zero beyond each length, normal floats.
+    """
     rng = np.random.default_rng(seed)
-    spec = model_inputs(model)
-    lengths = rng.integers(max(1, seq // 8), seq + 1, samples)
+    two_d = next((s for s in shapes.values() if len(s) == 2), None)
+    lengths = rng.integers(max(1, two_d[1] // 8), two_d[1] + 1, two_d[0]) if two_d else None
     out = {}
-    for name, (dtype, dims) in spec.items():
-        shape = [samples if i == 0 else d if isinstance(d, int) and d > 0 else seq for i, d in enumerate(dims)]
-        if np.issubdtype(dtype, np.integer) and "mask" in name.lower() and len(shape) == 2:
+    for name, (dtype, _) in model_inputs(model).items():
+        shape = shapes[name]
+        padded = lengths is not None and len(shape) == 2 and shape == two_d
+        if np.issubdtype(dtype, np.integer) and "mask" in name.lower() and padded:
             out[name] = (np.arange(shape[1])[None, :] < lengths[:, None]).astype(dtype)
         elif np.issubdtype(dtype, np.integer):
             arr = rng.integers(0, _vocab_size(model, name), shape)
-            if len(shape) == 2:
+            if padded:
                 arr[np.arange(shape[1])[None, :] >= lengths[:, None]] = 0
             out[name] = arr.astype(dtype)
         else:
             out[name] = rng.standard_normal(shape).astype(dtype)
     return out
+
+
+def generate_inputs(model: onnx.ModelProto, samples: int = 64, seq: int = 64,
+                    seed: int = 0) -> dict[str, np.ndarray]:
+    """``samples`` rows of generated inputs, dynamic dimensions after the batch set to ``seq``."""
+    shapes = {name: [samples if i == 0 else d if isinstance(d, int) and d > 0 else seq for i, d in enumerate(dims)]
+              for name, (_, dims) in model_inputs(model).items()}
+    return inputs_for_shapes(model, shapes, seed)
 
 
 def batches(data: dict[str, np.ndarray], size: int = 16) -> list[dict[str, np.ndarray]]:

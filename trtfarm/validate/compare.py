@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 
 from trtfarm.precision.gate import OutputFigures, figure_failures, output_figures
-from trtfarm.precision.inputs import model_inputs
+from trtfarm.precision.inputs import inputs_for_shapes as generated_inputs
 from trtfarm.precision.recipe import Recipe
 from trtfarm.profiles import Profile
 
@@ -33,27 +33,10 @@ def fit_to_shape(data: np.ndarray, shape: list[int]) -> np.ndarray:
 
 def inputs_for_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]], seed: int = 0,
                       heldout: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-    """Inputs of exactly these shapes.
-
-    Held-out samples fitted to the shapes when given; otherwise generated ones (padding masks with varied lengths,
-    ids in the vocabulary, normal floats).
-    """
-    from trtfarm.precision.inputs import _vocab_size
-
+    """Held-out samples fitted to these shapes when given; otherwise generated inputs of exactly these shapes."""
     if heldout:
         return {name: fit_to_shape(heldout[name], shapes[name]) for name in shapes}
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, (dtype, _) in model_inputs(model).items():
-        shape = shapes[name]
-        lengths = rng.integers(max(1, shape[-1] // 4), shape[-1] + 1, shape[0]) if len(shape) == 2 else None
-        if np.issubdtype(dtype, np.integer) and "mask" in name.lower() and lengths is not None:
-            out[name] = (np.arange(shape[1])[None, :] < lengths[:, None]).astype(dtype)
-        elif np.issubdtype(dtype, np.integer):
-            out[name] = rng.integers(0, _vocab_size(model, name), shape).astype(dtype)
-        else:
-            out[name] = rng.standard_normal(shape).astype(dtype)
-    return out
+    return generated_inputs(model, shapes, seed)
 
 
 @dataclass
