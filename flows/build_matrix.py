@@ -1,47 +1,135 @@
-"""The ``build-matrix`` flow: resolve targets, skip what is up to date or not servable, build the rest, report."""
+"""The ``build-matrix`` flow: resolve models and targets, skip what is up to date, build the rest, report.
+
+Farm mode sends one child run per build onto its target's work pool (``tasks.farm``); local mode runs the same child
+flow in this process. Either way the outcomes are read back from the manifests the children published.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass, field
 
-from prefect import flow
+from prefect import flow, get_run_logger
+from prefect.runtime import flow_run
 
 from flows.build_target import build_target
 from flows.requests import MatrixRequest, TargetRequest
-from tasks.plan import convert_precision, plan_matrix, prepare_model, resolve_targets
+from tasks.farm import ChildRun, cancel_children, run_children
+from tasks.plan import convert_precision, fetch_model, find_exports, plan_matrix, prepare_model, resolve_targets
 from tasks.report import report_outcomes
-from trtfarm.build import TargetOutcome, triage
+from trtfarm.build import TargetOutcome, outcome_from_manifest, triage
 from trtfarm.buildspec import spec_for_model, spec_profiles
-from trtfarm.matrix import group_by_build
+from trtfarm.errors import UserInputError
+from trtfarm.matrix import TargetPlan, group_by_build
 from trtfarm.precision import GateFailed
 from trtfarm.profiles import Profile
+from trtfarm.publish import read_manifest
+from trtfarm.registry import ExportRef
+from trtfarm.release import release_note
 from trtfarm.store import open_store
 
 
-@flow(name="build-matrix")
-def build_matrix(request: MatrixRequest) -> list[dict]:
-    """Build one model for the fleet; returns one ``{target, status, reason, manifest, ...}`` per target."""
-    spec, _ = spec_for_model(Path(request.model_path))
+@dataclass
+class ModelRun:
+    """One model of the run: its plans, finished outcomes, and the child builds still to run."""
+
+    name: str
+    plans: list[TargetPlan] = field(default_factory=list)
+    outcomes: dict[str, TargetOutcome] = field(default_factory=dict)
+    children: list[tuple[list[TargetPlan], TargetRequest]] = field(default_factory=list)
+
+
+def _farm_mode(request: MatrixRequest) -> bool:
+    if request.dispatch == "auto":
+        return flow_run.get_deployment_id() is not None
+    return request.dispatch == "farm"
+
+
+def _plan_model(request: MatrixRequest, export: ExportRef, farm: bool) -> ModelRun:
+    """Fetch, convert and plan one model; the children it needs (nothing is built here)."""
+    if farm and "://" not in export.uri:
+        raise UserInputError(f"{export.uri}: a farm run builds registered models or export URIs that every worker "
+                             "can read. Fix: `trtfarm models push FOLDER` and run with its name")
+    path = fetch_model(export)
+    spec, _ = spec_for_model(path)
     profile_texts = request.profiles or [{n: r.text() for n, r in p.root.items()}
-                                         for p in spec_profiles(Path(request.model_path), spec)[0]]
+                                         for p in spec_profiles(path, spec)[0]]
     profiles = [Profile.model_validate(p) for p in profile_texts]
     targets = resolve_targets(request.targets_file, request.targets or spec.targets)
-    model = prepare_model(request.model_path, request.name or spec.name)
+    model = prepare_model(str(path), request.name or export.name or spec.name,
+                          export.uri if "://" in export.uri else None)
+    run = ModelRun(model.name)
     try:
         model = convert_precision(request.store, model, request.precision)
     except GateFailed as failed:  # the recipe is refused: no target of this model is built
-        rows = [TargetOutcome(t.id, "failed", str(failed)) for t in targets]
-        report_outcomes(model.name, rows)
-        return [r.to_json() for r in rows]
-    plans = plan_matrix(model, targets, profiles)
-    outcomes, todo = triage(open_store(request.store), plans)
-    for group in group_by_build(todo):
-        child = TargetRequest(model_path=str(model.path), name=model.name, targets=[p.target.id for p in group],
-                              build_digest=group[0].build_digest, profiles=profile_texts, store=request.store,
-                              precision=request.precision,
-                              targets_file=request.targets_file)
-        for row in build_target(child):
-            outcomes[row["target"]] = TargetOutcome(**row)
-    ordered = [outcomes[p.target.id] for p in plans]
-    report_outcomes(model.name, ordered, request.store)
-    return [o.to_json() for o in ordered]
+        run.outcomes = {t.id: TargetOutcome(t.id, "failed", str(failed)) for t in targets}
+        run.plans = []
+        return run
+    run.plans = plan_matrix(model, targets, profiles, farm)
+    run.outcomes, todo = triage(open_store(request.store), run.plans, request.force)
+    for group in group_by_build(todo, by_pool=farm):
+        child = TargetRequest(model=export.uri if farm else str(model.path), name=model.name,
+                              targets=[p.target.id for p in group], build_digest=group[0].build_digest,
+                              profiles=profile_texts, precision=request.precision, force=request.force,
+                              store=request.store, targets_file=request.targets_file)
+        run.children.append((group, child))
+    return run
+
+
+def _read_back(store_uri: str, run: ModelRun, group: list[TargetPlan], child: ChildRun) -> None:
+    """The group's outcomes from the manifests its child published; the child's message where there is none."""
+    store = open_store(store_uri)
+    for plan in group:
+        manifest = read_manifest(store, plan.manifest_key)
+        if manifest is not None:
+            notes = [f"shares the {plan.target.compat_class} build of {group[0].target.id}"] if plan is not group[0] \
+                else []
+            if child.flow_run_id != "local":
+                notes.append(f"built on {plan.target.gpu.pool} by child run {child.flow_run_id}"
+                             + (" (resubmitted once after a crash)" if child.attempts > 1 else ""))
+            outcome = outcome_from_manifest(store, plan, manifest, status="built", reason="; ".join(notes))
+            outcome.release = release_note(store, plan.manifest_key, manifest, plan.target.release_on)
+            run.outcomes[plan.target.id] = outcome
+        else:
+            why = child.message or f"child run ended {child.state} without publishing"
+            run.outcomes[plan.target.id] = TargetOutcome(plan.target.id, "failed", why)
+
+
+def _run_locally(request: TargetRequest) -> ChildRun:
+    try:
+        build_target(request)
+    except Exception as err:  # the child's own verdict (e.g. a model the parser rejects), as a farm parent sees it
+        return ChildRun("local", "FAILED", str(err), 1)
+    return ChildRun("local", "COMPLETED", "", 1)
+
+
+async def _cancel_children_hook(flow, run, state) -> None:
+    await cancel_children(run.id, f"parent build-matrix run {run.id} was cancelled")
+
+
+@flow(name="build-matrix", on_cancellation=[_cancel_children_hook], on_crashed=[_cancel_children_hook])
+async def build_matrix(request: MatrixRequest) -> list[dict]:
+    """Build models for the fleet; returns one ``{model, target, status, reason, manifest, ...}`` per target."""
+    request.check_targets()  # an unknown target fails the run before any work
+    farm = _farm_mode(request)
+    logger = get_run_logger()
+    exports = find_exports(request.store, request.model)
+    logger.info("%s mode: %d model(s): %s", "farm" if farm else "local", len(exports),
+                ", ".join(e.name or e.uri for e in exports))
+    runs = [_plan_model(request, e, farm) for e in exports]
+    jobs = [(run, group, child) for run in runs for group, child in run.children]
+    if farm:
+        parent = str(flow_run.get_id())
+        keyed = [(g[0].target.gpu.pool, c, f"{parent}:{g[0].build_digest[:16]}:{g[0].target.gpu.pool}")
+                 for _, g, c in jobs]
+        results = await run_children(keyed, request.child_timeout_s)
+    else:
+        results = [_run_locally(c) for _, _, c in jobs]
+    for (run, group, _), child in zip(jobs, results, strict=True):
+        _read_back(request.store, run, group, child)
+    rows = []
+    for run in runs:
+        ordered = [run.outcomes[p.target.id] for p in run.plans] or list(run.outcomes.values())
+        report_outcomes(run.name, ordered, request.store)
+        rows += [{"model": run.name, **o.to_json()} for o in ordered]
+    return rows
+

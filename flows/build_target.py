@@ -1,4 +1,8 @@
-"""The ``build-target`` flow: build one plan on a worker of its target, publish it, report the outcome."""
+"""The ``build-target`` flow: build one plan on a worker of its target, publish it, report the outcome.
+
+A farm deploys it once per work pool (``build-target/<pool>``). It fails (with every target's reason in its state
+message) when any target failed, so the parent reads the verdict from the run's state and the plans from the store.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,14 @@ from prefect import flow, get_run_logger
 
 from flows.requests import TargetRequest
 from tasks.build import build_and_publish
-from tasks.plan import convert_precision, plan_matrix, prepare_model, resolve_targets
-from trtfarm.build import TargetOutcome
-from trtfarm.errors import UserInputError
+from tasks.plan import convert_precision, fetch_model, plan_matrix, prepare_model, resolve_targets
+from trtfarm.errors import TrtfarmError, UserInputError
 from trtfarm.profiles import Profile
+from trtfarm.registry import ExportRef
+
+
+class BuildFailed(TrtfarmError):
+    """At least one target of this child failed; the message carries each reason."""
 
 
 @flow(name="build-target")
@@ -18,14 +26,22 @@ def build_target(request: TargetRequest) -> list[dict]:
     logger = get_run_logger()
     profiles = [Profile.model_validate(p) for p in request.profiles]
     targets = resolve_targets(request.targets_file, request.targets)
-    model = convert_precision(request.store, prepare_model(request.model_path, request.name), request.precision)
+    path = fetch_model(ExportRef(request.model, request.name))
+    model = prepare_model(str(path), request.name, request.model if "://" in request.model else None)
+    model = convert_precision(request.store, model, request.precision)
     group = plan_matrix(model, targets, profiles)
     if {p.build_digest for p in group} != {request.build_digest}:
         raise UserInputError(f"build digest drifted: expected {request.build_digest[:12]}, this worker computes "
                              f"{sorted(p.build_digest[:12] for p in group)} (different fleet file or model bytes?)")
+    if unservable := [f"{p.target.id}: {p.skip_reason}" for p in group if p.skip_reason]:
+        raise UserInputError("this worker cannot build " + "; ".join(unservable) + " (start it with `trtfarm "
+                             "worker --pool`, which checks the machine first)")
     try:
         outcomes = build_and_publish(request.store, model, group, profiles)
     except Exception as err:  # user errors and exhausted infrastructure retries: this target failed, others go on
         logger.error("%s failed: %s", ", ".join(request.targets), err)
-        outcomes = [TargetOutcome(t, "failed", str(err)) for t in request.targets]
+        raise BuildFailed(f"{', '.join(request.targets)}: {err}") from err
+    failed = [f"{o.target}: {o.reason}" for o in outcomes if o.status == "failed"]
+    if failed:
+        raise BuildFailed("; ".join(failed))
     return [o.to_json() for o in outcomes]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -94,6 +95,6 @@ def run_local_build(model: Path, *, name: str | None, profile_args: list[str], p
             return lambda n: bars.advance(task, n)
 
         progress.install(lambda t: _RichBuild(bars, t), upload)
-        request = MatrixRequest(model_path=str(model), name=resolved_name, targets=targets, profiles=profiles,
-                                store=store, targets_file=targets_file, precision=precision)
-        return build_matrix(request)
+        request = MatrixRequest(model=str(model), name=resolved_name, targets=targets, profiles=profiles,
+                                store=store, targets_file=targets_file, precision=precision, dispatch="local")
+        return asyncio.run(build_matrix(request))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from prefect import task
@@ -12,6 +15,7 @@ from trtfarm.fleet import ResolvedTarget, load_fleet, select_targets
 from trtfarm.identity import model_name_from_path
 from trtfarm.matrix import ModelSource, TargetPlan, local_capabilities, model_source, plan_targets, with_precision
 from trtfarm.profiles import Profile
+from trtfarm.registry import ExportRef, fetch_export, latest_exports, resolve_model
 from trtfarm.store import open_store
 
 
@@ -22,15 +26,35 @@ def resolve_targets(targets_file: str, ids: list[str]) -> list[ResolvedTarget]:
 
 
 @task(cache_policy=NO_CACHE)
-def prepare_model(path: str, name: str | None) -> ModelSource:
-    """Check the ONNX and compute its digests."""
-    return model_source(Path(path), name or model_name_from_path(Path(path)))
+def prepare_model(path: str, name: str | None, source_uri: str | None = None) -> ModelSource:
+    """Check the ONNX and compute its digests (``source_uri``: the export it was fetched from)."""
+    model = model_source(Path(path), name or model_name_from_path(Path(path)))
+    return replace(model, source_uri=f"{source_uri}/model.onnx") if source_uri else model
 
 
 @task(cache_policy=NO_CACHE)
-def plan_matrix(model: ModelSource, targets: list[ResolvedTarget], profiles: list[Profile]) -> list[TargetPlan]:
-    """Every target's build digest, key, and whether this machine serves it."""
-    return plan_targets(model, model.plan_digest, targets, profiles, local_capabilities())
+def plan_matrix(model: ModelSource, targets: list[ResolvedTarget], profiles: list[Profile],
+                farm: bool = False) -> list[TargetPlan]:
+    """Every target's build digest and key; in local mode also whether this machine serves it."""
+    return plan_targets(model, model.plan_digest, targets, profiles, None if farm else local_capabilities())
+
+
+@task(cache_policy=NO_CACHE)
+def find_exports(store_uri: str, model: str | None) -> list[ExportRef]:
+    """The exports a run builds: the named one, or the latest export of every registered model."""
+    if model and "://" not in model and Path(model).is_file():
+        return [ExportRef(str(Path(model)), "")]
+    store = open_store(store_uri)
+    return [resolve_model(store, model)] if model else latest_exports(store)
+
+
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5)
+def fetch_model(export: ExportRef) -> Path:
+    """A local copy of the export folder (checked against export.json); a local ONNX path is used as it is."""
+    if "://" not in export.uri:
+        return Path(export.uri)
+    key = hashlib.sha256(export.uri.encode()).hexdigest()[:16]
+    return fetch_export(export, Path(tempfile.gettempdir()) / "trtfarm" / "exports" / key)
 
 
 @task(cache_policy=NO_CACHE)

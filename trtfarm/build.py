@@ -238,15 +238,19 @@ def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], p
             up = upload_progress(plan.target.id) if upload_progress else None
             pub = publish_plan(store, plan.prefix, result.plan_path, manifest_for, up)
             shared = "" if plan is lead else f"shares the {plan.target.compat_class} build of {lead.target.id}"
-            failed = [f"{k}: {c.detail}" for k, c in pub.manifest.verification if c.status == "failed"]
-            note = shared if pub.created else "published concurrently by another worker"
-            outcomes.append(TargetOutcome(
-                plan.target.id, "failed" if failed else "built",
-                f"published for diagnosis, not released: {'; '.join(failed)}" if failed else note,
-                store.url(pub.manifest_key), pub.manifest.build.wall_s, pub.manifest.plan.bytes,
-                {k: v.status for k, v in pub.manifest.verification},
-                release_if_allowed(store, pub.manifest_key, pub.manifest, plan.target.release_on, run_id)))
+            note = shared if pub.created else _already_published_note(pub.manifest, result)
+            outcome = outcome_from_manifest(store, plan, pub.manifest, status="built", reason=note)
+            outcome.release = release_if_allowed(store, pub.manifest_key, pub.manifest, plan.target.release_on, run_id)
+            outcomes.append(outcome)
     return outcomes
+
+
+def _already_published_note(published: Manifest, result: BuildResult) -> str:
+    """A rebuild (forced, or racing another worker) found a manifest: say whether our plan matched it."""
+    same = sha256_file(result.plan_path) == published.plan.sha256
+    return ("already published (by a concurrent worker or an earlier run); this rebuild's plan is byte-identical"
+            if same else "already published; this rebuild's plan bytes differ (the published plan is kept: "
+            "builds that time tactics are not bit-reproducible)")
 
 
 def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, release_on: str,
@@ -260,21 +264,30 @@ def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, rele
     return f"released: {pointer_key(manifest)}"
 
 
-def outcome_from_manifest(store: Store, plan: TargetPlan, manifest: Manifest) -> TargetOutcome:
-    """An up-to-date target: its manifest already exists."""
-    return TargetOutcome(plan.target.id, "up-to-date", f"build {plan.build_digest[:12]} already published",
-                         store.url(plan.manifest_key), manifest.build.wall_s, manifest.plan.bytes,
-                         {k: v.status for k, v in manifest.verification})
+def outcome_from_manifest(store: Store, plan: TargetPlan, manifest: Manifest, status: Status = "up-to-date",
+                          reason: str | None = None) -> TargetOutcome:
+    """A target whose manifest exists: up to date, or just built (failed when a verification failed)."""
+    failed = [f"{k}: {c.detail}" for k, c in manifest.verification if c.status == "failed"]
+    if failed:
+        status, reason = "failed", f"published for diagnosis, not released: {'; '.join(failed)}"
+    elif reason is None:
+        reason = f"build {plan.build_digest[:12]} already published"
+    return TargetOutcome(plan.target.id, status, reason, store.url(plan.manifest_key), manifest.build.wall_s,
+                         manifest.plan.bytes, {k: v.status for k, v in manifest.verification})
 
 
-def triage(store: Store, plans: Sequence[TargetPlan]) -> tuple[dict[str, TargetOutcome], list[TargetPlan]]:
-    """Split a run into finished outcomes (skipped, up to date) and the plans that still need a build."""
+def triage(store: Store, plans: Sequence[TargetPlan],
+           force: bool = False) -> tuple[dict[str, TargetOutcome], list[TargetPlan]]:
+    """Split a run into finished outcomes (skipped, up to date) and the plans that still need a build.
+
+    ``force`` rebuilds published targets too (their manifests are kept: see ``build_group``).
+    """
     done: dict[str, TargetOutcome] = {}
     todo = []
     for p in plans:
         if p.skip_reason:
             done[p.target.id] = TargetOutcome(p.target.id, "skipped", p.skip_reason)
-        elif (existing := read_manifest(store, p.manifest_key)) is not None:
+        elif not force and (existing := read_manifest(store, p.manifest_key)) is not None:
             done[p.target.id] = outcome_from_manifest(store, p, existing)
         else:
             todo.append(p)

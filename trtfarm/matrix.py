@@ -123,21 +123,29 @@ class TargetPlan:
 
 
 def plan_targets(model: ModelSource, converted_digest: str, targets: Sequence[ResolvedTarget],
-                 profiles: Sequence[Profile], caps: Capabilities) -> list[TargetPlan]:
-    """Compute every target's build digest and plan key (keyed on its compatibility class)."""
+                 profiles: Sequence[Profile], caps: Capabilities | None) -> list[TargetPlan]:
+    """Compute every target's build digest and plan key (keyed on its compatibility class).
+
+    ``caps`` is this machine's (local mode: targets it cannot serve are skipped); None in farm mode, where each target
+    goes to its pool's workers and they check themselves.
+    """
     plans = []
     for t in targets:
         digest = build_digest(converted_onnx_digest=converted_digest, profiles=profiles_json(profiles),
                               settings=t.settings.model_dump(mode="json"), flavour=t.toolchain.flavour.value,
                               toolchain_version=t.toolchain.version, compat_class=t.compat_class)
         prefix = plan_prefix(model.name, model.onnx_digest, t.gpu_key, t.toolchain_label, digest)
-        plans.append(TargetPlan(t, digest, prefix, serve_check(t, caps)))
+        plans.append(TargetPlan(t, digest, prefix, serve_check(t, caps) if caps else None))
     return plans
 
 
-def group_by_build(plans: Sequence[TargetPlan]) -> list[list[TargetPlan]]:
-    """Targets that share a build digest (one compatibility class) are built once: group them, order kept."""
-    groups: dict[str, list[TargetPlan]] = {}
+def group_by_build(plans: Sequence[TargetPlan], by_pool: bool = False) -> list[list[TargetPlan]]:
+    """Targets that share a build digest (one compatibility class) are built once: group them, order kept.
+
+    ``by_pool`` (farm mode) splits a group by work pool too: each pool builds the class once on its own workers, so
+    every target's plan is built and checked on a worker of its own GPU model.
+    """
+    groups: dict[tuple[str, str], list[TargetPlan]] = {}
     for p in plans:
-        groups.setdefault(p.build_digest, []).append(p)
+        groups.setdefault((p.build_digest, p.target.gpu.pool if by_pool else ""), []).append(p)
     return list(groups.values())

@@ -136,6 +136,18 @@ def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: st
     raise ReleaseRefused(f"{key}: {max_attempts} concurrent writers in a row; try again")
 
 
+def release_note(store: Store, manifest_key: str, m: Manifest, release_on: str) -> str:
+    """Say whether the release pointer points at this manifest, and if not, why (read back after a build)."""
+    key = pointer_key(m)
+    current, _ = read_pointer(store, key)
+    if current and current.manifest == manifest_key:
+        return f"released: {key}"
+    blocker = policy_blocker(m, release_on)
+    if blocker:
+        return f"not released: {blocker}"
+    return f"not released: {key} points at {current.manifest if current else 'nothing'}"
+
+
 def list_pointers(store: Store, model: str | None = None) -> list[ReleasePointer]:
     """Every release pointer (of one model)."""
     out = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from flows.build_matrix import build_matrix
@@ -16,8 +18,8 @@ pytestmark = pytest.mark.integration
 
 
 def run(onnx, fleet_file, store, **kw):
-    return {r["target"]: r for r in build_matrix(MatrixRequest(model_path=str(onnx), store=store,
-                                                               targets_file=str(fleet_file), **kw))}
+    request = MatrixRequest(model=str(onnx), store=store, targets_file=str(fleet_file), dispatch="local", **kw)
+    return {r["target"]: r for r in asyncio.run(build_matrix(request))}
 
 
 def test_builds_every_rtx_target_once_per_class_then_everything_is_up_to_date(

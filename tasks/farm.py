@@ -1,0 +1,99 @@
+"""Farm dispatch: one child run per build on its target's work pool, waited for by events, never half-done.
+
+Each child is ``run_deployment("build-target/<pool>")`` with an idempotency key (parent run, build digest, pool,
+attempt), so a retried parent finds its children instead of starting new ones. The parent waits for each child's final
+state (event-driven), cancels a child that overruns its timeout, and resubmits a crashed child once (a crash is the
+infrastructure: the process was killed, the machine went away; a failure is the build's own verdict and is final).
+What a child built is read back from the store's manifests, not from Prefect results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from uuid import UUID
+
+from prefect import get_client, get_run_logger
+from prefect.client.schemas.filters import (
+    FlowRunFilter,
+    FlowRunFilterParentFlowRunId,
+    FlowRunFilterState,
+    FlowRunFilterStateType,
+)
+from prefect.client.schemas.objects import StateType
+from prefect.deployments import run_deployment
+from prefect.exceptions import FlowRunWaitTimeout
+from prefect.flow_runs import wait_for_flow_run
+from prefect.states import Cancelling
+
+from flows.requests import TargetRequest
+
+CHILD_FLOW = "build-target"
+
+
+def child_deployment(pool: str) -> str:
+    """The build-target deployment of a work pool (prefect.yaml names one per pool after the pool)."""
+    return f"{CHILD_FLOW}/{pool}"
+
+
+@dataclass(frozen=True)
+class ChildRun:
+    """How a child build run ended: its final state, the message, and how many submissions it took."""
+
+    flow_run_id: str
+    state: str
+    message: str
+    attempts: int
+
+    @property
+    def completed(self) -> bool:
+        """True when the child finished without error."""
+        return self.state == StateType.COMPLETED.value
+
+
+async def cancel_run(flow_run_id: UUID | str, why: str) -> None:
+    """Ask the child's worker to stop it (Cancelling -> the worker kills the process -> Cancelled)."""
+    async with get_client() as client:
+        await client.set_flow_run_state(UUID(str(flow_run_id)), Cancelling(message=why), force=True)
+
+
+async def run_child(pool: str, request: TargetRequest, key: str, timeout_s: int) -> ChildRun:
+    """Submit one child build on ``pool`` and wait for it; resubmit once if it crashes."""
+    logger = get_run_logger()
+    for attempt in (1, 2):
+        run = await run_deployment(child_deployment(pool), parameters={"request": request.model_dump(mode="json")},
+                                   timeout=0, idempotency_key=f"{key}:{attempt}",
+                                   flow_run_name=f"{request.name}-{'+'.join(request.targets)}-{attempt}")
+        try:
+            final = await wait_for_flow_run(run.id, timeout=timeout_s)
+        except FlowRunWaitTimeout:
+            why = f"no result within {timeout_s} s (child_timeout_s); child run {run.id} cancelled"
+            await cancel_run(run.id, why)
+            return ChildRun(str(run.id), "TIMED_OUT", why, attempt)
+        except asyncio.CancelledError:  # the parent is being cancelled: take the child down with it
+            await asyncio.shield(cancel_run(run.id, "parent run cancelled"))
+            raise
+        state = final.state
+        if state is not None and state.is_crashed() and attempt == 1:
+            logger.warning("child %s on %s crashed (%s); resubmitting once", run.id, pool, state.message)
+            continue
+        return ChildRun(str(run.id), state.type.value if state else "UNKNOWN", (state.message or "") if state else "",
+                        attempt)
+    raise AssertionError("unreachable")
+
+
+async def run_children(jobs: list[tuple[str, TargetRequest, str]], timeout_s: int) -> list[ChildRun]:
+    """Run every ``(pool, request, idempotency key)`` child concurrently; results in the same order."""
+    return list(await asyncio.gather(*(run_child(pool, req, key, timeout_s) for pool, req, key in jobs)))
+
+
+async def cancel_children(parent_flow_run_id: UUID | str, why: str) -> int:
+    """Cancel the unfinished child runs of a parent (the cancellation hook of build-matrix); returns how many."""
+    live = [StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING, StateType.PAUSED]
+    async with get_client() as client:
+        runs = await client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[UUID(str(parent_flow_run_id))]),
+            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=live))))
+    for run in runs:
+        await cancel_run(run.id, why)
+    return len(runs)
