@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from prefect import flow, get_run_logger
-from prefect.runtime import flow_run
+from prefect.runtime import deployment, flow_run
 
 from flows.build_target import build_target
 from flows.requests import MatrixRequest, TargetRequest
@@ -40,7 +40,7 @@ class ModelRun:
 
 def _farm_mode(request: MatrixRequest) -> bool:
     if request.dispatch == "auto":
-        return flow_run.get_deployment_id() is not None
+        return deployment.id is not None
     return request.dispatch == "farm"
 
 

@@ -233,4 +233,4 @@ def main() -> None:
         sys.exit(2)
 
 
-from trtfarm import cli_ops  # noqa: E402,F401 - registers cache, release, pull, verify and gc on `app`
+from trtfarm import cli_farm, cli_ops  # noqa: E402,F401 - register their commands on `app`

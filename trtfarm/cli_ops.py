@@ -280,35 +280,3 @@ def report(ref: str = typer.Argument(..., help="a run id (reports/<model>/<run>/
                       ("[red]REGRESSION[/] " if r.regressed else "") + (r.changes or r.reason))
     out.print(table)
     out.print(f"report: {path}", highlight=False)
-
-
-@app.command()
-def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve (one per GPU model)"),
-           check_only: bool = typer.Option(False, "--check-only", help="check this machine against POOL, then exit"),
-           name: str = typer.Option(None, "--name", help="worker name"),
-           targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
-    """Check the local GPU and toolchains against POOL's targets; only then start a Prefect worker on it."""
-    import os
-
-    from trtfarm.fleet import load_fleet
-    from trtfarm.matrix import local_capabilities
-    from trtfarm.workers import check_worker
-
-    try:
-        caps = local_capabilities()
-        result = check_worker(load_fleet(_targets_file(targets_file)), pool, caps.gpus, caps.versions)
-    except TrtfarmError as e:
-        raise _fail(str(e)) from e
-    if as_json:
-        print(json.dumps({"pool": pool, "ok": result.ok, "found": result.found, "needs": result.needs,
-                          "targets": result.targets, "problems": result.problems}, indent=2))
-    else:
-        out.print(f"pool {pool}: needs {result.needs}\nthis machine: {result.found}", highlight=False)
-    if not result.ok:
-        raise _fail("refusing to serve pool {!r}:\n  - {}".format(pool, "\n  - ".join(result.problems)), code=3)
-    if check_only:
-        return
-    argv = ["prefect", "worker", "start", "--pool", pool, "--type", "process", "--no-create-pool-if-not-found",
-            *(["--name", name] if name else [])]
-    env = {**os.environ, "PREFECT_WORKER_QUERY_SECONDS": os.environ.get("PREFECT_WORKER_QUERY_SECONDS", "1")}
-    os.execvpe(argv[0], argv, env)  # the checked process becomes the worker (signals go straight to Prefect)

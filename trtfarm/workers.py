@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from trtfarm.fleet import Flavour, Fleet, select_targets
 from trtfarm.gpu import GpuScan
+from trtfarm.pools import CONTROL_POOL
 from trtfarm.toolchain.flavour import INSTALL_HINT
 from trtfarm.toolchain.header import version_matches
 
@@ -34,8 +35,10 @@ class WorkerCheck:
 def check_worker(fleet: Fleet, pool: str, gpus: GpuScan, versions: dict[str, str | None]) -> WorkerCheck:
     """Can this machine (``gpus``, importable toolchain ``versions``) serve ``pool``?"""
     targets = [t for t in select_targets(fleet) if t.gpu.pool == pool]
-    pools = sorted({g.pool for g in fleet.gpus.values()})
+    pools = sorted({g.pool for g in fleet.gpus.values()} | {CONTROL_POOL})
     found = f"{gpus.describe()}; toolchains: " + (", ".join(f"{k} {v}" for k, v in versions.items() if v) or "none")
+    if pool == CONTROL_POOL:  # parent runs only plan, dispatch and report: any machine with trtfarm will do
+        return WorkerCheck(pool, found, "any machine (runs build-matrix parent flows; builds nothing)")
     if not targets:
         return WorkerCheck(pool, found, "-", problems=[f"no target uses pool {pool!r}; pools: {pools}"])
     gpu = targets[0].gpu

@@ -1,0 +1,28 @@
+"""Start a build-matrix run on the farm and, if asked, wait for it and read its outcomes from the store."""
+
+from __future__ import annotations
+
+import json
+
+from prefect.deployments import run_deployment
+from prefect.flow_runs import wait_for_flow_run
+
+from flows.requests import MatrixRequest
+from trtfarm.store import open_store
+
+
+async def submit_matrix(deployment: str, request: MatrixRequest, wait: bool) -> tuple[str, str, list[dict]]:
+    """``(flow run id, state, outcome rows)``; rows come from the run's reports in the store."""
+    run = await run_deployment(deployment, parameters={"request": request.model_dump(mode="json",
+                                                                                     exclude_defaults=True)},
+                               timeout=0, as_subflow=False)
+    if not wait:
+        return str(run.id), run.state.type.value if run.state else "SCHEDULED", []
+    final = await wait_for_flow_run(run.id, timeout=None)
+    store = open_store(request.store)
+    rows = []
+    for key in store.list("reports/"):
+        parts = key.split("/")
+        if len(parts) == 4 and parts[2] == str(run.id) and parts[3] == "outcomes.json":
+            rows += [{"model": parts[1], **r} for r in json.loads(store.get(key).data)]
+    return str(run.id), final.state.type.value if final.state else "UNKNOWN", rows

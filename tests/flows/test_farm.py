@@ -1,0 +1,178 @@
+"""The farm for real: a `prefect server` on 127.0.0.1, pools from the fleet, deployments from prefect.yaml, one
+`trtfarm worker` process per pool, moto's S3 server as the store, and real TensorRT-RTX builds in the children."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+
+import pytest
+
+from trtfarm.identity import sha256_file
+from trtfarm.publish import read_manifest
+from trtfarm.store import open_store
+
+from ..conftest import REPO
+from ..farm_server import Farm, processes_of_flow_run
+
+pytestmark = pytest.mark.integration
+
+FOUR_RTX_TARGETS_TWO_POOLS = """\
+version: 1
+toolchains:
+  rtx-1.7: {flavour: tensorrt_rtx, version: "1.7.1.116"}
+gpus:
+  rtx-4090: {nvml_name: "NVIDIA GeForce RTX 4090", compute_capability: "8.9", memory_gib: 24, pool: rtx-4090, count: 2}
+  rtx-4080: {nvml_name: "NVIDIA GeForce RTX 4080", compute_capability: "8.9", memory_gib: 16, pool: rtx-4090, count: 1}
+  rtx-5090: {nvml_name: "NVIDIA GeForce RTX 5090", compute_capability: "12.0", memory_gib: 32, pool: rtx-5090, count: 2}
+  rtx-5080: {nvml_name: "NVIDIA GeForce RTX 5080", compute_capability: "12.0", memory_gib: 16, pool: rtx-5090}
+targets:
+  - {id: rtx4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7, release_on: built}
+  - {id: rtx4080-rtx1.7, gpu: rtx-4080, toolchain: rtx-1.7, release_on: built}
+  - {id: rtx5090-rtx1.7, gpu: rtx-5090, toolchain: rtx-1.7, release_on: built}
+  - {id: rtx5080-rtx1.7, gpu: rtx-5080, toolchain: rtx-1.7, release_on: built}
+"""
+POOL = {"rtx4090-rtx1.7": "rtx-4090", "rtx4080-rtx1.7": "rtx-4090", "rtx5090-rtx1.7": "rtx-5090",
+        "rtx5080-rtx1.7": "rtx-5090"}
+
+
+@pytest.fixture(scope="module")
+def farm(tmp_path_factory, s3_endpoint):
+    """Server, pools, deployments and three workers (control + two GPU pools), shared by this module's tests."""
+    import boto3
+
+    home = tmp_path_factory.mktemp("farm")
+    fleet = home / "gpu_targets.yaml"
+    fleet.write_text(FOUR_RTX_TARGETS_TWO_POOLS)
+    bucket = f"farm-{uuid.uuid4().hex[:8]}"
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    f = Farm(home, {"TRTFARM_STORE": f"s3://{bucket}/store", "TRTFARM_TARGETS": str(fleet)})
+    try:
+        f.start_server()
+        f.synced = f.trtfarm_json("pools", "sync")
+        f.deploy("build-matrix", "rtx-4090", "rtx-5090")
+        for pool in ("trtfarm-control", "rtx-4090", "rtx-5090"):
+            f.start_worker(pool)
+        yield f
+    finally:
+        f.stop()
+
+
+@pytest.fixture(scope="module")
+def client(farm):
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: farm.api}), get_client(sync_client=True) as c:
+        yield c
+
+
+def _child_runs(client):
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+
+    return client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["build-target"])))
+
+
+def _kill_first_child_mid_build(client, deadline: float) -> str:
+    """SIGKILL the process of the first child run whose build task is running; returns the child's run id."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    while time.monotonic() < deadline:
+        running = [r for r in _child_runs(client) if r.state and r.state.is_running()]
+        for run in running:
+            tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))
+            if any(t.name.startswith("build_and_publish") and t.state and t.state.is_running() for t in tasks):
+                pids = processes_of_flow_run(str(run.id))
+                if pids:
+                    for pid in pids:
+                        os.kill(pid, signal.SIGKILL)
+                    return str(run.id)
+        time.sleep(0.05)
+    raise AssertionError("no child reached its build in time")
+
+
+def test_pools_sync_made_one_pool_per_gpu_pool_with_its_gpu_count(farm):
+    assert {(r["pool"], r["declared"], r["action"]) for r in farm.synced} == {
+        ("rtx-4090", "process, limit 3", "create"), ("rtx-5090", "process, limit 3", "create"),
+        ("trtfarm-control", "process, limit 2", "create")}
+    again = farm.trtfarm("pools", "sync", "--check", "--json")
+    assert {r["action"] for r in json.loads(again.stdout)} == {"ok"} and again.returncode == 0
+
+
+def test_a_matrix_over_two_pools_survives_a_killed_child_then_builds_nothing(farm, client, example_dir):
+    pushed = farm.trtfarm_json("models", "push", str(example_dir))
+    started = farm.trtfarm_json("farm", "run", "encoder")
+    killed = _kill_first_child_mid_build(client, time.monotonic() + 180)
+
+    deadline = time.monotonic() + 300
+    while not (parent := client.read_flow_run(started["flow_run_id"])).state.is_final():
+        assert time.monotonic() < deadline, farm.log("worker-trtfarm-control")[-4000:]
+        time.sleep(0.5)
+    assert parent.state.is_completed(), parent.state.message
+
+    children = {str(r.id): r for r in _child_runs(client)}
+    assert children[killed].state.is_crashed()
+    resubmitted = [r for r in children.values() if r.name.endswith("-2")]
+    assert len(resubmitted) == 1 and resubmitted[0].state.is_completed()
+    assert len(children) == 3  # one per pool, plus the resubmission
+
+    store = open_store(os.environ.get("TRTFARM_STORE") or farm.env["TRTFARM_STORE"])
+    outcomes_key = next(k for k in store.list("reports/encoder/") if started["flow_run_id"] in k
+                        and k.endswith("outcomes.json"))
+    rows = {r["target"]: r for r in json.loads(store.get(outcomes_key).data)}
+    assert {t: r["status"] for t, r in rows.items()} == dict.fromkeys(POOL, "built")
+    for target, row in rows.items():
+        m = read_manifest(store, row["manifest"].split(f"{store.uri}/", 1)[1])
+        child = children[m.build.flow_run_id]
+        assert child.work_pool_name == POOL[target], f"{target} built on {child.work_pool_name}"
+        assert m.model.source_uri == f"{pushed['uri']}/model.onnx"
+        assert row["release"].startswith("released: releases/encoder/")
+
+    # no partial plan or manifest: every plan folder holds exactly a plan and its manifest, and they agree
+    prefixes: dict[str, set[str]] = {}
+    for key in store.list("plans/"):
+        prefixes.setdefault(key.rsplit("/", 1)[0], set()).add(key.rsplit("/", 1)[1])
+    assert len(prefixes) == 4 and all(files == {"model.plan", "manifest.json"} for files in prefixes.values())
+    for prefix in prefixes:
+        m = read_manifest(store, f"{prefix}/manifest.json")
+        store.download_file(f"{prefix}/model.plan", farm.home / "check.plan", sha256=m.plan.sha256)
+        assert sha256_file(farm.home / "check.plan") == m.plan.sha256
+    import boto3
+
+    bucket = store.uri.split("/")[2]
+    assert not boto3.client("s3").list_multipart_uploads(Bucket=bucket).get("Uploads")
+
+    rerun = farm.trtfarm_json("farm", "run", "encoder", "--wait")
+    assert rerun["state"] == "COMPLETED"
+    assert {r["status"] for r in rerun["outcomes"]} == {"up-to-date"} and len(rerun["outcomes"]) == 4
+    assert len(_child_runs(client)) == 3  # nothing was dispatched
+
+
+def test_a_worker_for_a_pool_its_machine_does_not_match_refuses_to_start(farm, client):
+    refused = farm.run([sys.executable, "-m", "trtfarm", "worker", "--pool", "gpu-h100", "--targets-file",
+                        str(REPO / "gpu_targets.yaml")], check=False)
+    assert refused.returncode == 3
+    assert "refusing to serve pool 'gpu-h100'" in refused.stderr and "NVIDIA H100 80GB HBM3" in refused.stderr
+    unknown = farm.run([sys.executable, "-m", "trtfarm", "worker", "--pool", "gpu-a100"], check=False)
+    assert unknown.returncode == 3 and "no target uses pool 'gpu-a100'" in unknown.stderr
+    assert {w.name for w in client.read_workers_for_work_pool("rtx-4090")} == {"test-rtx-4090"}
+
+
+def test_invalid_parameters_are_rejected_before_any_run_starts(farm, client):
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    before = len(client.read_flow_runs())
+    with temporary_settings({PREFECT_API_URL: farm.api}):
+        for bad in ({"precision": "fp17"}, {"targets": ["h100-trt99"]}):
+            with pytest.raises(Exception, match="[Vv]alidation|fp17|h100-trt99"):
+                run_deployment("build-matrix/build-matrix", parameters={"request": {"model": "encoder", **bad}},
+                               timeout=0)
+    cli = farm.trtfarm("farm", "run", "encoder", "--target", "h100-trt99", check=False)
+    assert cli.returncode == 2 and "unknown target(s) ['h100-trt99']" in cli.stderr and "rtx4090-rtx1.7" in cli.stderr
+    assert len(client.read_flow_runs()) == before
+

@@ -1,0 +1,162 @@
+"""Farm commands: ``worker``, ``pools sync``, ``models push|ls`` and ``farm run``. Registered on the main app.
+
+Prefect is imported inside the commands that talk to a server, through ``tasks/`` (the core stays Prefect-free).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from trtfarm.cli import JSON_OPT, STORE_OPT, TARGETS_OPT, _fail, _store_uri, _targets_file, app, out
+from trtfarm.errors import TrtfarmError
+
+pools_app = typer.Typer(no_args_is_help=True, help="Work pools on the Prefect server: one per GPU model.")
+models_app = typer.Typer(no_args_is_help=True, help="The model registry in the store (what nightly runs build).")
+farm_app = typer.Typer(no_args_is_help=True, help="Start build-matrix runs on a farm's Prefect server.")
+app.add_typer(pools_app, name="pools")
+app.add_typer(models_app, name="models")
+app.add_typer(farm_app, name="farm")
+
+
+def project_root() -> Path:
+    """The checkout the flows' entrypoints are relative to (``$TRTFARM_HOME``, else where trtfarm is installed from)."""
+    return Path(os.environ.get("TRTFARM_HOME") or Path(__file__).resolve().parent.parent)
+
+
+@app.command()
+def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve (one per GPU model)"),
+           check_only: bool = typer.Option(False, "--check-only", help="check this machine against POOL, then exit"),
+           name: str = typer.Option(None, "--name", help="worker name"),
+           targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
+    """Check the local GPU and toolchains against POOL's targets; only then start a Prefect worker on it."""
+    from trtfarm.fleet import load_fleet
+    from trtfarm.matrix import local_capabilities
+    from trtfarm.workers import check_worker
+
+    try:
+        caps = local_capabilities()
+        result = check_worker(load_fleet(_targets_file(targets_file)), pool, caps.gpus, caps.versions)
+    except TrtfarmError as e:
+        raise _fail(str(e)) from e
+    if as_json:
+        print(json.dumps({"pool": pool, "ok": result.ok, "found": result.found, "needs": result.needs,
+                          "targets": result.targets, "problems": result.problems}, indent=2))
+    else:
+        out.print(f"pool {pool}: needs {result.needs}\nthis machine: {result.found}", highlight=False)
+    if not result.ok:
+        raise _fail("refusing to serve pool {!r}:\n  - {}".format(pool, "\n  - ".join(result.problems)), code=3)
+    if check_only:
+        return
+    argv = [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process",
+            "--no-create-pool-if-not-found", *(["--name", name] if name else [])]
+    env = {**os.environ, "PREFECT_WORKER_QUERY_SECONDS": os.environ.get("PREFECT_WORKER_QUERY_SECONDS", "1"),
+           "TRTFARM_HOME": str(project_root()), "TRTFARM_TARGETS": str(Path(_targets_file(targets_file)).resolve())}
+    os.execve(argv[0], argv, env)  # the checked process becomes the worker (signals go straight to Prefect)
+
+
+@pools_app.command("sync")
+def pools_sync(targets_file: Path = TARGETS_OPT,
+               check: bool = typer.Option(False, "--check", help="only report drift; exit 1 when there is some"),
+               worker_type: str = typer.Option("process", "--type", help="worker type of new pools (process, "
+                                               "docker, kubernetes)"),
+               control_limit: int = typer.Option(2, "--control-limit", min=1, help="concurrent build-matrix runs"),
+               as_json: bool = JSON_OPT) -> None:
+    """Create or update one work pool per GPU model (limit = its GPU count) and the control pool; report drift."""
+    from trtfarm.fleet import load_fleet
+    from trtfarm.pools import desired_pools
+
+    try:
+        desired = desired_pools(load_fleet(_targets_file(targets_file)), worker_type, control_limit)
+    except TrtfarmError as e:
+        raise _fail(str(e)) from e
+    from tasks.pools import sync_work_pools
+
+    try:
+        drift = asyncio.run(sync_work_pools(desired, apply=not check))
+    except Exception as e:  # httpx.ConnectError and friends: the server is the problem, say which one
+        api = os.environ.get("PREFECT_API_URL") or "(no PREFECT_API_URL: an ephemeral server)"
+        raise _fail(f"cannot sync pools with the Prefect server at {api}: {type(e).__name__}: {e}") from e
+    if as_json:
+        print(json.dumps([{"pool": d.pool, "declared": d.declared, "on_server": d.on_server, "action": d.action}
+                          for d in drift], indent=2))
+    else:
+        table = Table("pool", "declared", "on server", "check" if check else "action")
+        for d in drift:
+            table.add_row(d.pool, d.declared, d.on_server, ("[yellow]" if d.changes else "") + d.action)
+        out.print(table)
+    if check and any(d.changes for d in drift):
+        raise typer.Exit(1)
+
+
+@models_app.command("push")
+def models_push(folder: Path = typer.Argument(..., help="export folder: model.onnx + farm.yaml [+ calib.npz, "
+                                              "heldout.npz, shapes.jsonl]"),
+                name: str = typer.Option(None, "--name", help="model name (default: farm.yaml's, else the folder)"),
+                store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
+    """Register a model export in the store; the next nightly run builds it."""
+    from trtfarm.registry import register_export
+    from trtfarm.store import open_store
+
+    try:
+        ref = register_export(open_store(_store_uri(store)), folder, name)
+    except TrtfarmError as e:
+        raise _fail(str(e)) from e
+    if as_json:
+        print(json.dumps(ref.to_json()))
+    else:
+        out.print(f"registered {ref.name} export {ref.export_id}: {ref.uri}", highlight=False)
+
+
+@models_app.command("ls")
+def models_ls(store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
+    """Every registered model and its latest export."""
+    from trtfarm.registry import latest_exports
+    from trtfarm.store import open_store
+
+    refs = latest_exports(open_store(_store_uri(store)))
+    if as_json:
+        print(json.dumps([r.to_json() for r in refs], indent=2))
+        return
+    table = Table("model", "latest export", "uri")
+    for r in refs:
+        table.add_row(r.name, r.export_id or "", r.uri)
+    out.print(table)
+
+
+@farm_app.command("run")
+def farm_run(model: str = typer.Argument(None, help="registered model, name@export_id or export URI (default: "
+                                         "every registered model)"),
+             target: list[str] = typer.Option([], "--target", help="target id (repeatable; default: all)"),
+             precision: str = typer.Option(None, "--precision", help="fp32 | fp16 | bf16 | int8 | fp8"),
+             force: bool = typer.Option(False, "--force", help="rebuild published targets"),
+             wait: bool = typer.Option(False, "--wait", help="wait for the run and print its outcomes"),
+             deployment: str = typer.Option("build-matrix/build-matrix", "--deployment"),
+             store: str = STORE_OPT, targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
+    """Start a build-matrix run on the farm (as the Prefect UI does); bad parameters are refused before it starts."""
+    from flows.requests import MatrixRequest
+    from tasks.submit import submit_matrix
+
+    try:
+        request = MatrixRequest(model=model, targets=target, precision=precision, force=force,
+                                store=_store_uri(store), targets_file=_targets_file(targets_file))
+        request.check_targets()
+        run_id, state, rows = asyncio.run(submit_matrix(deployment, request, wait))
+    except TrtfarmError as e:
+        raise _fail(str(e)) from e
+    except ValueError as e:  # pydantic: an unknown precision and the like
+        raise _fail(f"invalid parameters: {e}") from e
+    if as_json:
+        print(json.dumps({"flow_run_id": run_id, "state": state, "outcomes": rows}, indent=2))
+    else:
+        out.print(f"build-matrix run {run_id}: {state}", highlight=False)
+        for r in rows:
+            out.print(f"  {r['model']} {r['target']}: {r['status']} {r['reason']}", highlight=False)
+    if wait and state != "COMPLETED":
+        raise typer.Exit(1)

@@ -1,0 +1,83 @@
+"""Work pools from the fleet: one pool per GPU model, its concurrency limit the GPU count declared for it.
+
+``desired_pools`` reads gpu_targets.yaml; ``pool_drift`` compares that with what the Prefect server has (plain data
+handed in by the caller, so this module stays free of Prefect). The control pool runs the parent build-matrix flows
+on any CPU machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trtfarm.fleet import Fleet
+
+CONTROL_POOL = "trtfarm-control"
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """A work pool the fleet needs."""
+
+    name: str
+    type: str
+    concurrency_limit: int
+    gpus: tuple[str, ...]
+    description: str
+
+
+@dataclass(frozen=True)
+class PoolState:
+    """A work pool as the server has it."""
+
+    name: str
+    type: str
+    concurrency_limit: int | None
+
+
+@dataclass(frozen=True)
+class PoolDrift:
+    """One line of ``trtfarm pools sync``: what differs and what sync does (or would do) about it."""
+
+    pool: str
+    declared: str
+    on_server: str
+    action: str  # create | update | ok | recreate by hand | not in fleet
+
+    @property
+    def changes(self) -> bool:
+        """True when the server does not match the fleet."""
+        return self.action not in ("ok", "not in fleet")
+
+
+def desired_pools(fleet: Fleet, worker_type: str = "process", control_limit: int = 2) -> list[PoolSpec]:
+    """One pool per GPU model (GPUs sharing a pool add up), plus the control pool."""
+    counts: dict[str, list[str]] = {}
+    for key, gpu in fleet.gpus.items():
+        counts.setdefault(gpu.pool, []).append(key)
+    used = {fleet.gpus[t.gpu].pool for t in fleet.targets}
+    pools = [PoolSpec(name, worker_type, sum(fleet.gpus[k].count for k in keys), tuple(keys),
+                      f"trtfarm builds for {', '.join(fleet.gpus[k].nvml_name for k in keys)}")
+             for name, keys in sorted(counts.items()) if name in used]
+    return [*pools, PoolSpec(CONTROL_POOL, worker_type, control_limit, (), "trtfarm build-matrix parent runs")]
+
+
+def pool_drift(desired: list[PoolSpec], server: list[PoolState]) -> list[PoolDrift]:
+    """Compare the fleet's pools with the server's; pools the fleet does not name are reported, never touched."""
+    have = {p.name: p for p in server}
+    rows = []
+    for want in desired:
+        declared = f"{want.type}, limit {want.concurrency_limit}"
+        got = have.get(want.name)
+        if got is None:
+            rows.append(PoolDrift(want.name, declared, "missing", "create"))
+            continue
+        on_server = f"{got.type}, limit {got.concurrency_limit if got.concurrency_limit is not None else 'none'}"
+        if got.type != want.type:
+            action = "recreate by hand"  # Prefect cannot change a pool's type
+        else:
+            action = "ok" if got.concurrency_limit == want.concurrency_limit else "update"
+        rows.append(PoolDrift(want.name, declared, on_server, action))
+    named = {w.name for w in desired}
+    rows += [PoolDrift(p.name, "-", f"{p.type}, limit {p.concurrency_limit}", "not in fleet")
+             for p in server if p.name not in named and not p.name.startswith("prefect")]
+    return rows
