@@ -80,18 +80,21 @@ def _read_back(store_uri: str, run: ModelRun, group: list[TargetPlan], child: Ch
     store = open_store(store_uri)
     for plan in group:
         manifest = read_manifest(store, plan.manifest_key)
-        if manifest is not None:
+        if manifest is not None and child.completed:
             notes = [f"shares the {plan.target.compat_class} build of {group[0].target.id}"] if plan is not group[0] \
                 else []
             if child.flow_run_id != "local":
                 notes.append(f"built on {plan.target.gpu.pool} by child run {child.flow_run_id}"
                              + (" (resubmitted once after a crash)" if child.attempts > 1 else ""))
+                if manifest.build.flow_run_id not in (None, child.flow_run_id):
+                    notes.append(f"rebuilt; the manifest published by run {manifest.build.flow_run_id} is kept")
             outcome = outcome_from_manifest(store, plan, manifest, status="built", reason="; ".join(notes))
             outcome.release = release_note(store, plan.manifest_key, manifest, plan.target.release_on)
             run.outcomes[plan.target.id] = outcome
-        else:
+        else:  # the child's verdict; a manifest there is for diagnosis or from an earlier build (force)
             why = child.message or f"child run ended {child.state} without publishing"
-            run.outcomes[plan.target.id] = TargetOutcome(plan.target.id, "failed", why)
+            run.outcomes[plan.target.id] = TargetOutcome(plan.target.id, "failed", why,
+                                                         store.url(plan.manifest_key) if manifest else None)
 
 
 def _run_locally(request: TargetRequest) -> ChildRun:

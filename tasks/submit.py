@@ -11,18 +11,21 @@ from flows.requests import MatrixRequest
 from trtfarm.store import open_store
 
 
-async def submit_matrix(deployment: str, request: MatrixRequest, wait: bool) -> tuple[str, str, list[dict]]:
-    """``(flow run id, state, outcome rows)``; rows come from the run's reports in the store."""
-    run = await run_deployment(deployment, parameters={"request": request.model_dump(mode="json",
-                                                                                     exclude_defaults=True)},
+async def submit_matrix(deployment: str, request: MatrixRequest, wait: bool) -> tuple[str, str, str, list[dict]]:
+    """``(flow run id, state, state message, outcome rows)``; rows come from the run's reports in the store.
+
+    Only the fields set on ``request`` are sent: the rest take the farm's defaults (the workers' environment).
+    """
+    run = await run_deployment(deployment, parameters={"request": request.model_dump(mode="json", exclude_unset=True)},
                                timeout=0, as_subflow=False)
     if not wait:
-        return str(run.id), run.state.type.value if run.state else "SCHEDULED", []
+        return str(run.id), run.state.type.value if run.state else "SCHEDULED", "", []
     final = await wait_for_flow_run(run.id, timeout=None)
-    store = open_store(request.store)
+    store = open_store(request.store)  # yours (--store / $TRTFARM_STORE) must be the farm's to read its reports
     rows = []
     for key in store.list("reports/"):
         parts = key.split("/")
         if len(parts) == 4 and parts[2] == str(run.id) and parts[3] == "outcomes.json":
             rows += [{"model": parts[1], **r} for r in json.loads(store.get(key).data)]
-    return str(run.id), final.state.type.value if final.state else "UNKNOWN", rows
+    state = final.state
+    return str(run.id), state.type.value if state else "UNKNOWN", (state.message or "") if state else "", rows

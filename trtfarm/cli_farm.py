@@ -14,7 +14,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from trtfarm.cli import JSON_OPT, STORE_OPT, TARGETS_OPT, _fail, _store_uri, _targets_file, app, out
+from trtfarm.cli import JSON_OPT, STORE_OPT, TARGETS_OPT, _fail, _store_uri, _targets_file, app, err, out
 from trtfarm.errors import TrtfarmError
 
 pools_app = typer.Typer(no_args_is_help=True, help="Work pools on the Prefect server: one per GPU model.")
@@ -67,15 +67,18 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
                worker_type: str = typer.Option("process", "--type", help="worker type of new pools (process, "
                                                "docker, kubernetes)"),
                control_limit: int = typer.Option(2, "--control-limit", min=1, help="concurrent build-matrix runs"),
+               prefect_file: Path = typer.Option(Path("prefect.yaml"), "--prefect-file",
+                                                 help="deployments to check against the pools"),
                as_json: bool = JSON_OPT) -> None:
     """Create or update one work pool per GPU model (limit = its GPU count) and the control pool; report drift."""
     from trtfarm.fleet import load_fleet
-    from trtfarm.pools import desired_pools
+    from trtfarm.pools import deployment_drift, desired_pools
 
     try:
         desired = desired_pools(load_fleet(_targets_file(targets_file)), worker_type, control_limit)
     except TrtfarmError as e:
         raise _fail(str(e)) from e
+    missing = deployment_drift(prefect_file, desired) if prefect_file.is_file() else []
     from tasks.pools import sync_work_pools
 
     try:
@@ -91,7 +94,9 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
         for d in drift:
             table.add_row(d.pool, d.declared, d.on_server, ("[yellow]" if d.changes else "") + d.action)
         out.print(table)
-    if check and any(d.changes for d in drift):
+    for problem in missing:
+        err.print(f"[yellow]drift:[/] {problem}", highlight=False, soft_wrap=True)
+    if check and (missing or any(d.changes for d in drift)):
         raise typer.Exit(1)
 
 
@@ -137,6 +142,8 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
              precision: str = typer.Option(None, "--precision", help="fp32 | fp16 | bf16 | int8 | fp8"),
              force: bool = typer.Option(False, "--force", help="rebuild published targets"),
              wait: bool = typer.Option(False, "--wait", help="wait for the run and print its outcomes"),
+             child_timeout: int = typer.Option(None, "--child-timeout", min=10,
+                                               help="cancel a child build that runs longer (seconds)"),
              deployment: str = typer.Option("build-matrix/build-matrix", "--deployment"),
              store: str = STORE_OPT, targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
     """Start a build-matrix run on the farm (as the Prefect UI does); bad parameters are refused before it starts."""
@@ -144,18 +151,19 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
     from tasks.submit import submit_matrix
 
     try:
-        request = MatrixRequest(model=model, targets=target, precision=precision, force=force,
-                                store=_store_uri(store), targets_file=_targets_file(targets_file))
+        given = {"model": model, "targets": target, "precision": precision, "force": force or None, "store": store,
+                 "targets_file": str(targets_file) if targets_file else None, "child_timeout_s": child_timeout}
+        request = MatrixRequest(**{k: v for k, v in given.items() if v not in (None, [])})
         request.check_targets()
-        run_id, state, rows = asyncio.run(submit_matrix(deployment, request, wait))
+        run_id, state, message, rows = asyncio.run(submit_matrix(deployment, request, wait))
     except TrtfarmError as e:
         raise _fail(str(e)) from e
     except ValueError as e:  # pydantic: an unknown precision and the like
         raise _fail(f"invalid parameters: {e}") from e
     if as_json:
-        print(json.dumps({"flow_run_id": run_id, "state": state, "outcomes": rows}, indent=2))
+        print(json.dumps({"flow_run_id": run_id, "state": state, "message": message, "outcomes": rows}, indent=2))
     else:
-        out.print(f"build-matrix run {run_id}: {state}", highlight=False)
+        out.print(f"build-matrix run {run_id}: {state}" + (f" ({message})" if message else ""), highlight=False)
         for r in rows:
             out.print(f"  {r['model']} {r['target']}: {r['status']} {r['reason']}", highlight=False)
     if wait and state != "COMPLETED":

@@ -8,6 +8,7 @@ on any CPU machine.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from trtfarm.fleet import Fleet
 
@@ -81,3 +82,25 @@ def pool_drift(desired: list[PoolSpec], server: list[PoolState]) -> list[PoolDri
     rows += [PoolDrift(p.name, "-", f"{p.type}, limit {p.concurrency_limit}", "not in fleet")
              for p in server if p.name not in named and not p.name.startswith("prefect")]
     return rows
+
+
+BUILD_TARGET_ENTRYPOINT = "flows/build_target.py:build_target"
+BUILD_MATRIX_ENTRYPOINT = "flows/build_matrix.py:build_matrix"
+
+
+def deployment_drift(prefect_yaml: Path, desired: list[PoolSpec]) -> list[str]:
+    """What prefect.yaml lacks: a ``build-target`` deployment named after each GPU pool, and build-matrix."""
+    import yaml
+
+    doc = yaml.safe_load(Path(prefect_yaml).read_text()) or {}
+    have = {(d.get("entrypoint"), d.get("name"), (d.get("work_pool") or {}).get("name"))
+            for d in doc.get("deployments") or []}
+    problems = []
+    for pool in desired:
+        if pool.name == CONTROL_POOL:
+            if not any(e == BUILD_MATRIX_ENTRYPOINT and p == CONTROL_POOL for e, _, p in have):
+                problems.append(f"{prefect_yaml}: no build-matrix deployment on work pool {CONTROL_POOL!r}")
+        elif (BUILD_TARGET_ENTRYPOINT, pool.name, pool.name) not in have:
+            problems.append(f"{prefect_yaml}: pool {pool.name!r} has no build-target deployment; add "
+                            f"`- {{<<: *build_target, name: {pool.name}, work_pool: {{name: {pool.name}}}}}`")
+    return problems

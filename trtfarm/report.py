@@ -33,6 +33,7 @@ class ReportRow:
     plan_mib: float | None = None
     changes: str = ""
     regressed: bool = False
+    manifest: str = ""
 
 
 def _key(store: Store, url: str | None) -> str | None:
@@ -54,6 +55,7 @@ def row_for(store: Store, outcome: dict) -> ReportRow:
     row = ReportRow(outcome["target"], outcome["status"], outcome.get("reason", "").splitlines()[0]
                     if outcome.get("reason") else "")
     key = _key(store, outcome.get("manifest"))
+    row.manifest = outcome.get("manifest") or ""
     m = read_manifest(store, key) if key else None
     if m is None:
         return row
@@ -79,14 +81,15 @@ def render_markdown(title: str, rows: list[ReportRow], charts: list[str]) -> str
         return format(v, spec) if v is not None else "–"
 
     lines = [f"# {title}", "", f"Generated {datetime.now(timezone.utc).isoformat(timespec='seconds')}.", "",
-             "| target | status | engine | accuracy | p50 ms | p99 ms | memory MiB | build s | plan MiB | changes |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| target | status | engine | accuracy | p50 ms | p99 ms | memory MiB | build s | plan MiB | changes | "
+             "manifest |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         status = f"**{r.status}**" if r.status == "failed" else r.status
         changes = ("⚠️ " if r.regressed else "") + (r.changes or r.reason)
+        link = f"[manifest.json]({r.manifest})" if r.manifest else "–"
         lines.append(f"| {r.target} | {status} | {r.engine} | {r.accuracy} | {fmt(r.p50_ms, '.3f')} | "
                      f"{fmt(r.p99_ms, '.3f')} | {fmt(r.memory_mib, '.1f')} | {fmt(r.build_s, '.2f')} | "
-                     f"{fmt(r.plan_mib, '.2f')} | {changes} |")
+                     f"{fmt(r.plan_mib, '.2f')} | {changes} | {link} |")
     flagged = [r for r in rows if r.regressed]
     lines += ["", f"**Regressions: {len(flagged)}**" + ("".join(f"\n- {r.target}: {r.changes}" for r in flagged)
                                                         if flagged else " — none.")]

@@ -176,3 +176,39 @@ def test_invalid_parameters_are_rejected_before_any_run_starts(farm, client):
     assert cli.returncode == 2 and "unknown target(s) ['h100-trt99']" in cli.stderr and "rtx4090-rtx1.7" in cli.stderr
     assert len(client.read_flow_runs()) == before
 
+
+
+def _wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (value := predicate()):
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_an_overdue_child_is_cancelled_and_cancelling_the_parent_cancels_its_children(farm, client):
+    from prefect.states import Cancelling
+
+    worker = farm.procs["worker-rtx-5090"]  # this pool loses its only worker: its children never start
+    os.killpg(worker.pid, signal.SIGKILL)
+    worker.wait()
+    timed = farm.trtfarm_json("farm", "run", "encoder", "--force", "--child-timeout", "10", "--wait")
+    rows = {r["target"]: r for r in timed["outcomes"]}
+    assert {t: rows[t]["status"] for t in POOL} == {"rtx4090-rtx1.7": "built", "rtx4080-rtx1.7": "built",
+                                                    "rtx5090-rtx1.7": "failed", "rtx5080-rtx1.7": "failed"}
+    assert "rebuilt; the manifest published by run" in rows["rtx4090-rtx1.7"]["reason"]
+    assert "no result within 10 s (child_timeout_s)" in rows["rtx5090-rtx1.7"]["reason"]
+    overdue = [r for r in _child_runs(client) if r.work_pool_name == "rtx-5090" and r.parent_task_run_id
+               and str(client.read_task_run(r.parent_task_run_id).flow_run_id) == timed["flow_run_id"]]
+    assert len(overdue) == 1 and overdue[0].state.type.value in ("CANCELLING", "CANCELLED")
+
+    started = farm.trtfarm_json("farm", "run", "encoder", "--force")
+    def children_of_started():
+        return [r for r in _child_runs(client) if r.work_pool_name == "rtx-5090" and r.state.is_scheduled()
+                and str(client.read_task_run(r.parent_task_run_id).flow_run_id) == started["flow_run_id"]]
+
+    child = _wait_for(children_of_started, 120, "the parent to dispatch its children")[0]
+    client.set_flow_run_state(started["flow_run_id"], Cancelling(message="test cancels the parent"), force=True)
+    _wait_for(lambda: client.read_flow_run(child.id).state.type.value in ("CANCELLING", "CANCELLED"), 60,
+              "the cancellation to reach the child")
