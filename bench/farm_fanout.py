@@ -1,0 +1,125 @@
+"""Farm fan-out: overhead and efficiency of build-matrix over real workers, against the builds themselves.
+
+Starts a real farm on 127.0.0.1 (the integration tests' harness: `prefect server`, `trtfarm pools sync`, prefect.yaml
+deployments, one `trtfarm worker` per pool, moto's S3 server), registers MODELS exports of the example encoder and
+runs one nightly-style build-matrix over 4 TensorRT-RTX targets on 2 pools. Then reads, from Prefect and the
+manifests: the farm's wall time, each child's run time, and each build's own time.
+
+- efficiency = sum of build times / (wall time x build workers): the share of the workers' time spent building;
+- overhead per child = (child run time - its build time): process start, imports, fetch, digest, publish.
+
+    python bench/farm_fanout.py [--models 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+FARM_YAML = "name: {name}\nprecision: fp32\nprofiles:\n  - input_ids: 1x16:16x128:32x512\n" \
+            "    attention_mask: 1x16:16x128:32x512\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", type=int, default=4)
+    args = parser.parse_args()
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from examples.encoder import make_model
+    from tests.farm_server import Farm
+    from tests.flows.test_farm import FOUR_RTX_TARGETS_TWO_POOLS
+    from trtfarm.publish import read_manifest
+    from trtfarm.store import open_store
+
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    moto.start()
+    host, port = moto.get_host_and_port()
+    aws = {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": f"http://{host}:{port}"}
+    os.environ.update(aws)
+    bucket = f"fanout-{uuid.uuid4().hex[:6]}"
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    console = Console()
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        fleet = home / "gpu_targets.yaml"
+        fleet.write_text(FOUR_RTX_TARGETS_TWO_POOLS)
+        store_uri = f"s3://{bucket}/store"
+        farm = Farm(home, {**aws, "TRTFARM_STORE": store_uri, "TRTFARM_TARGETS": str(fleet),
+                           "PREFECT_LOGGING_LEVEL": "WARNING"})
+        try:
+            farm.start_server()
+            farm.trtfarm("pools", "sync")
+            farm.deploy("build-matrix", "rtx-4090", "rtx-5090")
+            for pool in ("trtfarm-control", "rtx-4090", "rtx-5090"):
+                farm.start_worker(pool)
+            for i in range(args.models):
+                folder = home / f"m{i}"
+                folder.mkdir()
+                (folder / "model.onnx").write_bytes(make_model.encoder_model(50 + i).SerializeToString(
+                    deterministic=True))
+                (folder / "farm.yaml").write_text(FARM_YAML.format(name=f"enc{i}"))
+                farm.trtfarm("models", "push", str(folder))
+            t = time.perf_counter()
+            result = json.loads(farm.trtfarm("farm", "run", "--wait", "--json").stdout)
+            wall = time.perf_counter() - t
+            t = time.perf_counter()
+            again = json.loads(farm.trtfarm("farm", "run", "--wait", "--json").stdout)
+            rerun = time.perf_counter() - t
+            children = child_runs(farm.api)
+        finally:
+            farm.stop()
+            moto.stop()
+        store = open_store(store_uri)
+        built = [r for r in result["outcomes"] if r["status"] == "built"]
+        builds = {}
+        for r in built:
+            m = read_manifest(store, r["manifest"].split(f"{store.uri}/", 1)[1])
+            builds[m.build.flow_run_id] = m.build.wall_s  # one build per child, published for its group
+    build_sum = sum(builds.values())
+    child_sum = sum(children.values())
+    table = Table(title=f"farm fan-out: {args.models} models x 4 RTX targets, 2 pools x 1 worker, "
+                        "2-core machine, moto S3, SQLite")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    rows = [("targets built", f"{len(built)} of {len(result['outcomes'])} (state {result['state']})"),
+            ("child runs (one per model x pool)", str(len(children))),
+            ("farm wall time, submit to report", f"{wall:.1f} s"),
+            ("sum of build times (TensorRT-RTX)", f"{build_sum:.2f} s"),
+            ("sum of child run times", f"{child_sum:.1f} s"),
+            ("overhead per child (run - build)", f"{(child_sum - build_sum) / max(len(children), 1):.2f} s"),
+            ("efficiency: builds / (wall x 2 workers)", f"{100 * build_sum / (wall * 2):.1f} %"),
+            ("rerun, everything up to date", f"{rerun:.1f} s ({len(again['outcomes'])} targets, "
+                                              f"{sorted({r['status'] for r in again['outcomes']})})")]
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
+def child_runs(api: str) -> dict[str, float]:
+    """build-target runs and their durations (start to end), from the server."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: api}), get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["build-target"])))
+    return {str(r.id): (r.end_time - r.start_time).total_seconds() for r in runs if r.start_time and r.end_time}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""The nightly run when every target is up to date: 100 registered models x 10 targets, nothing to build.
+
+Setup (not timed): moto's S3 server on 127.0.0.1, a 10-GPU TensorRT-RTX fleet, MODELS registered exports of the
+example encoder (different weights each), each built once and published for all 10 targets. Timed:
+
+- `core`: the same decision without Prefect (list the registry, fetch each export, digest it, plan the targets,
+  look up 10 manifests per model), the floor for any orchestrator;
+- `nightly`: the build-matrix flow in farm mode on Prefect (a fresh test API), as the schedule runs it: it must
+  dispatch nothing and report every target up to date.
+
+    python bench/nightly_up_to_date.py [--models 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+GPUS = [("rtx-3060", "NVIDIA GeForce RTX 3060", "8.6"), ("rtx-3070", "NVIDIA GeForce RTX 3070", "8.6"),
+        ("rtx-3080", "NVIDIA GeForce RTX 3080", "8.6"), ("rtx-3090", "NVIDIA GeForce RTX 3090", "8.6"),
+        ("rtx-4070", "NVIDIA GeForce RTX 4070", "8.9"), ("rtx-4080", "NVIDIA GeForce RTX 4080", "8.9"),
+        ("rtx-4090", "NVIDIA GeForce RTX 4090", "8.9"), ("rtx-5070", "NVIDIA GeForce RTX 5070", "12.0"),
+        ("rtx-5080", "NVIDIA GeForce RTX 5080", "12.0"), ("rtx-5090", "NVIDIA GeForce RTX 5090", "12.0")]
+FARM_YAML = "name: {name}\nprecision: fp32\nprofiles:\n  - input_ids: 1x16:16x128:32x512\n" \
+            "    attention_mask: 1x16:16x128:32x512\n"
+
+
+def fleet_yaml() -> str:
+    gpus = "".join(f'  {k}: {{nvml_name: "{n}", compute_capability: "{cc}", memory_gib: 24, pool: {k}}}\n'
+                   for k, n, cc in GPUS)
+    targets = "".join(f"  - {{id: {k}-rtx1.7, gpu: {k}, toolchain: rtx-1.7, release_on: built}}\n"
+                      for k, _, _ in GPUS)
+    return f'version: 1\ntoolchains:\n  rtx-1.7: {{flavour: tensorrt_rtx, version: "1.7.1.116"}}\ngpus:\n{gpus}' \
+           f"targets:\n{targets}"
+
+
+def seed_store(store_uri: str, fleet: Path, models: int, work: Path) -> None:
+    """Register ``models`` exports and publish every target of each (one RTX build per model)."""
+    from examples.encoder import make_model
+    from trtfarm.build import build_group
+    from trtfarm.buildspec import spec_for_model, spec_precision, spec_profiles
+    from trtfarm.fleet import load_fleet, select_targets
+    from trtfarm.matrix import group_by_build, model_source, plan_targets, with_precision
+    from trtfarm.registry import register_export
+    from trtfarm.store import open_store
+
+    store = open_store(store_uri)
+    targets = select_targets(load_fleet(fleet))
+    for i in range(models):
+        folder = work / f"model{i:03d}"
+        folder.mkdir(parents=True)
+        (folder / "model.onnx").write_bytes(make_model.encoder_model(1000 + i).SerializeToString(deterministic=True))
+        (folder / "farm.yaml").write_text(FARM_YAML.format(name=f"enc{i:03d}"))
+        register_export(store, folder)
+        spec, _ = spec_for_model(folder / "model.onnx")
+        recipe, calib, heldout = spec_precision(folder / "model.onnx", spec)
+        model = with_precision(store, model_source(folder / "model.onnx", spec.name), recipe, calib, heldout)
+        profiles = spec_profiles(folder / "model.onnx", spec)[0]
+        for group in group_by_build(plan_targets(model, model.plan_digest, targets, profiles, None)):
+            build_group(store, model, group, profiles)
+        print(f"\rseeded {i + 1}/{models} models", end="", flush=True)
+    print()
+
+
+def core_decision(store_uri: str, fleet: Path) -> tuple[int, int]:
+    """Everything the nightly decides, with no orchestrator: (models, targets to build)."""
+    from trtfarm.build import triage
+    from trtfarm.buildspec import spec_for_model, spec_precision, spec_profiles
+    from trtfarm.fleet import load_fleet, select_targets
+    from trtfarm.matrix import model_source, plan_targets, with_precision
+    from trtfarm.registry import fetch_export, latest_exports
+    from trtfarm.store import open_store
+
+    store = open_store(store_uri)
+    targets = select_targets(load_fleet(fleet))
+    todo_total = 0
+    exports = latest_exports(store)
+    with tempfile.TemporaryDirectory() as tmp:
+        for ref in exports:
+            path = fetch_export(ref, Path(tmp) / ref.name)
+            spec, _ = spec_for_model(path)
+            recipe, calib, heldout = spec_precision(path, spec)
+            model = with_precision(store, model_source(path, ref.name), recipe, calib, heldout)
+            plans = plan_targets(model, model.plan_digest, targets, spec_profiles(path, spec)[0], None)
+            todo_total += len(triage(store, plans)[1])
+    return len(exports), todo_total
+
+
+def nightly(store_uri: str, fleet: Path) -> list[dict]:
+    from flows.build_matrix import build_matrix
+    from flows.requests import MatrixRequest
+
+    return asyncio.run(build_matrix(MatrixRequest(store=store_uri, targets_file=str(fleet), dispatch="farm")))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", type=int, default=100)
+    args = parser.parse_args()
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    os.environ.update({"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1",
+                       "AWS_ENDPOINT_URL": f"http://{host}:{port}", "PREFECT_LOGGING_LEVEL": "WARNING"})
+    boto3.client("s3").create_bucket(Bucket="nightly")
+    store = "s3://nightly/farm"
+    console = Console()
+    with tempfile.TemporaryDirectory() as tmp:
+        fleet = Path(tmp) / "gpu_targets.yaml"
+        fleet.write_text(fleet_yaml())
+        t = time.perf_counter()
+        seed_store(store, fleet, args.models, Path(tmp) / "exports")
+        console.print(f"setup: {args.models} models x {len(GPUS)} targets published in {time.perf_counter() - t:.1f} s")
+        t = time.perf_counter()
+        n_models, todo = core_decision(store, fleet)
+        core_s = time.perf_counter() - t
+        assert todo == 0, f"{todo} targets not up to date after seeding"
+        from prefect.testing.utilities import prefect_test_harness
+
+        with prefect_test_harness(server_startup_timeout=120):
+            runs = []
+            for _ in range(2):
+                t = time.perf_counter()
+                rows = nightly(store, fleet)
+                runs.append(time.perf_counter() - t)
+                assert len(rows) == n_models * len(GPUS) and {r["status"] for r in rows} == {"up-to-date"}, \
+                    {r["status"] for r in rows}
+    server.stop()
+    table = Table(title=f"nightly run, every target up to date ({n_models} models x {len(GPUS)} targets, moto S3)")
+    for col in ("what", "wall s", "per model ms", "per target ms"):
+        table.add_column(col, justify="right" if col != "what" else "left")
+    n = n_models * len(GPUS)
+    for name, s in [("core decision, no Prefect", core_s), ("build-matrix flow, 1st run", runs[0]),
+                    ("build-matrix flow, 2nd run", runs[1])]:
+        table.add_row(name, f"{s:.1f}", f"{1000 * s / n_models:.0f}", f"{1000 * s / n:.1f}")
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()
