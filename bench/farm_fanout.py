@@ -36,8 +36,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=int, default=4)
     args = parser.parse_args()
+    import logging
+
     import boto3
     from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's access log
 
     from examples.encoder import make_model
     from tests.farm_server import Farm
@@ -81,15 +85,15 @@ def main() -> None:
             again = json.loads(farm.trtfarm("farm", "run", "--wait", "--json").stdout)
             rerun = time.perf_counter() - t
             children = child_runs(farm.api)
+            store = open_store(store_uri)
+            built = [r for r in result["outcomes"] if r["status"] == "built"]
+            builds = {}
+            for r in built:
+                m = read_manifest(store, r["manifest"].split(f"{store.uri}/", 1)[1])
+                builds[m.build.flow_run_id] = m.build.wall_s  # one build per child, published for its group
         finally:
             farm.stop()
             moto.stop()
-        store = open_store(store_uri)
-        built = [r for r in result["outcomes"] if r["status"] == "built"]
-        builds = {}
-        for r in built:
-            m = read_manifest(store, r["manifest"].split(f"{store.uri}/", 1)[1])
-            builds[m.build.flow_run_id] = m.build.wall_s  # one build per child, published for its group
     build_sum = sum(builds.values())
     child_sum = sum(children.values())
     table = Table(title=f"farm fan-out: {args.models} models x 4 RTX targets, 2 pools x 1 worker, "

@@ -75,26 +75,14 @@ def seed_store(store_uri: str, fleet: Path, models: int, work: Path) -> None:
 
 def core_decision(store_uri: str, fleet: Path) -> tuple[int, int]:
     """Everything the nightly decides, with no orchestrator: (models, targets to build)."""
-    from trtfarm.build import triage
-    from trtfarm.buildspec import spec_for_model, spec_precision, spec_profiles
-    from trtfarm.fleet import load_fleet, select_targets
-    from trtfarm.matrix import model_source, plan_targets, with_precision
-    from trtfarm.registry import fetch_export, latest_exports
+    from trtfarm.registry import latest_exports
+    from trtfarm.runplan import plan_export
     from trtfarm.store import open_store
 
-    store = open_store(store_uri)
-    targets = select_targets(load_fleet(fleet))
-    todo_total = 0
-    exports = latest_exports(store)
-    with tempfile.TemporaryDirectory() as tmp:
-        for ref in exports:
-            path = fetch_export(ref, Path(tmp) / ref.name)
-            spec, _ = spec_for_model(path)
-            recipe, calib, heldout = spec_precision(path, spec)
-            model = with_precision(store, model_source(path, ref.name), recipe, calib, heldout)
-            plans = plan_targets(model, model.plan_digest, targets, spec_profiles(path, spec)[0], None)
-            todo_total += len(triage(store, plans)[1])
-    return len(exports), todo_total
+    exports = latest_exports(open_store(store_uri))
+    todo = sum(len(plan_export(store_uri, ref, targets_file=str(fleet), targets=[], profiles=[], name=None,
+                               precision=None, force=False, farm=True).todo) for ref in exports)
+    return len(exports), todo
 
 
 def nightly(store_uri: str, fleet: Path) -> list[dict]:
@@ -108,8 +96,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=int, default=100)
     args = parser.parse_args()
+    import logging
+
     import boto3
     from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's access log
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

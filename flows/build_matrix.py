@@ -13,15 +13,11 @@ from prefect.runtime import deployment, flow_run
 
 from flows.build_target import build_target
 from flows.requests import MatrixRequest, TargetRequest
-from tasks.farm import ChildRun, cancel_children, run_children
-from tasks.plan import convert_precision, fetch_model, find_exports, plan_matrix, prepare_model, resolve_targets
-from tasks.report import report_outcomes
-from trtfarm.build import TargetOutcome, outcome_from_manifest, triage
-from trtfarm.buildspec import spec_for_model, spec_profiles
-from trtfarm.errors import UserInputError
+from tasks.farm import ChildJob, ChildRun, cancel_children, run_children
+from tasks.plan import find_exports, plan_model
+from tasks.report import report_outcomes, report_run
+from trtfarm.build import TargetOutcome, outcome_from_manifest
 from trtfarm.matrix import TargetPlan, group_by_build
-from trtfarm.precision import GateFailed
-from trtfarm.profiles import Profile
 from trtfarm.publish import read_manifest
 from trtfarm.registry import ExportRef
 from trtfarm.release import release_note
@@ -45,31 +41,14 @@ def _farm_mode(request: MatrixRequest) -> bool:
 
 
 def _plan_model(request: MatrixRequest, export: ExportRef, farm: bool) -> ModelRun:
-    """Fetch, convert and plan one model; the children it needs (nothing is built here)."""
-    if farm and "://" not in export.uri:
-        raise UserInputError(f"{export.uri}: a farm run builds registered models or export URIs that every worker "
-                             "can read. Fix: `trtfarm models push FOLDER` and run with its name")
-    path = fetch_model(export)
-    spec, _ = spec_for_model(path)
-    profile_texts = request.profiles or [{n: r.text() for n, r in p.root.items()}
-                                         for p in spec_profiles(path, spec)[0]]
-    profiles = [Profile.model_validate(p) for p in profile_texts]
-    targets = resolve_targets(request.targets_file, request.targets or spec.targets)
-    model = prepare_model(str(path), request.name or export.name or spec.name,
-                          export.uri if "://" in export.uri else None)
-    run = ModelRun(model.name)
-    try:
-        model = convert_precision(request.store, model, request.precision)
-    except GateFailed as failed:  # the recipe is refused: no target of this model is built
-        run.outcomes = {t.id: TargetOutcome(t.id, "failed", str(failed)) for t in targets}
-        run.plans = []
-        return run
-    run.plans = plan_matrix(model, targets, profiles, farm)
-    run.outcomes, todo = triage(open_store(request.store), run.plans, request.force)
-    for group in group_by_build(todo, by_pool=farm):
-        child = TargetRequest(model=export.uri if farm else str(model.path), name=model.name,
+    """One model's plans and the children it needs (nothing is built here)."""
+    planned = plan_model(request.store, export, request.targets_file, request.targets, request.profiles,
+                         request.name, request.precision, request.force, farm)
+    run = ModelRun(planned.name, planned.plans, planned.outcomes)
+    for group in group_by_build(planned.todo, by_pool=farm):
+        child = TargetRequest(model=export.uri if farm else str(planned.model.path), name=planned.name,
                               targets=[p.target.id for p in group], build_digest=group[0].build_digest,
-                              profiles=profile_texts, precision=request.precision, force=request.force,
+                              profiles=planned.profile_texts, precision=request.precision, force=request.force,
                               store=request.store, targets_file=request.targets_file)
         run.children.append((group, child))
     return run
@@ -122,9 +101,9 @@ async def build_matrix(request: MatrixRequest) -> list[dict]:
     jobs = [(run, group, child) for run in runs for group, child in run.children]
     if farm:
         parent = str(flow_run.get_id())
-        keyed = [(g[0].target.gpu.pool, c, f"{parent}:{g[0].build_digest[:16]}:{g[0].target.gpu.pool}")
-                 for _, g, c in jobs]
-        results = await run_children(keyed, request.child_timeout_s)
+        children = [ChildJob(g[0].target.gpu.pool, g[0].target.toolchain_label, g[0].target.toolchain.image, c,
+                              f"{parent}:{g[0].build_digest[:16]}:{g[0].target.gpu.pool}") for _, g, c in jobs]
+        results = await run_children(children, request.child_timeout_s)
     else:
         results = [_run_locally(c) for _, _, c in jobs]
     for (run, group, _), child in zip(jobs, results, strict=True):
@@ -132,7 +111,9 @@ async def build_matrix(request: MatrixRequest) -> list[dict]:
     rows = []
     for run in runs:
         ordered = [run.outcomes[p.target.id] for p in run.plans] or list(run.outcomes.values())
-        report_outcomes(run.name, ordered, request.store)
+        if any(o.status in ("built", "failed") for o in ordered):
+            report_outcomes(run.name, ordered, request.store)
         rows += [{"model": run.name, **o.to_json()} for o in ordered]
+    report_run(rows, request.store)
     return rows
 

@@ -14,7 +14,8 @@ from trtfarm.profiles import Profile
 from trtfarm.store import open_store
 
 
-def _retry_infrastructure_only(task, task_run, state) -> bool:
+def retry_infrastructure_only(task, task_run, state) -> bool:
+    """Retry a failed task unless its error is the user's (``UserInputError``: retrying cannot help)."""
     try:
         state.result()
     except UserInputError:
@@ -24,7 +25,7 @@ def _retry_infrastructure_only(task, task_run, state) -> bool:
     return False
 
 
-@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=_retry_infrastructure_only)
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
 def build_and_publish(store_uri: str, model: ModelSource, group: list[TargetPlan],
                       profiles: list[Profile]) -> list[TargetOutcome]:
     """Build once for the group's compatibility class and publish for each target; user errors are not retried."""

@@ -57,12 +57,29 @@ async def cancel_run(flow_run_id: UUID | str, why: str) -> None:
         await client.set_flow_run_state(UUID(str(flow_run_id)), Cancelling(message=why), force=True)
 
 
-async def run_child(pool: str, request: TargetRequest, key: str, timeout_s: int) -> ChildRun:
-    """Submit one child build on ``pool`` and wait for it; resubmit once if it crashes."""
+@dataclass(frozen=True)
+class ChildJob:
+    """Where one child goes: the pool (GPU model), its toolchain queue, and the worker image of that toolchain."""
+
+    pool: str
+    queue: str
+    image: str | None
+    request: TargetRequest
+    key: str
+
+
+async def run_child(job: ChildJob, timeout_s: int, pool_types: dict[str, str]) -> ChildRun:
+    """Submit one child build to its pool's toolchain queue and wait for it; resubmit once if it crashes.
+
+    Container pools (docker, kubernetes) get the toolchain's image as the run's ``image`` job variable.
+    """
     logger = get_run_logger()
+    pool, request = job.pool, job.request
+    variables = {"image": job.image} if job.image and pool_types.get(pool, "process") != "process" else None
     for attempt in (1, 2):
         run = await run_deployment(child_deployment(pool), parameters={"request": request.model_dump(mode="json")},
-                                   timeout=0, idempotency_key=f"{key}:{attempt}",
+                                   timeout=0, idempotency_key=f"{job.key}:{attempt}", work_queue_name=job.queue,
+                                   job_variables=variables,
                                    flow_run_name=f"{request.name}-{'+'.join(request.targets)}-{attempt}")
         try:
             final = await wait_for_flow_run(run.id, timeout=timeout_s)
@@ -82,9 +99,11 @@ async def run_child(pool: str, request: TargetRequest, key: str, timeout_s: int)
     raise AssertionError("unreachable")
 
 
-async def run_children(jobs: list[tuple[str, TargetRequest, str]], timeout_s: int) -> list[ChildRun]:
-    """Run every ``(pool, request, idempotency key)`` child concurrently; results in the same order."""
-    return list(await asyncio.gather(*(run_child(pool, req, key, timeout_s) for pool, req, key in jobs)))
+async def run_children(jobs: list[ChildJob], timeout_s: int) -> list[ChildRun]:
+    """Run every child concurrently; results in the same order."""
+    async with get_client() as client:
+        types = {p: (await client.read_work_pool(p)).type for p in {j.pool for j in jobs}}
+    return list(await asyncio.gather(*(run_child(job, timeout_s, types) for job in jobs)))
 
 
 async def cancel_children(parent_flow_run_id: UUID | str, why: str) -> int:

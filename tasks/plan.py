@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import hashlib
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from tasks.build import retry_infrastructure_only
 from trtfarm.buildspec import spec_for_model, spec_precision
 from trtfarm.fleet import ResolvedTarget, load_fleet, select_targets
 from trtfarm.identity import model_name_from_path
 from trtfarm.matrix import ModelSource, TargetPlan, local_capabilities, model_source, plan_targets, with_precision
 from trtfarm.profiles import Profile
-from trtfarm.registry import ExportRef, fetch_export, latest_exports, resolve_model
+from trtfarm.registry import ExportRef, latest_exports, resolve_model
+from trtfarm.runplan import ExportPlan, local_copy, plan_export
 from trtfarm.store import open_store
 
 
@@ -51,10 +51,15 @@ def find_exports(store_uri: str, model: str | None) -> list[ExportRef]:
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5)
 def fetch_model(export: ExportRef) -> Path:
     """A local copy of the export folder (checked against export.json); a local ONNX path is used as it is."""
-    if "://" not in export.uri:
-        return Path(export.uri)
-    key = hashlib.sha256(export.uri.encode()).hexdigest()[:16]
-    return fetch_export(export, Path(tempfile.gettempdir()) / "trtfarm" / "exports" / key)
+    return local_copy(export)
+
+
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
+def plan_model(store_uri: str, export: ExportRef, targets_file: str, targets: list[str], profiles: list[dict],
+               name: str | None, precision: str | None, force: bool, farm: bool) -> ExportPlan:
+    """Everything decided for one model before any build: fetch, spec, precision, digests, what is published."""
+    return plan_export(store_uri, export, targets_file=targets_file, targets=targets, profiles=profiles, name=name,
+                       precision=precision, force=force, farm=farm)
 
 
 @task(cache_policy=NO_CACHE)

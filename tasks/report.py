@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -15,18 +16,44 @@ from trtfarm.report import write_report
 from trtfarm.store import open_store
 
 
+def _artifact_key(text: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in text.lower())
+
+
 @task(cache_policy=NO_CACHE)
 def report_outcomes(model: str, outcomes: list[TargetOutcome], store_uri: str | None = None) -> None:
-    """A table artifact (one row per target), and the markdown report with charts, also written to the store."""
-    rows = [{"target": o.target, "status": o.status, "reason": o.reason,
-             "build_s": o.build_s, "plan_bytes": o.plan_bytes,
-             "verification": ", ".join(f"{k}={v}" for k, v in o.verification.items()),
-             "manifest": o.manifest or ""} for o in outcomes]
-    key = "".join(c if c.isalnum() else "-" for c in f"build-matrix-{model}".lower())
-    create_table_artifact(rows, key=key, description=f"trtfarm build matrix for {model}")
+    """The model's full report (markdown, charts, outcomes) in the store and as a markdown artifact.
+
+    The flow calls it for models this run built or failed something for; ``report_run`` covers the rest.
+    """
     if store_uri is None:
         return
     run = str(flow_run.get_id() or "local")
     with tempfile.TemporaryDirectory() as tmp:
         path = write_report(open_store(store_uri), model, run, [o.to_json() for o in outcomes], Path(tmp))
-        create_markdown_artifact(path.read_text(), key=f"{key}-report", description=f"trtfarm report for {model}")
+        create_markdown_artifact(path.read_text(), key=_artifact_key(f"build-matrix-{model}-report"),
+                                 description=f"trtfarm report for {model}")
+
+
+@task(cache_policy=NO_CACHE)
+def report_run(rows: list[dict], store_uri: str | None = None) -> None:
+    """One table artifact for the run: model x target x status x build time x plan size x verification x manifest.
+
+    Models with nothing new (all up to date or skipped) get only their ``outcomes.json`` in the store here; the
+    others got a full report from ``report_outcomes``.
+    """
+    if store_uri is not None:
+        store, run = open_store(store_uri), str(flow_run.get_id() or "local")
+        by_model: dict[str, list[dict]] = {}
+        for r in rows:
+            by_model.setdefault(r["model"], []).append({k: v for k, v in r.items() if k != "model"})
+        for model, outcomes in by_model.items():
+            if not any(o["status"] in ("built", "failed") for o in outcomes):
+                store.put_if_absent(f"reports/{model}/{run}/outcomes.json", json.dumps(outcomes, indent=2).encode())
+    table = [{"model": r["model"], "target": r["target"], "status": r["status"], "reason": r["reason"],
+              "build_s": r["build_s"], "plan_MiB": round(r["plan_bytes"] / 2**20, 2) if r["plan_bytes"] else None,
+              "verification": ", ".join(f"{k}={v}" for k, v in r["verification"].items()),
+              "manifest": r["manifest"] or ""} for r in rows]
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("built", "up-to-date", "skipped", "failed")}
+    create_table_artifact(table, key="build-matrix", description="trtfarm build matrix: " + ", ".join(
+        f"{n} {s}" for s, n in counts.items() if n))

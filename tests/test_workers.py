@@ -48,3 +48,16 @@ def test_the_command_refuses_a_mismatched_pool_before_starting_prefect(tmp_path)
     ok = subprocess.run(cmd + ["--pool", "rtx-4090", "--check-only", "--json"], capture_output=True, text=True,
                         env=env, check=True)
     assert json.loads(ok.stdout)["ok"] is True
+
+
+def test_a_worker_for_one_toolchain_queue_needs_only_that_toolchain():
+    one = check_worker(FLEET, "gpu-h100", H100, TRT, queue="tensorrt-11.4.0.106")
+    assert one.ok and one.targets == ["h100-trt11.4"]
+    wrong = check_worker(FLEET, "gpu-h100", H100, TRT, queue="tensorrt-10.13.3.9")
+    assert not wrong.ok and "h100-trt10.13 needs tensorrt 10.13.3.9; installed: 11.4.0.106" in wrong.problems[0]
+    unknown = check_worker(FLEET, "gpu-h100", H100, TRT, queue="tensorrt-9.0")
+    assert not unknown.ok and "pool 'gpu-h100' has no queue 'tensorrt-9.0'" in unknown.problems[0]
+
+
+def test_the_control_pool_accepts_any_machine():
+    assert check_worker(FLEET, "trtfarm-control", NO_GPU, {}).ok

@@ -32,8 +32,12 @@ def project_root() -> Path:
 
 @app.command()
 def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve (one per GPU model)"),
+           queue: str = typer.Option(None, "--queue", help="serve only this toolchain's queue of the pool, e.g. "
+                                     "tensorrt-11.4.0.106 (a worker image carries one TensorRT version)"),
            check_only: bool = typer.Option(False, "--check-only", help="check this machine against POOL, then exit"),
            name: str = typer.Option(None, "--name", help="worker name"),
+           healthcheck: bool = typer.Option(False, "--healthcheck", help="serve Prefect's worker health endpoint "
+                                            "(http://127.0.0.1:8080/health) for container health checks"),
            targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
     """Check the local GPU and toolchains against POOL's targets; only then start a Prefect worker on it."""
     from trtfarm.fleet import load_fleet
@@ -42,11 +46,11 @@ def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve 
 
     try:
         caps = local_capabilities()
-        result = check_worker(load_fleet(_targets_file(targets_file)), pool, caps.gpus, caps.versions)
+        result = check_worker(load_fleet(_targets_file(targets_file)), pool, caps.gpus, caps.versions, queue)
     except TrtfarmError as e:
         raise _fail(str(e)) from e
     if as_json:
-        print(json.dumps({"pool": pool, "ok": result.ok, "found": result.found, "needs": result.needs,
+        print(json.dumps({"pool": pool, "queue": queue, "ok": result.ok, "found": result.found, "needs": result.needs,
                           "targets": result.targets, "problems": result.problems}, indent=2))
     else:
         out.print(f"pool {pool}: needs {result.needs}\nthis machine: {result.found}", highlight=False)
@@ -55,7 +59,9 @@ def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve 
     if check_only:
         return
     argv = [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process",
-            "--no-create-pool-if-not-found", *(["--name", name] if name else [])]
+            "--no-create-pool-if-not-found", *(["--name", name] if name else []),
+            *(["--work-queue", queue] if queue else []),
+            *(["--with-healthcheck"] if healthcheck else [])]
     env = {**os.environ, "PREFECT_WORKER_QUERY_SECONDS": os.environ.get("PREFECT_WORKER_QUERY_SECONDS", "1"),
            "TRTFARM_HOME": str(project_root()), "TRTFARM_TARGETS": str(Path(_targets_file(targets_file)).resolve())}
     os.execve(argv[0], argv, env)  # the checked process becomes the worker (signals go straight to Prefect)
@@ -75,14 +81,20 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
     from trtfarm.pools import deployment_drift, desired_pools
 
     try:
-        desired = desired_pools(load_fleet(_targets_file(targets_file)), worker_type, control_limit)
+        fleet = load_fleet(_targets_file(targets_file))
+        desired = desired_pools(fleet, worker_type, control_limit)
     except TrtfarmError as e:
         raise _fail(str(e)) from e
     missing = deployment_drift(prefect_file, desired) if prefect_file.is_file() else []
     from tasks.pools import sync_work_pools
 
+    templates = {}
+    if worker_type == "kubernetes":
+        from trtfarm.k8s import job_template
+
+        templates = {p.name: job_template(p.name, fleet) for p in desired if p.gpus}
     try:
-        drift = asyncio.run(sync_work_pools(desired, apply=not check))
+        drift = asyncio.run(sync_work_pools(desired, apply=not check, templates=templates))
     except Exception as e:  # httpx.ConnectError and friends: the server is the problem, say which one
         api = os.environ.get("PREFECT_API_URL") or "(no PREFECT_API_URL: an ephemeral server)"
         raise _fail(f"cannot sync pools with the Prefect server at {api}: {type(e).__name__}: {e}") from e
@@ -98,6 +110,36 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
         err.print(f"[yellow]drift:[/] {problem}", highlight=False, soft_wrap=True)
     if check and (missing or any(d.changes for d in drift)):
         raise typer.Exit(1)
+
+
+@pools_app.command("k8s")
+def pools_k8s(out_dir: Path = typer.Option(Path("infra/k8s"), "--out", help="where to write the files"),
+              api_url: str = typer.Option("http://prefect-server.prefect.svc.cluster.local:4200/api", "--api-url",
+                                          help="the Prefect API as the workers in the cluster reach it"),
+              targets_file: Path = TARGETS_OPT) -> None:
+    """Write each GPU pool's Kubernetes base job template and prefect-worker Helm values (for GitOps)."""
+    import yaml
+
+    from trtfarm.fleet import load_fleet
+    from trtfarm.k8s import job_template, worker_values
+    from trtfarm.pools import desired_pools
+
+    try:
+        fleet = load_fleet(_targets_file(targets_file))
+    except TrtfarmError as e:
+        raise _fail(str(e)) from e
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for pool in desired_pools(fleet, "kubernetes"):
+        if pool.gpus:
+            (out_dir / f"job-template-{pool.name}.json").write_text(json.dumps(job_template(pool.name, fleet),
+                                                                               indent=2) + "\n")
+        template = f" --set-file worker.config.baseJobTemplate.configuration={out_dir}/job-template-{pool.name}.json" \
+            if pool.gpus else ""
+        values = (f"# helm install trtfarm-{pool.name} prefect/prefect-worker --namespace trtfarm "
+                  f"-f {out_dir}/values-{pool.name}.yaml{template}\n")
+        (out_dir / f"values-{pool.name}.yaml").write_text(values + yaml.safe_dump(worker_values(pool.name, api_url),
+                                                                                   sort_keys=False))
+        out.print(f"wrote {pool.name}", highlight=False)
 
 
 @models_app.command("push")
@@ -167,4 +209,48 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
         for r in rows:
             out.print(f"  {r['model']} {r['target']}: {r['status']} {r['reason']}", highlight=False)
     if wait and state != "COMPLETED":
+        raise typer.Exit(1)
+
+
+images_app = typer.Typer(no_args_is_help=True, help="Worker images: one per toolchain version in gpu_targets.yaml.")
+app.add_typer(images_app, name="images")
+
+
+@images_app.command("build")
+def images_build(toolchain: list[str] = typer.Option([], "--toolchain", help="toolchain key (repeatable; default: "
+                                                     "every toolchain with an image)"),
+                 push: bool = typer.Option(False, "--push", help="push each image that passed its probe"),
+                 context: Path = typer.Option(None, "--context", help="build context [default: the trtfarm checkout]"),
+                 dockerfile: str = typer.Option(None, "--dockerfile", help="Dockerfile inside the context [default: "
+                                                "infra/docker/Dockerfile, or Dockerfile.rtx for TensorRT-RTX]"),
+                 build_network: str = typer.Option(None, "--build-network", help="network for RUN steps (e.g. none)"),
+                 targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
+    """Build each worker image, run it to check its toolchain version, and tag only the truthful ones."""
+    from trtfarm.fleet import load_fleet
+    from trtfarm.images import build_image, docker_client, image_jobs, push_image
+
+    try:
+        jobs = image_jobs(load_fleet(_targets_file(targets_file)), toolchain or None, dockerfile)
+        client = docker_client()
+    except TrtfarmError as e:
+        raise _fail(str(e)) from e
+    results = []
+    for job in jobs:
+        if not as_json:
+            out.print(f"building {job.tag} ({job.flavour} {job.version} on {job.base_image or 'default base'})",
+                      highlight=False)
+        log = (lambda line: None) if as_json else (lambda line: out.print(f"  [dim]{line}[/]", highlight=False))
+        result = build_image(client, job, context or project_root(), log, build_network)
+        if push and result.status == "tagged":
+            push_image(client, result)
+        results.append(result)
+    if as_json:
+        print(json.dumps([r.to_json() for r in results], indent=2))
+    else:
+        table = Table("toolchain", "tag", "status", "detail")
+        for r in results:
+            colour = "green" if r.status == "tagged" else "red"
+            table.add_row(r.toolchain, r.tag, f"[{colour}]{r.status}[/]", r.detail)
+        out.print(table)
+    if any(r.status != "tagged" or (push and not r.pushed) for r in results):
         raise typer.Exit(1)

@@ -88,7 +88,9 @@ class Toolchain(_Strict):
 
     flavour: Flavour
     version: str = Field(pattern=r"^\d+\.\d+\.\d+(\.\d+)?$", description="exact version, e.g. 11.4.0.106")
-    image: str | None = Field(None, description="worker image with this toolchain installed")
+    image: str | None = Field(None, description="worker image with this toolchain installed (repo:tag)")
+    base_image: str | None = Field(None, description="image `trtfarm images build` builds on: NVIDIA's TensorRT "
+                                   "image of this version, or a Python image for TensorRT-RTX (pip-installed)")
 
 
 class Gpu(_Strict):

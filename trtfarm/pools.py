@@ -24,6 +24,7 @@ class PoolSpec:
     concurrency_limit: int
     gpus: tuple[str, ...]
     description: str
+    queues: tuple[str, ...] = ()  # one per toolchain label: a worker with one toolchain serves its queue only
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class PoolState:
     name: str
     type: str
     concurrency_limit: int | None
+    queues: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ class PoolDrift:
     @property
     def changes(self) -> bool:
         """True when the server does not match the fleet."""
-        return self.action not in ("ok", "not in fleet")
+        return self.action != "ok" and self.action != "not in fleet"
 
 
 def desired_pools(fleet: Fleet, worker_type: str = "process", control_limit: int = 2) -> list[PoolSpec]:
@@ -57,9 +59,22 @@ def desired_pools(fleet: Fleet, worker_type: str = "process", control_limit: int
         counts.setdefault(gpu.pool, []).append(key)
     used = {fleet.gpus[t.gpu].pool for t in fleet.targets}
     pools = [PoolSpec(name, worker_type, sum(fleet.gpus[k].count for k in keys), tuple(keys),
-                      f"trtfarm builds for {', '.join(fleet.gpus[k].nvml_name for k in keys)}")
+                      f"trtfarm builds for {', '.join(fleet.gpus[k].nvml_name for k in keys)}",
+                      pool_queues(fleet, name))
              for name, keys in sorted(counts.items()) if name in used]
     return [*pools, PoolSpec(CONTROL_POOL, worker_type, control_limit, (), "trtfarm build-matrix parent runs")]
+
+
+def toolchain_queue(flavour: str, version: str) -> str:
+    """The work queue of one toolchain version inside a GPU pool: ``tensorrt-11.4.0.106``."""
+    return f"{flavour}-{version}"
+
+
+def pool_queues(fleet: Fleet, pool: str) -> tuple[str, ...]:
+    """The toolchain queues a pool needs (sorted), one per toolchain version its targets use."""
+    return tuple(sorted({toolchain_queue(fleet.toolchains[t.toolchain].flavour.value,
+                                         fleet.toolchains[t.toolchain].version)
+                         for t in fleet.targets if fleet.gpus[t.gpu].pool == pool}))
 
 
 def pool_drift(desired: list[PoolSpec], server: list[PoolState]) -> list[PoolDrift]:
@@ -67,16 +82,20 @@ def pool_drift(desired: list[PoolSpec], server: list[PoolState]) -> list[PoolDri
     have = {p.name: p for p in server}
     rows = []
     for want in desired:
-        declared = f"{want.type}, limit {want.concurrency_limit}"
+        declared = f"{want.type}, limit {want.concurrency_limit}" + (f", queues {', '.join(want.queues)}"
+                                                                      if want.queues else "")
         got = have.get(want.name)
         if got is None:
             rows.append(PoolDrift(want.name, declared, "missing", "create"))
             continue
         on_server = f"{got.type}, limit {got.concurrency_limit if got.concurrency_limit is not None else 'none'}"
+        missing = sorted(set(want.queues) - set(got.queues))
         if got.type != want.type:
             action = "recreate by hand"  # Prefect cannot change a pool's type
+        elif got.concurrency_limit != want.concurrency_limit or missing:
+            action = "update" + (f" (add queues {', '.join(missing)})" if missing else "")
         else:
-            action = "ok" if got.concurrency_limit == want.concurrency_limit else "update"
+            action = "ok"
         rows.append(PoolDrift(want.name, declared, on_server, action))
     named = {w.name for w in desired}
     rows += [PoolDrift(p.name, "-", f"{p.type}, limit {p.concurrency_limit}", "not in fleet")

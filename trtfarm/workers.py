@@ -32,9 +32,19 @@ class WorkerCheck:
         return not self.problems
 
 
-def check_worker(fleet: Fleet, pool: str, gpus: GpuScan, versions: dict[str, str | None]) -> WorkerCheck:
-    """Can this machine (``gpus``, importable toolchain ``versions``) serve ``pool``?"""
+def check_worker(fleet: Fleet, pool: str, gpus: GpuScan, versions: dict[str, str | None],
+                 queue: str | None = None) -> WorkerCheck:
+    """Can this machine (``gpus``, importable toolchain ``versions``) serve ``pool`` (only its toolchain ``queue``)?
+
+    Each GPU pool has one work queue per toolchain version (``tensorrt-11.4.0.106``). A worker for the whole pool
+    needs every toolchain of it; a worker for one queue (one TensorRT version per image) needs only that one.
+    """
     targets = [t for t in select_targets(fleet) if t.gpu.pool == pool]
+    if queue and targets:
+        queues = sorted({t.toolchain_label for t in targets})
+        if queue not in queues:
+            return WorkerCheck(pool, "-", "-", problems=[f"pool {pool!r} has no queue {queue!r}; its queues: {queues}"])
+        targets = [t for t in targets if t.toolchain_label == queue]
     pools = sorted({g.pool for g in fleet.gpus.values()} | {CONTROL_POOL})
     found = f"{gpus.describe()}; toolchains: " + (", ".join(f"{k} {v}" for k, v in versions.items() if v) or "none")
     if pool == CONTROL_POOL:  # parent runs only plan, dispatch and report: any machine with trtfarm will do

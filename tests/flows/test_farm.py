@@ -96,8 +96,9 @@ def _kill_first_child_mid_build(client, deadline: float) -> str:
 
 
 def test_pools_sync_made_one_pool_per_gpu_pool_with_its_gpu_count(farm):
+    queue = "queues tensorrt_rtx-1.7.1.116"
     assert {(r["pool"], r["declared"], r["action"]) for r in farm.synced} == {
-        ("rtx-4090", "process, limit 3", "create"), ("rtx-5090", "process, limit 3", "create"),
+        ("rtx-4090", f"process, limit 3, {queue}", "create"), ("rtx-5090", f"process, limit 3, {queue}", "create"),
         ("trtfarm-control", "process, limit 2", "create")}
     again = farm.trtfarm("pools", "sync", "--check", "--json")
     assert {r["action"] for r in json.loads(again.stdout)} == {"ok"} and again.returncode == 0
