@@ -39,9 +39,9 @@ class Farm:
                     "PREFECT_LOGGING_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"}
         self.procs: dict[str, subprocess.Popen] = {}
 
-    def spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+    def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         log = open(self.home / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(argv, env=self.env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(argv, env={**self.env, **(env or {})}, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         self.procs[name] = proc
         return proc
@@ -73,6 +73,16 @@ class Farm:
 
     def trtfarm_json(self, *args: str):
         return json.loads(self.trtfarm(*args, "--json").stdout)
+
+    def wait_http(self, url: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(url, timeout=2):
+                    return
+            except OSError:
+                time.sleep(0.3)
+        raise RuntimeError(f"{url} did not answer")
 
     def deploy(self, *names: str) -> None:
         argv = [sys.executable, "-m", "prefect", "--no-prompt", "deploy"]

@@ -54,7 +54,7 @@ def farm(tmp_path_factory, s3_endpoint):
     try:
         f.start_server()
         f.synced = f.trtfarm_json("pools", "sync")
-        f.deploy("build-matrix", "rtx-4090", "rtx-5090")
+        f.deploy("build-matrix", "on-export", "rtx-4090", "rtx-5090")
         for pool in ("trtfarm-control", "rtx-4090", "rtx-5090"):
             f.start_worker(pool)
         yield f
@@ -186,6 +186,96 @@ def _wait_for(predicate, timeout: float, what: str):
             return value
         time.sleep(0.5)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+
+def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict]:
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json", **headers})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"{}")
+
+
+def _on_export_runs(client):
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
+
+    return client.read_flow_runs(deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["on-export"])))
+
+
+def test_an_onnx_landing_in_s3_starts_exactly_one_matrix_run_and_bad_requests_start_nothing(farm, client, tmp_path):
+    import boto3
+
+    from trtfarm.webhook import sign
+
+    from ..conftest import make_model
+    from ..farm_server import TRTFARM, free_port
+
+    port, secret = free_port(), "webhook-secret"
+    sns, s3 = boto3.client("sns"), boto3.client("s3")
+    topic = sns.create_topic(Name=f"exports-{uuid.uuid4().hex[:6]}")["TopicArn"]
+    # moto's server mode cannot serve SNS signing certificates (it routes that path by host only, in-process), so
+    # this receiver skips the SNS signature check; tests/test_webhook.py checks real RSA signatures.
+    farm.spawn("webhook", [*TRTFARM, "webhook", "serve", "--port", str(port), "--topic", topic, "--no-sns-verify",
+                           "--replay-window", "30", "--max-body", "4096"], env={"TRTFARM_WEBHOOK_SECRET": secret})
+    base = f"http://127.0.0.1:{port}"
+    farm.wait_http(f"{base}/healthz")
+    sns.subscribe(TopicArn=topic, Protocol="http", Endpoint=f"{base}/sns")
+    bucket = f"exports-{uuid.uuid4().hex[:6]}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_bucket_notification_configuration(Bucket=bucket, NotificationConfiguration={"TopicConfigurations": [
+        {"TopicArn": topic, "Events": ["s3:ObjectCreated:*"]}]})
+
+    # a training pipeline drops an export: farm.yaml first, then the model as a multipart upload (two S3 events)
+    key = "team-a/encoder/model.onnx"
+    spec = (REPO / "examples/encoder/farm.yaml").read_bytes()
+    s3.put_object(Bucket=bucket, Key="team-a/encoder/farm.yaml", Body=spec)
+    upload = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    part = s3.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=1,
+                          Body=make_model.encoder_model(11).SerializeToString(deterministic=True))
+    s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload,
+                                 MultipartUpload={"Parts": [{"ETag": part["ETag"], "PartNumber": 1}]})
+    run = _wait_for(lambda: [r for r in _on_export_runs(client) if r.state.is_final()], 240,
+                    "the on-export run to finish")[0]
+    assert run.state.is_completed(), run.state.message
+    assert run.parameters["request"]["model"] == f"s3://{bucket}/team-a/encoder"
+
+    store = open_store(farm.env["TRTFARM_STORE"])
+    outcomes_key = next(k for k in store.list("reports/encoder/") if str(run.id) in k and k.endswith("outcomes.json"))
+    rows = json.loads(store.get(outcomes_key).data)
+    assert {r["target"]: r["status"] for r in rows} == dict.fromkeys(POOL, "built")
+    m = read_manifest(store, rows[0]["manifest"].split(f"{store.uri}/", 1)[1])
+    assert m.model.source_uri == f"s3://{bucket}/{key}"
+
+    # a correctly signed post for the same export is a duplicate; bad requests are refused and trigger nothing
+    body = json.dumps({"model_uri": f"s3://{bucket}/team-a/encoder/"}).encode()
+    now = str(int(time.time()))
+    assert _post(f"{base}/hook", body, {"X-Trtfarm-Timestamp": now,
+                                         "X-Trtfarm-Signature": sign(secret, now, body)}) == (
+        200, {"triggered": [], "duplicates": [f"s3://{bucket}/team-a/encoder"]})
+    old = str(int(time.time()) - 120)
+    cases = [
+        ("forged", f"{base}/hook", body, {"X-Trtfarm-Timestamp": now, "X-Trtfarm-Signature": sign("guess", now, body)},
+         401),
+        ("replayed", f"{base}/hook", body, {"X-Trtfarm-Timestamp": old, "X-Trtfarm-Signature": sign(secret, old, body)},
+         401),
+        ("malformed", f"{base}/hook", b"{oops", {"X-Trtfarm-Timestamp": now,
+                                                  "X-Trtfarm-Signature": sign(secret, now, b"{oops")}, 400),
+        ("oversized", f"{base}/hook", b"x" * 5000, {}, 413),
+        ("unknown topic", f"{base}/sns", json.dumps({"Type": "Notification", "TopicArn": topic + "-x",
+                                                      "Message": "{}"}).encode(), {}, 403),
+    ]
+    for what, url, data, headers, status in cases:
+        got, answer = _post(url, data, headers)
+        assert got == status, (what, answer)
+    time.sleep(3)  # anything triggered would have reached the server by now
+    assert len(_on_export_runs(client)) == 1
+    claims = [k for k in store.list("webhook/exports/")]
+    assert len(claims) == 1
 
 
 def test_an_overdue_child_is_cancelled_and_cancelling_the_parent_cancels_its_children(farm, client):

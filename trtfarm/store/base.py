@@ -116,3 +116,8 @@ class Store(ABC):
     def exists(self, key: str) -> bool:
         """True when the key holds an object."""
         return self.get(key) is not None
+
+    def etag(self, key: str) -> str | None:
+        """The object's ETag (None when absent), without fetching it where the backend allows."""
+        blob = self.get(key)
+        return blob.etag if blob else None

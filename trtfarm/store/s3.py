@@ -80,6 +80,15 @@ class S3Store(Store):
             raise StoreError(f"{self.url(key)}: read failed: {err}") from err
         return Blob(resp["Body"].read(), resp["ETag"])
 
+    def etag(self, key: str) -> str | None:
+        """HEAD the object: its ETag, or None."""
+        try:
+            return self.client.head_object(Bucket=self.bucket, Key=self._k(key))["ETag"]
+        except Exception as err:  # botocore ClientError (404) and friends
+            if _is_missing(err):
+                return None
+            raise StoreError(f"{self.url(key)}: read failed: {err}") from err
+
     def _put(self, key: str, data: bytes, **cond: str) -> str:
         for attempt in range(_RETRIES):
             try:

@@ -1,0 +1,124 @@
+"""The webhook's decisions without servers: signatures (HMAC and SNS), S3 records, claims."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
+from cryptography.x509.oid import NameOID
+
+from trtfarm.store import LocalStore
+from trtfarm.webhook import (
+    Export,
+    Rejected,
+    check_signature,
+    check_sns_signature,
+    claim,
+    export_from_json,
+    exports_from_s3_event,
+    parse_sns,
+    sign,
+    sns_string_to_sign,
+)
+
+NOW = 1_800_000_000
+TOPIC = "arn:aws:sns:us-east-1:123456789012:model-exports"
+
+
+def test_a_signed_recent_post_passes_and_anything_else_is_401():
+    body = b'{"model_uri": "s3://exports/encoder/"}'
+    ts = str(NOW)
+    check_signature("s3cret", ts, sign("s3cret", ts, body), body, NOW + 10, 300)
+    cases = [("s3cret", ts, sign("wrong", ts, body), body, "does not match"),
+             ("s3cret", ts, sign("s3cret", ts, body), body + b" ", "does not match"),
+             ("s3cret", str(NOW - 400), sign("s3cret", str(NOW - 400), body), body, "replay window"),
+             ("s3cret", None, "sha256=00", body, "missing"),
+             ("s3cret", "yesterday", "sha256=00", body, "not unix seconds")]
+    for secret, t, sig, b, why in cases:
+        with pytest.raises(Rejected, match=why) as rejected:
+            check_signature(secret, t, sig, b, NOW, 300)
+        assert rejected.value.status == 401
+
+
+def test_a_generic_post_must_name_an_export_folder_that_exists():
+    etags = {"s3://exports/team/encoder": '"abc"'}
+    export = export_from_json(b'{"model_uri": "s3://exports/team/encoder/model.onnx"}', etags.get)
+    assert export == Export("s3://exports/team/encoder", "encoder", "abc")
+    for body, status in [(b"{not json", 400), (b'{"uri": "x"}', 400), (b'{"model_uri": "http://x/y"}', 400),
+                         (b'{"model_uri": "s3://exports/missing/"}', 400)]:
+        with pytest.raises(Rejected) as rejected:
+            export_from_json(body, etags.get)
+        assert rejected.value.status == status
+
+
+def _record(key: str, event: str = "ObjectCreated:Put", etag: str = "e1") -> dict:
+    return {"eventName": event, "s3": {"bucket": {"name": "exports"}, "object": {"key": key, "eTag": etag}}}
+
+
+def test_s3_records_name_the_export_once_it_is_complete():
+    message = json.dumps({"Records": [
+        _record("team+a/encoder/farm.yaml"),                          # not the last file: ignored
+        _record("team+a/encoder/model.onnx"),                         # a dropped folder is complete
+        _record("team+a/encoder/model.onnx", "ObjectCreated:CompleteMultipartUpload"),
+        _record("store/models/encoder/20261129T0000Z-abc/model.onnx"),  # registry: wait for export.json
+        _record("store/models/encoder/20261129T0000Z-abc/export.json", etag="e2"),
+        _record("team+a/encoder/model.onnx", "ObjectRemoved:Delete")]})
+    exports = exports_from_s3_event(message)
+    assert [(e.uri, e.name) for e in exports] == [
+        ("s3://exports/team a/encoder", "encoder"), ("s3://exports/team a/encoder", "encoder"),
+        ("s3://exports/store/models/encoder/20261129T0000Z-abc", "encoder")]
+    assert exports[0].claim_id == exports[1].claim_id  # the multipart upload's two events are one export
+    assert exports_from_s3_event(json.dumps({"Event": "s3:TestEvent"})) == []
+
+
+def test_sns_messages_need_an_allowed_topic():
+    with pytest.raises(Rejected) as rejected:
+        parse_sns(json.dumps({"Type": "Notification", "TopicArn": TOPIC + "-other"}).encode(), {TOPIC})
+    assert rejected.value.status == 403
+    with pytest.raises(Rejected) as rejected:
+        parse_sns(b"[]", {TOPIC})
+    assert rejected.value.status == 400
+
+
+def _signing_cert():
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sns.amazonaws.com")])
+    now = datetime.now(timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(days=1))
+            .not_valid_after(now + timedelta(days=1)).sign(key, hashes.SHA256()))
+    return key, cert.public_bytes(serialization.Encoding.PEM)
+
+
+@pytest.mark.parametrize("version,algorithm", [("1", hashes.SHA1()), ("2", hashes.SHA256())])
+def test_sns_signatures_are_checked_against_the_signing_certificate(version, algorithm):
+    key, pem = _signing_cert()
+    msg = {"Type": "SubscriptionConfirmation", "MessageId": "m1", "Token": "t", "TopicArn": TOPIC,
+           "Message": "confirm", "SubscribeURL": "https://sns.us-east-1.amazonaws.com/?Action=ConfirmSubscription",
+           "Timestamp": "2026-11-29T00:00:00.000Z", "SignatureVersion": version,
+           "SigningCertURL": "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-x.pem"}
+    msg["Signature"] = base64.b64encode(key.sign(sns_string_to_sign(msg), padding.PKCS1v15(), algorithm)).decode()
+    fetched = []
+    check_sns_signature(msg, lambda url: fetched.append(url) or pem)
+    assert fetched == [msg["SigningCertURL"]]
+    for change in ({"Message": "tampered"}, {"SigningCertURL": "https://evil.example.com/cert.pem"},
+                   {"SignatureVersion": "3"}):
+        with pytest.raises(Rejected) as rejected:
+            check_sns_signature({**msg, **change}, lambda url: pem)
+        assert rejected.value.status == 401
+
+
+def test_an_export_is_claimed_once(tmp_path):
+    store = LocalStore(tmp_path)
+    export = Export("s3://exports/encoder", "encoder", "abc")
+    assert claim(store, export, "sns:1") is True
+    assert claim(store, export, "sns:2") is False
+    assert claim(store, Export("s3://exports/encoder", "encoder", "def"), "sns:3") is True  # a new upload
+    event = export.event("sns:1")
+    assert event["event"] == "trtfarm.model.exported" and event["resource"]["prefect.resource.id"] == \
+        "trtfarm.model.encoder" and event["payload"]["model_uri"] == "s3://exports/encoder"
