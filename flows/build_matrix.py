@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from prefect import flow, get_run_logger
 from prefect.runtime import deployment, flow_run
 
-from flows.build_target import build_target
+from flows.build_target import REFIT_UNAVAILABLE, build_target
 from flows.requests import MatrixRequest, TargetRequest
 from tasks.farm import ChildJob, ChildRun, cancel_children, run_children
 from tasks.plan import find_exports, plan_model
@@ -32,6 +32,8 @@ class ModelRun:
     plans: list[TargetPlan] = field(default_factory=list)
     outcomes: dict[str, TargetOutcome] = field(default_factory=dict)
     children: list[tuple[list[TargetPlan], TargetRequest]] = field(default_factory=list)
+    why_built: dict[str, str] = field(default_factory=dict)  # target -> why a refit run built it in full
+    child_base: dict = field(default_factory=dict)  # the TargetRequest fields every child of this model shares
 
 
 def _farm_mode(request: MatrixRequest) -> bool:
@@ -43,15 +45,28 @@ def _farm_mode(request: MatrixRequest) -> bool:
 def _plan_model(request: MatrixRequest, export: ExportRef, farm: bool) -> ModelRun:
     """One model's plans and the children it needs (nothing is built here)."""
     planned = plan_model(request.store, export, request.targets_file, request.targets, request.profiles,
-                         request.name, request.precision, request.force, farm)
+                         request.name, request.precision, request.force, farm, request.refit)
     run = ModelRun(planned.name, planned.plans, planned.outcomes)
-    for group in group_by_build(planned.todo, by_pool=farm):
-        child = TargetRequest(model=export.uri if farm else str(planned.model.path), name=planned.name,
-                              targets=[p.target.id for p in group], build_digest=group[0].build_digest,
-                              profiles=planned.profile_texts, precision=request.precision, force=request.force,
-                              store=request.store, targets_file=request.targets_file)
-        run.children.append((group, child))
+    run.child_base = {"model": export.uri if farm else str(planned.model.path) if planned.model else export.uri,
+                      "name": planned.name, "profiles": planned.profile_texts, "precision": request.precision,
+                      "force": request.force, "store": request.store, "targets_file": request.targets_file}
+    refit = [p for p in planned.todo if planned.refits.get(p.target.id) and
+             planned.refits[p.target.id].action == "refit"]
+    run.why_built = {t: d.reason for t, d in planned.refits.items() if d.action == "build"}
+    for plan in refit:
+        run.children.append(([plan], TargetRequest(**run.child_base, targets=[plan.target.id],
+                                                   build_digest=plan.build_digest,
+                                                   refit_of=planned.refits[plan.target.id].parent_manifest)))
+    _add_builds(run, [p for p in planned.todo if p not in refit], farm)
     return run
+
+
+def _add_builds(run: ModelRun, plans: list[TargetPlan], farm: bool) -> list[tuple[list[TargetPlan], TargetRequest]]:
+    added = [(group, TargetRequest(**run.child_base, targets=[p.target.id for p in group],
+                                   build_digest=group[0].build_digest))
+             for group in group_by_build(plans, by_pool=farm)]
+    run.children += added
+    return added
 
 
 def _read_back(store_uri: str, run: ModelRun, group: list[TargetPlan], child: ChildRun) -> None:
@@ -62,6 +77,10 @@ def _read_back(store_uri: str, run: ModelRun, group: list[TargetPlan], child: Ch
         if manifest is not None and child.completed:
             notes = [f"shares the {plan.target.compat_class} build of {group[0].target.id}"] if plan is not group[0] \
                 else []
+            if manifest.lineage.parent_manifest:
+                notes.insert(0, f"refitted from {manifest.lineage.parent_manifest} (no rebuild)")
+            elif plan.target.id in run.why_built:
+                notes.insert(0, f"full build: {run.why_built[plan.target.id]}")
             if child.flow_run_id != "local":
                 notes.append(f"built on {plan.target.gpu.pool} by child run {child.flow_run_id}"
                              + (" (resubmitted once after a crash)" if child.attempts > 1 else ""))
@@ -84,6 +103,17 @@ def _run_locally(request: TargetRequest) -> ChildRun:
     return ChildRun("local", "COMPLETED", "", 1)
 
 
+async def _dispatch(jobs: list, farm: bool, timeout_s: int) -> list[ChildRun]:
+    """Run the children: on their pools (farm), or one after another in this process (local)."""
+    if not farm:
+        return [_run_locally(c) for _, _, c in jobs]
+    parent = str(flow_run.get_id())
+    children = [ChildJob(g[0].target.gpu.pool, g[0].target.toolchain_label, g[0].target.toolchain.image, c,
+                         f"{parent}:{g[0].build_digest[:16]}:{g[0].target.gpu.pool}" + (":refit" if c.refit_of else ""))
+                for _, g, c in jobs]
+    return await run_children(children, timeout_s) if children else []
+
+
 async def _cancel_children_hook(flow, run, state) -> None:
     await cancel_children(run.id, f"parent build-matrix run {run.id} was cancelled")
 
@@ -99,14 +129,20 @@ async def build_matrix(request: MatrixRequest) -> list[dict]:
                 ", ".join(e.name or e.uri for e in exports))
     runs = [_plan_model(request, e, farm) for e in exports]
     jobs = [(run, group, child) for run in runs for group, child in run.children]
-    if farm:
-        parent = str(flow_run.get_id())
-        children = [ChildJob(g[0].target.gpu.pool, g[0].target.toolchain_label, g[0].target.toolchain.image, c,
-                              f"{parent}:{g[0].build_digest[:16]}:{g[0].target.gpu.pool}") for _, g, c in jobs]
-        results = await run_children(children, request.child_timeout_s)
-    else:
-        results = [_run_locally(c) for _, _, c in jobs]
-    for (run, group, _), child in zip(jobs, results, strict=True):
+    results = await _dispatch(jobs, farm, request.child_timeout_s)
+    unrefitted: dict[int, list[TargetPlan]] = {}
+    for (run, group, child_request), child in zip(jobs, results, strict=True):
+        if child_request.refit_of and REFIT_UNAVAILABLE in child.message:
+            # the pool's workers cannot load the engine (no GPU there): build this target in full instead
+            run.why_built[group[0].target.id] = f"refit not possible on {group[0].target.gpu.pool} workers " \
+                                                f"({child.message.split(REFIT_UNAVAILABLE, 1)[1].strip(': ')[:200]})"
+            unrefitted.setdefault(id(run), []).extend(group)
+        else:
+            _read_back(request.store, run, group, child)
+    fallback = [(run, g, c) for run in runs if id(run) in unrefitted
+                for g, c in _add_builds(run, unrefitted[id(run)], farm)]
+    for (run, group, _), child in zip(fallback, await _dispatch(fallback, farm, request.child_timeout_s),
+                                      strict=True):
         _read_back(request.store, run, group, child)
     rows = []
     for run in runs:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 
 from flows.requests import TargetRequest
-from tasks.build import build_and_publish
+from tasks.build import build_and_publish, refit_and_publish_plan
 from tasks.plan import convert_precision, fetch_model, plan_matrix, prepare_model, resolve_targets
 from trtfarm.errors import TrtfarmError, UserInputError
 from trtfarm.profiles import Profile
@@ -18,6 +18,25 @@ from trtfarm.registry import ExportRef
 
 class BuildFailed(TrtfarmError):
     """At least one target of this child failed; the message carries each reason."""
+
+
+REFIT_UNAVAILABLE = "refit unavailable on this worker"
+
+
+def _refit(request: TargetRequest, model, group, profiles):
+    from trtfarm.toolchain.refit import RefitUnavailable
+
+    if len(group) != 1:
+        raise UserInputError(f"a refit is for one target; got {request.targets}")
+    try:
+        outcome = refit_and_publish_plan(request.store, model, group[0], request.refit_of, profiles)
+    except RefitUnavailable as err:  # the parent falls back to a full build for this target
+        raise BuildFailed(f"{REFIT_UNAVAILABLE}: {err}") from err
+    except Exception as err:
+        raise BuildFailed(f"{request.targets[0]}: refit of {request.refit_of} failed: {err}") from err
+    if outcome.status == "failed":
+        raise BuildFailed(f"{outcome.target}: {outcome.reason}")
+    return outcome
 
 
 @flow(name="build-target")
@@ -36,6 +55,8 @@ def build_target(request: TargetRequest) -> list[dict]:
     if unservable := [f"{p.target.id}: {p.skip_reason}" for p in group if p.skip_reason]:
         raise UserInputError("this worker cannot build " + "; ".join(unservable) + " (start it with `trtfarm "
                              "worker --pool`, which checks the machine first)")
+    if request.refit_of:
+        return [_refit(request, model, group, profiles).to_json()]
     try:
         outcomes = build_and_publish(request.store, model, group, profiles)
     except Exception as err:  # user errors and exhausted infrastructure retries: this target failed, others go on

@@ -49,6 +49,8 @@ class MatrixRequest(BaseModel):
     precision: Mode | None = Field(None, description="precision mode (default: farm.yaml's recipe)")
     force: bool = Field(False, description="rebuild targets that are already published (the published manifest "
                         "is kept; the report says whether the rebuild matched it)")
+    refit: bool = Field(False, description="new weights, same graph: refit each released refittable plan instead of "
+                        "rebuilding it (others are rebuilt, and the report says why)")
     name: str | None = Field(None, description="model name in the store (default: farm.yaml name, else file name)")
     profiles: list[ProfileText] = Field(default_factory=list, description="optimization profiles (default: farm.yaml)")
     store: str = Field(default_factory=default_store, description="artifact store: a path, file:// or s3://bucket/prefix")
@@ -73,5 +75,7 @@ class TargetRequest(BaseModel):
     profiles: list[ProfileText] = Field(default_factory=list)
     precision: Mode | None = None
     force: bool = False
+    refit_of: str | None = Field(None, description="refit this released manifest (store key) instead of building; "
+                                 "one target")
     store: str = Field(default_factory=default_store)
     targets_file: str = Field(default_factory=default_targets_file)

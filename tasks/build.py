@@ -11,6 +11,7 @@ from trtfarm.build import TargetOutcome, build_group
 from trtfarm.errors import UserInputError
 from trtfarm.matrix import ModelSource, TargetPlan
 from trtfarm.profiles import Profile
+from trtfarm.refit import refit_and_publish
 from trtfarm.store import open_store
 
 
@@ -32,3 +33,11 @@ def build_and_publish(store_uri: str, model: ModelSource, group: list[TargetPlan
     return build_group(open_store(store_uri), model, group, profiles,
                        progress=progress.build_progress(group[0].target.id),
                        upload_progress=progress.upload_progress(), run_id=str(flow_run.get_id() or "") or None)
+
+
+@task(cache_policy=NO_CACHE)
+def refit_and_publish_plan(store_uri: str, model: ModelSource, plan: TargetPlan, parent_manifest: str,
+                           profiles: list[Profile]) -> TargetOutcome:
+    """Refit a released plan with the new weights (GPU only) and publish it; not retried (same machine, same end)."""
+    return refit_and_publish(open_store(store_uri), model, plan, parent_manifest, profiles,
+                             run_id=str(flow_run.get_id() or "") or None)

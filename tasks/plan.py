@@ -56,10 +56,11 @@ def fetch_model(export: ExportRef) -> Path:
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
 def plan_model(store_uri: str, export: ExportRef, targets_file: str, targets: list[str], profiles: list[dict],
-               name: str | None, precision: str | None, force: bool, farm: bool) -> ExportPlan:
-    """Everything decided for one model before any build: fetch, spec, precision, digests, what is published."""
+               name: str | None, precision: str | None, force: bool, farm: bool,
+               refit: bool = False) -> ExportPlan:
+    """Everything decided for one model before any build (with ``refit``: which released plans can be refitted)."""
     return plan_export(store_uri, export, targets_file=targets_file, targets=targets, profiles=profiles, name=name,
-                       precision=precision, force=force, farm=farm)
+                       precision=precision, force=force, farm=farm, refit=refit)
 
 
 @task(cache_policy=NO_CACHE)

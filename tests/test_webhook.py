@@ -122,3 +122,11 @@ def test_an_export_is_claimed_once(tmp_path):
     event = export.event("sns:1")
     assert event["event"] == "trtfarm.model.exported" and event["resource"]["prefect.resource.id"] == \
         "trtfarm.model.encoder" and event["payload"]["model_uri"] == "s3://exports/encoder"
+
+
+def test_a_post_marked_refit_sends_the_weights_updated_event():
+    etags = {"s3://exports/encoder": "e"}
+    export = export_from_json(b'{"model_uri": "s3://exports/encoder/", "refit": true}', etags.get)
+    assert export.refit and export.event("hook")["event"] == "trtfarm.model.weights-updated"
+    plain = export_from_json(b'{"model_uri": "s3://exports/encoder/"}', etags.get)
+    assert plain.event("hook")["event"] == "trtfarm.model.exported"

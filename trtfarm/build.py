@@ -104,7 +104,7 @@ def pending_engine(plan: TargetPlan, why: str = "built ahead-of-time on a CPU") 
                                           "deserialisation, accuracy and latency need that GPU)")
 
 
-def _engine_result(store: Store, model: ModelSource, plan: TargetPlan, profiles, result: BuildResult) -> EngineResult:
+def engine_result(store: Store, model: ModelSource, plan: TargetPlan, profiles, result: BuildResult) -> EngineResult:
     """Validate and time the plan on this GPU (TensorRT targets); otherwise the check stays pending."""
     t = plan.target
     if t.toolchain.flavour is not Flavour.tensorrt:
@@ -183,9 +183,10 @@ def _onnx_check(model: ModelSource) -> Check:
     return Check(status=p["gate"], detail=p["gate_detail"], figures=figures)
 
 
-def _manifest(model: ModelSource, plan: TargetPlan, built_by: TargetPlan, result: BuildResult, profiles,
-              cache: TimingCacheInfo, run_id: str | None, plan_info: PlanInfo, engine: EngineResult,
-              determinism: dict) -> Manifest:
+def build_manifest(model: ModelSource, plan: TargetPlan, built_by: TargetPlan, result: BuildResult, profiles,
+                   cache: TimingCacheInfo, run_id: str | None, plan_info: PlanInfo, engine: EngineResult,
+                   determinism: dict) -> Manifest:
+    """The manifest of ``plan`` for a finished build (``built_by``: the target whose build made the bytes)."""
     t = plan.target
     return Manifest(
         model=ModelInfo(name=model.name, source_uri=model.source_uri, onnx_digest=model.onnx_digest,
@@ -228,12 +229,12 @@ def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], p
         if key and result.timing_cache is not None:
             after = merge_timing_cache(store, key, result.timing_cache, tensorrt_combine(trt)).data
         cache = _cache_info(trt, result, key, before, after)
-        engine = _engine_result(store, model, lead, profiles, result)
+        engine = engine_result(store, model, lead, profiles, result)
         determinism = _determinism(trt, model, lead, profiles, result, Path(tmp), engine)
         outcomes = []
         for plan in group:
             def manifest_for(info: PlanInfo, plan: TargetPlan = plan) -> Manifest:
-                return _manifest(model, plan, lead, result, profiles, cache, run_id, info, engine, determinism)
+                return build_manifest(model, plan, lead, result, profiles, cache, run_id, info, engine, determinism)
 
             up = upload_progress(plan.target.id) if upload_progress else None
             pub = publish_plan(store, plan.prefix, result.plan_path, manifest_for, up)

@@ -183,6 +183,8 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
              target: list[str] = typer.Option([], "--target", help="target id (repeatable; default: all)"),
              precision: str = typer.Option(None, "--precision", help="fp32 | fp16 | bf16 | int8 | fp8"),
              force: bool = typer.Option(False, "--force", help="rebuild published targets"),
+             refit: bool = typer.Option(False, "--refit", help="refit released refittable plans with the new "
+                                        "weights instead of rebuilding them"),
              wait: bool = typer.Option(False, "--wait", help="wait for the run and print its outcomes"),
              child_timeout: int = typer.Option(None, "--child-timeout", min=10,
                                                help="cancel a child build that runs longer (seconds)"),
@@ -193,7 +195,8 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
     from tasks.submit import submit_matrix
 
     try:
-        given = {"model": model, "targets": target, "precision": precision, "force": force or None, "store": store,
+        given = {"model": model, "targets": target, "precision": precision, "force": force or None,
+                 "refit": refit or None, "store": store,
                  "targets_file": str(targets_file) if targets_file else None, "child_timeout_s": child_timeout}
         request = MatrixRequest(**{k: v for k, v in given.items() if v not in (None, [])})
         request.check_targets()

@@ -19,7 +19,8 @@ from trtfarm.fleet import load_fleet, select_targets
 from trtfarm.identity import model_name_from_path
 from trtfarm.matrix import ModelSource, TargetPlan, local_capabilities, model_source, plan_targets, with_precision
 from trtfarm.precision import GateFailed
-from trtfarm.profiles import Profile
+from trtfarm.profiles import Profile, profiles_json
+from trtfarm.refit import RefitDecision, refit_decision
 from trtfarm.registry import ExportRef, fetch_export
 from trtfarm.store import open_store
 
@@ -34,6 +35,7 @@ class ExportPlan:
     plans: list[TargetPlan] = field(default_factory=list)
     outcomes: dict[str, TargetOutcome] = field(default_factory=dict)
     todo: list[TargetPlan] = field(default_factory=list)
+    refits: dict[str, RefitDecision] = field(default_factory=dict)  # target -> decision (refit runs only)
 
 
 def local_copy(export: ExportRef) -> Path:
@@ -46,7 +48,7 @@ def local_copy(export: ExportRef) -> Path:
 
 def plan_export(store_uri: str, export: ExportRef, *, targets_file: str, targets: list[str],
                 profiles: list[dict], name: str | None, precision: str | None, force: bool,
-                farm: bool) -> ExportPlan:
+                farm: bool, refit: bool = False) -> ExportPlan:
     """Decide what to build for ``export``; a refused precision recipe fails every target (nothing is built)."""
     if farm and "://" not in export.uri:
         raise UserInputError(f"{export.uri}: a farm run builds registered models or export URIs that every worker "
@@ -68,4 +70,8 @@ def plan_export(store_uri: str, export: ExportRef, *, targets_file: str, targets
     plans = plan_targets(model, model.plan_digest, resolved, [Profile.model_validate(p) for p in texts],
                          None if farm else local_capabilities())
     outcomes, todo = triage(store, plans, force)
-    return ExportPlan(model.name, model, texts, plans, outcomes, todo)
+    planned = ExportPlan(model.name, model, texts, plans, outcomes, todo)
+    if refit:
+        wanted = profiles_json([Profile.model_validate(p) for p in texts])
+        planned.refits = {p.target.id: refit_decision(store, model, p, wanted) for p in todo}
+    return planned

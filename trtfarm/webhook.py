@@ -6,8 +6,11 @@ Two ways in, both ending in one ``trtfarm.model.exported`` event per export:
   message signature is checked against the SNS signing certificate (``SignatureVersion`` 1: SHA1, 2: SHA256), a
   ``SubscriptionConfirmation`` is confirmed by fetching its ``SubscribeURL``, and each ``ObjectCreated`` record whose
   key ends in the trigger file (``model.onnx``) names the export folder around it.
-- **Generic JSON** ``{"model_uri": ...}``: ``X-Trtfarm-Timestamp`` (unix seconds) and ``X-Trtfarm-Signature:
-  sha256=<hex>``, the HMAC-SHA256 of ``"<timestamp>." + body`` with the shared secret, within a replay window.
+- **Generic JSON** ``{"model_uri": ..., "refit": false}``: ``X-Trtfarm-Timestamp`` (unix seconds) and
+  ``X-Trtfarm-Signature: sha256=<hex>``, the HMAC-SHA256 of ``"<timestamp>." + body`` with the shared secret,
+  within a replay window.
+  ``"refit": true`` (a fine-tune: same graph, new weights) sends ``trtfarm.model.weights-updated`` instead, which the
+  ``refit`` deployment takes.
 
 Delivery is at least once and a multipart upload emits two S3 events, so each export is claimed once in the store
 (``webhook/exports/<sha256>.json``, create-only) before its event is sent; a duplicate finds the claim and stops.
@@ -31,6 +34,7 @@ from trtfarm.store import Store
 
 TRIGGER_FILE, EXPORT_FILE = "model.onnx", "export.json"
 EVENT_NAME = "trtfarm.model.exported"
+REFIT_EVENT = "trtfarm.model.weights-updated"  # same graph, new weights: the refit deployment takes these
 SNS_CERT_HOST = re.compile(r"^sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?$")
 _SIGNED_KEYS = {
     "Notification": ("Message", "MessageId", "Subject", "Timestamp", "TopicArn", "Type"),
@@ -54,6 +58,7 @@ class Export:
     uri: str
     name: str
     version: str
+    refit: bool = False
 
     @property
     def claim_id(self) -> str:
@@ -63,7 +68,7 @@ class Export:
     def event(self, source: str) -> dict:
         """The Prefect event (``POST /api/events`` body item); its id is derived from the claim."""
         return {"id": str(uuid.UUID(self.claim_id[:32])), "occurred": datetime.now(timezone.utc).isoformat(),
-                "event": EVENT_NAME,
+                "event": REFIT_EVENT if self.refit else EVENT_NAME,
                 "resource": {"prefect.resource.id": f"trtfarm.model.{self.name}", "prefect.resource.name": self.name},
                 "payload": {"model_uri": self.uri, "version": self.version, "source": source}}
 
@@ -101,7 +106,7 @@ def export_from_json(body: bytes, folder_etag) -> Export:
     version = folder_etag(uri)
     if version is None:
         raise Rejected(400, f"{uri}/{TRIGGER_FILE} does not exist")
-    return Export(uri, _name(uri, doc.get("name")), version.strip('"'))
+    return Export(uri, _name(uri, doc.get("name")), version.strip('"'), doc.get("refit") is True)
 
 
 # --- SNS ---------------------------------------------------------------------------------------------------------

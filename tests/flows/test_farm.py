@@ -54,7 +54,7 @@ def farm(tmp_path_factory, s3_endpoint):
     try:
         f.start_server()
         f.synced = f.trtfarm_json("pools", "sync")
-        f.deploy("build-matrix", "on-export", "rtx-4090", "rtx-5090")
+        f.deploy("build-matrix", "on-export", "refit", "rtx-4090", "rtx-5090")
         for pool in ("trtfarm-control", "rtx-4090", "rtx-5090"):
             f.start_worker(pool)
         yield f
