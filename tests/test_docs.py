@@ -30,7 +30,7 @@ def test_readme_build_command_builds_the_bundled_example():
 def test_every_command_in_the_readme_table_exists_with_its_flags():
     runner = CliRunner()
     for usage in re.findall(r"^\| `trtfarm ([^`]*)`", README, re.M):
-        command = re.match(r"[a-z ]+(?= |$)", usage).group(0).split()
+        command = re.match(r"[a-z0-9 ]+(?= |$)", usage).group(0).split()
         result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
         assert result.exit_code == 0, result.output
         for flag in re.findall(r"--[a-z-]+", usage):
