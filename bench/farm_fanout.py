@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -36,27 +35,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=int, default=4)
     args = parser.parse_args()
-    import logging
-
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's access log
-
+    from bench._moto import start_moto_bucket
     from examples.encoder import make_model
     from tests.farm_server import Farm
     from tests.flows.test_farm import FOUR_RTX_TARGETS_TWO_POOLS
     from trtfarm.publish import read_manifest
     from trtfarm.store import open_store
 
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    moto.start()
-    host, port = moto.get_host_and_port()
-    aws = {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://{host}:{port}"}
-    os.environ.update(aws)
     bucket = f"fanout-{uuid.uuid4().hex[:6]}"
-    boto3.client("s3").create_bucket(Bucket=bucket)
+    moto, aws = start_moto_bucket(bucket)
     console = Console()
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)

@@ -96,19 +96,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=int, default=100)
     args = parser.parse_args()
-    import logging
+    from bench._moto import start_moto_bucket
 
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's access log
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    os.environ.update({"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1",
-                       "AWS_ENDPOINT_URL": f"http://{host}:{port}", "PREFECT_LOGGING_LEVEL": "WARNING"})
-    boto3.client("s3").create_bucket(Bucket="nightly")
+    server, _ = start_moto_bucket("nightly")
+    os.environ["PREFECT_LOGGING_LEVEL"] = "WARNING"
     store = "s3://nightly/farm"
     console = Console()
     with tempfile.TemporaryDirectory() as tmp:

@@ -72,7 +72,7 @@ def test_a_plan_that_fails_verification_is_published_as_failed_and_not_released(
     def failing_engine(store, model, plan, profiles, result):  # what a GPU worker reports for a bad plan
         return build_mod.EngineResult(Check(status="failed", detail="profile 0 opt: cosine mean 0.91 below 0.9999"))
 
-    monkeypatch.setattr(build_mod, "_engine_result", failing_engine)
+    monkeypatch.setattr(build_mod, "engine_result", failing_engine)
     store = open_store((tmp_path / "store").as_uri())
     _, outcomes = publish_export(store, fleet_file, tmp_path / "e", 0, 1_700_000_000, ["rtx4090-rtx1.7"])
     out = outcomes["rtx4090-rtx1.7"]
