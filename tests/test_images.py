@@ -48,9 +48,12 @@ ENTRYPOINT ["/usr/local/bin/trtfarm-toolchain-version"]
 PROBE = "#!/bin/busybox sh\n/bin/busybox cat /etc/toolchain 2>/dev/null || echo \"tensorrt {version}\"\n"
 
 
-def _ensure_debian_packages(*packages: str) -> None:
-    """Debian's docker.io and busybox-static are what the tests run: install them when this machine lacks them."""
-    missing = [p for p in packages if subprocess.run(["dpkg", "-s", p], capture_output=True).returncode != 0]
+def _ensure_debian_packages(**provides: str) -> None:
+    """Debian's docker.io and busybox-static are what the tests run: install them when this machine lacks them.
+
+    ``provides`` maps each package to the program it installs (``dpkg -s`` still succeeds for a removed package).
+    """
+    missing = [p for p, program in provides.items() if not shutil.which(program) and not Path(program).is_file()]
     if missing:
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True)
@@ -61,7 +64,7 @@ def _ensure_debian_packages(*packages: str) -> None:
 @pytest.fixture(scope="module")
 def dockerd(tmp_path_factory):
     """A private dockerd (vfs storage, no bridge, no iptables) on its own socket; stopped by its PID."""
-    _ensure_debian_packages("docker.io", "busybox-static")
+    _ensure_debian_packages(**{"docker.io": "dockerd", "busybox-static": "/bin/busybox"})
     root = Path("/tmp") / f"trtfarm-dockerd-{os.getpid()}"  # short: the socket path must stay under 108 bytes
     root.mkdir(exist_ok=True)
     sock = f"unix://{root}/docker.sock"
@@ -140,6 +143,18 @@ def test_a_truthful_image_is_tagged_and_a_lying_one_is_refused(dockerd, tmp_path
     tags = {t for image in client.images.list() for t in image.tags}
     assert "trtfarm-test-worker:trt-11.4.0.106" not in tags
     assert not [t for t in tags if t.startswith("trtfarm-candidate:")]  # no candidate left behind
+
+
+def test_push_reports_a_registry_that_refuses(dockerd, tmp_path):
+    fleet = tmp_path / "gpu_targets.yaml"
+    fleet.write_text(FLEET.replace('image: "trtfarm-test-worker:trt-10.13.3.9"',
+                                   'image: "127.0.0.1:9/trtfarm-test-worker:trt-10.13.3.9"'))
+    pushed = _cli("--targets-file", str(fleet), "--toolchain", "trt-10.13", "--context",
+                  str(_context(tmp_path, "push", "10.13.3.9")), "--dockerfile", "Dockerfile", "--build-network",
+                  "none", "--push", "--json")
+    assert pushed.returncode == 1, pushed.stderr
+    [row] = json.loads(pushed.stdout)
+    assert row["status"] == "tagged" and row["pushed"] is False and "push failed" in row["detail"]
 
 
 def test_the_probe_output_must_name_a_flavour_and_a_version(dockerd, tmp_path):
