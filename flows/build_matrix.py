@@ -13,7 +13,7 @@ from prefect.runtime import deployment, flow_run
 
 from flows.build_target import REFIT_UNAVAILABLE, build_target
 from flows.requests import MatrixRequest, TargetRequest
-from tasks.farm import ChildJob, ChildRun, cancel_children, run_children
+from tasks.farm import SKIPPED, ChildJob, ChildRun, cancel_children, run_children
 from tasks.plan import find_exports, plan_model
 from tasks.report import report_outcomes, report_run
 from trtfarm.build import TargetOutcome, outcome_from_manifest
@@ -89,6 +89,8 @@ def _read_back(store_uri: str, run: ModelRun, group: list[TargetPlan], child: Ch
             outcome = outcome_from_manifest(store, plan, manifest, status="built", reason="; ".join(notes))
             outcome.release = release_note(store, plan.manifest_key, manifest, plan.target.release_on)
             run.outcomes[plan.target.id] = outcome
+        elif child.state == SKIPPED:  # no worker online for the pool: nothing was dispatched
+            run.outcomes[plan.target.id] = TargetOutcome(plan.target.id, "skipped", child.message)
         else:  # the child's verdict; a manifest there is for diagnosis or from an earlier build (force)
             why = child.message or f"child run ended {child.state} without publishing"
             run.outcomes[plan.target.id] = TargetOutcome(plan.target.id, "failed", why,
@@ -103,15 +105,16 @@ def _run_locally(request: TargetRequest) -> ChildRun:
     return ChildRun("local", "COMPLETED", "", 1)
 
 
-async def _dispatch(jobs: list, farm: bool, timeout_s: int) -> list[ChildRun]:
+async def _dispatch(jobs: list, farm: bool, request: MatrixRequest) -> list[ChildRun]:
     """Run the children: on their pools (farm), or one after another in this process (local)."""
     if not farm:
         return [_run_locally(c) for _, _, c in jobs]
     parent = str(flow_run.get_id())
     children = [ChildJob(g[0].target.gpu.pool, g[0].target.toolchain_label, g[0].target.toolchain.image, c,
-                         f"{parent}:{g[0].build_digest[:16]}:{g[0].target.gpu.pool}" + (":refit" if c.refit_of else ""))
+                         f"{parent}:{g[0].build_digest[:16]}:{g[0].target.gpu.pool}" + (":refit" if c.refit_of else ""),
+                         g[0].target.gpu.nvml_name)
                 for _, g, c in jobs]
-    return await run_children(children, timeout_s) if children else []
+    return await run_children(children, request.child_timeout_s, request.wait_for_workers) if children else []
 
 
 async def _cancel_children_hook(flow, run, state) -> None:
@@ -129,7 +132,7 @@ async def build_matrix(request: MatrixRequest) -> list[dict]:
                 ", ".join(e.name or e.uri for e in exports))
     runs = [_plan_model(request, e, farm) for e in exports]
     jobs = [(run, group, child) for run in runs for group, child in run.children]
-    results = await _dispatch(jobs, farm, request.child_timeout_s)
+    results = await _dispatch(jobs, farm, request)
     unrefitted: dict[int, list[TargetPlan]] = {}
     for (run, group, child_request), child in zip(jobs, results, strict=True):
         if child_request.refit_of and REFIT_UNAVAILABLE in child.message:
@@ -141,7 +144,7 @@ async def build_matrix(request: MatrixRequest) -> list[dict]:
             _read_back(request.store, run, group, child)
     fallback = [(run, g, c) for run in runs if id(run) in unrefitted
                 for g, c in _add_builds(run, unrefitted[id(run)], farm)]
-    for (run, group, _), child in zip(fallback, await _dispatch(fallback, farm, request.child_timeout_s),
+    for (run, group, _), child in zip(fallback, await _dispatch(fallback, farm, request),
                                       strict=True):
         _read_back(request.store, run, group, child)
     rows = []

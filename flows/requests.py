@@ -59,6 +59,8 @@ class MatrixRequest(BaseModel):
         "auto", description="farm: one child run per build on its target's work pool; local: in this process; "
         "auto: farm when this run came from a deployment")
     child_timeout_s: int = Field(3600, ge=10, description="cancel a child build run that takes longer than this")
+    wait_for_workers: bool = Field(False, description="queue builds for pools with no online worker (default: skip "
+                                   "them, saying why; the next run builds them)")
 
     def check_targets(self) -> None:
         """Raise ``UserInputError`` naming unknown target ids (and the known ones) before any work starts."""

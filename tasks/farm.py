@@ -66,6 +66,7 @@ class ChildJob:
     image: str | None
     request: TargetRequest
     key: str
+    gpu: str = ""  # the GPU model the pool's workers have, for people
 
 
 async def run_child(job: ChildJob, timeout_s: int, pool_types: dict[str, str]) -> ChildRun:
@@ -99,11 +100,28 @@ async def run_child(job: ChildJob, timeout_s: int, pool_types: dict[str, str]) -
     raise AssertionError("unreachable")
 
 
-async def run_children(jobs: list[ChildJob], timeout_s: int) -> list[ChildRun]:
-    """Run every child concurrently; results in the same order."""
+SKIPPED = "SKIPPED"
+
+
+async def run_children(jobs: list[ChildJob], timeout_s: int, wait_for_workers: bool = False) -> list[ChildRun]:
+    """Run every child concurrently; results in the same order.
+
+    A pool with no online worker (Prefect marks it NOT_READY) gets no child: its targets are skipped with the reason,
+    unless ``wait_for_workers`` queues them anyway (workers that start later pick them up).
+    """
     async with get_client() as client:
-        types = {p: (await client.read_work_pool(p)).type for p in {j.pool for j in jobs}}
-    return list(await asyncio.gather(*(run_child(job, timeout_s, types) for job in jobs)))
+        pools = {p: await client.read_work_pool(p) for p in {j.pool for j in jobs}}
+    types = {name: pool.type for name, pool in pools.items()}
+
+    async def one(job: ChildJob) -> ChildRun:
+        status = getattr(pools[job.pool].status, "value", pools[job.pool].status)
+        if status != "READY" and not wait_for_workers:
+            return ChildRun("", SKIPPED, f"no worker is online for pool {job.pool} (status {status}): start `trtfarm "
+                                         f"worker --pool {job.pool}` on a machine with {job.gpu or 'its GPU'}, or run "
+                                         "with wait_for_workers to queue the build", 0)
+        return await run_child(job, timeout_s, types)
+
+    return list(await asyncio.gather(*(one(job) for job in jobs)))
 
 
 async def cancel_children(parent_flow_run_id: UUID | str, why: str) -> int:

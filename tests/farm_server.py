@@ -36,6 +36,8 @@ class Farm:
         self.env = {**os.environ, **env, "PREFECT_HOME": str(home / "prefect"), "PREFECT_API_URL": self.api,
                     "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "false",
                     "PREFECT_WORKER_QUERY_SECONDS": "1", "PREFECT_WORKER_PREFETCH_SECONDS": "5",
+                    # a worker that dies is seen offline (and its pool NOT_READY) within seconds, not minutes
+                    "PREFECT_WORKER_HEARTBEAT_SECONDS": "2", "PREFECT_SERVER_SERVICES_FOREMAN_LOOP_SECONDS": "2",
                     "PREFECT_LOGGING_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"}
         self.procs: dict[str, subprocess.Popen] = {}
 

@@ -186,6 +186,8 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
              refit: bool = typer.Option(False, "--refit", help="refit released refittable plans with the new "
                                         "weights instead of rebuilding them"),
              wait: bool = typer.Option(False, "--wait", help="wait for the run and print its outcomes"),
+             wait_for_workers: bool = typer.Option(False, "--wait-for-workers", help="queue builds for pools with "
+                                                   "no online worker instead of skipping them"),
              child_timeout: int = typer.Option(None, "--child-timeout", min=10,
                                                help="cancel a child build that runs longer (seconds)"),
              deployment: str = typer.Option("build-matrix/build-matrix", "--deployment"),
@@ -196,7 +198,7 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
 
     try:
         given = {"model": model, "targets": target, "precision": precision, "force": force or None,
-                 "refit": refit or None, "store": store,
+                 "refit": refit or None, "wait_for_workers": wait_for_workers or None, "store": store,
                  "targets_file": str(targets_file) if targets_file else None, "child_timeout_s": child_timeout}
         request = MatrixRequest(**{k: v for k, v in given.items() if v not in (None, [])})
         request.check_targets()

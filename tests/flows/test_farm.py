@@ -278,13 +278,24 @@ def test_an_onnx_landing_in_s3_starts_exactly_one_matrix_run_and_bad_requests_st
     assert len(claims) == 1
 
 
-def test_an_overdue_child_is_cancelled_and_cancelling_the_parent_cancels_its_children(farm, client):
+def test_a_pool_without_workers_is_skipped_an_overdue_child_cancelled_and_cancelling_the_parent_cancels_children(
+        farm, client):
     from prefect.states import Cancelling
 
-    worker = farm.procs["worker-rtx-5090"]  # this pool loses its only worker: its children never start
+    worker = farm.procs["worker-rtx-5090"]  # this pool loses its only worker
     os.killpg(worker.pid, signal.SIGKILL)
     worker.wait()
-    timed = farm.trtfarm_json("farm", "run", "encoder", "--force", "--child-timeout", "10", "--wait")
+    _wait_for(lambda: client.read_work_pool("rtx-5090").status.value == "NOT_READY", 60, "the pool to be NOT_READY")
+    skipped = farm.trtfarm_json("farm", "run", "encoder", "--force", "--wait")
+    rows = {r["target"]: r for r in skipped["outcomes"]}
+    assert {t: rows[t]["status"] for t in POOL} == {"rtx4090-rtx1.7": "built", "rtx4080-rtx1.7": "built",
+                                                    "rtx5090-rtx1.7": "skipped", "rtx5080-rtx1.7": "skipped"}
+    assert "no worker is online for pool rtx-5090" in rows["rtx5090-rtx1.7"]["reason"]
+    assert "trtfarm worker --pool rtx-5090" in rows["rtx5090-rtx1.7"]["reason"]
+
+    # queued anyway (wait_for_workers): nobody picks the child up, so it overruns its timeout and is cancelled
+    timed = farm.trtfarm_json("farm", "run", "encoder", "--force", "--wait-for-workers", "--child-timeout", "10",
+                              "--wait")
     rows = {r["target"]: r for r in timed["outcomes"]}
     assert {t: rows[t]["status"] for t in POOL} == {"rtx4090-rtx1.7": "built", "rtx4080-rtx1.7": "built",
                                                     "rtx5090-rtx1.7": "failed", "rtx5080-rtx1.7": "failed"}
@@ -294,7 +305,7 @@ def test_an_overdue_child_is_cancelled_and_cancelling_the_parent_cancels_its_chi
                and str(client.read_task_run(r.parent_task_run_id).flow_run_id) == timed["flow_run_id"]]
     assert len(overdue) == 1 and overdue[0].state.type.value in ("CANCELLING", "CANCELLED")
 
-    started = farm.trtfarm_json("farm", "run", "encoder", "--force")
+    started = farm.trtfarm_json("farm", "run", "encoder", "--force", "--wait-for-workers")
     def children_of_started():
         return [r for r in _child_runs(client) if r.work_pool_name == "rtx-5090" and r.state.is_scheduled()
                 and str(client.read_task_run(r.parent_task_run_id).flow_run_id) == started["flow_run_id"]]
