@@ -158,7 +158,7 @@ def models_push(folder: Path = typer.Argument(..., help="export folder: model.on
     if as_json:
         print(json.dumps(ref.to_json()))
     else:
-        out.print(f"registered {ref.name} export {ref.export_id}: {ref.uri}", highlight=False)
+        out.print(f"registered {ref.name} export {ref.export_id}: {ref.uri}", highlight=False, soft_wrap=True)
 
 
 @models_app.command("ls")
@@ -210,9 +210,15 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
     if as_json:
         print(json.dumps({"flow_run_id": run_id, "state": state, "message": message, "outcomes": rows}, indent=2))
     else:
-        out.print(f"build-matrix run {run_id}: {state}" + (f" ({message})" if message else ""), highlight=False)
-        for r in rows:
-            out.print(f"  {r['model']} {r['target']}: {r['status']} {r['reason']}", highlight=False)
+        out.print(f"build-matrix run {run_id}: {state}" + (f" ({message})" if message else ""), highlight=False,
+                  soft_wrap=True)
+        if rows:
+            table = Table("model", "target", "status", "build s", "reason")
+            colours = {"built": "green", "up-to-date": "cyan", "skipped": "yellow", "failed": "red"}
+            for r in rows:
+                table.add_row(r["model"], r["target"], f"[{colours.get(r['status'], 'white')}]{r['status']}[/]",
+                              f"{r['build_s']:.2f}" if r.get("build_s") is not None else "–", r["reason"])
+            out.print(table)
     if wait and state != "COMPLETED":
         raise typer.Exit(1)
 
