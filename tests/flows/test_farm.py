@@ -133,6 +133,22 @@ def test_a_matrix_over_two_pools_survives_a_killed_child_then_builds_nothing(far
         assert m.model.source_uri == f"{pushed['uri']}/model.onnx"
         assert row["release"].startswith("released: releases/encoder/")
 
+    # the run's report as Prefect artifacts: one table (target x status x build time x plan size x verification x
+    # manifest) and the model's markdown report with links to the manifests
+    from uuid import UUID
+
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, FlowRunFilter, FlowRunFilterId
+
+    of_run = FlowRunFilter(id=FlowRunFilterId(any_=[UUID(started["flow_run_id"])]))
+    artifacts = {a.key: a for a in client.read_artifacts(flow_run_filter=of_run, artifact_filter=ArtifactFilter(
+        key=ArtifactFilterKey(any_=["build-matrix", "build-matrix-encoder-report"])))}
+    table = artifacts["build-matrix"].data
+    table = json.loads(table) if isinstance(table, str) else table
+    assert {r["target"]: r["status"] for r in table} == dict.fromkeys(POOL, "built")
+    assert all(r["manifest"].startswith(f"{store.uri}/plans/encoder/") and r["plan_MiB"] and r["build_s"]
+               and "built=passed" in r["verification"] for r in table)
+    assert "[manifest.json](s3://" in artifacts["build-matrix-encoder-report"].data
+
     # no partial plan or manifest: every plan folder holds exactly a plan and its manifest, and they agree
     prefixes: dict[str, set[str]] = {}
     for key in store.list("plans/"):
