@@ -15,7 +15,7 @@ from flows.build_target import REFIT_UNAVAILABLE, build_target
 from flows.requests import MatrixRequest, TargetRequest
 from tasks.farm import SKIPPED, ChildJob, ChildRun, cancel_children, run_children
 from tasks.plan import find_exports, plan_model
-from tasks.report import report_outcomes, report_run
+from tasks.report import has_news, report_outcomes, report_run
 from trtfarm.build import TargetOutcome, outcome_from_manifest
 from trtfarm.matrix import TargetPlan, group_by_build
 from trtfarm.publish import read_manifest
@@ -49,7 +49,7 @@ def _plan_model(request: MatrixRequest, export: ExportRef, farm: bool) -> ModelR
     run = ModelRun(planned.name, planned.plans, planned.outcomes)
     run.child_base = {"model": export.uri if farm else str(planned.model.path) if planned.model else export.uri,
                       "name": planned.name, "profiles": planned.profile_texts, "precision": request.precision,
-                      "force": request.force, "store": request.store, "targets_file": request.targets_file}
+                      "store": request.store, "targets_file": request.targets_file}
     refit = [p for p in planned.todo if planned.refits.get(p.target.id) and
              planned.refits[p.target.id].action == "refit"]
     run.why_built = {t: d.reason for t, d in planned.refits.items() if d.action == "build"}
@@ -150,7 +150,7 @@ async def build_matrix(request: MatrixRequest) -> list[dict]:
     rows = []
     for run in runs:
         ordered = [run.outcomes[p.target.id] for p in run.plans] or list(run.outcomes.values())
-        if any(o.status in ("built", "failed") for o in ordered):
+        if has_news(o.status for o in ordered):
             report_outcomes(run.name, ordered, request.store)
         rows += [{"model": run.name, **o.to_json()} for o in ordered]
     report_run(rows, request.store)

@@ -10,7 +10,7 @@ from prefect import flow, get_run_logger
 
 from flows.requests import TargetRequest
 from tasks.build import build_and_publish, refit_and_publish_plan
-from tasks.plan import convert_precision, fetch_model, plan_matrix, prepare_model, resolve_targets
+from tasks.plan import plan_model
 from trtfarm.errors import TrtfarmError, UserInputError
 from trtfarm.profiles import Profile
 from trtfarm.registry import ExportRef
@@ -44,11 +44,12 @@ def build_target(request: TargetRequest) -> list[dict]:
     """Build ``request.targets`` (one build digest) and publish a manifest for each."""
     logger = get_run_logger()
     profiles = [Profile.model_validate(p) for p in request.profiles]
-    targets = resolve_targets(request.targets_file, request.targets)
-    path = fetch_model(ExportRef(request.model, request.name))
-    model = prepare_model(str(path), request.name, request.model if "://" in request.model else None)
-    model = convert_precision(request.store, model, request.precision)
-    group = plan_matrix(model, targets, profiles)
+    # the parent's planning step, repeated here on the worker (force: no manifest lookups; local capabilities)
+    planned = plan_model(request.store, ExportRef(request.model, request.name), request.targets_file,
+                         request.targets, request.profiles, request.name, request.precision, True, False)
+    if planned.model is None:  # the precision gate refused the recipe
+        raise BuildFailed("; ".join(f"{o.target}: {o.reason}" for o in planned.outcomes.values()))
+    model, group = planned.model, planned.plans
     if {p.build_digest for p in group} != {request.build_digest}:
         raise UserInputError(f"build digest drifted: expected {request.build_digest[:12]}, this worker computes "
                              f"{sorted(p.build_digest[:12] for p in group)} (different fleet file or model bytes?)")

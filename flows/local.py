@@ -9,15 +9,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
-from trtfarm.build import TargetOutcome, triage
-from trtfarm.buildspec import spec_for_model, spec_precision, spec_profiles
 from trtfarm.errors import UserInputError
-from trtfarm.fleet import load_fleet, select_targets
-from trtfarm.identity import model_name_from_path
-from trtfarm.matrix import local_capabilities, model_source, plan_targets, with_precision
-from trtfarm.precision import GateFailed
 from trtfarm.profiles import load_profiles_file, profile_from_args
-from trtfarm.store import open_store
+from trtfarm.registry import ExportRef
+from trtfarm.runplan import plan_export
 
 
 class _RichBuild:
@@ -43,12 +38,13 @@ class _RichBuild:
                 self.task].total)
 
 
-def _profiles(model: Path, profile_args: list[str], profiles_file: Path | None, spec) -> list:
+def _profile_texts(profile_args: list[str], profiles_file: Path | None) -> list[dict]:
+    """Profiles given on the command line, as text; empty: the model's farm.yaml (or shapes.jsonl) decides."""
     if profile_args and profiles_file:
         raise UserInputError("give either --profile flags or --profiles FILE, not both")
-    if profiles_file:
-        return load_profiles_file(profiles_file).profiles
-    return [profile_from_args(profile_args)] if profile_args else spec_profiles(model, spec)[0]
+    profiles = load_profiles_file(profiles_file).profiles if profiles_file else \
+        [profile_from_args(profile_args)] if profile_args else []
+    return [{n: r.text() for n, r in p.root.items()} for p in profiles]
 
 
 def _triage_without_prefect(model: Path, name: str | None, profile_args: list[str], profiles_file: Path | None,
@@ -58,19 +54,13 @@ def _triage_without_prefect(model: Path, name: str | None, profile_args: list[st
 
     The precision step runs here (and is stored), so a refused conversion fails every target before any build.
     """
-    spec, _ = spec_for_model(model)
-    resolved = select_targets(load_fleet(targets_file), targets or spec.targets or None)
-    profiles = _profiles(model, profile_args, profiles_file, spec)
-    resolved_name = name or spec.name or model_name_from_path(model)
-    recipe, calibration, heldout = spec_precision(model, spec, precision)
-    try:
-        source = with_precision(open_store(store), model_source(model, resolved_name), recipe, calibration, heldout)
-    except GateFailed as failed:
-        return resolved_name, [], [TargetOutcome(t.id, "failed", str(failed)).to_json() for t in resolved]
-    plans = plan_targets(source, source.plan_digest, resolved, profiles, local_capabilities())
-    done, todo = triage(open_store(store), plans)
-    rows = None if todo else [done[p.target.id].to_json() for p in plans]
-    return resolved_name, [{n: r.text() for n, r in p.root.items()} for p in profiles], rows
+    planned = plan_export(store, ExportRef(str(model), ""), targets_file=targets_file, targets=targets,
+                          profiles=_profile_texts(profile_args, profiles_file), name=name, precision=precision,
+                          force=False, farm=False)
+    if planned.model is None:  # the precision gate refused the recipe
+        return planned.name, [], [o.to_json() for o in planned.outcomes.values()]
+    rows = None if planned.todo else [planned.outcomes[p.target.id].to_json() for p in planned.plans]
+    return planned.name, planned.profile_texts, rows
 
 
 def run_local_build(model: Path, *, name: str | None, profile_args: list[str], profiles_file: Path | None,

@@ -76,7 +76,6 @@ class TargetRequest(BaseModel):
     build_digest: str = Field(description="what the parent computed; the child refuses to build anything else")
     profiles: list[ProfileText] = Field(default_factory=list)
     precision: Mode | None = None
-    force: bool = False
     refit_of: str | None = Field(None, description="refit this released manifest (store key) instead of building; "
                                  "one target")
     store: str = Field(default_factory=default_store)

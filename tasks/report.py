@@ -16,6 +16,11 @@ from trtfarm.report import write_report
 from trtfarm.store import open_store
 
 
+def has_news(statuses) -> bool:
+    """True when a model's run built or failed something (it gets a full report); else it is all up to date."""
+    return any(s in ("built", "failed") for s in statuses)
+
+
 def _artifact_key(text: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in text.lower())
 
@@ -48,7 +53,7 @@ def report_run(rows: list[dict], store_uri: str | None = None) -> None:
         for r in rows:
             by_model.setdefault(r["model"], []).append({k: v for k, v in r.items() if k != "model"})
         for model, outcomes in by_model.items():
-            if not any(o["status"] in ("built", "failed") for o in outcomes):
+            if not has_news(o["status"] for o in outcomes):
                 store.put_if_absent(f"reports/{model}/{run}/outcomes.json", json.dumps(outcomes, indent=2).encode())
     table = [{"model": r["model"], "target": r["target"], "status": r["status"], "reason": r["reason"],
               "build_s": r["build_s"], "plan_MiB": round(r["plan_bytes"] / 2**20, 2) if r["plan_bytes"] else None,

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 from prefect.deployments import run_deployment
 from prefect.flow_runs import wait_for_flow_run
 
 from flows.requests import MatrixRequest
+from trtfarm.report import run_outcomes
 from trtfarm.store import open_store
 
 
@@ -22,10 +21,6 @@ async def submit_matrix(deployment: str, request: MatrixRequest, wait: bool) -> 
         return str(run.id), run.state.type.value if run.state else "SCHEDULED", "", []
     final = await wait_for_flow_run(run.id, timeout=None)
     store = open_store(request.store)  # yours (--store / $TRTFARM_STORE) must be the farm's to read its reports
-    rows = []
-    for key in store.list("reports/"):
-        parts = key.split("/")
-        if len(parts) == 4 and parts[2] == str(run.id) and parts[3] == "outcomes.json":
-            rows += [{"model": parts[1], **r} for r in json.loads(store.get(key).data)]
+    rows = [{"model": model, **r} for model, outcomes in run_outcomes(store, str(run.id)).items() for r in outcomes]
     state = final.state
     return str(run.id), state.type.value if state else "UNKNOWN", (state.message or "") if state else "", rows

@@ -103,8 +103,8 @@ def latest_exports(store: Store) -> list[ExportRef]:
 def resolve_model(store: Store, ref: str) -> ExportRef:
     """``name``, ``name@export_id`` or an export folder URI -> the export to build."""
     if "://" in ref:
-        uri = ref if ref.endswith("/") or not ref.endswith(".onnx") else ref.rsplit("/", 1)[0]
-        return ExportRef(uri.rstrip("/"), _name_of_uri(uri))
+        uri = export_folder(ref)
+        return ExportRef(uri, export_name(uri))
     name, _, wanted = ref.partition("@")
     check_name("model name", name)
     ids = _exports(store, name)
@@ -118,9 +118,24 @@ def resolve_model(store: Store, ref: str) -> ExportRef:
     return ExportRef(store.url(f"{MODELS}/{name}/{export_id}"), name, export_id)
 
 
-def _name_of_uri(uri: str) -> str:
-    path = urlparse(uri).path.rstrip("/")
-    return model_name_from_path(Path(path) / ONNX_NAME)
+def export_folder(uri: str) -> str:
+    """The export folder a URI names: the folder itself, or the folder of its ``model.onnx``."""
+    uri = uri.rstrip("/")
+    return uri.rsplit("/", 1)[0] if uri.endswith(f"/{ONNX_NAME}") else uri
+
+
+def is_registry_export(folder_uri: str) -> bool:
+    """True for a folder laid out by the registry: ``.../models/<name>/<export_id>``."""
+    parts = [p for p in urlparse(folder_uri).path.split("/") if p]
+    return len(parts) >= 3 and parts[-3] == MODELS
+
+
+def export_name(folder_uri: str) -> str:
+    """The model name of an export folder: a registry export's model, else the folder's name."""
+    parts = [p for p in urlparse(folder_uri).path.split("/") if p]
+    if is_registry_export(folder_uri):
+        return parts[-2]
+    return model_name_from_path(Path(parts[-1] if parts else "model") / ONNX_NAME)
 
 
 def _folder_store(uri: str) -> Store:

@@ -148,12 +148,20 @@ def write_report(store: Store, model: str, run: str, outcomes: list[dict], out: 
     return path
 
 
-def outcomes_for(store: Store, ref: str) -> tuple[str, str, list[dict]]:
-    """(model, run, outcomes) for a stored run id, or for a model: its newest plan per target."""
+def run_outcomes(store: Store, run: str) -> dict[str, list[dict]]:
+    """The outcomes a run stored, per model (``reports/<model>/<run>/outcomes.json``); empty for an unknown run."""
+    found = {}
     for key in store.list("reports/"):
         parts = key.split("/")
-        if len(parts) == 4 and parts[2] == ref and parts[3] == "outcomes.json":
-            return parts[1], ref, json.loads(store.get(key).data)
+        if len(parts) == 4 and parts[2] == run and parts[3] == "outcomes.json":
+            found[parts[1]] = json.loads(store.get(key).data)
+    return found
+
+
+def outcomes_for(store: Store, ref: str) -> tuple[str, str, list[dict]]:
+    """(model, run, outcomes) for a stored run id, or for a model: its newest plan per target."""
+    for model, outcomes in run_outcomes(store, ref).items():
+        return model, ref, outcomes
     from trtfarm.catalog import manifests_in
 
     newest: dict[str, tuple[str, Manifest]] = {}

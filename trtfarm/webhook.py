@@ -27,12 +27,11 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from urllib.parse import unquote_plus, urlparse
 
+from trtfarm.registry import EXPORT_NAME, ONNX_NAME, export_folder, export_name, is_registry_export
 from trtfarm.store import Store
 
-TRIGGER_FILE, EXPORT_FILE = "model.onnx", "export.json"
 EVENT_NAME = "trtfarm.model.exported"
 REFIT_EVENT = "trtfarm.model.weights-updated"  # same graph, new weights: the refit deployment takes these
 SNS_CERT_HOST = re.compile(r"^sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?$")
@@ -102,10 +101,10 @@ def export_from_json(body: bytes, folder_etag) -> Export:
     uri = doc.get("model_uri") if isinstance(doc, dict) else None
     if not isinstance(uri, str) or urlparse(uri).scheme not in ("s3", "file") or not urlparse(uri).path.strip("/"):
         raise Rejected(400, 'body must be {"model_uri": "s3://bucket/path/to/export/"} (an export folder URI)')
-    uri = _folder(uri)
+    uri = export_folder(uri)
     version = folder_etag(uri)
     if version is None:
-        raise Rejected(400, f"{uri}/{TRIGGER_FILE} does not exist")
+        raise Rejected(400, f"{uri}/{ONNX_NAME} does not exist")
     return Export(uri, _name(uri, doc.get("name")), version.strip('"'), doc.get("refit") is True)
 
 
@@ -175,8 +174,8 @@ def exports_from_s3_event(message: str) -> list[Export]:
         except (KeyError, TypeError) as err:
             raise Rejected(400, f"S3 record without s3.bucket.name / s3.object.key ({err})") from err
         folder, _, leaf = f"s3://{bucket}/{key}".rpartition("/")
-        registry = _is_registry_export(folder)
-        if not ((leaf == EXPORT_FILE and registry) or (leaf == TRIGGER_FILE and not registry)):
+        registry = is_registry_export(folder)
+        if not ((leaf == EXPORT_NAME and registry) or (leaf == ONNX_NAME and not registry)):
             continue
         uri = folder
         exports.append(Export(uri, _name(uri, None), str(obj.get("eTag") or obj.get("sequencer") or "").strip('"')))
@@ -205,22 +204,7 @@ def _json(body: bytes):
         raise Rejected(400, f"malformed JSON: {err}") from err
 
 
-def _folder(uri: str) -> str:
-    uri = uri.rstrip("/")
-    return uri.rsplit("/", 1)[0] if uri.endswith(f"/{TRIGGER_FILE}") else uri
-
-
-def _is_registry_export(folder_uri: str) -> bool:
-    parts = [p for p in urlparse(folder_uri).path.split("/") if p]
-    return len(parts) >= 3 and parts[-3] == "models"
-
-
 def _name(uri: str, given) -> str:
-    from trtfarm.identity import model_name_from_path
-
     if isinstance(given, str) and re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", given):
         return given
-    parts = [p for p in urlparse(uri).path.split("/") if p]
-    if _is_registry_export(uri):  # models/<name>/<export_id>: named by its model
-        return parts[-2]
-    return model_name_from_path(Path(parts[-1] if parts else "model") / TRIGGER_FILE)
+    return export_name(uri)

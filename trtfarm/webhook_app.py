@@ -18,10 +18,10 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
+from trtfarm.registry import ONNX_NAME
 from trtfarm.store import open_store
 from trtfarm.webhook import (
     SNS_CERT_HOST,
-    TRIGGER_FILE,
     Export,
     Rejected,
     check_signature,
@@ -85,7 +85,7 @@ async def _body(request: Request, limit: int) -> bytes:
 
 
 def _folder_etag(uri: str) -> str | None:
-    return open_store(uri).etag(TRIGGER_FILE)
+    return open_store(uri).etag(ONNX_NAME)
 
 
 async def _emit(cfg: WebhookConfig, exports: list[Export], source: str) -> JSONResponse:
