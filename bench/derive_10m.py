@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 RUN_AND_MEASURE = """
 import sys
 sys.argv = ["trtfarm", *sys.argv[1:]]
-from trtfarm.cli import app
+from trtfarm.cli.main import app
 try:
     app()
 except SystemExit:

@@ -39,7 +39,7 @@ def main() -> None:
     from examples.encoder import make_model
     from tests.farm_server import Farm
     from tests.flows.test_farm import FOUR_RTX_TARGETS_TWO_POOLS
-    from trtfarm.publish import read_manifest
+    from trtfarm.publishing.publish import read_manifest
     from trtfarm.store import open_store
 
     bucket = f"fanout-{uuid.uuid4().hex[:6]}"

@@ -48,12 +48,12 @@ def fleet_yaml() -> str:
 def seed_store(store_uri: str, fleet: Path, models: int, work: Path) -> None:
     """Register ``models`` exports and publish every target of each (one RTX build per model)."""
     from examples.encoder import make_model
-    from trtfarm.build import build_group
-    from trtfarm.buildspec import spec_for_model, spec_precision, spec_profiles
-    from trtfarm.fleet import load_fleet, select_targets
-    from trtfarm.matrix import group_by_build, model_source, plan_targets, with_precision
-    from trtfarm.registry import register_export
+    from trtfarm.building.build import build_group
+    from trtfarm.planning.buildspec import spec_for_model, spec_precision, spec_profiles
+    from trtfarm.planning.fleet import load_fleet, select_targets
+    from trtfarm.planning.targets import group_by_build, model_source, plan_targets, with_precision
     from trtfarm.store import open_store
+    from trtfarm.triggers.registry import register_export
 
     store = open_store(store_uri)
     targets = select_targets(load_fleet(fleet))
@@ -75,9 +75,9 @@ def seed_store(store_uri: str, fleet: Path, models: int, work: Path) -> None:
 
 def core_decision(store_uri: str, fleet: Path) -> tuple[int, int]:
     """Everything the nightly decides, with no orchestrator: (models, targets to build)."""
-    from trtfarm.registry import latest_exports
-    from trtfarm.runplan import plan_export
+    from trtfarm.planning.plan import plan_export
     from trtfarm.store import open_store
+    from trtfarm.triggers.registry import latest_exports
 
     exports = latest_exports(open_store(store_uri))
     todo = sum(len(plan_export(store_uri, ref, targets_file=str(fleet), targets=[], profiles=[], name=None,
@@ -87,7 +87,7 @@ def core_decision(store_uri: str, fleet: Path) -> tuple[int, int]:
 
 def nightly(store_uri: str, fleet: Path) -> list[dict]:
     from flows.build_matrix import build_matrix
-    from flows.requests import MatrixRequest
+    from trtfarm.planning.requests import MatrixRequest
 
     return asyncio.run(build_matrix(MatrixRequest(store=store_uri, targets_file=str(fleet), dispatch="farm")))
 

@@ -33,8 +33,8 @@ def union(current: bytes, ours: bytes) -> bytes:
 
 
 def merge_run(uri: str, writers: int, merges: int) -> dict:
+    from trtfarm.building.timing_cache import merge_timing_cache
     from trtfarm.store import open_store
-    from trtfarm.timing_cache import merge_timing_cache
 
     store = open_store(uri)
     key = f"timing-caches/bench-{writers}/{time.time_ns()}.cache"
@@ -67,7 +67,7 @@ def merge_run(uri: str, writers: int, merges: int) -> dict:
 
 PULL = """
 import sys, time
-from trtfarm.pull import pull_release
+from trtfarm.publishing.pull import pull_release
 from trtfarm.store import open_store
 def hwm():  # VmHWM: peak RSS of this address space (ru_maxrss would include the forking parent's)
     return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
@@ -82,8 +82,8 @@ print(time.perf_counter() - t, got.bytes, hwm(), before)
 
 def publish_big(uri: str, gib: float, tmp: Path) -> None:
     """A synthetic multi-GB plan published and released like a real one."""
-    from trtfarm.publish import publish_plan
-    from trtfarm.release import move_release
+    from trtfarm.publishing.publish import publish_plan
+    from trtfarm.publishing.release import move_release
     from trtfarm.store import open_store
 
     sys.path.insert(0, str(REPO))

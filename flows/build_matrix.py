@@ -1,6 +1,6 @@
 """The ``build-matrix`` flow: resolve models and targets, skip what is up to date, build the rest, report.
 
-Farm mode sends one child run per build onto its target's work pool (``tasks.farm``); local mode runs the same child
+Farm mode sends one child run per build onto its target's work pool (``flows.dispatch``); local mode runs the same child
 flow in this process. Either way the outcomes are read back from the manifests the children published.
 """
 
@@ -12,16 +12,16 @@ from prefect import flow, get_run_logger
 from prefect.runtime import deployment, flow_run
 
 from flows.build_target import REFIT_UNAVAILABLE, build_target
-from flows.requests import MatrixRequest, TargetRequest
-from tasks.farm import SKIPPED, ChildJob, ChildRun, cancel_children, run_children
+from flows.dispatch import SKIPPED, ChildJob, ChildRun, cancel_children, run_children
 from tasks.plan import find_exports, plan_model
 from tasks.report import has_news, report_outcomes, report_run
-from trtfarm.build import TargetOutcome, outcome_from_manifest
-from trtfarm.matrix import TargetPlan, group_by_build
-from trtfarm.publish import read_manifest
-from trtfarm.registry import ExportRef
-from trtfarm.release import release_note
+from trtfarm.building.build import TargetOutcome, outcome_from_manifest
+from trtfarm.planning.requests import MatrixRequest, TargetRequest
+from trtfarm.planning.targets import TargetPlan, group_by_build
+from trtfarm.publishing.publish import read_manifest
+from trtfarm.publishing.release import release_note
 from trtfarm.store import open_store
+from trtfarm.triggers.registry import ExportRef
 
 
 @dataclass

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger
 
-from flows.requests import TargetRequest
 from tasks.build import build_and_publish, refit_and_publish_plan
 from tasks.plan import plan_model
 from trtfarm.errors import TrtfarmError, UserInputError
-from trtfarm.profiles import Profile
-from trtfarm.registry import ExportRef
+from trtfarm.planning.requests import TargetRequest
+from trtfarm.profiles.profile import Profile
+from trtfarm.triggers.registry import ExportRef
 
 
 class BuildFailed(TrtfarmError):
@@ -24,7 +24,7 @@ REFIT_UNAVAILABLE = "refit unavailable on this worker"
 
 
 def _refit(request: TargetRequest, model, group, profiles):
-    from trtfarm.toolchain.refit import RefitUnavailable
+    from trtfarm.toolchain.refitter import RefitUnavailable
 
     if len(group) != 1:
         raise UserInputError(f"a refit is for one target; got {request.targets}")

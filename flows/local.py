@@ -10,9 +10,9 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
 from trtfarm.errors import UserInputError
-from trtfarm.profiles import load_profiles_file, profile_from_args
-from trtfarm.registry import ExportRef
-from trtfarm.runplan import plan_export
+from trtfarm.planning.plan import plan_export
+from trtfarm.profiles.profile import load_profiles_file, profile_from_args
+from trtfarm.triggers.registry import ExportRef
 
 
 class _RichBuild:
@@ -75,8 +75,8 @@ def run_local_build(model: Path, *, name: str | None, profile_args: list[str], p
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL")
         os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
     from flows.build_matrix import build_matrix
-    from flows.requests import MatrixRequest
-    from trtfarm import progress
+    from trtfarm.building import progress
+    from trtfarm.planning.requests import MatrixRequest
 
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as bars:

@@ -6,12 +6,12 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
-from trtfarm import progress
-from trtfarm.build import TargetOutcome, build_group
+from trtfarm.building import progress
+from trtfarm.building.build import TargetOutcome, build_group
+from trtfarm.building.refit import refit_and_publish
 from trtfarm.errors import UserInputError
-from trtfarm.matrix import ModelSource, TargetPlan
-from trtfarm.profiles import Profile
-from trtfarm.refit import refit_and_publish
+from trtfarm.planning.targets import ModelSource, TargetPlan
+from trtfarm.profiles.profile import Profile
 from trtfarm.store import open_store
 
 

@@ -8,9 +8,9 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.build import retry_infrastructure_only
-from trtfarm.registry import ExportRef, latest_exports, resolve_model
-from trtfarm.runplan import ExportPlan, plan_export
+from trtfarm.planning.plan import ExportPlan, plan_export
 from trtfarm.store import open_store
+from trtfarm.triggers.registry import ExportRef, latest_exports, resolve_model
 
 
 @task(cache_policy=NO_CACHE)

@@ -11,9 +11,9 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
-from trtfarm.build import TargetOutcome
-from trtfarm.report import write_report
+from trtfarm.building.build import TargetOutcome
 from trtfarm.store import open_store
+from trtfarm.validation.report import write_report
 
 
 def has_news(statuses) -> bool:

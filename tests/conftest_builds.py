@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from trtfarm.build import build_group
-from trtfarm.fleet import load_fleet, select_targets
-from trtfarm.matrix import local_capabilities, model_source, plan_targets
-from trtfarm.profiles import profile_from_args
+from trtfarm.building.build import build_group
+from trtfarm.planning.fleet import load_fleet, select_targets
+from trtfarm.planning.targets import local_capabilities, model_source, plan_targets
+from trtfarm.profiles.profile import profile_from_args
 
 from .conftest import ENCODER_PROFILE, make_model
 

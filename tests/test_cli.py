@@ -97,7 +97,7 @@ def test_targets_json_says_what_this_machine_serves(workdir):
 
 
 def test_help_imports_no_heavy_dependency():
-    code = ("import sys; from trtfarm.cli import app; from typer.testing import CliRunner; "
+    code = ("import sys; from trtfarm.cli.main import app; from typer.testing import CliRunner; "
             "r = CliRunner().invoke(app, ['--help']); assert r.exit_code == 0, r.output; "
             "heavy = {'prefect', 'tensorrt_rtx', 'tensorrt', 'onnx', 'onnxruntime', 'boto3', 'torch'}; "
             "heavy &= set(sys.modules); assert not heavy, heavy")

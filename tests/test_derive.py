@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trtfarm.derive import Constraints, derive_profiles, onnx_activation_bytes
 from trtfarm.errors import UserInputError
-from trtfarm.shapelog import read_shape_log
+from trtfarm.profiles.derive import Constraints, derive_profiles, onnx_activation_bytes
+from trtfarm.profiles.shapelog import read_shape_log
 
 from .conftest import make_traffic
 

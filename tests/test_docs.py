@@ -6,7 +6,7 @@ import re
 
 from typer.testing import CliRunner
 
-from trtfarm.cli import app
+from trtfarm.cli.main import app
 
 from .conftest import REPO
 

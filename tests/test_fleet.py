@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trtfarm.errors import ConfigError, UserInputError
-from trtfarm.fleet import load_fleet, select_targets
+from trtfarm.planning.fleet import load_fleet, select_targets
 
 from .conftest import REPO, RTX_FLEET
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from trtfarm.gc import delete_plans, plans_to_delete
-from trtfarm.publish import read_manifest
-from trtfarm.release import move_release
+from trtfarm.publishing.gc import delete_plans, plans_to_delete
+from trtfarm.publishing.publish import read_manifest
+from trtfarm.publishing.release import move_release
 from trtfarm.store import open_store
 
 from .conftest_builds import publish_export

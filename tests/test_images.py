@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from trtfarm.fleet import load_fleet
-from trtfarm.images import DockerUnavailable, docker_client, image_jobs
+from trtfarm.planning.fleet import load_fleet
+from trtfarm.workers.images import DockerUnavailable, docker_client, image_jobs
 
 from .conftest import REPO
 

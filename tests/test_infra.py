@@ -12,9 +12,9 @@ import pytest
 import yaml
 from prefect.utilities.templating import apply_values
 
-from trtfarm.fleet import Flavour, load_fleet
-from trtfarm.k8s import GPU_PRODUCT_LABEL, GPU_RESOURCE, job_template, worker_values
-from trtfarm.pools import desired_pools
+from trtfarm.planning.fleet import Flavour, load_fleet
+from trtfarm.workers.k8s import GPU_PRODUCT_LABEL, GPU_RESOURCE, job_template, worker_values
+from trtfarm.workers.pools import desired_pools
 
 from .conftest import REPO
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from trtfarm.errors import UserInputError
-from trtfarm.manifest import Manifest, manifest_from_json
+from trtfarm.publishing.manifest import Manifest, manifest_from_json
 
 
 def sample() -> Manifest:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from trtfarm.manifest import PlanInfo
-from trtfarm.publish import publish_plan, read_manifest
+from trtfarm.publishing.manifest import PlanInfo
+from trtfarm.publishing.publish import publish_plan, read_manifest
 from trtfarm.store import open_store
 
 from .test_manifest import sample
@@ -63,8 +63,8 @@ def test_a_plan_left_without_manifest_is_adopted(store_uri, tmp_path):
 
 def test_a_plan_that_fails_verification_is_published_as_failed_and_not_released(example_onnx, fleet_file, tmp_path,
                                                                                 monkeypatch):
-    from trtfarm import build as build_mod
-    from trtfarm.manifest import Check
+    from trtfarm.building import build as build_mod
+    from trtfarm.publishing.manifest import Check
     from trtfarm.store import open_store
 
     from .conftest_builds import publish_export

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trtfarm import shapelog
-from trtfarm.shapelog import ShapeLogError, read_shape_log
+from trtfarm.profiles import shapelog
+from trtfarm.profiles.shapelog import ShapeLogError, read_shape_log
 
 
 def table_dict(t):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import threading
 
+from trtfarm.building.timing_cache import cache_key, merge_timing_cache, pull_timing_cache
 from trtfarm.store import open_store
-from trtfarm.timing_cache import cache_key, merge_timing_cache, pull_timing_cache
 
 
 def union(current: bytes, ours: bytes) -> bytes:

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
 from trtfarm.store import LocalStore
-from trtfarm.webhook import (
+from trtfarm.triggers.webhook import (
     Export,
     Rejected,
     check_signature,

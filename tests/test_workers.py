@@ -7,9 +7,9 @@ import os
 import subprocess
 import sys
 
-from trtfarm.fleet import load_fleet
-from trtfarm.gpu import GpuScan, LocalGpu
-from trtfarm.workers import check_worker
+from trtfarm.planning.fleet import load_fleet
+from trtfarm.workers.admission import check_worker
+from trtfarm.workers.gpu import GpuScan, LocalGpu
 
 from .conftest import REPO
 

@@ -1,5 +1,5 @@
 """``python -m trtfarm``."""
 
-from trtfarm.cli import main
+from trtfarm.cli.main import main
 
 main()

@@ -7,9 +7,9 @@ import asyncio
 import pytest
 
 from flows.build_matrix import build_matrix
-from flows.requests import MatrixRequest
 from trtfarm.errors import UserInputError
-from trtfarm.publish import read_manifest
+from trtfarm.planning.requests import MatrixRequest
+from trtfarm.publishing.publish import read_manifest
 from trtfarm.store import open_store
 
 from ..conftest import make_model

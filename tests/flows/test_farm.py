@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from trtfarm.identity import sha256_file
-from trtfarm.publish import read_manifest
+from trtfarm.publishing.publish import read_manifest
 from trtfarm.store import open_store
 
 from ..conftest import REPO
@@ -226,7 +226,7 @@ def _on_export_runs(client):
 def test_an_onnx_landing_in_s3_starts_exactly_one_matrix_run_and_bad_requests_start_nothing(farm, client, tmp_path):
     import boto3
 
-    from trtfarm.webhook import sign
+    from trtfarm.triggers.webhook import sign
 
     from ..conftest import make_model
     from ..farm_server import TRTFARM, free_port

@@ -9,17 +9,17 @@ import onnx
 import pytest
 
 from flows.build_matrix import build_matrix
-from flows.requests import MatrixRequest
-from trtfarm.build import build_group
-from trtfarm.fleet import load_fleet, select_targets
-from trtfarm.matrix import model_source, plan_targets
-from trtfarm.profiles import profile_from_args, profiles_json
-from trtfarm.publish import read_manifest
-from trtfarm.refit import refit_and_publish, refit_decision
-from trtfarm.release import read_pointer
+from trtfarm.building.build import build_group
+from trtfarm.building.refit import refit_and_publish, refit_decision
+from trtfarm.planning.fleet import load_fleet, select_targets
+from trtfarm.planning.requests import MatrixRequest
+from trtfarm.planning.targets import model_source, plan_targets
+from trtfarm.profiles.profile import profile_from_args, profiles_json
+from trtfarm.publishing.publish import read_manifest
+from trtfarm.publishing.release import read_pointer
 from trtfarm.store import open_store
 from trtfarm.toolchain import import_flavour
-from trtfarm.toolchain.refit import RefitUnavailable, refit_plan
+from trtfarm.toolchain.refitter import RefitUnavailable, refit_plan
 
 from ..conftest import ENCODER_PROFILE, REPO, make_model
 

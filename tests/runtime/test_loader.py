@@ -6,11 +6,11 @@ import shutil
 
 import pytest
 
-from trtfarm.gpu import GpuScan, LocalGpu
-from trtfarm.pull import pull_release
-from trtfarm.release import move_release
+from trtfarm.publishing.pull import pull_release
+from trtfarm.publishing.release import move_release
 from trtfarm.runtime.loader import PlanMismatch, contexts_that_fit, load_plan, manifest_beside, static_checks
 from trtfarm.store import open_store
+from trtfarm.workers.gpu import GpuScan, LocalGpu
 
 from ..conftest_builds import publish_export
 
@@ -31,7 +31,7 @@ def pulled(tmp_path_factory):
     store = open_store((root / "store").as_uri())
     model, outcomes = publish_export(store, fleet, root / "export", 0, 1_700_000_000,
                                      ["rtx4090-rtx1.7", "rtx3090-rtx1.7-o5"])
-    from trtfarm.publish import read_manifest
+    from trtfarm.publishing.publish import read_manifest
 
     for o in outcomes.values():
         key = o.manifest.removeprefix(store.uri + "/")
@@ -63,7 +63,7 @@ def test_the_right_plan_passes_every_check_without_a_gpu(pulled):
 
 
 def model_manifest(got):
-    from trtfarm.manifest import manifest_from_json
+    from trtfarm.publishing.manifest import manifest_from_json
 
     return manifest_from_json(got.manifest_path.read_bytes())
 

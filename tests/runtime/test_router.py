@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from trtfarm.derive import derivation_file, derive_profiles, write_profiles_file
-from trtfarm.profiles import profile_from_args
+from trtfarm.profiles.derive import derivation_file, derive_profiles, write_profiles_file
+from trtfarm.profiles.profile import profile_from_args
+from trtfarm.profiles.shapelog import read_shape_log
 from trtfarm.runtime import Router, ShapeOutOfRange
-from trtfarm.shapelog import read_shape_log
 
 from ..test_derive import CAPS
 

@@ -7,8 +7,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from trtfarm.errors import UserInputError
-from trtfarm.fleet import BuilderSettings, RefitMode
-from trtfarm.profiles import profile_from_args
+from trtfarm.planning.fleet import BuilderSettings, RefitMode
+from trtfarm.profiles.profile import profile_from_args
 from trtfarm.toolchain import BuildFailed, OnnxParseError, import_flavour, plan_from_onnx, read_plan_header
 from trtfarm.toolchain.builder import RTX_NO_TIMING_CACHE
 

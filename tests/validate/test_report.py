@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from trtfarm.manifest import Check
-from trtfarm.publish import publish_plan
-from trtfarm.report import write_report
+from trtfarm.publishing.manifest import Check
+from trtfarm.publishing.publish import publish_plan
 from trtfarm.store import open_store
+from trtfarm.validation.report import write_report
 
 from ..test_manifest import sample
 

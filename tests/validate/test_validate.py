@@ -13,12 +13,12 @@ import onnxruntime as ort
 import pytest
 
 from trtfarm.precision import Recipe, convert_and_gate
-from trtfarm.profiles import profile_from_args
-from trtfarm.validate.compare import compare_point, inputs_for_shapes, profile_points
-from trtfarm.validate.engine_gpu import EngineValidation
-from trtfarm.validate.latency import latency_stats, regression_check, stats_from_trtexec_times
-from trtfarm.validate.summary import engine_check
-from trtfarm.validate.tactics import diff_tactics, tactics_digest, tactics_from_inspector
+from trtfarm.profiles.profile import profile_from_args
+from trtfarm.validation.compare import compare_point, inputs_for_shapes, profile_points
+from trtfarm.validation.engine_gpu import EngineValidation
+from trtfarm.validation.latency import latency_stats, regression_check, stats_from_trtexec_times
+from trtfarm.validation.summary import engine_check
+from trtfarm.validation.tactics import diff_tactics, tactics_digest, tactics_from_inspector
 
 from ..conftest import ENCODER_PROFILE
 from ..test_manifest import sample
@@ -123,7 +123,7 @@ def test_engine_check_passes_then_flags_a_p99_regression_and_tactic_changes(exam
 def test_heldout_samples_are_fitted_to_each_profile_point(example_onnx):
     import numpy as np
 
-    from trtfarm.validate.compare import fit_to_shape
+    from trtfarm.validation.compare import fit_to_shape
 
     heldout = {"input_ids": np.arange(3 * 40).reshape(3, 40), "attention_mask": np.ones((3, 40), np.int64)}
     model = onnx.load(str(example_onnx))

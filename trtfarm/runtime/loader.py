@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trtfarm.errors import UserInputError
-from trtfarm.fleet import RTX_COMPUTE_CAPABILITIES
-from trtfarm.gpu import GpuScan, LocalGpu, scan_gpus
 from trtfarm.identity import sha256_file
-from trtfarm.manifest import Manifest, manifest_from_json
+from trtfarm.planning.fleet import RTX_COMPUTE_CAPABILITIES
+from trtfarm.publishing.manifest import Manifest, manifest_from_json
 from trtfarm.toolchain.flavour import installed_version
 from trtfarm.toolchain.header import read_plan_header, version_matches
+from trtfarm.workers.gpu import GpuScan, LocalGpu, scan_gpus
 
 FIX = "Run `trtfarm pull MODEL` on this host to fetch the plan released for its GPU and toolchain."
 

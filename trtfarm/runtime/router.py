@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from trtfarm.errors import UserInputError
-from trtfarm.profiles import Profile, load_profiles_file
+from trtfarm.profiles.profile import Profile, load_profiles_file
 
 
 class ShapeOutOfRange(UserInputError):

@@ -18,8 +18,8 @@ from types import ModuleType
 from typing import Protocol
 
 from trtfarm.errors import UserInputError
-from trtfarm.fleet import BuilderSettings, RefitMode
-from trtfarm.profiles import Profile
+from trtfarm.planning.fleet import BuilderSettings, RefitMode
+from trtfarm.profiles.profile import Profile
 from trtfarm.toolchain.header import read_plan_header
 
 RTX_NO_TIMING_CACHE = "TensorRT-RTX has no timing cache (its cache calls are no-ops since 1.2)"

@@ -1,0 +1,1 @@
+"""Building plans: the build of one job, refit, timing caches, progress sinks."""

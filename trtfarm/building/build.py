@@ -1,0 +1,295 @@
+"""Build one plan and publish it for every target of its compatibility class.
+
+``build_group`` is the per-target work of the design, in one call the flows wrap: pull the timing cache, build,
+merge the cache back, publish plan + manifest for each target that shares this build.
+"""
+
+from __future__ import annotations
+
+import shlex
+import socket
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from trtfarm.building.timing_cache import cache_key, merge_timing_cache, pull_timing_cache, tensorrt_combine
+from trtfarm.identity import sha256_file
+from trtfarm.planning.fleet import Flavour
+from trtfarm.planning.targets import ModelSource, TargetPlan
+from trtfarm.profiles.profile import Profile, profiles_json
+from trtfarm.publishing.manifest import (
+    BuildInfo,
+    Check,
+    Manifest,
+    ModelInfo,
+    PlanInfo,
+    PrecisionInfo,
+    TargetInfo,
+    TimingCacheInfo,
+    Verification,
+)
+from trtfarm.publishing.publish import publish_plan, read_manifest
+from trtfarm.publishing.release import ReleaseRefused, move_release, pointer_key
+from trtfarm.store import Store
+from trtfarm.store.base import Progress
+from trtfarm.toolchain import BuildProgress, BuildResult, import_flavour, plan_from_onnx
+from trtfarm.toolchain.engine import timing_cache_entries
+
+Status = Literal["built", "up-to-date", "skipped", "failed"]
+
+
+@dataclass
+class TargetOutcome:
+    """What happened to one target in a run (the ``--json`` contract of ``trtfarm build``)."""
+
+    target: str
+    status: Status
+    reason: str = ""
+    manifest: str | None = None
+    build_s: float | None = None
+    plan_bytes: int | None = None
+    verification: dict = field(default_factory=dict)
+    release: str = ""
+
+    def to_json(self) -> dict:
+        """``{target, status, reason, manifest, ...}``."""
+        return {"target": self.target, "status": self.status, "reason": self.reason, "manifest": self.manifest,
+                "build_s": self.build_s, "plan_bytes": self.plan_bytes, "verification": self.verification,
+                "release": self.release}
+
+
+def reproduce_command(model: ModelSource, plan: TargetPlan, profiles: Sequence[Profile]) -> str:
+    """The ``trtfarm build`` command that rebuilds this plan."""
+    args = ["trtfarm", "build", str(model.path), "--name", model.name, "--target", plan.target.id]
+    if model.precision.get("recipe", "fp32") != "fp32":
+        args += ["--precision", model.precision["recipe"]]
+    for p in profiles:
+        args += [a for name, r in sorted(p.root.items()) for a in ("--profile", f"{name}={r.text()}")]
+    return shlex.join(args)
+
+
+def _timing(store: Store, plan: TargetPlan) -> tuple[bytes | None, str | None]:
+    t = plan.target
+    if t.toolchain.flavour is Flavour.tensorrt_rtx or not t.settings.timing_cache:
+        return None, None
+    key = cache_key(t.toolchain_label, t.gpu_key)
+    return pull_timing_cache(store, key), key
+
+
+def _cache_info(trt, result: BuildResult, key: str | None, before: bytes | None,
+                after: bytes | None) -> TimingCacheInfo:
+    if key is None or result.timing_cache is None:
+        return TimingCacheInfo(used=False, reason=result.timing_cache_reason or "disabled for this target")
+    return TimingCacheInfo(used=result.timing_cache_reason is None, reason=result.timing_cache_reason, key=key,
+                           bytes_before=len(before) if before else 0, bytes_after=len(after) if after else None,
+                           entries_before=timing_cache_entries(trt, before or b""),
+                           entries_after=timing_cache_entries(trt, after))
+
+
+@dataclass
+class EngineResult:
+    """What the target GPU said about the plan (TensorRT builds run on it; RTX builds ran ahead of time)."""
+
+    check: Check
+    tactics: dict[str, str] | None = None
+    tactics_digest: str | None = None
+    memory: list[int] | None = None
+
+
+def pending_engine(plan: TargetPlan, why: str = "built ahead-of-time on a CPU") -> Check:
+    """``engine: pending on <GPU>``: never a fabricated figure."""
+    return Check(status="pending", detail=f"engine: pending on {plan.target.gpu.nvml_name} ({why}; "
+                                          "deserialisation, accuracy and latency need that GPU)")
+
+
+def engine_result(store: Store, model: ModelSource, plan: TargetPlan, profiles, result: BuildResult) -> EngineResult:
+    """Validate and time the plan on this GPU (TensorRT targets); otherwise the check stays pending."""
+    t = plan.target
+    if t.toolchain.flavour is not Flavour.tensorrt:
+        return EngineResult(pending_engine(plan))
+    from trtfarm.validation.engine_gpu import validate_engine
+    from trtfarm.validation.summary import engine_check
+
+    heldout = model.path.with_name("heldout.npz")
+    samples = None
+    if heldout.is_file():
+        import numpy as np
+
+        with np.load(heldout) as npz:
+            samples = {k: npz[k] for k in npz.files}
+    v = validate_engine(result.plan_path, model.path, list(profiles), engine_recipe(model), heldout=samples)
+    check, tactics, digest = engine_check(v, t.gpu.nvml_name, released_manifest(store, model.name, plan),
+                                          t.max_p99_increase)
+    return EngineResult(check, tactics, digest, v.memory_per_profile)
+
+
+def engine_recipe(model: ModelSource):
+    """The tolerances an engine is held to: the recipe's, or for fp32 the FP16-level defaults (TF32 is on)."""
+    from trtfarm.precision.recipe import DEFAULT_THRESHOLDS, Recipe
+
+    recipe = Recipe.model_validate(model.precision.get("recipe_detail") or {"mode": "fp32"})
+    if recipe.thresholds is None and recipe.mode == "fp32":
+        recipe = recipe.model_copy(update={"thresholds": DEFAULT_THRESHOLDS["fp16"]})
+    return recipe
+
+
+def released_manifest(store: Store, model_name: str, plan: TargetPlan) -> Manifest | None:
+    """The manifest the target's release pointer names (the previous release), if any."""
+    from trtfarm.identity import release_key
+    from trtfarm.publishing.release import read_pointer
+
+    pointer, _ = read_pointer(store, release_key(model_name, plan.target.gpu_key, plan.target.toolchain_label))
+    return read_manifest(store, pointer.manifest) if pointer else None
+
+
+def _determinism(trt, model: ModelSource, plan: TargetPlan, profiles, result: BuildResult, tmp: Path,
+                 engine: EngineResult) -> dict:
+    """Build again and compare: plan bytes always, tactic digests where the engine ran here (GPU builds)."""
+    if not plan.target.determinism_check:
+        return {}
+    again = plan_from_onnx(trt, plan.target.toolchain.flavour.value, model.plan_input, profiles, plan.target.settings,
+                           tmp / "again.plan")
+    same = sha256_file(again.plan_path) == sha256_file(result.plan_path)
+    out = {"determinism": "identical plan bytes in two builds" if same else "plan bytes differ between two builds"}
+    if engine.tactics_digest:
+        from trtfarm.validation.engine_gpu import engine_tactics
+        from trtfarm.validation.tactics import tactics_digest
+
+        second = tactics_digest(engine_tactics(again.plan_path))
+        out["determinism_tactics"] = "same tactics" if second == engine.tactics_digest else \
+            f"tactic digests differ: {engine.tactics_digest[:12]} vs {second[:12]}"
+    return out
+
+
+def _verification(model: ModelSource, plan: TargetPlan, result: BuildResult, engine: Check,
+                  determinism: dict) -> Verification:
+    t = plan.target
+    header_ok = result.header_version is not None
+    built = Check(status="passed" if header_ok else "failed",
+                  detail=f"plan header: {t.toolchain.flavour.value} {result.header_version}" if header_ok
+                  else "plan header not recognised", figures={"build_s": round(result.wall_s, 3), **determinism})
+    return Verification(onnx=_onnx_check(model), built=built, engine=engine)
+
+
+def _onnx_check(model: ModelSource) -> Check:
+    """The precision gate's verdict, as the manifest's ``onnx`` check."""
+    p = model.precision
+    if not p or p.get("recipe", "fp32") == "fp32":
+        return Check(status="passed", detail="onnx.checker passed; fp32 recipe: no conversion, no accuracy gate")
+    figures = {f["output"]: {k: f[k] for k in ("cosine_mean", "cosine_min", "max_abs", "max_rel")} | f["extra"]
+               for f in (p.get("accuracy") or {}).get("figures", [])}
+    return Check(status=p["gate"], detail=p["gate_detail"], figures=figures)
+
+
+def build_manifest(model: ModelSource, plan: TargetPlan, built_by: TargetPlan, result: BuildResult, profiles,
+                   cache: TimingCacheInfo, run_id: str | None, plan_info: PlanInfo, engine: EngineResult,
+                   determinism: dict) -> Manifest:
+    """The manifest of ``plan`` for a finished build (``built_by``: the target whose build made the bytes)."""
+    t = plan.target
+    return Manifest(
+        model=ModelInfo(name=model.name, source_uri=model.source_uri, onnx_digest=model.onnx_digest,
+                        graph_digest=model.graph_digest, exported_at=model.exported_at),
+        precision=PrecisionInfo(recipe=model.precision.get("recipe", "fp32"),
+                                converted_onnx_digest=model.plan_digest,
+                                pinned_fp32_nodes=model.precision.get("pinned_fp32_nodes", []),
+                                accuracy=model.precision.get("accuracy")),
+        target=TargetInfo(target_id=t.id, gpu=t.gpu_key, gpu_name=t.gpu.nvml_name,
+                          compute_capability=t.gpu.compute_capability, compat_class=t.compat_class,
+                          flavour=t.toolchain.flavour.value, toolchain_version=t.toolchain.version,
+                          hardware_compatibility_level=result.hardware_compatibility_level,
+                          version_compatible="VERSION_COMPATIBLE" in result.flags,
+                          refittable=any(f.startswith("REFIT") for f in result.flags), builder_flags=result.flags),
+        build=BuildInfo(build_digest=plan.build_digest, profiles=profiles_json(profiles),
+                        settings=t.settings.model_dump(mode="json"), wall_s=round(result.wall_s, 3),
+                        built_for_target=built_by.target.id, timing_cache=cache, worker_host=socket.gethostname(),
+                        flow_run_id=run_id, reproduce=reproduce_command(model, built_by, profiles)),
+        plan=plan_info.model_copy(update={"header_version": result.header_version, "tactics": engine.tactics,
+                                          "tactics_digest": engine.tactics_digest,
+                                          "device_memory_per_profile": engine.memory}),
+        verification=_verification(model, plan, result, engine.check if plan is built_by else pending_engine(
+            plan, f"plan shared with {built_by.target.id}, whose GPU ran the engine checks"
+            if engine.check.status != "pending" else "built ahead-of-time on a CPU"), determinism),
+    )
+
+
+def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], profiles: Sequence[Profile], *,
+                progress: BuildProgress | None = None, upload_progress: Callable[[str], Progress] | None = None,
+                run_id: str | None = None) -> list[TargetOutcome]:
+    """Build the plan of ``group[0]`` once and publish it for every target in ``group`` (same build digest)."""
+    lead = group[0]
+    trt = import_flavour(lead.target.toolchain.flavour.value)
+    before, key = _timing(store, lead)
+    with tempfile.TemporaryDirectory(prefix="trtfarm-build-") as tmp:
+        result = plan_from_onnx(trt, lead.target.toolchain.flavour.value, model.plan_input, profiles,
+                                lead.target.settings, Path(tmp) / "model.plan", timing_cache=before,
+                                progress=progress)
+        after = None
+        if key and result.timing_cache is not None:
+            after = merge_timing_cache(store, key, result.timing_cache, tensorrt_combine(trt)).data
+        cache = _cache_info(trt, result, key, before, after)
+        engine = engine_result(store, model, lead, profiles, result)
+        determinism = _determinism(trt, model, lead, profiles, result, Path(tmp), engine)
+        outcomes = []
+        for plan in group:
+            def manifest_for(info: PlanInfo, plan: TargetPlan = plan) -> Manifest:
+                return build_manifest(model, plan, lead, result, profiles, cache, run_id, info, engine, determinism)
+
+            up = upload_progress(plan.target.id) if upload_progress else None
+            pub = publish_plan(store, plan.prefix, result.plan_path, manifest_for, up)
+            shared = "" if plan is lead else f"shares the {plan.target.compat_class} build of {lead.target.id}"
+            note = shared if pub.created else _already_published_note(pub.manifest, result)
+            outcome = outcome_from_manifest(store, plan, pub.manifest, status="built", reason=note)
+            outcome.release = release_if_allowed(store, pub.manifest_key, pub.manifest, plan.target.release_on, run_id)
+            outcomes.append(outcome)
+    return outcomes
+
+
+def _already_published_note(published: Manifest, result: BuildResult) -> str:
+    """A rebuild (forced, or racing another worker) found a manifest: say whether our plan matched it."""
+    same = sha256_file(result.plan_path) == published.plan.sha256
+    return ("already published (by a concurrent worker or an earlier run); this rebuild's plan is byte-identical"
+            if same else "already published; this rebuild's plan bytes differ (the published plan is kept: "
+            "builds that time tactics are not bit-reproducible)")
+
+
+def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, release_on: str,
+                       run_id: str | None) -> str:
+    """Move the release pointer when the target's policy allows; say what happened."""
+    try:
+        move_release(store, manifest_key, manifest, release_on=release_on, by="trtfarm",
+                     reason=f"built by flow run {run_id}" if run_id else "built by trtfarm build")
+    except ReleaseRefused as refused:
+        return str(refused)
+    return f"released: {pointer_key(manifest)}"
+
+
+def outcome_from_manifest(store: Store, plan: TargetPlan, manifest: Manifest, status: Status = "up-to-date",
+                          reason: str | None = None) -> TargetOutcome:
+    """A target whose manifest exists: up to date, or just built (failed when a verification failed)."""
+    failed = [f"{k}: {c.detail}" for k, c in manifest.verification if c.status == "failed"]
+    if failed:
+        status, reason = "failed", f"published for diagnosis, not released: {'; '.join(failed)}"
+    elif reason is None:
+        reason = f"build {plan.build_digest[:12]} already published"
+    return TargetOutcome(plan.target.id, status, reason, store.url(plan.manifest_key), manifest.build.wall_s,
+                         manifest.plan.bytes, {k: v.status for k, v in manifest.verification})
+
+
+def triage(store: Store, plans: Sequence[TargetPlan],
+           force: bool = False) -> tuple[dict[str, TargetOutcome], list[TargetPlan]]:
+    """Split a run into finished outcomes (skipped, up to date) and the plans that still need a build.
+
+    ``force`` rebuilds published targets too (their manifests are kept: see ``build_group``).
+    """
+    done: dict[str, TargetOutcome] = {}
+    todo = []
+    for p in plans:
+        if p.skip_reason:
+            done[p.target.id] = TargetOutcome(p.target.id, "skipped", p.skip_reason)
+        elif not force and (existing := read_manifest(store, p.manifest_key)) is not None:
+            done[p.target.id] = outcome_from_manifest(store, p, existing)
+        else:
+            todo.append(p)
+    return done, todo

@@ -1,0 +1,44 @@
+"""What every command shares: the app, the consoles, the common options and how a failure is shown."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from trtfarm.planning.fleet import DEFAULT_TARGETS_FILE
+from trtfarm.store import DEFAULT_STORE
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Build, validate and publish TensorRT-family plans for every GPU x toolchain in a fleet.")
+out = Console()
+err = Console(stderr=True)
+
+STORE_OPT = typer.Option(None, "--store", help="artifact store: a path, file:///abs or s3://bucket/prefix "
+                                               "[default: $TRTFARM_STORE or ./trtfarm-store]")
+TARGETS_OPT = typer.Option(None, "--targets-file", help="gpu_targets.yaml [default: $TRTFARM_TARGETS or "
+                                                        "./gpu_targets.yaml]")
+JSON_OPT = typer.Option(False, "--json", help="machine-readable output on stdout")
+
+
+def store_uri(store: str | None) -> str:
+    """``--store``, else ``$TRTFARM_STORE``, else ``trtfarm-store`` under the working directory."""
+    return store or os.environ.get("TRTFARM_STORE") or DEFAULT_STORE
+
+
+def targets_path(path: Path | None) -> str:
+    """``--targets-file``, else ``$TRTFARM_TARGETS``, else ``gpu_targets.yaml`` in the working directory."""
+    return str(path or os.environ.get("TRTFARM_TARGETS") or DEFAULT_TARGETS_FILE)
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print one line (``error: ...``) and return the exit to raise: 2 for the user's input, 1 for a failure."""
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def project_root() -> Path:
+    """The checkout the flows' entrypoints are relative to (``$TRTFARM_HOME``, else where trtfarm is installed from)."""
+    return Path(os.environ.get("TRTFARM_HOME") or Path(__file__).resolve().parents[2])

@@ -1,0 +1,238 @@
+"""Farm commands that talk to a Prefect server: ``worker``, ``pools`` and ``farm run``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from trtfarm.cli.common import JSON_OPT, STORE_OPT, TARGETS_OPT, app, err, fail, out, project_root, targets_path
+from trtfarm.errors import TrtfarmError
+
+pools_app = typer.Typer(no_args_is_help=True, help="Work pools on the Prefect server: one per GPU model.")
+farm_app = typer.Typer(no_args_is_help=True, help="Start build-matrix runs on a farm's Prefect server.")
+app.add_typer(pools_app, name="pools")
+app.add_typer(farm_app, name="farm")
+
+
+@app.command()
+def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve (one per GPU model)"),
+           queue: str = typer.Option(None, "--queue", help="serve only this toolchain's queue of the pool, e.g. "
+                                     "tensorrt-11.4.0.106 (a worker image carries one TensorRT version)"),
+           check_only: bool = typer.Option(False, "--check-only", help="check this machine against POOL, then exit"),
+           name: str = typer.Option(None, "--name", help="worker name"),
+           healthcheck: bool = typer.Option(False, "--healthcheck", help="serve Prefect's worker health endpoint "
+                                            "(http://127.0.0.1:8080/health) for container health checks"),
+           targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
+    """Check the local GPU and toolchains against POOL's targets; only then start a Prefect worker on it."""
+    from trtfarm.planning.fleet import load_fleet
+    from trtfarm.planning.targets import local_capabilities
+    from trtfarm.workers.admission import check_worker
+
+    try:
+        caps = local_capabilities()
+        result = check_worker(load_fleet(targets_path(targets_file)), pool, caps.gpus, caps.versions, queue)
+    except TrtfarmError as e:
+        raise fail(str(e)) from e
+    if as_json:
+        print(json.dumps({"pool": pool, "queue": queue, "ok": result.ok, "found": result.found, "needs": result.needs,
+                          "targets": result.targets, "problems": result.problems}, indent=2))
+    else:
+        out.print(f"pool {pool}: needs {result.needs}\nthis machine: {result.found}", highlight=False)
+    if not result.ok:
+        raise fail("refusing to serve pool {!r}:\n  - {}".format(pool, "\n  - ".join(result.problems)), code=3)
+    if check_only:
+        return
+    argv = [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process",
+            "--no-create-pool-if-not-found", *(["--name", name] if name else []),
+            *(["--work-queue", queue] if queue else []),
+            *(["--with-healthcheck"] if healthcheck else [])]
+    env = {**os.environ, "PREFECT_WORKER_QUERY_SECONDS": os.environ.get("PREFECT_WORKER_QUERY_SECONDS", "1"),
+           "TRTFARM_HOME": str(project_root()), "TRTFARM_TARGETS": str(Path(targets_path(targets_file)).resolve())}
+    os.execve(argv[0], argv, env)  # the checked process becomes the worker (signals go straight to Prefect)
+
+
+@pools_app.command("sync")
+def pools_sync(targets_file: Path = TARGETS_OPT,
+               check: bool = typer.Option(False, "--check", help="only report drift; exit 1 when there is some"),
+               worker_type: str = typer.Option("process", "--type", help="worker type of new pools (process, "
+                                               "docker, kubernetes)"),
+               control_limit: int = typer.Option(2, "--control-limit", min=1, help="concurrent build-matrix runs"),
+               prefect_file: Path = typer.Option(Path("prefect.yaml"), "--prefect-file",
+                                                 help="deployments to check against the pools"),
+               as_json: bool = JSON_OPT) -> None:
+    """Create or update one work pool per GPU model (limit = its GPU count) and the control pool; report drift."""
+    from trtfarm.planning.fleet import load_fleet
+    from trtfarm.workers.pools import deployment_drift, desired_pools
+
+    try:
+        fleet = load_fleet(targets_path(targets_file))
+        desired = desired_pools(fleet, worker_type, control_limit)
+    except TrtfarmError as e:
+        raise fail(str(e)) from e
+    missing = deployment_drift(prefect_file, desired) if prefect_file.is_file() else []
+
+    templates = {}
+    if worker_type == "kubernetes":
+        from trtfarm.workers.k8s import job_template
+
+        templates = {p.name: job_template(p.name, fleet) for p in desired if p.gpus}
+    try:
+        drift = asyncio.run(sync_work_pools(desired, apply=not check, templates=templates))
+    except Exception as e:  # httpx.ConnectError and friends: the server is the problem, say which one
+        api = os.environ.get("PREFECT_API_URL") or "(no PREFECT_API_URL: an ephemeral server)"
+        raise fail(f"cannot sync pools with the Prefect server at {api}: {type(e).__name__}: {e}") from e
+    if as_json:
+        print(json.dumps([{"pool": d.pool, "declared": d.declared, "on_server": d.on_server, "action": d.action}
+                          for d in drift], indent=2))
+    else:
+        table = Table("pool", "declared", "on server", "check" if check else "action")
+        for d in drift:
+            table.add_row(d.pool, d.declared, d.on_server, ("[yellow]" if d.changes else "") + d.action)
+        out.print(table)
+    for problem in missing:
+        err.print(f"[yellow]drift:[/] {problem}", highlight=False, soft_wrap=True)
+    if check and (missing or any(d.changes for d in drift)):
+        raise typer.Exit(1)
+
+
+@pools_app.command("k8s")
+def pools_k8s(out_dir: Path = typer.Option(Path("infra/k8s"), "--out", help="where to write the files"),
+              api_url: str = typer.Option("http://prefect-server.prefect.svc.cluster.local:4200/api", "--api-url",
+                                          help="the Prefect API as the workers in the cluster reach it"),
+              targets_file: Path = TARGETS_OPT) -> None:
+    """Write each GPU pool's Kubernetes base job template and prefect-worker Helm values (for GitOps)."""
+    import yaml
+
+    from trtfarm.planning.fleet import load_fleet
+    from trtfarm.workers.k8s import job_template, worker_values
+    from trtfarm.workers.pools import desired_pools
+
+    try:
+        fleet = load_fleet(targets_path(targets_file))
+    except TrtfarmError as e:
+        raise fail(str(e)) from e
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for pool in desired_pools(fleet, "kubernetes"):
+        if pool.gpus:
+            (out_dir / f"job-template-{pool.name}.json").write_text(json.dumps(job_template(pool.name, fleet),
+                                                                               indent=2) + "\n")
+        template = f" --set-file worker.config.baseJobTemplate.configuration={out_dir}/job-template-{pool.name}.json" \
+            if pool.gpus else ""
+        values = (f"# helm install trtfarm-{pool.name} prefect/prefect-worker --namespace trtfarm "
+                  f"-f {out_dir}/values-{pool.name}.yaml{template}\n")
+        (out_dir / f"values-{pool.name}.yaml").write_text(values + yaml.safe_dump(worker_values(pool.name, api_url),
+                                                                                   sort_keys=False))
+        out.print(f"wrote {pool.name}", highlight=False)
+
+
+@farm_app.command("run")
+def farm_run(model: str = typer.Argument(None, help="registered model, name@export_id or export URI (default: "
+                                         "every registered model)"),
+             target: list[str] = typer.Option([], "--target", help="target id (repeatable; default: all)"),
+             precision: str = typer.Option(None, "--precision", help="fp32 | fp16 | bf16 | int8 | fp8"),
+             force: bool = typer.Option(False, "--force", help="rebuild published targets"),
+             refit: bool = typer.Option(False, "--refit", help="refit released refittable plans with the new "
+                                        "weights instead of rebuilding them"),
+             wait: bool = typer.Option(False, "--wait", help="wait for the run and print its outcomes"),
+             wait_for_workers: bool = typer.Option(False, "--wait-for-workers", help="queue builds for pools with "
+                                                   "no online worker instead of skipping them"),
+             child_timeout: int = typer.Option(None, "--child-timeout", min=10,
+                                               help="cancel a child build that runs longer (seconds)"),
+             deployment: str = typer.Option("build-matrix/build-matrix", "--deployment"),
+             store: str = STORE_OPT, targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
+    """Start a build-matrix run on the farm (as the Prefect UI does); bad parameters are refused before it starts."""
+    from trtfarm.planning.requests import MatrixRequest
+
+    try:
+        given = {"model": model, "targets": target, "precision": precision, "force": force or None,
+                 "refit": refit or None, "wait_for_workers": wait_for_workers or None, "store": store,
+                 "targets_file": str(targets_file) if targets_file else None, "child_timeout_s": child_timeout}
+        request = MatrixRequest(**{k: v for k, v in given.items() if v not in (None, [])})
+        request.check_targets()
+        run_id, state, message, rows = asyncio.run(submit_matrix(deployment, request, wait))
+    except TrtfarmError as e:
+        raise fail(str(e)) from e
+    except ValueError as e:  # pydantic: an unknown precision and the like
+        raise fail(f"invalid parameters: {e}") from e
+    if as_json:
+        print(json.dumps({"flow_run_id": run_id, "state": state, "message": message, "outcomes": rows}, indent=2))
+    else:
+        out.print(f"build-matrix run {run_id}: {state}" + (f" ({message})" if message else ""), highlight=False,
+                  soft_wrap=True)
+        if rows:
+            table = Table("model", "target", "status", "build s", "reason")
+            colours = {"built": "green", "up-to-date": "cyan", "skipped": "yellow", "failed": "red"}
+            for r in rows:
+                table.add_row(r["model"], r["target"], f"[{colours.get(r['status'], 'white')}]{r['status']}[/]",
+                              f"{r['build_s']:.2f}" if r.get("build_s") is not None else "–", r["reason"])
+            out.print(table)
+    if wait and state != "COMPLETED":
+        raise typer.Exit(1)
+
+
+async def sync_work_pools(desired: list, apply: bool = True, templates: dict[str, dict] | None = None) -> list:
+    """Create missing pools, fix concurrency limits, add the toolchain queues; ``apply=False`` only reports drift.
+
+    ``templates[pool]`` is the base job template for a new pool (Kubernetes); else the worker type's default.
+    """
+    from prefect import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate, WorkPoolUpdate
+    from prefect.workers.utilities import get_default_base_job_template_for_infrastructure_type
+
+    from trtfarm.workers.pools import PoolState, pool_drift
+
+    templates = templates or {}
+    async with get_client() as client:
+        server = [PoolState(p.name, p.type, p.concurrency_limit,
+                            tuple(q.name for q in await client.read_work_queues(work_pool_name=p.name)))
+                  for p in await client.read_work_pools()]
+        drift = pool_drift(desired, server)
+        if not apply:
+            return drift
+        specs = {d.name: d for d in desired}
+        have = {p.name: p for p in server}
+        for row in drift:
+            spec = specs.get(row.pool)
+            if row.action == "create":
+                template = templates.get(spec.name) or await get_default_base_job_template_for_infrastructure_type(
+                    spec.type) or {}
+                await client.create_work_pool(WorkPoolCreate(
+                    name=spec.name, type=spec.type, description=spec.description,
+                    concurrency_limit=spec.concurrency_limit, base_job_template=template))
+            elif row.action.startswith("update"):
+                await client.update_work_pool(spec.name, WorkPoolUpdate(concurrency_limit=spec.concurrency_limit,
+                                                                        description=spec.description))
+            if spec is not None and (row.action == "create" or row.action.startswith("update")):
+                existing = set(have[spec.name].queues) if spec.name in have else set()
+                for queue in sorted(set(spec.queues) - existing):
+                    await client.create_work_queue(name=queue, work_pool_name=spec.name,
+                                                   description=f"builds with {queue}")
+    return drift
+
+
+async def submit_matrix(deployment: str, request, wait: bool) -> tuple[str, str, str, list[dict]]:
+    """``(flow run id, state, state message, outcome rows)``; rows come from the run's reports in the store.
+
+    Only the fields set on ``request`` are sent: the rest take the farm's defaults (the workers' environment).
+    """
+    from prefect.deployments import run_deployment
+    from prefect.flow_runs import wait_for_flow_run
+
+    from trtfarm.store import open_store
+    from trtfarm.validation.report import run_outcomes
+
+    run = await run_deployment(deployment, parameters={"request": request.model_dump(mode="json", exclude_unset=True)},
+                               timeout=0, as_subflow=False)
+    if not wait:
+        return str(run.id), run.state.type.value if run.state else "SCHEDULED", "", []
+    final = await wait_for_flow_run(run.id, timeout=None)
+    store = open_store(request.store)  # yours (--store / $TRTFARM_STORE) must be the farm's to read its reports
+    rows = [{"model": model, **r} for model, outcomes in run_outcomes(store, str(run.id)).items() for r in outcomes]
+    state = final.state
+    return str(run.id), state.type.value if state else "UNKNOWN", (state.message or "") if state else "", rows

@@ -1,0 +1,52 @@
+"""``models push|ls``: the model registry in the store (what nightly runs build)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from trtfarm.cli.common import JSON_OPT, STORE_OPT, app, fail, out, store_uri
+from trtfarm.errors import TrtfarmError
+
+models_app = typer.Typer(no_args_is_help=True, help="The model registry in the store (what nightly runs build).")
+app.add_typer(models_app, name="models")
+
+
+@models_app.command("push")
+def models_push(folder: Path = typer.Argument(..., help="export folder: model.onnx + farm.yaml [+ calib.npz, "
+                                              "heldout.npz, shapes.jsonl]"),
+                name: str = typer.Option(None, "--name", help="model name (default: farm.yaml's, else the folder)"),
+                store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
+    """Register a model export in the store; the next nightly run builds it."""
+    from trtfarm.store import open_store
+    from trtfarm.triggers.registry import register_export
+
+    try:
+        ref = register_export(open_store(store_uri(store)), folder, name)
+    except TrtfarmError as e:
+        raise fail(str(e)) from e
+    if as_json:
+        print(json.dumps(ref.to_json()))
+    else:
+        out.print(f"registered {ref.name} export {ref.export_id}: {ref.uri}", highlight=False, soft_wrap=True)
+
+
+@models_app.command("ls")
+def models_ls(store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
+    """Every registered model and its latest export."""
+    from trtfarm.store import open_store
+    from trtfarm.triggers.registry import latest_exports
+
+    refs = latest_exports(open_store(store_uri(store)))
+    if as_json:
+        print(json.dumps([r.to_json() for r in refs], indent=2))
+        return
+    table = Table("model", "latest export", "uri")
+    for r in refs:
+        table.add_row(r.name, r.export_id or "", r.uri)
+    out.print(table)
+
+

@@ -1,0 +1,205 @@
+"""Store operations: ``cache``, ``release``, ``pull``, ``verify`` and ``gc``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from trtfarm.cli.common import JSON_OPT, STORE_OPT, TARGETS_OPT, app, err, fail, out, store_uri, targets_path
+from trtfarm.errors import TrtfarmError
+
+cache_app = typer.Typer(no_args_is_help=True, help="Shared timing caches, one per (toolchain version, GPU model).")
+app.add_typer(cache_app, name="cache")
+
+
+@cache_app.command("ls")
+def cache_ls(store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
+    """List the timing caches in the store."""
+    from trtfarm.store import open_store
+
+    s = open_store(store_uri(store))
+    rows = [{"key": k, "bytes": len(s.get(k).data)} for k in s.list("timing-caches/")]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title=f"timing caches in {s.uri}")
+    table.add_column("toolchain / GPU")
+    table.add_column("bytes", justify="right")
+    for r in rows:
+        table.add_row(r["key"].removeprefix("timing-caches/").removesuffix(".cache"), f"{r['bytes']:,}")
+    out.print(table if rows else "no timing caches yet (TensorRT-RTX builds have none)")
+
+
+def _cache_key(ref: str) -> str:
+    return ref if ref.startswith("timing-caches/") else f"timing-caches/{ref.removesuffix('.cache')}.cache"
+
+
+@cache_app.command("show")
+def cache_show(ref: str = typer.Argument(..., help="TOOLCHAIN/GPU, e.g. tensorrt-11.4.0.106/h100"),
+               store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
+    """Size, ETag and (where the toolchain is installed) entry count of one cache."""
+    from trtfarm.store import open_store
+    from trtfarm.toolchain import import_flavour
+    from trtfarm.toolchain.engine import timing_cache_entries
+    from trtfarm.toolchain.flavour import ToolchainUnavailable
+
+    s, key = open_store(store_uri(store)), _cache_key(ref)
+    blob = s.get(key)
+    if blob is None:
+        raise fail(f"no timing cache at {s.url(key)}; `trtfarm cache ls` lists them")
+    flavour = key.split("/")[1].rsplit("-", 1)[0]
+    try:
+        entries = timing_cache_entries(import_flavour(flavour), blob.data)
+    except ToolchainUnavailable as e:
+        entries = f"unknown here ({e})"
+    doc = {"key": key, "url": s.url(key), "bytes": len(blob.data), "etag": blob.etag, "entries": entries}
+    if as_json:
+        print(json.dumps(doc, indent=2))
+    else:
+        out.print(doc)
+
+
+@cache_app.command("rm")
+def cache_rm(ref: str = typer.Argument(..., help="TOOLCHAIN/GPU"), store: str = STORE_OPT,
+             yes: bool = typer.Option(False, "--yes", help="really delete")) -> None:
+    """Delete one cache (the next build starts a fresh one)."""
+    from trtfarm.store import open_store
+
+    s, key = open_store(store_uri(store)), _cache_key(ref)
+    if s.get(key) is None:
+        raise fail(f"no timing cache at {s.url(key)}")
+    if not yes:
+        raise fail(f"would delete {s.url(key)}; add --yes to delete it", code=1)
+    s.delete(key)
+    out.print(f"deleted {s.url(key)}")
+
+
+@app.command()
+def release(manifest: str = typer.Argument(..., help="the plan's manifest: store key, URL or path"),
+            reason: str = typer.Option(..., "--reason", help="why (recorded in the pointer's history)"),
+            rollback: bool = typer.Option(False, "--rollback", help="allow moving back to an older export"),
+            force: bool = typer.Option(False, "--force", help="release although the verification policy refuses"),
+            targets_file: Path = TARGETS_OPT, store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
+    """Move (or roll back) a release pointer by hand, recorded with who and why."""
+    from trtfarm.publishing.catalog import load_manifest
+    from trtfarm.publishing.release import move_release
+    from trtfarm.store import open_store
+
+    try:
+        url, m = load_manifest(manifest, store_uri(store))
+        s = open_store(store_uri(store))
+        key = url.removeprefix(s.uri + "/")
+        pointer = move_release(s, key, m, release_on=_release_on(targets_file, m.target.target_id), reason=reason,
+                               rollback=rollback, force=force)
+    except TrtfarmError as e:
+        raise fail(str(e)) from e
+    if as_json:
+        print(pointer.model_dump_json(indent=2))
+        return
+    ev = pointer.current
+    out.print(f"{pointer.model}/{pointer.gpu}/{pointer.toolchain} -> {pointer.manifest} "
+              f"({ev.action} by {ev.by}: {ev.reason})", highlight=False)
+
+
+def _release_on(targets_file: Path | None, target_id: str) -> str:
+    from trtfarm.planning.fleet import load_fleet
+
+    path = Path(targets_path(targets_file))
+    if not path.is_file():
+        return "engine"
+    return next((t.release_on for t in load_fleet(path).targets if t.id == target_id), "engine")
+
+
+@app.command()
+def pull(model: str = typer.Argument(..., help="model name"),
+         to: Path = typer.Option(None, "--to", help="where to write the plan [default: ./MODEL.plan]"),
+         gpu: str = typer.Option(None, "--gpu", help="fleet GPU key instead of this host's GPU"),
+         toolchain: str = typer.Option(None, "--toolchain", help="e.g. tensorrt-11.4.0.106 instead of the installed"),
+         targets_file: Path = TARGETS_OPT, store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
+    """Fetch the plan released for this host's GPU and toolchain, sha256-checked, with its manifest beside it."""
+    from trtfarm.planning.fleet import load_fleet
+    from trtfarm.planning.targets import local_capabilities
+    from trtfarm.publishing.pull import local_gpu_key, local_toolchains, pull_release
+    from trtfarm.store import open_store
+
+    try:
+        caps = local_capabilities()
+        gpu_key = local_gpu_key(load_fleet(targets_path(targets_file)), caps.gpus, gpu)
+        pulled = pull_release(open_store(store_uri(store)), model, gpu_key,
+                              local_toolchains(caps.versions, toolchain), to)
+    except TrtfarmError as e:
+        raise fail(str(e)) from e
+    doc = {"plan": str(pulled.plan), "manifest": str(pulled.manifest_path), "release": pulled.pointer_key,
+           "bytes": pulled.bytes}
+    if as_json:
+        print(json.dumps(doc, indent=2))
+    else:
+        out.print(f"pulled {pulled.pointer_key} -> {pulled.plan} ({pulled.bytes:,} bytes, sha256 checked)",
+                  highlight=False)
+
+
+@app.command()
+def verify(ref: Path = typer.Argument(..., help="a plan (manifest beside it) or a manifest"),
+           onnx_digest: str = typer.Option(None, "--onnx-digest", help="the model digest this host expects"),
+           gpu_name: str = typer.Option(None, "--gpu-name", help="check against this GPU instead of the local one"),
+           compute_capability: str = typer.Option(None, "--compute-capability", help="with --gpu-name"),
+           as_json: bool = JSON_OPT) -> None:
+    """Check a plan against its manifest and this host (sha256, header, model, toolchain, GPU), then load it."""
+    from trtfarm.runtime.loader import Check, find_pair, runtime_check, static_checks
+    from trtfarm.workers.gpu import GpuScan, LocalGpu
+
+    try:
+        plan, m = find_pair(ref)
+        gpus = GpuScan((LocalGpu(0, gpu_name, compute_capability or m.target.compute_capability, 0),), None) \
+            if gpu_name else None
+        checks = static_checks(plan, m, expected_onnx_digest=onnx_digest, gpus=gpus)
+    except TrtfarmError as e:
+        raise fail(str(e)) from e
+    intact = all(c.ok is not False for c in checks if c.name in ("sha256", "header", "toolchain"))
+    if intact and gpus is None:  # ask the runtime too, so a GPU mismatch also shows the runtime's own reason
+        checks.append(runtime_check(plan, m))
+    elif intact:
+        checks.append(Check("runtime", None, f"not run: checked against --gpu-name {gpu_name!r}, not a local GPU"))
+    rows = [{"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks]
+    ok = all(c.ok is not False for c in checks)
+    if as_json:
+        print(json.dumps({"plan": str(plan), "ok": ok, "checks": rows}, indent=2))
+    else:
+        table = Table(title=f"verify {plan}")
+        for col in ("check", "result", "detail"):
+            table.add_column(col, overflow="fold")
+        for c in checks:
+            mark = "[green]ok[/]" if c.ok else "[yellow]skipped[/]" if c.ok is None else "[red]MISMATCH[/]"
+            table.add_row(c.name, mark, c.detail)
+        out.print(table)
+    if not ok:
+        err.print("refused: " + "; ".join(c.detail for c in checks if c.ok is False), highlight=False,
+                  soft_wrap=True)
+        raise typer.Exit(1)
+
+
+@app.command()
+def gc(keep: int = typer.Option(3, "--keep", min=1, help="newest plans to keep per (model, GPU, toolchain)"),
+       apply: bool = typer.Option(False, "--apply", help="delete (the default is a dry run)"),
+       store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
+    """Delete old plans; keeps the newest N per pointer and everything a release pointer references."""
+    from trtfarm.publishing.gc import delete_plans, plans_to_delete
+    from trtfarm.store import open_store
+
+    s = open_store(store_uri(store))
+    doomed = plans_to_delete(s, keep)
+    freed = delete_plans(s, doomed) if apply else 0
+    if as_json:
+        print(json.dumps({"applied": apply, "freed_bytes": freed, "plans": [d.__dict__ for d in doomed]}, indent=2))
+        return
+    for d in doomed:
+        out.print(f"{'deleted' if apply else 'would delete'} {d.manifest_key} ({d.bytes:,} bytes): {d.why}",
+                  highlight=False)
+    total = sum(d.bytes for d in doomed)
+    out.print(f"{len(doomed)} plan(s), {total:,} bytes" + ("" if apply else " — dry run; add --apply to delete"))
+
+
+

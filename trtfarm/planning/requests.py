@@ -1,0 +1,82 @@
+"""Typed flow parameters (the Prefect UI renders these as forms; bad values are rejected at run creation).
+
+``precision`` is an enum in the parameter schema, so the server refuses an unknown mode when the run is created.
+Target ids are checked against the fleet file before the flow does any work (``MatrixRequest.check_targets``); the
+deployment's schema also lists the ids known when it was deployed, so the UI offers them.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from trtfarm.planning.fleet import DEFAULT_TARGETS_FILE, load_fleet, select_targets
+from trtfarm.precision.recipe import Mode
+from trtfarm.store import DEFAULT_STORE
+
+ProfileText = dict[str, str]  # {"input_ids": "1x16:16x128:32x512", ...}
+
+
+def default_store() -> str:
+    """``$TRTFARM_STORE``, else ``trtfarm-store`` under the working directory."""
+    return os.environ.get("TRTFARM_STORE") or DEFAULT_STORE
+
+
+def default_targets_file() -> str:
+    """``$TRTFARM_TARGETS``, else ``gpu_targets.yaml`` in the working directory."""
+    return os.environ.get("TRTFARM_TARGETS") or DEFAULT_TARGETS_FILE
+
+
+def _known_target_ids(schema: dict) -> None:
+    """Offer the fleet's target ids in the parameter form (the fleet file as found at deploy time)."""
+    try:
+        ids = [t.id for t in load_fleet(default_targets_file()).targets]
+    except Exception:  # no readable fleet here: a free-form list, checked by the flow
+        return
+    schema["items"] = {"type": "string", "enum": ids}
+
+
+class MatrixRequest(BaseModel):
+    """Build models for every (or the named) target of the fleet."""
+
+    model: str | None = Field(None, description="a registered model name (its latest export), name@export_id, an "
+                              "export folder URI (s3://... or file://...), or a local ONNX path. Empty: the latest "
+                              "export of every registered model (the nightly run)")
+    targets: list[str] = Field(default_factory=list, json_schema_extra=_known_target_ids,
+                               description="target ids (default: farm.yaml's, else all)")
+    precision: Mode | None = Field(None, description="precision mode (default: farm.yaml's recipe)")
+    force: bool = Field(False, description="rebuild targets that are already published (the published manifest "
+                        "is kept; the report says whether the rebuild matched it)")
+    refit: bool = Field(False, description="new weights, same graph: refit each released refittable plan instead of "
+                        "rebuilding it (others are rebuilt, and the report says why)")
+    name: str | None = Field(None, description="model name in the store (default: farm.yaml name, else file name)")
+    profiles: list[ProfileText] = Field(default_factory=list, description="optimization profiles (default: farm.yaml)")
+    store: str = Field(default_factory=default_store, description="artifact store: a path, file:// or s3://bucket/prefix")
+    targets_file: str = Field(default_factory=default_targets_file, description="the fleet's gpu_targets.yaml")
+    dispatch: Literal["auto", "local", "farm"] = Field(
+        "auto", description="farm: one child run per build on its target's work pool; local: in this process; "
+        "auto: farm when this run came from a deployment")
+    child_timeout_s: int = Field(3600, ge=10, description="cancel a child build run that takes longer than this")
+    wait_for_workers: bool = Field(False, description="queue builds for pools with no online worker (default: skip "
+                                   "them, saying why; the next run builds them)")
+
+    def check_targets(self) -> None:
+        """Raise ``UserInputError`` naming unknown target ids (and the known ones) before any work starts."""
+        select_targets(load_fleet(self.targets_file), self.targets or None)
+
+
+class TargetRequest(BaseModel):
+    """Build one plan and publish it for the targets that share it (one compatibility class on one pool)."""
+
+    model: str = Field(description="the export folder URI (farm) or the local ONNX path (local mode)")
+    name: str
+    targets: list[str] = Field(min_length=1)
+    build_digest: str = Field(description="what the parent computed; the child refuses to build anything else")
+    profiles: list[ProfileText] = Field(default_factory=list)
+    precision: Mode | None = None
+    refit_of: str | None = Field(None, description="refit this released manifest (store key) instead of building; "
+                                 "one target")
+    store: str = Field(default_factory=default_store)
+    targets_file: str = Field(default_factory=default_targets_file)

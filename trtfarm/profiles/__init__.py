@@ -1,0 +1,1 @@
+"""Optimization profiles: the profile model, shape logs, derivation from traffic."""

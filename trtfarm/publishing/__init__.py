@@ -1,0 +1,1 @@
+"""Publishing: store key layout, manifests, atomic publish, releases, pull, gc, the catalogue."""

@@ -1,0 +1,97 @@
+"""Reading what the store holds: list manifests, load one by key, URL or path, render it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+from rich.table import Table
+
+from trtfarm.errors import UserInputError
+from trtfarm.publishing.manifest import Manifest, manifest_from_json
+from trtfarm.publishing.publish import MANIFEST_NAME, read_manifest
+from trtfarm.store import open_store
+
+
+def list_manifests(store_uri: str, model: str | None = None) -> list[tuple[str, Manifest]]:
+    """Every ``plans/**/manifest.json`` in the store (optionally of one model), as (url, manifest)."""
+    store = open_store(store_uri)
+    return manifests_in(store, model)
+
+
+def manifests_in(store, model: str | None = None) -> list[tuple[str, Manifest]]:
+    """Every ``plans/**/manifest.json`` of an open store, as (url, manifest)."""
+    prefix = f"plans/{model}/" if model else "plans/"
+    found = []
+    for key in store.list(prefix):
+        if key.endswith(f"/{MANIFEST_NAME}"):
+            m = read_manifest(store, key)
+            if m is not None:
+                found.append((store.url(key), m))
+    return sorted(found, key=lambda x: (x[1].model.name, x[1].target.gpu, x[1].target.toolchain_version,
+                                        x[1].created_at))
+
+
+def load_manifest(ref: str, store_uri: str) -> tuple[str, Manifest]:
+    """Load a manifest from an ``s3://``/``file://`` URL, a local path, or a key in ``store_uri``."""
+    parsed = urlparse(ref)
+    if parsed.scheme == "s3":
+        store, key = open_store(f"s3://{parsed.netloc}"), parsed.path.lstrip("/")
+    elif parsed.scheme == "file" or Path(ref).is_file():
+        path = Path(parsed.path) if parsed.scheme == "file" else Path(ref)
+        if path.is_dir():
+            path = path / MANIFEST_NAME
+        try:
+            return path.as_uri() if path.is_absolute() else str(path), manifest_from_json(path.read_bytes(), str(path))
+        except OSError as err:
+            raise UserInputError(f"{path}: cannot read the manifest ({err.strerror})") from err
+    else:
+        store, key = open_store(store_uri), ref.rstrip("/")
+        if not key.endswith(MANIFEST_NAME):
+            key = f"{key}/{MANIFEST_NAME}"
+    manifest = read_manifest(store, key)
+    if manifest is None:
+        raise UserInputError(f"no manifest at {store.url(key)}; `trtfarm plans` lists the published ones")
+    return store.url(key), manifest
+
+
+def manifest_table(url: str, m: Manifest) -> Table:
+    """A two-column table of the fields people look for first."""
+    t = Table(title=url, show_header=False)
+    t.add_column("field", style="bold")
+    t.add_column("value", overflow="fold")
+    rows = [
+        ("model", f"{m.model.name}  onnx {m.model.onnx_digest[:12]}  graph {m.model.graph_digest[:12]}"),
+        ("precision", f"{m.precision.recipe} (converted {m.precision.converted_onnx_digest[:12]})"),
+        ("target", f"{m.target.target_id}: {m.target.gpu_name} (cc {m.target.compute_capability}), "
+                   f"class {m.target.compat_class}"),
+        ("toolchain", f"{m.target.flavour} {m.target.toolchain_version}, hardware compatibility "
+                      f"{m.target.hardware_compatibility_level}, flags {', '.join(m.target.builder_flags) or '-'}"),
+        ("build", f"{m.build.build_digest[:12]} in {m.build.wall_s:.2f} s on {m.build.worker_host} "
+                  f"(built for {m.build.built_for_target})"),
+        ("profiles", "; ".join(", ".join(f"{n}={':'.join('x'.join(map(str, r[k])) for k in ('min', 'opt', 'max'))}"
+                                         for n, r in p.items()) for p in m.build.profiles) or "-"),
+        ("timing cache", "used" if m.build.timing_cache.used else f"not used: {m.build.timing_cache.reason}"),
+        ("plan", f"{m.plan.key}  {m.plan.bytes:,} bytes  sha256 {m.plan.sha256}"),
+        *[(f"check {k}", f"{v.status}: {v.detail}") for k, v in m.verification],
+        ("reproduce", m.build.reproduce),
+        ("created", f"{m.created_at} by trtfarm {m.trtfarm_version}"),
+    ]
+    for k, v in rows:
+        t.add_row(k, v)
+    return t
+
+
+def derivation_table(d, source: str) -> Table:
+    """Profiles side by side: shapes, traffic share, padding overhead, memory."""
+    t = Table(title=f"profiles derived from {source}" + (f" (split on {d.split_axis})" if d.split_axis else ""))
+    for col in ("profile", "inputs min : opt : max", "traffic", "padding", "max shape", "activation est."):
+        t.add_column(col, overflow="fold")
+    for i, p in enumerate(d.profiles):
+        shapes = "\n".join(f"{n} {r.text().replace(':', ' : ')}" for n, r in p.profile.root.items())
+        mem = f"{p.activation_bytes / 2**20:,.1f} MiB" if p.activation_bytes else "(give --model)"
+        t.add_row(str(i), shapes, f"{p.share:.1%}", f"+{p.padding_overhead:.1%}",
+                  " x ".join(str(v) for v in p.max_shape.values()), mem)
+    t.caption = "score = relative memory + mean octaves from opt (lower is better): " + ", ".join(
+        f"{a['profiles']}: {a['score']}" for a in d.alternatives)
+    return t

@@ -1,0 +1,52 @@
+"""Retention: the newest N plans per (model, GPU, toolchain), and everything a release pointer references.
+
+Newest means by export time, then build time.
+
+Deletion order keeps readers safe: the manifest goes first (the plan becomes invisible), then the plan.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from trtfarm.publishing.catalog import manifests_in
+from trtfarm.publishing.release import list_pointers, toolchain_label
+from trtfarm.store import Store
+
+
+@dataclass(frozen=True)
+class Doomed:
+    """A plan that retention removes."""
+
+    manifest_key: str
+    plan_key: str
+    bytes: int
+    why: str
+
+
+def plans_to_delete(store: Store, keep: int) -> list[Doomed]:
+    """What ``trtfarm gc`` would delete, newest kept first, pointer targets always kept."""
+    referenced = {p.manifest for p in list_pointers(store)}
+    groups: dict[tuple[str, str, str], list] = defaultdict(list)
+    prefix_len = len(store.uri) + 1
+    for url, m in manifests_in(store):
+        groups[m.model.name, m.target.gpu, toolchain_label(m)].append((url[prefix_len:], m))
+    doomed = []
+    for (model, gpu, tc), items in sorted(groups.items()):
+        items.sort(key=lambda x: (x[1].model.exported_at or "", x[1].created_at), reverse=True)
+        for rank, (key, m) in enumerate(items):
+            if rank >= keep and key not in referenced:
+                doomed.append(Doomed(key, m.plan.key, m.plan.bytes,
+                                     f"{model}/{gpu}/{tc}: #{rank + 1} newest, not released (keeping {keep})"))
+    return doomed
+
+
+def delete_plans(store: Store, doomed: list[Doomed]) -> int:
+    """Delete manifest then plan for each; return bytes freed."""
+    freed = 0
+    for d in doomed:
+        store.delete(d.manifest_key)
+        store.delete(d.plan_key)
+        freed += d.bytes
+    return freed

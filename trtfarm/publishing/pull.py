@@ -1,0 +1,74 @@
+"""``trtfarm pull``: on a serving host, fetch the released plan for this GPU and toolchain, checked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from trtfarm.errors import UserInputError
+from trtfarm.identity import release_key
+from trtfarm.planning.fleet import Fleet
+from trtfarm.publishing.publish import read_manifest
+from trtfarm.publishing.release import list_pointers, read_pointer
+from trtfarm.runtime.loader import manifest_beside
+from trtfarm.store import Store
+from trtfarm.store.base import Progress
+from trtfarm.workers.gpu import GpuScan
+
+
+@dataclass(frozen=True)
+class Pulled:
+    """A plan on local disk, checked against its manifest."""
+
+    plan: Path
+    manifest_path: Path
+    pointer_key: str
+    bytes: int
+
+
+def local_gpu_key(fleet: Fleet, gpus: GpuScan, override: str | None) -> str:
+    """The fleet's key for this host's GPU (``--gpu`` wins); a clear error when it is unknown."""
+    if override:
+        if override not in fleet.gpus:
+            raise UserInputError(f"--gpu {override!r} is not in the fleet; known GPUs: {sorted(fleet.gpus)}")
+        return override
+    names = {g.nvml_name: k for k, g in fleet.gpus.items()}
+    for gpu in gpus.gpus:
+        if gpu.name in names:
+            return names[gpu.name]
+    raise UserInputError(f"this host has {gpus.describe()}, which matches no GPU in the fleet; pass --gpu KEY "
+                         f"(one of {sorted(fleet.gpus)}) to pull for another host")
+
+
+def local_toolchains(installed: dict[str, str | None], override: str | None) -> list[str]:
+    """Toolchain labels this host can run, most specific first (``--toolchain`` wins)."""
+    if override:
+        return [override]
+    labels = [f"{flavour}-{v}" for flavour, v in installed.items() if v]
+    if not labels:
+        raise UserInputError("neither tensorrt nor tensorrt_rtx imports here; install the serving toolchain, or "
+                             "pass --toolchain tensorrt-11.4.0.106 (say) to pull for another host")
+    return labels
+
+
+def pull_release(store: Store, model: str, gpu: str, toolchains: list[str], dest: Path | None = None,
+                 progress: Progress | None = None) -> Pulled:
+    """Download the plan released for (model, gpu, one of toolchains) to ``dest``, sha256-checked."""
+    for label in toolchains:
+        key = release_key(model, gpu, label)
+        pointer, _ = read_pointer(store, key)
+        if pointer is None:
+            continue
+        manifest = read_manifest(store, pointer.manifest)
+        if manifest is None or manifest.plan.sha256 != pointer.plan_sha256:
+            raise UserInputError(f"{store.url(key)} points at {pointer.manifest}, which is missing or does not "
+                                 "match the pointer; re-release the plan (`trtfarm release`)")
+        dest = Path(dest or f"{model}.plan")
+        size = store.download_file(manifest.plan.key, dest, sha256=manifest.plan.sha256, progress=progress)
+        mpath = manifest_beside(dest)
+        mpath.write_bytes(manifest.to_json())
+        return Pulled(dest, mpath, key, size)
+    existing = [f"{p.gpu} / {p.toolchain}" for p in list_pointers(store, model)]
+    raise UserInputError(f"no released plan of {model!r} for GPU {gpu!r} with {' or '.join(toolchains)}. "
+                         + (f"Released: {', '.join(existing)}." if existing else f"{model!r} has no releases in "
+                            f"{store.uri} yet.") + " Build it for this target, or release a built plan.")

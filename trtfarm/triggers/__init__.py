@@ -1,0 +1,1 @@
+"""What starts a build: the model registry and the webhook receiver."""

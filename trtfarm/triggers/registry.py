@@ -1,0 +1,172 @@
+"""The model registry in the store: model exports, and where a run finds the one to build.
+
+An export is a folder: ``model.onnx`` and its build spec ``farm.yaml``, with ``calib.npz``, ``heldout.npz``,
+``shapes.jsonl`` (or the profiles file farm.yaml names) when the model has them. Registered exports live at
+``models/<name>/<export_id>/`` where ``export_id`` is ``<UTC time>-<onnx_digest:12>``, so the newest sorts last. The
+files go first and ``export.json`` (their sha256s) last, create-only: an export without ``export.json`` is invisible,
+like a plan without its manifest.
+
+A run names its model as a registered name (its latest export), ``name@export_id``, or the URI of any export folder
+(``s3://bucket/path/`` or ``file:///path/``, e.g. where a training pipeline drops it). Workers fetch the folder into
+a local directory and check each file against ``export.json`` when there is one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from urllib.parse import urlparse
+
+from trtfarm.errors import UserInputError
+from trtfarm.identity import check_name, model_name_from_path, sha256_file
+from trtfarm.planning.buildspec import SHAPES_NAME, SPEC_NAME, spec_for_model
+from trtfarm.store import AlreadyExists, Store, open_store
+
+MODELS = "models"
+ONNX_NAME, EXPORT_NAME = "model.onnx", "export.json"
+OPTIONAL_FILES = ("calib.npz", "heldout.npz", SHAPES_NAME)
+
+
+@dataclass(frozen=True)
+class ExportRef:
+    """One model export: the folder's URI, the model name, and its id in the registry (None: not registered)."""
+
+    uri: str
+    name: str
+    export_id: str | None = None
+
+    def to_json(self) -> dict:
+        """``{uri, name, export_id}``."""
+        return {"uri": self.uri, "name": self.name, "export_id": self.export_id}
+
+
+def export_files(folder: Path) -> list[Path]:
+    """The files of the export folder that a build reads (model, spec, data, profiles file)."""
+    folder = Path(folder)
+    if not (folder / ONNX_NAME).is_file():
+        raise UserInputError(f"{folder}: no {ONNX_NAME}; an export folder holds model.onnx and farm.yaml")
+    spec, spec_path = spec_for_model(folder / ONNX_NAME)
+    named = [spec.calibration, spec.heldout, spec.profiles if isinstance(spec.profiles, str) else None]
+    files = [folder / ONNX_NAME, *([spec_path] if spec_path else [])]
+    for rel in [*OPTIONAL_FILES, *filter(None, named)]:
+        path = folder / rel
+        if path.is_file() and path not in files:
+            files.append(path)
+        elif rel in named and not path.is_file():
+            raise UserInputError(f"{path}: named in farm.yaml but not there")
+    return files
+
+
+def register_export(store: Store, folder: Path, name: str | None = None, progress=None) -> ExportRef:
+    """Upload an export folder into the registry; the ONNX is checked first. Returns its reference."""
+    from trtfarm.planning.targets import model_source
+
+    folder = Path(folder)
+    files = export_files(folder)
+    spec, _ = spec_for_model(folder / ONNX_NAME)
+    name = check_name("model name", name or spec.name or model_name_from_path(folder / ONNX_NAME))
+    source = model_source(folder / ONNX_NAME, name)
+    now = datetime.now(timezone.utc)
+    export_id = f"{now:%Y%m%dT%H%M%S%fZ}-{source.onnx_digest[:12]}"
+    prefix = f"{MODELS}/{name}/{export_id}"
+    record = {"name": name, "export_id": export_id, "registered_at": now.isoformat(), "source": str(folder.resolve()),
+              "onnx_digest": source.onnx_digest, "graph_digest": source.graph_digest, "files": {}}
+    for path in files:
+        rel = path.relative_to(folder).as_posix()
+        up = store.upload_file(f"{prefix}/{rel}", path, progress)
+        record["files"][rel] = {"sha256": up.sha256, "bytes": up.size}
+    if not store.put_if_absent(f"{prefix}/{EXPORT_NAME}", json.dumps(record, indent=2).encode()):
+        raise AlreadyExists(f"{store.url(prefix)}: this export id is taken; register again")
+    return ExportRef(store.url(prefix), name, export_id)
+
+
+def _exports(store: Store, name: str) -> list[str]:
+    suffix = f"/{EXPORT_NAME}"
+    keys = (k for k in store.list(f"{MODELS}/{name}/") if k.endswith(suffix))
+    return sorted(k[len(f"{MODELS}/{name}/"):-len(suffix)] for k in keys if k.count("/") == 3)
+
+
+def registered_models(store: Store) -> list[str]:
+    """Every model name with at least one complete export."""
+    names = {k.split("/")[1] for k in store.list(f"{MODELS}/") if k.endswith(f"/{EXPORT_NAME}") and k.count("/") == 3}
+    return sorted(names)
+
+
+def latest_exports(store: Store) -> list[ExportRef]:
+    """The newest complete export of every registered model (what the nightly run builds)."""
+    return [resolve_model(store, name) for name in registered_models(store)]
+
+
+def resolve_model(store: Store, ref: str) -> ExportRef:
+    """``name``, ``name@export_id`` or an export folder URI -> the export to build."""
+    if "://" in ref:
+        uri = export_folder(ref)
+        return ExportRef(uri, export_name(uri))
+    name, _, wanted = ref.partition("@")
+    check_name("model name", name)
+    ids = _exports(store, name)
+    if not ids:
+        known = registered_models(store)
+        raise UserInputError(f"model {name!r} is not registered in {store.url(MODELS)}; registered: {known or 'none'}."
+                             " Fix: `trtfarm models push FOLDER` or give an export folder URI")
+    if wanted and wanted not in ids:
+        raise UserInputError(f"model {name!r} has no export {wanted!r}; newest: {ids[-1]}")
+    export_id = wanted or ids[-1]
+    return ExportRef(store.url(f"{MODELS}/{name}/{export_id}"), name, export_id)
+
+
+def export_folder(uri: str) -> str:
+    """The export folder a URI names: the folder itself, or the folder of its ``model.onnx``."""
+    uri = uri.rstrip("/")
+    return uri.rsplit("/", 1)[0] if uri.endswith(f"/{ONNX_NAME}") else uri
+
+
+def is_registry_export(folder_uri: str) -> bool:
+    """True for a folder laid out by the registry: ``.../models/<name>/<export_id>``."""
+    parts = [p for p in urlparse(folder_uri).path.split("/") if p]
+    return len(parts) >= 3 and parts[-3] == MODELS
+
+
+def export_name(folder_uri: str) -> str:
+    """The model name of an export folder: a registry export's model, else the folder's name."""
+    parts = [p for p in urlparse(folder_uri).path.split("/") if p]
+    if is_registry_export(folder_uri):
+        return parts[-2]
+    return model_name_from_path(Path(parts[-1] if parts else "model") / ONNX_NAME)
+
+
+def _folder_store(uri: str) -> Store:
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("s3", "file"):
+        raise UserInputError(f"export {uri!r}: use s3://bucket/path or file:///path")
+    return open_store(uri.rstrip("/"))
+
+
+def fetch_export(ref: ExportRef, dest: Path) -> Path:
+    """Download the export folder into ``dest`` (checked against export.json); returns the local model.onnx."""
+    folder = _folder_store(ref.uri)
+    dest = Path(dest)
+    blob = folder.get(EXPORT_NAME)
+    registered_at = None
+    if blob is not None:
+        record = json.loads(blob.data)
+        wanted = {rel: f["sha256"] for rel, f in record["files"].items()}
+        registered_at = datetime.fromisoformat(record["registered_at"]).timestamp()
+    else:  # a folder a pipeline dropped: take what is there
+        wanted = {k: None for k in folder.list("") if k == ONNX_NAME or "/" not in k}
+    if ONNX_NAME not in wanted:
+        raise UserInputError(f"{ref.uri}: no {ONNX_NAME} in the export folder")
+    for rel, sha in wanted.items():
+        target = dest / rel
+        if sha and target.is_file() and sha256_file(target) == sha:
+            continue  # fetched before
+        target.parent.mkdir(parents=True, exist_ok=True)
+        folder.download_file(rel, target, sha256=sha)
+    if registered_at is not None:  # the export's time is its registration, not this download (release ordering)
+        os.utime(dest / ONNX_NAME, (registered_at, registered_at))
+    if (dest / SPEC_NAME).is_file():
+        export_files(dest)  # farm.yaml names only files that are there
+    return dest / ONNX_NAME

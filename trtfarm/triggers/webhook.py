@@ -1,0 +1,210 @@
+"""The webhook receiver's decisions: which requests are genuine, which exports they name, and which are new.
+
+Two ways in, both ending in one ``trtfarm.model.exported`` event per export:
+
+- **SNS** (S3 event notifications through an SNS HTTP(S) subscription): the topic must be on the allow-list, the
+  message signature is checked against the SNS signing certificate (``SignatureVersion`` 1: SHA1, 2: SHA256), a
+  ``SubscriptionConfirmation`` is confirmed by fetching its ``SubscribeURL``, and each ``ObjectCreated`` record whose
+  key ends in the trigger file (``model.onnx``) names the export folder around it.
+- **Generic JSON** ``{"model_uri": ..., "refit": false}``: ``X-Trtfarm-Timestamp`` (unix seconds) and
+  ``X-Trtfarm-Signature: sha256=<hex>``, the HMAC-SHA256 of ``"<timestamp>." + body`` with the shared secret,
+  within a replay window.
+  ``"refit": true`` (a fine-tune: same graph, new weights) sends ``trtfarm.model.weights-updated`` instead, which the
+  ``refit`` deployment takes.
+
+Delivery is at least once and a multipart upload emits two S3 events, so each export is claimed once in the store
+(``webhook/exports/<sha256>.json``, create-only) before its event is sent; a duplicate finds the claim and stops.
+Nothing here talks HTTP or Prefect: ``trtfarm.triggers.receiver`` serves it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from urllib.parse import unquote_plus, urlparse
+
+from trtfarm.store import Store
+from trtfarm.triggers.registry import EXPORT_NAME, ONNX_NAME, export_folder, export_name, is_registry_export
+
+EVENT_NAME = "trtfarm.model.exported"
+REFIT_EVENT = "trtfarm.model.weights-updated"  # same graph, new weights: the refit deployment takes these
+SNS_CERT_HOST = re.compile(r"^sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?$")
+_SIGNED_KEYS = {
+    "Notification": ("Message", "MessageId", "Subject", "Timestamp", "TopicArn", "Type"),
+    "SubscriptionConfirmation": ("Message", "MessageId", "SubscribeURL", "Timestamp", "Token", "TopicArn", "Type"),
+    "UnsubscribeConfirmation": ("Message", "MessageId", "SubscribeURL", "Timestamp", "Token", "TopicArn", "Type"),
+}
+
+
+class Rejected(Exception):
+    """A request that triggers nothing: ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Export:
+    """One export a request names: its folder URI and the identity that makes it unique (URI + object version)."""
+
+    uri: str
+    name: str
+    version: str
+    refit: bool = False
+
+    @property
+    def claim_id(self) -> str:
+        """Stable across duplicate deliveries of the same upload."""
+        return hashlib.sha256(f"{self.uri}#{self.version}".encode()).hexdigest()
+
+    def event(self, source: str) -> dict:
+        """The Prefect event (``POST /api/events`` body item); its id is derived from the claim."""
+        return {"id": str(uuid.UUID(self.claim_id[:32])), "occurred": datetime.now(timezone.utc).isoformat(),
+                "event": REFIT_EVENT if self.refit else EVENT_NAME,
+                "resource": {"prefect.resource.id": f"trtfarm.model.{self.name}", "prefect.resource.name": self.name},
+                "payload": {"model_uri": self.uri, "version": self.version, "source": source}}
+
+
+# --- generic JSON, HMAC-signed ---------------------------------------------------------------------------------
+
+
+def sign(secret: str, timestamp: str, body: bytes) -> str:
+    """``sha256=<hex>`` of ``"<timestamp>." + body`` (what senders put in ``X-Trtfarm-Signature``)."""
+    return "sha256=" + hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+
+
+def check_signature(secret: str, timestamp: str | None, signature: str | None, body: bytes, now: float,
+                    window_s: int) -> None:
+    """Raise ``Rejected(401)`` unless the request is signed with ``secret`` and recent."""
+    if not timestamp or not signature:
+        raise Rejected(401, "missing X-Trtfarm-Timestamp or X-Trtfarm-Signature")
+    try:
+        ts = int(timestamp)
+    except ValueError:
+        raise Rejected(401, f"X-Trtfarm-Timestamp {timestamp[:32]!r} is not unix seconds") from None
+    if abs(now - ts) > window_s:
+        raise Rejected(401, f"timestamp {ts} is outside the {window_s} s replay window (replayed or clock skew)")
+    if not hmac.compare_digest(sign(secret, timestamp, body), signature):
+        raise Rejected(401, "signature does not match (wrong secret, or the body was changed)")
+
+
+def export_from_json(body: bytes, folder_etag) -> Export:
+    """The export a generic post names; ``folder_etag(uri)`` returns the model's ETag (None: not there)."""
+    doc = _json(body)
+    uri = doc.get("model_uri") if isinstance(doc, dict) else None
+    if not isinstance(uri, str) or urlparse(uri).scheme not in ("s3", "file") or not urlparse(uri).path.strip("/"):
+        raise Rejected(400, 'body must be {"model_uri": "s3://bucket/path/to/export/"} (an export folder URI)')
+    uri = export_folder(uri)
+    version = folder_etag(uri)
+    if version is None:
+        raise Rejected(400, f"{uri}/{ONNX_NAME} does not exist")
+    return Export(uri, _name(uri, doc.get("name")), version.strip('"'), doc.get("refit") is True)
+
+
+# --- SNS ---------------------------------------------------------------------------------------------------------
+
+
+def sns_string_to_sign(msg: dict) -> bytes:
+    """The canonical string SNS signs: each signed key present, in order, then its value, each on its own line."""
+    keys = _SIGNED_KEYS.get(msg.get("Type", ""))
+    if keys is None:
+        raise Rejected(400, f"unknown SNS message Type {msg.get('Type')!r}")
+    return "".join(f"{k}\n{msg[k]}\n" for k in keys if k in msg).encode()
+
+
+def check_sns_signature(msg: dict, fetch_cert) -> None:
+    """Raise ``Rejected(401)`` unless ``msg`` carries a valid SNS signature; ``fetch_cert(url)`` returns PEM bytes."""
+    from cryptography import x509
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding
+
+    url = urlparse(msg.get("SigningCertURL", ""))
+    if url.scheme != "https" or not SNS_CERT_HOST.match(url.hostname or "") or not url.path.endswith(".pem"):
+        raise Rejected(401, f"SigningCertURL {msg.get('SigningCertURL')!r} is not an SNS certificate URL")
+    algorithm = {"1": hashes.SHA1(), "2": hashes.SHA256()}.get(str(msg.get("SignatureVersion")))
+    if algorithm is None:
+        raise Rejected(401, f"unsupported SignatureVersion {msg.get('SignatureVersion')!r}")
+    try:
+        cert = x509.load_pem_x509_certificate(fetch_cert(msg["SigningCertURL"]))
+        cert.public_key().verify(base64.b64decode(msg.get("Signature", "")), sns_string_to_sign(msg),
+                                 padding.PKCS1v15(), algorithm)
+    except InvalidSignature:
+        raise Rejected(401, "SNS signature does not verify") from None
+    except (ValueError, OSError) as err:
+        raise Rejected(401, f"SNS signature could not be checked: {err}") from err
+
+
+def parse_sns(body: bytes, topics: set[str]) -> dict:
+    """The SNS message, if well-formed and from an allowed topic (400 / 403 otherwise)."""
+    msg = _json(body)
+    if not isinstance(msg, dict) or "Type" not in msg or "TopicArn" not in msg:
+        raise Rejected(400, "not an SNS message (needs Type and TopicArn)")
+    if msg["TopicArn"] not in topics:
+        raise Rejected(403, f"topic {msg['TopicArn']} is not on the allow-list (--topic)")
+    return msg
+
+
+def exports_from_s3_event(message: str) -> list[Export]:
+    """Each ``ObjectCreated`` record that completes an export -> its folder (``s3:TestEvent`` -> none).
+
+    A registry export (``models/<name>/<export_id>/``) is complete when its ``export.json`` lands (written last by
+    ``trtfarm models push``); any other folder when its ``model.onnx`` lands (upload it last, after farm.yaml and
+    the data files).
+    """
+    doc = _json(message.encode())
+    if not isinstance(doc, dict):
+        raise Rejected(400, "SNS Message is not an S3 event notification")
+    if doc.get("Event") == "s3:TestEvent":
+        return []
+    exports = []
+    for record in doc.get("Records", []):
+        if not str(record.get("eventName", "")).startswith("ObjectCreated:"):
+            continue
+        try:
+            bucket, obj = record["s3"]["bucket"]["name"], record["s3"]["object"]
+            key = unquote_plus(obj["key"])  # S3 event keys are URL-encoded, '+' for spaces
+        except (KeyError, TypeError) as err:
+            raise Rejected(400, f"S3 record without s3.bucket.name / s3.object.key ({err})") from err
+        folder, _, leaf = f"s3://{bucket}/{key}".rpartition("/")
+        registry = is_registry_export(folder)
+        if not ((leaf == EXPORT_NAME and registry) or (leaf == ONNX_NAME and not registry)):
+            continue
+        uri = folder
+        exports.append(Export(uri, _name(uri, None), str(obj.get("eTag") or obj.get("sequencer") or "").strip('"')))
+    return exports
+
+
+# --- claims: exactly one event per export ------------------------------------------------------------------------
+
+
+def claim(store: Store, export: Export, source: str) -> bool:
+    """Create-only marker for this export; False when an earlier delivery already claimed it."""
+    record = {"uri": export.uri, "name": export.name, "version": export.version, "source": source,
+              "claimed_at": datetime.now(timezone.utc).isoformat()}
+    return store.put_if_absent(f"webhook/exports/{export.claim_id}.json", json.dumps(record).encode())
+
+
+def release_claim(store: Store, export: Export) -> None:
+    """Undo a claim whose event could not be sent, so the sender's retry can go through."""
+    store.delete(f"webhook/exports/{export.claim_id}.json")
+
+
+def _json(body: bytes):
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise Rejected(400, f"malformed JSON: {err}") from err
+
+
+def _name(uri: str, given) -> str:
+    if isinstance(given, str) and re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", given):
+        return given
+    return export_name(uri)

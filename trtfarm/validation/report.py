@@ -1,0 +1,178 @@
+"""Run reports: targets x status x accuracy x p50/p99 x memory x build time, and what changed since the last release.
+
+Markdown with PNG charts, written locally and into the store (``reports/<model>/<run>/``); the flow also posts the
+markdown as a Prefect artifact. Figures come from manifests only: a target whose engine check is pending shows
+``pending on <GPU>``, never a number.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from trtfarm.publishing.manifest import Manifest
+from trtfarm.publishing.publish import read_manifest
+from trtfarm.store import Store
+
+
+@dataclass
+class ReportRow:
+    """One target of a run."""
+
+    target: str
+    status: str
+    reason: str = ""
+    engine: str = ""
+    accuracy: str = ""
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    memory_mib: float | None = None
+    build_s: float | None = None
+    plan_mib: float | None = None
+    changes: str = ""
+    regressed: bool = False
+    manifest: str = ""
+
+
+def _key(store: Store, url: str | None) -> str | None:
+    return url.removeprefix(store.uri + "/") if url else None
+
+
+def _accuracy(m: Manifest) -> str:
+    points = m.verification.engine.figures.get("accuracy") or []
+    cos = [o["cosine_min"] for p in points for o in p["outputs"].values()]
+    if cos:
+        return f"cos min {min(cos):.5f} (engine)"
+    gate = m.verification.onnx.figures
+    cos = [f["cosine_min"] for f in gate.values()] if gate else []
+    return f"cos min {min(cos):.5f} ({m.precision.recipe} gate)" if cos else m.precision.recipe
+
+
+def row_for(store: Store, outcome: dict) -> ReportRow:
+    """A report row from one ``build`` outcome and its manifest."""
+    row = ReportRow(outcome["target"], outcome["status"], outcome.get("reason", "").splitlines()[0]
+                    if outcome.get("reason") else "")
+    key = _key(store, outcome.get("manifest"))
+    row.manifest = outcome.get("manifest") or ""
+    m = read_manifest(store, key) if key else None
+    if m is None:
+        return row
+    engine = m.verification.engine
+    row.engine = f"pending on {m.target.gpu_name}" if engine.status == "pending" else engine.status
+    latency = engine.figures.get("latency", {}).get("0")
+    if latency:
+        row.p50_ms, row.p99_ms = latency["p50"], latency["p99"]
+    memory = m.plan.device_memory_per_profile
+    row.memory_mib = max(memory) / 2**20 if memory else None
+    row.build_s, row.plan_mib, row.accuracy = m.build.wall_s, m.plan.bytes / 2**20, _accuracy(m)
+    changes = [r["text"] for r in engine.figures.get("regressions", [])]
+    if "tactic_changes" in engine.figures:
+        changes.append(engine.figures["tactic_changes"]["summary"])
+    row.changes = "; ".join(changes) or ("first release" if engine.status == "passed" else "")
+    row.regressed = any(r["regressed"] for r in engine.figures.get("regressions", []))
+    return row
+
+
+def render_markdown(title: str, rows: list[ReportRow], charts: list[str]) -> str:
+    """The report as markdown: the table, flagged regressions, and the charts."""
+    def fmt(v, spec):
+        return format(v, spec) if v is not None else "–"
+
+    lines = [f"# {title}", "", f"Generated {datetime.now(timezone.utc).isoformat(timespec='seconds')}.", "",
+             "| target | status | engine | accuracy | p50 ms | p99 ms | memory MiB | build s | plan MiB | changes | "
+             "manifest |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        status = f"**{r.status}**" if r.status == "failed" else r.status
+        changes = ("⚠️ " if r.regressed else "") + (r.changes or r.reason)
+        link = f"[manifest.json]({r.manifest})" if r.manifest else "–"
+        lines.append(f"| {r.target} | {status} | {r.engine} | {r.accuracy} | {fmt(r.p50_ms, '.3f')} | "
+                     f"{fmt(r.p99_ms, '.3f')} | {fmt(r.memory_mib, '.1f')} | {fmt(r.build_s, '.2f')} | "
+                     f"{fmt(r.plan_mib, '.2f')} | {changes} | {link} |")
+    flagged = [r for r in rows if r.regressed]
+    lines += ["", f"**Regressions: {len(flagged)}**" + ("".join(f"\n- {r.target}: {r.changes}" for r in flagged)
+                                                        if flagged else " — none.")]
+    lines += [""] + [f"![{Path(c).stem}]({Path(c).name})" for c in charts]
+    return "\n".join(lines) + "\n"
+
+
+def render_charts(rows: list[ReportRow], out: Path) -> list[str]:
+    """PNG bar charts: p50/p99 per target (where measured) and build time per target."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    charts = []
+    timed = [r for r in rows if r.p50_ms is not None]
+    if timed:
+        fig, ax = plt.subplots(figsize=(max(4, len(timed) * 1.2), 3))
+        xs = range(len(timed))
+        ax.bar([x - 0.2 for x in xs], [r.p50_ms for r in timed], 0.4, label="p50")
+        ax.bar([x + 0.2 for x in xs], [r.p99_ms for r in timed], 0.4, label="p99",
+               color=["tab:red" if r.regressed else "tab:orange" for r in timed])
+        ax.set_xticks(list(xs), [r.target for r in timed], rotation=20, ha="right")
+        ax.set_ylabel("latency (ms)")
+        ax.legend()
+        fig.tight_layout()
+        charts.append(str(out / "latency.png"))
+        fig.savefig(charts[-1], dpi=100)
+        plt.close(fig)
+    built = [r for r in rows if r.build_s is not None]
+    if built:
+        fig, ax = plt.subplots(figsize=(max(4, len(built) * 1.2), 3))
+        ax.bar([r.target for r in built], [r.build_s for r in built], color="tab:blue")
+        ax.set_ylabel("build time (s)")
+        ax.tick_params(axis="x", rotation=20)
+        fig.tight_layout()
+        charts.append(str(out / "build_time.png"))
+        fig.savefig(charts[-1], dpi=100)
+        plt.close(fig)
+    return charts
+
+
+def write_report(store: Store, model: str, run: str, outcomes: list[dict], out: Path) -> Path:
+    """Render the run's report into ``out`` and copy it into the store under ``reports/<model>/<run>/``."""
+    rows = [row_for(store, o) for o in outcomes]
+    charts = render_charts(rows, out)
+    path = out / "report.md"
+    path.write_text(render_markdown(f"trtfarm report: {model}, run {run}", rows, charts))
+    (out / "outcomes.json").write_text(json.dumps(outcomes, indent=2))
+    (out / "rows.json").write_text(json.dumps([asdict(r) for r in rows], indent=2))
+    for f in [path, out / "outcomes.json", out / "rows.json", *map(Path, charts)]:
+        key = f"reports/{model}/{run}/{f.name}"
+        if store.get(key) is None:
+            store.upload_file(key, f)
+    return path
+
+
+def run_outcomes(store: Store, run: str) -> dict[str, list[dict]]:
+    """The outcomes a run stored, per model (``reports/<model>/<run>/outcomes.json``); empty for an unknown run."""
+    found = {}
+    for key in store.list("reports/"):
+        parts = key.split("/")
+        if len(parts) == 4 and parts[2] == run and parts[3] == "outcomes.json":
+            found[parts[1]] = json.loads(store.get(key).data)
+    return found
+
+
+def outcomes_for(store: Store, ref: str) -> tuple[str, str, list[dict]]:
+    """(model, run, outcomes) for a stored run id, or for a model: its newest plan per target."""
+    for model, outcomes in run_outcomes(store, ref).items():
+        return model, ref, outcomes
+    from trtfarm.publishing.catalog import manifests_in
+
+    newest: dict[str, tuple[str, Manifest]] = {}
+    for url, m in manifests_in(store, ref):
+        current = newest.get(m.target.target_id)
+        if current is None or (m.model.exported_at or "", m.created_at) > (current[1].model.exported_at or "",
+                                                                            current[1].created_at):
+            newest[m.target.target_id] = (url, m)
+    if not newest:
+        from trtfarm.errors import UserInputError
+
+        raise UserInputError(f"no run or model {ref!r} in {store.uri}; `trtfarm plans` lists models")
+    return ref, "latest", [{"target": t, "status": "built", "reason": "", "manifest": url}
+                           for t, (url, _) in sorted(newest.items())]

@@ -1,0 +1,1 @@
+"""Worker machines: GPU scan, admission check, work pools, images, Kubernetes templates."""
