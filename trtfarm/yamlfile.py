@@ -1,7 +1,9 @@
 """Load YAML into a pydantic model with errors that point at the file and line.
 
 ``yaml.compose`` keeps each node's position; a pydantic error location (``("targets", 2, "gpu")``) is walked
-down that node tree to the deepest node that exists, so every error names ``file:line``.
+down that node tree to the deepest node that exists, so every error names ``file:line``. A key given twice in one
+mapping is an error too (PyYAML would keep the last one silently): ``tf32: true`` then ``tf32: false`` is a typo or a
+merge accident, never an intent.
 """
 
 from __future__ import annotations
@@ -57,8 +59,29 @@ def _describe(err: dict, hint: str) -> str:
     return f"{loc}: {msg}"
 
 
-def model_from_yaml(path: Path, model: type[M], hint: str = "") -> M:
-    """Parse ``path`` into ``model``; raise ``ConfigError`` naming the file, the line and the fix."""
+def duplicate_keys(root: yaml.Node | None) -> list[tuple[str, int, int]]:
+    """``(key, line, first line)`` for each key given again in the same mapping (lines 1-based)."""
+    found, seen, stack = [], set(), [root]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:  # an alias is the same node again
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first: dict[str, int] = {}
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    line = key.start_mark.line + 1
+                    if key.value in first:
+                        found.append((key.value, line, first[key.value]))
+                    first.setdefault(key.value, line)
+                stack += [key, value]
+        elif isinstance(node, yaml.SequenceNode):
+            stack += node.value
+    return sorted(found, key=lambda d: d[1])
+
+
+def _parse(path: Path) -> tuple[yaml.Node | None, object]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
@@ -70,6 +93,21 @@ def model_from_yaml(path: Path, model: type[M], hint: str = "") -> M:
         mark = getattr(err, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         raise ConfigError(f"{where}: not valid YAML: {getattr(err, 'problem', err)}. Fix the syntax there.") from err
+    dups = duplicate_keys(root)
+    if dups:
+        raise ConfigError("\n".join(f"{path}:{line}: key {key!r} is given twice (first on line {first}); keep one"
+                                     for key, line, first in dups))
+    return root, data
+
+
+def load_yaml(path: Path) -> object:
+    """Read a YAML file as plain data; ``ConfigError`` (file:line) for bad syntax or a key given twice."""
+    return _parse(Path(path))[1]
+
+
+def model_from_yaml(path: Path, model: type[M], hint: str = "") -> M:
+    """Parse ``path`` into ``model``; raise ``ConfigError`` naming the file, the line and the fix."""
+    root, data = _parse(path)
     try:
         return model.model_validate(data if data is not None else {})
     except ValidationError as err:

@@ -115,3 +115,20 @@ def test_s3_multipart_upload_is_create_only_and_hashes(s3_uri, tmp_path):
     dest = tmp_path / "back.plan"
     s.download_file("big/model.plan", dest, sha256=up.sha256)
     assert sha256_file(dest) == up.sha256
+
+
+def test_opening_and_reading_a_file_store_creates_nothing(tmp_path):
+    root = tmp_path / "missing" / "a" / "b"
+    s = open_store(f"file://{tmp_path}/missing/x/%2e%2e/a/b")
+    assert s.root == root  # %2e%2e is decoded and resolved: the check against allowed roots is the receiver's job
+    assert s.get("model.onnx") is None and s.etag("x/y") is None and list(s.list()) == [] and not s.exists("k")
+    s.delete("nothing/here")
+    assert not (tmp_path / "missing").exists()
+    assert s.put_if_absent("models/m/export.json", b"{}")  # the first write creates the folders it needs
+    assert (root / "models" / "m" / "export.json").read_bytes() == b"{}"
+
+
+def test_a_file_where_the_store_folder_would_be_reads_as_empty(tmp_path):
+    (tmp_path / "passwd").write_text("root:x:0:0")
+    s = open_store((tmp_path / "passwd").as_uri())
+    assert s.get("model.onnx") is None and s.etag("model.onnx") is None and list(s.list()) == []

@@ -1,12 +1,16 @@
 """Optimization profiles: min/opt/max shapes per dynamic input, written ``1x16:16x128:32x512``.
 
 A profile's maximum sizes every context's activation memory, its optimum picks the timed tactics, its range decides
-which requests are accepted.
+which requests are accepted. Every dimension is at least 1. ``check_profiles_against_inputs`` checks profiles against
+the model's inputs (``onnx_inputs`` reads them) before anything is built, so a wrong name or rank costs no build.
 """
 
 from __future__ import annotations
 
+import mmap
 import re
+from collections.abc import Mapping
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, RootModel, model_validator
 
@@ -50,8 +54,8 @@ class InputRange(BaseModel):
     def _ordered(self) -> InputRange:
         if not len(self.min) == len(self.opt) == len(self.max):
             raise ValueError(f"min/opt/max have different ranks: {self.text()}")
-        if any(d < 0 for d in self.min + self.opt + self.max):
-            raise ValueError(f"negative dimension in {self.text()}")
+        if any(d < 1 for d in self.min + self.opt + self.max):
+            raise ValueError(f"{self.text()} has a dimension below 1; every dimension must be at least 1")
         if not all(a <= b <= c for a, b, c in zip(self.min, self.opt, self.max, strict=True)):
             raise ValueError(f"need min <= opt <= max in every dimension, got {self.text()}")
         return self
@@ -111,9 +115,127 @@ class ProfilesFile(BaseModel):
 
 
 def load_profiles_file(path) -> ProfilesFile:
-    """Read a profiles YAML; errors name the file and line."""
-    from pathlib import Path
-
+    """Read a profiles YAML; errors name the file and line (a key given twice included)."""
     from trtfarm.yamlfile import model_from_yaml
 
     return model_from_yaml(Path(path), ProfilesFile, hint="A profiles file has keys profiles, buckets, report.")
+
+
+# --- profiles against the model's inputs ---------------------------------------------------------------------------
+
+InputDims = tuple[int | None, ...] | None  # None for a dynamic dimension; the whole value None when the rank is unknown
+
+
+def _shape_text(dims: InputDims) -> str:
+    return "rank unknown" if dims is None else "x".join("?" if d is None else str(d) for d in dims) or "scalar"
+
+
+def _range_problems(i: int, name: str, r: InputRange, dims: InputDims) -> list[str]:
+    if dims is None:
+        return []
+    where = f"profile {i}, input {name!r}"
+    if len(r.min) != len(dims):
+        return [f"{where}: {r.text()} has {len(r.min)} dimensions but the model's input has {len(dims)} "
+                f"({_shape_text(dims)}); give {len(dims)} dimensions"]
+    return [f"{where}: dimension {d} is fixed at {fixed} in the model ({_shape_text(dims)}) but the profile gives "
+            f"{r.min[d]}:{r.opt[d]}:{r.max[d]}; use {fixed} there"
+            for d, fixed in enumerate(dims) if fixed is not None and not r.min[d] == r.opt[d] == r.max[d] == fixed]
+
+
+def check_profiles_against_inputs(profiles: list[Profile], inputs: Mapping[str, InputDims],
+                                  model: str = "the model") -> None:
+    """Refuse profiles that cannot build: unknown input names, dynamic inputs left out, wrong ranks, static dims.
+
+    ``inputs`` maps each graph input to its dims (``onnx_inputs`` reads them). No profiles: nothing to check.
+    Raises ``UserInputError``: one line naming each input and the fix.
+    """
+    problems = []
+    dynamic = [n for n, dims in inputs.items() if dims is None or None in dims]
+    for i, profile in enumerate(profiles):
+        for name, r in profile.root.items():
+            if name not in inputs:
+                problems.append(f"profile {i}: {name!r} is not an input of {model} (its inputs: "
+                                f"{', '.join(inputs) or 'none'}); fix the name in --profile or the profiles file")
+            else:
+                problems += _range_problems(i, name, r, inputs[name])
+        problems += [f"profile {i}: no range for dynamic input {name!r} ({_shape_text(inputs[name])}); add "
+                     f"--profile {name}=MIN:OPT:MAX (every profile needs every dynamic input)"
+                     for name in dynamic if name not in profile.root]
+    if problems:
+        raise UserInputError("; ".join(problems))
+
+
+def _varint(buf, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _fields(buf, start: int, end: int):
+    """Protobuf wire format: ``(field number, wire type, start, end)`` of each field in ``buf[start:end]``."""
+    pos = start
+    while pos < end:
+        tag, pos = _varint(buf, pos)
+        field, wire = tag >> 3, tag & 7
+        if wire == 0:
+            _, after = _varint(buf, pos)
+        elif wire == 2:
+            size, pos = _varint(buf, pos)
+            after = pos + size
+        elif wire in (1, 5):
+            after = pos + (8 if wire == 1 else 4)
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+        if after > end:
+            raise ValueError("truncated protobuf field")
+        yield field, wire, pos, after
+        pos = after
+
+
+def _tensor_name(buf, start: int, end: int) -> str | None:
+    return next((bytes(buf[s:e]).decode() for f, w, s, e in _fields(buf, start, end) if f == 8 and w == 2), None)
+
+
+def _graph_inputs(buf) -> dict[str, InputDims]:
+    import onnx
+
+    graph = next(((s, e) for f, w, s, e in _fields(buf, 0, len(buf)) if f == 7 and w == 2), None)
+    if graph is None:
+        raise ValueError("no graph")
+    inputs, weights = [], set()
+    for field, wire, s, e in _fields(buf, *graph):
+        if field == 11 and wire == 2:  # GraphProto.input
+            inputs.append(onnx.ValueInfoProto.FromString(bytes(buf[s:e])))
+        elif field == 5 and wire == 2:  # initializer (TensorProto; its name is field 8)
+            weights.add(_tensor_name(buf, s, e))
+        elif field == 15 and wire == 2:  # sparse_initializer: the name is its values tensor's
+            values = next(((vs, ve) for f, w, vs, ve in _fields(buf, s, e) if f == 1 and w == 2), None)
+            weights.add(_tensor_name(buf, *values) if values else None)
+    found: dict[str, InputDims] = {}
+    for vi in inputs:
+        if vi.name in weights:  # IR < 4 lists initializers as inputs too
+            continue
+        tensor = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+        shape = tensor.shape if tensor is not None and tensor.HasField("shape") else None
+        found[vi.name] = None if shape is None else tuple(d.dim_value if d.HasField("dim_value") else None
+                                                          for d in shape.dim)
+    return found
+
+
+def onnx_inputs(path: str | Path) -> dict[str, InputDims]:
+    """The graph inputs of an ONNX file (initializers excluded): name -> dims, None where a dimension is dynamic.
+
+    Reads only the graph's input and initializer-name fields from a memory map, skipping the weights, so it costs
+    little even for a 2 GB model. Raises ``UserInputError`` when the file is not an ONNX model.
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            return _graph_inputs(buf)
+    except (OSError, ValueError, IndexError, UnicodeDecodeError) as err:
+        raise UserInputError(f"{path}: not a valid ONNX model ({err}); export it again") from err

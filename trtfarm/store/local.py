@@ -2,7 +2,8 @@
 
 Create-only writes are ``os.link`` of a finished temporary file (atomic, fails if the name exists);
 compare-and-swap holds an ``flock`` on a per-key lock file and replaces with ``os.replace``. ETags are the sha256
-of the content.
+of the content. Opening a store creates nothing: folders appear with the first write under them, so reading a path
+that is not there (a typo, a URI from a webhook post) leaves no trace.
 """
 
 from __future__ import annotations
@@ -23,11 +24,10 @@ CHUNK = 1 << 20
 
 
 class LocalStore(Store):
-    """A store rooted at a local directory."""
+    """A store rooted at a local directory (created by the first write, not by opening)."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).resolve()
-        self.root.mkdir(parents=True, exist_ok=True)
         self.uri = self.root.as_uri()
 
     def _path(self, key: str) -> Path:
@@ -48,7 +48,7 @@ class LocalStore(Store):
     @contextmanager
     def _locked(self, key: str):
         locks = self.root / ".locks"
-        locks.mkdir(exist_ok=True)
+        locks.mkdir(parents=True, exist_ok=True)
         with open(locks / hashlib.sha256(key.encode()).hexdigest(), "a+b") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
@@ -67,7 +67,7 @@ class LocalStore(Store):
         """Return the object and its ETag (content sha256), or None."""
         try:
             data = self._path(key).read_bytes()
-        except (FileNotFoundError, IsADirectoryError):
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):  # a file where a folder would be: no key
             return None
         return Blob(data, hashlib.sha256(data).hexdigest())
 

@@ -109,9 +109,9 @@ BUILD_MATRIX_ENTRYPOINT = "flows/build_matrix.py:build_matrix"
 
 def deployment_drift(prefect_yaml: Path, desired: list[PoolSpec]) -> list[str]:
     """What prefect.yaml lacks: a ``build-target`` deployment named after each GPU pool, and build-matrix."""
-    import yaml
+    from trtfarm.yamlfile import load_yaml
 
-    doc = yaml.safe_load(Path(prefect_yaml).read_text()) or {}
+    doc = load_yaml(Path(prefect_yaml)) or {}
     have = {(d.get("entrypoint"), d.get("name"), (d.get("work_pool") or {}).get("name"))
             for d in doc.get("deployments") or []}
     problems = []
