@@ -1,4 +1,4 @@
-"""Report a run as a Prefect table artifact."""
+"""Report a run as Prefect artifacts: the run's table, and each model's report with its charts inline."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from prefect.runtime import flow_run
 
 from trtfarm.building.build import TargetOutcome
 from trtfarm.store import open_store
-from trtfarm.validation.report import write_report
+from trtfarm.validation.report import artifact_markdown, write_report
 
 
 def has_news(statuses) -> bool:
@@ -27,16 +27,18 @@ def _artifact_key(text: str) -> str:
 
 @task(cache_policy=NO_CACHE)
 def report_outcomes(model: str, outcomes: list[TargetOutcome], store_uri: str | None = None) -> None:
-    """The model's full report (markdown, charts, outcomes) in the store and as a markdown artifact.
+    """The model's full report (markdown, charts, HTML, outcomes) in the store and as a markdown artifact.
 
-    The flow calls it for models this run built or failed something for; ``report_run`` covers the rest.
+    The artifact carries its charts inline (data URIs) so the Prefect UI shows them. The flow calls it for models this
+    run built or failed something for; ``report_run`` covers the rest.
     """
     if store_uri is None:
         return
-    run = str(flow_run.get_id() or "local")
+    run, store = str(flow_run.get_id() or "local"), open_store(store_uri)
     with tempfile.TemporaryDirectory() as tmp:
-        path = write_report(open_store(store_uri), model, run, [o.to_json() for o in outcomes], Path(tmp))
-        create_markdown_artifact(path.read_text(), key=_artifact_key(f"build-matrix-{model}-report"),
+        path = write_report(store, model, run, [o.to_json() for o in outcomes], Path(tmp))
+        create_markdown_artifact(artifact_markdown(store, model, run, path),
+                                 key=_artifact_key(f"build-matrix-{model}-report"),
                                  description=f"trtfarm report for {model}")
 
 

@@ -27,14 +27,18 @@ def free_port() -> int:
 
 
 class Farm:
-    """One Prefect server (SQLite under ``home``) and the worker processes started against it."""
+    """One Prefect server (SQLite under ``home``) and the worker processes started against it.
 
-    def __init__(self, home: Path, env: dict[str, str]) -> None:
+    The server serves no UI unless ``ui=True`` (then at ``self.url``: V2 under ``/v2/``, V1 at the root).
+    """
+
+    def __init__(self, home: Path, env: dict[str, str], ui: bool = False) -> None:
         self.home = home
         self.port = free_port()
-        self.api = f"http://127.0.0.1:{self.port}/api"
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.api = f"{self.url}/api"
         self.env = {**os.environ, **env, "PREFECT_HOME": str(home / "prefect"), "PREFECT_API_URL": self.api,
-                    "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "false",
+                    "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "true" if ui else "false",
                     "PREFECT_WORKER_QUERY_SECONDS": "1", "PREFECT_WORKER_PREFETCH_SECONDS": "5",
                     # a worker that dies is seen offline (and its pool NOT_READY) within seconds, not minutes
                     "PREFECT_WORKER_HEARTBEAT_SECONDS": "2", "PREFECT_SERVER_SERVICES_FOREMAN_LOOP_SECONDS": "2",

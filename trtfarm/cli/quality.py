@@ -60,9 +60,13 @@ def precision(
 
 @app.command()
 def report(ref: str = typer.Argument(..., help="a run id (reports/<model>/<run>/ in the store) or a model name"),
-           out_dir: Path = typer.Option(Path("trtfarm-report"), "--out", help="where to write report.md and charts"),
+           out_dir: Path = typer.Option(Path("trtfarm-report"), "--out",
+                                        help="where to write report.md, its charts and report.html"),
            store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
-    """Render a run's (or a model's latest) report: accuracy, p50/p99, memory, build time, changes, regressions."""
+    """Render a run's (or a model's latest) report: accuracy, p50/p99, memory, build time, changes, regressions.
+
+    Writes report.md with its PNG charts and report.html, one self-contained page that opens in any browser.
+    """
     from dataclasses import asdict
 
     from trtfarm.store import open_store
@@ -76,7 +80,8 @@ def report(ref: str = typer.Argument(..., help="a run id (reports/<model>/<run>/
         raise fail(str(e)) from e
     rows = [row_for(s, o) for o in outcomes]
     if as_json:
-        print(json.dumps({"report": str(path), "rows": [asdict(r) for r in rows]}, indent=2))
+        print(json.dumps({"report": str(path), "html": str(path.with_name("report.html")),
+                          "rows": [asdict(r) for r in rows]}, indent=2))
         return
     table = Table(title=f"{model} — {run}")
     for col in ("target", "status", "engine", "p50 ms", "p99 ms", "build s", "changes"):
@@ -88,3 +93,4 @@ def report(ref: str = typer.Argument(..., help="a run id (reports/<model>/<run>/
                       ("[red]REGRESSION[/] " if r.regressed else "") + (r.changes or r.reason))
     out.print(table)
     out.print(f"report: {path}", highlight=False)
+    out.print(f"html:   {path.with_name('report.html')} (open it in a browser)", highlight=False)

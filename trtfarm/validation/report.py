@@ -1,20 +1,23 @@
 """Run reports: targets x status x accuracy x p50/p99 x memory x build time, and what changed since the last release.
 
-Markdown with PNG charts, written locally and into the store (``reports/<model>/<run>/``); the flow also posts the
-markdown as a Prefect artifact. Figures come from manifests only: a target whose engine check is pending shows
-``pending on <GPU>``, never a number.
+Markdown with PNG charts beside it and one self-contained HTML page (``report.html``, charts inlined), written locally
+and into the store (``reports/<model>/<run>/``). The flow also posts the markdown as a Prefect artifact, with its charts
+inlined as ``data:image/png`` URIs (``artifact_markdown``): the Prefect UI cannot reach the store, and both of its
+markdown renderers show ``data:image/`` sources in ``<img>``. Figures come from manifests only: a target whose engine
+check is pending shows ``pending on <GPU>``, never a number.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from trtfarm.publishing.manifest import Manifest
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.store import Store
+from trtfarm.validation.html import data_uri, render_html
 
 
 @dataclass
@@ -34,6 +37,8 @@ class ReportRow:
     changes: str = ""
     regressed: bool = False
     manifest: str = ""
+    regressions: list[str] = field(default_factory=list)
+    tactic_changes: str = ""
 
 
 def _key(store: Store, url: str | None) -> str | None:
@@ -68,8 +73,10 @@ def row_for(store: Store, outcome: dict) -> ReportRow:
     row.memory_mib = max(memory) / 2**20 if memory else None
     row.build_s, row.plan_mib, row.accuracy = m.build.wall_s, m.plan.bytes / 2**20, _accuracy(m)
     changes = [r["text"] for r in engine.figures.get("regressions", [])]
+    row.regressions = [r["text"] for r in engine.figures.get("regressions", []) if r["regressed"]]
     if "tactic_changes" in engine.figures:
-        changes.append(engine.figures["tactic_changes"]["summary"])
+        row.tactic_changes = engine.figures["tactic_changes"]["summary"]
+        changes.append(row.tactic_changes)
     row.changes = "; ".join(changes) or ("first release" if engine.status == "passed" else "")
     row.regressed = any(r["regressed"] for r in engine.figures.get("regressions", []))
     return row
@@ -97,15 +104,21 @@ def render_markdown(title: str, rows: list[ReportRow], charts: list[str]) -> str
     return "\n".join(lines) + "\n"
 
 
+def _save(fig, path: Path, charts: list[str]) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    charts.append(str(path))
+
+
 def render_charts(rows: list[ReportRow], out: Path) -> list[str]:
-    """PNG bar charts: p50/p99 per target (where measured) and build time per target."""
+    """PNG bar charts: p50/p99 per target (where measured), build time and plan size per target (where built)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     out.mkdir(parents=True, exist_ok=True)
-    charts = []
+    charts: list[str] = []
     timed = [r for r in rows if r.p50_ms is not None]
     if timed:
         fig, ax = plt.subplots(figsize=(max(4, len(timed) * 1.2), 3))
@@ -116,36 +129,81 @@ def render_charts(rows: list[ReportRow], out: Path) -> list[str]:
         ax.set_xticks(list(xs), [r.target for r in timed], rotation=20, ha="right")
         ax.set_ylabel("latency (ms)")
         ax.legend()
-        fig.tight_layout()
-        charts.append(str(out / "latency.png"))
-        fig.savefig(charts[-1], dpi=100)
+        _save(fig, out / "latency.png", charts)
         plt.close(fig)
-    built = [r for r in rows if r.build_s is not None]
-    if built:
+    for name, label, color, attr in (("build_time", "build time (s)", "tab:blue", "build_s"),
+                                     ("plan_size", "plan size (MiB)", "tab:green", "plan_mib")):
+        built = [r for r in rows if getattr(r, attr) is not None]
+        if not built:
+            continue
         fig, ax = plt.subplots(figsize=(max(4, len(built) * 1.2), 3))
-        ax.bar([r.target for r in built], [r.build_s for r in built], color="tab:blue")
-        ax.set_ylabel("build time (s)")
+        ax.bar([r.target for r in built], [getattr(r, attr) for r in built], color=color)
+        ax.set_ylabel(label)
         ax.tick_params(axis="x", rotation=20)
-        fig.tight_layout()
-        charts.append(str(out / "build_time.png"))
-        fig.savefig(charts[-1], dpi=100)
+        _save(fig, out / f"{name}.png", charts)
         plt.close(fig)
     return charts
 
 
 def write_report(store: Store, model: str, run: str, outcomes: list[dict], out: Path) -> Path:
-    """Render the run's report into ``out`` and copy it into the store under ``reports/<model>/<run>/``."""
+    """Render the run's report into ``out`` and copy it into the store under ``reports/<model>/<run>/``.
+
+    ``out`` gets ``report.md`` with its PNG charts beside it, ``report.html`` (self-contained: opens from disk or from
+    the store in any browser), ``outcomes.json`` and ``rows.json``. Returns the path of ``report.md``.
+    """
     rows = [row_for(store, o) for o in outcomes]
     charts = render_charts(rows, out)
+    title = f"trtfarm report: {model}, run {run}"
     path = out / "report.md"
-    path.write_text(render_markdown(f"trtfarm report: {model}, run {run}", rows, charts))
+    path.write_text(render_markdown(title, rows, charts))
+    (out / "report.html").write_text(render_html(title, rows, [Path(c) for c in charts], store.uri))
     (out / "outcomes.json").write_text(json.dumps(outcomes, indent=2))
     (out / "rows.json").write_text(json.dumps([asdict(r) for r in rows], indent=2))
-    for f in [path, out / "outcomes.json", out / "rows.json", *map(Path, charts)]:
+    for f in [path, out / "report.html", out / "outcomes.json", out / "rows.json", *map(Path, charts)]:
         key = f"reports/{model}/{run}/{f.name}"
         if store.get(key) is None:
             store.upload_file(key, f)
     return path
+
+
+# The self-hosted API (3.9.1) sets no bound on an artifact's data, but the row is read whole by every artifact view:
+# keep a report artifact well under a megabyte. Three 100-dpi bar charts inline in about 60 KB.
+ARTIFACT_BUDGET = 512 * 1024
+
+
+def _stored_chart(store: Store, key: str) -> str:
+    """Where a chart left out of the artifact can be seen: a presigned link (S3), or a sentence naming the file."""
+    from trtfarm.store.s3 import S3Store
+
+    url = store.url(key)
+    if isinstance(store, S3Store):
+        bucket, _, obj = url.removeprefix("s3://").partition("/")
+        link = store.client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": obj},
+                                                   ExpiresIn=7 * 24 * 3600)
+        return f"[{Path(key).name} (link valid 7 days)]({link})"
+    return (f"`{Path(key).name}` is in the store at `{url}` (a file store the Prefect UI cannot reach; "
+            f"`trtfarm report` renders it with its charts)")
+
+
+def artifact_markdown(store: Store, model: str, run: str, report_md: Path, budget: int = ARTIFACT_BUDGET) -> str:
+    """The report as a Prefect markdown artifact: each chart inlined as a data URI while the text stays in ``budget``.
+
+    A chart that would not fit is replaced by a presigned link to its copy in an S3 store, or by a sentence naming
+    its copy in a file store.
+    """
+    text = report_md.read_text()
+    for png in sorted(report_md.parent.glob("*.png"), key=lambda p: text.find(f"]({p.name})")):
+        ref = f"]({png.name})"
+        if ref not in text:
+            continue
+        uri = data_uri(png)
+        if len(text) + len(uri) <= budget:
+            text = text.replace(ref, f"]({uri})")
+        else:
+            text = text.replace(f"![{png.stem}]({png.name})",
+                                f"_chart {png.stem} left out of this artifact (over {budget // 1024} KiB):_ "
+                                + _stored_chart(store, f"reports/{model}/{run}/{png.name}"))
+    return text
 
 
 def run_outcomes(store: Store, run: str) -> dict[str, list[dict]]:
