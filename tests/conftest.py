@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import socket
 import uuid
 from pathlib import Path
 
@@ -72,21 +71,18 @@ def fleet_file(tmp_path) -> Path:
     return p
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def s3_endpoint():
-    """moto's S3 server on 127.0.0.1 (a real HTTP endpoint), with AWS settings pointed at it."""
-    from moto.server import ThreadedMotoServer
+    """moto's S3 server on 127.0.0.1 (a real HTTP endpoint), with AWS settings pointed at it.
 
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    Its object writes are serialised (tests/moto_serialised.py says why): moto checks If-Match / If-None-Match and
+    writes later with no lock, so concurrent compare-and-swap tests would lose updates that S3 never loses.
+    """
+    from tests.moto_serialised import SerialisedMotoServer
+
+    server = SerialisedMotoServer("127.0.0.1", 0)
     server.start()
-    url = f"http://127.0.0.1:{port}"
+    url = server.url
     env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
            "AWS_ENDPOINT_URL": url}
     old = {k: os.environ.get(k) for k in env}

@@ -16,18 +16,21 @@ from trtfarm.store import LocalStore
 from trtfarm.triggers.webhook import (
     Export,
     Rejected,
+    check_allowed,
     check_signature,
     check_sns_signature,
     claim,
     export_from_json,
     exports_from_s3_event,
     parse_sns,
+    root_from_config,
     sign,
     sns_string_to_sign,
 )
 
 NOW = 1_800_000_000
 TOPIC = "arn:aws:sns:us-east-1:123456789012:model-exports"
+ROOTS = [root_from_config("s3://exports")]
 
 
 def test_a_signed_recent_post_passes_and_anything_else_is_401():
@@ -47,12 +50,12 @@ def test_a_signed_recent_post_passes_and_anything_else_is_401():
 
 def test_a_generic_post_must_name_an_export_folder_that_exists():
     etags = {"s3://exports/team/encoder": '"abc"'}
-    export = export_from_json(b'{"model_uri": "s3://exports/team/encoder/model.onnx"}', etags.get)
+    export = export_from_json(b'{"model_uri": "s3://exports/team/encoder/model.onnx"}', etags.get, ROOTS)
     assert export == Export("s3://exports/team/encoder", "encoder", "abc")
     for body, status in [(b"{not json", 400), (b'{"uri": "x"}', 400), (b'{"model_uri": "http://x/y"}', 400),
                          (b'{"model_uri": "s3://exports/missing/"}', 400)]:
         with pytest.raises(Rejected) as rejected:
-            export_from_json(body, etags.get)
+            export_from_json(body, etags.get, ROOTS)
         assert rejected.value.status == status
 
 
@@ -68,12 +71,15 @@ def test_s3_records_name_the_export_once_it_is_complete():
         _record("store/models/encoder/20261129T0000Z-abc/model.onnx"),  # registry: wait for export.json
         _record("store/models/encoder/20261129T0000Z-abc/export.json", etag="e2"),
         _record("team+a/encoder/model.onnx", "ObjectRemoved:Delete")]})
-    exports = exports_from_s3_event(message)
+    exports = exports_from_s3_event(message, ROOTS)
     assert [(e.uri, e.name) for e in exports] == [
         ("s3://exports/team a/encoder", "encoder"), ("s3://exports/team a/encoder", "encoder"),
         ("s3://exports/store/models/encoder/20261129T0000Z-abc", "encoder")]
     assert exports[0].claim_id == exports[1].claim_id  # the multipart upload's two events are one export
-    assert exports_from_s3_event(json.dumps({"Event": "s3:TestEvent"})) == []
+    assert exports_from_s3_event(json.dumps({"Event": "s3:TestEvent"}), ROOTS) == []
+    with pytest.raises(Rejected, match="outside the folders") as refused:
+        exports_from_s3_event(message, [root_from_config("s3://exports/team a/decoder")])
+    assert refused.value.status == 403
 
 
 def test_sns_messages_need_an_allowed_topic():
@@ -126,7 +132,41 @@ def test_an_export_is_claimed_once(tmp_path):
 
 def test_a_post_marked_refit_sends_the_weights_updated_event():
     etags = {"s3://exports/encoder": "e"}
-    export = export_from_json(b'{"model_uri": "s3://exports/encoder/", "refit": true}', etags.get)
+    export = export_from_json(b'{"model_uri": "s3://exports/encoder/", "refit": true}', etags.get, ROOTS)
     assert export.refit and export.event("hook")["event"] == "trtfarm.model.weights-updated"
-    plain = export_from_json(b'{"model_uri": "s3://exports/encoder/"}', etags.get)
+    plain = export_from_json(b'{"model_uri": "s3://exports/encoder/"}', etags.get, ROOTS)
     assert plain.event("hook")["event"] == "trtfarm.model.exported"
+
+
+def test_only_uris_under_the_allowed_roots_pass_and_dot_dot_never_does(tmp_path):
+    roots = [root_from_config(str(tmp_path / "exports")), root_from_config("s3://models/team-a")]
+    for ok in [f"file://{tmp_path}/exports/encoder", f"file://{tmp_path}/exports", "s3://models/team-a/encoder",
+               f"file://localhost{tmp_path}/exports/a%20b"]:
+        check_allowed(ok, roots)
+    refused = [(f"file://{tmp_path}/exports-2/encoder", 403), ("s3://models/team-b/encoder", 403),
+               ("s3://models/team-ab/encoder", 403), ("s3://other/team-a/encoder", 403), ("file:///etc/passwd", 403),
+               (f"file://{tmp_path}/exports/%2e%2e/escape", 400), (f"file://{tmp_path}/exports/a/../../x", 400),
+               (f"file://{tmp_path}/exports/%2E%2E", 400), ("s3://models/team-a/../team-b", 400),
+               (f"file://evil.example{tmp_path}/exports/e", 400), ("s3://Not_A_Bucket/team-a", 400),
+               ("http://models/team-a/encoder", 400)]
+    for uri, status in refused:
+        with pytest.raises(Rejected) as rejected:
+            check_allowed(uri, roots)
+        assert rejected.value.status == status, uri
+    assert not list(tmp_path.iterdir())  # checking opened and created nothing
+
+
+def test_a_symlink_inside_a_root_that_points_outside_it_is_refused(tmp_path):
+    (tmp_path / "exports").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "exports" / "link").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(Rejected) as rejected:
+        check_allowed(f"file://{tmp_path}/exports/link", [root_from_config(str(tmp_path / "exports"))])
+    assert rejected.value.status == 403
+
+
+def test_a_generic_post_outside_the_roots_never_reaches_the_store():
+    opened = []
+    with pytest.raises(Rejected) as rejected:
+        export_from_json(b'{"model_uri": "s3://elsewhere/encoder/"}', opened.append, ROOTS)
+    assert rejected.value.status == 403 and opened == []

@@ -24,9 +24,13 @@ def webhook_serve(host: str = typer.Option("127.0.0.1", "--host"), port: int = t
                   max_body: int = typer.Option(1 << 20, "--max-body", min=1024, help="largest body in bytes (413)"),
                   sns_verify: bool = typer.Option(True, "--sns-verify/--no-sns-verify",
                                                   help="check SNS message signatures (keep on outside tests)"),
+                  allow_root: list[str] = typer.Option([], "--allow-root", help="accept exports only under this "
+                                                       "s3://bucket/prefix or folder (repeatable; default: the "
+                                                       "store); others get 403"),
                   store: str = STORE_OPT) -> None:
     """Serve POST /sns (S3 notifications through SNS) and POST /hook (HMAC-signed {"model_uri": ...})."""
-    from trtfarm.triggers.receiver import WebhookConfig, serve
+    from trtfarm.errors import UserInputError
+    from trtfarm.triggers.receiver import WebhookConfig, create_app, serve
 
     api = os.environ.get("PREFECT_API_URL")
     if not api:
@@ -35,4 +39,9 @@ def webhook_serve(host: str = typer.Option("127.0.0.1", "--host"), port: int = t
     secret = os.environ.get(secret_env)
     if not secret and not topic:
         raise fail(f"nothing to accept: set {secret_env} for signed posts and/or give --topic ARN for SNS")
-    serve(WebhookConfig(store_uri(store), api, secret, set(topic), replay_window, max_body, sns_verify), host, port)
+    cfg = WebhookConfig(store_uri(store), api, secret, set(topic), replay_window, max_body, sns_verify, allow_root)
+    try:
+        create_app(cfg)  # refuses a malformed --allow-root before the server starts
+    except UserInputError as e:
+        raise fail(str(e)) from e
+    serve(cfg, host, port)

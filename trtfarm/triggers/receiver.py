@@ -3,6 +3,9 @@
 ``POST /sns`` takes SNS deliveries (S3 event notifications), ``POST /hook`` the HMAC-signed generic JSON, ``GET
 /healthz`` answers health checks. Each new export becomes one ``trtfarm.model.exported`` event, posted to the Prefect
 server's ``/api/events``; a deployment trigger in prefect.yaml turns it into a build-matrix run.
+
+Every refusal is a 4xx with one line of reason (``{"error": ...}``), or 502 when a service it needs (the store, the
+SNS certificate host, Prefect) did not answer; only a bug in trtfarm answers 500.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
+from trtfarm.errors import TrtfarmError, UserInputError
 from trtfarm.store import open_store
 from trtfarm.triggers.registry import ONNX_NAME
 from trtfarm.triggers.webhook import (
@@ -31,6 +35,7 @@ from trtfarm.triggers.webhook import (
     exports_from_s3_event,
     parse_sns,
     release_claim,
+    root_from_config,
 )
 
 
@@ -45,13 +50,15 @@ class WebhookConfig:
     replay_window_s: int = 300
     max_body: int = 1 << 20
     verify_sns: bool = True
+    allow_roots: list[str] = field(default_factory=list)  # where exports may come from; empty: the store only
 
 
-def _sns_get(url: str) -> httpx.Response:
+def _sns_get(url: str, refused: int = 400) -> httpx.Response:
     """GET an SNS URL (signing certificate, SubscribeURL); SNS hosts only.
 
     With ``AWS_ENDPOINT_URL_SNS`` or ``AWS_ENDPOINT_URL`` set (as boto3 honours them), the request goes there,
-    with the SNS host kept in the Host header.
+    with the SNS host kept in the Host header. SNS answering 4xx is ``Rejected(refused)``; SNS not answering (or
+    5xx) is ``Rejected(502)``.
     """
     parsed = urlparse(url)
     if not SNS_CERT_HOST.match(parsed.hostname or ""):
@@ -61,14 +68,19 @@ def _sns_get(url: str) -> httpx.Response:
     if endpoint:
         e = urlparse(endpoint)
         target, headers = urlunparse(parsed._replace(scheme=e.scheme, netloc=e.netloc)), {"Host": parsed.netloc}
-    resp = httpx.get(target, headers=headers, timeout=10)
-    resp.raise_for_status()
+    try:
+        resp = httpx.get(target, headers=headers, timeout=10)
+    except httpx.HTTPError as err:
+        raise Rejected(502, f"could not fetch {url}: {type(err).__name__}: {err}; SNS did not answer") from err
+    if resp.status_code >= 400:
+        status = refused if resp.status_code < 500 else 502
+        raise Rejected(status, f"could not fetch {url}: SNS answered HTTP {resp.status_code}")
     return resp
 
 
 @functools.lru_cache(maxsize=32)
 def _fetch_cert(url: str) -> bytes:
-    return _sns_get(url).content
+    return _sns_get(url, refused=401).content  # a certificate SNS does not have: the message is not genuine
 
 
 async def _body(request: Request, limit: int) -> bytes:
@@ -93,7 +105,11 @@ async def _emit(cfg: WebhookConfig, exports: list[Export], source: str) -> JSONR
     store = open_store(cfg.store_uri)
     triggered, duplicates = [], []
     for export in exports:
-        if not await run_in_threadpool(claim, store, export, source):
+        try:
+            claimed = await run_in_threadpool(claim, store, export, source)
+        except TrtfarmError as err:  # StoreError: the store did not take the claim; the sender retries
+            raise Rejected(502, f"could not record the export in the store {cfg.store_uri}: {_line(err)}") from err
+        if not claimed:
             duplicates.append(export.uri)
             continue
         try:
@@ -107,13 +123,26 @@ async def _emit(cfg: WebhookConfig, exports: list[Export], source: str) -> JSONR
     return JSONResponse({"triggered": triggered, "duplicates": duplicates}, status_code=202 if triggered else 200)
 
 
+def _line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 def create_app(cfg: WebhookConfig) -> FastAPI:
-    """The receiver: ``/sns``, ``/hook`` and ``/healthz``."""
+    """The receiver: ``/sns``, ``/hook`` and ``/healthz``. Raises ``UserInputError`` for a malformed root."""
+    try:
+        roots = [root_from_config(r) for r in cfg.allow_roots or [cfg.store_uri]]
+    except Rejected as err:
+        raise UserInputError(str(err)) from err
     app = FastAPI(title="trtfarm webhook", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.exception_handler(Rejected)
     async def rejected(_: Request, exc: Rejected) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=exc.status)
+        return JSONResponse({"error": _line(exc)}, status_code=exc.status)
+
+    @app.exception_handler(TrtfarmError)
+    async def refused(_: Request, exc: TrtfarmError) -> JSONResponse:  # user input: 400; a service failed: 502
+        return JSONResponse({"error": _line(exc)}, status_code=400 if isinstance(exc, UserInputError) else 502)
 
     @app.get("/healthz")
     async def healthz() -> dict:
@@ -126,7 +155,7 @@ def create_app(cfg: WebhookConfig) -> FastAPI:
         body = await _body(request, cfg.max_body)
         check_signature(cfg.secret, request.headers.get("x-trtfarm-timestamp"),
                         request.headers.get("x-trtfarm-signature"), body, time.time(), cfg.replay_window_s)
-        export = await run_in_threadpool(export_from_json, body, _folder_etag)
+        export = await run_in_threadpool(export_from_json, body, _folder_etag, roots)
         return await _emit(cfg, [export], "hook")
 
     @app.post("/sns")
@@ -136,11 +165,12 @@ def create_app(cfg: WebhookConfig) -> FastAPI:
         if cfg.verify_sns:
             await run_in_threadpool(check_sns_signature, msg, _fetch_cert)
         if msg["Type"] == "SubscriptionConfirmation":
-            await run_in_threadpool(_sns_get, msg["SubscribeURL"])
+            await run_in_threadpool(_sns_get, msg["SubscribeURL"], 400)
             return JSONResponse({"confirmed": msg["TopicArn"]})
         if msg["Type"] != "Notification":
             return JSONResponse({"ignored": msg["Type"]})
-        return await _emit(cfg, exports_from_s3_event(msg.get("Message", "")), f"sns:{msg.get('MessageId')}")
+        exports = exports_from_s3_event(msg.get("Message", ""), roots)
+        return await _emit(cfg, exports, f"sns:{msg.get('MessageId')}")
 
     return app
 

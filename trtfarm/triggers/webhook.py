@@ -14,6 +14,8 @@ Two ways in, both ending in one ``trtfarm.model.exported`` event per export:
 
 Delivery is at least once and a multipart upload emits two S3 events, so each export is claimed once in the store
 (``webhook/exports/<sha256>.json``, create-only) before its event is sent; a duplicate finds the claim and stops.
+Every export must lie under one of the configured roots (``--allow-root``, default: the store), checked on the
+decoded path before anything is opened; ``.`` and ``..`` segments (``%2e%2e`` too) are refused.
 Nothing here talks HTTP or Prefect: ``trtfarm.triggers.receiver`` serves it.
 """
 
@@ -25,16 +27,20 @@ import hmac
 import json
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from urllib.parse import unquote_plus, urlparse
+from pathlib import Path
+from urllib.parse import unquote, unquote_plus, urlparse
 
+from trtfarm.errors import StoreError
 from trtfarm.store import Store
 from trtfarm.triggers.registry import EXPORT_NAME, ONNX_NAME, export_folder, export_name, is_registry_export
 
 EVENT_NAME = "trtfarm.model.exported"
 REFIT_EVENT = "trtfarm.model.weights-updated"  # same graph, new weights: the refit deployment takes these
 SNS_CERT_HOST = re.compile(r"^sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?$")
+S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _SIGNED_KEYS = {
     "Notification": ("Message", "MessageId", "Subject", "Timestamp", "TopicArn", "Type"),
     "SubscriptionConfirmation": ("Message", "MessageId", "SubscribeURL", "Timestamp", "Token", "TopicArn", "Type"),
@@ -72,6 +78,77 @@ class Export:
                 "payload": {"model_uri": self.uri, "version": self.version, "source": source}}
 
 
+# --- where exports may come from ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Root:
+    """A place exports may come from: ``scheme``, ``bucket`` (S3; "" for files) and path ``parts`` (decoded)."""
+
+    scheme: str
+    bucket: str
+    parts: tuple[str, ...]
+
+    def holds(self, other: Root) -> bool:
+        """True when ``other`` is this root or lies under it."""
+        return (self.scheme, self.bucket) == (other.scheme, other.bucket) and \
+            other.parts[:len(self.parts)] == self.parts
+
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.bucket}/" + "/".join(self.parts)
+
+
+def location(uri: str, what: str = "model_uri") -> Root:
+    """Parse an ``s3://`` or ``file://`` URI the way the store opens it (percent-decoded); ``Rejected(400)`` if bad.
+
+    File paths are resolved (symlinks followed) without touching anything that is not there.
+    """
+    parsed = urlparse(uri)
+    path = unquote(parsed.path)  # what open_store does: %2e%2e becomes .. here, so check after decoding
+    parts = tuple(p for p in path.split("/") if p)
+    if parsed.scheme not in ("s3", "file"):
+        raise Rejected(400, f"{what} {uri!r}: use s3://bucket/path or file:///path")
+    if any(p in (".", "..") for p in parts) or "\0" in path:
+        raise Rejected(400, f"{what} {uri!r}: '.' and '..' segments (%2e%2e too) are not allowed; give the folder's "
+                            "own path")
+    if parsed.scheme == "s3":
+        if not S3_BUCKET.match(parsed.netloc):
+            raise Rejected(400, f"{what} {uri!r}: {parsed.netloc!r} is not an S3 bucket name")
+        return Root("s3", parsed.netloc, parts)
+    if parsed.netloc not in ("", "localhost"):
+        raise Rejected(400, f"{what} {uri!r}: a file:// URI names this host's files (file:///path), not "
+                            f"{parsed.netloc}'s")
+    return Root("file", "", Path("/", *parts).resolve().parts[1:])
+
+
+def root_from_config(uri: str) -> Root:
+    """A configured root (``--allow-root``): a URI, or a local path (resolved against the working directory)."""
+    if "://" not in uri:
+        uri = Path(uri).resolve().as_uri()
+    return location(uri, "--allow-root")
+
+
+def check_allowed(uri: str, roots: Sequence[Root]) -> None:
+    """``Rejected(403)`` unless ``uri`` lies under one of ``roots``; ``Rejected(400)`` if it is malformed."""
+    where = location(uri)
+    if not any(root.holds(where) for root in roots):
+        raise Rejected(403, f"{uri} is outside the folders this receiver accepts ({', '.join(map(str, roots))}); "
+                            "start it with --allow-root for that location")
+
+
+def _read_version(uri: str, folder_etag) -> str | None:
+    try:
+        return folder_etag(uri)
+    except StoreError as err:
+        cause = err.__cause__
+        status = (getattr(cause, "response", None) or {}).get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        if 400 <= status < 500:  # the store answered: this URI is not readable (access denied and the like)
+            raise Rejected(400, f"cannot read {uri}/{ONNX_NAME} (HTTP {status}): check the URI and that the receiver "
+                                "may read it") from err
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise Rejected(502, f"the store holding {uri} did not answer: {first}") from err
+
+
 # --- generic JSON, HMAC-signed ---------------------------------------------------------------------------------
 
 
@@ -95,14 +172,18 @@ def check_signature(secret: str, timestamp: str | None, signature: str | None, b
         raise Rejected(401, "signature does not match (wrong secret, or the body was changed)")
 
 
-def export_from_json(body: bytes, folder_etag) -> Export:
-    """The export a generic post names; ``folder_etag(uri)`` returns the model's ETag (None: not there)."""
+def export_from_json(body: bytes, folder_etag, roots: Sequence[Root]) -> Export:
+    """The export a generic post names, if it lies under ``roots``.
+
+    ``folder_etag(uri)`` returns the model's ETag (None: not there); it is called only for an allowed URI.
+    """
     doc = _json(body)
     uri = doc.get("model_uri") if isinstance(doc, dict) else None
     if not isinstance(uri, str) or urlparse(uri).scheme not in ("s3", "file") or not urlparse(uri).path.strip("/"):
         raise Rejected(400, 'body must be {"model_uri": "s3://bucket/path/to/export/"} (an export folder URI)')
     uri = export_folder(uri)
-    version = folder_etag(uri)
+    check_allowed(uri, roots)
+    version = _read_version(uri, folder_etag)
     if version is None:
         raise Rejected(400, f"{uri}/{ONNX_NAME} does not exist")
     return Export(uri, _name(uri, doc.get("name")), version.strip('"'), doc.get("refit") is True)
@@ -152,10 +233,11 @@ def parse_sns(body: bytes, topics: set[str]) -> dict:
     return msg
 
 
-def exports_from_s3_event(message: str) -> list[Export]:
+def exports_from_s3_event(message: str, roots: Sequence[Root]) -> list[Export]:
     """Each ``ObjectCreated`` record that completes an export -> its folder (``s3:TestEvent`` -> none).
 
-    A registry export (``models/<name>/<export_id>/``) is complete when its ``export.json`` lands (written last by
+    Every folder must lie under ``roots`` (``Rejected(403)`` otherwise). A registry export
+    (``models/<name>/<export_id>/``) is complete when its ``export.json`` lands (written last by
     ``trtfarm models push``); any other folder when its ``model.onnx`` lands (upload it last, after farm.yaml and
     the data files).
     """
@@ -178,6 +260,7 @@ def exports_from_s3_event(message: str) -> list[Export]:
         if not ((leaf == EXPORT_NAME and registry) or (leaf == ONNX_NAME and not registry)):
             continue
         uri = folder
+        check_allowed(uri, roots)
         exports.append(Export(uri, _name(uri, None), str(obj.get("eTag") or obj.get("sequencer") or "").strip('"')))
     return exports
 
