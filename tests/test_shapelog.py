@@ -1,4 +1,4 @@
-"""Shape logs: JSONL and CSV, streamed in chunks, malformed lines reported by number."""
+"""Shape logs: JSONL and CSV, read columnar (Arrow) or streamed in chunks, malformed lines reported by number."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from trtfarm.profiles import shapelog
-from trtfarm.profiles.shapelog import ShapeLogError, read_shape_log
+from trtfarm.profiles.shapelog import ShapeLogError, read_columnar, read_line_by_line, read_shape_log
 
 
 def table_dict(t):
@@ -39,7 +39,7 @@ def test_small_chunks_give_the_same_result_and_exact_line_numbers(tmp_path, monk
     ok.write_text("\n".join(lines[:4321]) + "\n")
     whole = table_dict(read_shape_log(ok))
     monkeypatch.setattr(shapelog, "CHUNK_BYTES", 777)
-    assert table_dict(read_shape_log(ok)) == whole
+    assert table_dict(read_line_by_line(ok)) == whole
     with pytest.raises(ShapeLogError, match=r"line 4322: input_ids: negative dimension"):
         read_shape_log(p)
 
@@ -81,3 +81,57 @@ def test_distinct_shapes_bound_memory_not_records(textbook_log):
     t = read_shape_log(textbook_log)
     assert t.records == 200_000 and len(t.rows) < 10_000
     assert t.rows.dtype == np.int64
+
+
+def same_table(a, b):
+    return a.columns == b.columns and np.array_equal(a.rows, b.rows) and np.array_equal(a.counts, b.counts)
+
+
+def test_the_columnar_reader_gives_the_line_readers_table(textbook_log):
+    fast = read_columnar(textbook_log)
+    assert fast is not None and same_table(fast, read_line_by_line(textbook_log))
+
+
+def test_layout_variants_read_columnar_like_line_by_line(tmp_path):
+    # key order from line 1, other key orders, spacing, CRLF, blank and whitespace-only lines, no final newline
+    p = tmp_path / "v.jsonl"
+    p.write_bytes(b'{"mask": [2, 7], "ids": [2, 7]}\r\n'
+                  b'{"ids": [4, 9], "mask": [4, 9]}\n\n   \n'
+                  b'{"ids":[4,9],"mask":[4,9]}\n'
+                  b'{ "mask" : [ 2 , 7 ] , "ids" : [ 2 , 7 ] }')
+    fast = read_columnar(p)
+    assert fast is not None and same_table(fast, read_line_by_line(p))
+    assert fast.columns[0] == ("mask", 0) and table_dict(fast) == {(2, 7, 2, 7): 2, (4, 9, 4, 9): 2}
+
+
+def test_csv_reads_columnar_and_a_blank_csv_line_is_still_an_error(tmp_path):
+    c = tmp_path / "s.csv"
+    c.write_text("ids, img\n2x9, 2x3x8x8\r\n1x12,1x3x8x8\n2x9,2x3x8x8\n")
+    fast = read_columnar(c)
+    assert fast is not None and same_table(fast, read_line_by_line(c)) and fast.records == 3
+    c.write_text("ids,img\n2x9,2x3x8x8\n\n1x12,1x3x8x8\n")
+    assert read_columnar(c) is None
+    with pytest.raises(ShapeLogError, match="line 3: not valid JSON"):
+        read_shape_log(c)
+
+
+@pytest.mark.parametrize("line, message", [
+    (b'{"input_ids": [4, 87], "attention_mask": [4, 8\x1f7]}', "line 3: not valid JSON"),
+    (b'{"input_ids": [4, 87], "attention_mask": [4, 87], "x": [1]}', "line 3: inputs"),
+    (b'{"input_ids": [4, 87.0], "attention_mask": [4, 87]}', "line 3: input_ids: shape must be a list of integers"),
+    (b'{"input_ids": [4, true], "attention_mask": [4, 87]}', "line 3: input_ids: shape must be a list of integers"),
+])
+def test_a_bad_line_anywhere_sends_the_log_to_the_line_reader_which_names_it(tmp_path, line, message):
+    good = b'{"input_ids": [16, 87], "attention_mask": [16, 87]}\n'
+    p = tmp_path / "bad.jsonl"
+    p.write_bytes(good * 2 + line + b"\n" + good)
+    assert read_columnar(p) is None
+    with pytest.raises(ShapeLogError, match=message):
+        read_shape_log(p)
+
+
+def test_too_many_distinct_lines_fall_back_to_the_chunked_reader(tmp_path, monkeypatch, textbook_log):
+    monkeypatch.setattr(shapelog, "MAX_DISTINCT_LINES", 100)
+    assert read_columnar(textbook_log) is None
+    t = read_shape_log(textbook_log)
+    assert t.records == 200_000

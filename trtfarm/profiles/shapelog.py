@@ -1,9 +1,15 @@
 """Read request-shape logs (JSONL or CSV) of any size into a weighted table of distinct shapes.
 
 JSONL: one ``{"input_ids": [16, 87], "attention_mask": [16, 87]}`` per request or batch. CSV: a header of input
-names and cells like ``16x87``. The file is read in chunks; a chunk whose lines all share the first line's layout is
-parsed in bulk (numbers pulled out by NumPy, rows folded into distinct shapes with counts), so memory stays bounded
-by the number of *distinct* shapes, not records. Any other chunk is parsed line by line to name the bad lines.
+names and cells like ``16x87``.
+
+The fast path is columnar: Apache Arrow's multi-threaded CSV reader splits the file into lines (one column, no
+delimiter: a raw 0x1F byte cannot occur in valid JSON), Arrow counts the distinct lines, and only the distinct
+lines (a few thousand for real traffic) are parsed and checked in Python, with exactly the checks of the
+line-by-line reader. A log in which any distinct line is malformed, or with more than ``MAX_DISTINCT_LINES``
+distinct lines, is read again line by line: in chunks, a chunk whose lines share the first line's layout parsed in
+bulk by NumPy, any other chunk line by line to name the bad lines by number. Either way memory stays bounded by the
+number of *distinct* shapes, not records, and both give the same table.
 """
 
 from __future__ import annotations
@@ -19,8 +25,11 @@ import numpy as np
 from trtfarm.errors import UserInputError
 
 CHUNK_BYTES = 16 << 20
+ARROW_BLOCK_BYTES = 8 << 20
+MAX_DISTINCT_LINES = 1_000_000
 MAX_REPORTED = 10
 _NUM = re.compile(rb"-?\d+")
+_CSV_CELL = re.compile(rb"\d+(x\d+)*")
 _DIGITS = b"0123456789"
 _TO_NUMBERS = bytes(c if chr(c) in "0123456789-" else 32 for c in range(256))  # everything else -> space
 
@@ -204,7 +213,7 @@ def _csv_as_jsonl(path: Path) -> Iterator[tuple[list[bytes], int]]:
         batch, first = [], 2
         for i, line in enumerate(f, start=2):
             cells = line.strip().split(b",")
-            if len(cells) != len(header) or not all(re.fullmatch(rb"\d+(x\d+)*", c.strip()) for c in cells):
+            if len(cells) != len(header) or not all(_CSV_CELL.fullmatch(c.strip()) for c in cells):
                 batch.append(b"{bad}")  # becomes a JSON error on this line number
             else:
                 shapes = ", ".join(f'"{h}": [{c.strip().decode().replace("x", ", ")}]' for h, c in zip(
@@ -222,6 +231,12 @@ def read_shape_log(path: str | Path) -> ShapeTable:
     path = Path(path)
     if not path.is_file():
         raise ShapeLogError(f"{path}: no such shape log")
+    table = read_columnar(path)
+    return table if table is not None else read_line_by_line(path)
+
+
+def read_line_by_line(path: Path) -> ShapeTable:
+    """The chunked reader: bulk NumPy parsing where lines share a layout, exact line numbers for bad lines."""
     reader = _Reader(path)
     chunks = _csv_as_jsonl(path) if path.suffix.lower() == ".csv" else _line_chunks(path)
     for lines, first in chunks:
@@ -230,4 +245,88 @@ def read_shape_log(path: str | Path) -> ShapeTable:
             lines, first = lines[1:], first + 1
         if lines and not (reader.layout and reader.bulk(lines, first)):
             reader.slow(lines, first)
+    return reader.table()
+
+
+def _distinct_lines(path: Path, csv: bool) -> dict[bytes, int] | None:
+    """Distinct lines of the file (the CSV header skipped) with their counts; None if Arrow cannot split it."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyarrow import csv as pacsv
+
+    read = pacsv.ReadOptions(column_names=["line"], skip_rows=1 if csv else 0, block_size=ARROW_BLOCK_BYTES)
+    parse = pacsv.ParseOptions(delimiter="\x1f", quote_char=False, double_quote=False, escape_char=False,
+                               newlines_in_values=False, ignore_empty_lines=not csv)  # CSV: a blank line is an error
+    convert = pacsv.ConvertOptions(column_types={"line": pa.binary()}, strings_can_be_null=False)
+    values, counts = [], []
+    try:
+        with pacsv.open_csv(path, read_options=read, parse_options=parse, convert_options=convert) as batches:
+            for batch in batches:
+                vc = pc.value_counts(batch.column(0))
+                values.append(vc.field("values"))
+                counts.append(vc.field("counts"))
+    except (pa.ArrowInvalid, StopIteration):  # a 0x1F byte, or no line at all: the line reader says what is wrong
+        return None
+    if not values:
+        return None
+    merged = pa.table({"line": pa.concat_arrays(values), "n": pa.concat_arrays(counts)})
+    merged = merged.group_by("line").aggregate([("n", "sum")])
+    if merged.num_rows > MAX_DISTINCT_LINES:
+        return None
+    return dict(zip(merged.column("line").to_pylist(), merged.column("n_sum").to_pylist(), strict=True))
+
+
+def _csv_record(header: list[str], line: bytes) -> dict | None:
+    """One CSV row as a record (None when malformed), with the line reader's rules."""
+    cells = line.strip().split(b",")
+    if len(cells) != len(header) or not all(_CSV_CELL.fullmatch(c.strip()) for c in cells):
+        return None
+    return {h: [int(x) for x in c.strip().split(b"x")] for h, c in zip(header, cells, strict=True)}
+
+
+def _first_line(path: Path, csv: bool) -> bytes | None:
+    """The first record's line (CSV: the first row after the header): its layout orders the columns."""
+    with open(path, "rb") as f:
+        if csv:
+            f.readline()
+        for line in f:
+            if csv or line.strip():
+                return line.rstrip(b"\r\n")
+    return None
+
+
+def read_columnar(path: Path) -> ShapeTable | None:
+    """The table from the distinct lines, or None when the line-by-line reader must run (it names bad lines)."""
+    csv = path.suffix.lower() == ".csv"
+    header = None
+    if csv:
+        with open(path, "rb") as f:
+            header = [h.strip().decode(errors="replace") for h in f.readline().split(b",")]
+        if not all(header) or len(set(header)) != len(header) or any(set(h) & set('"\\') for h in header):
+            return None
+    first = _first_line(path, csv)
+    lines = _distinct_lines(path, csv) if first else None
+    if not lines:
+        return None
+    try:
+        records = {line: _csv_record(header, line) if csv else json.loads(line) for line in [first, *lines]
+                   if csv or line.strip()}  # whitespace-only JSONL lines are skipped like blank ones
+    except ValueError:
+        return None
+    if records[first] is None or _check_record(records[first], None, 1):
+        return None
+    layout, rows, counts = _Layout(records[first], first), [], []
+    for line, count in lines.items():
+        if not csv and not line.strip():
+            continue
+        record = records[line]
+        if record is None or _check_record(record, layout, 0):
+            return None
+        rows.append([record[k][d] for k, d in layout.columns])
+        counts.append(count)
+    if not layout.columns or not rows:
+        return None
+    reader = _Reader(path)
+    reader.layout = layout
+    reader._fold(np.array(rows, dtype=np.int64), np.array(counts, dtype=np.int64))
     return reader.table()
