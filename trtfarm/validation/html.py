@@ -62,8 +62,8 @@ def _items(items: list[str], none: str) -> str:
 def _charts(charts: list[Path]) -> str:
     if not charts:
         return "<p>No chart: no target of this run was built or timed.</p>"
-    figures = [f'<figure><img alt="{escape(c.stem)}" src="{data_uri(c)}"><figcaption>{escape(c.stem)}</figcaption>'
-               "</figure>" for c in charts]
+    figures = [f'<figure><img alt="{escape(c.stem)}" src="{data_uri(c)}">'
+               f'<figcaption>{escape(c.stem.replace("_", " "))} per target</figcaption></figure>' for c in charts]
     return f'<div class="charts">{"".join(figures)}</div>'
 
 

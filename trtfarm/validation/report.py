@@ -167,7 +167,7 @@ def write_report(store: Store, model: str, run: str, outcomes: list[dict], out: 
 
 
 # The self-hosted API (3.9.1) sets no bound on an artifact's data, but the row is read whole by every artifact view:
-# keep a report artifact well under a megabyte. Three 100-dpi bar charts inline in about 60 KB.
+# keep a report artifact well under a megabyte. Three 100-dpi bar charts inline in about 50 KB.
 ARTIFACT_BUDGET = 512 * 1024
 
 
