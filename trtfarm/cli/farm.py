@@ -14,6 +14,34 @@ from rich.table import Table
 from trtfarm.cli.common import JSON_OPT, STORE_OPT, TARGETS_OPT, app, err, fail, out, project_root, targets_path
 from trtfarm.errors import TrtfarmError
 
+SERVER_WAIT_OPT = typer.Option(60, "--server-wait", min=0, help="seconds to wait for the Prefect server to answer "
+                               "(it needs ~50 s after `prefect server start`)")
+
+
+def prefect_api_url() -> str | None:
+    """``$PREFECT_API_URL``, else the active Prefect profile's (imports Prefect only then)."""
+    if os.environ.get("PREFECT_API_URL"):
+        return os.environ["PREFECT_API_URL"]
+    from prefect.settings import get_current_settings
+
+    return get_current_settings().api.url
+
+
+def need_server(wait_s: float) -> str:
+    """The Prefect API URL once its server answers; exit 2 when none is configured, 3 when it does not answer."""
+    from trtfarm.workers.server import ServerUnavailable, wait_for_server
+
+    api = prefect_api_url()
+    if not api:
+        raise fail("PREFECT_API_URL is not set: point it at the farm's Prefect server, e.g. "
+                   "PREFECT_API_URL=http://127.0.0.1:4200/api (trtfarm never starts an ephemeral one)")
+    try:
+        wait_for_server(api, wait_s, lambda line: err.print(line, highlight=False, soft_wrap=True))
+    except ServerUnavailable as e:
+        raise fail(str(e), code=3) from e
+    return api
+
+
 pools_app = typer.Typer(no_args_is_help=True, help="Work pools on the Prefect server: one per GPU model.")
 farm_app = typer.Typer(no_args_is_help=True, help="Start build-matrix runs on a farm's Prefect server.")
 app.add_typer(pools_app, name="pools")
@@ -28,7 +56,7 @@ def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve 
            name: str = typer.Option(None, "--name", help="worker name"),
            healthcheck: bool = typer.Option(False, "--healthcheck", help="serve Prefect's worker health endpoint "
                                             "(http://127.0.0.1:8080/health) for container health checks"),
-           targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
+           targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT, server_wait: int = SERVER_WAIT_OPT) -> None:
     """Check the local GPU and toolchains against POOL's targets; only then start a Prefect worker on it."""
     from trtfarm.planning.fleet import load_fleet
     from trtfarm.planning.targets import local_capabilities
@@ -48,6 +76,7 @@ def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve 
         raise fail("refusing to serve pool {!r}:\n  - {}".format(pool, "\n  - ".join(result.problems)), code=3)
     if check_only:
         return
+    need_server(server_wait)
     argv = [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process",
             "--no-create-pool-if-not-found", *(["--name", name] if name else []),
             *(["--work-queue", queue] if queue else []),
@@ -65,7 +94,7 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
                control_limit: int = typer.Option(2, "--control-limit", min=1, help="concurrent build-matrix runs"),
                prefect_file: Path = typer.Option(Path("prefect.yaml"), "--prefect-file",
                                                  help="deployments to check against the pools"),
-               as_json: bool = JSON_OPT) -> None:
+               as_json: bool = JSON_OPT, server_wait: int = SERVER_WAIT_OPT) -> None:
     """Create or update one work pool per GPU model (limit = its GPU count) and the control pool; report drift."""
     from trtfarm.planning.fleet import load_fleet
     from trtfarm.workers.pools import deployment_drift, desired_pools
@@ -73,9 +102,10 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
     try:
         fleet = load_fleet(targets_path(targets_file))
         desired = desired_pools(fleet, worker_type, control_limit)
+        missing = deployment_drift(prefect_file, desired) if prefect_file.is_file() else []
     except TrtfarmError as e:
         raise fail(str(e)) from e
-    missing = deployment_drift(prefect_file, desired) if prefect_file.is_file() else []
+    api = need_server(server_wait)
 
     templates = {}
     if worker_type == "kubernetes":
@@ -85,7 +115,6 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
     try:
         drift = asyncio.run(sync_work_pools(desired, apply=not check, templates=templates))
     except Exception as e:  # httpx.ConnectError and friends: the server is the problem, say which one
-        api = os.environ.get("PREFECT_API_URL") or "(no PREFECT_API_URL: an ephemeral server)"
         raise fail(f"cannot sync pools with the Prefect server at {api}: {type(e).__name__}: {e}") from e
     if as_json:
         print(json.dumps([{"pool": d.pool, "declared": d.declared, "on_server": d.on_server, "action": d.action}
@@ -145,7 +174,8 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
              child_timeout: int = typer.Option(None, "--child-timeout", min=10,
                                                help="cancel a child build that runs longer (seconds)"),
              deployment: str = typer.Option("build-matrix/build-matrix", "--deployment"),
-             store: str = STORE_OPT, targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
+             store: str = STORE_OPT, targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
+             server_wait: int = SERVER_WAIT_OPT) -> None:
     """Start a build-matrix run on the farm (as the Prefect UI does); bad parameters are refused before it starts."""
     from trtfarm.planning.requests import MatrixRequest
 
@@ -155,11 +185,26 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
                  "targets_file": str(targets_file) if targets_file else None, "child_timeout_s": child_timeout}
         request = MatrixRequest(**{k: v for k, v in given.items() if v not in (None, [])})
         request.check_targets()
-        run_id, state, message, rows = asyncio.run(submit_matrix(deployment, request, wait))
     except TrtfarmError as e:
         raise fail(str(e)) from e
     except ValueError as e:  # pydantic: an unknown precision and the like
-        raise fail(f"invalid parameters: {e}") from e
+        problems = [f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()] if hasattr(e, "errors") else []
+        raise fail(f"invalid parameters: {'; '.join(problems) or _first_line(e)}") from e
+    api = need_server(server_wait)
+    try:
+        run_id, state, message, rows = asyncio.run(submit_matrix(deployment, request, wait))
+    except TrtfarmError as e:
+        raise fail(str(e)) from e
+    except Exception as e:  # the server went away or refused the run: say which server, in one line
+        from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
+
+        if isinstance(e, ObjectNotFound):
+            raise fail(f"deployment {deployment!r} is not on the Prefect server at {api}: deploy it (`prefect deploy "
+                       "--all` in the trtfarm checkout) or name another with --deployment") from e
+        if not isinstance(e, (PrefectHTTPStatusError, OSError)) and "httpx" not in type(e).__module__:
+            raise
+        raise fail(f"the Prefect server at {api} refused or dropped the run: {type(e).__name__}: "
+                   f"{_first_line(e)}", code=3) from e
     if as_json:
         print(json.dumps({"flow_run_id": run_id, "state": state, "message": message, "outcomes": rows}, indent=2))
     else:
@@ -174,6 +219,11 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
             out.print(table)
     if wait and state != "COMPLETED":
         raise typer.Exit(1)
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 async def sync_work_pools(desired: list, apply: bool = True, templates: dict[str, dict] | None = None) -> list:
