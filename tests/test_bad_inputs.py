@@ -1,0 +1,98 @@
+"""The bad-input catalogue: each bad input to `python -m trtfarm`, the exit code, the words of its one-line error,
+no traceback, and nothing published in the store.
+
+Rows are (id, command line, files to write first, exit code, words). In a command line ``{export}`` is a folder holding
+the example encoder and its farm.yaml, ``{fleet}`` a valid gpu_targets.yaml, ``{store}`` the store; the files
+written first may replace any of them (path relative to the work folder -> text or bytes).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import ENCODER_PROFILE, RTX_FLEET
+
+BUILD = ["build", "{export}/model.onnx", "--targets-file", "{fleet}", "--store", "{store}"]
+PROFILE = [a for p in ENCODER_PROFILE for a in ("--profile", p)]
+MASK = ["--profile", ENCODER_PROFILE[1]]
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+CATALOGUE = [
+    # the model and its build spec
+    ("corrupt-onnx", BUILD, {"export/model.onnx": b"\x08\x07garbage, not a protobuf \xff\xfe"}, 2,
+     ["not a valid ONNX model"]),
+    ("farm-yaml-key-twice", BUILD, {"export/farm.yaml": "name: encoder\nprecision: fp32\nname: decoder\n"}, 2,
+     ["farm.yaml:3", "key 'name' is given twice"]),
+    # the fleet
+    ("fleet-not-yaml", BUILD, {"fleet.yaml": "version: 1\ntoolchains: [rtx\ngpus: {}\n"}, 2,
+     ["fleet.yaml:", "not valid YAML"]),
+    ("fleet-key-twice", BUILD, {"fleet.yaml": RTX_FLEET + "defaults:\n  tf32: true\n  tf32: false\n"}, 2,
+     [f"fleet.yaml:{len(RTX_FLEET.splitlines()) + 3}", "key 'tf32' is given twice"]),
+    ("fleet-key-twice-pools-sync", ["pools", "sync", "--targets-file", "{fleet}", "--server-wait", "1"],
+     {"fleet.yaml": RTX_FLEET + "defaults:\n  tf32: true\n  tf32: false\n"}, 2, ["key 'tf32' is given twice"]),
+    ("unknown-target", [*BUILD, "--target", "nope-1"], {}, 2, ["nope-1"]),
+    ("bad-precision", [*BUILD, "--precision", "fp7"], {}, 2, ["--precision 'fp7'", "fp16"]),
+    # profiles
+    ("profile-zero-dim", [*BUILD, "--profile", "input_ids=0x4:0x4:0x4", *MASK], {}, 2, ["at least 1"]),
+    ("profile-negative-dim", [*BUILD, "--profile", "input_ids=-1x4:1x4:1x4", *MASK], {}, 2, ["input_ids"]),
+    ("profiles-file-zero-dim", [*BUILD, "--profiles", "p.yaml"],
+     {"p.yaml": "profiles:\n  - input_ids: 1x16:16x128:32x512\n    attention_mask: 0x16:0x16:0x16\n"}, 2,
+     ["p.yaml:3", "at least 1"]),
+    ("profiles-file-key-twice", [*BUILD, "--profiles", "p.yaml"],
+     {"p.yaml": "profiles:\n  - input_ids: 1x16:16x128:32x512\n    input_ids: 1x8:8x8:8x8\n"}, 2,
+     ["p.yaml:3", "key 'input_ids' is given twice"]),
+    ("profile-unknown-input", [*BUILD, "--profile", "input_idz=1x16:16x128:32x512", *MASK], {}, 2,
+     ["'input_idz' is not an input"]),                                       # needs the planning check (issue 13)
+    ("profile-wrong-rank", [*BUILD, "--profile", "input_ids=16:128:512", *MASK], {}, 2,
+     ["has 1 dimensions but the model's input has 2"]),                       # needs the planning check (issue 13)
+    # model names (issue 13 makes these one line)
+    ("name-traversal", [*BUILD, *PROFILE, "--name", "../../etc/x"], {}, 2, ["../../etc/x"]),
+    ("name-slash", [*BUILD, *PROFILE, "--name", "a/b"], {}, 2, ["a/b"]),
+    ("name-empty", [*BUILD, *PROFILE, "--name", ""], {}, 2, ["name"]),
+    # the farm
+    ("farm-run-no-server", ["farm", "run", "encoder", "--targets-file", "{fleet}", "--server-wait", "1"], {}, 3,
+     ["did not answer within 1 s"]),
+    ("farm-run-bad-precision", ["farm", "run", "encoder", "--targets-file", "{fleet}", "--precision", "fp7"], {}, 2,
+     ["invalid parameters", "precision"]),
+    ("webhook-bad-root", ["webhook", "serve", "--allow-root", "http://example.com/x", "--store", "{store}"], {}, 2,
+     ["--allow-root", "use s3://bucket/path or file:///path"]),
+    ("webhook-dot-dot-root", ["webhook", "serve", "--allow-root", "s3://bucket/a/%2e%2e/b", "--store", "{store}"],
+     {}, 2, ["'..' segments"]),
+]
+
+
+@pytest.mark.parametrize("name,args,files,code,words", CATALOGUE, ids=[row[0] for row in CATALOGUE])
+def test_a_bad_input_is_refused_in_one_line_and_publishes_nothing(tmp_path, example_dir, name, args, files, code,
+                                                                  words):
+    shutil.copytree(example_dir, tmp_path / "export")
+    (tmp_path / "fleet.yaml").write_text(RTX_FLEET)
+    for rel, content in files.items():
+        path = tmp_path / rel
+        path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
+    store = tmp_path / "store"
+    argv = [a.format(export=tmp_path / "export", fleet=tmp_path / "fleet.yaml", store=store) for a in args]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "TRTFARM_", "AWS_"))}
+    env.update(PREFECT_HOME=str(tmp_path / "prefect-home"), TRTFARM_WEBHOOK_SECRET="s3cret", COLUMNS="200",
+               PREFECT_API_URL=f"http://127.0.0.1:{_closed_port()}/api")
+    done = subprocess.run([sys.executable, "-m", "trtfarm", *argv], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == code, f"exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    assert "Traceback" not in done.stderr and "Traceback" not in done.stdout, done.stderr[-3000:]
+    assert len(errors) == 1, done.stderr[-3000:]
+    for word in words:
+        assert word in errors[0], errors[0]
+    published = [p for p in store.rglob("*") if p.is_file() and p.relative_to(store).parts[0] in ("plans", "releases")]
+    assert not published and not (tmp_path / "trtfarm-store").exists()
