@@ -1,15 +1,17 @@
 """Farm dispatch: one child run per build on its target's work pool, waited for by events, never half-done.
 
-Each child is ``run_deployment("build-target/<pool>")`` with an idempotency key (parent run, build digest, pool,
-attempt), so a retried parent finds its children instead of starting new ones. The parent waits for each child's final
+Each child is ``run_deployment("build-target/<pool>")`` with an idempotency key (parent run, job id, attempt), so a
+retried parent finds its children instead of starting new ones. A job whose compatibility class spans several pools
+goes to the first of them with an online worker. The parent waits for each child's final
 state (event-driven), cancels a child that overruns its timeout, and resubmits a crashed child once (a crash is the
 infrastructure: the process was killed, the machine went away; a failure is the build's own verdict and is final).
-What a child built is read back from the store's manifests, not from Prefect results.
+What a child built comes back as its ``JobResult``, which the child writes to the store at the key the parent gave.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -25,8 +27,6 @@ from prefect.deployments import run_deployment
 from prefect.exceptions import FlowRunWaitTimeout
 from prefect.flow_runs import wait_for_flow_run
 from prefect.states import Cancelling
-
-from trtfarm.planning.requests import TargetRequest
 
 CHILD_FLOW = "build-target"
 
@@ -44,6 +44,7 @@ class ChildRun:
     state: str
     message: str
     attempts: int
+    pool: str = ""
 
     @property
     def completed(self) -> bool:
@@ -59,35 +60,37 @@ async def cancel_run(flow_run_id: UUID | str, why: str) -> None:
 
 @dataclass(frozen=True)
 class ChildJob:
-    """Where one child goes: the pool (GPU model), its toolchain queue, and the worker image of that toolchain."""
+    """Where one child may go (pools whose GPUs share the build), its toolchain queue and image, and its parameters.
 
-    pool: str
+    ``parameters(attempt)`` gives the flow parameters of each submission (each attempt writes its own result key).
+    """
+
+    pools: tuple[str, ...]
     queue: str
     image: str | None
-    request: TargetRequest
+    parameters: Callable[[int], dict]
     key: str
-    gpu: str = ""  # the GPU model the pool's workers have, for people
+    name: str
+    gpu: str = ""  # the GPU model the pools' workers have, for people
 
 
-async def run_child(job: ChildJob, timeout_s: int, pool_types: dict[str, str]) -> ChildRun:
+async def run_child(job: ChildJob, pool: str, timeout_s: int, pool_types: dict[str, str]) -> ChildRun:
     """Submit one child build to its pool's toolchain queue and wait for it; resubmit once if it crashes.
 
     Container pools (docker, kubernetes) get the toolchain's image as the run's ``image`` job variable.
     """
     logger = get_run_logger()
-    pool, request = job.pool, job.request
     variables = {"image": job.image} if job.image and pool_types.get(pool, "process") != "process" else None
     for attempt in (1, 2):
-        run = await run_deployment(child_deployment(pool), parameters={"request": request.model_dump(mode="json")},
-                                   timeout=0, idempotency_key=f"{job.key}:{attempt}", work_queue_name=job.queue,
-                                   job_variables=variables,
-                                   flow_run_name=f"{request.name}-{'+'.join(request.targets)}-{attempt}")
+        run = await run_deployment(child_deployment(pool), parameters=job.parameters(attempt), timeout=0,
+                                   idempotency_key=f"{job.key}:{attempt}", work_queue_name=job.queue,
+                                   job_variables=variables, flow_run_name=f"{job.name}-{attempt}")
         try:
             final = await wait_for_flow_run(run.id, timeout=timeout_s)
         except FlowRunWaitTimeout:
             why = f"no result within {timeout_s} s (child_timeout_s); child run {run.id} cancelled"
             await cancel_run(run.id, why)
-            return ChildRun(str(run.id), "TIMED_OUT", why, attempt)
+            return ChildRun(str(run.id), "TIMED_OUT", why, attempt, pool)
         except asyncio.CancelledError:  # the parent is being cancelled: take the child down with it
             await asyncio.shield(cancel_run(run.id, "parent run cancelled"))
             raise
@@ -96,7 +99,7 @@ async def run_child(job: ChildJob, timeout_s: int, pool_types: dict[str, str]) -
             logger.warning("child %s on %s crashed (%s); resubmitting once", run.id, pool, state.message)
             continue
         return ChildRun(str(run.id), state.type.value if state else "UNKNOWN", (state.message or "") if state else "",
-                        attempt)
+                        attempt, pool)
     raise AssertionError("unreachable")
 
 
@@ -110,16 +113,21 @@ async def run_children(jobs: list[ChildJob], timeout_s: int, wait_for_workers: b
     unless ``wait_for_workers`` queues them anyway (workers that start later pick them up).
     """
     async with get_client() as client:
-        pools = {p: await client.read_work_pool(p) for p in {j.pool for j in jobs}}
+        pools = {p: await client.read_work_pool(p) for p in {p for j in jobs for p in j.pools}}
     types = {name: pool.type for name, pool in pools.items()}
 
+    def status(pool: str) -> str:
+        return getattr(pools[pool].status, "value", pools[pool].status)
+
     async def one(job: ChildJob) -> ChildRun:
-        status = getattr(pools[job.pool].status, "value", pools[job.pool].status)
-        if status != "READY" and not wait_for_workers:
-            return ChildRun("", SKIPPED, f"no worker is online for pool {job.pool} (status {status}): start `trtfarm "
-                                         f"worker --pool {job.pool}` on a machine with {job.gpu or 'its GPU'}, or run "
-                                         "with wait_for_workers to queue the build", 0)
-        return await run_child(job, timeout_s, types)
+        ready = [p for p in job.pools if status(p) == "READY"]
+        if not ready and not wait_for_workers:
+            names = " or ".join(job.pools)
+            return ChildRun("", SKIPPED, f"no worker is online for pool {names} (status {status(job.pools[0])}): "
+                                         f"start `trtfarm worker --pool {job.pools[0]}` on a machine with "
+                                         f"{job.gpu or 'its GPU'}, or run with --wait-for-workers to queue the build",
+                            0, job.pools[0])
+        return await run_child(job, (ready or list(job.pools))[0], timeout_s, types)
 
     return list(await asyncio.gather(*(one(job) for job in jobs)))
 

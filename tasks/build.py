@@ -1,43 +1,45 @@
-"""The build-and-publish task."""
+"""Tasks that plan a model and run a build job: thin wrappers adding retries and logging around core calls."""
 
 from __future__ import annotations
+
+import tempfile
+from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
 from trtfarm.building import progress
-from trtfarm.building.build import TargetOutcome, build_group
-from trtfarm.building.refit import refit_and_publish
-from trtfarm.errors import UserInputError
-from trtfarm.planning.targets import ModelSource, TargetPlan
-from trtfarm.profiles.profile import Profile
+from trtfarm.building.job import JobResult, run_job
+from trtfarm.errors import InfrastructureError
+from trtfarm.pipeline import WORK_PREFIX
+from trtfarm.planning.fleet import Fleet
+from trtfarm.planning.plan import BuildJob, ExportPlan, plan_export
+from trtfarm.planning.requests import MatrixRequest
 from trtfarm.store import open_store
+from trtfarm.triggers.registry import ExportRef
 
 
 def retry_infrastructure_only(task, task_run, state) -> bool:
-    """Retry a failed task unless its error is the user's (``UserInputError``: retrying cannot help)."""
+    """Retry a failed task only when a service failed (``InfrastructureError``); user errors and bugs are final."""
     try:
         state.result()
-    except UserInputError:
-        return False
-    except Exception:
+    except InfrastructureError:
         return True
+    except BaseException:  # noqa: BLE001 - the user's error or a bug: never retried
+        return False
     return False
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
-def build_and_publish(store_uri: str, model: ModelSource, group: list[TargetPlan],
-                      profiles: list[Profile]) -> list[TargetOutcome]:
-    """Build once for the group's compatibility class and publish for each target; user errors are not retried."""
-    return build_group(open_store(store_uri), model, group, profiles,
-                       progress=progress.build_progress(group[0].target.id),
+def plan_model(request: MatrixRequest, export: ExportRef, farm: bool, fleet: Fleet) -> ExportPlan:
+    """Everything decided for one model before any build: outcomes known now, and the jobs to run."""
+    return plan_export(request, export, open_store(request.store), farm=farm, fleet=fleet)
+
+
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
+def build_job(store_uri: str, job: BuildJob) -> JobResult:
+    """Build (or refit) one job and publish it; the build's own failures are outcomes, services are retried."""
+    with tempfile.TemporaryDirectory(prefix=WORK_PREFIX) as work:
+        return run_job(open_store(store_uri), job, Path(work), progress=progress.build_progress(job.lead.target.id),
                        upload_progress=progress.upload_progress(), run_id=str(flow_run.get_id() or "") or None)
-
-
-@task(cache_policy=NO_CACHE)
-def refit_and_publish_plan(store_uri: str, model: ModelSource, plan: TargetPlan, parent_manifest: str,
-                           profiles: list[Profile]) -> TargetOutcome:
-    """Refit a released plan with the new weights (GPU only) and publish it; not retried (same machine, same end)."""
-    return refit_and_publish(open_store(store_uri), model, plan, parent_manifest, profiles,
-                             run_id=str(flow_run.get_id() or "") or None)

@@ -11,7 +11,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
-from trtfarm.building.build import TargetOutcome
+from trtfarm.building.outcome import TargetOutcome
 from trtfarm.store import open_store
 from trtfarm.validation.report import artifact_markdown, write_report
 

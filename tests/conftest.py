@@ -1,4 +1,4 @@
-"""Shared fixtures: the example model, fleets, and real servers (moto's S3 on 127.0.0.1, Prefect's test API)."""
+"""Shared fixtures: the example model, fleets, and real servers (moto's S3 on 127.0.0.1)."""
 
 from __future__ import annotations
 
@@ -114,15 +114,6 @@ def store_uri(request, tmp_path) -> str:
     if request.param == "file":
         return (tmp_path / "store").as_uri()
     return request.getfixturevalue("s3_uri")
-
-
-@pytest.fixture(scope="session")
-def prefect_api():
-    """Prefect's test harness: a temporary API server with its own database, for the whole session."""
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from trtfarm.building.build import build_group
 from trtfarm.planning.fleet import load_fleet, select_targets
-from trtfarm.planning.targets import local_capabilities, model_source, plan_targets
+from trtfarm.planning.model import model_source
+from trtfarm.planning.targets import local_capabilities, plan_targets
 from trtfarm.profiles.profile import profile_from_args
 
 from .conftest import ENCODER_PROFILE, make_model

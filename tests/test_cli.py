@@ -1,4 +1,4 @@
-"""The command line as a user runs it: subprocesses, a fresh working directory, Prefect's ephemeral mode."""
+"""The command line as a user runs it: subprocesses in a fresh working directory (no Prefect server needed)."""
 
 from __future__ import annotations
 
@@ -155,7 +155,7 @@ def test_release_pull_verify_cache_and_gc_from_the_command_line(workdir, example
 
     manifest = next(r["manifest"] for r in rows if r["target"] == "rtx4090-rtx1.7")
     moved = json.loads(cli(["release", manifest, "--reason", "hand-checked on a 4090", "--json"], workdir).stdout)
-    assert len(moved["history"]) == 1 and moved["history"][0]["reason"].startswith("built by flow run")  # no-op
+    assert len(moved["history"]) == 1 and moved["history"][0]["reason"].startswith("built by run local-")  # no-op
     assert cli(["gc", "--json"], workdir).stdout.count('"manifest_key"') == 0
 
     store = workdir / "trtfarm-store"

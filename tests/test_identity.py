@@ -7,7 +7,9 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from trtfarm.identity import build_digest, graph_digest, onnx_digest, plan_prefix, release_key
+from trtfarm.errors import UserInputError
+from trtfarm.identity import build_digest, graph_digest, onnx_digest
+from trtfarm.publishing.layout import plan_prefix, release_key
 
 from .conftest import make_model
 
@@ -80,5 +82,5 @@ def test_keys_follow_the_design_layout_and_refuse_traversal():
         "plans/enc/000000000000/h100/tensorrt-11.4.0.106/ffffffffffff"
     assert release_key("enc", "h100", "tensorrt-11.4.0.106") == "releases/enc/h100/tensorrt-11.4.0.106.json"
     for bad in ("..", "a/b", "", "x" * 200):
-        with pytest.raises(ValueError, match="not a valid name"):
+        with pytest.raises(UserInputError, match="not a valid name"):
             plan_prefix(bad, "0" * 64, "h100", "t", "f" * 64)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import threading
 
-from trtfarm.building.timing_cache import cache_key, merge_timing_cache, pull_timing_cache
+from trtfarm.building.timing_cache import merge_timing_cache, pull_timing_cache
+from trtfarm.publishing.layout import timing_cache_key as cache_key
 from trtfarm.store import open_store
 
 

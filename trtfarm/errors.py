@@ -1,7 +1,11 @@
-"""Exception types shared across trtfarm.
+"""The three kinds of error, as users and the retry policy see them.
 
-``UserInputError`` marks problems with what the user gave us (a model, a file, a flag): they are reported with the
-fix, recorded as a failed target and never retried. Anything else is an infrastructure failure or a bug.
+- ``UserInputError``: what the user gave us (a model, a file, a flag, a profile) is wrong. The message names the
+  problem and the fix; the command exits 2 with that one line; a build records the target as failed; never retried.
+- ``InfrastructureError``: a service we depend on failed (the store, the Prefect server, Docker). Retried by the
+  flows' tasks; the command line prints one line naming the service and exits 1.
+- Anything else is a bug in trtfarm: it propagates with its traceback (exit 1). Nothing catches ``Exception`` to turn
+  a bug into a message.
 """
 
 from __future__ import annotations
@@ -16,12 +20,28 @@ class UserInputError(TrtfarmError):
 
 
 class ConfigError(UserInputError):
-    """A configuration file (gpu_targets.yaml, farm.yaml) is malformed."""
+    """A configuration file (gpu_targets.yaml, farm.yaml, a profiles file) is malformed."""
 
 
-class StoreError(TrtfarmError):
+class InfrastructureError(TrtfarmError):
+    """A service trtfarm depends on failed; retrying may help. ``service`` names it for the one-line message."""
+
+    service = "a service"
+
+
+class StoreError(InfrastructureError):
     """The artifact store refused or failed an operation."""
+
+    service = "the artifact store"
 
 
 class IntegrityError(StoreError):
     """Stored bytes do not match the sha256 recorded for them."""
+
+
+def one_line(err: TrtfarmError) -> str:
+    """The message a person sees: the error's text, prefixed by the service for infrastructure failures."""
+    text = str(err).strip() or type(err).__name__
+    if isinstance(err, InfrastructureError) and err.service not in text:
+        return f"{err.service}: {text}"
+    return text

@@ -5,7 +5,7 @@
 - ``build_digest``: canonical JSON of everything that changes the plan. It keys on the compatibility class, so
   GPU models that share one plan share one build.
 
-This module computes keys; the store only stores them.
+This module computes digests; ``trtfarm.publishing.layout`` turns them into keys; the store only stores them.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from typing import Any
 
 import onnx
 
+from trtfarm.publishing.layout import check_name  # noqa: F401 - until every caller imports it from layout
+
 CHUNK = 1 << 20
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 def sha256_file(path: Path) -> str:
@@ -81,26 +82,6 @@ def build_digest(*, converted_onnx_digest: str, profiles: list[dict], settings: 
         "compat_class": compat_class,
     }
     return hashlib.sha256(canonical_json(doc)).hexdigest()
-
-
-def check_name(kind: str, value: str) -> str:
-    """Accept a key component (model name, GPU key) only if it is a safe path segment."""
-    if not _NAME.match(value) or value in {".", ".."}:
-        raise ValueError(f"{kind} {value!r} is not a valid name: use letters, digits, '.', '_' or '-' "
-                         "(at most 128, starting with a letter or digit)")
-    return value
-
-
-def plan_prefix(model: str, onnx_dig: str, gpu: str, toolchain_label: str, build_dig: str) -> str:
-    """``plans/<model>/<onnx_digest:12>/<gpu>/<toolchain>-<version>/<build_digest:12>``."""
-    check_name("model name", model)
-    check_name("GPU", gpu)
-    return f"plans/{model}/{onnx_dig[:12]}/{gpu}/{toolchain_label}/{build_dig[:12]}"
-
-
-def release_key(model: str, gpu: str, toolchain_label: str) -> str:
-    """``releases/<model>/<gpu>/<toolchain>-<version>.json``."""
-    return f"releases/{check_name('model name', model)}/{check_name('GPU', gpu)}/{toolchain_label}.json"
 
 
 def model_name_from_path(path: Path) -> str:

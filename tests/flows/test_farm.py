@@ -34,10 +34,14 @@ targets:
   - {id: rtx4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7, release_on: built}
   - {id: rtx4080-rtx1.7, gpu: rtx-4080, toolchain: rtx-1.7, release_on: built}
   - {id: rtx5090-rtx1.7, gpu: rtx-5090, toolchain: rtx-1.7, release_on: built}
-  - {id: rtx5080-rtx1.7, gpu: rtx-5080, toolchain: rtx-1.7, release_on: built}
+  - {id: rtx5080-rtx1.7, gpu: rtx-5080, toolchain: rtx-1.7, release_on: built, settings: {optimization_level: 5}}
 """
 POOL = {"rtx4090-rtx1.7": "rtx-4090", "rtx4080-rtx1.7": "rtx-4090", "rtx5090-rtx1.7": "rtx-5090",
         "rtx5080-rtx1.7": "rtx-5090"}
+# Two builds: the portable class of the first three targets spans both pools and is built once, on the first pool
+# with an online worker; the 5080's own settings make a second build that only its pool serves.
+BUILT_ON = {"rtx4090-rtx1.7": "rtx-4090", "rtx4080-rtx1.7": "rtx-4090", "rtx5090-rtx1.7": "rtx-4090",
+            "rtx5080-rtx1.7": "rtx-5090"}
 
 
 @pytest.fixture(scope="module")
@@ -119,19 +123,25 @@ def test_a_matrix_over_two_pools_survives_a_killed_child_then_builds_nothing(far
     assert children[killed].state.is_crashed()
     resubmitted = [r for r in children.values() if r.name.endswith("-2")]
     assert len(resubmitted) == 1 and resubmitted[0].state.is_completed()
-    assert len(children) == 3  # one per pool, plus the resubmission
+    assert len(children) == 3  # one per build, plus the resubmission
 
     store = open_store(os.environ.get("TRTFARM_STORE") or farm.env["TRTFARM_STORE"])
     outcomes_key = next(k for k in store.list("reports/encoder/") if started["flow_run_id"] in k
                         and k.endswith("outcomes.json"))
     rows = {r["target"]: r for r in json.loads(store.get(outcomes_key).data)}
     assert {t: r["status"] for t, r in rows.items()} == dict.fromkeys(POOL, "built")
+    manifests = {t: read_manifest(store, r["manifest"].split(f"{store.uri}/", 1)[1]) for t, r in rows.items()}
     for target, row in rows.items():
-        m = read_manifest(store, row["manifest"].split(f"{store.uri}/", 1)[1])
+        m = manifests[target]
         child = children[m.build.flow_run_id]
-        assert child.work_pool_name == POOL[target], f"{target} built on {child.work_pool_name}"
+        assert child.work_pool_name == BUILT_ON[target], f"{target} built on {child.work_pool_name}"
         assert m.model.source_uri == f"{pushed['uri']}/model.onnx"
         assert row["release"].startswith("released: releases/encoder/")
+    # the portable class spans both pools and was built once: one child, one plan, published for all three targets
+    portable = [manifests[t] for t in ("rtx4090-rtx1.7", "rtx4080-rtx1.7", "rtx5090-rtx1.7")]
+    assert len({m.build.flow_run_id for m in portable}) == 1 and len({m.plan.sha256 for m in portable}) == 1
+    assert {m.target.gpu for m in portable} == {"rtx-4090", "rtx-4080", "rtx-5090"}
+    assert manifests["rtx5080-rtx1.7"].build.build_digest != portable[0].build.build_digest
 
     # the run's report as Prefect artifacts: one table (target x status x build time x plan size x verification x
     # manifest) and the model's markdown report with links to the manifests
@@ -304,19 +314,22 @@ def test_a_pool_without_workers_is_skipped_an_overdue_child_cancelled_and_cancel
     _wait_for(lambda: client.read_work_pool("rtx-5090").status.value == "NOT_READY", 60, "the pool to be NOT_READY")
     skipped = farm.trtfarm_json("farm", "run", "encoder", "--force", "--wait")
     rows = {r["target"]: r for r in skipped["outcomes"]}
+    # the portable class goes to the pool that still has a worker; the 5080's own build has nowhere to go
     assert {t: rows[t]["status"] for t in POOL} == {"rtx4090-rtx1.7": "built", "rtx4080-rtx1.7": "built",
-                                                    "rtx5090-rtx1.7": "skipped", "rtx5080-rtx1.7": "skipped"}
-    assert "no worker is online for pool rtx-5090" in rows["rtx5090-rtx1.7"]["reason"]
-    assert "trtfarm worker --pool rtx-5090" in rows["rtx5090-rtx1.7"]["reason"]
+                                                    "rtx5090-rtx1.7": "built", "rtx5080-rtx1.7": "skipped"}
+    assert "built on rtx-4090" in rows["rtx5090-rtx1.7"]["reason"]
+    assert "no worker is online for pool rtx-5090" in rows["rtx5080-rtx1.7"]["reason"]
+    assert "trtfarm worker --pool rtx-5090" in rows["rtx5080-rtx1.7"]["reason"]
+    assert "--wait-for-workers" in rows["rtx5080-rtx1.7"]["reason"]
 
     # queued anyway (wait_for_workers): nobody picks the child up, so it overruns its timeout and is cancelled
     timed = farm.trtfarm_json("farm", "run", "encoder", "--force", "--wait-for-workers", "--child-timeout", "10",
                               "--wait")
     rows = {r["target"]: r for r in timed["outcomes"]}
     assert {t: rows[t]["status"] for t in POOL} == {"rtx4090-rtx1.7": "built", "rtx4080-rtx1.7": "built",
-                                                    "rtx5090-rtx1.7": "failed", "rtx5080-rtx1.7": "failed"}
-    assert "rebuilt; the manifest published by run" in rows["rtx4090-rtx1.7"]["reason"]
-    assert "no result within 10 s (child_timeout_s)" in rows["rtx5090-rtx1.7"]["reason"]
+                                                    "rtx5090-rtx1.7": "built", "rtx5080-rtx1.7": "failed"}
+    assert "already published" in rows["rtx4090-rtx1.7"]["reason"]  # forced: the first manifest is kept
+    assert "no result within 10 s (child_timeout_s)" in rows["rtx5080-rtx1.7"]["reason"]
     overdue = [r for r in _child_runs(client) if r.work_pool_name == "rtx-5090" and r.parent_task_run_id
                and str(client.read_task_run(r.parent_task_run_id).flow_run_id) == timed["flow_run_id"]]
     assert len(overdue) == 1 and overdue[0].state.type.value in ("CANCELLING", "CANCELLED")

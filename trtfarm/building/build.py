@@ -10,15 +10,17 @@ import shlex
 import socket
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from trtfarm.building.timing_cache import cache_key, merge_timing_cache, pull_timing_cache, tensorrt_combine
+from trtfarm.building.outcome import TargetOutcome, outcome_from_manifest, release_if_allowed
+from trtfarm.building.timing_cache import merge_timing_cache, pull_timing_cache, tensorrt_combine
 from trtfarm.identity import sha256_file
 from trtfarm.planning.fleet import Flavour
-from trtfarm.planning.targets import ModelSource, TargetPlan
+from trtfarm.planning.model import ModelSource
+from trtfarm.planning.targets import TargetPlan
 from trtfarm.profiles.profile import Profile, profiles_json
+from trtfarm.publishing.layout import timing_cache_key
 from trtfarm.publishing.manifest import (
     BuildInfo,
     Check,
@@ -31,40 +33,17 @@ from trtfarm.publishing.manifest import (
     Verification,
 )
 from trtfarm.publishing.publish import publish_plan, read_manifest
-from trtfarm.publishing.release import ReleaseRefused, move_release, pointer_key
 from trtfarm.store import Store
 from trtfarm.store.base import Progress
 from trtfarm.toolchain import BuildProgress, BuildResult, import_flavour, plan_from_onnx
 from trtfarm.toolchain.engine import timing_cache_entries
 
-Status = Literal["built", "up-to-date", "skipped", "failed"]
-
-
-@dataclass
-class TargetOutcome:
-    """What happened to one target in a run (the ``--json`` contract of ``trtfarm build``)."""
-
-    target: str
-    status: Status
-    reason: str = ""
-    manifest: str | None = None
-    build_s: float | None = None
-    plan_bytes: int | None = None
-    verification: dict = field(default_factory=dict)
-    release: str = ""
-
-    def to_json(self) -> dict:
-        """``{target, status, reason, manifest, ...}``."""
-        return {"target": self.target, "status": self.status, "reason": self.reason, "manifest": self.manifest,
-                "build_s": self.build_s, "plan_bytes": self.plan_bytes, "verification": self.verification,
-                "release": self.release}
-
 
 def reproduce_command(model: ModelSource, plan: TargetPlan, profiles: Sequence[Profile]) -> str:
     """The ``trtfarm build`` command that rebuilds this plan."""
     args = ["trtfarm", "build", str(model.path), "--name", model.name, "--target", plan.target.id]
-    if model.precision.get("recipe", "fp32") != "fp32":
-        args += ["--precision", model.precision["recipe"]]
+    if model.recipe_mode != "fp32":
+        args += ["--precision", model.recipe_mode]
     for p in profiles:
         args += [a for name, r in sorted(p.root.items()) for a in ("--profile", f"{name}={r.text()}")]
     return shlex.join(args)
@@ -74,7 +53,7 @@ def _timing(store: Store, plan: TargetPlan) -> tuple[bytes | None, str | None]:
     t = plan.target
     if t.toolchain.flavour is Flavour.tensorrt_rtx or not t.settings.timing_cache:
         return None, None
-    key = cache_key(t.toolchain_label, t.gpu_key)
+    key = timing_cache_key(t.toolchain_label, t.gpu_key)
     return pull_timing_cache(store, key), key
 
 
@@ -129,7 +108,7 @@ def engine_recipe(model: ModelSource):
     """The tolerances an engine is held to: the recipe's, or for fp32 the FP16-level defaults (TF32 is on)."""
     from trtfarm.precision.recipe import DEFAULT_THRESHOLDS, Recipe
 
-    recipe = Recipe.model_validate(model.precision.get("recipe_detail") or {"mode": "fp32"})
+    recipe = model.precision.recipe if model.precision else Recipe()
     if recipe.thresholds is None and recipe.mode == "fp32":
         recipe = recipe.model_copy(update={"thresholds": DEFAULT_THRESHOLDS["fp16"]})
     return recipe
@@ -137,7 +116,7 @@ def engine_recipe(model: ModelSource):
 
 def released_manifest(store: Store, model_name: str, plan: TargetPlan) -> Manifest | None:
     """The manifest the target's release pointer names (the previous release), if any."""
-    from trtfarm.identity import release_key
+    from trtfarm.publishing.layout import release_key
     from trtfarm.publishing.release import read_pointer
 
     pointer, _ = read_pointer(store, release_key(model_name, plan.target.gpu_key, plan.target.toolchain_label))
@@ -176,11 +155,11 @@ def _verification(model: ModelSource, plan: TargetPlan, result: BuildResult, eng
 def _onnx_check(model: ModelSource) -> Check:
     """The precision gate's verdict, as the manifest's ``onnx`` check."""
     p = model.precision
-    if not p or p.get("recipe", "fp32") == "fp32":
+    if not p or p.mode == "fp32":
         return Check(status="passed", detail="onnx.checker passed; fp32 recipe: no conversion, no accuracy gate")
     figures = {f["output"]: {k: f[k] for k in ("cosine_mean", "cosine_min", "max_abs", "max_rel")} | f["extra"]
-               for f in (p.get("accuracy") or {}).get("figures", [])}
-    return Check(status=p["gate"], detail=p["gate_detail"], figures=figures)
+               for f in (p.accuracy or {}).get("figures", [])}
+    return Check(status=p.gate, detail=p.gate_detail, figures=figures)
 
 
 def build_manifest(model: ModelSource, plan: TargetPlan, built_by: TargetPlan, result: BuildResult, profiles,
@@ -191,10 +170,9 @@ def build_manifest(model: ModelSource, plan: TargetPlan, built_by: TargetPlan, r
     return Manifest(
         model=ModelInfo(name=model.name, source_uri=model.source_uri, onnx_digest=model.onnx_digest,
                         graph_digest=model.graph_digest, exported_at=model.exported_at),
-        precision=PrecisionInfo(recipe=model.precision.get("recipe", "fp32"),
-                                converted_onnx_digest=model.plan_digest,
-                                pinned_fp32_nodes=model.precision.get("pinned_fp32_nodes", []),
-                                accuracy=model.precision.get("accuracy")),
+        precision=PrecisionInfo(recipe=model.recipe_mode, converted_onnx_digest=model.plan_digest,
+                                pinned_fp32_nodes=model.precision.pinned_fp32_nodes if model.precision else [],
+                                accuracy=model.precision.accuracy if model.precision else None),
         target=TargetInfo(target_id=t.id, gpu=t.gpu_key, gpu_name=t.gpu.nvml_name,
                           compute_capability=t.gpu.compute_capability, compat_class=t.compat_class,
                           flavour=t.toolchain.flavour.value, toolchain_version=t.toolchain.version,
@@ -252,44 +230,3 @@ def _already_published_note(published: Manifest, result: BuildResult) -> str:
     return ("already published (by a concurrent worker or an earlier run); this rebuild's plan is byte-identical"
             if same else "already published; this rebuild's plan bytes differ (the published plan is kept: "
             "builds that time tactics are not bit-reproducible)")
-
-
-def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, release_on: str,
-                       run_id: str | None) -> str:
-    """Move the release pointer when the target's policy allows; say what happened."""
-    try:
-        move_release(store, manifest_key, manifest, release_on=release_on, by="trtfarm",
-                     reason=f"built by flow run {run_id}" if run_id else "built by trtfarm build")
-    except ReleaseRefused as refused:
-        return str(refused)
-    return f"released: {pointer_key(manifest)}"
-
-
-def outcome_from_manifest(store: Store, plan: TargetPlan, manifest: Manifest, status: Status = "up-to-date",
-                          reason: str | None = None) -> TargetOutcome:
-    """A target whose manifest exists: up to date, or just built (failed when a verification failed)."""
-    failed = [f"{k}: {c.detail}" for k, c in manifest.verification if c.status == "failed"]
-    if failed:
-        status, reason = "failed", f"published for diagnosis, not released: {'; '.join(failed)}"
-    elif reason is None:
-        reason = f"build {plan.build_digest[:12]} already published"
-    return TargetOutcome(plan.target.id, status, reason, store.url(plan.manifest_key), manifest.build.wall_s,
-                         manifest.plan.bytes, {k: v.status for k, v in manifest.verification})
-
-
-def triage(store: Store, plans: Sequence[TargetPlan],
-           force: bool = False) -> tuple[dict[str, TargetOutcome], list[TargetPlan]]:
-    """Split a run into finished outcomes (skipped, up to date) and the plans that still need a build.
-
-    ``force`` rebuilds published targets too (their manifests are kept: see ``build_group``).
-    """
-    done: dict[str, TargetOutcome] = {}
-    todo = []
-    for p in plans:
-        if p.skip_reason:
-            done[p.target.id] = TargetOutcome(p.target.id, "skipped", p.skip_reason)
-        elif not force and (existing := read_manifest(store, p.manifest_key)) is not None:
-            done[p.target.id] = outcome_from_manifest(store, p, existing)
-        else:
-            todo.append(p)
-    return done, todo

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from trtfarm.building.build import TargetOutcome
+from trtfarm.building.outcome import TargetOutcome
 from trtfarm.errors import UserInputError
-from trtfarm.planning.targets import ModelSource, TargetPlan
+from trtfarm.planning.model import ModelSource
+from trtfarm.planning.targets import TargetPlan
 from trtfarm.profiles.profile import Profile
 from trtfarm.publishing.manifest import Lineage, Manifest, PlanInfo, TimingCacheInfo
 from trtfarm.publishing.publish import publish_plan, read_manifest
@@ -40,7 +41,7 @@ def refit_decision(store: Store, model: ModelSource, plan: TargetPlan, profiles:
 
     ``profiles`` are the new export's (``profiles_json``): a plan built for other profiles is rebuilt.
     """
-    from trtfarm.identity import release_key
+    from trtfarm.publishing.layout import release_key
 
     tid = plan.target.id
     pointer, _ = read_pointer(store, release_key(model.name, plan.target.gpu_key, plan.target.toolchain_label))
@@ -56,7 +57,7 @@ def refit_decision(store: Store, model: ModelSource, plan: TargetPlan, profiles:
     if not parent.target.refittable:
         return RefitDecision(tid, "build", "the released plan was built without a refit flag (set refit: "
                                            "refit_identical in gpu_targets.yaml to refit next time)")
-    recipe = model.precision.get("recipe", "fp32") if model.precision else "fp32"
+    recipe = model.recipe_mode
     if parent.precision.recipe != "fp32" or recipe != "fp32":
         return RefitDecision(tid, "build", f"precision {recipe}: new weights need a new precision step (scales, "
                                            "pinned nodes), so the plan is rebuilt")
@@ -78,7 +79,8 @@ def refit_and_publish(store: Store, model: ModelSource, plan: TargetPlan, parent
     names the parent (``lineage``) and keeps the parent's tactics. ``refit`` is the toolchain seam
     (``trtfarm.toolchain.refitter.refit_plan``, GPU only); it raises ``RefitUnavailable`` where the engine cannot load.
     """
-    from trtfarm.building.build import build_manifest, engine_result, outcome_from_manifest, release_if_allowed
+    from trtfarm.building.build import build_manifest, engine_result
+    from trtfarm.building.outcome import outcome_from_manifest, release_if_allowed
     from trtfarm.toolchain import import_flavour, read_plan_header
     from trtfarm.toolchain.refitter import refit_plan
 

@@ -31,11 +31,6 @@ class Merged:
         return len(self.data)
 
 
-def cache_key(toolchain_label: str, gpu: str) -> str:
-    """``timing-caches/<toolchain>-<version>/<gpu>.cache``."""
-    return f"timing-caches/{toolchain_label}/{gpu}.cache"
-
-
 def pull_timing_cache(store: Store, key: str) -> bytes | None:
     """The current shared cache, or None when there is none yet."""
     blob = store.get(key)

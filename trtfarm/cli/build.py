@@ -24,26 +24,62 @@ def build(
     store: str = STORE_OPT,
     targets_file: Path = TARGETS_OPT,
     as_json: bool = JSON_OPT,
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="show Prefect's logs"),
+    record: bool = typer.Option(False, "--record", help="run as a build-matrix flow recorded on the Prefect server "
+                                "at $PREFECT_API_URL (never an ephemeral server)"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="with --record: show Prefect's logs"),
 ) -> None:
-    """Build MODEL for the fleet in local mode; targets already published are up to date and skipped."""
-    from flows.local import run_local_build
+    """Build MODEL for the fleet in this process; targets already published are up to date and skipped."""
+    from trtfarm.planning.requests import MatrixRequest
 
-    try:
-        rows = run_local_build(model, name=name, profile_args=profile, profiles_file=profiles, targets=target,
-                               store=store_uri(store), precision=_mode(precision),
-                               targets_file=targets_path(targets_file), verbose=verbose, console=err)
-    except TrtfarmError as e:
-        raise fail(str(e)) from e
+    request = MatrixRequest(model=str(model), name=name, targets=target, precision=_mode(precision),
+                            profiles=_profile_texts(profile, profiles), store=store_uri(store),
+                            targets_file=targets_path(targets_file), dispatch="local")
+    if not model.is_file():
+        raise fail(f"{model}: no such ONNX file")
+    rows = _record(request, verbose) if record else _run_here(request)
     if as_json:
         print(json.dumps(rows, indent=2))
     else:
-        _outcome_table(rows, store_uri(store))
-    if any(r["status"] == "failed" for r in rows):
-        for r in rows:
-            if r["status"] == "failed":
-                err.print(f"[bold red]{r['target']} failed:[/] {r['reason']}", highlight=False, soft_wrap=True)
+        outcome_table(rows, store_uri(store))
+    failed = [r for r in rows if r["status"] == "failed"]
+    for r in failed:
+        err.print(f"[bold red]{r['target']} failed:[/] {r['reason']}", highlight=False, soft_wrap=True)
+    if failed:
         raise typer.Exit(1)
+
+
+def _run_here(request) -> list[dict]:
+    from trtfarm.cli.progress import RichBuild, progress_bars, upload_bar
+    from trtfarm.pipeline import run_local
+
+    with progress_bars(err) as bars:
+        return run_local(request, progress=lambda t: RichBuild(bars, t), upload=upload_bar(bars))
+
+
+def _record(request, verbose: bool) -> list[dict]:
+    """The same build as a build-matrix flow run on the configured Prefect server (opt-in)."""
+    import asyncio
+    import os
+
+    if not os.environ.get("PREFECT_API_URL"):
+        raise fail("--record needs a Prefect server: set PREFECT_API_URL (e.g. http://127.0.0.1:4200/api) to a "
+                   "running `prefect server start`; trtfarm never starts an ephemeral one")
+    if not verbose:
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    from flows.build_matrix import build_matrix
+
+    return asyncio.run(build_matrix(request))
+
+
+def _profile_texts(profile_args: list[str], profiles_file: Path | None) -> list[dict]:
+    """Profiles given on the command line, as text; empty: the model's farm.yaml (or shapes.jsonl) decides."""
+    from trtfarm.profiles.profile import load_profiles_file, profile_from_args, profile_texts
+
+    if profile_args and profiles_file:
+        raise fail("give either --profile flags or --profiles FILE, not both")
+    if profiles_file:
+        return profile_texts(load_profiles_file(profiles_file).profiles)
+    return profile_texts([profile_from_args(profile_args)]) if profile_args else []
 
 
 def _mode(mode: str | None) -> str | None:
@@ -57,26 +93,40 @@ def _mode(mode: str | None) -> str | None:
     return mode
 
 
-def _outcome_table(rows: list[dict], store: str) -> None:
-    style = {"built": "green", "up-to-date": "cyan", "skipped": "yellow", "failed": "bold red"}
-    mark = {"passed": "[green]✓[/]", "failed": "[red]✗[/]", "pending": "[yellow]…[/]", "not_run": "-"}
+STYLE = {"built": "green", "up-to-date": "cyan", "skipped": "yellow", "failed": "bold red"}
+MARK = {"passed": "[green]✓[/]", "failed": "[red]✗[/]", "pending": "[yellow]…[/]", "not_run": "-"}
+
+
+def _note(r: dict, store: str) -> str:
+    """The first clause of the reason, and for a published plan its manifest key (what `trtfarm show` takes)."""
+    note = r["reason"].splitlines()[0].split(";")[0] if r["reason"] else ""
+    if r["status"] in ("built", "up-to-date") and r.get("manifest"):
+        key = "plans/" + r["manifest"].split("/plans/", 1)[-1]
+        note = f"{note} · {key}" if note and r["status"] == "built" else key
+    return note
+
+
+def outcome_table(rows: list[dict], store: str) -> None:
+    """The outcome of each target; below 110 columns the notes go under the table, one line per target."""
+    wide = out.width >= 110
     table = Table(title=f"trtfarm build → {store}", caption="checks: onnx / built / engine (… = pending on the "
                   "target GPU)")
-    columns = (("target", {"no_wrap": True}), ("status", {"no_wrap": True}), ("build s", {"justify": "right"}),
-               ("plan", {"justify": "right", "no_wrap": True}), ("checks", {"no_wrap": True}),
-               ("note", {"overflow": "fold"}))
-    for col, kw in columns:
+    for col, kw in (("target", {"no_wrap": True}), ("status", {"no_wrap": True}), ("build s", {"justify": "right"}),
+                    ("plan", {"justify": "right", "no_wrap": True}), ("checks", {"no_wrap": True})):
         table.add_column(col, **kw)
+    if wide:
+        table.add_column("note", overflow="fold")
     for r in rows:
-        size = f"{r['plan_bytes'] / 2**20:.1f} MiB" if r.get("plan_bytes") else ""
-        checks = " ".join(mark[v] for v in (r.get("verification") or {}).values())
-        note = r["reason"].splitlines()[0].split(";")[0] if r["reason"] else ""
-        if r["status"] in ("built", "up-to-date") and r.get("manifest"):
-            note = (note + "\n" if note and r["status"] == "built" else "") + r["manifest"].split("/plans/", 1)[-1]
-        table.add_row(r["target"], f"[{style[r['status']]}]{r['status']}[/]",
-                      f"{r['build_s']:.2f}" if r.get("build_s") is not None else "", size, checks, note)
+        cells = [r["target"], f"[{STYLE[r['status']]}]{r['status']}[/]",
+                 f"{r['build_s']:.2f}" if r.get("build_s") is not None else "",
+                 f"{r['plan_bytes'] / 2**20:.1f} MiB" if r.get("plan_bytes") else "",
+                 " ".join(MARK[v] for v in (r.get("verification") or {}).values())]
+        table.add_row(*cells, *([_note(r, store)] if wide else []))
     out.print(table)
-    counts = {s: sum(r["status"] == s for r in rows) for s in style}
+    if not wide:
+        for r in rows:
+            out.print(f"  {r['target']}: {_note(r, store)}", highlight=False, soft_wrap=True)
+    counts = {s: sum(r["status"] == s for r in rows) for s in STYLE}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     hint = " (`trtfarm targets` says what each skipped target needs)" if counts["skipped"] else ""
     out.print(f"{summary}{hint}", highlight=False)

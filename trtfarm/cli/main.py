@@ -1,11 +1,29 @@
-"""The ``trtfarm`` entry point: registers every command group on the app and runs it."""
+"""The ``trtfarm`` entry point: registers every command group, runs the app, and shows errors by their kind.
+
+The user's input errors exit 2 with one line naming the fix; a failing service exits 1 with one line naming it;
+anything else is a bug and keeps its traceback. SIGTERM is turned into a clean exit, so temporary files and
+in-flight store writes are removed as on Ctrl-C.
+"""
 
 from __future__ import annotations
 
+import signal
+import sys
+
+from trtfarm import interrupt
 from trtfarm.cli import build, farm, images, models, profiles, quality, store_ops, webhook  # noqa: F401 - register
-from trtfarm.cli.common import app
+from trtfarm.cli.common import app, err
+from trtfarm.errors import InfrastructureError, UserInputError, one_line
 
 
 def main() -> None:
     """Console entry point."""
-    app()
+    signal.signal(signal.SIGTERM, interrupt.stop)
+    try:
+        app()
+    except UserInputError as e:
+        err.print(f"[bold red]error:[/] {one_line(e)}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except InfrastructureError as e:
+        err.print(f"[bold red]error:[/] {one_line(e)}", highlight=False, soft_wrap=True)
+        sys.exit(1)

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from trtfarm.cli.common import JSON_OPT, STORE_OPT, TARGETS_OPT, app, err, fail, out, store_uri, targets_path
 from trtfarm.errors import TrtfarmError
+from trtfarm.publishing.layout import TIMING_CACHES, timing_cache_label, timing_cache_ref
 
 cache_app = typer.Typer(no_args_is_help=True, help="Shared timing caches, one per (toolchain version, GPU model).")
 app.add_typer(cache_app, name="cache")
@@ -21,7 +22,7 @@ def cache_ls(store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     from trtfarm.store import open_store
 
     s = open_store(store_uri(store))
-    rows = [{"key": k, "bytes": len(s.get(k).data)} for k in s.list("timing-caches/")]
+    rows = [{"key": k, "bytes": len(s.get(k).data)} for k in s.list(f"{TIMING_CACHES}/")]
     if as_json:
         print(json.dumps(rows, indent=2))
         return
@@ -29,12 +30,10 @@ def cache_ls(store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     table.add_column("toolchain / GPU")
     table.add_column("bytes", justify="right")
     for r in rows:
-        table.add_row(r["key"].removeprefix("timing-caches/").removesuffix(".cache"), f"{r['bytes']:,}")
+        table.add_row(timing_cache_label(r["key"]), f"{r['bytes']:,}")
     out.print(table if rows else "no timing caches yet (TensorRT-RTX builds have none)")
 
 
-def _cache_key(ref: str) -> str:
-    return ref if ref.startswith("timing-caches/") else f"timing-caches/{ref.removesuffix('.cache')}.cache"
 
 
 @cache_app.command("show")
@@ -46,7 +45,7 @@ def cache_show(ref: str = typer.Argument(..., help="TOOLCHAIN/GPU, e.g. tensorrt
     from trtfarm.toolchain.engine import timing_cache_entries
     from trtfarm.toolchain.flavour import ToolchainUnavailable
 
-    s, key = open_store(store_uri(store)), _cache_key(ref)
+    s, key = open_store(store_uri(store)), timing_cache_ref(ref)
     blob = s.get(key)
     if blob is None:
         raise fail(f"no timing cache at {s.url(key)}; `trtfarm cache ls` lists them")
@@ -68,7 +67,7 @@ def cache_rm(ref: str = typer.Argument(..., help="TOOLCHAIN/GPU"), store: str = 
     """Delete one cache (the next build starts a fresh one)."""
     from trtfarm.store import open_store
 
-    s, key = open_store(store_uri(store)), _cache_key(ref)
+    s, key = open_store(store_uri(store)), timing_cache_ref(ref)
     if s.get(key) is None:
         raise fail(f"no timing cache at {s.url(key)}")
     if not yes:

@@ -1,48 +1,85 @@
-"""What one run does for one model export, decided before anything is built.
+"""Plan once: what one run does for one model export, decided before anything is built.
 
 ``plan_export`` fetches the export (or takes a local ONNX), reads its build spec, resolves targets and profiles,
-runs (or reuses) the precision step, computes every target's build digest and looks up what is already published.
-The flows wrap it in one task per model, so a nightly over many models pays one task each.
+runs (or reuses) the precision step, computes every target's build digest, and looks up what is already published.
+It yields a frozen ``ExportPlan``: the outcomes already known (skipped, up to date, refused by the precision gate)
+and one ``BuildJob`` per compatibility-class build still missing. A job carries all a builder needs; whoever runs
+it (this process, or a farm child on a worker) never plans again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import tempfile
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from trtfarm.building.build import TargetOutcome, triage
-from trtfarm.building.refit import RefitDecision, refit_decision
+from pydantic import BaseModel, ConfigDict
+
+from trtfarm.building.outcome import TargetOutcome, triage
 from trtfarm.errors import UserInputError
 from trtfarm.identity import model_name_from_path
 from trtfarm.planning.buildspec import spec_for_model, spec_precision, spec_profiles
-from trtfarm.planning.fleet import load_fleet, select_targets
-from trtfarm.planning.targets import (
-    ModelSource,
-    TargetPlan,
-    local_capabilities,
-    model_source,
-    plan_targets,
-    with_precision,
-)
+from trtfarm.planning.fleet import Fleet, load_fleet, select_targets
+from trtfarm.planning.model import ModelSource, model_source, with_precision
+from trtfarm.planning.requests import MatrixRequest, ProfileText
+from trtfarm.planning.targets import Capabilities, TargetPlan, group_by_build, local_capabilities, plan_targets
 from trtfarm.precision import GateFailed
-from trtfarm.profiles.profile import Profile, profiles_json
-from trtfarm.store import open_store
+from trtfarm.profiles.profile import Profile, check_profiles_against_inputs, onnx_inputs, profile_texts, profiles_json
+from trtfarm.store import Store
 from trtfarm.triggers.registry import ExportRef, fetch_export
 
 
-@dataclass
-class ExportPlan:
-    """One model of a run: its source, profiles, every target's plan, finished outcomes and what still needs a build."""
+class BuildJob(BaseModel):
+    """One compatibility-class build: everything a builder needs, decided by the parent.
 
+    ``model.path`` is where the parent read the model; a farm child fetches ``model_uri`` instead and checks the
+    bytes against ``model.onnx_digest``. The converted ONNX (if any) comes from the store key in ``model.precision``.
+    """
+
+    model_config = ConfigDict(frozen=True)
+    model: ModelSource
+    model_uri: str  # the export folder URI (farm) or the local ONNX path (local mode)
+    profiles: list[ProfileText]
+    plans: list[TargetPlan]  # every target this build serves; they share one build digest
+    build_digest: str
+    refit_of: str | None = None  # refit this released manifest (store key) instead of building; one target
+    full_build_reason: str = ""  # why a refit run builds this target in full
+
+    @property
+    def lead(self) -> TargetPlan:
+        """The target whose settings build the plan (the others share its bytes)."""
+        return self.plans[0]
+
+    @property
+    def targets(self) -> list[str]:
+        """The target ids this job publishes."""
+        return [p.target.id for p in self.plans]
+
+    @property
+    def pools(self) -> list[str]:
+        """The work pools whose workers can run this job (their GPUs share the compatibility class), in order."""
+        return list(dict.fromkeys(p.target.gpu.pool for p in self.plans))
+
+    @property
+    def job_id(self) -> str:
+        """Stable within a run: the build digest, and whether it is a refit."""
+        return self.build_digest[:16] + ("-refit" if self.refit_of else "")
+
+    def profile_models(self) -> list[Profile]:
+        """The optimization profiles as models."""
+        return [Profile.model_validate(p) for p in self.profiles]
+
+
+class ExportPlan(BaseModel):
+    """One model of a run: every target in order, the outcomes known before any build, and the builds to run."""
+
+    model_config = ConfigDict(frozen=True)
     name: str
-    model: ModelSource | None
-    profile_texts: list[dict] = field(default_factory=list)
-    plans: list[TargetPlan] = field(default_factory=list)
-    outcomes: dict[str, TargetOutcome] = field(default_factory=dict)
-    todo: list[TargetPlan] = field(default_factory=list)
-    refits: dict[str, RefitDecision] = field(default_factory=dict)  # target -> decision (refit runs only)
+    model: ModelSource | None  # None when the precision gate refused the recipe (every target failed)
+    profiles: list[ProfileText] = []
+    targets: list[str] = []
+    outcomes: dict[str, TargetOutcome] = {}
+    jobs: list[BuildJob] = []
 
 
 def local_copy(export: ExportRef) -> Path:
@@ -53,32 +90,73 @@ def local_copy(export: ExportRef) -> Path:
     return fetch_export(export, Path(tempfile.gettempdir()) / "trtfarm" / "exports" / key)
 
 
-def plan_export(store_uri: str, export: ExportRef, *, targets_file: str, targets: list[str],
-                profiles: list[dict], name: str | None, precision: str | None, force: bool,
-                farm: bool, refit: bool = False) -> ExportPlan:
-    """Decide what to build for ``export``; a refused precision recipe fails every target (nothing is built)."""
+def _profiles(request: MatrixRequest, path: Path, spec) -> list[Profile]:
+    if request.profiles:
+        return [Profile.model_validate(p) for p in request.profiles]
+    return spec_profiles(path, spec)[0]
+
+
+def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm: bool,
+                fleet: Fleet | None = None, caps: Capabilities | None = None) -> ExportPlan:
+    """Decide what to build for ``export``; a refused precision recipe fails every target (nothing is built).
+
+    ``fleet`` and ``caps`` are parsed once per run by the caller; ``caps`` is ignored in farm mode (each job goes to
+    a pool whose workers check themselves).
+    """
     if farm and "://" not in export.uri:
         raise UserInputError(f"{export.uri}: a farm run builds registered models or export URIs that every worker "
                              "can read. Fix: `trtfarm models push FOLDER` and run with its name")
     path = local_copy(export)
     spec, _ = spec_for_model(path)
-    texts = profiles or [{n: r.text() for n, r in p.root.items()} for p in spec_profiles(path, spec)[0]]
-    resolved = select_targets(load_fleet(targets_file), targets or spec.targets or None)
-    model = model_source(path, name or export.name or spec.name or model_name_from_path(path))
+    fleet = fleet or load_fleet(request.targets_file)
+    resolved = select_targets(fleet, request.targets or spec.targets or None)
+    if request.name is not None and not request.name.strip():
+        raise UserInputError("--name '': give the model a name (letters, digits, '.', '_' or '-'), or leave --name "
+                             "out to use farm.yaml's name or the file name")
+    model = model_source(path, request.name or export.name or spec.name or model_name_from_path(path))
+    profiles = _profiles(request, path, spec)
+    check_profiles_against_inputs(profiles, onnx_inputs(path), str(path))
     if "://" in export.uri:
-        model = replace(model, source_uri=f"{export.uri}/model.onnx")
-    recipe, calibration, heldout = spec_precision(path, spec, precision)
-    store = open_store(store_uri)
+        model = model.model_copy(update={"source_uri": f"{export.uri}/model.onnx"})
+    recipe, calibration, heldout = spec_precision(path, spec, request.precision)
+    texts = profile_texts(profiles)
+    ids = [t.id for t in resolved]
     try:
         model = with_precision(store, model, recipe, calibration, heldout)
     except GateFailed as failed:
-        return ExportPlan(model.name, None, texts,
-                          outcomes={t.id: TargetOutcome(t.id, "failed", str(failed)) for t in resolved})
-    plans = plan_targets(model, model.plan_digest, resolved, [Profile.model_validate(p) for p in texts],
-                         None if farm else local_capabilities())
-    outcomes, todo = triage(store, plans, force)
-    planned = ExportPlan(model.name, model, texts, plans, outcomes, todo)
-    if refit:
+        return ExportPlan(name=model.name, model=None, profiles=texts, targets=ids,
+                          outcomes={t: TargetOutcome(t, "failed", str(failed)) for t in ids})
+    plans = plan_targets(model, model.plan_digest, resolved, profiles,
+                         None if farm else (caps or local_capabilities()))
+    outcomes, todo = triage(store, plans, request.force)
+    jobs = _jobs(store, request, model, "://" in export.uri and export.uri or str(path), texts, todo)
+    return ExportPlan(name=model.name, model=model, profiles=texts, targets=ids, outcomes=outcomes, jobs=jobs)
+
+
+def _jobs(store: Store, request: MatrixRequest, model: ModelSource, uri: str, texts: list[ProfileText],
+          todo: list[TargetPlan]) -> list[BuildJob]:
+    """One job per build digest; with ``refit``, one refit job per target whose released plan can take the weights."""
+    base = {"model": model, "model_uri": uri, "profiles": texts}
+    reasons: dict[str, str] = {}
+    jobs = []
+    if request.refit:
+        from trtfarm.building.refit import refit_decision
+
         wanted = profiles_json([Profile.model_validate(p) for p in texts])
-        planned.refits = {p.target.id: refit_decision(store, model, p, wanted) for p in todo}
-    return planned
+        for plan in list(todo):
+            decision = refit_decision(store, model, plan, wanted)
+            if decision.action == "refit":
+                jobs.append(BuildJob(**base, plans=[plan], build_digest=plan.build_digest,
+                                     refit_of=decision.parent_manifest))
+                todo.remove(plan)
+            else:
+                reasons[plan.target.id] = decision.reason
+    for group in group_by_build(todo):
+        why = "; ".join(dict.fromkeys(reasons[p.target.id] for p in group if p.target.id in reasons))
+        jobs.append(BuildJob(**base, plans=group, build_digest=group[0].build_digest, full_build_reason=why))
+    return jobs
+
+
+def full_build_of(job: BuildJob, why: str) -> BuildJob:
+    """The full build that replaces a refit the workers could not do."""
+    return job.model_copy(update={"refit_of": None, "full_build_reason": why})

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from trtfarm.errors import UserInputError
 from trtfarm.planning.fleet import DEFAULT_TARGETS_FILE, load_fleet, select_targets
 from trtfarm.precision.recipe import Mode
 from trtfarm.store import DEFAULT_STORE
@@ -33,7 +34,7 @@ def _known_target_ids(schema: dict) -> None:
     """Offer the fleet's target ids in the parameter form (the fleet file as found at deploy time)."""
     try:
         ids = [t.id for t in load_fleet(default_targets_file()).targets]
-    except Exception:  # no readable fleet here: a free-form list, checked by the flow
+    except (UserInputError, OSError):  # no readable fleet here: a free-form list, checked by the flow
         return
     schema["items"] = {"type": "string", "enum": ids}
 
@@ -65,18 +66,3 @@ class MatrixRequest(BaseModel):
     def check_targets(self) -> None:
         """Raise ``UserInputError`` naming unknown target ids (and the known ones) before any work starts."""
         select_targets(load_fleet(self.targets_file), self.targets or None)
-
-
-class TargetRequest(BaseModel):
-    """Build one plan and publish it for the targets that share it (one compatibility class on one pool)."""
-
-    model: str = Field(description="the export folder URI (farm) or the local ONNX path (local mode)")
-    name: str
-    targets: list[str] = Field(min_length=1)
-    build_digest: str = Field(description="what the parent computed; the child refuses to build anything else")
-    profiles: list[ProfileText] = Field(default_factory=list)
-    precision: Mode | None = None
-    refit_of: str | None = Field(None, description="refit this released manifest (store key) instead of building; "
-                                 "one target")
-    store: str = Field(default_factory=default_store)
-    targets_file: str = Field(default_factory=default_targets_file)

@@ -121,6 +121,11 @@ def load_profiles_file(path) -> ProfilesFile:
     return model_from_yaml(Path(path), ProfilesFile, hint="A profiles file has keys profiles, buckets, report.")
 
 
+def profile_texts(profiles: list[Profile]) -> list[dict[str, str]]:
+    """Profiles as text (``{"input_ids": "1x16:16x128:32x512"}`` each): the form requests and flags carry."""
+    return [{name: r.text() for name, r in p.root.items()} for p in profiles]
+
+
 # --- profiles against the model's inputs ---------------------------------------------------------------------------
 
 InputDims = tuple[int | None, ...] | None  # None for a dynamic dimension; the whole value None when the rank is unknown

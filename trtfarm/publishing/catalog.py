@@ -8,8 +8,9 @@ from urllib.parse import urlparse
 from rich.table import Table
 
 from trtfarm.errors import UserInputError
+from trtfarm.publishing.layout import MANIFEST_NAME, plans_prefix
 from trtfarm.publishing.manifest import Manifest, manifest_from_json
-from trtfarm.publishing.publish import MANIFEST_NAME, read_manifest
+from trtfarm.publishing.publish import read_manifest
 from trtfarm.store import open_store
 
 
@@ -21,7 +22,7 @@ def list_manifests(store_uri: str, model: str | None = None) -> list[tuple[str, 
 
 def manifests_in(store, model: str | None = None) -> list[tuple[str, Manifest]]:
     """Every ``plans/**/manifest.json`` of an open store, as (url, manifest)."""
-    prefix = f"plans/{model}/" if model else "plans/"
+    prefix = plans_prefix(model)
     found = []
     for key in store.list(prefix):
         if key.endswith(f"/{MANIFEST_NAME}"):

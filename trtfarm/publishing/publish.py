@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trtfarm.errors import StoreError
+from trtfarm.publishing import layout
 from trtfarm.publishing.manifest import Manifest, PlanInfo, manifest_from_json
 from trtfarm.store import AlreadyExists, Store
 from trtfarm.store.base import Progress
-
-PLAN_NAME, MANIFEST_NAME = "model.plan", "manifest.json"
 
 
 @dataclass(frozen=True)
@@ -40,18 +39,37 @@ def read_manifest(store: Store, key: str) -> Manifest | None:
 def _stored_plan_info(store: Store, key: str) -> tuple[str, int]:
     """Hash a plan another worker stored (rare path: it won the create-only race)."""
     with tempfile.TemporaryDirectory() as tmp:
-        dest = Path(tmp) / PLAN_NAME
+        dest = Path(tmp) / layout.PLAN_NAME
         size = store.download_file(key, dest)
         from trtfarm.identity import sha256_file
 
         return sha256_file(dest), size
 
 
+def plan_intact(store: Store, manifest: Manifest) -> str | None:
+    """None when the plan object is there with the size its manifest records; else what is wrong with it.
+
+    A size check (one HEAD); ``trtfarm verify --store`` re-hashes the bytes.
+    """
+    size = store.size(manifest.plan.key)
+    if size is None:
+        return f"its plan {manifest.plan.key} is missing"
+    if size != manifest.plan.bytes:
+        return f"its plan {manifest.plan.key} has {size:,} bytes, the manifest says {manifest.plan.bytes:,}"
+    return None
+
+
 def publish_plan(store: Store, prefix: str, plan_path: Path, manifest_for: Callable[[PlanInfo], Manifest],
                  progress: Progress | None = None) -> Published:
     """Publish ``plan_path`` and the manifest ``manifest_for(plan_info)`` under ``prefix``."""
-    plan_key, manifest_key = f"{prefix}/{PLAN_NAME}", f"{prefix}/{MANIFEST_NAME}"
+    plan_key, manifest_key = layout.plan_key(prefix), layout.manifest_key(prefix)
     existing = read_manifest(store, manifest_key)
+    if existing is not None and plan_intact(store, existing) is not None:
+        # a damaged or missing plan object: withdraw the manifest first (readers see "not built", never a bad
+        # plan), then publish this build afresh
+        store.delete(manifest_key)
+        store.delete(plan_key)
+        existing = None
     if existing is None:
         try:
             up = store.upload_file(plan_key, plan_path, progress)

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trtfarm.errors import UserInputError
-from trtfarm.identity import release_key
 from trtfarm.planning.fleet import Fleet
+from trtfarm.publishing.layout import release_key
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.release import list_pointers, read_pointer
 from trtfarm.runtime.loader import manifest_beside

@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from trtfarm.errors import UserInputError
-from trtfarm.identity import release_key
+from trtfarm.publishing.layout import release_key, releases_prefix
 from trtfarm.publishing.manifest import Manifest
 from trtfarm.store import Conflict, Store
 
@@ -151,7 +151,7 @@ def release_note(store: Store, manifest_key: str, m: Manifest, release_on: str) 
 def list_pointers(store: Store, model: str | None = None) -> list[ReleasePointer]:
     """Every release pointer (of one model)."""
     out = []
-    for key in store.list(f"releases/{model}/" if model else "releases/"):
+    for key in store.list(releases_prefix(model)):
         pointer, _ = read_pointer(store, key)
         if pointer:
             out.append(pointer)

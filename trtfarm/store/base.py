@@ -121,3 +121,8 @@ class Store(ABC):
         """The object's ETag (None when absent), without fetching it where the backend allows."""
         blob = self.get(key)
         return blob.etag if blob else None
+
+    def size(self, key: str) -> int | None:
+        """The object's size in bytes (None when absent), without fetching it where the backend allows."""
+        blob = self.get(key)
+        return len(blob.data) if blob else None

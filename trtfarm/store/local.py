@@ -150,6 +150,11 @@ class LocalStore(Store):
             parent.rmdir()
             parent = parent.parent
 
+    def size(self, key: str) -> int | None:
+        """The file's size, or None when absent."""
+        path = self._path(key)
+        return path.stat().st_size if path.is_file() else None
+
     def url(self, key: str) -> str:
         """``file://`` URI of the object."""
         return (self.root / key).as_uri()

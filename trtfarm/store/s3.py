@@ -89,6 +89,15 @@ class S3Store(Store):
                 return None
             raise StoreError(f"{self.url(key)}: read failed: {err}") from err
 
+    def size(self, key: str) -> int | None:
+        """HEAD the object: its size, or None."""
+        try:
+            return int(self.client.head_object(Bucket=self.bucket, Key=self._k(key))["ContentLength"])
+        except Exception as err:  # botocore ClientError (404) and friends
+            if _is_missing(err):
+                return None
+            raise StoreError(f"{self.url(key)}: read failed: {err}") from err
+
     def _put(self, key: str, data: bytes, **cond: str) -> str:
         for attempt in range(_RETRIES):
             try:

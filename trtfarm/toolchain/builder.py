@@ -17,6 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Protocol
 
+from trtfarm import interrupt
 from trtfarm.errors import UserInputError
 from trtfarm.planning.fleet import BuilderSettings, RefitMode
 from trtfarm.profiles.profile import Profile
@@ -149,7 +150,7 @@ def _monitor(trt: ModuleType, sink: BuildProgress):
             sink.phase_start(phase_name, parent_phase, num_steps)
 
         def step_complete(self, phase_name, step):  # noqa: D102 - TensorRT callback
-            return bool(sink.step_complete(phase_name, step))
+            return not interrupt.STOP.is_set() and bool(sink.step_complete(phase_name, step))
 
         def phase_finish(self, phase_name):  # noqa: D102 - TensorRT callback
             sink.phase_finish(phase_name)
@@ -248,6 +249,7 @@ def _build(trt, flavour, logger, log: Capture, onnx_path, profiles, settings, pl
         config.progress_monitor = _monitor(trt, progress)
     start = time.perf_counter()
     plan = builder.build_serialized_network(network, config)
+    interrupt.check()  # a stop requested during the build cancelled it: leave now, publish nothing
     wall = time.perf_counter() - start
     if plan is None:
         reasons = "\n".join(f"  - {m}" for m in log.errors) or "  - (no error was logged)"

@@ -10,11 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import ModuleType
 
+from trtfarm.errors import UserInputError
 from trtfarm.toolchain.builder import captured_log
 
 
-class EngineRejected(RuntimeError):
-    """The runtime refused the plan; ``reasons`` are the runtime's own messages."""
+class EngineRejected(UserInputError):
+    """The runtime refused the plan (wrong GPU, toolchain or file); ``reasons`` are the runtime's own messages."""
 
     def __init__(self, reasons: list[str]) -> None:
         self.reasons = reasons

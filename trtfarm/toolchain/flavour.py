@@ -6,6 +6,8 @@ import importlib
 from functools import lru_cache
 from types import ModuleType
 
+from trtfarm.errors import UserInputError
+
 MODULES = {"tensorrt": "tensorrt", "tensorrt_rtx": "tensorrt_rtx"}
 INSTALL_HINT = {
     "tensorrt": "install it on a GPU worker (pip install tensorrt==VERSION, which downloads NVIDIA's libraries at "
@@ -14,8 +16,8 @@ INSTALL_HINT = {
 }
 
 
-class ToolchainUnavailable(RuntimeError):
-    """The flavour's module does not import here."""
+class ToolchainUnavailable(UserInputError):
+    """The flavour's module does not import here; the message says how to install it. Retrying does not help."""
 
 
 @lru_cache(maxsize=None)
@@ -25,7 +27,7 @@ def import_flavour(flavour: str) -> ModuleType:
         return importlib.import_module(MODULES[flavour])
     except KeyError as err:
         raise ToolchainUnavailable(f"unknown toolchain flavour {flavour!r}; use one of {sorted(MODULES)}") from err
-    except Exception as err:  # ImportError, or the stub wheels' RuntimeError/OSError
+    except (ImportError, RuntimeError, OSError) as err:  # the stub wheels raise RuntimeError/OSError
         raise ToolchainUnavailable(f"`{MODULES[flavour]}` is not importable here ({type(err).__name__}: "
                                    f"{str(err).splitlines()[0] if str(err) else ''}); {INSTALL_HINT[flavour]}") from err
 

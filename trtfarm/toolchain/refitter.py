@@ -12,16 +12,20 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
+from trtfarm.errors import TrtfarmError, UserInputError
 from trtfarm.toolchain.builder import captured_log
 from trtfarm.toolchain.engine import EngineRejected, deserialize_plan
 
 
-class RefitFailed(RuntimeError):
+class RefitFailed(UserInputError):
     """The refitter refused the new weights; the message carries the parser's and the runtime's reasons."""
 
 
-class RefitUnavailable(RuntimeError):
-    """This machine cannot refit: the engine does not deserialise here (no GPU, or a GPU the plan cannot run on)."""
+class RefitUnavailable(TrtfarmError):
+    """This machine cannot refit: the engine does not deserialise here (no GPU, or a GPU the plan cannot run on).
+
+    Neither the user's fault nor worth a retry on the same machine: the caller builds the target in full instead.
+    """
 
 
 def refit_plan(trt: ModuleType, plan: bytes, onnx_path: Path) -> bytes:

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 
 import onnx
 import pytest
 
-from flows.build_matrix import build_matrix
 from trtfarm.building.build import build_group
 from trtfarm.building.refit import refit_and_publish, refit_decision
+from trtfarm.pipeline import run_local
 from trtfarm.planning.fleet import load_fleet, select_targets
+from trtfarm.planning.model import model_source
 from trtfarm.planning.requests import MatrixRequest
-from trtfarm.planning.targets import model_source, plan_targets
+from trtfarm.planning.targets import plan_targets
 from trtfarm.profiles.profile import profile_from_args, profiles_json
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.release import read_pointer
@@ -21,7 +21,7 @@ from trtfarm.store import open_store
 from trtfarm.toolchain import import_flavour
 from trtfarm.toolchain.refitter import RefitUnavailable, refit_plan
 
-from ..conftest import ENCODER_PROFILE, REPO, make_model
+from .conftest import ENCODER_PROFILE, REPO, make_model
 
 pytestmark = pytest.mark.integration
 
@@ -124,13 +124,12 @@ def test_a_refitted_plan_is_published_with_its_parent_and_the_parents_tactics(re
 
 
 def test_the_refit_flow_falls_back_to_a_full_build_where_workers_cannot_refit_and_says_why(
-        prefect_api, released, tmp_path):
+        released, tmp_path):
     fleet, store, _ = released
     model = _export(tmp_path / "v2", make_model.encoder_model(7))
-    rows = asyncio.run(build_matrix(MatrixRequest(model=str(model), store=store.uri, targets_file=str(fleet),
-                                                  dispatch="local", refit=True)))
+    rows = run_local(MatrixRequest(model=str(model), store=store.uri, targets_file=str(fleet), refit=True))
     by = {r["target"]: r for r in rows}
     assert {t: r["status"] for t, r in by.items()} == {"rtx4090-rtx1.7": "built", "rtx3090-rtx1.7": "built"}
-    assert "full build: refit not possible on rtx-4090 workers" in by["rtx4090-rtx1.7"]["reason"]
+    assert "full build: refit not possible on this machine" in by["rtx4090-rtx1.7"]["reason"]
     assert "cannot be refitted here" in by["rtx4090-rtx1.7"]["reason"]
     assert "full build: the released plan was built without a refit flag" in by["rtx3090-rtx1.7"]["reason"]

@@ -1,29 +1,27 @@
-"""The matrix flow in local mode, on Prefect's test API, with real RTX builds, against file:// and moto's S3."""
+"""The core pipeline of `trtfarm build` (no Prefect): real RTX builds against file:// and moto's S3."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
-from flows.build_matrix import build_matrix
 from trtfarm.errors import UserInputError
+from trtfarm.pipeline import run_local
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.store import open_store
 
-from ..conftest import make_model
+from .conftest import make_model
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.integration  # moto's S3 server
 
 
 def run(onnx, fleet_file, store, **kw):
     request = MatrixRequest(model=str(onnx), store=store, targets_file=str(fleet_file), dispatch="local", **kw)
-    return {r["target"]: r for r in asyncio.run(build_matrix(request))}
+    return {r["target"]: r for r in run_local(request)}
 
 
 def test_builds_every_rtx_target_once_per_class_then_everything_is_up_to_date(
-        prefect_api, example_onnx, fleet_file, store_uri, tmp_path):
+        example_onnx, fleet_file, store_uri, tmp_path):
     first = run(example_onnx, fleet_file, store_uri)
     assert {t: r["status"] for t, r in first.items()} == {
         "rtx4090-rtx1.7": "built", "rtx5090-rtx1.7": "built", "rtx3090-rtx1.7-o5": "built", "h100-trt11.4": "skipped"}
@@ -58,7 +56,7 @@ def test_builds_every_rtx_target_once_per_class_then_everything_is_up_to_date(
     assert len([k for k in store.list("plans/") if k.endswith("manifest.json")]) == 3
 
 
-def test_new_weights_are_a_new_build(prefect_api, example_dir, fleet_file, tmp_path):
+def test_new_weights_are_a_new_build(example_dir, fleet_file, tmp_path):
     store = (tmp_path / "store").as_uri()
     run(example_dir / "model.onnx", fleet_file, store, targets=["rtx4090-rtx1.7"])
     other = tmp_path / "encoder" / "model.onnx"
@@ -70,7 +68,7 @@ def test_new_weights_are_a_new_build(prefect_api, example_dir, fleet_file, tmp_p
 
 
 def test_a_profile_violating_the_model_fails_every_target_and_publishes_nothing(
-        prefect_api, example_onnx, fleet_file, tmp_path):
+        example_onnx, fleet_file, tmp_path):
     store = (tmp_path / "store").as_uri()
     bad = [{"input_ids": "1x16:16x128:32x512", "attention_mask": "1x16:16x64:32x512"}]
     rows = run(example_onnx, fleet_file, store, profiles=bad)
@@ -80,7 +78,7 @@ def test_a_profile_violating_the_model_fails_every_target_and_publishes_nothing(
     assert list(open_store(store).list("plans/")) == []
 
 
-def test_a_corrupt_onnx_stops_the_run_before_any_build(prefect_api, example_onnx, fleet_file, tmp_path):
+def test_a_corrupt_onnx_stops_the_run_before_any_build(example_onnx, fleet_file, tmp_path):
     bad = tmp_path / "corrupt.onnx"
     bad.write_bytes(example_onnx.read_bytes()[:4000])
     store = (tmp_path / "store").as_uri()
@@ -90,7 +88,7 @@ def test_a_corrupt_onnx_stops_the_run_before_any_build(prefect_api, example_onnx
 
 
 def test_shapes_log_beside_the_model_becomes_two_profiles_in_a_real_build(
-        prefect_api, example_onnx, textbook_log, fleet_file, tmp_path):
+        example_onnx, textbook_log, fleet_file, tmp_path):
     export = tmp_path / "encoder"
     export.mkdir()
     (export / "model.onnx").write_bytes(example_onnx.read_bytes())
@@ -104,7 +102,7 @@ def test_shapes_log_beside_the_model_becomes_two_profiles_in_a_real_build(
 
 
 def test_fp16_recipe_is_converted_once_gated_and_built_for_every_rtx_target(
-        prefect_api, example_onnx, fleet_file, tmp_path):
+        example_onnx, fleet_file, tmp_path):
     store = (tmp_path / "store").as_uri()
     rows = run(example_onnx, fleet_file, store, precision="fp16")
     assert {r["status"] for t, r in rows.items() if t != "h100-trt11.4"} == {"built"}
@@ -116,7 +114,7 @@ def test_fp16_recipe_is_converted_once_gated_and_built_for_every_rtx_target(
     assert len([k for k in s.list("converted/") if k.endswith("model.onnx")]) == 1
 
 
-def test_a_refused_recipe_stops_every_build_and_names_the_node(prefect_api, overflow_model, fleet_file, tmp_path):
+def test_a_refused_recipe_stops_every_build_and_names_the_node(overflow_model, fleet_file, tmp_path):
     model, heldout = overflow_model
     export = tmp_path / "ovf"
     export.mkdir()

@@ -1,0 +1,137 @@
+"""`trtfarm build` as the core pipeline: no Prefect at all, any number at once, and reruns that finish a killed run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trtfarm.publishing.publish import read_manifest
+from trtfarm.store import open_store
+
+pytestmark = pytest.mark.integration
+TRTFARM = [sys.executable, "-m", "trtfarm"]
+ONE_RTX_TARGET = """\
+version: 1
+toolchains:
+  rtx-1.7: {flavour: tensorrt_rtx, version: "1.7.1.116"}
+gpus:
+  rtx-4090: {nvml_name: "NVIDIA GeForce RTX 4090", compute_capability: "8.9", memory_gib: 24, pool: rtx-4090}
+targets:
+  - {id: rtx4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7, release_on: built}
+"""
+
+
+@pytest.fixture
+def workdir(tmp_path, example_dir):
+    (tmp_path / "gpu_targets.yaml").write_text(ONE_RTX_TARGET)
+    (tmp_path / "tmp").mkdir()
+    return tmp_path
+
+
+def env_for(cwd: Path, **extra) -> dict:
+    env = {**os.environ, "COLUMNS": "200", "TMPDIR": str(cwd / "tmp"), **extra}
+    env.pop("PREFECT_API_URL", None)
+    return env
+
+
+def build(cwd: Path, model: Path, *args, env=None, check=True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([*TRTFARM, "build", str(model), "--json", *args], cwd=cwd, env=env or env_for(cwd),
+                          capture_output=True, text=True, timeout=300)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+def test_a_local_build_runs_where_prefect_cannot_be_imported(workdir, example_dir):
+    shadow = workdir / "shadow" / "prefect"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('prefect is not allowed in a local build')\n")
+    env = env_for(workdir, PYTHONPATH=os.pathsep.join([str(shadow.parent), os.environ.get("PYTHONPATH", "")]))
+    rows = json.loads(build(workdir, example_dir / "model.onnx", env=env).stdout)
+    assert [(r["target"], r["status"]) for r in rows] == [("rtx4090-rtx1.7", "built")]
+    rerun = json.loads(build(workdir, example_dir / "model.onnx", env=env).stdout)
+    assert [r["status"] for r in rerun] == ["up-to-date"]
+    assert not (workdir / ".prefect").exists() and not list((workdir / "tmp").glob("trtfarm-build-*"))
+
+
+def test_eight_builds_of_one_model_at_once_all_succeed_and_publish_once(workdir, example_dir):
+    procs = [subprocess.Popen([*TRTFARM, "build", str(example_dir / "model.onnx"), "--json"], cwd=workdir,
+                              env=env_for(workdir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(8)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 8, [err[-2000:] for _, err in outs]
+    rows = [json.loads(out)[0] for out, _ in outs]
+    assert {r["status"] for r in rows} <= {"built", "up-to-date"} and len({r["manifest"] for r in rows}) == 1
+    store = open_store(str(workdir / "trtfarm-store"))
+    manifests = [k for k in store.list("plans/") if k.endswith("manifest.json")]
+    assert len(manifests) == 1
+    m = read_manifest(store, manifests[0])
+    assert store.size(m.plan.key) == m.plan.bytes
+    pointer = json.loads(store.get("releases/encoder/rtx-4090/tensorrt_rtx-1.7.1.116.json").data)
+    assert pointer["manifest"] == manifests[0] and len(pointer["history"]) == 1
+
+
+def test_a_plan_published_but_never_released_is_released_by_the_rerun(workdir, example_dir):
+    """The state a build killed between its manifest and its release pointer leaves behind."""
+    first = json.loads(build(workdir, example_dir / "model.onnx").stdout)[0]
+    assert first["release"].startswith("released:")
+    store = open_store(str(workdir / "trtfarm-store"))
+    pointer = "releases/encoder/rtx-4090/tensorrt_rtx-1.7.1.116.json"
+    store.delete(pointer)
+    rerun = json.loads(build(workdir, example_dir / "model.onnx").stdout)[0]
+    assert rerun["status"] == "up-to-date" and rerun["release"] == f"released: {pointer}"
+    pulled = subprocess.run([*TRTFARM, "pull", "encoder", "--gpu", "rtx-4090", "--toolchain",
+                             "tensorrt_rtx-1.7.1.116", "--to", "host/enc.plan", "--json"], cwd=workdir,
+                            env=env_for(workdir), capture_output=True, text=True, timeout=120)
+    assert pulled.returncode == 0, pulled.stderr
+
+
+def test_a_damaged_plan_object_is_rebuilt_not_reported_up_to_date(workdir, example_dir):
+    first = json.loads(build(workdir, example_dir / "model.onnx").stdout)[0]
+    store = open_store(str(workdir / "trtfarm-store"))
+    key = first["manifest"].split("/trtfarm-store/", 1)[1]
+    m = read_manifest(store, key)
+    plan = workdir / "trtfarm-store" / m.plan.key
+    plan.write_bytes(plan.read_bytes()[: m.plan.bytes // 2])  # a truncated upload
+    again = json.loads(build(workdir, example_dir / "model.onnx").stdout)[0]
+    assert again["status"] == "built"
+    repaired = read_manifest(store, key)
+    assert store.size(repaired.plan.key) == repaired.plan.bytes
+    store.download_file(repaired.plan.key, workdir / "check.plan", sha256=repaired.plan.sha256)
+
+
+def test_sigterm_mid_build_leaves_no_temporary_files_or_folders(workdir, example_dir):
+    for _ in range(5):  # the build is short: retry until the signal lands inside it
+        store = workdir / f"store-{_}"
+        proc = subprocess.Popen([*TRTFARM, "build", str(example_dir / "model.onnx"), "--store", str(store)],
+                                cwd=workdir, env=env_for(workdir), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and not list((workdir / "tmp").glob("trtfarm-build-*")) and \
+                time.monotonic() < deadline:
+            time.sleep(0.005)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+        if code == 128 + signal.SIGTERM:
+            break
+    assert code == 128 + signal.SIGTERM
+    assert not list((workdir / "tmp").glob("trtfarm-build-*"))
+    assert not [p for p in store.rglob(".tmp-*")] if store.exists() else True
+    assert not [k for k in open_store(str(store)).list("plans/") if k.endswith("manifest.json")] or \
+        all(open_store(str(store)).size(read_manifest(open_store(str(store)), k).plan.key) is not None
+            for k in open_store(str(store)).list("plans/") if k.endswith("manifest.json"))
+
+
+def test_bad_names_are_one_line_errors(workdir, example_dir):
+    for name in ("../../etc/x", "a/b", ""):
+        proc = build(workdir, example_dir / "model.onnx", "--name", name, check=False)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) <= 3 and "name" in proc.stderr
+    assert not (workdir / "trtfarm-store" / "plans").exists()

@@ -1,0 +1,94 @@
+"""Run one ``BuildJob``: check the model bytes, build (or refit), publish, and return a typed result.
+
+The same call runs a job in ``trtfarm build``'s process and on a farm worker. It never plans: the job says what to
+build. The model is read from the job's URI and checked against the sha256 the parent computed; the precision-
+converted ONNX comes from the store (checked against its sha256), never converted again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from trtfarm.building.build import build_group
+from trtfarm.building.outcome import TargetOutcome
+from trtfarm.errors import UserInputError
+from trtfarm.identity import onnx_digest, sha256_file
+from trtfarm.planning.model import ModelSource
+from trtfarm.planning.plan import BuildJob, local_copy
+from trtfarm.store import Store
+from trtfarm.store.base import Progress
+from trtfarm.toolchain import BuildProgress
+from trtfarm.triggers.registry import ExportRef
+
+
+class JobResult(BaseModel):
+    """What a job did: one outcome per target it serves, or why a refit could not run on this worker."""
+
+    job_id: str
+    outcomes: list[TargetOutcome] = []
+    refit_unavailable: str | None = None  # the runtime's reason; the parent builds the target in full instead
+
+    @property
+    def failed(self) -> list[TargetOutcome]:
+        """The outcomes that failed."""
+        return [o for o in self.outcomes if o.status == "failed"]
+
+
+def job_model(store: Store, job: BuildJob, work: Path) -> ModelSource:
+    """The job's model on this machine: the exact bytes the parent planned, and the converted ONNX beside them."""
+    path = local_copy(ExportRef(job.model_uri, job.model.name)) if "://" in job.model_uri else Path(job.model_uri)
+    if not path.is_file():
+        raise UserInputError(f"{path}: the model this build was planned for is gone; rerun the build")
+    digest = onnx_digest(path)
+    if digest != job.model.onnx_digest:
+        raise UserInputError(f"{job.model_uri}: the model bytes changed since the run was planned (sha256 "
+                             f"{job.model.onnx_digest[:12]} planned, {digest[:12]} found); rerun the build")
+    model = job.model.model_copy(update={"path": path})
+    step = job.model.precision
+    if step is None or step.converted_key is None:
+        return model.model_copy(update={"build_path": None})
+    local = job.model.build_path
+    if local is None or not local.is_file() or sha256_file(local) != step.converted_sha256:
+        local = work / "converted.onnx"
+        store.download_file(step.converted_key, local, sha256=step.converted_sha256)
+    return model.model_copy(update={"build_path": local})
+
+
+def _failed(job: BuildJob, why: str) -> JobResult:
+    return JobResult(job_id=job.job_id, outcomes=[TargetOutcome(t, "failed", why) for t in job.targets])
+
+
+def run_job(store: Store, job: BuildJob, work: Path, *, run_id: str | None = None,
+            progress: BuildProgress | None = None,
+            upload_progress: Callable[[str], Progress] | None = None) -> JobResult:
+    """Build (or refit) ``job`` and publish a manifest for each of its targets.
+
+    The user's errors (a model the parser rejects, a bad profile) become failed outcomes; infrastructure errors
+    propagate, so the caller's retry policy sees them; anything else is a bug and propagates too.
+    """
+    try:
+        model = job_model(store, job, work)
+        if job.refit_of:
+            return _refit(store, job, model, run_id)
+        outcomes = build_group(store, model, job.plans, job.profile_models(), progress=progress,
+                               upload_progress=upload_progress, run_id=run_id)
+    except UserInputError as err:
+        return _failed(job, str(err))
+    if job.full_build_reason:
+        for o in outcomes:
+            o.reason = "; ".join(filter(None, [f"full build: {job.full_build_reason}", o.reason]))
+    return JobResult(job_id=job.job_id, outcomes=outcomes)
+
+
+def _refit(store: Store, job: BuildJob, model: ModelSource, run_id: str | None) -> JobResult:
+    from trtfarm.building.refit import refit_and_publish
+    from trtfarm.toolchain.refitter import RefitUnavailable
+
+    try:
+        outcome = refit_and_publish(store, model, job.lead, job.refit_of, job.profile_models(), run_id=run_id)
+    except RefitUnavailable as err:
+        return JobResult(job_id=job.job_id, refit_unavailable=str(err))
+    return JobResult(job_id=job.job_id, outcomes=[outcome])

@@ -1,0 +1,94 @@
+"""What happened to each target, and the up-to-date decision that finishes what a killed run left.
+
+``triage`` splits a run's targets into finished outcomes (skipped, up to date) and the plans still to build. A target
+is up to date when its manifest exists and its plan object still has the size the manifest records (a full re-hash
+is ``trtfarm verify --store``). A published manifest whose release pointer was never written (a run killed between
+the two) is released here when the target's policy allows, so a rerun completes the release.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from trtfarm.planning.targets import TargetPlan
+from trtfarm.publishing.manifest import Manifest
+from trtfarm.publishing.publish import plan_intact, read_manifest
+from trtfarm.publishing.release import ReleaseRefused, move_release, pointer_key
+from trtfarm.store import Store
+
+Status = Literal["built", "up-to-date", "skipped", "failed"]
+
+
+@dataclass
+class TargetOutcome:
+    """What happened to one target in a run (the ``--json`` contract of ``trtfarm build``).
+
+    ``manifest_key`` is the store key; ``manifest`` its URL, for people and the ``--json`` rows.
+    """
+
+    target: str
+    status: Status
+    reason: str = ""
+    manifest: str | None = None
+    build_s: float | None = None
+    plan_bytes: int | None = None
+    verification: dict = field(default_factory=dict)
+    release: str = ""
+    manifest_key: str | None = None
+
+    def to_json(self) -> dict:
+        """``{target, status, reason, manifest, build_s, plan_bytes, verification, release}``."""
+        return {"target": self.target, "status": self.status, "reason": self.reason, "manifest": self.manifest,
+                "build_s": self.build_s, "plan_bytes": self.plan_bytes, "verification": self.verification,
+                "release": self.release}
+
+
+def outcome_from_manifest(store: Store, plan: TargetPlan, manifest: Manifest, status: Status = "up-to-date",
+                          reason: str | None = None) -> TargetOutcome:
+    """A target whose manifest exists: up to date, or just built (failed when a verification failed)."""
+    failed = [f"{k}: {c.detail}" for k, c in manifest.verification if c.status == "failed"]
+    if failed:
+        status, reason = "failed", f"published for diagnosis, not released: {'; '.join(failed)}"
+    elif reason is None:
+        reason = f"build {plan.build_digest[:12]} already published"
+    return TargetOutcome(plan.target.id, status, reason, store.url(plan.manifest_key), manifest.build.wall_s,
+                         manifest.plan.bytes, {k: v.status for k, v in manifest.verification},
+                         manifest_key=plan.manifest_key)
+
+
+def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, release_on: str,
+                       run_id: str | None) -> str:
+    """Move the release pointer when the target's policy allows; say what happened."""
+    try:
+        move_release(store, manifest_key, manifest, release_on=release_on, by="trtfarm",
+                     reason=f"built by run {run_id}" if run_id else "built by trtfarm")
+    except ReleaseRefused as refused:
+        return str(refused)
+    return f"released: {pointer_key(manifest)}"
+
+
+def triage(store: Store, plans: Sequence[TargetPlan],
+           force: bool = False) -> tuple[dict[str, TargetOutcome], list[TargetPlan]]:
+    """Split a run into finished outcomes (skipped, up to date) and the plans that still need a build.
+
+    ``force`` rebuilds published targets too (their manifests are kept: see ``build_group``). A damaged plan object
+    is rebuilt; a published but unreleased plan is released when policy allows.
+    """
+    done: dict[str, TargetOutcome] = {}
+    todo = []
+    for p in plans:
+        if p.skip_reason:
+            done[p.target.id] = TargetOutcome(p.target.id, "skipped", p.skip_reason)
+            continue
+        existing = None if force else read_manifest(store, p.manifest_key)
+        damage = plan_intact(store, existing) if existing is not None else None
+        if existing is None or damage:
+            todo.append(p)
+            continue
+        outcome = outcome_from_manifest(store, p, existing)
+        if outcome.status != "failed":
+            outcome.release = release_if_allowed(store, p.manifest_key, existing, p.target.release_on, None)
+        done[p.target.id] = outcome
+    return done, todo

@@ -1,0 +1,147 @@
+"""The core pipeline of a run, with no orchestrator: plan once, run each job, fall back from refits, report.
+
+``trtfarm build`` calls ``run_local`` in its own process (no Prefect, no server). The ``build-matrix`` flow uses the
+same pieces (``plan_run``, ``rows_for``, ``refit_fallbacks``, ``store_reports``) and sends the jobs to workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
+from pathlib import Path
+
+from trtfarm.building.job import JobResult, run_job
+from trtfarm.building.outcome import TargetOutcome
+from trtfarm.planning.fleet import load_fleet, select_targets
+from trtfarm.planning.plan import BuildJob, ExportPlan, full_build_of, plan_export
+from trtfarm.planning.requests import MatrixRequest
+from trtfarm.planning.targets import local_capabilities
+from trtfarm.publishing import layout
+from trtfarm.store import Store, open_store
+from trtfarm.store.base import Progress
+from trtfarm.toolchain import BuildProgress
+from trtfarm.triggers.registry import ExportRef, latest_exports, resolve_model
+
+WORK_PREFIX = "trtfarm-build-"
+STALE_S = 6 * 3600  # a work folder untouched this long belongs to a killed build
+
+
+def find_exports(store: Store, model: str | None) -> list[ExportRef]:
+    """The exports a run builds: a local ONNX path, the named model or URI, or the latest of every registered one."""
+    if model and "://" not in model and (Path(model).is_file() or Path(model).suffix == ".onnx"):
+        return [ExportRef(str(Path(model)), "")]
+    return [resolve_model(store, model)] if model else latest_exports(store)
+
+
+def plan_run(request: MatrixRequest, store: Store, exports: Iterable[ExportRef], farm: bool) -> list[ExportPlan]:
+    """Plan every model of the run; the fleet is parsed and this machine scanned once per run."""
+    fleet = load_fleet(request.targets_file)
+    select_targets(fleet, request.targets or None)  # an unknown target id fails the run before any work
+    caps = None if farm else local_capabilities()
+    return [plan_export(request, e, store, farm=farm, fleet=fleet, caps=caps) for e in exports]
+
+
+def refit_fallbacks(jobs: list[BuildJob], results: list[JobResult], where: Callable[[BuildJob], str]) -> list[BuildJob]:
+    """Full builds for the refit jobs whose workers could not load the engine (``where(job)`` names them)."""
+    return [full_build_of(job, f"refit not possible on {where(job)} ({result.refit_unavailable[:200]})")
+            for job, result in zip(jobs, results, strict=True) if result.refit_unavailable]
+
+
+def rows_for(plans: list[ExportPlan], results: Iterable[JobResult]) -> list[dict]:
+    """One ``{model, target, status, ...}`` row per target, in the fleet's order (the ``--json`` contract)."""
+    by_target: dict[tuple[str, str], TargetOutcome] = {}
+    done = {r.job_id: r for r in results if not r.refit_unavailable}
+    for plan in plans:
+        for job in plan.jobs:
+            result = done.get(job.job_id) or done.get(full_build_of(job, "").job_id)
+            for outcome in result.outcomes if result else []:
+                by_target[(plan.name, outcome.target)] = outcome
+    rows = []
+    for plan in plans:
+        for target in plan.targets:
+            outcome = plan.outcomes.get(target) or by_target.get((plan.name, target)) or \
+                TargetOutcome(target, "failed", "no build ran for this target")
+            rows.append({"model": plan.name, **outcome.to_json()})
+    return rows
+
+
+def has_news(statuses: Iterable[str]) -> bool:
+    """True when a model's run built or failed something (it gets a full report); else it is all up to date."""
+    return any(s in ("built", "failed") for s in statuses)
+
+
+def new_run_id() -> str:
+    """A run id for a run without an orchestrator: sortable by time, unique across concurrent processes."""
+    return f"local-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
+
+
+def store_reports(store: Store, run: str, rows: list[dict]) -> dict[str, Path | None]:
+    """Each model's report of this run in the store: in full where it has news, else only its outcomes.
+
+    Returns the rendered ``report.md`` per model (None where only the outcomes were stored). The full report is
+    rendered into a temporary folder and copied into the store under ``reports/<model>/<run>/``.
+    """
+    from trtfarm.validation.report import write_report
+
+    by_model: dict[str, list[dict]] = {}
+    for r in rows:
+        by_model.setdefault(r["model"], []).append({k: v for k, v in r.items() if k != "model"})
+    written: dict[str, Path | None] = {}
+    for model, outcomes in by_model.items():
+        if has_news(o["status"] for o in outcomes):
+            out = Path(tempfile.mkdtemp(prefix="trtfarm-report-"))
+            written[model] = write_report(store, model, run, outcomes, out)
+        else:
+            store.put_if_absent(layout.report_key(model, run, "outcomes.json"), json.dumps(outcomes, indent=2).encode())
+            written[model] = None
+    return written
+
+
+def sweep_stale_work(root: Path | None = None, now: float | None = None) -> int:
+    """Remove build folders that killed builds left in TMPDIR (older than ``STALE_S``); returns how many."""
+    root, now, removed = Path(root or tempfile.gettempdir()), now or time.time(), 0
+    for folder in root.glob(f"{WORK_PREFIX}*"):
+        try:
+            if folder.is_dir() and now - folder.stat().st_mtime > STALE_S:
+                shutil.rmtree(folder, ignore_errors=True)
+                removed += 1
+        except FileNotFoundError:  # another process swept it first
+            continue
+    return removed
+
+
+def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress] | None = None,
+              upload: Callable[[str], Progress] | None = None, report: bool = True) -> list[dict]:
+    """Plan and build in this process (``trtfarm build``); returns one row per target.
+
+    Targets already published are up to date (and released, if a killed run left them unreleased); each
+    compatibility class is built once; a model's report goes to the store when the run built or failed something.
+    """
+    store = open_store(request.store)
+    plans = plan_run(request, store, find_exports(store, request.model), farm=False)
+    jobs = [job for plan in plans for job in plan.jobs]
+    sweep_stale_work()
+    run = new_run_id()
+    results = _run_jobs(store, jobs, run, progress, upload)
+    fallback = refit_fallbacks(jobs, results, lambda job: "this machine")
+    results += _run_jobs(store, fallback, run, progress, upload)
+    rows = rows_for(plans, results)
+    if report and jobs:
+        store_reports(store, run, rows)
+    return rows
+
+
+def _run_jobs(store: Store, jobs: list[BuildJob], run: str, progress, upload) -> list[JobResult]:
+    results = []
+    for job in jobs:
+        with tempfile.TemporaryDirectory(prefix=WORK_PREFIX) as work:
+            os.utime(work)
+            results.append(run_job(store, job, Path(work), progress=progress(job.lead.target.id) if progress else None,
+                                   upload_progress=upload, run_id=run))
+    return results

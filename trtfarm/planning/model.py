@@ -1,0 +1,106 @@
+"""The model a run builds: its bytes' content addresses and the precision step that ran before any build.
+
+``model_source`` checks an ONNX file and digests it; ``with_precision`` runs (or reuses from the store) the precision
+step and records where the converted ONNX lives, so a farm child downloads it instead of converting again.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+import onnx
+from pydantic import BaseModel, ConfigDict
+
+from trtfarm.errors import UserInputError
+from trtfarm.identity import graph_digest, onnx_digest, sha256_file
+from trtfarm.precision.recipe import Recipe
+from trtfarm.publishing import layout
+
+
+class PrecisionStep(BaseModel):
+    """What the precision step decided: the recipe, the converted ONNX (digest, store key) and the gate's verdict."""
+
+    model_config = ConfigDict(frozen=True)
+    recipe: Recipe = Recipe()
+    converted_digest: str
+    converted_key: str | None = None  # store key of the converted ONNX (None: fp32, the export is built as is)
+    converted_sha256: str | None = None
+    pinned_fp32_nodes: list[str] = []
+    accuracy: dict | None = None
+    gate: Literal["passed", "failed", "not_run"] = "passed"
+    gate_detail: str = ""
+
+    @property
+    def mode(self) -> str:
+        """The recipe's mode: fp32, fp16, bf16, int8 or fp8."""
+        return self.recipe.mode
+
+
+class ModelSource(BaseModel):
+    """An ONNX export and its content addresses (``onnx_digest`` is what a child checks the bytes against)."""
+
+    model_config = ConfigDict(frozen=True)
+    name: str
+    path: Path
+    source_uri: str
+    onnx_digest: str
+    graph_digest: str
+    exported_at: str
+    build_path: Path | None = None  # the precision-converted ONNX the builder parses (None: as exported)
+    precision: PrecisionStep | None = None
+
+    @property
+    def plan_input(self) -> Path:
+        """The ONNX the builder parses."""
+        return self.build_path or self.path
+
+    @property
+    def plan_digest(self) -> str:
+        """The digest that feeds build digests: of the converted ONNX."""
+        return self.precision.converted_digest if self.precision else self.onnx_digest
+
+    @property
+    def recipe_mode(self) -> str:
+        """The precision mode the plan is built in."""
+        return self.precision.mode if self.precision else "fp32"
+
+
+def model_source(path: Path, name: str) -> ModelSource:
+    """Check the ONNX loads and passes ``onnx.checker``; compute its digests. Bad files are user errors."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserInputError(f"{path}: no such ONNX file")
+    try:
+        onnx.checker.check_model(str(path))
+    except (onnx.checker.ValidationError, ValueError, OSError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserInputError(f"{path}: not a valid ONNX model ({type(err).__name__}: {first}). "
+                             "Fix: re-export the model; check the file was copied completely.") from err
+    layout.check_name("model name", name)
+    exported = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).isoformat(timespec="microseconds")
+    return ModelSource(name=name, path=path, source_uri=path.resolve().as_uri(), onnx_digest=onnx_digest(path),
+                       graph_digest=graph_digest(path), exported_at=exported)
+
+
+def with_precision(store, model: ModelSource, recipe: Recipe, calibration: Path | None,
+                   heldout: Path | None) -> ModelSource:
+    """Run (or reuse from the store) the precision step; ``GateFailed`` when the gate refuses the conversion."""
+    from trtfarm.precision import precision_key, prepare_precision
+
+    work = Path(tempfile.gettempdir()) / "trtfarm" / "converted" / model.name / model.onnx_digest[:12] / recipe.mode
+    result = prepare_precision(store, model.name, model.path, model.onnx_digest, recipe, work,
+                               calibration=calibration, heldout=heldout)
+    converted = result.path != model.path
+    key = layout.converted_prefix(model.name, model.onnx_digest, precision_key(recipe, model.onnx_digest,
+                                                                              calibration, heldout))
+    gate = "passed" if result.report.passed else "not_run" if result.report.passed is None else "failed"
+    step = PrecisionStep(recipe=recipe, converted_digest=result.digest,
+                         converted_key=f"{key}/{layout.ONNX_NAME}" if converted else None,
+                         converted_sha256=sha256_file(result.path) if converted else None,
+                         pinned_fp32_nodes=result.pinned,
+                         accuracy=result.report.to_json() if recipe.mode != "fp32" else None,
+                         gate=gate, gate_detail=result.summary())
+    return model.model_copy(update={"build_path": result.path if converted else None, "precision": step})

@@ -1,0 +1,142 @@
+"""The store's layout: every key trtfarm reads or writes is spelled here, and only here.
+
+```
+plans/<model>/<onnx_digest:12>/<gpu>/<toolchain>-<version>/<build_digest:12>/{model.plan,manifest.json}
+releases/<model>/<gpu>/<toolchain>-<version>.json
+timing-caches/<toolchain>-<version>/<gpu>.cache
+converted/<model>/<onnx_digest:12>/<precision_step:12>/{model.onnx,report.json}
+models/<model>/<export_id>/{model.onnx,farm.yaml,...,export.json}
+reports/<model>/<run>/{report.md,outcomes.json,rows.json,*.png}
+runs/<run>/jobs/<job_id>.json
+webhook/exports/<claim>.json
+```
+Model names and GPU keys are path segments: ``check_name`` refuses anything that could leave its folder.
+``tests/publishing/test_layout.py`` pins this layout like a file format.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from trtfarm.errors import UserInputError
+
+PLAN_NAME, MANIFEST_NAME = "model.plan", "manifest.json"
+ONNX_NAME, EXPORT_NAME = "model.onnx", "export.json"
+PLANS, RELEASES, TIMING_CACHES, CONVERTED, MODELS, REPORTS, RUNS = (
+    "plans", "releases", "timing-caches", "converted", "models", "reports", "runs")
+TEMP_PREFIX = ".tmp-"  # in-flight writes of the file store; never a key
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$")
+
+
+def check_name(kind: str, value: str) -> str:
+    """Accept a key component (model name, GPU key) only if it is a safe path segment."""
+    if not isinstance(value, str) or not _NAME.match(value) or value in {".", ".."}:
+        raise UserInputError(f"{kind} {value!r} is not a valid name: use letters, digits, '.', '_' or '-' "
+                             "(at most 128, starting with a letter or digit)")
+    return value
+
+
+def _segment(kind: str, value: str) -> str:
+    if not _SEGMENT.match(value) or ".." in value:
+        raise UserInputError(f"{kind} {value!r} is not a valid key segment")
+    return value
+
+
+# --- plans and releases ------------------------------------------------------------------------------------------
+def plan_prefix(model: str, onnx_digest: str, gpu: str, toolchain_label: str, build_digest: str) -> str:
+    """``plans/<model>/<onnx_digest:12>/<gpu>/<toolchain>-<version>/<build_digest:12>``."""
+    return (f"{PLANS}/{check_name('model name', model)}/{onnx_digest[:12]}/{check_name('GPU', gpu)}/"
+            f"{_segment('toolchain', toolchain_label)}/{build_digest[:12]}")
+
+
+def plan_key(prefix: str) -> str:
+    """The plan object of a plan folder."""
+    return f"{prefix}/{PLAN_NAME}"
+
+
+def manifest_key(prefix: str) -> str:
+    """The manifest of a plan folder."""
+    return f"{prefix}/{MANIFEST_NAME}"
+
+
+def plans_prefix(model: str | None = None) -> str:
+    """Where every plan (of ``model``) lives, for listings."""
+    return f"{PLANS}/{check_name('model name', model)}/" if model else f"{PLANS}/"
+
+
+class PlanFolder(NamedTuple):
+    """The fields a plan key carries."""
+
+    model: str
+    onnx12: str
+    gpu: str
+    toolchain: str
+    build12: str
+    leaf: str
+
+
+def parse_plan_key(key: str) -> PlanFolder | None:
+    """``plans/<model>/<onnx12>/<gpu>/<toolchain>/<build12>/<leaf>`` -> its fields; None for any other key."""
+    parts = key.split("/")
+    if len(parts) != 7 or parts[0] != PLANS:
+        return None
+    return PlanFolder(*parts[1:])
+
+
+def release_key(model: str, gpu: str, toolchain_label: str) -> str:
+    """``releases/<model>/<gpu>/<toolchain>-<version>.json``."""
+    return f"{RELEASES}/{check_name('model name', model)}/{check_name('GPU', gpu)}/" \
+           f"{_segment('toolchain', toolchain_label)}.json"
+
+
+def releases_prefix(model: str | None = None) -> str:
+    """Where every release pointer (of ``model``) lives."""
+    return f"{RELEASES}/{check_name('model name', model)}/" if model else f"{RELEASES}/"
+
+
+# --- timing caches -----------------------------------------------------------------------------------------------
+def timing_cache_key(toolchain_label: str, gpu: str) -> str:
+    """``timing-caches/<toolchain>-<version>/<gpu>.cache``: one per (toolchain version, GPU model)."""
+    return f"{TIMING_CACHES}/{_segment('toolchain', toolchain_label)}/{check_name('GPU', gpu)}.cache"
+
+
+def timing_cache_ref(key_or_ref: str) -> str:
+    """``TOOLCHAIN/GPU`` (what people type) <-> the cache key: accepts either, returns the key."""
+    if key_or_ref.startswith(f"{TIMING_CACHES}/"):
+        return key_or_ref
+    toolchain, _, gpu = key_or_ref.removesuffix(".cache").partition("/")
+    return timing_cache_key(toolchain, gpu)
+
+
+def timing_cache_label(key: str) -> str:
+    """The ``TOOLCHAIN/GPU`` label of a cache key."""
+    return key.removeprefix(f"{TIMING_CACHES}/").removesuffix(".cache")
+
+
+# --- precision steps, registry, reports, runs, webhook claims ---------------------------------------------------
+def converted_prefix(model: str, onnx_digest: str, step_digest: str) -> str:
+    """``converted/<model>/<onnx_digest:12>/<precision_step:12>``: a stored precision conversion and its report."""
+    return f"{CONVERTED}/{check_name('model name', model)}/{onnx_digest[:12]}/{step_digest[:12]}"
+
+
+def export_prefix(model: str, export_id: str) -> str:
+    """``models/<model>/<export_id>``: one registered export."""
+    return f"{MODELS}/{check_name('model name', model)}/{_segment('export id', export_id)}"
+
+
+def report_key(model: str, run: str, name: str) -> str:
+    """``reports/<model>/<run>/<name>``: one file of a run's report."""
+    return f"{REPORTS}/{check_name('model name', model)}/{_segment('run', run)}/{_segment('report file', name)}"
+
+
+def job_result_key(run: str, job_id: str) -> str:
+    """``runs/<run>/jobs/<job_id>.json``: what a farm child built, read by its parent."""
+    return f"{RUNS}/{_segment('run', run)}/jobs/{_segment('job id', job_id)}.json"
+
+
+def webhook_claim_key(claim_id: str) -> str:
+    """``webhook/exports/<claim>.json``: the create-only marker that makes one event per export."""
+    return f"webhook/exports/{_segment('claim', claim_id)}.json"
