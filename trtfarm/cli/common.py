@@ -8,9 +8,6 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from trtfarm.planning.fleet import DEFAULT_TARGETS_FILE
-from trtfarm.store import DEFAULT_STORE
-
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Build, validate and publish TensorRT-family plans for every GPU x toolchain in a fleet.")
 out = Console()
@@ -25,11 +22,15 @@ JSON_OPT = typer.Option(False, "--json", help="machine-readable output on stdout
 
 def store_uri(store: str | None) -> str:
     """``--store``, else ``$TRTFARM_STORE``, else ``trtfarm-store`` under the working directory."""
+    from trtfarm.store import DEFAULT_STORE
+
     return store or os.environ.get("TRTFARM_STORE") or DEFAULT_STORE
 
 
 def targets_path(path: Path | None) -> str:
     """``--targets-file``, else ``$TRTFARM_TARGETS``, else ``gpu_targets.yaml`` in the working directory."""
+    from trtfarm.planning.fleet import DEFAULT_TARGETS_FILE
+
     return str(path or os.environ.get("TRTFARM_TARGETS") or DEFAULT_TARGETS_FILE)
 
 

@@ -15,6 +15,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from trtfarm.errors import IntegrityError, StoreError
 from trtfarm.store.base import AlreadyExists, Blob, Conflict, HashingReader, Progress, Store, Uploaded, validate_key
 
@@ -33,6 +35,9 @@ def _is_precondition_failed(err: Exception) -> bool:
 
 def _is_conflict_retry(err: Exception) -> bool:
     return _code(err) in {"ConditionalRequestConflict", "409"}
+
+
+_BOTO_ERRORS = (ClientError, BotoCoreError)  # an S3 answer, or no answer (connection, timeout, credentials)
 
 
 def _is_missing(err: Exception) -> bool:
@@ -74,7 +79,7 @@ class S3Store(Store):
         """Return the object and its ETag, or None."""
         try:
             resp = self.client.get_object(Bucket=self.bucket, Key=self._k(key))
-        except Exception as err:  # botocore ClientError and friends
+        except _BOTO_ERRORS as err:
             if _is_missing(err):
                 return None
             raise StoreError(f"{self.url(key)}: read failed: {err}") from err
@@ -84,7 +89,7 @@ class S3Store(Store):
         """HEAD the object: its ETag, or None."""
         try:
             return self.client.head_object(Bucket=self.bucket, Key=self._k(key))["ETag"]
-        except Exception as err:  # botocore ClientError (404) and friends
+        except _BOTO_ERRORS as err:
             if _is_missing(err):
                 return None
             raise StoreError(f"{self.url(key)}: read failed: {err}") from err
@@ -93,7 +98,7 @@ class S3Store(Store):
         """HEAD the object: its size, or None."""
         try:
             return int(self.client.head_object(Bucket=self.bucket, Key=self._k(key))["ContentLength"])
-        except Exception as err:  # botocore ClientError (404) and friends
+        except _BOTO_ERRORS as err:
             if _is_missing(err):
                 return None
             raise StoreError(f"{self.url(key)}: read failed: {err}") from err
@@ -102,7 +107,7 @@ class S3Store(Store):
         for attempt in range(_RETRIES):
             try:
                 return self.client.put_object(Bucket=self.bucket, Key=self._k(key), Body=data, **cond)["ETag"]
-            except Exception as err:
+            except _BOTO_ERRORS as err:
                 if _is_conflict_retry(err) and attempt < _RETRIES - 1:
                     time.sleep(0.05 * 2**attempt)
                     continue
@@ -113,7 +118,7 @@ class S3Store(Store):
         """Create the object (``IfNoneMatch='*'``); False when it exists."""
         try:
             self._put(key, data, IfNoneMatch="*")
-        except Exception as err:
+        except _BOTO_ERRORS as err:
             if _is_precondition_failed(err):
                 return False
             raise StoreError(f"{self.url(key)}: write failed: {err}") from err
@@ -124,7 +129,7 @@ class S3Store(Store):
         cond = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
         try:
             return self._put(key, data, **cond)
-        except Exception as err:
+        except _BOTO_ERRORS as err:
             if _is_precondition_failed(err) or (etag and _is_missing(err)):
                 raise Conflict(f"{self.url(key)}: changed since it was read") from err
             raise StoreError(f"{self.url(key)}: write failed: {err}") from err
@@ -138,7 +143,7 @@ class S3Store(Store):
             with open(path, "rb") as f:
                 reader = HashingReader(f, progress)
                 self.client.upload_fileobj(reader, self.bucket, full, Config=self._transfer)
-        except Exception as err:
+        except _BOTO_ERRORS as err:
             if _is_precondition_failed(err):
                 raise AlreadyExists(f"{self.url(key)} already exists") from err
             raise StoreError(f"{self.url(key)}: upload failed: {err}") from err
@@ -155,7 +160,7 @@ class S3Store(Store):
         try:
             try:
                 body = self.client.get_object(Bucket=self.bucket, Key=self._k(key))["Body"]
-            except Exception as err:
+            except _BOTO_ERRORS as err:
                 raise StoreError(f"{self.url(key)}: cannot read it: {err}") from err
             with open(tmp, "wb") as out:
                 reader = HashingReader(body, progress)

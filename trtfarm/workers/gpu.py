@@ -38,7 +38,7 @@ def scan_gpus() -> GpuScan:
         return GpuScan((), None, "nvidia-ml-py is not installed")
     try:
         pynvml.nvmlInit()
-    except Exception as err:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+    except pynvml.NVMLError as err:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
         return GpuScan((), None, f"NVML unavailable: {err}")
     try:
         driver = pynvml.nvmlSystemGetDriverVersion()

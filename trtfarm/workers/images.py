@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trtfarm.errors import TrtfarmError, UserInputError
+from trtfarm.errors import UserInputError
 from trtfarm.planning.fleet import Flavour, Fleet
 from trtfarm.toolchain.header import version_matches
 
@@ -22,8 +22,8 @@ PROBE = "trtfarm-toolchain-version"
 DOCKERFILES = {Flavour.tensorrt: "infra/docker/Dockerfile", Flavour.tensorrt_rtx: "infra/docker/Dockerfile.rtx"}
 
 
-class DockerUnavailable(TrtfarmError):
-    """No Docker engine answered."""
+class DockerUnavailable(UserInputError):
+    """No Docker engine answered: the machine's setup (start dockerd or set DOCKER_HOST), so exit 2 with the fix."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def docker_client():
     try:
         client = docker.from_env()
         client.ping()
-    except Exception as err:  # docker.errors.DockerException wraps connection errors
+    except docker.errors.DockerException as err:  # wraps connection errors
         import os
 
         where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
@@ -146,7 +146,9 @@ def push_image(client, result: ImageResult) -> None:
 
 
 def _remove(client, ref: str) -> None:
+    import docker
+
     try:
         client.images.remove(ref, force=True)
-    except Exception:  # already gone (a failed build leaves nothing under the tag)
+    except docker.errors.NotFound:  # already gone (a failed build leaves nothing under the tag)
         pass

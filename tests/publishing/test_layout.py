@@ -1,0 +1,59 @@
+"""The store layout is a file format: every key is pinned here, and names that could leave their folder are refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from trtfarm.errors import UserInputError
+from trtfarm.publishing import layout
+
+D64, B64 = "0123456789ab" + "c" * 52, "fedcba987654" + "0" * 52
+
+
+def test_every_key_has_the_documented_shape():
+    prefix = layout.plan_prefix("encoder", D64, "h100", "tensorrt-11.4.0.106", B64)
+    assert prefix == "plans/encoder/0123456789ab/h100/tensorrt-11.4.0.106/fedcba987654"
+    assert layout.plan_key(prefix) == f"{prefix}/model.plan"
+    assert layout.manifest_key(prefix) == f"{prefix}/manifest.json"
+    assert layout.plans_prefix() == "plans/" and layout.plans_prefix("encoder") == "plans/encoder/"
+    assert layout.release_key("encoder", "h100", "tensorrt-11.4.0.106") == \
+        "releases/encoder/h100/tensorrt-11.4.0.106.json"
+    assert layout.releases_prefix("encoder") == "releases/encoder/"
+    assert layout.timing_cache_key("tensorrt-11.4.0.106", "h100") == "timing-caches/tensorrt-11.4.0.106/h100.cache"
+    assert layout.converted_prefix("encoder", D64, B64) == "converted/encoder/0123456789ab/fedcba987654"
+    assert layout.export_prefix("encoder", "20261201T000000000000Z-0123456789ab") == \
+        "models/encoder/20261201T000000000000Z-0123456789ab"
+    assert layout.report_key("encoder", "local-20261201T000000-abcdef", "outcomes.json") == \
+        "reports/encoder/local-20261201T000000-abcdef/outcomes.json"
+    assert layout.job_result_key("6f1c2d3e-0000-4000-8000-000000000000", "fedcba9876540000-1") == \
+        "runs/6f1c2d3e-0000-4000-8000-000000000000/jobs/fedcba9876540000-1.json"
+    assert layout.webhook_claim_key("ab" * 32) == f"webhook/exports/{'ab' * 32}.json"
+
+
+def test_a_plan_key_parses_back_into_its_fields():
+    key = layout.manifest_key(layout.plan_prefix("encoder", D64, "h100", "tensorrt-11.4.0.106", B64))
+    assert layout.parse_plan_key(key) == ("encoder", "0123456789ab", "h100", "tensorrt-11.4.0.106", "fedcba987654",
+                                          "manifest.json")
+    assert layout.parse_plan_key("releases/encoder/h100/x.json") is None
+
+
+def test_timing_cache_references_round_trip():
+    key = layout.timing_cache_ref("tensorrt-11.4.0.106/h100")
+    assert key == layout.timing_cache_key("tensorrt-11.4.0.106", "h100") == layout.timing_cache_ref(key)
+    assert layout.timing_cache_label(key) == "tensorrt-11.4.0.106/h100"
+
+
+@pytest.mark.parametrize("bad", ["", ".", "..", "../x", "a/b", "-lead", "x" * 129, "a b", "a\\b", "%2e%2e"])
+def test_names_that_could_leave_their_folder_are_user_errors(bad):
+    with pytest.raises(UserInputError, match="not a valid name"):
+        layout.plan_prefix(bad, D64, "h100", "t-1", B64)
+    with pytest.raises(UserInputError):
+        layout.release_key("encoder", bad, "t-1")
+
+
+@pytest.mark.parametrize("bad", ["../x", "a/b", "..", ""])
+def test_other_segments_refuse_traversal_too(bad):
+    with pytest.raises(UserInputError):
+        layout.job_result_key(bad, "job")
+    with pytest.raises(UserInputError):
+        layout.report_key("encoder", bad, "report.md")
