@@ -2,7 +2,9 @@
 
 Start from the naive conversion (every node converted). Candidates, in graph order: nodes whose FP32 inputs or
 outputs exceed the low-precision range on the held-out data, then the nodes the layer-wise report names. Pin
-candidates one at a time until the gate passes, then try removing each pin again: what is left is needed.
+candidates one at a time until the gate passes, then try removing each pin again: what is left is needed. The FP32
+model's session, outputs and all-tensor run are computed once and shared by every attempt; only the first attempt
+runs the layer-wise search.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 
 from trtfarm.precision.convert import ConversionError, Converted, convert_onnx
 from trtfarm.precision.gate import FP16_MAX, GateReport, accuracy_gate, all_tensors
+from trtfarm.precision.progress import Progress
 from trtfarm.precision.recipe import Recipe
 
 MAX_TRIES = 32
@@ -41,17 +44,22 @@ def _exact(names: list[str]) -> list[str]:
     return [f"^{re.escape(n)}$" for n in names]
 
 
-def auto_pin(src: Path, recipe: Recipe, work: Path, feeds: list[dict], calibration_path: Path | None) -> Pinned:
+def auto_pin(src: Path, recipe: Recipe, work: Path, feeds: list[dict], calibration_path: Path | None,
+             progress: Progress | None = None) -> Pinned:
     """Search the minimal FP32 node set (on top of the recipe's own keep lists)."""
     naive = recipe.model_copy(update={"data_max": float("inf"), "auto_pin": False})
+    progress = progress or Progress()
     tries = 0
 
     def attempt(pins: list[str]) -> tuple[Converted, GateReport]:
         nonlocal tries
         tries += 1
         r = naive.model_copy(update={"keep_fp32": [*recipe.keep_fp32, *_exact(pins)]})
-        conv = convert_onnx(src, r, work / f"try-{tries}.onnx", calibration_path=calibration_path)
-        return conv, accuracy_gate(src, conv.path, feeds, r)
+        label = f"auto-pin {tries}: {len(pins)} node(s) in FP32"
+        with progress.stage(f"{label}, converting"):
+            conv = convert_onnx(src, r, work / f"try-{tries}.onnx", calibration_path=calibration_path)
+        with progress.stage(f"{label}, comparing", 2 * len(feeds)) as step:
+            return conv, accuracy_gate(src, conv.path, feeds, r, diagnose=tries == 1, step=step)
 
     conv, report = attempt([])
     if report.passed is not False:
@@ -71,9 +79,9 @@ def auto_pin(src: Path, recipe: Recipe, work: Path, feeds: list[dict], calibrati
         raise ConversionError(f"--auto-pin: keeping {len(pins)} node(s) in FP32 ({', '.join(pins) or 'none'}) "
                               f"still fails the gate: {'; '.join(report.failures)}. Keep larger regions with "
                               "--keep-fp32 REGEX, or use fp32.")
+    best = (conv, report)
     for name in list(pins):  # minimality: drop every pin the gate does not need
         trial = [p for p in pins if p != name]
-        if tries < MAX_TRIES and attempt(trial)[1].passed:
-            pins = trial
-    conv, report = attempt(pins)
-    return Pinned(conv, report, pins, tries)
+        if tries < MAX_TRIES and (found := attempt(trial))[1].passed:
+            pins, best = trial, found
+    return Pinned(best[0], best[1], pins, tries)

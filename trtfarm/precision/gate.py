@@ -1,41 +1,40 @@
 """The accuracy gate, on CPU, before any engine exists: the converted model against the FP32 model.
 
-Both run through Polygraphy's comparator with onnxruntime, graph optimisations off: the gate judges each node in
-the precision the ONNX gives it. (onnxruntime fuses MatMul + Mul and so hides an FP16 overflow of the product that
-another runtime may not fuse away; with Q/DQ graphs its fusions give wrong FP8 results.) Figures per output: cosine
-similarity of each sample's output (mean, min), max absolute and relative error; for classifiers top-1 agreement,
-for embedding models recall@k of FP32's nearest neighbours. When the gate fails, a layer-wise run names the first
-nodes where the conversion diverges.
+Both run in onnxruntime with graph optimisations off, one session per model reused across samples, modes and
+auto-pin attempts (``runs``). Per output the gate measures error against the output's scale and cosine similarity
+where the reference carries signal (``figures``). The converted model's FP16 tensors are watched in the same run:
+under strong typing TensorRT stores every FP16 tensor in FP16, so an overflow between two nodes that onnxruntime's
+CPU kernels upcast away would reach a TensorRT engine's outputs. Only when the gate fails does a layer-wise run
+name the first nodes where the conversion diverges.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import onnx
 
+from trtfarm.precision.figures import OutputFigures, figure_failures, output_figures, output_ranges
 from trtfarm.precision.recipe import Recipe
+from trtfarm.precision.runs import all_tensors, infer, joined, low_precision_tensors, reference, run_models
+
+__all__ = ["FP16_MAX", "GateReport", "OutputFigures", "accuracy_gate", "all_tensors", "figure_failures",
+           "fp16_overflows", "layerwise_divergence", "output_figures", "run_models"]
 
 FP16_MAX = 65504.0
-
-
-@dataclass
-class OutputFigures:
-    """How one output of the converted model compares with FP32."""
-
-    output: str
-    cosine_mean: float
-    cosine_min: float
-    max_abs: float
-    max_rel: float
-    extra: dict = field(default_factory=dict)
+HELDOUT_ADVICE = ("pass real inputs as held-out data (heldout.npz: numpy.savez keyed by input name; `--heldout` or "
+                  "heldout.npz beside the export) so the gate sees the outputs the model gives in use")
 
 
 @dataclass
 class GateReport:
-    """The gate's verdict. ``passed`` is None when the numerics could not be run here (BF16 on CPU)."""
+    """The gate's verdict. ``passed`` is None when the numerics could not be run here (BF16 on CPU).
+
+    ``warnings`` say where the verdict rests on little evidence (outputs the inputs made degenerate).
+    """
 
     mode: str
     passed: bool | None
@@ -44,92 +43,58 @@ class GateReport:
     failures: list[str] = field(default_factory=list)
     diverging_nodes: list[dict] = field(default_factory=list)
     note: str = ""
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         """Plain JSON for the manifest and ``--json``."""
         return asdict(self)
 
 
-def _session(path_or_bytes):
-    import onnxruntime as ort
-    from polygraphy.backend.onnxrt import SessionFromOnnx
+def _not_finite(values: dict[str, np.ndarray], outputs: set[str], watched: set[str] | None) -> dict[str, np.ndarray]:
+    """Reduce one feed's outputs: the graph's outputs stay, FP16 tensors become counts of inf/NaN values.
 
-    return SessionFromOnnx(str(path_or_bytes) if isinstance(path_or_bytes, Path) else path_or_bytes,
-                           providers=["cpu"], graph_optimization_level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-
-
-def run_models(paths: list, feeds: list[dict], keep_dtype: bool = False) -> list[dict[str, np.ndarray]]:
-    """Run each model on every feed through Polygraphy's comparator; outputs concatenated over feeds."""
-    from polygraphy.backend.onnxrt import OnnxrtRunner
-    from polygraphy.comparator import Comparator
-    from polygraphy.logger import G_LOGGER
-
-    G_LOGGER.module_severity = G_LOGGER.ERROR
-    runners = [OnnxrtRunner(_session(p), name=f"model{i}") for i, p in enumerate(paths)]
-    results = Comparator.run(runners, data_loader=feeds)
-    outs = []
-    for i in range(len(paths)):
-        iterations = dict(results)[f"model{i}"]
-        outs.append({k: _stack([np.asarray(it[k]) if keep_dtype else np.asarray(it[k], dtype=np.float32)
-                                for it in iterations]) for k in iterations[0].keys()})
-    return outs
-
-
-def _stack(parts: list[np.ndarray]) -> np.ndarray:
-    """Concatenate per-feed results along the batch axis (scalars and shape tensors: the first feed's)."""
-    return np.concatenate(parts) if parts[0].ndim else parts[0]
-
-
-def _rows(x: np.ndarray) -> np.ndarray:
-    return x.reshape(x.shape[0], -1).astype(np.float64)
-
-
-def output_figures(name: str, ref: np.ndarray, got: np.ndarray, recipe: Recipe) -> OutputFigures:
-    """Cosine per sample row, max abs/rel error, and the task's figure (top-1 or recall@k)."""
-    a, b = _rows(ref), _rows(got)
-    finite = np.isfinite(b).all(axis=1)
-    denom = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-    cos = np.where(finite & (denom > 0), (a * b).sum(axis=1) / np.maximum(denom, 1e-30), 0.0)
-    diff = np.abs(a - b)
-    fig = OutputFigures(name, float(cos.mean()), float(cos.min()), float(np.nanmax(np.where(np.isfinite(diff), diff,
-                                                                                             np.inf))),
-                        float(np.nanmax(diff / (np.abs(a) + 1e-6)) if np.isfinite(diff).all() else np.inf))
-    k = min(recipe.gate_thresholds.k, len(a) - 1)
-    if recipe.task == "classifier":
-        fig.extra["top1_agreement"] = float((a.argmax(1) == b.argmax(1)).mean())
-    elif recipe.task == "embedding" and k >= 1:
-        fig.extra[f"recall_at_{k}"] = _recall_at_k(a, np.where(np.isfinite(b), b, 0.0), k)
-    return fig
-
-
-def _recall_at_k(a: np.ndarray, b: np.ndarray, k: int) -> float:
-    """Share of each sample's k nearest FP32 neighbours (cosine) that the converted model also ranks top-k."""
-    def neighbours(x):
-        x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-        sim = x @ x.T
-        np.fill_diagonal(sim, -np.inf)
-        return np.argsort(-sim, axis=1)[:, :k]
-
-    na, nb = neighbours(a), neighbours(b)
-    return float(np.mean([len(set(x) & set(y)) / k for x, y in zip(na, nb, strict=True)]))
-
-
-def figure_failures(figs: list[OutputFigures], recipe: Recipe) -> list[str]:
-    """Each figure below the recipe's thresholds, as a sentence naming the output."""
-    t, out = recipe.gate_thresholds, []
-    for f in figs:
-        if f.cosine_mean < t.cosine_mean or f.cosine_min < t.cosine_min:
-            out.append(f"output {f.output!r}: cosine mean {f.cosine_mean:.6f} / min {f.cosine_min:.6f} below "
-                       f"{t.cosine_mean} / {t.cosine_min}")
-        for key, value in f.extra.items():
-            need = t.top1_agreement if key == "top1_agreement" else t.recall_at_k
-            if value < need:
-                out.append(f"output {f.output!r}: {key} {value:.4f} below {need}")
+    ``watched`` names the FP16 tensors (``None``: every tensor whose runtime dtype is FP16); other marked tensors
+    are dropped.
+    """
+    out = {}
+    for name, v in values.items():
+        if name in outputs:
+            out[name] = v
+        elif (name in watched) if watched is not None else v.dtype == np.float16:
+            out[f"nonfinite:{name}"] = np.array(int((~np.isfinite(v)).sum()))
     return out
 
 
-def accuracy_gate(fp32: Path, converted: Path, feeds: list[dict], recipe: Recipe) -> GateReport:
-    """Compare ``converted`` with ``fp32`` on ``feeds`` and judge against the recipe's thresholds."""
+def converted_outputs(converted: Path, feeds: list[dict], outputs: list[str],
+                      step: Callable[[], None] | None = None) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """The converted model's outputs on ``feeds`` and, per FP16 tensor, how many values were inf/NaN.
+
+    One run per feed: the FP16 tensors are marked as extra outputs and reduced to counts as each feed finishes,
+    so memory holds one feed's activations, not all of them.
+    """
+    watched = low_precision_tensors(converted)
+    names = set(watched) if isinstance(watched, tuple) else None
+    results = infer(converted, feeds, extra=watched, each=lambda v: _not_finite(v, set(outputs), names), step=step)
+    outs = joined([{k: r[k] for k in outputs} for r in results])
+    counts = {k.split(":", 1)[1]: sum(int(r[k]) for r in results) for k in results[0] if k.startswith("nonfinite:")}
+    return outs, counts
+
+
+def _overflow_list(model: onnx.ModelProto, counts: dict[str, int], limit: int = 5) -> list[dict]:
+    producer = {t: n for n in model.graph.node for t in n.output}
+    found = [{"node": producer[t].name, "op": producer[t].op_type, "tensor": t,
+              "issue": f"FP16 overflow: {counts[t]} non-finite values"}
+             for n in model.graph.node for t in n.output if counts.get(t)]
+    return found[:limit]
+
+
+def accuracy_gate(fp32: Path, converted: Path, feeds: list[dict], recipe: Recipe, *, diagnose: bool = True,
+                  step: Callable[[], None] | None = None) -> GateReport:
+    """Compare ``converted`` with ``fp32`` on ``feeds`` and judge against the recipe's thresholds.
+
+    ``diagnose``: on failure, run the layer-wise search for the first diverging nodes. ``step`` ticks once per
+    model run on a feed (2 x len(feeds) in all), for a progress bar.
+    """
     thresholds = recipe.gate_thresholds.model_dump()
     if recipe.mode == "fp32":
         return GateReport("fp32", True, thresholds, note="fp32 recipe: the model is used as exported")
@@ -139,48 +104,30 @@ def accuracy_gate(fp32: Path, converted: Path, feeds: list[dict], recipe: Recipe
         return GateReport("bf16", None, thresholds, note=f"BF16 numerics not verified here: onnxruntime has no BF16 "
                           f"kernels on CPU. Checked: onnx.checker passes; {n} BF16 initializers. The engine check on "
                           "the target GPU is the first numeric comparison.")
-    ref, got = run_models([fp32, converted], feeds)
-    figs = [output_figures(name, ref[name], got[name], recipe) for name in ref]
-    overflows = fp16_overflows(converted, feeds)
+    ref = reference(Path(fp32), feeds, step=step)
+    got, nonfinite = converted_outputs(Path(converted), feeds, list(ref), step=step)
+    ranges = output_ranges(onnx.load(str(fp32), load_external_data=False))
+    figs = [output_figures(name, ref[name], got[name], recipe, *(
+        (ranges[name][0], f"output of {ranges[name][1]}") if name in ranges else (None, ""))) for name in ref]
+    overflows = _overflow_list(onnx.load(str(converted), load_external_data=False), nonfinite)
     failures = figure_failures(figs, recipe) + [f"{o['tensor']} (output of {o['node']}, {o['op']}): {o['issue']}"
                                            for o in overflows]
     report = GateReport(recipe.mode, not failures, thresholds, figs, failures)
-    if failures:
+    report.warnings = [f"output {f.output!r} is uninformative on these inputs: {f.uninformative}; {HELDOUT_ADVICE}"
+                       for f in figs if f.uninformative]
+    if failures and diagnose:
         report.diverging_nodes = (overflows + [d for d in layerwise_divergence(fp32, converted, feeds[0])
                                                if d["node"] not in {o["node"] for o in overflows}])[:5]
+    elif failures:
+        report.diverging_nodes = overflows
     return report
 
 
 def fp16_overflows(converted: Path, feeds: list[dict], limit: int = 5) -> list[dict]:
-    """FP16 tensors of the converted graph that hold inf/NaN on the held-out data.
-
-    onnxruntime's CPU kernels upcast FP16 chains internally, so an overflow between two nodes does not reach the
-    outputs there; under strong typing TensorRT stores every FP16 tensor in FP16, so it would. Each tensor is
-    materialised (marked as an output) to see what an FP16 store holds.
-    """
-    model, values = all_tensors(converted, {k: np.concatenate([f[k] for f in feeds]) for k in feeds[0]})
-    producer = {t: n for n in model.graph.node for t in n.output}
-    found = []
-    for node in model.graph.node:
-        for t in node.output:
-            v = values.get(t)
-            if v is not None and v.dtype == np.float16 and not np.isfinite(v).all():
-                found.append({"node": producer[t].name, "op": producer[t].op_type, "tensor": t,
-                              "issue": f"FP16 overflow: {int((~np.isfinite(v)).sum())} non-finite values"})
-        if len(found) >= limit:
-            break
-    return found
-
-
-def all_tensors(path: Path, feed: dict) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    """Run a model with every intermediate tensor marked as an output (Polygraphy's MARK_ALL)."""
-    from polygraphy import constants
-    from polygraphy.backend.onnx import BytesFromOnnx, ModifyOutputs, OnnxFromPath
-
-    model = OnnxFromPath(str(path))()
-    marked = ModifyOutputs(model, outputs=constants.MARK_ALL, copy=True)()
-    results = run_models([BytesFromOnnx(marked)()], [feed], keep_dtype=True)[0]
-    return model, results
+    """FP16 tensors of the converted graph that hold inf/NaN on the held-out data (see ``converted_outputs``)."""
+    model = onnx.load(str(converted), load_external_data=False)
+    _, counts = converted_outputs(Path(converted), feeds, [o.name for o in model.graph.output])
+    return _overflow_list(model, counts, limit)
 
 
 def layerwise_divergence(fp32: Path, converted: Path, feed: dict, limit: int = 5,

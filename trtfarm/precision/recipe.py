@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_validator
 
 from trtfarm.identity import canonical_json
 
@@ -14,22 +14,26 @@ Task = Literal["embedding", "classifier", "generic"]
 
 
 class Thresholds(BaseModel):
-    """What the accuracy gate accepts, per output (cosine over each sample's output row)."""
+    """What the accuracy gate accepts, per output.
+
+    In farm.yaml any subset may be given: the fields left out keep the mode's defaults.
+    """
 
     model_config = ConfigDict(extra="forbid")
-    cosine_mean: float = Field(ge=0, le=1)
-    cosine_min: float = Field(ge=0, le=1)
+    cosine_mean: float = Field(0.9999, ge=0, le=1, description="mean cosine over the samples whose output has signal")
+    cosine_min: float = Field(0.999, ge=0, le=1, description="lowest cosine over the samples whose output has signal")
+    max_error: float = Field(0.01, ge=0, description="max |error| as a share of the output's scale (its range)")
     recall_at_k: float = Field(0.9, ge=0, le=1, description="embedding models: recall@k of FP32's neighbours")
     top1_agreement: float = Field(0.99, ge=0, le=1, description="classifiers: same arg-max as FP32")
     k: int = Field(10, ge=1)
 
 
 DEFAULT_THRESHOLDS = {
-    "fp16": Thresholds(cosine_mean=0.9999, cosine_min=0.999),
-    "bf16": Thresholds(cosine_mean=0.999, cosine_min=0.99),
-    "int8": Thresholds(cosine_mean=0.995, cosine_min=0.98, recall_at_k=0.8),
-    "fp8": Thresholds(cosine_mean=0.99, cosine_min=0.95, recall_at_k=0.8),
-    "fp32": Thresholds(cosine_mean=1.0, cosine_min=1.0),
+    "fp16": Thresholds(cosine_mean=0.9999, cosine_min=0.999, max_error=0.01),
+    "bf16": Thresholds(cosine_mean=0.999, cosine_min=0.99, max_error=0.05),
+    "int8": Thresholds(cosine_mean=0.995, cosine_min=0.98, recall_at_k=0.8, max_error=0.1),
+    "fp8": Thresholds(cosine_mean=0.99, cosine_min=0.95, recall_at_k=0.8, max_error=0.2),
+    "fp32": Thresholds(cosine_mean=1.0, cosine_min=1.0, max_error=0.0),
 }
 
 
@@ -45,6 +49,9 @@ class Recipe(BaseModel):
     init_max: float = Field(65504, gt=0, description="AutoCast: keep initializers beyond this in FP32")
     auto_pin: bool = Field(False, description="search the smallest FP32 node set that passes the gate")
     task: Task = "generic"
+    output_ranges: dict[str, tuple[float, float]] = Field(
+        default_factory=dict, description="output name -> [low, high]: the scale the gate measures errors against "
+                                          "(default: implied by a Sigmoid/Softmax/Tanh output, else FP32's range)")
     thresholds: Thresholds | None = None
 
     @model_validator(mode="before")
@@ -52,13 +59,28 @@ class Recipe(BaseModel):
     def _shorthand(cls, value: object) -> object:
         return {"mode": value} if isinstance(value, str) else value
 
+    @field_serializer("thresholds")
+    def _only_set_thresholds(self, value: Thresholds | None) -> dict | None:
+        """Dump only the thresholds the recipe sets, so a dumped recipe keeps the mode's defaults for the rest."""
+        return value.model_dump(exclude_unset=True) if value is not None else None
+
+    @model_validator(mode="after")
+    def _ranges_are_ranges(self) -> Recipe:
+        bad = {k: list(v) for k, v in self.output_ranges.items() if not v[0] < v[1]}
+        if bad:
+            raise ValueError(f"output_ranges {bad}: write [low, high] with low < high, e.g. {{prob: [0, 1]}}")
+        return self
+
     @property
     def gate_thresholds(self) -> Thresholds:
-        """The thresholds in force (the recipe's, else the mode's defaults)."""
-        return self.thresholds or DEFAULT_THRESHOLDS[self.mode]
+        """The thresholds in force: the mode's defaults, with the fields the recipe sets replaced."""
+        default = DEFAULT_THRESHOLDS[self.mode]
+        if self.thresholds is None:
+            return default
+        return default.model_copy(update=self.thresholds.model_dump(exclude_unset=True))
 
     def conversion_key(self, calibration_digest: str | None) -> str:
         """Everything that changes the converted ONNX (not the gate's thresholds or task)."""
-        doc = self.model_dump(mode="json", exclude={"thresholds", "task"})
+        doc = self.model_dump(mode="json", exclude={"thresholds", "task", "output_ranges"})
         doc["calibration"] = calibration_digest
         return hashlib.sha256(canonical_json(doc)).hexdigest()

@@ -1,0 +1,147 @@
+"""The gate's verdict on real models: error against the output's scale, cosine where the reference has signal."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from trtfarm.precision import Recipe, convert_and_gate
+from trtfarm.precision import runs as gate_runs
+from trtfarm.precision.figures import figure_failures, output_figures, output_ranges
+from trtfarm.precision.gate import accuracy_gate
+from trtfarm.precision.progress import precision_progress
+
+from .sigmoid_net import sigmoid_net
+
+
+@pytest.fixture(scope="module")
+def detector(tmp_path_factory):
+    """A conv net whose output is a sigmoid map of about 1e-7 on random inputs (FP16 subnormals)."""
+    path = tmp_path_factory.mktemp("detector") / "model.onnx"
+    onnx.save(sigmoid_net(width=8, bias=-16.0), str(path))
+    return path
+
+
+@pytest.mark.integration
+def test_fp16_of_a_sigmoid_map_passes_on_generated_inputs_and_flags_them_uninformative(detector, tmp_path):
+    result = convert_and_gate(detector, Recipe(mode="fp16"), tmp_path / "fp16.onnx")
+    (fig,) = result.report.figures
+    assert fig.cosine_min < 0.999  # cosine over all samples: what refused this model before, on rounding noise
+    assert result.report.passed and fig.scale == 1.0 and fig.scale_from == "output of Sigmoid"
+    assert fig.max_error < 1e-5 and fig.signal_rows == 0 and fig.cosine_signal_mean is None
+    assert "uninformative" in result.report.warnings[0] and "heldout.npz" in result.summary()
+    assert result.report.diverging_nodes == []
+
+
+@pytest.mark.integration
+def test_with_signal_cosine_is_judged_and_the_error_threshold_comes_from_the_recipe(tmp_path):
+    path = tmp_path / "model.onnx"
+    onnx.save(sigmoid_net(width=8, bias=0.0), str(path))  # a map around 0.5: every sample carries signal
+    result = convert_and_gate(path, Recipe(mode="fp16"), tmp_path / "fp16.onnx")
+    (fig,) = result.report.figures
+    assert result.report.passed and result.report.warnings == []
+    assert fig.signal_rows == fig.rows == 64 and fig.cosine_signal_min > 0.9999
+    strict = Recipe.model_validate({"mode": "fp16", "thresholds": {"max_error": 1e-6}})  # as farm.yaml writes it
+    assert strict.gate_thresholds.cosine_mean == 0.9999  # fields left out keep the mode's defaults
+    assert not [k for k in gate_runs._SESSIONS if k[0] == gate_runs.model_key(path) and k[1] == "all"]
+    report = accuracy_gate(path, result.path, gate_runs_feeds(path), strict)
+    assert report.passed is False and "of its scale 1 (output of Sigmoid), above 1e-06" in report.failures[0]
+    # the layer-wise search (every tensor of both models) runs only now that the gate fails
+    assert [k for k in gate_runs._SESSIONS if k[0] == gate_runs.model_key(path) and k[1] == "all"]
+
+
+def gate_runs_feeds(path):
+    from trtfarm.precision import gate_inputs
+
+    return gate_inputs(path, None)
+
+
+@pytest.mark.integration
+def test_the_fp32_session_and_outputs_are_reused_across_modes(detector, tmp_path):
+    gate_runs._SESSIONS.clear()
+    gate_runs._REFERENCE.clear()
+    feeds = gate_runs_feeds(detector)
+    fp16 = convert_and_gate(detector, Recipe(mode="fp16"), tmp_path / "fp16.onnx")
+    key = (gate_runs.model_key(detector), ())
+    first = gate_runs._SESSIONS[key]
+    outputs = gate_runs._REFERENCE[(gate_runs.model_key(detector), gate_runs.feeds_key(feeds))]
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, **{k: np.concatenate([f[k] for f in feeds]) for k in feeds[0]})
+    int8 = convert_and_gate(detector, Recipe(mode="int8"), tmp_path / "int8.onnx", calibration=calib)
+    assert fp16.report.passed and int8.report.passed is not None
+    assert gate_runs._SESSIONS[key] is first
+    assert gate_runs._REFERENCE[(gate_runs.model_key(detector), gate_runs.feeds_key(feeds))] is outputs
+    assert not [k for k in gate_runs._SESSIONS if k[1] == "all"]  # no layer-wise run for a passing gate
+
+
+def test_declared_output_ranges_set_the_scale():
+    ref = np.full((4, 10), 1e-4)
+    got = ref + 1e-5
+    fig = output_figures("prob", ref, got, Recipe(mode="fp16", output_ranges={"prob": [0, 1e-3]}))
+    assert fig.scale == pytest.approx(1e-3) and fig.scale_from == "declared in the recipe"
+    assert fig.max_error == pytest.approx(1e-2)
+    assert not figure_failures([fig], Recipe(mode="fp16", output_ranges={"prob": [0, 1e-3]}))  # 1%: at the limit
+    assert figure_failures([output_figures("prob", ref, got, Recipe(mode="fp16", output_ranges={"prob": [0, 5e-4]}))],
+                           Recipe(mode="fp16"))  # 2% of a narrower declared range
+    assert not figure_failures([output_figures("prob", ref, got, Recipe(mode="fp16"), (0.0, 1.0))],
+                               Recipe(mode="fp16"))
+
+
+def test_cosine_is_judged_only_on_rows_with_signal_and_a_wrong_signal_row_fails():
+    rng = np.random.default_rng(0)
+    ref = np.concatenate([rng.uniform(0, 1, (3, 50)), np.full((5, 50), 1e-6)])
+    got = ref.copy()
+    got[3:] += rng.uniform(-1e-6, 1e-6, (5, 50))  # noise on near-zero rows: cosine there is meaningless
+    fig = output_figures("y", ref, got, Recipe(mode="fp16"), (0.0, 1.0))
+    assert fig.signal_rows == 3 and fig.cosine_min < 0.99 and fig.cosine_signal_min == pytest.approx(1.0)
+    assert not figure_failures([fig], Recipe(mode="fp16"))
+    got[0, :25] = ref[0, 25:]  # a real error on a row with signal
+    failures = figure_failures([output_figures("y", ref, got, Recipe(mode="fp16"), (0.0, 1.0))], Recipe(mode="fp16"))
+    assert any("max error" in f for f in failures) and any("over the 3 of 8 samples with signal" in f for f in failures)
+
+
+def test_non_finite_outputs_fail_and_a_constant_reference_is_uninformative():
+    ref = np.ones((4, 6))
+    got = ref.copy()
+    got[1, 2] = np.inf
+    fig = output_figures("y", ref, got, Recipe(mode="fp16"))
+    assert fig.max_error == np.inf and figure_failures([fig], Recipe(mode="fp16"))
+    assert "hardly varies" in output_figures("y", ref, ref, Recipe(mode="fp16")).uninformative
+
+
+def test_the_scale_is_read_through_shape_ops_to_the_bounding_op(detector):
+    assert output_ranges(onnx.load(str(detector))) == {"prob": ((0.0, 1.0), "Sigmoid")}
+
+
+def test_invalid_output_ranges_are_refused_with_the_fix():
+    with pytest.raises(ValueError, match=r"write \[low, high\] with low < high"):
+        Recipe(mode="fp16", output_ranges={"prob": [1, 0]})
+
+
+def test_recipe_dump_keeps_only_the_thresholds_it_sets():
+    r = Recipe.model_validate({"mode": "int8", "thresholds": {"max_error": 0.05}})
+    again = Recipe.model_validate(r.model_dump(mode="json"))
+    assert again.gate_thresholds.cosine_mean == 0.995 and again.gate_thresholds.max_error == 0.05
+
+
+def test_no_progress_bars_when_stderr_is_not_a_terminal(capsys):
+    with precision_progress() as progress, progress.stage("converting", 2) as step:
+        step()
+    assert progress._bars is None and capsys.readouterr().err == ""
+    with precision_progress(enabled=True) as progress, progress.stage("comparing", 2) as step:
+        step()
+        step()
+    assert progress._bars is not None
+
+
+def test_sessions_are_keyed_by_file_content_identity(detector, tmp_path):
+    copy = tmp_path / "m.onnx"
+    copy.write_bytes(detector.read_bytes())
+    first = gate_runs.session(copy)
+    assert gate_runs.session(copy) is first
+    copy.write_bytes(detector.read_bytes() + b"")  # rewritten: a new modification time is a new model
+    import os
+
+    os.utime(copy, ns=(1, 1))
+    assert gate_runs.session(copy) is not first

@@ -1,0 +1,144 @@
+"""Running ONNX models on CPU for the gate: one onnxruntime session per model, reused across samples and modes.
+
+Sessions come from Polygraphy's ``SessionFromOnnx`` with graph optimisations off (the gate judges each node in the
+precision the ONNX gives it: onnxruntime fuses MatMul + Mul and so hides an FP16 overflow of the product that
+another runtime may not fuse away; with Q/DQ graphs its fusions give wrong FP8 results) and run through
+Polygraphy's ``OnnxrtRunner``. A session is kept per model file (path, size and modification time) and per set of
+extra outputs, so the FP32 model is loaded once however many samples, modes and auto-pin attempts it is compared
+with; its outputs on a given set of inputs are kept too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+MAX_SESSIONS = 6
+MAX_REFERENCES = 4
+_SESSIONS: OrderedDict[tuple, object] = OrderedDict()
+_REFERENCE: OrderedDict[tuple, dict[str, np.ndarray]] = OrderedDict()
+
+
+def model_key(path: Path) -> tuple:
+    """Identity of a model file for the caches: a rewritten file is a new model."""
+    st = Path(path).stat()
+    return str(Path(path).resolve()), st.st_size, st.st_mtime_ns
+
+
+def feeds_key(feeds: list[dict]) -> str:
+    """Content digest of a list of feed dicts."""
+    h = hashlib.sha256()
+    for feed in feeds:
+        for name in sorted(feed):
+            a = np.ascontiguousarray(feed[name])
+            h.update(f"{name}:{a.dtype}:{a.shape};".encode())
+            h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _remember(cache: OrderedDict, key: tuple, make: Callable, limit: int):
+    if key in cache:
+        cache.move_to_end(key)
+        return cache[key]
+    value = cache[key] = make()
+    while len(cache) > limit:
+        cache.popitem(last=False)
+    return value
+
+
+def with_outputs(path: Path, extra: list[str] | str) -> bytes:
+    """The model at ``path`` with intermediate tensors marked as outputs (Polygraphy's MARK_ALL for ``"all"``)."""
+    from polygraphy import constants
+    from polygraphy.backend.onnx import BytesFromOnnx, ModifyOutputs, OnnxFromPath
+
+    model = OnnxFromPath(str(path))()
+    if extra == "all":
+        marked = ModifyOutputs(model, outputs=constants.MARK_ALL, copy=True)()
+    else:
+        outputs = [o.name for o in model.graph.output] + [t for t in extra if t]
+        marked = ModifyOutputs(model, outputs=list(dict.fromkeys(outputs)), copy=True)()
+    return BytesFromOnnx(marked)()
+
+
+def session(path: Path, extra: tuple[str, ...] | str = ()):
+    """The cached onnxruntime CPU session of ``path`` (with ``extra`` tensors as outputs)."""
+    import onnxruntime as ort
+    from polygraphy.backend.onnxrt import SessionFromOnnx
+
+    def make():
+        source = with_outputs(path, extra) if extra else str(path)
+        return SessionFromOnnx(source, providers=["cpu"],
+                               graph_optimization_level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)()
+
+    return _remember(_SESSIONS, (model_key(path), extra), make, MAX_SESSIONS)
+
+
+def infer(path: Path, feeds: list[dict], extra: tuple[str, ...] | str = (),
+          each: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None,
+          step: Callable[[], None] | None = None) -> list[dict[str, np.ndarray]]:
+    """Run ``path`` on every feed; ``each`` may reduce a feed's outputs before they are kept; ``step`` ticks."""
+    from polygraphy.backend.onnxrt import OnnxrtRunner
+    from polygraphy.logger import G_LOGGER
+
+    G_LOGGER.module_severity = G_LOGGER.ERROR
+    results = []
+    with OnnxrtRunner(session(path, extra)) as runner:
+        for feed in feeds:
+            out = {k: np.array(v) for k, v in runner.infer(feed).items()}
+            results.append(each(out) if each else out)
+            if step:
+                step()
+    return results
+
+
+def stack(parts: list[np.ndarray]) -> np.ndarray:
+    """Concatenate per-feed results along the batch axis (scalars and shape tensors: the first feed's)."""
+    return np.concatenate(parts) if parts[0].ndim else parts[0]
+
+
+def joined(results: list[dict[str, np.ndarray]], keep_dtype: bool = False) -> dict[str, np.ndarray]:
+    """Per-feed outputs concatenated over feeds (float32 unless ``keep_dtype``)."""
+    return {k: stack([r[k] if keep_dtype else np.asarray(r[k], dtype=np.float32) for r in results])
+            for k in results[0]}
+
+
+def reference(path: Path, feeds: list[dict], step: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
+    """FP32 outputs of ``path`` on ``feeds`` (float32, concatenated), computed once per model and feeds."""
+    def make():
+        return joined(infer(path, feeds, step=step))
+
+    key = (model_key(path), feeds_key(feeds))
+    if key in _REFERENCE and step:
+        for _ in feeds:
+            step()
+    return _remember(_REFERENCE, key, make, MAX_REFERENCES)
+
+
+def all_tensors(path: Path, feed: dict) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """Run a model with every intermediate tensor marked as an output (Polygraphy's MARK_ALL); cached per feed."""
+    model = onnx.load(str(path), load_external_data=False)
+    key = (model_key(path), "all", feeds_key([feed]))
+    values = _remember(_REFERENCE, key, lambda: infer(path, [feed], extra="all")[0], MAX_REFERENCES)
+    return model, values
+
+
+def run_models(paths: list, feeds: list[dict], keep_dtype: bool = False) -> list[dict[str, np.ndarray]]:
+    """Run each model on every feed; outputs concatenated over feeds."""
+    return [joined(infer(Path(p), feeds), keep_dtype) for p in paths]
+
+
+def low_precision_tensors(path: Path) -> tuple[str, ...] | str:
+    """Intermediate tensors the converted graph stores in FP16 (ONNX type inference), or "all" where it fails."""
+    model = onnx.load(str(path), load_external_data=False)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except onnx.shape_inference.InferenceError:
+        return "all"  # every tensor is marked and the FP16 ones are picked by their runtime dtype
+    fp16 = {v.name for v in inferred.graph.value_info if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16}
+    outputs = {o.name for o in model.graph.output}
+    return tuple(t for n in model.graph.node for t in n.output if t in fp16 and t not in outputs)
