@@ -3,12 +3,13 @@
 Setup (not timed): moto's S3 server on 127.0.0.1, a 10-GPU TensorRT-RTX fleet, MODELS registered exports of the
 example encoder (different weights each), each built once and published for all 10 targets. Timed:
 
-- `core`: the same decision without Prefect (list the registry, fetch each export, digest it, plan the targets,
-  look up 10 manifests per model), the floor for any orchestrator;
-- `nightly`: the build-matrix flow in farm mode on Prefect (a fresh test API), as the schedule runs it: it must
-  dispatch nothing and report every target up to date.
+- `core`: the same decision without Prefect (list the registry, read each export's record and build spec, plan the
+  targets, one listing of each model's plans and release pointers), the floor for any orchestrator;
+- `flow`: the build-matrix flow in farm mode on a real Prefect server (`prefect server start` on 127.0.0.1, as
+  tests/farm_server.py starts it), as the schedule runs it: it must dispatch nothing and report every target up to
+  date. Goal: core <= 2 s, flow <= 4 s.
 
-    python bench/nightly_up_to_date.py [--models 100]
+    python bench/nightly_up_to_date.py [--models 100] [--json]
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def seed_store(store_uri: str, fleet: Path, models: int, work: Path) -> None:
     from trtfarm.building.build import build_group
     from trtfarm.planning.buildspec import spec_for_model, spec_precision, spec_profiles
     from trtfarm.planning.fleet import load_fleet, select_targets
-    from trtfarm.planning.targets import group_by_build, model_source, plan_targets, with_precision
+    from trtfarm.planning.model import model_source, with_precision
+    from trtfarm.planning.targets import group_by_build, plan_targets
     from trtfarm.store import open_store
     from trtfarm.triggers.registry import register_export
 
@@ -74,15 +76,15 @@ def seed_store(store_uri: str, fleet: Path, models: int, work: Path) -> None:
 
 
 def core_decision(store_uri: str, fleet: Path) -> tuple[int, int]:
-    """Everything the nightly decides, with no orchestrator: (models, targets to build)."""
-    from trtfarm.planning.plan import plan_export
+    """Everything the nightly decides, with no orchestrator: (models, builds to run)."""
+    from trtfarm.pipeline import find_exports, plan_run
+    from trtfarm.planning.requests import MatrixRequest
     from trtfarm.store import open_store
-    from trtfarm.triggers.registry import latest_exports
 
-    exports = latest_exports(open_store(store_uri))
-    todo = sum(len(plan_export(store_uri, ref, targets_file=str(fleet), targets=[], profiles=[], name=None,
-                               precision=None, force=False, farm=True).todo) for ref in exports)
-    return len(exports), todo
+    store = open_store(store_uri)
+    exports = find_exports(store, None)
+    plans = plan_run(MatrixRequest(store=store_uri, targets_file=str(fleet)), store, exports, farm=True)
+    return len(exports), sum(len(p.jobs) for p in plans)
 
 
 def nightly(store_uri: str, fleet: Path) -> list[dict]:
@@ -95,6 +97,7 @@ def nightly(store_uri: str, fleet: Path) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=int, default=100)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     from bench._moto import start_moto_bucket
 
@@ -112,9 +115,13 @@ def main() -> None:
         n_models, todo = core_decision(store, fleet)
         core_s = time.perf_counter() - t
         assert todo == 0, f"{todo} targets not up to date after seeding"
-        from prefect.testing.utilities import prefect_test_harness
+        from tests.farm_server import Farm
 
-        with prefect_test_harness(server_startup_timeout=120):
+        (Path(tmp) / "farm").mkdir()
+        farm = Farm(Path(tmp) / "farm", {})
+        try:
+            farm.start_server()
+            os.environ["PREFECT_API_URL"] = farm.api
             runs = []
             for _ in range(2):
                 t = time.perf_counter()
@@ -122,7 +129,15 @@ def main() -> None:
                 runs.append(time.perf_counter() - t)
                 assert len(rows) == n_models * len(GPUS) and {r["status"] for r in rows} == {"up-to-date"}, \
                     {r["status"] for r in rows}
+        finally:
+            farm.stop()
     server.stop()
+    if args.json:
+        import json
+
+        print(json.dumps({"models": n_models, "targets": n_models * len(GPUS), "core_s": round(core_s, 3),
+                          "flow_s": round(min(runs), 3), "flow_first_s": round(runs[0], 3)}))
+        return
     table = Table(title=f"nightly run, every target up to date ({n_models} models x {len(GPUS)} targets, moto S3)")
     for col in ("what", "wall s", "per model ms", "per target ms"):
         table.add_column(col, justify="right" if col != "what" else "left")

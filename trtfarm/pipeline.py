@@ -13,12 +13,13 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
 from trtfarm.building.job import JobResult, run_job
-from trtfarm.building.outcome import TargetOutcome
-from trtfarm.planning.fleet import load_fleet, select_targets
+from trtfarm.building.outcome import StoreIndex, TargetOutcome
+from trtfarm.planning.fleet import Fleet, load_fleet, select_targets
 from trtfarm.planning.plan import BuildJob, ExportPlan, full_build_of, plan_export
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.planning.targets import local_capabilities
@@ -29,6 +30,7 @@ from trtfarm.toolchain import BuildProgress
 from trtfarm.triggers.registry import ExportRef, latest_exports, resolve_model
 
 WORK_PREFIX = "trtfarm-build-"
+PLAN_THREADS = 16  # models planned at once in a farm run: their store requests overlap
 STALE_S = 6 * 3600  # a work folder untouched this long belongs to a killed build
 
 
@@ -39,12 +41,22 @@ def find_exports(store: Store, model: str | None) -> list[ExportRef]:
     return [resolve_model(store, model)] if model else latest_exports(store)
 
 
-def plan_run(request: MatrixRequest, store: Store, exports: Iterable[ExportRef], farm: bool) -> list[ExportPlan]:
-    """Plan every model of the run; the fleet is parsed and this machine scanned once per run."""
-    fleet = load_fleet(request.targets_file)
+def plan_run(request: MatrixRequest, store: Store, exports: Iterable[ExportRef], farm: bool,
+             fleet: Fleet | None = None) -> list[ExportPlan]:
+    """Plan every model of the run; the fleet is parsed and this machine scanned once per run.
+
+    A farm run over several models lists the store's plans and release pointers once and plans the models on a
+    few threads (their store requests overlap; the store client is shared).
+    """
+    fleet = fleet or load_fleet(request.targets_file)
     select_targets(fleet, request.targets or None)  # an unknown target id fails the run before any work
-    caps = None if farm else local_capabilities()
-    return [plan_export(request, e, store, farm=farm, fleet=fleet, caps=caps) for e in exports]
+    exports = list(exports)
+    if not farm:
+        caps = local_capabilities()
+        return [plan_export(request, e, store, farm=False, fleet=fleet, caps=caps) for e in exports]
+    index = StoreIndex(store) if len(exports) > 1 else None
+    with ThreadPoolExecutor(max_workers=min(PLAN_THREADS, max(len(exports), 1))) as pool:
+        return list(pool.map(lambda e: plan_export(request, e, store, farm=True, fleet=fleet, index=index), exports))
 
 
 def refit_fallbacks(jobs: list[BuildJob], results: list[JobResult], where: Callable[[BuildJob], str]) -> list[BuildJob]:

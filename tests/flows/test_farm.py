@@ -89,7 +89,7 @@ def _kill_first_child_mid_build(client, deadline: float) -> str:
         running = [r for r in _child_runs(client) if r.state and r.state.is_running()]
         for run in running:
             tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))
-            if any(t.name.startswith("build_and_publish") and t.state and t.state.is_running() for t in tasks):
+            if any(t.name.startswith("build_job") and t.state and t.state.is_running() for t in tasks):
                 pids = processes_of_flow_run(str(run.id))
                 if pids:
                     for pid in pids:
@@ -246,12 +246,13 @@ def test_an_onnx_landing_in_s3_starts_exactly_one_matrix_run_and_bad_requests_st
     topic = sns.create_topic(Name=f"exports-{uuid.uuid4().hex[:6]}")["TopicArn"]
     # moto's server mode cannot serve SNS signing certificates (it routes that path by host only, in-process), so
     # this receiver skips the SNS signature check; tests/test_webhook.py checks real RSA signatures.
+    bucket = f"exports-{uuid.uuid4().hex[:6]}"  # where the training pipeline drops exports: an allowed root
     farm.spawn("webhook", [*TRTFARM, "webhook", "serve", "--port", str(port), "--topic", topic, "--no-sns-verify",
-                           "--replay-window", "30", "--max-body", "4096"], env={"TRTFARM_WEBHOOK_SECRET": secret})
+                           "--replay-window", "30", "--max-body", "4096", "--allow-root", f"s3://{bucket}"],
+               env={"TRTFARM_WEBHOOK_SECRET": secret})
     base = f"http://127.0.0.1:{port}"
     farm.wait_http(f"{base}/healthz")
     sns.subscribe(TopicArn=topic, Protocol="http", Endpoint=f"{base}/sns")
-    bucket = f"exports-{uuid.uuid4().hex[:6]}"
     s3.create_bucket(Bucket=bucket)
     s3.put_bucket_notification_configuration(Bucket=bucket, NotificationConfiguration={"TopicConfigurations": [
         {"TopicArn": topic, "Events": ["s3:ObjectCreated:*"]}]})

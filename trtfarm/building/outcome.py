@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from trtfarm.planning.targets import TargetPlan
+from trtfarm.publishing import layout
 from trtfarm.publishing.manifest import Manifest
 from trtfarm.publishing.publish import plan_intact, read_manifest
 from trtfarm.publishing.release import ReleaseRefused, move_release, pointer_key
@@ -91,4 +92,50 @@ def triage(store: Store, plans: Sequence[TargetPlan],
         if outcome.status != "failed":
             outcome.release = release_if_allowed(store, p.manifest_key, existing, p.target.release_on, None)
         done[p.target.id] = outcome
+    return done, todo
+
+
+class StoreIndex:
+    """What a run over many models needs to know of the store, from two paginated listings.
+
+    Plan objects with their sizes, and release pointers. Built once per run (thread-safe reads after construction).
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.sizes = dict(store.list_sizes(layout.plans_prefix()))
+        self.pointers = set(store.list(layout.releases_prefix()))
+
+
+def triage_listed(store: Store, plans: Sequence[TargetPlan],
+                  index: StoreIndex | None = None) -> tuple[dict[str, TargetOutcome], list[TargetPlan]]:
+    """``triage`` at the floor for runs over many models: listings instead of a manifest read per target.
+
+    A target is up to date when its manifest and a non-empty plan object are listed (its manifest is not read). A
+    target without a release pointer gets the full treatment (its manifest read, released if policy allows), so a
+    killed run's release still completes. ``index``: the run's listings; without it, this model's are listed.
+    """
+    if not plans:
+        return {}, []
+    model, onnx12 = layout.parse_plan_key(plans[0].manifest_key)[:2]
+    if index is not None:
+        sizes, pointers = index.sizes, index.pointers
+    else:
+        sizes = dict(store.list_sizes(f"{layout.plans_prefix(model)}{onnx12}/"))
+        pointers = set(store.list(layout.releases_prefix(model)))
+    done: dict[str, TargetOutcome] = {}
+    todo: list[TargetPlan] = []
+    for p in plans:
+        t = p.target
+        if p.skip_reason:
+            done[t.id] = TargetOutcome(t.id, "skipped", p.skip_reason)
+        elif p.manifest_key not in sizes or not sizes.get(layout.plan_key(p.prefix)):
+            todo.append(p)
+        elif layout.release_key(model, t.gpu_key, t.toolchain_label) not in pointers:
+            more_done, more_todo = triage(store, [p])
+            done.update(more_done)
+            todo += more_todo
+        else:
+            done[t.id] = TargetOutcome(t.id, "up-to-date", f"build {p.build_digest[:12]} already published",
+                                       store.url(p.manifest_key), plan_bytes=sizes[layout.plan_key(p.prefix)],
+                                       manifest_key=p.manifest_key)
     return done, todo

@@ -190,6 +190,10 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
     except ValueError as e:  # pydantic: an unknown precision and the like
         problems = [f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()] if hasattr(e, "errors") else []
         raise fail(f"invalid parameters: {'; '.join(problems) or _first_line(e)}") from e
+    rows = None if force or refit else _published_already(request)
+    if rows is not None:  # nothing to build: answer from the store, start no run, wait on no worker
+        _print_run(None, "COMPLETED", "every target is published already: no run started", rows, as_json)
+        return
     api = need_server(server_wait)
     try:
         run_id, state, message, rows = asyncio.run(submit_matrix(deployment, request, wait))
@@ -205,20 +209,39 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
             raise
         raise fail(f"the Prefect server at {api} refused or dropped the run: {type(e).__name__}: "
                    f"{_first_line(e)}", code=3) from e
-    if as_json:
-        print(json.dumps({"flow_run_id": run_id, "state": state, "message": message, "outcomes": rows}, indent=2))
-    else:
-        out.print(f"build-matrix run {run_id}: {state}" + (f" ({message})" if message else ""), highlight=False,
-                  soft_wrap=True)
-        if rows:
-            table = Table("model", "target", "status", "build s", "reason")
-            colours = {"built": "green", "up-to-date": "cyan", "skipped": "yellow", "failed": "red"}
-            for r in rows:
-                table.add_row(r["model"], r["target"], f"[{colours.get(r['status'], 'white')}]{r['status']}[/]",
-                              f"{r['build_s']:.2f}" if r.get("build_s") is not None else "–", r["reason"])
-            out.print(table)
+    _print_run(run_id, state, message, rows, as_json)
     if wait and state != "COMPLETED":
         raise typer.Exit(1)
+
+
+def _published_already(request) -> list[dict] | None:
+    """Every target's outcome when all of them are published (from the store's listings), else None."""
+    from trtfarm.building.outcome import StoreIndex
+    from trtfarm.pipeline import find_exports, rows_for
+    from trtfarm.planning.fleet import load_fleet
+    from trtfarm.planning.plan import up_to_date_export
+    from trtfarm.store import open_store
+
+    store = open_store(request.store)
+    exports = find_exports(store, request.model)
+    fleet, index = load_fleet(request.targets_file), StoreIndex(store)
+    plans = [up_to_date_export(request, e, store, fleet, index) for e in exports]
+    return rows_for(plans, []) if exports and None not in plans else None
+
+
+def _print_run(run_id: str | None, state: str, message: str, rows: list[dict], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({"flow_run_id": run_id, "state": state, "message": message, "outcomes": rows}, indent=2))
+        return
+    name = f"build-matrix run {run_id}" if run_id else "build-matrix"
+    out.print(f"{name}: {state}" + (f" ({message})" if message else ""), highlight=False, soft_wrap=True)
+    if rows:
+        table = Table("model", "target", "status", "build s", "reason")
+        colours = {"built": "green", "up-to-date": "cyan", "skipped": "yellow", "failed": "red"}
+        for r in rows:
+            table.add_row(r["model"], r["target"], f"[{colours.get(r['status'], 'white')}]{r['status']}[/]",
+                          f"{r['build_s']:.2f}" if r.get("build_s") is not None else "–", r["reason"])
+        out.print(table)
 
 
 def _first_line(err: Exception) -> str:

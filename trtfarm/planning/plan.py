@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from trtfarm.building.outcome import TargetOutcome, triage
+from trtfarm.building.outcome import StoreIndex, TargetOutcome, triage, triage_listed
 from trtfarm.errors import UserInputError
 from trtfarm.identity import model_name_from_path
 from trtfarm.planning.buildspec import spec_for_model, spec_precision, spec_profiles
@@ -25,8 +25,9 @@ from trtfarm.planning.requests import MatrixRequest, ProfileText
 from trtfarm.planning.targets import Capabilities, TargetPlan, group_by_build, local_capabilities, plan_targets
 from trtfarm.precision import GateFailed
 from trtfarm.profiles.profile import Profile, check_profiles_against_inputs, onnx_inputs, profile_texts, profiles_json
+from trtfarm.publishing import layout
 from trtfarm.store import Store
-from trtfarm.triggers.registry import ExportRef, fetch_export
+from trtfarm.triggers.registry import ExportRef, export_record, fetch_export
 
 
 class BuildJob(BaseModel):
@@ -97,18 +98,24 @@ def _profiles(request: MatrixRequest, path: Path, spec) -> list[Profile]:
 
 
 def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm: bool,
-                fleet: Fleet | None = None, caps: Capabilities | None = None) -> ExportPlan:
+                fleet: Fleet | None = None, caps: Capabilities | None = None,
+                index: StoreIndex | None = None) -> ExportPlan:
     """Decide what to build for ``export``; a refused precision recipe fails every target (nothing is built).
 
     ``fleet`` and ``caps`` are parsed once per run by the caller; ``caps`` is ignored in farm mode (each job goes to
-    a pool whose workers check themselves).
+    a pool whose workers check themselves). A registered export whose every target is published is answered from
+    its recorded digests and two store listings (``up_to_date_export``), without fetching the model.
     """
     if farm and "://" not in export.uri:
         raise UserInputError(f"{export.uri}: a farm run builds registered models or export URIs that every worker "
                              "can read. Fix: `trtfarm models push FOLDER` and run with its name")
+    fleet = fleet or load_fleet(request.targets_file)
+    if farm and not request.force and not request.refit:
+        done = up_to_date_export(request, export, store, fleet, index)
+        if done is not None:
+            return done
     path = local_copy(export)
     spec, _ = spec_for_model(path)
-    fleet = fleet or load_fleet(request.targets_file)
     resolved = select_targets(fleet, request.targets or spec.targets or None)
     if request.name is not None and not request.name.strip():
         raise UserInputError("--name '': give the model a name (letters, digits, '.', '_' or '-'), or leave --name "
@@ -131,6 +138,39 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
     outcomes, todo = triage(store, plans, request.force)
     jobs = _jobs(store, request, model, "://" in export.uri and export.uri or str(path), texts, todo)
     return ExportPlan(name=model.name, model=model, profiles=texts, targets=ids, outcomes=outcomes, jobs=jobs)
+
+
+def up_to_date_export(request: MatrixRequest, export: ExportRef, store: Store, fleet: Fleet,
+                      index: StoreIndex | None = None) -> ExportPlan | None:
+    """The plan of a registered export whose every target is published, or None when anything needs more.
+
+    Trusts the digests recorded at registration (``export.json``) and reads only the build spec; the model bytes
+    are fetched (and re-hashed) only when something is built. Covers the nightly's common case: an fp32 recipe with
+    profiles given in the request or farm.yaml. Anything else (a precision step, profiles derived from a shape log,
+    an export without a record) takes the full path.
+    """
+    record = export_record(export) if "://" in export.uri else None
+    if record is None:
+        return None
+    key = hashlib.sha256(export.uri.encode()).hexdigest()[:16]
+    path = fetch_export(export, Path(tempfile.gettempdir()) / "trtfarm" / "specs" / key, spec_only=True,
+                        record=record)
+    spec, _ = spec_for_model(path)
+    recipe = spec_precision(path, spec, request.precision)[0]
+    if recipe.mode != "fp32" or recipe.auto_pin or not (request.profiles or spec.profiles):
+        return None
+    resolved = select_targets(fleet, request.targets or spec.targets or None)
+    name = request.name or export.name or spec.name or model_name_from_path(path)
+    model = ModelSource(name=name, path=path, source_uri=f"{export.uri}/{layout.ONNX_NAME}",
+                        onnx_digest=record["onnx_digest"], graph_digest=record["graph_digest"],
+                        exported_at=record["registered_at"])
+    profiles = _profiles(request, path, spec)
+    plans = plan_targets(model, model.onnx_digest, resolved, profiles, None)
+    outcomes, todo = triage_listed(store, plans, index)
+    if todo:
+        return None
+    return ExportPlan(name=name, model=model, profiles=profile_texts(profiles), targets=[t.id for t in resolved],
+                      outcomes=outcomes)
 
 
 def _jobs(store: Store, request: MatrixRequest, model: ModelSource, uri: str, texts: list[ProfileText],

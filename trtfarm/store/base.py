@@ -122,6 +122,13 @@ class Store(ABC):
         blob = self.get(key)
         return blob.etag if blob else None
 
+    def list_sizes(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        """Yield ``(key, size)`` under ``prefix`` (backends answer from their listing)."""
+        for key in self.list(prefix):
+            size = self.size(key)
+            if size is not None:
+                yield key, size
+
     def size(self, key: str) -> int | None:
         """The object's size in bytes (None when absent), without fetching it where the backend allows."""
         blob = self.get(key)

@@ -129,14 +129,26 @@ class LocalStore(Store):
 
     def list(self, prefix: str = "") -> Iterator[str]:
         """Yield keys under ``prefix`` (no temporaries, no lock files)."""
-        for dirpath, dirnames, filenames in os.walk(self.root):
+        for key, _ in self.list_sizes(prefix):
+            yield key
+
+    def list_sizes(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        """Yield ``(key, size)`` under ``prefix``, walking only the folder the prefix names."""
+        start = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root
+        if ".." in Path(prefix).parts or not start.is_dir():
+            return
+        for dirpath, dirnames, filenames in os.walk(start):
             dirnames[:] = sorted(d for d in dirnames if d != ".locks")
             for name in sorted(filenames):
                 if name.startswith(".tmp-"):
                     continue
-                key = Path(dirpath, name).relative_to(self.root).as_posix()
+                path = Path(dirpath, name)
+                key = path.relative_to(self.root).as_posix()
                 if key.startswith(prefix):
-                    yield key
+                    try:
+                        yield key, path.stat().st_size
+                    except FileNotFoundError:  # deleted while we walked
+                        continue
 
     def delete(self, key: str) -> None:
         """Remove an object and any folders it leaves empty."""

@@ -37,6 +37,25 @@ def _is_conflict_retry(err: Exception) -> bool:
     return _code(err) in {"ConditionalRequestConflict", "409"}
 
 
+_CLIENTS: dict[tuple, object] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _client(endpoint_url: str | None):
+    """One boto3 S3 client per process and endpoint (clients are thread-safe; building one costs ~40 ms)."""
+    import boto3
+    from botocore.config import Config
+
+    env = tuple(os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID",
+                                            "AWS_PROFILE"))
+    key = (endpoint_url, *env)
+    with _CLIENTS_LOCK:
+        if key not in _CLIENTS:
+            _CLIENTS[key] = boto3.client("s3", endpoint_url=endpoint_url or None, config=Config(
+                retries={"max_attempts": 5, "mode": "standard"}, max_pool_connections=32))
+        return _CLIENTS[key]
+
+
 _BOTO_ERRORS = (ClientError, BotoCoreError)  # an S3 answer, or no answer (connection, timeout, credentials)
 
 
@@ -49,15 +68,11 @@ class S3Store(Store):
 
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
                  multipart_threshold: int = MULTIPART_THRESHOLD, client=None) -> None:
-        import boto3
         from boto3.s3.transfer import TransferConfig
-        from botocore.config import Config
 
         self.bucket, self.prefix = bucket, prefix.strip("/")
         self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
-        self.client = client or boto3.client(
-            "s3", endpoint_url=endpoint_url or None,
-            config=Config(retries={"max_attempts": 5, "mode": "standard"}, max_pool_connections=32))
+        self.client = client or _client(endpoint_url)
         self._transfer = TransferConfig(multipart_threshold=multipart_threshold, multipart_chunksize=16 << 20,
                                         preferred_transfer_client="classic")
         self._creating: set[str] = set()
@@ -176,6 +191,11 @@ class S3Store(Store):
 
     def list(self, prefix: str = "") -> Iterator[str]:
         """Yield keys under ``prefix``."""
+        for key, _ in self.list_sizes(prefix):
+            yield key
+
+    def list_sizes(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        """Yield ``(key, size)`` under ``prefix``: one paginated listing, no request per object."""
         full = self._k(prefix.rstrip("/")) if prefix else self.prefix
         strip = len(self.prefix) + 1 if self.prefix else 0
         pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full)
@@ -183,7 +203,7 @@ class S3Store(Store):
             for obj in page.get("Contents", []):
                 key = obj["Key"][strip:]
                 if key.startswith(prefix):
-                    yield key
+                    yield key, int(obj["Size"])
 
     def delete(self, key: str) -> None:
         """Delete the object."""

@@ -96,8 +96,14 @@ def registered_models(store: Store) -> list[str]:
 
 
 def latest_exports(store: Store) -> list[ExportRef]:
-    """The newest complete export of every registered model (what the nightly run builds)."""
-    return [resolve_model(store, name) for name in registered_models(store)]
+    """The newest complete export of every registered model (what the nightly run builds), from one listing."""
+    newest: dict[str, str] = {}
+    for key in store.list(f"{MODELS}/"):
+        parts = key.split("/")
+        if len(parts) == 4 and parts[3] == EXPORT_NAME and parts[2] > newest.get(parts[1], ""):
+            newest[parts[1]] = parts[2]
+    return [ExportRef(store.url(f"{MODELS}/{name}/{export_id}"), name, export_id)
+            for name, export_id in sorted(newest.items())]
 
 
 def resolve_model(store: Store, ref: str) -> ExportRef:
@@ -145,20 +151,38 @@ def _folder_store(uri: str) -> Store:
     return open_store(uri.rstrip("/"))
 
 
-def fetch_export(ref: ExportRef, dest: Path) -> Path:
-    """Download the export folder into ``dest`` (checked against export.json); returns the local model.onnx."""
+def export_record(ref: ExportRef) -> dict | None:
+    """The export's ``export.json`` (digests recorded at registration), or None for a folder a pipeline dropped."""
+    blob = _folder_store(ref.uri).get(EXPORT_NAME)
+    return json.loads(blob.data) if blob is not None else None
+
+
+HEAVY_FILES = (ONNX_NAME, "calib.npz", "heldout.npz")  # what only a build reads
+
+
+def fetch_export(ref: ExportRef, dest: Path, *, spec_only: bool = False, record: dict | None = None) -> Path:
+    """Download the export folder into ``dest`` (checked against export.json); returns the local model.onnx.
+
+    ``spec_only`` fetches what planning reads (farm.yaml, a profiles file, shapes.jsonl) and leaves the model and
+    its data where they are: a run that finds everything published never downloads them. ``record``: the export's
+    ``export.json``, when the caller has read it already.
+    """
     folder = _folder_store(ref.uri)
     dest = Path(dest)
-    blob = folder.get(EXPORT_NAME)
+    if record is None:
+        blob = folder.get(EXPORT_NAME)
+        record = json.loads(blob.data) if blob is not None else None
     registered_at = None
-    if blob is not None:
-        record = json.loads(blob.data)
+    if record is not None:
         wanted = {rel: f["sha256"] for rel, f in record["files"].items()}
         registered_at = datetime.fromisoformat(record["registered_at"]).timestamp()
     else:  # a folder a pipeline dropped: take what is there
         wanted = {k: None for k in folder.list("") if k == ONNX_NAME or "/" not in k}
     if ONNX_NAME not in wanted:
         raise UserInputError(f"{ref.uri}: no {ONNX_NAME} in the export folder")
+    if spec_only:
+        wanted = {rel: sha for rel, sha in wanted.items() if rel not in HEAVY_FILES}
+        registered_at = None
     for rel, sha in wanted.items():
         target = dest / rel
         if sha and target.is_file() and sha256_file(target) == sha:
@@ -167,6 +191,6 @@ def fetch_export(ref: ExportRef, dest: Path) -> Path:
         folder.download_file(rel, target, sha256=sha)
     if registered_at is not None:  # the export's time is its registration, not this download (release ordering)
         os.utime(dest / ONNX_NAME, (registered_at, registered_at))
-    if (dest / SPEC_NAME).is_file():
+    if (dest / SPEC_NAME).is_file() and not spec_only:
         export_files(dest)  # farm.yaml names only files that are there
     return dest / ONNX_NAME
