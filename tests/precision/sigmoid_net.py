@@ -43,9 +43,12 @@ class _Builder:
         return f"{name}.y"
 
 
-def sigmoid_net(width: int = 32, seed: int = 0, bias: float = -9.0) -> onnx.ModelProto:
-    """The model: input ``image`` [batch, 3, height, width] (dims divisible by 16), output ``prob`` [batch, 1, h, w]."""
-    g, w = _Builder(seed), width
+def sigmoid_net(width: int = 32, seed: int = 0, bias: float = -9.0, size: int | None = None) -> onnx.ModelProto:
+    """The model: input ``image`` [batch, 3, h, w] (divisible by 16), output ``prob`` [batch, 1, h, w].
+
+    ``size``: fixed h = w (generated inputs then have that size); None: dynamic (generated inputs are 64 x 64).
+    """
+    g, w, hw = _Builder(seed), width, [size, size] if size else ["h", "w"]
     x = g.conv("image", 3, w, "stem", stride=2)
     c1 = g.conv(g.conv(x, w, w, "s1.conv1"), w, w, "s1.conv2")                       # 1/2
     c2 = g.conv(g.conv(g.conv(c1, w, 2 * w, "s2.down", stride=2), 2 * w, 2 * w, "s2.conv1"),
@@ -61,8 +64,8 @@ def sigmoid_net(width: int = 32, seed: int = 0, bias: float = -9.0) -> onnx.Mode
     logit = g.conv(h, 2 * w, 1, "head.logit", k=1, relu=False, bias=bias)
     g.nodes.append(helper.make_node("Sigmoid", [logit], ["prob"], name="head.sigmoid"))
     graph = helper.make_graph(
-        g.nodes, "sigmoid_net", [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 3, "h", "w"])],
-        [helper.make_tensor_value_info("prob", TensorProto.FLOAT, ["batch", 1, "h", "w"])], g.inits)
+        g.nodes, "sigmoid_net", [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 3, *hw])],
+        [helper.make_tensor_value_info("prob", TensorProto.FLOAT, ["batch", 1, *hw])], g.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)
