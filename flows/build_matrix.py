@@ -12,10 +12,10 @@ from prefect.runtime import deployment, flow_run
 
 from flows.dispatch import SKIPPED, ChildJob, ChildRun, cancel_children, run_children
 from tasks.build import build_job, plan_model
-from tasks.report import report_outcomes, report_run
+from tasks.report import report_run
 from trtfarm.building.job import JobResult
 from trtfarm.building.outcome import TargetOutcome
-from trtfarm.pipeline import find_exports, has_news, refit_fallbacks, rows_for
+from trtfarm.pipeline import find_exports, refit_fallbacks, rows_for
 from trtfarm.planning.fleet import load_fleet, select_targets
 from trtfarm.planning.plan import BuildJob
 from trtfarm.planning.requests import MatrixRequest
@@ -93,10 +93,5 @@ async def build_matrix(request: MatrixRequest) -> list[dict]:
     fallback = refit_fallbacks(jobs, results, lambda job: f"{' or '.join(job.pools)} workers")
     results += await _dispatch(fallback, farm, request)
     rows = rows_for(plans, results)
-    for plan in plans:
-        outcomes = [TargetOutcome(**{k: v for k, v in r.items() if k != "model"}) for r in rows
-                    if r["model"] == plan.name]
-        if has_news(o.status for o in outcomes):
-            report_outcomes(plan.name, outcomes, request.store)
     report_run(rows, request.store)
     return rows

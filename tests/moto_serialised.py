@@ -4,7 +4,7 @@ Why: moto does not make a conditional write atomic. ``put_object`` checks ``If-M
 (moto/s3/responses.py) and stores the object later (moto/s3/models.py) with no lock over the two, and the server
 runs each request in its own thread, so two PUTs carrying the same ETag can both pass the check and both write: a
 compare-and-swap loop then loses an update (16 writers x 10 timing-cache merges lost 1 of 160 entries in 1-4 runs out
-of 10; raw boto3 the same). S3 itself serialises conditional writes. One lock around every object write (PutObject,
+of 10; raw boto3 the same). S3 itself serialises conditional writes. A lock per object around every write (PutObject,
 CopyObject, CompleteMultipartUpload, DeleteObject) gives moto S3's behaviour; reads and the parts of a multipart
 upload still run in parallel.
 
@@ -33,16 +33,28 @@ def is_object_write(environ: dict) -> bool:
 
 
 class SerialisedWrites:
-    """WSGI middleware: one object write at a time, check and store together (moto answers inside the call)."""
+    """WSGI middleware: one write at a time per object, check and store together (moto answers inside the call).
+
+    The lock is per object (host + path), not global: moto delivers bucket notifications inside the write (S3 ->
+    SNS -> an HTTP subscriber), and a subscriber that writes another object in the same store (the webhook's claim)
+    must not wait for the write that notified it.
+    """
 
     def __init__(self, app) -> None:
         self.app = app
-        self.lock = threading.Lock()
+        self.locks: dict[tuple[str, str], threading.Lock] = {}
+        self.guard = threading.Lock()
+
+    def lock_for(self, environ: dict) -> threading.Lock:
+        """The lock of the object this request writes."""
+        key = (environ.get("HTTP_HOST", ""), environ.get("PATH_INFO", ""))
+        with self.guard:
+            return self.locks.setdefault(key, threading.Lock())
 
     def __call__(self, environ, start_response):
         if not is_object_write(environ):
             return self.app(environ, start_response)
-        with self.lock:
+        with self.lock_for(environ):
             result = self.app(environ, start_response)
             try:
                 return [b"".join(result)]  # produce the whole response while the lock is held

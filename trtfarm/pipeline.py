@@ -93,11 +93,11 @@ def new_run_id() -> str:
     return f"local-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
 
 
-def store_reports(store: Store, run: str, rows: list[dict]) -> dict[str, Path | None]:
+def store_reports(store: Store, run: str, rows: list[dict], out: Path) -> dict[str, Path | None]:
     """Each model's report of this run in the store: in full where it has news, else only its outcomes.
 
-    Returns the rendered ``report.md`` per model (None where only the outcomes were stored). The full report is
-    rendered into a temporary folder and copied into the store under ``reports/<model>/<run>/``.
+    Returns the rendered ``report.md`` per model (None where only the outcomes were stored). A full report is
+    rendered into ``out/<model>/`` and copied into the store under ``reports/<model>/<run>/``.
     """
     from trtfarm.validation.report import write_report
 
@@ -107,8 +107,8 @@ def store_reports(store: Store, run: str, rows: list[dict]) -> dict[str, Path | 
     written: dict[str, Path | None] = {}
     for model, outcomes in by_model.items():
         if has_news(o["status"] for o in outcomes):
-            out = Path(tempfile.mkdtemp(prefix="trtfarm-report-"))
-            written[model] = write_report(store, model, run, outcomes, out)
+            (out / model).mkdir(parents=True, exist_ok=True)
+            written[model] = write_report(store, model, run, outcomes, out / model)
         else:
             store.put_if_absent(layout.report_key(model, run, "outcomes.json"), json.dumps(outcomes, indent=2).encode())
             written[model] = None
@@ -145,7 +145,8 @@ def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress
     results += _run_jobs(store, fallback, run, progress, upload)
     rows = rows_for(plans, results)
     if report and jobs:
-        store_reports(store, run, rows)
+        with tempfile.TemporaryDirectory(prefix="trtfarm-report-") as out:
+            store_reports(store, run, rows, Path(out))
     return rows
 
 

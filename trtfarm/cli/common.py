@@ -22,16 +22,16 @@ JSON_OPT = typer.Option(False, "--json", help="machine-readable output on stdout
 
 def store_uri(store: str | None) -> str:
     """``--store``, else ``$TRTFARM_STORE``, else ``trtfarm-store`` under the working directory."""
-    from trtfarm.store import DEFAULT_STORE
+    from trtfarm.store import default_store_uri
 
-    return store or os.environ.get("TRTFARM_STORE") or DEFAULT_STORE
+    return store or default_store_uri()
 
 
 def targets_path(path: Path | None) -> str:
     """``--targets-file``, else ``$TRTFARM_TARGETS``, else ``gpu_targets.yaml`` in the working directory."""
-    from trtfarm.planning.fleet import DEFAULT_TARGETS_FILE
+    from trtfarm.planning.fleet import default_targets_file
 
-    return str(path or os.environ.get("TRTFARM_TARGETS") or DEFAULT_TARGETS_FILE)
+    return str(path or default_targets_file())
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:

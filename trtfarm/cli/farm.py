@@ -215,17 +215,23 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
 
 
 def _published_already(request) -> list[dict] | None:
-    """Every target's outcome when all of them are published (from the store's listings), else None."""
+    """Every target's outcome when all of them are published (from the store's listings), else None.
+
+    Asks the store this shell names (``--store`` / ``$TRTFARM_STORE``, which ``--wait`` needs to be the farm's).
+    """
     from trtfarm.building.outcome import StoreIndex
     from trtfarm.pipeline import find_exports, rows_for
     from trtfarm.planning.fleet import load_fleet
     from trtfarm.planning.plan import up_to_date_export
     from trtfarm.store import open_store
 
-    store = open_store(request.store)
-    exports = find_exports(store, request.model)
-    fleet, index = load_fleet(request.targets_file), StoreIndex(store)
-    plans = [up_to_date_export(request, e, store, fleet, index) for e in exports]
+    try:
+        store = open_store(request.store)
+        exports = find_exports(store, request.model)
+        fleet, index = load_fleet(request.targets_file), StoreIndex(store)
+        plans = [up_to_date_export(request, e, store, fleet, index) for e in exports]
+    except TrtfarmError:  # this shell's store is not the farm's (or cannot say): let the farm decide
+        return None
     return rows_for(plans, []) if exports and None not in plans else None
 
 

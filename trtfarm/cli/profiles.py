@@ -36,6 +36,7 @@ def profiles_derive(
         parse_cap,
         write_profiles_file,
     )
+    from trtfarm.profiles.profile import profile_texts
     from trtfarm.profiles.shapelog import read_shape_log
 
     try:
@@ -48,7 +49,7 @@ def profiles_derive(
     except TrtfarmError as e:
         raise fail(str(e)) from e
     if as_json:
-        print(json.dumps({"profiles": [{n: r.text() for n, r in p.root.items()} for p in doc.profiles],
+        print(json.dumps({"profiles": profile_texts(doc.profiles),
                           "buckets": doc.buckets, "report": doc.report}, indent=2))
         return
     from trtfarm.publishing.catalog import derivation_table

@@ -8,6 +8,7 @@ compute capabilities 8.0/8.6/8.9/12.x by default, so one RTX build serves the wh
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -19,6 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from trtfarm.yamlfile import LocatedValueError, model_from_yaml
 
 DEFAULT_TARGETS_FILE = "gpu_targets.yaml"
+
+
+def default_targets_file() -> str:
+    """``$TRTFARM_TARGETS``, else ``gpu_targets.yaml`` in the working directory."""
+    return os.environ.get("TRTFARM_TARGETS") or DEFAULT_TARGETS_FILE
 RTX_COMPUTE_CAPABILITIES = ("8.0", "8.6", "8.9", "12.0", "12.1")
 _ID = r"^[a-z0-9][a-z0-9._-]*$"
 

@@ -7,27 +7,16 @@ deployment's schema also lists the ids known when it was deployed, so the UI off
 
 from __future__ import annotations
 
-import os
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from trtfarm.errors import UserInputError
-from trtfarm.planning.fleet import DEFAULT_TARGETS_FILE, load_fleet, select_targets
+from trtfarm.planning.fleet import default_targets_file, load_fleet, select_targets
 from trtfarm.precision.recipe import Mode
-from trtfarm.store import DEFAULT_STORE
+from trtfarm.store import default_store_uri as default_store
 
 ProfileText = dict[str, str]  # {"input_ids": "1x16:16x128:32x512", ...}
-
-
-def default_store() -> str:
-    """``$TRTFARM_STORE``, else ``trtfarm-store`` under the working directory."""
-    return os.environ.get("TRTFARM_STORE") or DEFAULT_STORE
-
-
-def default_targets_file() -> str:
-    """``$TRTFARM_TARGETS``, else ``gpu_targets.yaml`` in the working directory."""
-    return os.environ.get("TRTFARM_TARGETS") or DEFAULT_TARGETS_FILE
 
 
 def _known_target_ids(schema: dict) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -11,12 +12,17 @@ from trtfarm.store.local import LocalStore
 
 DEFAULT_STORE = "trtfarm-store"
 
+
+def default_store_uri() -> str:
+    """``$TRTFARM_STORE``, else ``trtfarm-store`` under the working directory."""
+    return os.environ.get("TRTFARM_STORE") or DEFAULT_STORE
+
 __all__ = ["AlreadyExists", "Blob", "Conflict", "LocalStore", "Store", "Uploaded", "open_store"]
 
 
 def open_store(uri: str | None = None) -> Store:
     """Open the store named by ``uri``: ``s3://bucket/prefix``, ``file:///abs/path`` or a local path."""
-    uri = uri or DEFAULT_STORE
+    uri = uri or default_store_uri()
     parsed = urlparse(uri)
     if parsed.scheme == "s3":
         if not parsed.netloc:

@@ -21,12 +21,11 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from trtfarm.errors import UserInputError
-from trtfarm.identity import check_name, model_name_from_path, sha256_file
+from trtfarm.identity import model_name_from_path, sha256_file
 from trtfarm.planning.buildspec import SHAPES_NAME, SPEC_NAME, spec_for_model
+from trtfarm.publishing.layout import EXPORT_NAME, MODELS, ONNX_NAME, check_name, export_prefix
 from trtfarm.store import AlreadyExists, Store, open_store
 
-MODELS = "models"
-ONNX_NAME, EXPORT_NAME = "model.onnx", "export.json"
 OPTIONAL_FILES = ("calib.npz", "heldout.npz", SHAPES_NAME)
 
 
@@ -71,7 +70,7 @@ def register_export(store: Store, folder: Path, name: str | None = None, progres
     source = model_source(folder / ONNX_NAME, name)
     now = datetime.now(timezone.utc)
     export_id = f"{now:%Y%m%dT%H%M%S%fZ}-{source.onnx_digest[:12]}"
-    prefix = f"{MODELS}/{name}/{export_id}"
+    prefix = export_prefix(name, export_id)
     record = {"name": name, "export_id": export_id, "registered_at": now.isoformat(), "source": str(folder.resolve()),
               "onnx_digest": source.onnx_digest, "graph_digest": source.graph_digest, "files": {}}
     for path in files:
@@ -102,7 +101,7 @@ def latest_exports(store: Store) -> list[ExportRef]:
         parts = key.split("/")
         if len(parts) == 4 and parts[3] == EXPORT_NAME and parts[2] > newest.get(parts[1], ""):
             newest[parts[1]] = parts[2]
-    return [ExportRef(store.url(f"{MODELS}/{name}/{export_id}"), name, export_id)
+    return [ExportRef(store.url(export_prefix(name, export_id)), name, export_id)
             for name, export_id in sorted(newest.items())]
 
 
@@ -121,7 +120,7 @@ def resolve_model(store: Store, ref: str) -> ExportRef:
     if wanted and wanted not in ids:
         raise UserInputError(f"model {name!r} has no export {wanted!r}; newest: {ids[-1]}")
     export_id = wanted or ids[-1]
-    return ExportRef(store.url(f"{MODELS}/{name}/{export_id}"), name, export_id)
+    return ExportRef(store.url(export_prefix(name, export_id)), name, export_id)
 
 
 def export_folder(uri: str) -> str:

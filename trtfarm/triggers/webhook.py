@@ -34,6 +34,7 @@ from pathlib import Path
 from urllib.parse import unquote, unquote_plus, urlparse
 
 from trtfarm.errors import StoreError
+from trtfarm.publishing.layout import webhook_claim_key
 from trtfarm.store import Store
 from trtfarm.triggers.registry import EXPORT_NAME, ONNX_NAME, export_folder, export_name, is_registry_export
 
@@ -272,12 +273,12 @@ def claim(store: Store, export: Export, source: str) -> bool:
     """Create-only marker for this export; False when an earlier delivery already claimed it."""
     record = {"uri": export.uri, "name": export.name, "version": export.version, "source": source,
               "claimed_at": datetime.now(timezone.utc).isoformat()}
-    return store.put_if_absent(f"webhook/exports/{export.claim_id}.json", json.dumps(record).encode())
+    return store.put_if_absent(webhook_claim_key(export.claim_id), json.dumps(record).encode())
 
 
 def release_claim(store: Store, export: Export) -> None:
     """Undo a claim whose event could not be sent, so the sender's retry can go through."""
-    store.delete(f"webhook/exports/{export.claim_id}.json")
+    store.delete(webhook_claim_key(export.claim_id))
 
 
 def _json(body: bytes):

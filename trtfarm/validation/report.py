@@ -14,10 +14,12 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from trtfarm.publishing import layout
 from trtfarm.publishing.manifest import Manifest
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.store import Store
 from trtfarm.validation.html import data_uri, render_html
+from trtfarm.validation.summary import EngineFigures
 
 
 @dataclass
@@ -46,10 +48,9 @@ def _key(store: Store, url: str | None) -> str | None:
 
 
 def _accuracy(m: Manifest) -> str:
-    points = m.verification.engine.figures.get("accuracy") or []
-    cos = [o["cosine_min"] for p in points for o in p["outputs"].values()]
-    if cos:
-        return f"cos min {min(cos):.5f} (engine)"
+    engine_cos = EngineFigures.of(m.verification.engine).min_cosine()
+    if engine_cos is not None:
+        return f"cos min {engine_cos:.5f} (engine)"
     gate = m.verification.onnx.figures
     cos = [f["cosine_min"] for f in gate.values()] if gate else []
     return f"cos min {min(cos):.5f} ({m.precision.recipe} gate)" if cos else m.precision.recipe
@@ -65,20 +66,21 @@ def row_for(store: Store, outcome: dict) -> ReportRow:
     if m is None:
         return row
     engine = m.verification.engine
+    figures = EngineFigures.of(engine)
     row.engine = f"pending on {m.target.gpu_name}" if engine.status == "pending" else engine.status
-    latency = engine.figures.get("latency", {}).get("0")
+    latency = figures.latency.get("0")
     if latency:
         row.p50_ms, row.p99_ms = latency["p50"], latency["p99"]
     memory = m.plan.device_memory_per_profile
     row.memory_mib = max(memory) / 2**20 if memory else None
     row.build_s, row.plan_mib, row.accuracy = m.build.wall_s, m.plan.bytes / 2**20, _accuracy(m)
-    changes = [r["text"] for r in engine.figures.get("regressions", [])]
-    row.regressions = [r["text"] for r in engine.figures.get("regressions", []) if r["regressed"]]
-    if "tactic_changes" in engine.figures:
-        row.tactic_changes = engine.figures["tactic_changes"]["summary"]
+    changes = [r.text for r in figures.regressions]
+    row.regressions = [r.text for r in figures.regressions if r.regressed]
+    if figures.tactic_changes is not None:
+        row.tactic_changes = figures.tactic_changes.summary
         changes.append(row.tactic_changes)
     row.changes = "; ".join(changes) or ("first release" if engine.status == "passed" else "")
-    row.regressed = any(r["regressed"] for r in engine.figures.get("regressions", []))
+    row.regressed = any(r.regressed for r in figures.regressions)
     return row
 
 
@@ -160,7 +162,7 @@ def write_report(store: Store, model: str, run: str, outcomes: list[dict], out: 
     (out / "outcomes.json").write_text(json.dumps(outcomes, indent=2))
     (out / "rows.json").write_text(json.dumps([asdict(r) for r in rows], indent=2))
     for f in [path, out / "report.html", out / "outcomes.json", out / "rows.json", *map(Path, charts)]:
-        key = f"reports/{model}/{run}/{f.name}"
+        key = layout.report_key(model, run, f.name)
         if store.get(key) is None:
             store.upload_file(key, f)
     return path
@@ -202,14 +204,14 @@ def artifact_markdown(store: Store, model: str, run: str, report_md: Path, budge
         else:
             text = text.replace(f"![{png.stem}]({png.name})",
                                 f"_chart {png.stem} left out of this artifact (over {budget // 1024} KiB):_ "
-                                + _stored_chart(store, f"reports/{model}/{run}/{png.name}"))
+                                + _stored_chart(store, layout.report_key(model, run, png.name)))
     return text
 
 
 def run_outcomes(store: Store, run: str) -> dict[str, list[dict]]:
     """The outcomes a run stored, per model (``reports/<model>/<run>/outcomes.json``); empty for an unknown run."""
     found = {}
-    for key in store.list("reports/"):
+    for key in store.list(f"{layout.REPORTS}/"):
         parts = key.split("/")
         if len(parts) == 4 and parts[2] == run and parts[3] == "outcomes.json":
             found[parts[1]] = json.loads(store.get(key).data)
