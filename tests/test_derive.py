@@ -77,3 +77,12 @@ def test_static_dimensions_stay_fixed(tmp_path):
 def test_a_cap_on_an_unknown_dimension_is_refused(textbook_log):
     with pytest.raises(UserInputError, match="does not have; its dims are"):
         derive_profiles(read_shape_log(textbook_log), Constraints(caps={("token_ids", 1): 512}))
+
+
+def test_the_columnar_and_the_line_by_line_reader_derive_the_same_profiles(textbook_log):
+    from trtfarm.profiles.shapelog import read_columnar, read_line_by_line
+
+    fast, slow = derive_profiles(read_columnar(textbook_log), CAPS), derive_profiles(read_line_by_line(textbook_log),
+                                                                                     CAPS)
+    assert texts(fast) == texts(slow) and fast.records == slow.records == 200_000
+    assert [p.share for p in fast.profiles] == [p.share for p in slow.profiles]
