@@ -41,6 +41,7 @@ try:  # the gate alone, cold: no session or reference output kept from above
     from trtfarm.precision import runs
     runs._SESSIONS.clear()
     runs._REFERENCE.clear()
+    runs._ALL_TENSORS.clear()
 except ImportError:  # the gate before sessions were kept
     pass
 feeds = gate_inputs(src, None)

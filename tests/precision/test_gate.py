@@ -44,11 +44,11 @@ def test_with_signal_cosine_is_judged_and_the_error_threshold_comes_from_the_rec
     assert fig.signal_rows == fig.rows == 64 and fig.cosine_signal_min > 0.9999
     strict = Recipe.model_validate({"mode": "fp16", "thresholds": {"max_error": 1e-6}})  # as farm.yaml writes it
     assert strict.gate_thresholds.cosine_mean == 0.9999  # fields left out keep the mode's defaults
-    assert not [k for k in gate_runs._SESSIONS if k[0] == gate_runs.model_key(path) and k[1] == "all"]
+    assert not [k for k in gate_runs._ALL_TENSORS if k[0] == gate_runs.model_key(path)]
     report = accuracy_gate(path, result.path, gate_runs_feeds(path), strict)
     assert report.passed is False and "of its scale 1 (output of Sigmoid), above 1e-06" in report.failures[0]
     # the layer-wise search (every tensor of both models) runs only now that the gate fails
-    assert [k for k in gate_runs._SESSIONS if k[0] == gate_runs.model_key(path) and k[1] == "all"]
+    assert [k for k in gate_runs._ALL_TENSORS if k[0] == gate_runs.model_key(path)]
 
 
 def gate_runs_feeds(path):
@@ -61,6 +61,7 @@ def gate_runs_feeds(path):
 def test_the_fp32_session_and_outputs_are_reused_across_modes(detector, tmp_path):
     gate_runs._SESSIONS.clear()
     gate_runs._REFERENCE.clear()
+    gate_runs._ALL_TENSORS.clear()
     feeds = gate_runs_feeds(detector)
     fp16 = convert_and_gate(detector, Recipe(mode="fp16"), tmp_path / "fp16.onnx")
     key = (gate_runs.model_key(detector), ())
@@ -72,7 +73,8 @@ def test_the_fp32_session_and_outputs_are_reused_across_modes(detector, tmp_path
     assert fp16.report.passed and int8.report.passed is not None
     assert gate_runs._SESSIONS[key] is first
     assert gate_runs._REFERENCE[(gate_runs.model_key(detector), gate_runs.feeds_key(feeds))] is outputs
-    assert not [k for k in gate_runs._SESSIONS if k[1] == "all"]  # no layer-wise run for a passing gate
+    assert not gate_runs._ALL_TENSORS  # no layer-wise run for a passing gate
+    assert list(gate_runs._SESSIONS) == [key]  # only the FP32 model's session is kept
 
 
 def test_declared_output_ranges_set_the_scale():

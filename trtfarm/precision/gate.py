@@ -74,7 +74,8 @@ def converted_outputs(converted: Path, feeds: list[dict], outputs: list[str],
     """
     watched = low_precision_tensors(converted)
     names = set(watched) if isinstance(watched, tuple) else None
-    results = infer(converted, feeds, extra=watched, each=lambda v: _not_finite(v, set(outputs), names), step=step)
+    results = infer(converted, feeds, extra=watched, each=lambda v: _not_finite(v, set(outputs), names), step=step,
+                    keep=False)
     outs = joined([{k: r[k] for k in outputs} for r in results])
     counts = {k.split(":", 1)[1]: sum(int(r[k]) for r in results) for k in results[0] if k.startswith("nonfinite:")}
     return outs, counts
@@ -134,7 +135,7 @@ def layerwise_divergence(fp32: Path, converted: Path, feed: dict, limit: int = 5
                          rel_tol: float = 1e-2) -> list[dict]:
     """The first nodes (graph order) whose outputs overflow or drift from FP32 beyond ``rel_tol``."""
     model, ref = all_tensors(fp32, feed)
-    _, got = all_tensors(converted, feed)
+    _, got = all_tensors(converted, feed, keep=False)
     found = []
     for node in model.graph.node:
         for t in node.output:

@@ -3,14 +3,16 @@
 Sessions come from Polygraphy's ``SessionFromOnnx`` with graph optimisations off (the gate judges each node in the
 precision the ONNX gives it: onnxruntime fuses MatMul + Mul and so hides an FP16 overflow of the product that
 another runtime may not fuse away; with Q/DQ graphs its fusions give wrong FP8 results) and run through
-Polygraphy's ``OnnxrtRunner``. A session is kept per model file (path, size and modification time) and per set of
-extra outputs, so the FP32 model is loaded once however many samples, modes and auto-pin attempts it is compared
-with; its outputs on a given set of inputs are kept too.
+Polygraphy's ``OnnxrtRunner``. The FP32 model's session is kept per model file (path, size and modification time),
+so it is loaded once however many samples, modes and auto-pin attempts it is compared with; its outputs on a given
+set of inputs are kept too, and its every-tensor run on one feed (for auto-pin and the layer-wise search) while one
+search needs it. A converted model is run once, so its session is not kept.
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -23,10 +25,12 @@ BOUNDED_OPS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "Tanh", "S
                "AveragePool", "GlobalMaxPool", "GlobalAveragePool", "Transpose", "Reshape", "Flatten", "Squeeze",
                "Unsqueeze", "Concat", "Split", "Slice", "Gather", "Identity", "Expand", "Tile", "Pad",
                "DepthToSpace", "SpaceToDepth", "Max", "Min", "Abs", "Neg", "Where"}
-MAX_SESSIONS = 6
+MAX_SESSIONS = 4
 MAX_REFERENCES = 4
 _SESSIONS: OrderedDict[tuple, object] = OrderedDict()
 _REFERENCE: OrderedDict[tuple, dict[str, np.ndarray]] = OrderedDict()
+_ALL_TENSORS: OrderedDict[tuple, dict[str, np.ndarray]] = OrderedDict()  # large: one entry
+_LOCK = threading.Lock()  # the caches are shared by threads (a farm worker may gate models concurrently)
 
 
 def model_key(path: Path) -> tuple:
@@ -47,12 +51,15 @@ def feeds_key(feeds: list[dict]) -> str:
 
 
 def _remember(cache: OrderedDict, key: tuple, make: Callable, limit: int):
-    if key in cache:
-        cache.move_to_end(key)
-        return cache[key]
-    value = cache[key] = make()
-    while len(cache) > limit:
-        cache.popitem(last=False)
+    with _LOCK:
+        if key in cache:
+            cache.move_to_end(key)
+            return cache[key]
+    value = make()
+    with _LOCK:
+        cache[key] = value
+        while len(cache) > limit:
+            cache.popitem(last=False)
     return value
 
 
@@ -70,8 +77,8 @@ def with_outputs(path: Path, extra: list[str] | str) -> bytes:
     return BytesFromOnnx(marked)()
 
 
-def session(path: Path, extra: tuple[str, ...] | str = ()):
-    """The cached onnxruntime CPU session of ``path`` (with ``extra`` tensors as outputs)."""
+def session(path: Path, extra: tuple[str, ...] | str = (), keep: bool = True):
+    """The onnxruntime CPU session of ``path`` (with ``extra`` tensors as outputs), cached when ``keep``."""
     import onnxruntime as ort
     from polygraphy.backend.onnxrt import SessionFromOnnx
 
@@ -80,19 +87,22 @@ def session(path: Path, extra: tuple[str, ...] | str = ()):
         return SessionFromOnnx(source, providers=["cpu"],
                                graph_optimization_level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)()
 
-    return _remember(_SESSIONS, (model_key(path), extra), make, MAX_SESSIONS)
+    return _remember(_SESSIONS, (model_key(path), extra), make, MAX_SESSIONS) if keep else make()
 
 
 def infer(path: Path, feeds: list[dict], extra: tuple[str, ...] | str = (),
           each: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None,
-          step: Callable[[], None] | None = None) -> list[dict[str, np.ndarray]]:
-    """Run ``path`` on every feed; ``each`` may reduce a feed's outputs before they are kept; ``step`` ticks."""
+          step: Callable[[], None] | None = None, keep: bool = True) -> list[dict[str, np.ndarray]]:
+    """Run ``path`` on every feed; ``each`` may reduce a feed's outputs before they are kept; ``step`` ticks.
+
+    ``keep``: keep the session for later runs of the same model (the FP32 model), or not (a converted one).
+    """
     from polygraphy.backend.onnxrt import OnnxrtRunner
     from polygraphy.logger import G_LOGGER
 
     G_LOGGER.module_severity = G_LOGGER.ERROR
     results = []
-    with OnnxrtRunner(session(path, extra)) as runner:
+    with OnnxrtRunner(session(path, extra, keep)) as runner:
         for feed in feeds:
             out = {k: np.asarray(v) for k, v in runner.infer(feed).items()}
             results.append(each(out) if each else out)
@@ -124,17 +134,24 @@ def reference(path: Path, feeds: list[dict], step: Callable[[], None] | None = N
     return _remember(_REFERENCE, key, make, MAX_REFERENCES)
 
 
-def all_tensors(path: Path, feed: dict) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    """Run a model with every intermediate tensor marked as an output (Polygraphy's MARK_ALL); cached per feed."""
+def all_tensors(path: Path, feed: dict, keep: bool = True) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """Run a model with every intermediate tensor marked as an output (Polygraphy's MARK_ALL).
+
+    ``keep``: the result is kept for the next call with the same model and feed (the FP32 model during one
+    auto-pin search); the session is never kept (one run).
+    """
     model = onnx.load(str(path), load_external_data=False)
-    key = (model_key(path), "all", feeds_key([feed]))
-    values = _remember(_REFERENCE, key, lambda: infer(path, [feed], extra="all")[0], MAX_REFERENCES)
+
+    def make():
+        return infer(path, [feed], extra="all", keep=False)[0]
+
+    values = _remember(_ALL_TENSORS, (model_key(path), feeds_key([feed])), make, 1) if keep else make()
     return model, values
 
 
 def run_models(paths: list, feeds: list[dict], keep_dtype: bool = False) -> list[dict[str, np.ndarray]]:
-    """Run each model on every feed; outputs concatenated over feeds."""
-    return [joined(infer(Path(p), feeds), keep_dtype) for p in paths]
+    """Run each model on every feed; outputs concatenated over feeds (sessions not kept)."""
+    return [joined(infer(Path(p), feeds, keep=False), keep_dtype) for p in paths]
 
 
 def low_precision_tensors(path: Path) -> tuple[str, ...] | str:
