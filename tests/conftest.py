@@ -14,6 +14,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 REPO = Path(__file__).resolve().parents[1]
+# No test may lean on Prefect's ephemeral server (it starts slowly and fails on a busy machine): anything that talks
+# to Prefect runs against a real `prefect server start` (tests/farm_server.py); without one, Prefect refuses to run.
+os.environ["PREFECT_SERVER_ALLOW_EPHEMERAL_MODE"] = "false"
 
 
 def _load(name):

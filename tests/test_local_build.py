@@ -135,3 +135,22 @@ def test_bad_names_are_one_line_errors(workdir, example_dir):
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) <= 3 and "name" in proc.stderr
     assert not (workdir / "trtfarm-store" / "plans").exists()
+
+
+def test_a_killed_writers_temporary_files_are_swept_by_the_next_build(workdir, example_dir):
+    first = json.loads(build(workdir, example_dir / "model.onnx").stdout)[0]
+    folder = (workdir / "trtfarm-store" / first["manifest"].split("/trtfarm-store/", 1)[1]).parent
+    stale, fresh = folder / ".tmp-killed", folder / ".tmp-in-flight"
+    stale.write_bytes(b"")  # what SIGKILL leaves between the temporary write and the rename
+    fresh.write_bytes(b"")
+    old = time.time() - 2 * 3600
+    os.utime(stale, (old, old))
+    work = workdir / "tmp" / "trtfarm-build-killed"
+    work.mkdir()
+    os.utime(work, (time.time() - 7 * 3600,) * 2)
+    store = open_store(str(workdir / "trtfarm-store"))
+    store.delete(first["manifest"].split("/trtfarm-store/", 1)[1])  # so the rerun builds this plan again
+    assert json.loads(build(workdir, example_dir / "model.onnx").stdout)[0]["status"] == "built"
+    assert not stale.exists() and fresh.exists()  # a write in flight (younger than an hour) is left alone
+    assert not work.exists()
+    assert ".tmp-" not in " ".join(store.list(""))

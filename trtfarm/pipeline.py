@@ -32,6 +32,7 @@ from trtfarm.triggers.registry import ExportRef, latest_exports, resolve_model
 WORK_PREFIX = "trtfarm-build-"
 PLAN_THREADS = 16  # models planned at once in a farm run: their store requests overlap
 STALE_S = 6 * 3600  # a work folder untouched this long belongs to a killed build
+STALE_TEMP_S = 3600  # an in-flight store write this old belongs to a killed writer (a plan uploads in minutes)
 
 
 def find_exports(store: Store, model: str | None) -> list[ExportRef]:
@@ -139,6 +140,9 @@ def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress
     plans = plan_run(request, store, find_exports(store, request.model), farm=False)
     jobs = [job for plan in plans for job in plan.jobs]
     sweep_stale_work()
+    for job in jobs:  # what a killed build of these plans left in the store
+        for plan in job.plans:
+            store.sweep_temporaries(plan.prefix, STALE_TEMP_S)
     run = new_run_id()
     results = _run_jobs(store, jobs, run, progress, upload)
     fallback = refit_fallbacks(jobs, results, lambda job: "this machine")

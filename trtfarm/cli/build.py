@@ -151,13 +151,23 @@ def targets(targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
         print(json.dumps({"machine": {"gpus": caps.gpus.describe(), "toolchains": caps.versions}, "targets": rows},
                          indent=2))
         return
+    wide = out.width >= 140  # below that: the columns that fit one line per target, and the reasons underneath
+    cols = ("target", "gpu", "cc", "toolchain", "pool", "class", "here") if wide else ("target", "gpu", "toolchain",
+                                                                                        "here")
     table = Table(title=f"targets ({caps.gpus.describe()})")
-    for col in ("target", "gpu", "cc", "toolchain", "pool", "class", "here"):
-        table.add_column(col, overflow="fold")
+    for col in cols:
+        table.add_column(col, no_wrap=col != "here", overflow="fold")
     for r in rows:
-        table.add_row(r["target"], r["gpu"], r["compute_capability"], r["toolchain"], r["pool"], r["compat_class"],
-                      "[green]yes[/]" if r["servable"] else f"[yellow]no[/]: {r['reason']}")
+        here = "[green]yes[/]" if r["servable"] else "[yellow]no[/]" + (f": {r['reason']}" if wide else "")
+        cells = {"target": r["target"], "gpu": r["gpu"] if wide else f"{r['gpu']} ({r['compute_capability']})",
+                 "cc": r["compute_capability"], "toolchain": r["toolchain"], "pool": r["pool"],
+                 "class": r["compat_class"], "here": here}
+        table.add_row(*(cells[c] for c in cols))
     out.print(table)
+    if not wide:  # the reasons on their own lines, so the table stays one line per target
+        for r in rows:
+            if not r["servable"]:
+                out.print(f"  {r['target']}: {r['reason']}", highlight=False, soft_wrap=True)
 
 
 @app.command()

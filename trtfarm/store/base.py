@@ -129,6 +129,13 @@ class Store(ABC):
             if size is not None:
                 yield key, size
 
+    def sweep_temporaries(self, prefix: str, older_than_s: float) -> int:
+        """Remove in-flight write files that a killed writer left under ``prefix``; returns how many.
+
+        Object stores have none (an upload is invisible until it completes); the file store overrides this.
+        """
+        return 0
+
     def size(self, key: str) -> int | None:
         """The object's size in bytes (None when absent), without fetching it where the backend allows."""
         blob = self.get(key)

@@ -12,6 +12,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -161,6 +162,21 @@ class LocalStore(Store):
         while parent != self.root and parent.is_dir() and not any(parent.iterdir()):
             parent.rmdir()
             parent = parent.parent
+
+    def sweep_temporaries(self, prefix: str, older_than_s: float) -> int:
+        """Remove ``.tmp-*`` files under ``prefix`` older than ``older_than_s`` (a killed writer's leftovers)."""
+        start = self.root / prefix.rstrip("/") if prefix else self.root
+        if ".." in Path(prefix).parts or not start.is_dir():
+            return 0
+        removed, now = 0, time.time()
+        for path in start.rglob(".tmp-*"):
+            try:
+                if now - path.stat().st_mtime > older_than_s:
+                    path.unlink()
+                    removed += 1
+            except FileNotFoundError:  # its writer finished, or another sweep took it
+                continue
+        return removed
 
     def size(self, key: str) -> int | None:
         """The file's size, or None when absent."""
