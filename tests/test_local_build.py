@@ -154,3 +154,17 @@ def test_a_killed_writers_temporary_files_are_swept_by_the_next_build(workdir, e
     assert not stale.exists() and fresh.exists()  # a write in flight (younger than an hour) is left alone
     assert not work.exists()
     assert ".tmp-" not in " ".join(store.list(""))
+
+
+def test_verify_store_rehashes_and_rebuilds_a_plan_whose_bytes_changed_but_not_its_size(workdir, example_dir):
+    first = json.loads(build(workdir, example_dir / "model.onnx").stdout)[0]
+    store = open_store(str(workdir / "trtfarm-store"))
+    m = read_manifest(store, first["manifest"].split("/trtfarm-store/", 1)[1])
+    plan = workdir / "trtfarm-store" / m.plan.key
+    data = bytearray(plan.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # bit rot: same size, other bytes
+    plan.write_bytes(bytes(data))
+    assert json.loads(build(workdir, example_dir / "model.onnx").stdout)[0]["status"] == "up-to-date"  # size only
+    assert json.loads(build(workdir, example_dir / "model.onnx", "--verify-store").stdout)[0]["status"] == "built"
+    repaired = read_manifest(store, first["manifest"].split("/trtfarm-store/", 1)[1])
+    store.download_file(repaired.plan.key, workdir / "check.plan", sha256=repaired.plan.sha256)

@@ -15,7 +15,7 @@ from typing import Literal
 from trtfarm.planning.targets import TargetPlan
 from trtfarm.publishing import layout
 from trtfarm.publishing.manifest import Manifest
-from trtfarm.publishing.publish import plan_intact, read_manifest
+from trtfarm.publishing.publish import plan_intact, plan_rehash, read_manifest, withdraw
 from trtfarm.publishing.release import ReleaseRefused, move_release, pointer_key
 from trtfarm.store import Store
 
@@ -70,12 +70,13 @@ def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, rele
     return f"released: {pointer_key(manifest)}"
 
 
-def triage(store: Store, plans: Sequence[TargetPlan],
-           force: bool = False) -> tuple[dict[str, TargetOutcome], list[TargetPlan]]:
+def triage(store: Store, plans: Sequence[TargetPlan], force: bool = False,
+           verify: bool = False) -> tuple[dict[str, TargetOutcome], list[TargetPlan]]:
     """Split a run into finished outcomes (skipped, up to date) and the plans that still need a build.
 
     ``force`` rebuilds published targets too (their manifests are kept: see ``build_group``). A damaged plan object
-    is rebuilt; a published but unreleased plan is released when policy allows.
+    (its size, or with ``verify`` its sha256) is rebuilt; a published but unreleased plan is released when policy
+    allows.
     """
     done: dict[str, TargetOutcome] = {}
     todo = []
@@ -85,6 +86,8 @@ def triage(store: Store, plans: Sequence[TargetPlan],
             continue
         existing = None if force else read_manifest(store, p.manifest_key)
         damage = plan_intact(store, existing) if existing is not None else None
+        if existing is not None and damage is None and verify and (damage := plan_rehash(store, existing)):
+            withdraw(store, p.prefix)  # bytes that no longer hash to the manifest: the rebuild publishes afresh
         if existing is None or damage:
             todo.append(p)
             continue

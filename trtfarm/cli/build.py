@@ -24,6 +24,8 @@ def build(
     store: str = STORE_OPT,
     targets_file: Path = TARGETS_OPT,
     as_json: bool = JSON_OPT,
+    verify_store: bool = typer.Option(False, "--verify-store", help="re-hash each published plan before calling it "
+                                      "up to date; a damaged one is rebuilt (default: its size is checked)"),
     record: bool = typer.Option(False, "--record", help="run as a build-matrix flow recorded on the Prefect server "
                                 "at $PREFECT_API_URL (never an ephemeral server)"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="with --record: show Prefect's logs"),
@@ -33,7 +35,7 @@ def build(
 
     request = MatrixRequest(model=str(model), name=name, targets=target, precision=_mode(precision),
                             profiles=_profile_texts(profile, profiles), store=store_uri(store),
-                            targets_file=targets_path(targets_file), dispatch="local")
+                            targets_file=targets_path(targets_file), dispatch="local", verify_store=verify_store)
     if not model.is_file():
         raise fail(f"{model}: no such ONNX file")
     rows = _record(request, verbose) if record else _run_here(request)

@@ -110,7 +110,7 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
         raise UserInputError(f"{export.uri}: a farm run builds registered models or export URIs that every worker "
                              "can read. Fix: `trtfarm models push FOLDER` and run with its name")
     fleet = fleet or load_fleet(request.targets_file)
-    if farm and not request.force and not request.refit:
+    if farm and not (request.force or request.refit or request.verify_store):
         done = up_to_date_export(request, export, store, fleet, index)
         if done is not None:
             return done
@@ -135,7 +135,7 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
                           outcomes={t: TargetOutcome(t, "failed", str(failed)) for t in ids})
     plans = plan_targets(model, model.plan_digest, resolved, profiles,
                          None if farm else (caps or local_capabilities()))
-    outcomes, todo = triage(store, plans, request.force)
+    outcomes, todo = triage(store, plans, request.force, request.verify_store)
     jobs = _jobs(store, request, model, "://" in export.uri and export.uri or str(path), texts, todo)
     return ExportPlan(name=model.name, model=model, profiles=texts, targets=ids, outcomes=outcomes, jobs=jobs)
 

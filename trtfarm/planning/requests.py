@@ -39,6 +39,8 @@ class MatrixRequest(BaseModel):
     precision: Mode | None = Field(None, description="precision mode (default: farm.yaml's recipe)")
     force: bool = Field(False, description="rebuild targets that are already published (the published manifest "
                         "is kept; the report says whether the rebuild matched it)")
+    verify_store: bool = Field(False, description="re-hash each published plan before calling it up to date "
+                               "(a damaged one is rebuilt); by default only its size is checked")
     refit: bool = Field(False, description="new weights, same graph: refit each released refittable plan instead of "
                         "rebuilding it (others are rebuilt, and the report says why)")
     name: str | None = Field(None, description="model name in the store (default: farm.yaml name, else file name)")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trtfarm.errors import StoreError
+from trtfarm.errors import IntegrityError, StoreError
 from trtfarm.publishing import layout
 from trtfarm.publishing.manifest import Manifest, PlanInfo, manifest_from_json
 from trtfarm.store import AlreadyExists, Store
@@ -59,16 +59,29 @@ def plan_intact(store: Store, manifest: Manifest) -> str | None:
     return None
 
 
+def plan_rehash(store: Store, manifest: Manifest) -> str | None:
+    """None when the plan object's bytes hash to the manifest's sha256 (downloaded and re-hashed); else why not."""
+    with tempfile.TemporaryDirectory(prefix="trtfarm-verify-") as tmp:
+        try:
+            store.download_file(manifest.plan.key, Path(tmp) / layout.PLAN_NAME, sha256=manifest.plan.sha256)
+        except IntegrityError as err:
+            return str(err)
+    return None
+
+
+def withdraw(store: Store, prefix: str) -> None:
+    """Remove a damaged publish: the manifest first (readers then see "not built", never a bad plan), then the plan."""
+    store.delete(layout.manifest_key(prefix))
+    store.delete(layout.plan_key(prefix))
+
+
 def publish_plan(store: Store, prefix: str, plan_path: Path, manifest_for: Callable[[PlanInfo], Manifest],
                  progress: Progress | None = None) -> Published:
     """Publish ``plan_path`` and the manifest ``manifest_for(plan_info)`` under ``prefix``."""
     plan_key, manifest_key = layout.plan_key(prefix), layout.manifest_key(prefix)
     existing = read_manifest(store, manifest_key)
     if existing is not None and plan_intact(store, existing) is not None:
-        # a damaged or missing plan object: withdraw the manifest first (readers see "not built", never a bad
-        # plan), then publish this build afresh
-        store.delete(manifest_key)
-        store.delete(plan_key)
+        withdraw(store, prefix)  # a damaged or missing plan object: publish this build afresh
         existing = None
     if existing is None:
         try:
