@@ -84,7 +84,7 @@ def main() -> None:
     build_sum = sum(builds.values())
     child_sum = sum(children.values())
     table = Table(title=f"farm fan-out: {args.models} models x 4 RTX targets, 2 pools x 1 worker, "
-                        "2-core machine, moto S3, SQLite")
+                        "2-core machine, moto S3, Prefect server on Postgres")
     table.add_column("figure")
     table.add_column("value", justify="right")
     rows = [("targets built", f"{len(built)} of {len(result['outcomes'])} (state {result['state']})"),

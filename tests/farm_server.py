@@ -1,23 +1,29 @@
-"""A real farm on 127.0.0.1 for integration tests: ``prefect server start``, pools, deployments, worker processes.
+"""A real farm on 127.0.0.1 for integration tests: Postgres, ``prefect server start``, pools, deployments, workers.
 
-Everything is started as a subprocess in its own process group and stopped by PID (a worker does not always exit on
-one SIGTERM, so stop escalates to SIGKILL).
+The Prefect server runs on PostgreSQL (a private cluster from ``infra/local-farm/postgres.sh``), never on SQLite: SQLite
+locks under concurrent run creation ("database is locked", served as 503s). Everything else is started as a subprocess
+in its own process group and stopped by PID (a worker does not always exit on one SIGTERM, so stop escalates to
+SIGKILL); the cluster is stopped by its script, which waits until none of its processes is left.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TRTFARM = [sys.executable, "-m", "trtfarm"]
+POSTGRES_SH = REPO / "infra" / "local-farm" / "postgres.sh"
 
 
 def free_port() -> int:
@@ -26,14 +32,59 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Farm:
-    """One Prefect server (SQLite under ``home``) and the worker processes started against it.
+class Postgres:
+    """A private PostgreSQL cluster on 127.0.0.1 (``infra/local-farm/postgres.sh``), with a ``prefect`` database.
 
-    The server serves no UI unless ``ui=True`` (then at ``self.url``: V2 under ``/v2/``, V1 at the root).
+    Its folder is a fresh one under the temp dir, not under a caller's home: as root the cluster runs as the
+    ``postgres`` user, which cannot enter pytest's or ``TemporaryDirectory``'s private (0700) folders. ``stop`` stops
+    the cluster (also at interpreter exit, if nobody did) and removes the folder.
     """
 
-    def __init__(self, home: Path, env: dict[str, str], ui: bool = False) -> None:
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="trtfarm-pg-"))
+        atexit.register(self.stop)
+        self.url = self._sh("start", "--db", "prefect")
+
+    def _sh(self, command: str, *args: str) -> str:
+        done = subprocess.run(["bash", str(POSTGRES_SH), command, str(self.dir), *args], capture_output=True,
+                              text=True, timeout=900)
+        if done.returncode != 0:
+            raise RuntimeError(f"postgres.sh {command} exited {done.returncode}:\n{done.stderr[-3000:]}")
+        return done.stdout.strip()
+
+    def database(self, name: str) -> str:
+        """The URL of a new (or existing) database ``name`` in this cluster."""
+        return self._sh("createdb", name)
+
+    def log(self) -> str:
+        path = self.dir / "postgres.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self, keep_log: Path | None = None) -> None:
+        """Stop the cluster and remove its folder (its server log first copied to ``keep_log``)."""
+        if self.dir.exists():
+            try:
+                self._sh("stop")
+            finally:
+                if keep_log is not None and keep_log.parent.is_dir():
+                    keep_log.write_text(self.log())
+                shutil.rmtree(self.dir, ignore_errors=True)
+        atexit.unregister(self.stop)
+
+
+class Farm:
+    """One Prefect server on Postgres and the worker processes started against it.
+
+    ``database`` is the server's ``PREFECT_API_DATABASE_CONNECTION_URL`` (``postgresql+asyncpg://...``); without it,
+    ``start_server`` starts a private cluster for this farm and ``stop`` stops it (its log is kept as
+    ``home/postgres.log``). The server serves no UI unless ``ui=True`` (then at ``self.url``: V2 under ``/v2/``, V1
+    at the root).
+    """
+
+    def __init__(self, home: Path, env: dict[str, str], ui: bool = False, database: str | None = None) -> None:
         self.home = home
+        self.database = database
+        self.postgres: Postgres | None = None
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.api = f"{self.url}/api"
@@ -56,8 +107,11 @@ class Farm:
         return (self.home / f"{name}.log").read_text(errors="replace")
 
     def start_server(self, timeout: float = 120) -> None:
+        if self.database is None:
+            self.postgres = Postgres()
+            self.database = self.postgres.url
         self.spawn("server", [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                              "--port", str(self.port)])
+                              "--port", str(self.port)], env={"PREFECT_API_DATABASE_CONNECTION_URL": self.database})
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -110,6 +164,9 @@ class Farm:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+        if self.postgres is not None:  # after the server: it holds connections until it exits
+            self.postgres.stop(keep_log=self.home / "postgres.log")
+            self.postgres = None
 
 
 def processes_of_flow_run(flow_run_id: str) -> list[int]:

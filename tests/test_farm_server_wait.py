@@ -50,9 +50,11 @@ def test_without_a_configured_server_the_command_says_how_to_name_one(tmp_path):
 
 @pytest.mark.integration
 def test_pools_sync_right_after_prefect_server_start_waits_for_it_and_succeeds(tmp_path, fleet_file):
-    port = _closed_port()
+    from .farm_server import Postgres
+
+    port, db = _closed_port(), Postgres()  # the farm's database: never SQLite
     env = _env(tmp_path, PREFECT_API_URL=f"http://127.0.0.1:{port}/api", PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               PREFECT_UI_ENABLED="false")
+               PREFECT_UI_ENABLED="false", PREFECT_API_DATABASE_CONNECTION_URL=db.url)
     log = open(tmp_path / "server.log", "wb")  # noqa: SIM115 - closed below
     server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port",
                                str(port)], env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
@@ -69,6 +71,7 @@ def test_pools_sync_right_after_prefect_server_start_waits_for_it_and_succeeds(t
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
         log.close()
+        db.stop()
     assert done.returncode == 0, done.stderr + (tmp_path / "server.log").read_text()[-2000:]
     assert "waiting up to 240 s for the Prefect server" in done.stderr
     assert "rtx-4090" in done.stdout and "Traceback" not in done.stderr
