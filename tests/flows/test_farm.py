@@ -179,6 +179,22 @@ def test_a_matrix_over_two_pools_survives_a_killed_child_then_builds_nothing(far
     assert len(_child_runs(client)) == 3  # nothing was dispatched
 
 
+def test_a_local_build_with_record_runs_the_same_flow_on_the_configured_server(farm, client, example_dir, tmp_path):
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+
+    def matrix_runs():
+        return client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["build-matrix"])))
+
+    before = {r.id for r in matrix_runs()}
+    store = tmp_path / "recorded-store"
+    rows = farm.trtfarm_json("build", str(example_dir / "model.onnx"), "--record", "--store", str(store),
+                             "--target", "rtx4090-rtx1.7")
+    assert [(r["target"], r["status"]) for r in rows] == [("rtx4090-rtx1.7", "built")]
+    new = [r for r in matrix_runs() if r.id not in before]
+    assert len(new) == 1 and new[0].state.is_completed() and new[0].deployment_id is None  # in-process, recorded
+    assert any(str(new[0].id) in k for k in open_store(str(store)).list("reports/encoder/"))
+
+
 def test_a_worker_for_a_pool_its_machine_does_not_match_refuses_to_start(farm, client):
     refused = farm.run([sys.executable, "-m", "trtfarm", "worker", "--pool", "gpu-h100", "--targets-file",
                         str(REPO / "gpu_targets.yaml")], check=False)
