@@ -81,8 +81,12 @@ def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve 
             "--no-create-pool-if-not-found", *(["--name", name] if name else []),
             *(["--work-queue", queue] if queue else []),
             *(["--with-healthcheck"] if healthcheck else [])]
+    # prefect.yaml's build-target runs `python -m prefect.engine` in one interpreter (docs/dispatch.md): `python`
+    # must be this one, with Prefect and trtfarm installed
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     env = {**os.environ, "PREFECT_WORKER_QUERY_SECONDS": os.environ.get("PREFECT_WORKER_QUERY_SECONDS", "1"),
-           "TRTFARM_HOME": str(project_root()), "TRTFARM_TARGETS": str(Path(targets_path(targets_file)).resolve())}
+           "TRTFARM_HOME": str(project_root()), "TRTFARM_TARGETS": str(Path(targets_path(targets_file)).resolve()),
+           "PATH": path}
     os.execve(argv[0], argv, env)  # the checked process becomes the worker (signals go straight to Prefect)
 
 
@@ -114,7 +118,7 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
         templates = {p.name: job_template(p.name, fleet) for p in desired if p.gpus}
     try:
         drift = asyncio.run(sync_work_pools(desired, apply=not check, templates=templates))
-    except Exception as e:  # httpx.ConnectError and friends: the server is the problem, say which one
+    except _server_errors() as e:  # the server is the problem: say which one
         raise fail(f"cannot sync pools with the Prefect server at {api}: {type(e).__name__}: {e}") from e
     if as_json:
         print(json.dumps([{"pool": d.pool, "declared": d.declared, "on_server": d.on_server, "action": d.action}
@@ -199,14 +203,12 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
         run_id, state, message, rows = asyncio.run(submit_matrix(deployment, request, wait))
     except TrtfarmError as e:
         raise fail(str(e)) from e
-    except Exception as e:  # the server went away or refused the run: say which server, in one line
-        from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
+    except _server_errors() as e:  # the server went away or refused the run: say which server, in one line
+        from prefect.exceptions import ObjectNotFound
 
         if isinstance(e, ObjectNotFound):
             raise fail(f"deployment {deployment!r} is not on the Prefect server at {api}: deploy it (`prefect deploy "
                        "--all` in the trtfarm checkout) or name another with --deployment") from e
-        if not isinstance(e, (PrefectHTTPStatusError, OSError)) and "httpx" not in type(e).__module__:
-            raise
         raise fail(f"the Prefect server at {api} refused or dropped the run: {type(e).__name__}: "
                    f"{_first_line(e)}", code=3) from e
     _print_run(run_id, state, message, rows, as_json)
@@ -248,6 +250,14 @@ def _print_run(run_id: str | None, state: str, message: str, rows: list[dict], a
             table.add_row(r["model"], r["target"], f"[{colours.get(r['status'], 'white')}]{r['status']}[/]",
                           f"{r['build_s']:.2f}" if r.get("build_s") is not None else "–", r["reason"])
         out.print(table)
+
+
+def _server_errors() -> tuple[type[BaseException], ...]:
+    """What a Prefect client raises when its server fails or refuses: HTTP status errors, transport errors."""
+    import httpx
+    from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
+
+    return ObjectNotFound, PrefectHTTPStatusError, httpx.HTTPError, OSError
 
 
 def _first_line(err: Exception) -> str:
