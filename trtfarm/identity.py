@@ -18,8 +18,6 @@ from typing import Any
 
 import onnx
 
-from trtfarm.publishing.layout import check_name  # noqa: F401 - until every caller imports it from layout
-
 CHUNK = 1 << 20
 
 

@@ -157,7 +157,9 @@ def _onnx_check(model: ModelSource) -> Check:
     p = model.precision
     if not p or p.mode == "fp32":
         return Check(status="passed", detail="onnx.checker passed; fp32 recipe: no conversion, no accuracy gate")
-    figures = {f["output"]: {k: f[k] for k in ("cosine_mean", "cosine_min", "max_abs", "max_rel")} | f["extra"]
+    keys = ("cosine_mean", "cosine_min", "max_abs", "max_rel", "max_error", "scale", "scale_from", "signal_rows",
+            "cosine_signal_mean", "cosine_signal_min")
+    figures = {f["output"]: {k: f[k] for k in keys if f.get(k) is not None} | f["extra"]
                for f in (p.accuracy or {}).get("figures", [])}
     return Check(status=p.gate, detail=p.gate_detail, figures=figures)
 

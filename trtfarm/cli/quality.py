@@ -24,6 +24,10 @@ def precision(
                                                            "(inf: convert every node)"),
     auto_pin: bool = typer.Option(False, "--auto-pin", help="search the smallest FP32 node set that passes"),
     task: str = typer.Option("generic", "--task", help="embedding | classifier | generic (which figures to gate)"),
+    output_range: list[str] = typer.Option([], "--output-range", help="NAME=LO:HI, the scale errors are measured "
+                                           "against (default: implied by a Sigmoid/Softmax/Tanh, else FP32's range)"),
+    max_error: float = typer.Option(None, "--max-error", min=0, help="max |error| as a share of the output's scale "
+                                    "(default: the mode's, e.g. 0.01 for fp16)"),
     out_path: Path = typer.Option(None, "--out", help="converted ONNX [default: MODEL_<mode>.onnx beside it]"),
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -33,7 +37,8 @@ def precision(
 
     try:
         recipe = Recipe(mode=mode, keep_fp32=keep_fp32, keep_fp32_ops=keep_fp32_op, data_max=data_max,
-                        auto_pin=auto_pin, task=task)
+                        auto_pin=auto_pin, task=task, output_ranges=dict(_output_range(r) for r in output_range),
+                        **({"thresholds": {"max_error": max_error}} if max_error is not None else {}))
     except ValueError as e:
         raise fail(f"invalid recipe: {e}") from e
     target = out_path or model.with_name(f"{model.stem}_{mode}.onnx")
@@ -46,16 +51,39 @@ def precision(
                           "gate": result.report.to_json()}, indent=2))
     else:
         table = Table(title=f"{mode} accuracy gate: {model.name} -> {result.path.name}")
-        for col in ("output", "cosine mean", "cosine min", "max abs", "max rel", "task figure"):
-            table.add_column(col)
+        for col in ("output", "max error / scale", "cosine (signal)", "cosine mean/min (all)", "task figure"):
+            table.add_column(col, overflow="fold")
         for f in result.report.figures:
-            table.add_row(f.output, f"{f.cosine_mean:.6f}", f"{f.cosine_min:.6f}", f"{f.max_abs:.3g}",
-                          f"{f.max_rel:.3g}", ", ".join(f"{k} {v:.4f}" for k, v in f.extra.items()))
+            table.add_row(f.output, _error_cell(f), _signal_cell(f), f"{f.cosine_mean:.6f} / {f.cosine_min:.6f}",
+                          ", ".join(f"{k} {v:.4f}" for k, v in f.extra.items()))
         if result.report.figures:
             out.print(table)
         out.print(result.summary(), highlight=False)
     if result.report.passed is False:
         raise typer.Exit(1)
+
+
+def _output_range(text: str) -> tuple[str, tuple[float, float]]:
+    name, _, bounds = text.partition("=")
+    try:
+        low, high = (float(x) for x in bounds.split(":"))
+    except ValueError as e:
+        raise fail(f"--output-range {text!r}: write NAME=LO:HI, e.g. prob=0:1") from e
+    return name, (low, high)
+
+
+def _error_cell(f) -> str:
+    if f.max_error is None:
+        return f"{f.max_abs:.3g} (abs)"
+    return f"{f.max_abs:.3g} = {f.max_error:.2g} of {f.scale:.3g} ({f.scale_from})"
+
+
+def _signal_cell(f) -> str:
+    if f.signal_rows is None:
+        return "–"
+    if not f.signal_rows:
+        return f"– (0/{f.rows}: no signal)"
+    return f"{f.cosine_signal_mean:.6f} / {f.cosine_signal_min:.6f} ({f.signal_rows}/{f.rows})"
 
 
 @app.command()

@@ -13,15 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
+from google.protobuf.message import DecodeError
 
 from trtfarm.errors import UserInputError
-from trtfarm.identity import canonical_json, check_name, sha256_file
+from trtfarm.identity import canonical_json, sha256_file
 from trtfarm.precision.autopin import auto_pin
 from trtfarm.precision.convert import ConversionError, Converted, convert_onnx
 from trtfarm.precision.gate import GateReport, OutputFigures, accuracy_gate
 from trtfarm.precision.inputs import batches, generate_inputs, load_npz
 from trtfarm.precision.progress import precision_progress
 from trtfarm.precision.recipe import Recipe, Thresholds
+from trtfarm.publishing.layout import converted_prefix
 from trtfarm.store import AlreadyExists
 
 __all__ = ["ConversionError", "GateFailed", "PrecisionResult", "Recipe", "Thresholds", "convert_and_gate",
@@ -80,7 +82,7 @@ def convert_and_gate(src: Path, recipe: Recipe, out: Path, *, calibration: Path 
     """Convert ``src`` by ``recipe`` into ``out`` and run the gate (auto-pin when the recipe asks)."""
     try:
         model = onnx.load(str(src), load_external_data=False)
-    except Exception as err:  # DecodeError and friends
+    except (DecodeError, OSError, ValueError) as err:  # protobuf could not parse it, or the file is unreadable
         raise ConversionError(f"{src}: not a valid ONNX model ({type(err).__name__}); re-export it") from err
     calib = load_npz(calibration, model, "calibration data") if calibration else None
     feeds = gate_inputs(src, heldout)
@@ -116,7 +118,7 @@ def prepare_precision(store, model_name: str, src: Path, onnx_digest: str, recip
     if recipe.mode == "fp32" and not recipe.auto_pin:
         return PrecisionResult(recipe, src, onnx_digest, accuracy_gate(src, src, [], recipe), [])
     key = precision_key(recipe, onnx_digest, calibration, heldout)
-    prefix = f"converted/{check_name('model name', model_name)}/{onnx_digest[:12]}/{key[:12]}"
+    prefix = converted_prefix(model_name, onnx_digest, key)
     stored = store.get(f"{prefix}/report.json")
     if stored is not None:
         doc = json.loads(stored.data)

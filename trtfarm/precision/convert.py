@@ -24,6 +24,12 @@ AUTOCAST = {"fp16", "bf16"}
 QUANTIZE = {"int8", "fp8"}
 
 
+# ModelOpt reports an unconvertible model with these; anything else (TypeError, KeyError, ...) is a bug and keeps
+# its traceback
+_CONVERSION_ERRORS = (ValueError, RuntimeError, AssertionError, NotImplementedError, onnx.checker.ValidationError,
+                      onnx.shape_inference.InferenceError)
+
+
 class ConversionError(UserInputError):
     """ModelOpt could not convert the model; the message says why and what to change."""
 
@@ -97,7 +103,7 @@ def convert_onnx(src: Path, recipe: Recipe, out: Path, *, calibration_path: Path
         onnx.checker.check_model(str(out))
     except UserInputError:
         raise
-    except Exception as err:  # ModelOpt raises many kinds; all mean "this model/recipe did not convert"
+    except _CONVERSION_ERRORS as err:  # what ModelOpt and onnx raise when a model/recipe does not convert
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ConversionError(f"{src}: {recipe.mode} conversion failed ({type(err).__name__}: {first}). Fix: check "
                               "the model runs in onnxruntime, the calibration data matches its inputs, or keep the "
