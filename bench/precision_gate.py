@@ -27,7 +27,7 @@ import json, os, sys, time
 from pathlib import Path
 import numpy as np, onnx
 src, mode, calib = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
-from trtfarm.precision import Recipe, convert_and_gate, gate_inputs
+from trtfarm.precision.step import Recipe, convert_and_gate, gate_inputs
 from trtfarm.precision.gate import accuracy_gate
 def clock():
     t = os.times()

@@ -94,11 +94,12 @@ def new_run_id() -> str:
     return f"local-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
 
 
-def store_reports(store: Store, run: str, rows: list[dict], out: Path) -> dict[str, Path | None]:
+def store_reports(store: Store, run: str, rows: list[dict], out: Path, full: bool = True) -> dict[str, Path | None]:
     """Each model's report of this run in the store: in full where it has news, else only its outcomes.
 
     Returns the rendered ``report.md`` per model (None where only the outcomes were stored). A full report is
-    rendered into ``out/<model>/`` and copied into the store under ``reports/<model>/<run>/``.
+    rendered into ``out/<model>/`` and copied into the store under ``reports/<model>/<run>/``. ``full=False`` stores
+    only the outcomes (``trtfarm report RUN`` renders the rest when someone asks).
     """
     from trtfarm.validation.report import write_report
 
@@ -107,7 +108,7 @@ def store_reports(store: Store, run: str, rows: list[dict], out: Path) -> dict[s
         by_model.setdefault(r["model"], []).append({k: v for k, v in r.items() if k != "model"})
     written: dict[str, Path | None] = {}
     for model, outcomes in by_model.items():
-        if has_news(o["status"] for o in outcomes):
+        if full and has_news(o["status"] for o in outcomes):
             (out / model).mkdir(parents=True, exist_ok=True)
             written[model] = write_report(store, model, run, outcomes, out / model)
         else:
@@ -130,11 +131,12 @@ def sweep_stale_work(root: Path | None = None, now: float | None = None) -> int:
 
 
 def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress] | None = None,
-              upload: Callable[[str], Progress] | None = None, report: bool = True) -> list[dict]:
+              upload: Callable[[str], Progress] | None = None, report: str = "full") -> list[dict]:
     """Plan and build in this process (``trtfarm build``); returns one row per target.
 
     Targets already published are up to date (and released, if a killed run left them unreleased); each
-    compatibility class is built once; a model's report goes to the store when the run built or failed something.
+    compatibility class is built once. When the run built or failed something, its report goes to the store:
+    ``report="full"`` renders it (markdown, HTML, charts), ``"outcomes"`` stores only the outcomes, ``"none"`` nothing.
     """
     store = open_store(request.store)
     plans = plan_run(request, store, find_exports(store, request.model), farm=False)
@@ -148,9 +150,9 @@ def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress
     fallback = refit_fallbacks(jobs, results, lambda job: "this machine")
     results += _run_jobs(store, fallback, run, progress, upload)
     rows = rows_for(plans, results)
-    if report and jobs:
+    if report != "none" and jobs:
         with tempfile.TemporaryDirectory(prefix="trtfarm-report-") as out:
-            store_reports(store, run, rows, Path(out))
+            store_reports(store, run, rows, Path(out), full=report == "full")
     return rows
 
 

@@ -6,11 +6,11 @@ import numpy as np
 import onnx
 import pytest
 
-from trtfarm.precision import Recipe, convert_and_gate
 from trtfarm.precision import runs as gate_runs
 from trtfarm.precision.figures import figure_failures, output_figures, output_ranges
 from trtfarm.precision.gate import accuracy_gate
 from trtfarm.precision.progress import precision_progress
+from trtfarm.precision.step import Recipe, convert_and_gate
 
 from .sigmoid_net import sigmoid_net
 
@@ -52,7 +52,7 @@ def test_with_signal_cosine_is_judged_and_the_error_threshold_comes_from_the_rec
 
 
 def gate_runs_feeds(path):
-    from trtfarm.precision import gate_inputs
+    from trtfarm.precision.step import gate_inputs
 
     return gate_inputs(path, None)
 

@@ -9,7 +9,7 @@ import pytest
 from trtfarm.errors import UserInputError
 from trtfarm.identity import sha256_file
 from trtfarm.planning.fleet import BuilderSettings
-from trtfarm.precision import ConversionError, GateFailed, Recipe, convert_and_gate, prepare_precision
+from trtfarm.precision.step import ConversionError, GateFailed, Recipe, convert_and_gate, prepare_precision
 from trtfarm.profiles.profile import profile_from_args
 from trtfarm.store import open_store
 from trtfarm.toolchain import import_flavour, plan_from_onnx

@@ -12,7 +12,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from trtfarm.precision import Recipe, convert_and_gate
+from trtfarm.precision.step import Recipe, convert_and_gate
 from trtfarm.profiles.profile import profile_from_args
 from trtfarm.validation.compare import compare_point, inputs_for_shapes, profile_points
 from trtfarm.validation.engine_gpu import EngineValidation

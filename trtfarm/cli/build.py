@@ -55,7 +55,8 @@ def _run_here(request) -> list[dict]:
     from trtfarm.pipeline import run_local
 
     with progress_bars(err) as bars:
-        return run_local(request, progress=lambda t: RichBuild(bars, t), upload=upload_bar(bars))
+        # the run's outcomes go to the store; `trtfarm report MODEL_OR_RUN` renders charts and HTML on demand
+        return run_local(request, progress=lambda t: RichBuild(bars, t), upload=upload_bar(bars), report="outcomes")
 
 
 def _record(request, verbose: bool) -> list[dict]:

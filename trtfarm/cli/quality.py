@@ -32,8 +32,8 @@ def precision(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Convert an ONNX export's precision with ModelOpt and gate its accuracy against FP32 on CPU."""
-    from trtfarm.precision import convert_and_gate
     from trtfarm.precision.recipe import Recipe
+    from trtfarm.precision.step import convert_and_gate
 
     try:
         recipe = Recipe(mode=mode, keep_fp32=keep_fp32, keep_fp32_ops=keep_fp32_op, data_max=data_max,

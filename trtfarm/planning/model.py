@@ -88,7 +88,11 @@ def model_source(path: Path, name: str) -> ModelSource:
 def with_precision(store, model: ModelSource, recipe: Recipe, calibration: Path | None,
                    heldout: Path | None) -> ModelSource:
     """Run (or reuse from the store) the precision step; ``GateFailed`` when the gate refuses the conversion."""
-    from trtfarm.precision import precision_key, prepare_precision
+    if recipe.mode == "fp32" and not recipe.auto_pin:  # used as exported: nothing to convert or gate
+        step = PrecisionStep(recipe=recipe, converted_digest=model.onnx_digest,
+                             gate_detail="fp32 gate passed (fp32 recipe: the model is used as exported)")
+        return model.model_copy(update={"build_path": None, "precision": step})
+    from trtfarm.precision.step import precision_key, prepare_precision
 
     work = Path(tempfile.gettempdir()) / "trtfarm" / "converted" / model.name / model.onnx_digest[:12] / recipe.mode
     result = prepare_precision(store, model.name, model.path, model.onnx_digest, recipe, work,

@@ -23,7 +23,7 @@ from trtfarm.planning.fleet import Fleet, load_fleet, select_targets
 from trtfarm.planning.model import ModelSource, model_source, with_precision
 from trtfarm.planning.requests import MatrixRequest, ProfileText
 from trtfarm.planning.targets import Capabilities, TargetPlan, group_by_build, local_capabilities, plan_targets
-from trtfarm.precision import GateFailed
+from trtfarm.precision.recipe import GateFailed
 from trtfarm.profiles.profile import Profile, check_profiles_against_inputs, onnx_inputs, profile_texts, profiles_json
 from trtfarm.publishing import layout
 from trtfarm.store import Store

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_validator
 
+from trtfarm.errors import UserInputError
 from trtfarm.identity import canonical_json
 
 Mode = Literal["fp32", "fp16", "bf16", "int8", "fp8"]
@@ -84,3 +85,7 @@ class Recipe(BaseModel):
         doc = self.model_dump(mode="json", exclude={"thresholds", "task", "output_ranges"})
         doc["calibration"] = calibration_digest
         return hashlib.sha256(canonical_json(doc)).hexdigest()
+
+
+class GateFailed(UserInputError):
+    """The converted model is not accurate enough; every build of this recipe stops."""

@@ -1,0 +1,137 @@
+"""Precision as a property of the ONNX: ModelOpt conversion and an accuracy gate, before any engine exists.
+
+``prepare_precision`` is the step the matrix runs once per model and recipe: convert, gate, and store the converted
+ONNX with its report under a content address, so the same recipe on the same export is converted once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from trtfarm.identity import canonical_json, sha256_file
+from trtfarm.precision.autopin import auto_pin
+from trtfarm.precision.convert import ConversionError, Converted, convert_onnx
+from trtfarm.precision.gate import GateReport, OutputFigures, accuracy_gate
+from trtfarm.precision.inputs import batches, generate_inputs, load_npz
+from trtfarm.precision.progress import precision_progress
+from trtfarm.precision.recipe import GateFailed, Recipe, Thresholds
+from trtfarm.publishing.layout import converted_prefix
+from trtfarm.store import AlreadyExists
+
+__all__ = ["ConversionError", "GateFailed", "PrecisionResult", "Recipe", "Thresholds", "convert_and_gate",
+           "prepare_precision"]
+
+
+@dataclass
+class PrecisionResult:
+    """A converted model, its gate report, and the nodes auto-pin kept in FP32."""
+
+    recipe: Recipe
+    path: Path
+    digest: str
+    report: GateReport
+    pinned: list[str]
+    reused: bool = False
+
+    def summary(self) -> str:
+        """One paragraph for people: pass/fail, the failing outputs, the first diverging nodes, warnings."""
+        r = self.report
+        if r.passed is None:
+            return r.note
+        warnings = "".join(f" Warning: {w}." for w in r.warnings)
+        if r.passed:
+            figs = "; ".join(_figure_text(f) for f in r.figures)
+            return f"{self.recipe.mode} gate passed ({figs or r.note})" + (
+                f"; kept in FP32: {', '.join(self.pinned)}" if self.pinned else "") + warnings
+        nodes = "; ".join(f"{d['node']} ({d['op']}): {d['issue']}" for d in r.diverging_nodes) or "none found"
+        return (f"{self.recipe.mode} accuracy gate failed: {'; '.join(r.failures)}. First diverging nodes: {nodes}. "
+                "Fix: --auto-pin, or keep those nodes in FP32 with --keep-fp32 REGEX." + warnings)
+
+
+def _figure_text(f: OutputFigures) -> str:
+    """``prob: max error 2e-07 of scale 1 (output of Sigmoid); cosine mean 0.999999, min 0.999990 over 64/64``."""
+    if f.signal_rows is None:  # a report stored before scales and signal rows were measured
+        return f"{f.output}: cosine mean {f.cosine_mean:.6f}, min {f.cosine_min:.6f}"
+    cosine = (f"cosine mean {f.cosine_signal_mean:.6f}, min {f.cosine_signal_min:.6f} over {f.signal_rows}/{f.rows} "
+              "samples with signal" if f.signal_rows else f"cosine not judged: no sample of {f.rows} carries signal")
+    scale = f"{f.max_error:.3g} of scale {f.scale:.3g} ({f.scale_from})"
+    return f"{f.output}: max error {f.max_abs:.3g} = {scale}; {cosine}"
+
+
+def gate_inputs(model_path: Path, heldout: Path | None) -> list[dict]:
+    """Held-out inputs from ``heldout.npz``, else generated ones with realistic masks."""
+    model = onnx.load(str(model_path), load_external_data=False)
+    data = load_npz(heldout, model, "held-out data") if heldout else generate_inputs(model)
+    return batches(data)
+
+
+def convert_and_gate(src: Path, recipe: Recipe, out: Path, *, calibration: Path | None = None,
+                     heldout: Path | None = None) -> PrecisionResult:
+    """Convert ``src`` by ``recipe`` into ``out`` and run the gate (auto-pin when the recipe asks)."""
+    try:
+        model = onnx.load(str(src), load_external_data=False)
+    except (DecodeError, OSError, ValueError) as err:  # protobuf could not parse it, or the file is unreadable
+        raise ConversionError(f"{src}: not a valid ONNX model ({type(err).__name__}); re-export it") from err
+    calib = load_npz(calibration, model, "calibration data") if calibration else None
+    feeds = gate_inputs(src, heldout)
+    with precision_progress() as progress:
+        if recipe.auto_pin and recipe.mode in ("fp16", "bf16"):
+            with tempfile.TemporaryDirectory() as tmp:
+                found = auto_pin(src, recipe, Path(tmp), feeds, calibration, progress)
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_bytes(found.converted.path.read_bytes())
+            return PrecisionResult(recipe, out, found.converted.digest, found.report, found.pinned)
+        with progress.stage(f"{recipe.mode}: converting with ModelOpt"):
+            conv: Converted = convert_onnx(src, recipe, out, calibration_path=calibration, calibration=calib)
+        runs = 2 * len(feeds) if recipe.mode not in ("fp32", "bf16") else 0
+        with progress.stage(f"{recipe.mode}: comparing with FP32 on {len(feeds)} batches", runs) as step:
+            report = accuracy_gate(src, conv.path, feeds, recipe, step=step)
+    return PrecisionResult(recipe, conv.path, conv.digest, report, [])
+
+
+def precision_key(recipe: Recipe, onnx_digest: str, calibration: Path | None, heldout: Path | None) -> str:
+    """Content address of one precision step: export, full recipe, calibration and held-out data."""
+    doc = {"onnx": onnx_digest, "recipe": recipe.model_dump(mode="json"),
+           "calibration": sha256_file(calibration) if calibration else None,
+           "heldout": sha256_file(heldout) if heldout else None}
+    return hashlib.sha256(canonical_json(doc)).hexdigest()
+
+
+def prepare_precision(store, model_name: str, src: Path, onnx_digest: str, recipe: Recipe, work: Path, *,
+                      calibration: Path | None = None, heldout: Path | None = None) -> PrecisionResult:
+    """The matrix's precision step: reuse the stored result of this exact step, or convert, gate and store it.
+
+    A failing gate raises ``GateFailed`` (its report is stored too, for diagnosis).
+    """
+    if recipe.mode == "fp32" and not recipe.auto_pin:
+        return PrecisionResult(recipe, src, onnx_digest, accuracy_gate(src, src, [], recipe), [])
+    key = precision_key(recipe, onnx_digest, calibration, heldout)
+    prefix = converted_prefix(model_name, onnx_digest, key)
+    stored = store.get(f"{prefix}/report.json")
+    if stored is not None:
+        doc = json.loads(stored.data)
+        report = GateReport(**{**doc["report"], "figures": [OutputFigures(**f) for f in doc["report"]["figures"]]})
+        result = PrecisionResult(recipe, work / "model.onnx", doc["digest"], report, doc["pinned"], reused=True)
+        if result.report.passed is False:
+            raise GateFailed(result.summary())
+        store.download_file(f"{prefix}/model.onnx", result.path, sha256=doc["sha256"])
+        return result
+    result = convert_and_gate(src, recipe, work / "model.onnx", calibration=calibration, heldout=heldout)
+    if result.report.passed is not False:
+        try:
+            store.upload_file(f"{prefix}/model.onnx", result.path)
+        except AlreadyExists:
+            pass  # another worker converted the same step first; the report below decides which copy readers use
+    doc = {"digest": result.digest, "sha256": sha256_file(result.path), "pinned": result.pinned,
+           "recipe": recipe.model_dump(mode="json"), "report": result.report.to_json()}
+    store.put_if_absent(f"{prefix}/report.json", json.dumps(doc, indent=2).encode())
+    if result.report.passed is False:
+        raise GateFailed(result.summary())
+    return result
