@@ -11,7 +11,7 @@ from prefect import flow, get_run_logger
 from prefect.runtime import deployment, flow_run
 
 from flows.dispatch import SKIPPED, ChildJob, ChildRun, cancel_children, run_children
-from tasks.build import build_job, plan_model
+from tasks.build import build_job, plan_models
 from tasks.report import report_run
 from trtfarm.building.job import JobResult
 from trtfarm.building.outcome import TargetOutcome
@@ -85,7 +85,7 @@ async def build_matrix(request: MatrixRequest) -> list[dict]:
     exports = find_exports(open_store(request.store), request.model)
     logger.info("%s mode: %d model(s): %s", "farm" if farm else "local", len(exports),
                 ", ".join(e.name or e.uri for e in exports))
-    plans = [plan_model(request, e, farm, fleet) for e in exports]
+    plans = plan_models(request, exports, farm, fleet)
     jobs = [job for plan in plans for job in plan.jobs]
     if not jobs:
         logger.info("every target is up to date or skipped: nothing to dispatch")

@@ -12,9 +12,9 @@ from prefect.runtime import flow_run
 from trtfarm.building import progress
 from trtfarm.building.job import JobResult, run_job
 from trtfarm.errors import InfrastructureError
-from trtfarm.pipeline import WORK_PREFIX
+from trtfarm.pipeline import WORK_PREFIX, plan_run
 from trtfarm.planning.fleet import Fleet
-from trtfarm.planning.plan import BuildJob, ExportPlan, plan_export
+from trtfarm.planning.plan import BuildJob, ExportPlan
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.store import open_store
 from trtfarm.triggers.registry import ExportRef
@@ -32,9 +32,12 @@ def retry_infrastructure_only(task, task_run, state) -> bool:
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
-def plan_model(request: MatrixRequest, export: ExportRef, farm: bool, fleet: Fleet) -> ExportPlan:
-    """Everything decided for one model before any build: outcomes known now, and the jobs to run."""
-    return plan_export(request, export, open_store(request.store), farm=farm, fleet=fleet)
+def plan_models(request: MatrixRequest, exports: list[ExportRef], farm: bool, fleet: Fleet) -> list[ExportPlan]:
+    """Everything decided before any build, for every model of the run: outcomes known now, and the jobs to run.
+
+    One task for the whole run: the core plans the models together (one store listing, models on threads).
+    """
+    return plan_run(request, open_store(request.store), exports, farm, fleet)
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)

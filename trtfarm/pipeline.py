@@ -107,13 +107,16 @@ def store_reports(store: Store, run: str, rows: list[dict], out: Path, full: boo
     for r in rows:
         by_model.setdefault(r["model"], []).append({k: v for k, v in r.items() if k != "model"})
     written: dict[str, Path | None] = {}
+    quiet = {}
     for model, outcomes in by_model.items():
         if full and has_news(o["status"] for o in outcomes):
             (out / model).mkdir(parents=True, exist_ok=True)
             written[model] = write_report(store, model, run, outcomes, out / model)
         else:
-            store.put_if_absent(layout.report_key(model, run, "outcomes.json"), json.dumps(outcomes, indent=2).encode())
+            quiet[layout.report_key(model, run, "outcomes.json")] = json.dumps(outcomes, indent=2).encode()
             written[model] = None
+    with ThreadPoolExecutor(max_workers=PLAN_THREADS) as pool:  # a nightly has one per model: overlap them
+        list(pool.map(lambda item: store.put_if_absent(*item), quiet.items()))
     return written
 
 

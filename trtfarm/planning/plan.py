@@ -10,7 +10,10 @@ it (this process, or a farm child on a worker) never plans again.
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import tempfile
+import threading
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -140,6 +143,22 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
     return ExportPlan(name=model.name, model=model, profiles=texts, targets=ids, outcomes=outcomes, jobs=jobs)
 
 
+def _cached_record(export: ExportRef, cached: Path) -> dict | None:
+    """The export's ``export.json``, from this machine's cache when a run read it before, else from the store.
+
+    A registered export's record is written once, create-only, and never changes, so the cache cannot go stale.
+    """
+    if export.export_id and cached.is_file():
+        return json.loads(cached.read_text())
+    record = export_record(export)
+    if record is not None and export.export_id:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_name(f".tmp-{os.getpid()}-{threading.get_ident()}")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, cached)
+    return record
+
+
 def up_to_date_export(request: MatrixRequest, export: ExportRef, store: Store, fleet: Fleet,
                       index: StoreIndex | None = None) -> ExportPlan | None:
     """The plan of a registered export whose every target is published, or None when anything needs more.
@@ -149,12 +168,13 @@ def up_to_date_export(request: MatrixRequest, export: ExportRef, store: Store, f
     profiles given in the request or farm.yaml. Anything else (a precision step, profiles derived from a shape log,
     an export without a record) takes the full path.
     """
-    record = export_record(export) if "://" in export.uri else None
+    if "://" not in export.uri:
+        return None
+    folder = Path(tempfile.gettempdir()) / "trtfarm" / "specs" / hashlib.sha256(export.uri.encode()).hexdigest()[:16]
+    record = _cached_record(export, folder / "export.json")
     if record is None:
         return None
-    key = hashlib.sha256(export.uri.encode()).hexdigest()[:16]
-    path = fetch_export(export, Path(tempfile.gettempdir()) / "trtfarm" / "specs" / key, spec_only=True,
-                        record=record)
+    path = fetch_export(export, folder, spec_only=True, record=record)
     spec, _ = spec_for_model(path)
     recipe = spec_precision(path, spec, request.precision)[0]
     if recipe.mode != "fp32" or recipe.auto_pin or not (request.profiles or spec.profiles):
