@@ -1,0 +1,62 @@
+"""The README's one-machine farm, run as written, top to bottom: Postgres, the Prefect server, pools, deployments,
+three `trtfarm worker` processes, a registered model and two farm runs (the second answered from the store)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import REPO
+
+pytestmark = pytest.mark.integration
+DB = "/var/tmp/trtfarm-db"  # what the README names
+
+
+def farm_block() -> str:
+    section = (REPO / "README.md").read_text().split("## A farm", 1)[1]
+    return re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.fixture
+def readme_farm():
+    if not (REPO / "examples/encoder/model.onnx").is_file():  # the quick start made it
+        subprocess.run([sys.executable, "examples/encoder/make_model.py"], cwd=REPO, check=True)
+    if not (REPO / ".venv/bin/trtfarm").exists():
+        pytest.fail("the README's commands run from the repository's .venv: install it as the README says")
+    shutil.rmtree(REPO / "farm-store", ignore_errors=True)
+    procs = []
+    yield procs
+    for proc in procs:  # the block's background jobs (server, workers) share its process group
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    subprocess.run(["bash", "infra/local-farm/postgres.sh", "stop", DB], cwd=REPO, capture_output=True)
+    shutil.rmtree(DB, ignore_errors=True)
+    shutil.rmtree(REPO / "farm-store", ignore_errors=True)
+
+
+def test_the_readme_farm_runs_as_written(readme_farm, tmp_path):
+    script = tmp_path / "farm.sh"
+    script.write_text("set -euo pipefail\n" + farm_block())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "TRTFARM_"))}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")  # everything else exactly as the README exports it
+    log = open(tmp_path / "farm.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(["bash", str(script)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=log, text=True,
+                            start_new_session=True)
+    readme_farm.append(proc)
+    try:
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        log.close()
+    assert proc.returncode == 0, (tmp_path / "farm.log").read_text()[-4000:]
+    assert "COMPLETED" in out and out.count("built") >= 2, out[-3000:]
+    assert "every target is published already: no run started" in out, out[-3000:]
+    manifests = [p for p in (REPO / "farm-store").rglob("manifest.json")]
+    assert len(manifests) == 2 and len({p.parent.name for p in manifests}) == 1  # one portable build, two targets
