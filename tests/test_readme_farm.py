@@ -47,14 +47,13 @@ def test_the_readme_farm_runs_as_written(readme_farm, tmp_path):
     script.write_text("set -euo pipefail\n" + farm_block())
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "TRTFARM_"))}
     env["PREFECT_HOME"] = str(tmp_path / "prefect-home")  # everything else exactly as the README exports it
-    log = open(tmp_path / "farm.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(["bash", str(script)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=log, text=True,
-                            start_new_session=True)
-    readme_farm.append(proc)
-    try:
-        out, _ = proc.communicate(timeout=600)
-    finally:
-        log.close()
+    # files, not pipes: the block's background jobs (server, workers) keep what they inherit open until killed
+    with open(tmp_path / "farm.out", "w") as out_file, open(tmp_path / "farm.log", "w") as log:
+        proc = subprocess.Popen(["bash", str(script)], cwd=REPO, env=env, stdout=out_file, stderr=log,
+                                start_new_session=True)
+        readme_farm.append(proc)
+        proc.wait(timeout=600)
+    out = (tmp_path / "farm.out").read_text()
     assert proc.returncode == 0, (tmp_path / "farm.log").read_text()[-4000:]
     assert "COMPLETED" in out and out.count("built") >= 2, out[-3000:]
     assert "every target is published already: no run started" in out, out[-3000:]
