@@ -49,7 +49,8 @@ def _result_of(request: MatrixRequest, job: BuildJob, child: ChildRun, parent: s
     if blob is None:
         status = "skipped" if child.state == SKIPPED else "failed"
         why = child.message or f"child run ended {child.state} without a result"
-        return JobResult(job_id=job.job_id, outcomes=[TargetOutcome(t, status, why) for t in job.targets])
+        return JobResult(job_id=job.job_id, model=job.model.name,
+                         outcomes=[TargetOutcome(t, status, why) for t in job.targets])
     result = JobResult.model_validate_json(blob.data)
     note = f"built on {child.pool} by child run {child.flow_run_id}" + \
         (" (resubmitted once after a crash)" if child.attempts > 1 else "")

@@ -68,13 +68,7 @@ def refit_fallbacks(jobs: list[BuildJob], results: list[JobResult], where: Calla
 
 def rows_for(plans: list[ExportPlan], results: Iterable[JobResult]) -> list[dict]:
     """One ``{model, target, status, ...}`` row per target, in the fleet's order (the ``--json`` contract)."""
-    by_target: dict[tuple[str, str], TargetOutcome] = {}
-    done = {r.job_id: r for r in results if not r.refit_unavailable}
-    for plan in plans:
-        for job in plan.jobs:
-            result = done.get(job.job_id) or done.get(full_build_of(job, "").job_id)
-            for outcome in result.outcomes if result else []:
-                by_target[(plan.name, outcome.target)] = outcome
+    by_target = {(r.model, o.target): o for r in results for o in r.outcomes}
     rows = []
     for plan in plans:
         for target in plan.targets:

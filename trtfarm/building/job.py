@@ -28,6 +28,7 @@ class JobResult(BaseModel):
     """What a job did: one outcome per target it serves, or why a refit could not run on this worker."""
 
     job_id: str
+    model: str  # the model name: target ids repeat across models
     outcomes: list[TargetOutcome] = []
     refit_unavailable: str | None = None  # the runtime's reason; the parent builds the target in full instead
 
@@ -58,7 +59,8 @@ def job_model(store: Store, job: BuildJob, work: Path) -> ModelSource:
 
 
 def _failed(job: BuildJob, why: str) -> JobResult:
-    return JobResult(job_id=job.job_id, outcomes=[TargetOutcome(t, "failed", why) for t in job.targets])
+    return JobResult(job_id=job.job_id, model=job.model.name,
+                     outcomes=[TargetOutcome(t, "failed", why) for t in job.targets])
 
 
 def run_job(store: Store, job: BuildJob, work: Path, *, run_id: str | None = None,
@@ -80,7 +82,7 @@ def run_job(store: Store, job: BuildJob, work: Path, *, run_id: str | None = Non
     if job.full_build_reason:
         for o in outcomes:
             o.reason = "; ".join(filter(None, [f"full build: {job.full_build_reason}", o.reason]))
-    return JobResult(job_id=job.job_id, outcomes=outcomes)
+    return JobResult(job_id=job.job_id, model=job.model.name, outcomes=outcomes)
 
 
 def _refit(store: Store, job: BuildJob, model: ModelSource, run_id: str | None) -> JobResult:
@@ -90,5 +92,5 @@ def _refit(store: Store, job: BuildJob, model: ModelSource, run_id: str | None) 
     try:
         outcome = refit_and_publish(store, model, job.lead, job.refit_of, job.profile_models(), run_id=run_id)
     except RefitUnavailable as err:
-        return JobResult(job_id=job.job_id, refit_unavailable=str(err))
-    return JobResult(job_id=job.job_id, outcomes=[outcome])
+        return JobResult(job_id=job.job_id, model=job.model.name, refit_unavailable=str(err))
+    return JobResult(job_id=job.job_id, model=job.model.name, outcomes=[outcome])

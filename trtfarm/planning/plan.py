@@ -48,6 +48,7 @@ class BuildJob(BaseModel):
     build_digest: str
     refit_of: str | None = None  # refit this released manifest (store key) instead of building; one target
     full_build_reason: str = ""  # why a refit run builds this target in full
+    fallback: bool = False  # the full build that replaces a refit the workers could not do
 
     @property
     def lead(self) -> TargetPlan:
@@ -66,8 +67,8 @@ class BuildJob(BaseModel):
 
     @property
     def job_id(self) -> str:
-        """Stable within a run: the build digest, and whether it is a refit."""
-        return self.build_digest[:16] + ("-refit" if self.refit_of else "")
+        """Unique within a model's run: the build digest, and whether it is a refit or a refit's fallback."""
+        return self.build_digest[:16] + ("-refit" if self.refit_of else "-fallback" if self.fallback else "")
 
     def profile_models(self) -> list[Profile]:
         """The optimization profiles as models."""
@@ -219,4 +220,4 @@ def _jobs(store: Store, request: MatrixRequest, model: ModelSource, uri: str, te
 
 def full_build_of(job: BuildJob, why: str) -> BuildJob:
     """The full build that replaces a refit the workers could not do."""
-    return job.model_copy(update={"refit_of": None, "full_build_reason": why})
+    return job.model_copy(update={"refit_of": None, "full_build_reason": why, "fallback": True})
