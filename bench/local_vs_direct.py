@@ -21,16 +21,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.fleets import ONE_RTX_TARGET  # noqa: E402 - after the repository is on the path
+
 PROFILE = {"image": ((1, 3, 320, 320), (1, 3, 640, 640), (4, 3, 960, 960))}
-FLEET = """\
-version: 1
-toolchains:
-  rtx-1.7: {flavour: tensorrt_rtx, version: "1.7.1.116"}
-gpus:
-  rtx-4090: {nvml_name: "NVIDIA GeForce RTX 4090", compute_capability: "8.9", memory_gib: 24, pool: rtx-4090}
-targets:
-  - {id: rtx4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7}
-"""
 DIRECT = '''
 import sys, tensorrt_rtx as trt
 onnx_path, out = sys.argv[1], sys.argv[2]
@@ -78,7 +73,7 @@ def main() -> None:
         model = work / "detector" / "model.onnx"
         model.parent.mkdir()
         model.write_bytes(detector(args.width).SerializeToString())
-        (work / "gpu_targets.yaml").write_text(FLEET)
+        (work / "gpu_targets.yaml").write_text(ONE_RTX_TARGET)
         (work / "direct.py").write_text(DIRECT)
         shape = ":".join("x".join(map(str, s)) for s in PROFILE["image"])
         for i in range(args.repeat):

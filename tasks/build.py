@@ -22,13 +22,7 @@ from trtfarm.triggers.registry import ExportRef
 
 def retry_infrastructure_only(task, task_run, state) -> bool:
     """Retry a failed task only when a service failed (``InfrastructureError``); user errors and bugs are final."""
-    try:
-        state.result()
-    except InfrastructureError:
-        return True
-    except BaseException:  # noqa: BLE001 - the user's error or a bug: never retried
-        return False
-    return False
+    return isinstance(state.result(raise_on_failure=False), InfrastructureError)
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)

@@ -15,17 +15,10 @@ import pytest
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.store import open_store
 
+from .fleets import ONE_RTX_TARGET
+
 pytestmark = pytest.mark.integration
 TRTFARM = [sys.executable, "-m", "trtfarm"]
-ONE_RTX_TARGET = """\
-version: 1
-toolchains:
-  rtx-1.7: {flavour: tensorrt_rtx, version: "1.7.1.116"}
-gpus:
-  rtx-4090: {nvml_name: "NVIDIA GeForce RTX 4090", compute_capability: "8.9", memory_gib: 24, pool: rtx-4090}
-targets:
-  - {id: rtx4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7, release_on: built}
-"""
 
 
 @pytest.fixture

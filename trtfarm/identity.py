@@ -1,4 +1,4 @@
-"""Content addresses: what a model, a graph and a build *are*, as sha256 digests, and the keys they live under.
+"""Content addresses: what a model, a graph and a build *are*, as sha256 digests.
 
 - ``onnx_digest``: the ONNX bytes and any external data files.
 - ``graph_digest``: the graph with initializer values left out; equal graph digests differ only in weights.
