@@ -117,6 +117,43 @@ def test_s3_multipart_upload_is_create_only_and_hashes(s3_uri, tmp_path):
     assert sha256_file(dest) == up.sha256
 
 
+def test_s3_upload_stays_create_only_when_another_thread_finished_the_same_key(s3_uri, tmp_path):
+    """Two threads of one store upload one key; the first finishes before the second's PUT is built.
+
+    The second PUT must still carry If-None-Match (the first thread's finish must not drop the second's mark).
+    """
+    s = open_store(s3_uri)
+    late_go, late_waiting, calls = threading.Event(), threading.Event(), []
+
+    def hold_the_first_put(params, **_):
+        if params.get("Key", "").endswith("race/model.plan") and not calls:
+            calls.append(1)
+            late_waiting.set()
+            late_go.wait(30)
+
+    s.client.meta.events.register_first("before-parameter-build.s3.PutObject", hold_the_first_put)
+    a, b = tmp_path / "a.plan", tmp_path / "b.plan"
+    a.write_bytes(b"ftrt" + b"a" * 4000)
+    b.write_bytes(b"ftrt" + b"b" * 4000)
+    late_result: list = []
+
+    def late():
+        try:
+            late_result.append(s.upload_file("race/model.plan", b))
+        except AlreadyExists as err:
+            late_result.append(err)
+
+    t = threading.Thread(target=late)
+    t.start()
+    assert late_waiting.wait(30)
+    first = s.upload_file("race/model.plan", a)  # completes while the other PUT is held before its parameters
+    late_go.set()
+    t.join(30)
+    assert isinstance(late_result[0], AlreadyExists), late_result
+    dest = tmp_path / "back.plan"
+    s.download_file("race/model.plan", dest, sha256=first.sha256)  # the first upload's bytes stayed
+
+
 def test_opening_and_reading_a_file_store_creates_nothing(tmp_path):
     root = tmp_path / "missing" / "a" / "b"
     s = open_store(f"file://{tmp_path}/missing/x/%2e%2e/a/b")

@@ -12,6 +12,7 @@ import os
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,7 +76,7 @@ class S3Store(Store):
         self.client = client or _client(endpoint_url)
         self._transfer = TransferConfig(multipart_threshold=multipart_threshold, multipart_chunksize=16 << 20,
                                         preferred_transfer_client="classic")
-        self._creating: set[str] = set()
+        self._creating: Counter[str] = Counter()  # a count, not a set: two threads may upload the same key
         self._lock = threading.Lock()
         events = self.client.meta.events
         events.register("before-parameter-build.s3.PutObject", self._add_if_none_match)
@@ -83,7 +84,7 @@ class S3Store(Store):
 
     def _add_if_none_match(self, params: dict, **_: object) -> None:
         with self._lock:
-            if params.get("Key") in self._creating and "IfMatch" not in params:
+            if self._creating[params.get("Key", "")] and "IfMatch" not in params:
                 params["IfNoneMatch"] = "*"
 
     def _k(self, key: str) -> str:
@@ -153,7 +154,7 @@ class S3Store(Store):
         """Stream through s3transfer (multipart when large), hashing on the way; create-only."""
         full = self._k(key)
         with self._lock:
-            self._creating.add(full)
+            self._creating[full] += 1
         try:
             with open(path, "rb") as f:
                 reader = HashingReader(f, progress)
@@ -164,7 +165,9 @@ class S3Store(Store):
             raise StoreError(f"{self.url(key)}: upload failed: {err}") from err
         finally:
             with self._lock:
-                self._creating.discard(full)
+                self._creating[full] -= 1
+                if not self._creating[full]:
+                    del self._creating[full]
         return Uploaded(key, reader.sha256.hexdigest(), reader.size)
 
     def download_file(self, key: str, dest: Path, sha256: str | None = None, progress: Progress | None = None) -> int:
