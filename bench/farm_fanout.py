@@ -37,6 +37,9 @@ FARM_YAML = "name: {name}\nprecision: fp32\nprofiles:\n  - input_ids: 1x16:16x12
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=int, default=4)
+    parser.add_argument("--slots", type=int, default=None,
+                        help="children at once per GPU pool (default: the fleet's GPU counts, 3 per pool); 1 runs "
+                             "one child per pool at a time, as the two build workers the efficiency counts")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     from bench._moto import start_moto_bucket
@@ -59,6 +62,10 @@ def main() -> None:
         try:
             farm.start_server()
             farm.trtfarm("pools", "sync")
+            if args.slots:
+                for pool in ("rtx-4090", "rtx-5090"):
+                    farm.run([sys.executable, "-m", "prefect", "work-pool", "set-concurrency-limit", pool,
+                              str(args.slots)])
             farm.deploy("build-matrix", "rtx-4090", "rtx-5090")
             for pool in ("trtfarm-control", "rtx-4090", "rtx-5090"):
                 farm.start_worker(pool)
@@ -75,7 +82,7 @@ def main() -> None:
             t = time.perf_counter()
             again = json.loads(farm.trtfarm("farm", "run", "--wait", "--json").stdout)
             rerun = time.perf_counter() - t
-            children = child_runs(farm.api)
+            children, phases = child_runs(farm.api)
             store = open_store(store_uri)
             built = [r for r in result["outcomes"] if r["status"] == "built"]
             builds = {}
@@ -88,10 +95,13 @@ def main() -> None:
     build_sum = sum(builds.values())
     child_sum = sum(children.values())
     overheads = [s - builds.get(run_id, 0.0) for run_id, s in children.items()]
+    median = {name: round(statistics.median(p[i] - (builds.get(run_id, 0.0) if i == 1 else 0.0)
+                                            for run_id, p in phases.items()), 2) if phases else None
+              for i, name in enumerate(("before_task_s", "task_minus_build_s", "after_task_s", "pending_to_running_s"))}
     doc = {"builds": len(builds), "children": len(children), "wall_s": round(wall, 2),
            "build_s_sum": round(build_sum, 2), "per_child_overhead_s": round(statistics.median(overheads), 2)
            if overheads else None, "noop_rerun_s": round(rerun, 2), "state": result["state"],
-           "targets_built": len(built), "targets": len(result["outcomes"])}
+           "targets_built": len(built), "targets": len(result["outcomes"]), "child_phases_median": median}
     if args.json:
         print(json.dumps(doc))
         return
@@ -105,6 +115,11 @@ def main() -> None:
             ("sum of build times (TensorRT-RTX)", f"{build_sum:.2f} s"),
             ("sum of child run times", f"{child_sum:.1f} s"),
             ("overhead per child (run - build), median", f"{doc['per_child_overhead_s']} s"),
+            ("  of which: run start to build task start", f"{median['before_task_s']} s"),
+            ("  of which: build task, less the build", f"{median['task_minus_build_s']} s"),
+            ("  of which: build task end to run end", f"{median['after_task_s']} s"),
+            ("child Pending to Running, median (process start: Python, Prefect, the flow)",
+             f"{median['pending_to_running_s']} s"),
             ("efficiency: builds / (wall x 2 workers)", f"{100 * build_sum / (wall * 2):.1f} %"),
             ("rerun, everything up to date", f"{rerun:.1f} s ({len(again['outcomes'])} targets, "
                                               f"{sorted({r['status'] for r in again['outcomes']})})")]
@@ -113,15 +128,30 @@ def main() -> None:
     console.print(table)
 
 
-def child_runs(api: str) -> dict[str, float]:
-    """build-target runs and their durations (start to end), from the server."""
+def child_runs(api: str) -> tuple[dict[str, float], dict[str, tuple[float, float, float, float]]]:
+    """build-target runs and their durations (start to end), and for each (before its build task, the task, after
+    it, Pending to Running: the worker took it, started its process, the engine loaded the flow): where a child's
+    time goes, from the server."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName, FlowRunFilter, FlowRunFilterId
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     with temporary_settings({PREFECT_API_URL: api}), get_client(sync_client=True) as client:
         runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["build-target"])))
-    return {str(r.id): (r.end_time - r.start_time).total_seconds() for r in runs if r.start_time and r.end_time}
+        runs = [r for r in runs if r.start_time and r.end_time]
+        tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[r.id for r in runs])))
+        pending = {str(r.id): next((s.timestamp for s in client.read_flow_run_states(r.id)
+                                    if s.type.value == "PENDING"), None) for r in runs}
+    by_run = {str(t.flow_run_id): t for t in tasks if t.start_time and t.end_time}
+    phases = {}
+    for r in runs:
+        t = by_run.get(str(r.id))
+        if t is not None:
+            phases[str(r.id)] = ((t.start_time - r.start_time).total_seconds(),
+                                 (t.end_time - t.start_time).total_seconds(),
+                                 (r.end_time - t.end_time).total_seconds(),
+                                 (r.start_time - (pending[str(r.id)] or r.start_time)).total_seconds())
+    return {str(r.id): (r.end_time - r.start_time).total_seconds() for r in runs}, phases
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from prefect.runtime import flow_run
 
 from trtfarm.building import progress
 from trtfarm.building.job import JobResult, run_job
+from trtfarm.building.warm import wait_warm
 from trtfarm.errors import InfrastructureError
 from trtfarm.pipeline import WORK_PREFIX, plan_run
 from trtfarm.planning.fleet import Fleet
@@ -37,6 +38,7 @@ def plan_models(request: MatrixRequest, exports: list[ExportRef], farm: bool, fl
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
 def build_job(store_uri: str, job: BuildJob) -> JobResult:
     """Build (or refit) one job and publish it; the build's own failures are outcomes, services are retried."""
+    wait_warm()
     with tempfile.TemporaryDirectory(prefix=WORK_PREFIX) as work:
         return run_job(open_store(store_uri), job, Path(work), progress=progress.build_progress(job.lead.target.id),
                        upload_progress=progress.upload_progress(), run_id=str(flow_run.get_id() or "") or None)

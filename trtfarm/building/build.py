@@ -10,6 +10,7 @@ import shlex
 import socket
 import tempfile
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,8 @@ from trtfarm.store import Store
 from trtfarm.store.base import Progress
 from trtfarm.toolchain import BuildProgress, BuildResult, import_flavour, plan_from_onnx
 from trtfarm.toolchain.engine import timing_cache_entries
+
+PUBLISH_THREADS = 8  # targets sharing one build publish at once: their store requests overlap
 
 
 def reproduce_command(model: ModelSource, plan: TargetPlan, profiles: Sequence[Profile]) -> str:
@@ -211,9 +214,9 @@ def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], p
         cache = _cache_info(trt, result, key, before, after)
         engine = engine_result(store, model, lead, profiles, result)
         determinism = _determinism(trt, model, lead, profiles, result, Path(tmp), engine)
-        outcomes = []
-        for plan in group:
-            def manifest_for(info: PlanInfo, plan: TargetPlan = plan) -> Manifest:
+
+        def publish(plan: TargetPlan) -> TargetOutcome:
+            def manifest_for(info: PlanInfo) -> Manifest:
                 return build_manifest(model, plan, lead, result, profiles, cache, run_id, info, engine, determinism)
 
             up = upload_progress(plan.target.id) if upload_progress else None
@@ -222,8 +225,13 @@ def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], p
             note = shared if pub.created else _already_published_note(pub.manifest, result)
             outcome = outcome_from_manifest(store, plan, pub.manifest, status="built", reason=note)
             outcome.release = release_if_allowed(store, pub.manifest_key, pub.manifest, plan.target.release_on, run_id)
-            outcomes.append(outcome)
-    return outcomes
+            return outcome
+
+        if len(group) == 1:
+            return [publish(lead)]
+        # the targets' keys are disjoint: their requests overlap on threads (the store client is thread-safe)
+        with ThreadPoolExecutor(max_workers=min(len(group), PUBLISH_THREADS)) as pool:
+            return list(pool.map(publish, group))
 
 
 def _already_published_note(published: Manifest, result: BuildResult) -> str:
