@@ -154,6 +154,15 @@ def test_s3_upload_stays_create_only_when_another_thread_finished_the_same_key(s
     s.download_file("race/model.plan", dest, sha256=first.sha256)  # the first upload's bytes stayed
 
 
+def test_opening_many_s3_stores_registers_the_create_only_hook_once(s3_uri):
+    """A long-lived process (webhook receiver, control worker) opens a store per request; the shared client's
+    event handlers must not pile up, one per store."""
+    stores = [open_store(s3_uri) for _ in range(50)]
+    emitter = stores[0].client.meta.events._emitter
+    hooks = list(emitter._handlers.prefix_search("before-parameter-build.s3.PutObject"))
+    assert sum(1 for h in hooks if getattr(h, "__name__", "") == "_add_if_none_match") == 1
+
+
 def test_opening_and_reading_a_file_store_creates_nothing(tmp_path):
     root = tmp_path / "missing" / "a" / "b"
     s = open_store(f"file://{tmp_path}/missing/x/%2e%2e/a/b")

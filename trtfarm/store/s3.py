@@ -57,7 +57,18 @@ def _client(endpoint_url: str | None):
         return _CLIENTS[key]
 
 
-_BOTO_ERRORS = (ClientError, BotoCoreError)  # an S3 answer, or no answer (connection, timeout, credentials)
+_BOTO_ERRORS = (ClientError, BotoCoreError)
+
+# Streaming uploads in flight, per (bucket, key): their PutObject / CompleteMultipartUpload must be create-only.
+# A count, not a set: two threads may upload the same key, and the first to finish must not unmark the other.
+_CREATING: Counter[tuple[str, str]] = Counter()
+_CREATING_LOCK = threading.Lock()
+
+
+def _add_if_none_match(params: dict, **_: object) -> None:
+    with _CREATING_LOCK:
+        if _CREATING[(params.get("Bucket", ""), params.get("Key", ""))] and "IfMatch" not in params:
+            params["IfNoneMatch"] = "*"  # an S3 answer, or no answer (connection, timeout, credentials)
 
 
 def _is_missing(err: Exception) -> bool:
@@ -76,16 +87,9 @@ class S3Store(Store):
         self.client = client or _client(endpoint_url)
         self._transfer = TransferConfig(multipart_threshold=multipart_threshold, multipart_chunksize=16 << 20,
                                         preferred_transfer_client="classic")
-        self._creating: Counter[str] = Counter()  # a count, not a set: two threads may upload the same key
-        self._lock = threading.Lock()
-        events = self.client.meta.events
-        events.register("before-parameter-build.s3.PutObject", self._add_if_none_match)
-        events.register("before-parameter-build.s3.CompleteMultipartUpload", self._add_if_none_match)
-
-    def _add_if_none_match(self, params: dict, **_: object) -> None:
-        with self._lock:
-            if self._creating[params.get("Key", "")] and "IfMatch" not in params:
-                params["IfNoneMatch"] = "*"
+        events = self.client.meta.events  # the client is shared: register once per client (unique_id), not per store
+        for event in ("before-parameter-build.s3.PutObject", "before-parameter-build.s3.CompleteMultipartUpload"):
+            events.register(event, _add_if_none_match, unique_id=f"trtfarm-create-only:{event}")
 
     def _k(self, key: str) -> str:
         validate_key(key)
@@ -153,8 +157,8 @@ class S3Store(Store):
     def upload_file(self, key: str, path: Path, progress: Progress | None = None) -> Uploaded:
         """Stream through s3transfer (multipart when large), hashing on the way; create-only."""
         full = self._k(key)
-        with self._lock:
-            self._creating[full] += 1
+        with _CREATING_LOCK:
+            _CREATING[(self.bucket, full)] += 1
         try:
             with open(path, "rb") as f:
                 reader = HashingReader(f, progress)
@@ -164,10 +168,10 @@ class S3Store(Store):
                 raise AlreadyExists(f"{self.url(key)} already exists") from err
             raise StoreError(f"{self.url(key)}: upload failed: {err}") from err
         finally:
-            with self._lock:
-                self._creating[full] -= 1
-                if not self._creating[full]:
-                    del self._creating[full]
+            with _CREATING_LOCK:
+                _CREATING[(self.bucket, full)] -= 1
+                if not _CREATING[(self.bucket, full)]:
+                    del _CREATING[(self.bucket, full)]
         return Uploaded(key, reader.sha256.hexdigest(), reader.size)
 
     def download_file(self, key: str, dest: Path, sha256: str | None = None, progress: Progress | None = None) -> int:
