@@ -101,11 +101,14 @@ def main() -> None:
     doc = {"builds": len(builds), "children": len(children), "wall_s": round(wall, 2),
            "build_s_sum": round(build_sum, 2), "per_child_overhead_s": round(statistics.median(overheads), 2)
            if overheads else None, "noop_rerun_s": round(rerun, 2), "state": result["state"],
-           "targets_built": len(built), "targets": len(result["outcomes"]), "child_phases_median": median}
+           "targets_built": len(built), "targets": len(result["outcomes"]), "child_phases_median": median,
+           "slots_per_pool": args.slots or fleet_slots()}
     if args.json:
         print(json.dumps(doc))
         return
-    table = Table(title=f"farm fan-out: {args.models} models x 4 RTX targets, 2 pools x 1 worker, "
+    slots = f"{args.slots} child(ren) at once per pool" if args.slots else \
+        f"the fleet's {fleet_slots()} children at once per pool"
+    table = Table(title=f"farm fan-out: {args.models} models x 4 RTX targets, 2 pools x 1 worker ({slots}), "
                         "2-core machine, moto S3, Prefect server on Postgres")
     table.add_column("figure")
     table.add_column("value", justify="right")
@@ -126,6 +129,18 @@ def main() -> None:
     for row in rows:
         table.add_row(*row)
     console.print(table)
+
+
+def fleet_slots() -> int:
+    """The GPU pools' concurrency limit from the benchmark's fleet (its GPU counts), as `trtfarm pools sync` sets it."""
+    import yaml
+
+    from tests.flows.test_farm import FOUR_RTX_TARGETS_TWO_POOLS
+    from trtfarm.planning.fleet import Fleet
+    from trtfarm.workers.pools import desired_pools
+
+    fleet = Fleet.model_validate(yaml.safe_load(FOUR_RTX_TARGETS_TWO_POOLS))
+    return max(p.concurrency_limit for p in desired_pools(fleet) if p.gpus)
 
 
 def child_runs(api: str) -> tuple[dict[str, float], dict[str, tuple[float, float, float, float]]]:
