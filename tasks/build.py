@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
@@ -17,6 +14,7 @@ from trtfarm.pipeline import WORK_PREFIX, plan_run
 from trtfarm.planning.fleet import Fleet
 from trtfarm.planning.plan import BuildJob, ExportPlan
 from trtfarm.planning.requests import MatrixRequest
+from trtfarm.scratch import scratch_dir
 from trtfarm.store import open_store
 from trtfarm.triggers.registry import ExportRef
 
@@ -39,6 +37,6 @@ def plan_models(request: MatrixRequest, exports: list[ExportRef], farm: bool, fl
 def build_job(store_uri: str, job: BuildJob) -> JobResult:
     """Build (or refit) one job and publish it; the build's own failures are outcomes, services are retried."""
     wait_warm()
-    with tempfile.TemporaryDirectory(prefix=WORK_PREFIX) as work:
-        return run_job(open_store(store_uri), job, Path(work), progress=progress.build_progress(job.lead.target.id),
+    with scratch_dir(WORK_PREFIX) as work:
+        return run_job(open_store(store_uri), job, work, progress=progress.build_progress(job.lead.target.id),
                        upload_progress=progress.upload_progress(), run_id=str(flow_run.get_id() or "") or None)

@@ -3,14 +3,20 @@
 The command line's signal handler calls ``stop``: it raises ``Interrupted`` (a ``SystemExit``, so no ``except
 Exception`` swallows it and every ``finally`` runs). A signal that lands while the builder is in C++ code reaches
 Python inside a TensorRT callback, where the exception is lost: so ``stop`` also sets a flag that makes the progress
-monitor cancel the build, and ``check`` raises once the builder returns.
+monitor cancel the build, and ``check`` raises once the builder returns. The exception can land anywhere, even in
+the ``finally`` that removes a temporary: ``trtfarm.scratch`` records every temporary before it exists, and the
+command line removes what is left (``scratch.remove_all``) on its way out.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 STOP = threading.Event()
+_CODE = [143]  # the exit status of the stop requested (128 + its signal)
+_DEFERRED = [0]  # > 0 while C++ code that calls back into Python runs: a stop then only sets STOP
 
 
 class Interrupted(SystemExit):
@@ -18,12 +24,31 @@ class Interrupted(SystemExit):
 
 
 def stop(signum: int, frame=None) -> None:
-    """Signal handler: remember the request and unwind the stack."""
+    """Signal handler: remember the request and unwind the stack, once (a second signal would break the unwinding)."""
+    if STOP.is_set():
+        return
+    _CODE[0] = 128 + signum
     STOP.set()
-    raise Interrupted(128 + signum)
+    if not _DEFERRED[0]:
+        raise Interrupted(_CODE[0])
 
 
 def check() -> None:
     """Raise ``Interrupted`` when a stop was requested while Python could not be interrupted."""
     if STOP.is_set():
-        raise Interrupted(143)
+        raise Interrupted(_CODE[0])
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Run C++ code that calls back into Python (TensorRT's builder, parser, logger) with stops deferred.
+
+    A stop requested inside only sets ``STOP`` (an exception raised in a callback would be printed and lost); the
+    progress monitor then cancels the build, and the stop is raised when the block ends, even over an error.
+    """
+    _DEFERRED[0] += 1
+    try:
+        yield
+    finally:
+        _DEFERRED[0] -= 1
+        check()

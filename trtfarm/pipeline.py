@@ -7,7 +7,6 @@ same pieces (``plan_run``, ``rows_for``, ``refit_fallbacks``, ``store_reports``)
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import shutil
 import tempfile
@@ -24,6 +23,7 @@ from trtfarm.planning.plan import BuildJob, ExportPlan, full_build_of, plan_expo
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.planning.targets import local_capabilities
 from trtfarm.publishing import layout
+from trtfarm.scratch import scratch_dir
 from trtfarm.store import Store, open_store
 from trtfarm.store.base import Progress
 from trtfarm.toolchain import BuildProgress
@@ -148,16 +148,15 @@ def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress
     results += _run_jobs(store, fallback, run, progress, upload)
     rows = rows_for(plans, results)
     if report != "none" and jobs:
-        with tempfile.TemporaryDirectory(prefix="trtfarm-report-") as out:
-            store_reports(store, run, rows, Path(out), full=report == "full")
+        with scratch_dir("trtfarm-report-") as out:
+            store_reports(store, run, rows, out, full=report == "full")
     return rows
 
 
 def _run_jobs(store: Store, jobs: list[BuildJob], run: str, progress, upload) -> list[JobResult]:
     results = []
     for job in jobs:
-        with tempfile.TemporaryDirectory(prefix=WORK_PREFIX) as work:
-            os.utime(work)
-            results.append(run_job(store, job, Path(work), progress=progress(job.lead.target.id) if progress else None,
+        with scratch_dir(WORK_PREFIX) as work:
+            results.append(run_job(store, job, work, progress=progress(job.lead.target.id) if progress else None,
                                    upload_progress=upload, run_id=run))
     return results

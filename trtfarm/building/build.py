@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shlex
 import socket
-import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from trtfarm.publishing.manifest import (
     Verification,
 )
 from trtfarm.publishing.publish import publish_plan, read_manifest
+from trtfarm.scratch import scratch_dir
 from trtfarm.store import Store
 from trtfarm.store.base import Progress
 from trtfarm.toolchain import BuildProgress, BuildResult, import_flavour, plan_from_onnx
@@ -204,7 +204,7 @@ def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], p
     lead = group[0]
     trt = import_flavour(lead.target.toolchain.flavour.value)
     before, key = _timing(store, lead)
-    with tempfile.TemporaryDirectory(prefix="trtfarm-build-") as tmp:
+    with scratch_dir("trtfarm-build-") as tmp:
         result = plan_from_onnx(trt, lead.target.toolchain.flavour.value, model.plan_input, profiles,
                                 lead.target.settings, Path(tmp) / "model.plan", timing_cache=before,
                                 progress=progress)

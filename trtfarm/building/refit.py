@@ -7,7 +7,6 @@ toolchain and settings. Anything else goes through a full build, and the decisio
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from trtfarm.profiles.profile import Profile
 from trtfarm.publishing.manifest import Lineage, Manifest, PlanInfo, TimingCacheInfo
 from trtfarm.publishing.publish import publish_plan, read_manifest
 from trtfarm.publishing.release import read_pointer
+from trtfarm.scratch import scratch_dir
 from trtfarm.store import Store
 from trtfarm.toolchain import BuildResult
 
@@ -88,8 +88,8 @@ def refit_and_publish(store: Store, model: ModelSource, plan: TargetPlan, parent
     if parent is None:
         raise UserInputError(f"{store.url(parent_key)}: the plan to refit is gone")
     trt = import_flavour(plan.target.toolchain.flavour.value)
-    with tempfile.TemporaryDirectory(prefix="trtfarm-refit-") as tmp:
-        old = Path(tmp) / "parent.plan"
+    with scratch_dir("trtfarm-refit-") as tmp:
+        old = tmp / "parent.plan"
         store.download_file(parent.plan.key, old, sha256=parent.plan.sha256)
         start = time.perf_counter()
         data = (refit or refit_plan)(trt, old.read_bytes(), model.plan_input)

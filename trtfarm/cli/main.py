@@ -10,7 +10,7 @@ from __future__ import annotations
 import signal
 import sys
 
-from trtfarm import interrupt
+from trtfarm import interrupt, scratch
 from trtfarm.cli import build, farm, images, models, profiles, quality, store_ops, webhook  # noqa: F401 - register
 from trtfarm.cli.common import app, err
 from trtfarm.errors import InfrastructureError, UserInputError, one_line
@@ -19,8 +19,12 @@ from trtfarm.errors import InfrastructureError, UserInputError, one_line
 def main() -> None:
     """Console entry point."""
     signal.signal(signal.SIGTERM, interrupt.stop)
+    signal.signal(signal.SIGINT, interrupt.stop)  # Ctrl-C unwinds the same way (exit 130)
     try:
         app()
+    except interrupt.Interrupted:
+        scratch.remove_all()  # what the signal caught mid-way (between creating a temporary and its cleanup)
+        raise
     except UserInputError as e:
         err.print(f"[bold red]error:[/] {one_line(e)}", highlight=False, soft_wrap=True)
         sys.exit(2)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ import onnx
 from trtfarm.errors import UserInputError
 from trtfarm.identity import onnx_digest
 from trtfarm.precision.recipe import Recipe
+from trtfarm.scratch import scratch_dir
 
 AUTOCAST = {"fp16", "bf16"}
 QUANTIZE = {"int8", "fp8"}
@@ -66,8 +66,8 @@ def _quiet():
 def _autocast(src: Path, out: Path, recipe: Recipe, calibration: Path | None) -> None:
     from modelopt.onnx.autocast import convert_to_mixed_precision
 
-    with tempfile.TemporaryDirectory() as tmp, _quiet():
-        clean = _strip_value_info(src, Path(tmp) / "model.onnx")
+    with scratch_dir("trtfarm-convert-") as tmp, _quiet():
+        clean = _strip_value_info(src, tmp / "model.onnx")
         model = convert_to_mixed_precision(
             onnx_path=str(clean), low_precision_type=recipe.mode, nodes_to_exclude=recipe.keep_fp32 or None,
             op_types_to_exclude=recipe.keep_fp32_ops or None, data_max=recipe.data_max, init_max=recipe.init_max,
@@ -81,8 +81,8 @@ def _quantize(src: Path, out: Path, recipe: Recipe, calibration: dict[str, np.nd
                               "(a numpy .npz keyed by input name, a few hundred realistic samples)")
     from modelopt.onnx.quantization import quantize
 
-    with tempfile.TemporaryDirectory() as tmp, _quiet():  # quantize() rewrites its input file: give it a copy
-        copy = _strip_value_info(src, Path(tmp) / "model.onnx")
+    with scratch_dir("trtfarm-convert-") as tmp, _quiet():  # quantize() rewrites its input file: give it a copy
+        copy = _strip_value_info(src, tmp / "model.onnx")
         quantize(onnx_path=str(copy), quantize_mode=recipe.mode, calibration_data=calibration,
                  calibration_eps=["cpu"], output_path=str(out), nodes_to_exclude=recipe.keep_fp32 or None,
                  op_types_to_exclude=recipe.keep_fp32_ops or None, log_level="WARNING")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from trtfarm.precision.inputs import batches, generate_inputs, load_npz
 from trtfarm.precision.progress import precision_progress
 from trtfarm.precision.recipe import GateFailed, Recipe, Thresholds
 from trtfarm.publishing.layout import converted_prefix
+from trtfarm.scratch import scratch_dir
 from trtfarm.store import AlreadyExists
 
 __all__ = ["ConversionError", "GateFailed", "PrecisionResult", "Recipe", "Thresholds", "convert_and_gate",
@@ -83,8 +83,8 @@ def convert_and_gate(src: Path, recipe: Recipe, out: Path, *, calibration: Path 
     feeds = gate_inputs(src, heldout)
     with precision_progress() as progress:
         if recipe.auto_pin and recipe.mode in ("fp16", "bf16"):
-            with tempfile.TemporaryDirectory() as tmp:
-                found = auto_pin(src, recipe, Path(tmp), feeds, calibration, progress)
+            with scratch_dir("trtfarm-autopin-") as tmp:
+                found = auto_pin(src, recipe, tmp, feeds, calibration, progress)
                 out.parent.mkdir(parents=True, exist_ok=True)
                 out.write_bytes(found.converted.path.read_bytes())
             return PrecisionResult(recipe, out, found.converted.digest, found.report, found.pinned)

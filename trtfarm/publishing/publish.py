@@ -9,7 +9,6 @@ that died between the two steps) is invisible to readers; the next publish of th
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 from trtfarm.errors import IntegrityError, StoreError
 from trtfarm.publishing import layout
 from trtfarm.publishing.manifest import Manifest, PlanInfo, manifest_from_json
+from trtfarm.scratch import scratch_dir
 from trtfarm.store import AlreadyExists, Store
 from trtfarm.store.base import Progress
 
@@ -38,8 +38,8 @@ def read_manifest(store: Store, key: str) -> Manifest | None:
 
 def _stored_plan_info(store: Store, key: str) -> tuple[str, int]:
     """Hash a plan another worker stored (rare path: it won the create-only race)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        dest = Path(tmp) / layout.PLAN_NAME
+    with scratch_dir("trtfarm-adopt-") as tmp:
+        dest = tmp / layout.PLAN_NAME
         size = store.download_file(key, dest)
         from trtfarm.identity import sha256_file
 
@@ -61,9 +61,9 @@ def plan_intact(store: Store, manifest: Manifest) -> str | None:
 
 def plan_rehash(store: Store, manifest: Manifest) -> str | None:
     """None when the plan object's bytes hash to the manifest's sha256 (downloaded and re-hashed); else why not."""
-    with tempfile.TemporaryDirectory(prefix="trtfarm-verify-") as tmp:
+    with scratch_dir("trtfarm-verify-") as tmp:
         try:
-            store.download_file(manifest.plan.key, Path(tmp) / layout.PLAN_NAME, sha256=manifest.plan.sha256)
+            store.download_file(manifest.plan.key, tmp / layout.PLAN_NAME, sha256=manifest.plan.sha256)
         except IntegrityError as err:
             return str(err)
     return None

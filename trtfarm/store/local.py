@@ -13,12 +13,12 @@ import hashlib
 import os
 import shutil
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from trtfarm.errors import IntegrityError, StoreError
+from trtfarm.scratch import scratch_file
 from trtfarm.store.base import AlreadyExists, Blob, Conflict, HashingReader, Progress, Store, Uploaded, validate_key
 
 CHUNK = 1 << 20
@@ -40,11 +40,8 @@ class LocalStore(Store):
     @contextmanager
     def _temp_beside(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.parent / f".tmp-{uuid.uuid4().hex}"
-        try:
+        with scratch_file(path.parent) as tmp:
             yield tmp
-        finally:
-            tmp.unlink(missing_ok=True)
 
     @contextmanager
     def _locked(self, key: str):

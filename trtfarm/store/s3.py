@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 from botocore.exceptions import BotoCoreError, ClientError
 
 from trtfarm.errors import IntegrityError, StoreError
+from trtfarm.scratch import scratch_file
 from trtfarm.store.base import AlreadyExists, Blob, Conflict, HashingReader, Progress, Store, Uploaded, validate_key
 
 MULTIPART_THRESHOLD = 64 << 20
@@ -178,8 +178,7 @@ class S3Store(Store):
         """Stream the object to a temporary beside ``dest``, check sha256, then rename into place."""
         dest = Path(dest)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.parent / f".tmp-{uuid.uuid4().hex}"
-        try:
+        with scratch_file(dest.parent) as tmp:
             try:
                 body = self.client.get_object(Bucket=self.bucket, Key=self._k(key))["Body"]
             except _BOTO_ERRORS as err:
@@ -193,8 +192,6 @@ class S3Store(Store):
                                      f"manifest's {sha256}; the stored plan is corrupt, rebuild it")
             os.replace(tmp, dest)
             return reader.size
-        finally:
-            tmp.unlink(missing_ok=True)
 
     def list(self, prefix: str = "") -> Iterator[str]:
         """Yield keys under ``prefix``."""

@@ -141,6 +141,20 @@ def captured_log(trt: ModuleType):
             logger.captures.remove(capture)
 
 
+class _Quiet:
+    """Progress that shows nothing: the monitor still runs, so a stop can cancel the build."""
+
+    def phase_start(self, name: str, parent: str | None, steps: int) -> None:
+        """Nothing to show."""
+
+    def step_complete(self, name: str, step: int) -> bool:
+        """Never cancel on its own."""
+        return True
+
+    def phase_finish(self, name: str) -> None:
+        """Nothing to show."""
+
+
 def _monitor(trt: ModuleType, sink: BuildProgress):
     class Monitor(trt.IProgressMonitor):
         def __init__(self) -> None:
@@ -238,19 +252,18 @@ def plan_from_onnx(trt: ModuleType, flavour: str, onnx_path: Path, profiles: Seq
 
 def _build(trt, flavour, logger, log: Capture, onnx_path, profiles, settings, plan_path, timing_cache,
            progress) -> BuildResult:
-    builder = trt.Builder(logger)
-    network = _network(trt, builder)
-    _parse(trt, network, logger, Path(onnx_path))
-    config = builder.create_builder_config()
-    flags = _configure(trt, builder, config, settings)
-    _add_profiles(builder, config, network, profiles)
-    cache, cache_reason = _timing_cache(config, timing_cache, settings.timing_cache, flavour)
-    if progress is not None:
-        config.progress_monitor = _monitor(trt, progress)
-    start = time.perf_counter()
-    plan = builder.build_serialized_network(network, config)
-    interrupt.check()  # a stop requested during the build cancelled it: leave now, publish nothing
-    wall = time.perf_counter() - start
+    with interrupt.deferred():  # a stop in here cancels the build (the monitor), then raises: nothing published
+        builder = trt.Builder(logger)
+        network = _network(trt, builder)
+        _parse(trt, network, logger, Path(onnx_path))
+        config = builder.create_builder_config()
+        flags = _configure(trt, builder, config, settings)
+        _add_profiles(builder, config, network, profiles)
+        cache, cache_reason = _timing_cache(config, timing_cache, settings.timing_cache, flavour)
+        config.progress_monitor = _monitor(trt, progress or _Quiet())
+        start = time.perf_counter()
+        plan = builder.build_serialized_network(network, config)
+        wall = time.perf_counter() - start
     if plan is None:
         reasons = "\n".join(f"  - {m}" for m in log.errors) or "  - (no error was logged)"
         raise BuildFailed(f"{onnx_path}: the {flavour} builder failed:\n{reasons}\n"

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import onnx
 from trtfarm.precision.recipe import Recipe
 from trtfarm.profiles.profile import Profile, format_shape
 from trtfarm.runtime.loader import contexts_that_fit
+from trtfarm.scratch import scratch_dir
 from trtfarm.toolchain.engine import device_memory_per_profile
 from trtfarm.validation.compare import PointComparison, compare_point, inputs_for_shapes, profile_points
 from trtfarm.validation.latency import LatencyStats, latency_stats, stats_from_trtexec_times
@@ -50,8 +50,8 @@ def _trtexec_stats(plan: Path, shapes: dict[str, list[int]], batch: int, iterati
     if exe is None:
         return None
     spec = ",".join(f"{n}:{format_shape(s)}" for n, s in shapes.items())
-    with tempfile.TemporaryDirectory() as tmp:
-        times = Path(tmp) / "times.json"
+    with scratch_dir("trtfarm-latency-") as tmp:
+        times = tmp / "times.json"
         subprocess.run([exe, f"--loadEngine={plan}", f"--shapes={spec}", f"--iterations={iterations}",
                         f"--exportTimes={times}"], check=True, capture_output=True, timeout=600)
         return stats_from_trtexec_times(json.loads(times.read_text()), batch)
