@@ -106,7 +106,7 @@ class Farm:
     def log(self, name: str) -> str:
         return (self.home / f"{name}.log").read_text(errors="replace")
 
-    def start_server(self, timeout: float = 120) -> None:
+    def start_server(self, timeout: float = 300) -> None:
         if self.database is None:
             self.postgres = Postgres()
             self.database = self.postgres.url
