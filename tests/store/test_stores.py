@@ -163,6 +163,58 @@ def test_opening_many_s3_stores_registers_the_create_only_hook_once(s3_uri):
     assert sum(1 for h in hooks if getattr(h, "__name__", "") == "_add_if_none_match") == 1
 
 
+def test_s3_upload_retries_a_conditional_write_conflict(s3_uri, tmp_path):
+    """S3 answers 409 ConditionalRequestConflict when two conditional writes to one key race (moto never does):
+    the first PUT gets that answer injected, the retry goes to moto's server and creates the object."""
+    from botocore.awsrequest import AWSResponse
+
+    s = open_store(s3_uri)
+    conflicts = []
+
+    def conflict_once(params, **_):
+        if params.get("url_path", "").endswith("conflict/model.plan") and not conflicts:
+            conflicts.append(1)
+            error = {"Error": {"Code": "ConditionalRequestConflict", "Message": "racing conditional write"},
+                     "ResponseMetadata": {"HTTPStatusCode": 409}}
+            return AWSResponse("", 409, {}, None), error
+        return None
+
+    s.client.meta.events.register("before-call.s3.PutObject", conflict_once, unique_id="test-conflict-once")
+    try:
+        src = tmp_path / "p.plan"
+        src.write_bytes(b"ftrt" + b"c" * 1000)
+        up = s.upload_file("conflict/model.plan", src)
+    finally:
+        s.client.meta.events.unregister("before-call.s3.PutObject", unique_id="test-conflict-once")
+    assert conflicts == [1]
+    s.download_file("conflict/model.plan", tmp_path / "back.plan", sha256=up.sha256)
+
+
+def test_file_store_writes_and_deletes_of_sibling_keys_do_not_trip_over_folder_pruning(tmp_path):
+    """delete() prunes the folders it empties; a writer of a sibling key may have just made the same folder
+    (the webhook's claim and release in the receiver's threads, a build's publish threads, gc beside a build)."""
+    store = LocalStore(tmp_path / "store")
+    errors, stop = [], threading.Event()
+
+    def claim_and_release(tag: str, rounds: int | None) -> None:
+        i = 0
+        while (rounds is None and not stop.is_set()) or (rounds is not None and i < rounds):
+            try:
+                assert store.put_if_absent(f"webhook/exports/{tag}{i}.json", b"x")
+                store.delete(f"webhook/exports/{tag}{i}.json")
+            except (OSError, AssertionError) as err:  # pragma: no cover - the assertion below reports it
+                errors.append(err)
+            i += 1
+
+    other = threading.Thread(target=claim_and_release, args=("r", None))
+    other.start()
+    claim_and_release("w", 1500)
+    stop.set()
+    other.join()
+    assert not errors, errors[:3]
+    assert not (tmp_path / "store" / "webhook").exists()  # the last delete pruned what it emptied
+
+
 def test_opening_and_reading_a_file_store_creates_nothing(tmp_path):
     root = tmp_path / "missing" / "a" / "b"
     s = open_store(f"file://{tmp_path}/missing/x/%2e%2e/a/b")

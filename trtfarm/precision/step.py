@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import onnx
@@ -123,7 +124,12 @@ def prepare_precision(store, model_name: str, src: Path, onnx_digest: str, recip
             raise GateFailed(result.summary())
         store.download_file(f"{prefix}/model.onnx", result.path, sha256=doc["sha256"])
         return result
-    result = convert_and_gate(src, recipe, work / "model.onnx", calibration=calibration, heldout=heldout)
+    work.mkdir(parents=True, exist_ok=True)  # shared by builds of this step on this machine: written whole, by rename
+    with scratch_dir(".converting-", work) as tmp:
+        result = convert_and_gate(src, recipe, tmp / "model.onnx", calibration=calibration, heldout=heldout)
+        if result.path.parent == tmp:
+            os.replace(result.path, work / "model.onnx")
+            result = replace(result, path=work / "model.onnx")
     if result.report.passed is not False:
         try:
             store.upload_file(f"{prefix}/model.onnx", result.path)

@@ -39,8 +39,15 @@ class LocalStore(Store):
 
     @contextmanager
     def _temp_beside(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
         with scratch_file(path.parent) as tmp:
+            for attempt in range(20):
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    tmp.touch(exist_ok=False)  # the folder is not empty now: a concurrent delete() keeps it
+                    break
+                except (FileNotFoundError, FileExistsError):  # a delete() pruned the folder under us: again
+                    if attempt == 19:
+                        raise
             yield tmp
 
     @contextmanager
@@ -156,8 +163,11 @@ class LocalStore(Store):
         else:
             path.unlink(missing_ok=True)
         parent = path.parent
-        while parent != self.root and parent.is_dir() and not any(parent.iterdir()):
-            parent.rmdir()
+        while parent != self.root:
+            try:
+                parent.rmdir()  # only if empty
+            except OSError:  # not empty (a writer's file, a sibling key), or another delete removed it: stop
+                break
             parent = parent.parent
 
     def sweep_temporaries(self, prefix: str, older_than_s: float) -> int:

@@ -160,13 +160,19 @@ class S3Store(Store):
         with _CREATING_LOCK:
             _CREATING[(self.bucket, full)] += 1
         try:
-            with open(path, "rb") as f:
-                reader = HashingReader(f, progress)
-                self.client.upload_fileobj(reader, self.bucket, full, Config=self._transfer)
-        except _BOTO_ERRORS as err:
-            if _is_precondition_failed(err):
-                raise AlreadyExists(f"{self.url(key)} already exists") from err
-            raise StoreError(f"{self.url(key)}: upload failed: {err}") from err
+            for attempt in range(_RETRIES):
+                try:
+                    with open(path, "rb") as f:
+                        reader = HashingReader(f, progress)
+                        self.client.upload_fileobj(reader, self.bucket, full, Config=self._transfer)
+                    break
+                except _BOTO_ERRORS as err:
+                    if _is_precondition_failed(err):
+                        raise AlreadyExists(f"{self.url(key)} already exists") from err
+                    if _is_conflict_retry(err) and attempt < _RETRIES - 1:  # S3: a racing conditional write, retry
+                        time.sleep(0.05 * 2**attempt)
+                        continue
+                    raise StoreError(f"{self.url(key)}: upload failed: {err}") from err
         finally:
             with _CREATING_LOCK:
                 _CREATING[(self.bucket, full)] -= 1
