@@ -10,7 +10,7 @@ from trtfarm.building import progress
 from trtfarm.building.job import JobResult, run_job
 from trtfarm.building.warm import wait_warm
 from trtfarm.errors import InfrastructureError
-from trtfarm.pipeline import WORK_PREFIX, plan_run
+from trtfarm.pipeline import WORK_PREFIX, plan_run, sweep_stale_work
 from trtfarm.planning.fleet import Fleet
 from trtfarm.planning.plan import BuildJob, ExportPlan
 from trtfarm.planning.requests import MatrixRequest
@@ -37,6 +37,7 @@ def plan_models(request: MatrixRequest, exports: list[ExportRef], farm: bool, fl
 def build_job(store_uri: str, job: BuildJob) -> JobResult:
     """Build (or refit) one job and publish it; the build's own failures are outcomes, services are retried."""
     wait_warm()
+    sweep_stale_work()  # what killed children left on this worker (untouched for 6 hours)
     with scratch_dir(WORK_PREFIX) as work:
         return run_job(open_store(store_uri), job, work, progress=progress.build_progress(job.lead.target.id),
                        upload_progress=progress.upload_progress(), run_id=str(flow_run.get_id() or "") or None)
