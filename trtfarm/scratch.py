@@ -29,13 +29,11 @@ def _remove(path: Path) -> None:
 
 
 @contextmanager
-def scratch_dir(prefix: str, root: Path | None = None) -> Iterator[Path]:
-    """A new private folder ``<root or TMPDIR>/<prefix><random>``, removed with everything in it on exit."""
-    path = Path(root or tempfile.gettempdir()) / f"{prefix}{uuid.uuid4().hex[:16]}"
+def _recorded(path: Path) -> Iterator[Path]:
+    """Record ``path`` before it exists; remove it on exit, then forget it."""
     with _LOCK:
         _LIVE.add(path)
     try:
-        path.mkdir(mode=0o700)
         yield path
     finally:
         _remove(path)
@@ -44,17 +42,16 @@ def scratch_dir(prefix: str, root: Path | None = None) -> Iterator[Path]:
 
 
 @contextmanager
-def scratch_file(parent: Path, prefix: str = ".tmp-") -> Iterator[Path]:
-    """A fresh path ``parent/<prefix><random>`` for a file the caller writes, then renames or links; removed on exit."""
-    path = Path(parent) / f"{prefix}{uuid.uuid4().hex}"
-    with _LOCK:
-        _LIVE.add(path)
-    try:
+def scratch_dir(prefix: str, root: Path | None = None) -> Iterator[Path]:
+    """A new private folder ``<root or TMPDIR>/<prefix><random>``, removed with everything in it on exit."""
+    with _recorded(Path(root or tempfile.gettempdir()) / f"{prefix}{uuid.uuid4().hex[:16]}") as path:
+        path.mkdir(mode=0o700)
         yield path
-    finally:
-        path.unlink(missing_ok=True)
-        with _LOCK:
-            _LIVE.discard(path)
+
+
+def scratch_file(parent: Path, prefix: str = ".tmp-"):
+    """A fresh path ``parent/<prefix><random>`` for a file the caller writes, then renames or links; removed on exit."""
+    return _recorded(Path(parent) / f"{prefix}{uuid.uuid4().hex}")
 
 
 def remove_all() -> int:

@@ -206,14 +206,14 @@ def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], p
     before, key = _timing(store, lead)
     with scratch_dir("trtfarm-build-") as tmp:
         result = plan_from_onnx(trt, lead.target.toolchain.flavour.value, model.plan_input, profiles,
-                                lead.target.settings, Path(tmp) / "model.plan", timing_cache=before,
+                                lead.target.settings, tmp / "model.plan", timing_cache=before,
                                 progress=progress)
         after = None
         if key and result.timing_cache is not None:
             after = merge_timing_cache(store, key, result.timing_cache, tensorrt_combine(trt)).data
         cache = _cache_info(trt, result, key, before, after)
         engine = engine_result(store, model, lead, profiles, result)
-        determinism = _determinism(trt, model, lead, profiles, result, Path(tmp), engine)
+        determinism = _determinism(trt, model, lead, profiles, result, tmp, engine)
 
         def publish(plan: TargetPlan) -> TargetOutcome:
             def manifest_for(info: PlanInfo) -> Manifest:

@@ -12,8 +12,9 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -21,6 +22,7 @@ from trtfarm.errors import IntegrityError, StoreError
 from trtfarm.scratch import scratch_file
 from trtfarm.store.base import AlreadyExists, Blob, Conflict, HashingReader, Progress, Store, Uploaded, validate_key
 
+T = TypeVar("T")
 MULTIPART_THRESHOLD = 64 << 20
 _RETRIES = 5
 
@@ -57,7 +59,7 @@ def _client(endpoint_url: str | None):
         return _CLIENTS[key]
 
 
-_BOTO_ERRORS = (ClientError, BotoCoreError)
+_BOTO_ERRORS = (ClientError, BotoCoreError)  # an S3 answer, or no answer (connection, timeout, credentials)
 
 # Streaming uploads in flight, per (bucket, key): their PutObject / CompleteMultipartUpload must be create-only.
 # A count, not a set: two threads may upload the same key, and the first to finish must not unmark the other.
@@ -68,7 +70,19 @@ _CREATING_LOCK = threading.Lock()
 def _add_if_none_match(params: dict, **_: object) -> None:
     with _CREATING_LOCK:
         if _CREATING[(params.get("Bucket", ""), params.get("Key", ""))] and "IfMatch" not in params:
-            params["IfNoneMatch"] = "*"  # an S3 answer, or no answer (connection, timeout, credentials)
+            params["IfNoneMatch"] = "*"
+
+
+def _retry_conflicts(call: Callable[[], T]) -> T:
+    """``call()``, again (with backoff) while S3 answers 409 ConditionalRequestConflict: racing conditional writes."""
+    for attempt in range(_RETRIES):
+        try:
+            return call()
+        except _BOTO_ERRORS as err:
+            if not _is_conflict_retry(err) or attempt == _RETRIES - 1:
+                raise
+            time.sleep(0.05 * 2**attempt)
+    raise AssertionError("unreachable")
 
 
 def _is_missing(err: Exception) -> bool:
@@ -124,15 +138,8 @@ class S3Store(Store):
             raise StoreError(f"{self.url(key)}: read failed: {err}") from err
 
     def _put(self, key: str, data: bytes, **cond: str) -> str:
-        for attempt in range(_RETRIES):
-            try:
-                return self.client.put_object(Bucket=self.bucket, Key=self._k(key), Body=data, **cond)["ETag"]
-            except _BOTO_ERRORS as err:
-                if _is_conflict_retry(err) and attempt < _RETRIES - 1:
-                    time.sleep(0.05 * 2**attempt)
-                    continue
-                raise
-        raise AssertionError("unreachable")
+        return _retry_conflicts(lambda: self.client.put_object(Bucket=self.bucket, Key=self._k(key), Body=data,
+                                                               **cond)["ETag"])
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         """Create the object (``IfNoneMatch='*'``); False when it exists."""
@@ -159,20 +166,19 @@ class S3Store(Store):
         full = self._k(key)
         with _CREATING_LOCK:
             _CREATING[(self.bucket, full)] += 1
+
+        def send() -> HashingReader:
+            with open(path, "rb") as f:
+                reader = HashingReader(f, progress)
+                self.client.upload_fileobj(reader, self.bucket, full, Config=self._transfer)
+            return reader
+
         try:
-            for attempt in range(_RETRIES):
-                try:
-                    with open(path, "rb") as f:
-                        reader = HashingReader(f, progress)
-                        self.client.upload_fileobj(reader, self.bucket, full, Config=self._transfer)
-                    break
-                except _BOTO_ERRORS as err:
-                    if _is_precondition_failed(err):
-                        raise AlreadyExists(f"{self.url(key)} already exists") from err
-                    if _is_conflict_retry(err) and attempt < _RETRIES - 1:  # S3: a racing conditional write, retry
-                        time.sleep(0.05 * 2**attempt)
-                        continue
-                    raise StoreError(f"{self.url(key)}: upload failed: {err}") from err
+            reader = _retry_conflicts(send)
+        except _BOTO_ERRORS as err:
+            if _is_precondition_failed(err):
+                raise AlreadyExists(f"{self.url(key)} already exists") from err
+            raise StoreError(f"{self.url(key)}: upload failed: {err}") from err
         finally:
             with _CREATING_LOCK:
                 _CREATING[(self.bucket, full)] -= 1

@@ -141,33 +141,22 @@ def captured_log(trt: ModuleType):
             logger.captures.remove(capture)
 
 
-class _Quiet:
-    """Progress that shows nothing: the monitor still runs, so a stop can cancel the build."""
-
-    def phase_start(self, name: str, parent: str | None, steps: int) -> None:
-        """Nothing to show."""
-
-    def step_complete(self, name: str, step: int) -> bool:
-        """Never cancel on its own."""
-        return True
-
-    def phase_finish(self, name: str) -> None:
-        """Nothing to show."""
-
-
-def _monitor(trt: ModuleType, sink: BuildProgress):
+def _monitor(trt: ModuleType, sink: BuildProgress | None):
+    """The builder's progress monitor; installed even without a display (``sink`` None), so a stop cancels."""
     class Monitor(trt.IProgressMonitor):
         def __init__(self) -> None:
             trt.IProgressMonitor.__init__(self)
 
         def phase_start(self, phase_name, parent_phase, num_steps):  # noqa: D102 - TensorRT callback
-            sink.phase_start(phase_name, parent_phase, num_steps)
+            if sink is not None:
+                sink.phase_start(phase_name, parent_phase, num_steps)
 
         def step_complete(self, phase_name, step):  # noqa: D102 - TensorRT callback
-            return not interrupt.STOP.is_set() and bool(sink.step_complete(phase_name, step))
+            return not interrupt.STOP.is_set() and (sink is None or bool(sink.step_complete(phase_name, step)))
 
         def phase_finish(self, phase_name):  # noqa: D102 - TensorRT callback
-            sink.phase_finish(phase_name)
+            if sink is not None:
+                sink.phase_finish(phase_name)
 
     return Monitor()
 
@@ -260,7 +249,7 @@ def _build(trt, flavour, logger, log: Capture, onnx_path, profiles, settings, pl
         flags = _configure(trt, builder, config, settings)
         _add_profiles(builder, config, network, profiles)
         cache, cache_reason = _timing_cache(config, timing_cache, settings.timing_cache, flavour)
-        config.progress_monitor = _monitor(trt, progress or _Quiet())
+        config.progress_monitor = _monitor(trt, progress)
         start = time.perf_counter()
         plan = builder.build_serialized_network(network, config)
         wall = time.perf_counter() - start
