@@ -1,6 +1,7 @@
 """Content addresses: what a model, a graph and a build *are*, as sha256 digests.
 
-- ``onnx_digest``: the ONNX bytes and any external data files.
+- ``onnx_digest``: the ONNX bytes and every external data file its tensors reference (initializers, Constant
+  values and subgraphs alike).
 - ``graph_digest``: the graph with initializer values left out; equal graph digests differ only in weights.
 - ``build_digest``: canonical JSON of everything that changes the plan. It keys on the compatibility class, so
   GPU models that share one plan share one build.
@@ -18,6 +19,8 @@ from typing import Any
 
 import onnx
 
+from trtfarm.onnxfile import external_files
+
 CHUNK = 1 << 20
 
 
@@ -30,24 +33,29 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _external_files(model: onnx.ModelProto) -> list[str]:
-    names = set()
-    for init in model.graph.initializer:
-        if init.data_location == onnx.TensorProto.EXTERNAL:
-            names.update(e.value for e in init.external_data if e.key == "location")
-    return sorted(names)
+def model_files(path: Path, model: onnx.ModelProto | None = None) -> list[tuple[str, str]]:
+    """``(name, sha256)`` of every file that makes up the model: the ONNX file, then each external data file.
+
+    Names are relative to the model's folder (the ONNX file by its own name). The manifest lists them.
+    """
+    path = Path(path)
+    model = model if model is not None else onnx.load(str(path), load_external_data=False)
+    return [(path.name, sha256_file(path))] + [(loc, sha256_file(f)) for loc, f in external_files(path, model)]
+
+
+def files_digest(files: list[tuple[str, str]]) -> str:
+    """The ``onnx_digest`` of ``model_files``: the ONNX file's sha256, then each external file's name and sha256."""
+    h = hashlib.sha256()
+    h.update(bytes.fromhex(files[0][1]))
+    for name, digest in files[1:]:
+        h.update(name.encode())
+        h.update(bytes.fromhex(digest))
+    return h.hexdigest()
 
 
 def onnx_digest(path: Path) -> str:
-    """Sha256 over the ONNX file and, in name order, each external data file it references."""
-    path = Path(path)
-    model = onnx.load(str(path), load_external_data=False)
-    h = hashlib.sha256()
-    h.update(bytes.fromhex(sha256_file(path)))
-    for name in _external_files(model):
-        h.update(name.encode())
-        h.update(bytes.fromhex(sha256_file(path.parent / name)))
-    return h.hexdigest()
+    """Sha256 over the ONNX file and, in name order, each external data file any of its tensors references."""
+    return files_digest(model_files(path))
 
 
 def graph_digest(path: Path) -> str:

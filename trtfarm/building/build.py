@@ -25,6 +25,7 @@ from trtfarm.publishing.manifest import (
     BuildInfo,
     Check,
     Manifest,
+    ModelFile,
     ModelInfo,
     PlanInfo,
     PrecisionInfo,
@@ -174,7 +175,8 @@ def build_manifest(model: ModelSource, plan: TargetPlan, built_by: TargetPlan, r
     t = plan.target
     return Manifest(
         model=ModelInfo(name=model.name, source_uri=model.source_uri, onnx_digest=model.onnx_digest,
-                        graph_digest=model.graph_digest, exported_at=model.exported_at),
+                        graph_digest=model.graph_digest, exported_at=model.exported_at,
+                        files=[ModelFile(name=n, sha256=d) for n, d in model.files]),
         precision=PrecisionInfo(recipe=model.recipe_mode, converted_onnx_digest=model.plan_digest,
                                 pinned_fp32_nodes=model.precision.pinned_fp32_nodes if model.precision else [],
                                 accuracy=model.precision.accuracy if model.precision else None),

@@ -15,7 +15,7 @@ import onnx
 from pydantic import BaseModel, ConfigDict
 
 from trtfarm.errors import UserInputError
-from trtfarm.identity import graph_digest, onnx_digest, sha256_file
+from trtfarm.identity import files_digest, graph_digest, model_files, sha256_file
 from trtfarm.precision.recipe import Recipe
 from trtfarm.publishing import layout
 
@@ -49,6 +49,7 @@ class ModelSource(BaseModel):
     onnx_digest: str
     graph_digest: str
     exported_at: str
+    files: tuple[tuple[str, str], ...] = ()  # (name, sha256) of the ONNX file and each external data file
     build_path: Path | None = None  # the precision-converted ONNX the builder parses (None: as exported)
     precision: PrecisionStep | None = None
 
@@ -80,9 +81,11 @@ def model_source(path: Path, name: str) -> ModelSource:
         raise UserInputError(f"{path}: not a valid ONNX model ({type(err).__name__}: {first}). "
                              "Fix: re-export the model; check the file was copied completely.") from err
     layout.check_name("model name", name)
-    exported = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).isoformat(timespec="microseconds")
-    return ModelSource(name=name, path=path, source_uri=path.resolve().as_uri(), onnx_digest=onnx_digest(path),
-                       graph_digest=graph_digest(path), exported_at=exported)
+    files = model_files(path)
+    newest = max(path.parent.joinpath(n).stat().st_mtime for n, _ in files)
+    exported = datetime.fromtimestamp(newest, timezone.utc).isoformat(timespec="microseconds")
+    return ModelSource(name=name, path=path, source_uri=path.resolve().as_uri(), onnx_digest=files_digest(files),
+                       graph_digest=graph_digest(path), exported_at=exported, files=tuple(files))
 
 
 def with_precision(store, model: ModelSource, recipe: Recipe, calibration: Path | None,

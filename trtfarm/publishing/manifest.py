@@ -25,6 +25,13 @@ class _Doc(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class ModelFile(_Doc):
+    """One file of the export: the ONNX file, or an external data file its tensors reference."""
+
+    name: str = Field(description="relative to the model's folder")
+    sha256: str
+
+
 class ModelInfo(_Doc):
     """The exported model this plan came from."""
 
@@ -32,6 +39,7 @@ class ModelInfo(_Doc):
     source_uri: str
     onnx_digest: str
     graph_digest: str
+    files: list[ModelFile] = Field(default_factory=list, description="every file onnx_digest covers, in its order")
     exported_at: str | None = Field(None, description="when the export was written (ISO 8601, UTC): orders exports")
 
 

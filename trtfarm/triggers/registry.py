@@ -20,8 +20,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlparse
 
+import onnx
+
 from trtfarm.errors import UserInputError
 from trtfarm.identity import model_name_from_path, sha256_file
+from trtfarm.onnxfile import external_files, external_locations, location_path
 from trtfarm.planning.buildspec import SHAPES_NAME, SPEC_NAME, spec_for_model
 from trtfarm.publishing.layout import EXPORT_NAME, MODELS, ONNX_NAME, check_name, export_prefix
 from trtfarm.store import AlreadyExists, Store, open_store
@@ -43,13 +46,14 @@ class ExportRef:
 
 
 def export_files(folder: Path) -> list[Path]:
-    """The files of the export folder that a build reads (model, spec, data, profiles file)."""
+    """The files of the export folder that a build reads (model, its external data, spec, data, profiles file)."""
     folder = Path(folder)
     if not (folder / ONNX_NAME).is_file():
         raise UserInputError(f"{folder}: no {ONNX_NAME}; an export folder holds model.onnx and farm.yaml")
     spec, spec_path = spec_for_model(folder / ONNX_NAME)
     named = [spec.calibration, spec.heldout, spec.profiles if isinstance(spec.profiles, str) else None]
-    files = [folder / ONNX_NAME, *([spec_path] if spec_path else [])]
+    weights = [f for _, f in external_files(folder / ONNX_NAME)]
+    files = [folder / ONNX_NAME, *weights, *([spec_path] if spec_path else [])]
     for rel in [*OPTIONAL_FILES, *filter(None, named)]:
         path = folder / rel
         if path.is_file() and path not in files:
@@ -72,7 +76,8 @@ def register_export(store: Store, folder: Path, name: str | None = None, progres
     export_id = f"{now:%Y%m%dT%H%M%S%fZ}-{source.onnx_digest[:12]}"
     prefix = export_prefix(name, export_id)
     record = {"name": name, "export_id": export_id, "registered_at": now.isoformat(), "source": str(folder.resolve()),
-              "onnx_digest": source.onnx_digest, "graph_digest": source.graph_digest, "files": {}}
+              "onnx_digest": source.onnx_digest, "graph_digest": source.graph_digest, "files": {},
+              "model_files": [n for n, _ in source.files]}
     for path in files:
         rel = path.relative_to(folder).as_posix()
         up = store.upload_file(f"{prefix}/{rel}", path, progress)
@@ -156,7 +161,7 @@ def export_record(ref: ExportRef) -> dict | None:
     return json.loads(blob.data) if blob is not None else None
 
 
-HEAVY_FILES = (ONNX_NAME, "calib.npz", "heldout.npz")  # what only a build reads
+HEAVY_FILES = (ONNX_NAME, "calib.npz", "heldout.npz")  # what only a build reads (and the model's external data)
 
 
 def fetch_export(ref: ExportRef, dest: Path, *, spec_only: bool = False, record: dict | None = None) -> Path:
@@ -180,16 +185,30 @@ def fetch_export(ref: ExportRef, dest: Path, *, spec_only: bool = False, record:
     if ONNX_NAME not in wanted:
         raise UserInputError(f"{ref.uri}: no {ONNX_NAME} in the export folder")
     if spec_only:
-        wanted = {rel: sha for rel, sha in wanted.items() if rel not in HEAVY_FILES}
-        registered_at = None
+        heavy = {*HEAVY_FILES, *(record or {}).get("model_files", [])}
+        wanted = {rel: sha for rel, sha in wanted.items() if rel not in heavy}
     for rel, sha in wanted.items():
-        target = dest / rel
-        if sha and target.is_file() and sha256_file(target) == sha:
-            continue  # fetched before
-        target.parent.mkdir(parents=True, exist_ok=True)
-        folder.download_file(rel, target, sha256=sha)
+        _fetch_file(folder, rel, dest, sha)
+    if spec_only:
+        return dest / ONNX_NAME
+    model = dest / ONNX_NAME
+    for location in external_locations(onnx.load(str(model), load_external_data=False)):
+        if location not in wanted:  # a dropped folder keeps its weights in a subfolder the listing left out
+            location_path(model, location)  # refused before anything is written outside dest
+            _fetch_file(folder, location, dest, None)
+    external = [f for _, f in external_files(model)]  # all there now, none outside the folder
     if registered_at is not None:  # the export's time is its registration, not this download (release ordering)
-        os.utime(dest / ONNX_NAME, (registered_at, registered_at))
-    if (dest / SPEC_NAME).is_file() and not spec_only:
+        for path in (model, *external):
+            os.utime(path, (registered_at, registered_at))
+    if (dest / SPEC_NAME).is_file():
         export_files(dest)  # farm.yaml names only files that are there
-    return dest / ONNX_NAME
+    return model
+
+
+def _fetch_file(folder: Store, rel: str, dest: Path, sha: str | None) -> None:
+    """Download one file of an export folder into ``dest`` unless an identical copy is there already."""
+    target = dest / rel
+    if sha and target.is_file() and sha256_file(target) == sha:
+        return  # fetched before
+    target.parent.mkdir(parents=True, exist_ok=True)
+    folder.download_file(rel, target, sha256=sha)
