@@ -39,14 +39,14 @@ def _model(path, inputs, initializers=(), sparse=()):
 
 
 def test_onnx_inputs_reads_names_and_dims_and_leaves_out_initializers(tmp_path, example_onnx):
-    assert onnx_inputs(example_onnx) == {"input_ids": (None, None), "attention_mask": (None, None)}
+    assert onnx_inputs(example_onnx) == {"input_ids": ("batch", "seq"), "attention_mask": ("batch", "seq")}
     w = numpy_helper.from_array(np.zeros((4, 8), np.float32), "w")
     s = helper.make_sparse_tensor(numpy_helper.from_array(np.ones(2, np.float32), "sp"),
                                   numpy_helper.from_array(np.array([0, 5], np.int64), "sp_idx"), [4, 8])
     # IR < 4 style: the weights are listed among the graph inputs too
     path = _model(tmp_path / "m.onnx", {"x": ["batch", 8], "scale": [1], "w": [4, 8], "sp": [4, 8]}, [w], [s])
     assert [i.name for i in onnx.load(str(path)).graph.input] == ["x", "scale", "w", "sp"]
-    assert onnx_inputs(path) == {"x": (None, 8), "scale": (1,)}
+    assert onnx_inputs(path) == {"x": ("batch", 8), "scale": (1,)}
 
 
 @pytest.mark.parametrize("content", [b"", b"this is not an onnx file\xff\xfe", b"\x0a\x05abc"])

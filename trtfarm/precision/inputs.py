@@ -9,6 +9,7 @@ import onnx
 from onnx import helper
 
 from trtfarm.errors import UserInputError
+from trtfarm.onnxfile import dim_label
 
 
 def model_inputs(model: onnx.ModelProto) -> dict[str, tuple[np.dtype, list]]:
@@ -19,9 +20,15 @@ def model_inputs(model: onnx.ModelProto) -> dict[str, tuple[np.dtype, list]]:
         if i.name in inits:
             continue
         t = i.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in t.shape.dim]
+        dims = [d if d is not None else "?" for d in map(dim_label, t.shape.dim)]
         out[i.name] = (np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type)), dims)
     return out
+
+
+def fixed_batch(model: onnx.ModelProto) -> int | None:
+    """The batch size every input fixes in its first dimension (a static export), or None when it is dynamic."""
+    firsts = {dims[0] if dims and isinstance(dims[0], int) else None for _, dims in model_inputs(model).values()}
+    return firsts.pop() if len(firsts) == 1 else None
 
 
 def load_npz(path: Path, model: onnx.ModelProto, what: str) -> dict[str, np.ndarray]:
@@ -42,7 +49,10 @@ def load_npz(path: Path, model: onnx.ModelProto, what: str) -> dict[str, np.ndar
         if arr.ndim != len(dims):
             raise UserInputError(f"{path}: {what} input {name!r} has shape {list(arr.shape)}, the model takes rank "
                                  f"{len(dims)} ({dims})")
-        fixed = [(i, d) for i, d in enumerate(dims) if isinstance(d, int) and d > 0 and arr.shape[i] != d]
+        if dims and isinstance(dims[0], int) and dims[0] > 0 and arr.shape[0] % dims[0]:
+            raise UserInputError(f"{path}: {what} input {name!r} has {arr.shape[0]} rows; the model takes batches "
+                                 f"of {dims[0]}, so give a multiple of {dims[0]} rows (samples run along axis 0)")
+        fixed = [(i, d) for i, d in enumerate(dims) if i and isinstance(d, int) and d > 0 and arr.shape[i] != d]
         if fixed:
             raise UserInputError(f"{path}: {what} input {name!r} has shape {list(arr.shape)}; dimension "
                                  f"{fixed[0][0]} must be {fixed[0][1]}")
@@ -85,15 +95,24 @@ def inputs_for_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]],
     return out
 
 
+MAX_GENERATED_VALUES = 1 << 24  # per input: 64 MiB of float32, so a static 416x416 image model gets 32 samples
+
+
 def generate_inputs(model: onnx.ModelProto, samples: int = 64, seq: int = 64,
                     seed: int = 0) -> dict[str, np.ndarray]:
-    """``samples`` rows of generated inputs, dynamic dimensions after the batch set to ``seq``."""
-    shapes = {name: [samples if i == 0 else d if isinstance(d, int) and d > 0 else seq for i, d in enumerate(dims)]
-              for name, (_, dims) in model_inputs(model).items()}
-    return inputs_for_shapes(model, shapes, seed)
+    """``samples`` rows of generated inputs, dynamic dimensions after the batch set to ``seq``.
+
+    The rows run along the first axis; an input whose other dimensions are large gets fewer rows (at most
+    ``MAX_GENERATED_VALUES`` values per input, at least 8 rows).
+    """
+    spec = model_inputs(model)
+    rows = {name: [d if isinstance(d, int) and d > 0 else seq for d in dims[1:]] for name, (_, dims) in spec.items()}
+    largest = max((int(np.prod(r)) for r in rows.values()), default=1)
+    samples = max(8, min(samples, MAX_GENERATED_VALUES // max(largest, 1)))
+    return inputs_for_shapes(model, {name: [samples, *r] for name, r in rows.items()}, seed)
 
 
 def batches(data: dict[str, np.ndarray], size: int = 16) -> list[dict[str, np.ndarray]]:
-    """Split samples (first axis) into feed dicts."""
+    """Split samples (first axis) into feed dicts of ``size`` rows (a model with a fixed batch: that batch)."""
     n = len(next(iter(data.values())))
     return [{k: v[i:i + size] for k, v in data.items()} for i in range(0, n, size)]

@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, RootModel, model_validator
 
 from trtfarm.errors import UserInputError
+from trtfarm.onnxfile import dim_label
 
 _SHAPE = re.compile(r"^\d+(x\d+)*$")
 
@@ -128,11 +129,17 @@ def profile_texts(profiles: list[Profile]) -> list[dict[str, str]]:
 
 # --- profiles against the model's inputs ---------------------------------------------------------------------------
 
-InputDims = tuple[int | None, ...] | None  # None for a dynamic dimension; the whole value None when the rank is unknown
+# Per dimension: its fixed size (int), or, when dynamic, its name (str: dims sharing one name are one size to
+# TensorRT) or None (unnamed). The whole value is None when the rank is unknown.
+InputDims = tuple[int | str | None, ...] | None
+
+
+def _fixed(d: int | str | None) -> int | None:
+    return d if isinstance(d, int) else None
 
 
 def _shape_text(dims: InputDims) -> str:
-    return "rank unknown" if dims is None else "x".join("?" if d is None else str(d) for d in dims) or "scalar"
+    return "rank unknown" if dims is None else "x".join(str(d) if isinstance(d, int) else "?" for d in dims) or "scalar"
 
 
 def _range_problems(i: int, name: str, r: InputRange, dims: InputDims) -> list[str]:
@@ -144,7 +151,33 @@ def _range_problems(i: int, name: str, r: InputRange, dims: InputDims) -> list[s
                 f"({_shape_text(dims)}); give {len(dims)} dimensions"]
     return [f"{where}: dimension {d} is fixed at {fixed} in the model ({_shape_text(dims)}) but the profile gives "
             f"{r.min[d]}:{r.opt[d]}:{r.max[d]}; use {fixed} there"
-            for d, fixed in enumerate(dims) if fixed is not None and not r.min[d] == r.opt[d] == r.max[d] == fixed]
+            for d, fixed in enumerate(map(_fixed, dims))
+            if fixed is not None and not r.min[d] == r.opt[d] == r.max[d] == fixed]
+
+
+def _named_dim_problems(i: int, profile: Profile, inputs: Mapping[str, InputDims]) -> list[str]:
+    """Dimensions that share one name are one size to TensorRT: their ``opt`` values must agree.
+
+    TensorRT's builder refuses such a profile ("Dimensions with name X must be equal"); it accepts different min
+    or max values, so only ``opt`` is checked here.
+    """
+    seen: dict[str, tuple[str, int, int]] = {}
+    problems = []
+    for name, r in profile.root.items():
+        dims = inputs.get(name)
+        if dims is None or len(dims) != len(r.opt):
+            continue
+        for d, label in enumerate(dims):
+            if not isinstance(label, str):
+                continue
+            first = seen.setdefault(label, (name, d, r.opt[d]))
+            if first[2] != r.opt[d]:
+                where = f"dimension {first[1]}" + ("" if first[0] == name else f" of input {first[0]!r}")
+                problems.append(
+                    f"profile {i}, input {name!r}: dimension {d} and {where} are both named {label!r} in the "
+                    f"model, so TensorRT takes them as one size, but the profile's opt gives {r.opt[d]} and "
+                    f"{first[2]}; give them the same opt, or give the dimensions distinct names in the export")
+    return problems
 
 
 def check_profiles_against_inputs(profiles: list[Profile], inputs: Mapping[str, InputDims],
@@ -155,7 +188,7 @@ def check_profiles_against_inputs(profiles: list[Profile], inputs: Mapping[str, 
     Raises ``UserInputError``: one line naming each input and the fix.
     """
     problems = []
-    dynamic = [n for n, dims in inputs.items() if dims is None or None in dims]
+    dynamic = [n for n, dims in inputs.items() if dims is None or any(_fixed(d) is None for d in dims)]
     for i, profile in enumerate(profiles):
         for name, r in profile.root.items():
             if name not in inputs:
@@ -163,6 +196,7 @@ def check_profiles_against_inputs(profiles: list[Profile], inputs: Mapping[str, 
                                 f"{', '.join(inputs) or 'none'}); fix the name in --profile or the profiles file")
             else:
                 problems += _range_problems(i, name, r, inputs[name])
+        problems += _named_dim_problems(i, profile, inputs)
         problems += [f"profile {i}: no range for dynamic input {name!r} ({_shape_text(inputs[name])}); add "
                      f"--profile {name}=MIN:OPT:MAX (every profile needs every dynamic input)"
                      for name in dynamic if name not in profile.root]
@@ -227,13 +261,14 @@ def _graph_inputs(buf) -> dict[str, InputDims]:
             continue
         tensor = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
         shape = tensor.shape if tensor is not None and tensor.HasField("shape") else None
-        found[vi.name] = None if shape is None else tuple(d.dim_value if d.HasField("dim_value") else None
-                                                          for d in shape.dim)
+        found[vi.name] = None if shape is None else tuple(dim_label(d) for d in shape.dim)
     return found
 
 
 def onnx_inputs(path: str | Path) -> dict[str, InputDims]:
-    """The graph inputs of an ONNX file (initializers excluded): name -> dims, None where a dimension is dynamic.
+    """The graph inputs of an ONNX file (initializers excluded): name -> dims (``InputDims``).
+
+    A negative ``dim_value`` (Paddle2ONNX writes ``-1``) is dynamic, as in ONNX and TensorRT's parser.
 
     Reads only the graph's input and initializer-name fields from a memory map, skipping the weights, so it costs
     little even for a 2 GB model. Raises ``UserInputError`` when the file is not an ONNX model.
