@@ -63,10 +63,23 @@ def _quiet():
         logging.disable(previous)
 
 
+def _generated_calibration(src: Path, dest: Path) -> Path:
+    """Inputs with realistic structure (padding masks, ids in the vocabulary) for AutoCast's reference run.
+
+    Without them AutoCast draws its own random inputs: an all-ones attention mask hides the -3.4e38 that a padded
+    one adds before the softmax, so ``data_max`` converts that Add to FP16, where it overflows to -inf.
+    """
+    from trtfarm.precision.inputs import generate_inputs
+
+    np.savez(dest, **generate_inputs(onnx.load(str(src), load_external_data=False), samples=16, seed=11))
+    return dest
+
+
 def _autocast(src: Path, out: Path, recipe: Recipe, calibration: Path | None) -> None:
     from modelopt.onnx.autocast import convert_to_mixed_precision
 
     with scratch_dir("trtfarm-convert-") as tmp, _quiet():
+        calibration = calibration or _generated_calibration(src, tmp / "calib.npz")
         clean = _strip_value_info(src, tmp / "model.onnx")
         model = convert_to_mixed_precision(
             onnx_path=str(clean), low_precision_type=recipe.mode, nodes_to_exclude=recipe.keep_fp32 or None,
@@ -88,12 +101,32 @@ def _quantize(src: Path, out: Path, recipe: Recipe, calibration: dict[str, np.nd
                  op_types_to_exclude=recipe.keep_fp32_ops or None, log_level="WARNING")
 
 
+# onnxruntime's integer quantization: its own operators, which neither ModelOpt nor TensorRT's parser takes
+ORT_QUANTIZED_OPS = {"ConvInteger", "MatMulInteger", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
+                     "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearAveragePool",
+                     "QLinearGlobalAveragePool", "QLinearConcat", "QGemm", "DynamicQuantizeMatMul",
+                     "MatMulIntegerToFloat", "DynamicQuantizeLSTM"}
+
+
+def _refuse_quantized(src: Path, recipe: Recipe) -> None:
+    found: dict[str, int] = {}
+    for node in onnx.load(str(src), load_external_data=False).graph.node:
+        if node.op_type in ORT_QUANTIZED_OPS:
+            found[node.op_type] = found.get(node.op_type, 0) + 1
+    if found:
+        ops = ", ".join(f"{op} x{n}" for op, n in sorted(found.items()))
+        raise ConversionError(f"{src}: the model is already quantized with onnxruntime's operators ({ops}); "
+                              f"{recipe.mode} conversion starts from an FP32 model, and TensorRT cannot build these "
+                              "operators. Fix: give the FP32 export (the model before quantize_dynamic)")
+
+
 def convert_onnx(src: Path, recipe: Recipe, out: Path, *, calibration_path: Path | None = None,
                  calibration: dict[str, np.ndarray] | None = None) -> Converted:
     """Convert ``src`` by ``recipe`` into ``out`` (checked with onnx.checker); fp32 returns ``src`` itself."""
     start = time.perf_counter()
     if recipe.mode == "fp32":
         return Converted(Path(src), onnx_digest(Path(src)), 0.0)
+    _refuse_quantized(Path(src), recipe)
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
         if recipe.mode in AUTOCAST:

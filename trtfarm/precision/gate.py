@@ -61,24 +61,44 @@ def _not_finite(values: dict[str, np.ndarray], outputs: set[str], watched: set[s
         if name in outputs:
             out[name] = v
         elif (name in watched) if watched is not None else v.dtype == np.float16:
-            out[f"nonfinite:{name}"] = np.array(int((~np.isfinite(v)).sum()))
+            negative = int(np.isneginf(v).sum())
+            out[f"nonfinite:{name}"] = np.array(int((~np.isfinite(v)).sum()) - negative)
+            out[f"neginf:{name}"] = np.array(negative)
     return out
 
 
 def converted_outputs(converted: Path, feeds: list[dict], outputs: list[str],
                       step: Callable[[], None] | None = None) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-    """The converted model's outputs on ``feeds`` and, per FP16 tensor, how many values were inf/NaN.
+    """The converted model's outputs on ``feeds`` and, per FP16 tensor, how many values overflowed.
 
-    One run per feed: the FP16 tensors are marked as extra outputs and reduced to counts as each feed finishes,
-    so memory holds one feed's activations, not all of them.
+    Counts are keyed ``nonfinite:<tensor>`` (NaN and +inf) and ``neginf:<tensor>`` (-inf). One run per feed: the
+    FP16 tensors are marked as extra outputs and reduced to counts as each feed finishes, so memory holds one
+    feed's activations, not all of them.
     """
     watched = low_precision_tensors(converted)
     names = set(watched) if isinstance(watched, tuple) else None
     results = infer(converted, feeds, extra=watched, each=lambda v: _not_finite(v, set(outputs), names), step=step,
                     keep=False)
     outs = joined([{k: r[k] for k in outputs} for r in results])
-    counts = {k.split(":", 1)[1]: sum(int(r[k]) for r in results) for k in results[0] if k.startswith("nonfinite:")}
+    counts = {k: sum(int(r[k]) for r in results) for k in results[0] if k not in outputs}
     return outs, counts
+
+
+def _saturations(model: onnx.ModelProto, counts: dict[str, int], overflowed: set[str]) -> list[str]:
+    """Warnings for FP16 tensors that hold -inf and nothing else non-finite.
+
+    An additive attention mask adds the most negative float (transformers writes ``finfo.min``) before a softmax:
+    in FP16 that saturates to -inf, and the softmax gives the same zeros. Where the outputs pass, it is not an
+    overflow; a -inf that does harm shows as NaN or inf further on, or in the outputs' figures.
+    """
+    producer = {t: n for n in model.graph.node for t in n.output}
+    found = [t for k, n in counts.items() if n and k.startswith("neginf:") and (t := k.split(":", 1)[1]) not in
+             overflowed and t in producer]
+    if not found:
+        return []
+    first = producer[found[0]]
+    return [f"{len(found)} FP16 tensor(s) saturate to -inf (first: {found[0]}, output of {first.name}, "
+            f"{first.op_type}), as an additive mask's large negative value does; the outputs are within limits"]
 
 
 def _overflow_list(model: onnx.ModelProto, counts: dict[str, int], limit: int = 5) -> list[dict]:
@@ -106,16 +126,24 @@ def accuracy_gate(fp32: Path, converted: Path, feeds: list[dict], recipe: Recipe
                           f"kernels on CPU. Checked: onnx.checker passes; {n} BF16 initializers. The engine check on "
                           "the target GPU is the first numeric comparison.")
     ref = reference(Path(fp32), feeds, step=step)
-    got, nonfinite = converted_outputs(Path(converted), feeds, list(ref), step=step)
+    got, counts = converted_outputs(Path(converted), feeds, list(ref), step=step)
     ranges = output_ranges(onnx.load(str(fp32), load_external_data=False))
     figs = [output_figures(name, ref[name], got[name], recipe, *(
         (ranges[name][0], f"output of {ranges[name][1]}") if name in ranges else (None, ""))) for name in ref]
-    overflows = _overflow_list(onnx.load(str(converted), load_external_data=False), nonfinite)
-    failures = figure_failures(figs, recipe) + [f"{o['tensor']} (output of {o['node']}, {o['op']}): {o['issue']}"
-                                           for o in overflows]
+    graph = onnx.load(str(converted), load_external_data=False)
+    nonfinite = {k.split(":", 1)[1]: n for k, n in counts.items() if k.startswith("nonfinite:")}
+    overflows = _overflow_list(graph, nonfinite)
+    figure_problems = figure_failures(figs, recipe)
+    if figure_problems:  # the outputs are off: a -inf on the way may be why
+        overflows += _overflow_list(graph, {k.split(":", 1)[1]: n for k, n in counts.items()
+                                            if k.startswith("neginf:")}, limit=5 - len(overflows))
+    failures = figure_problems + [f"{o['tensor']} (output of {o['node']}, {o['op']}): {o['issue']}"
+                                  for o in overflows]
     report = GateReport(recipe.mode, not failures, thresholds, figs, failures)
     report.warnings = [f"output {f.output!r} is uninformative on these inputs: {f.uninformative}; {HELDOUT_ADVICE}"
                        for f in figs if f.uninformative]
+    if not failures:
+        report.warnings += _saturations(graph, counts, set(nonfinite))
     if failures and diagnose:
         report.diverging_nodes = (overflows + [d for d in layerwise_divergence(fp32, converted, feeds[0])
                                                if d["node"] not in {o["node"] for o in overflows}])[:5]
@@ -128,7 +156,8 @@ def fp16_overflows(converted: Path, feeds: list[dict], limit: int = 5) -> list[d
     """FP16 tensors of the converted graph that hold inf/NaN on the held-out data (see ``converted_outputs``)."""
     model = onnx.load(str(converted), load_external_data=False)
     _, counts = converted_outputs(Path(converted), feeds, [o.name for o in model.graph.output])
-    return _overflow_list(model, counts, limit)
+    return _overflow_list(model, {k.split(":", 1)[1]: n for k, n in counts.items() if k.startswith("nonfinite:")},
+                          limit)
 
 
 def layerwise_divergence(fp32: Path, converted: Path, feed: dict, limit: int = 5,

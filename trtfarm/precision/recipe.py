@@ -89,3 +89,7 @@ class Recipe(BaseModel):
 
 class GateFailed(UserInputError):
     """The converted model is not accurate enough; every build of this recipe stops."""
+
+
+class GateError(GateFailed):
+    """The gate could not compare the models (onnxruntime could not load or run one): no build of this recipe."""

@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from trtfarm.precision.recipe import GateError
+
 # ops that cannot turn finite inputs into inf/NaN: an FP16 overflow first shows at some other op's output
 BOUNDED_OPS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "Tanh", "Softmax", "Resize", "MaxPool",
                "AveragePool", "GlobalMaxPool", "GlobalAveragePool", "Transpose", "Reshape", "Flatten", "Squeeze",
@@ -90,24 +92,42 @@ def session(path: Path, extra: tuple[str, ...] | str = (), keep: bool = True):
     return _remember(_SESSIONS, (model_key(path), extra), make, MAX_SESSIONS) if keep else make()
 
 
+def _run_errors() -> tuple[type[BaseException], ...]:
+    """What Polygraphy and onnxruntime raise when a model cannot be loaded or run (each its own class)."""
+    import onnxruntime.capi.onnxruntime_pybind11_state as ort_state
+    from polygraphy.exception import PolygraphyException
+
+    ort = tuple(c for c in vars(ort_state).values() if isinstance(c, type) and issubclass(c, Exception))
+    return (PolygraphyException, *ort)
+
+
 def infer(path: Path, feeds: list[dict], extra: tuple[str, ...] | str = (),
           each: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None,
           step: Callable[[], None] | None = None, keep: bool = True) -> list[dict[str, np.ndarray]]:
     """Run ``path`` on every feed; ``each`` may reduce a feed's outputs before they are kept; ``step`` ticks.
 
     ``keep``: keep the session for later runs of the same model (the FP32 model), or not (a converted one).
+    A model that onnxruntime cannot load or run raises ``GateError``: one line naming the model and the run.
     """
     from polygraphy.backend.onnxrt import OnnxrtRunner
     from polygraphy.logger import G_LOGGER
 
-    G_LOGGER.module_severity = G_LOGGER.ERROR
+    G_LOGGER.module_severity = G_LOGGER.CRITICAL + 1  # its errors reach the user as GateError's one line
     results = []
-    with OnnxrtRunner(session(path, extra, keep)) as runner:
-        for feed in feeds:
-            out = {k: np.asarray(v) for k, v in runner.infer(feed).items()}
-            results.append(each(out) if each else out)
-            if step:
-                step()
+    try:
+        with OnnxrtRunner(session(path, extra, keep)) as runner:
+            for feed in feeds:
+                out = {k: np.asarray(v) for k, v in runner.infer(feed).items()}
+                results.append(each(out) if each else out)
+                if step:
+                    step()
+    except _run_errors() as err:
+        first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+        watching = " with its FP16 tensors watched for overflow" if extra and extra != "all" else \
+            " with every tensor as an output" if extra else ""
+        raise GateError(f"{path}: onnxruntime could not run the model{watching} ({type(err).__name__}: "
+                        f"{first[:300]}). Fix: check the model runs in onnxruntime on CPU "
+                        "(polygraphy run MODEL --onnxrt); keep the failing nodes in FP32 (--keep-fp32 REGEX)") from err
     return results
 
 
@@ -158,7 +178,9 @@ def low_precision_tensors(path: Path) -> tuple[str, ...] | str:
     """FP16 intermediate tensors where an overflow can first appear, or "all" where ONNX type inference fails.
 
     Outputs of ``BOUNDED_OPS`` are left out: they only pass on an overflow that an earlier tensor already shows,
-    and marking fewer tensors keeps the run's memory and time down.
+    and marking fewer tensors keeps the run's memory and time down. So are constants (``Constant`` nodes'
+    outputs, initializers): only computed tensors can be returned as outputs, and a constant cannot overflow at run
+    time (Paddle2ONNX writes every weight as a ``Constant`` node).
     """
     model = onnx.load(str(path), load_external_data=False)
     try:
@@ -167,5 +189,6 @@ def low_precision_tensors(path: Path) -> tuple[str, ...] | str:
         return "all"  # every tensor is marked and the FP16 ones are picked by their runtime dtype
     fp16 = {v.name for v in inferred.graph.value_info if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16}
     outputs = {o.name for o in model.graph.output}
-    return tuple(t for n in model.graph.node if n.op_type not in BOUNDED_OPS for t in n.output
+    skip = BOUNDED_OPS | {"Constant"}
+    return tuple(t for n in model.graph.node if n.op_type not in skip for t in n.output
                  if t in fp16 and t not in outputs)

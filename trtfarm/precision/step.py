@@ -19,7 +19,7 @@ from trtfarm.identity import canonical_json, sha256_file
 from trtfarm.precision.autopin import auto_pin
 from trtfarm.precision.convert import ConversionError, Converted, convert_onnx
 from trtfarm.precision.gate import GateReport, OutputFigures, accuracy_gate
-from trtfarm.precision.inputs import batches, generate_inputs, load_npz
+from trtfarm.precision.inputs import batches, fixed_batch, generate_inputs, load_npz
 from trtfarm.precision.progress import precision_progress
 from trtfarm.precision.recipe import GateFailed, Recipe, Thresholds
 from trtfarm.publishing.layout import converted_prefix
@@ -70,7 +70,7 @@ def gate_inputs(model_path: Path, heldout: Path | None) -> list[dict]:
     """Held-out inputs from ``heldout.npz``, else generated ones with realistic masks."""
     model = onnx.load(str(model_path), load_external_data=False)
     data = load_npz(heldout, model, "held-out data") if heldout else generate_inputs(model)
-    return batches(data)
+    return batches(data, fixed_batch(model) or 16)
 
 
 def convert_and_gate(src: Path, recipe: Recipe, out: Path, *, calibration: Path | None = None,

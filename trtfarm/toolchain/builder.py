@@ -56,13 +56,24 @@ class ParserIssue:
         return f"{where}: {self.code}: {self.desc}"
 
 
+MAX_SHOWN_ISSUES = 10
+
+
 class OnnxParseError(UserInputError):
     """The parser rejected the model; ``issues`` holds every error it reported."""
 
     def __init__(self, path: Path, issues: list[ParserIssue]) -> None:
         self.issues = issues
-        lines = "\n".join(f"  - {i}" for i in issues) or "  - (the parser gave no reason)"
-        super().__init__(f"{path}: the ONNX parser rejected the model ({len(issues)} error(s)):\n{lines}\n"
+        ops: dict[str, int] = {}
+        for i in issues:
+            if i.node_operator:
+                ops[i.node_operator] = ops.get(i.node_operator, 0) + 1
+        at = f" at {', '.join(f'{op} x{n}' for op, n in ops.items())}" if ops else ""
+        shown = issues[:MAX_SHOWN_ISSUES]
+        lines = "\n".join(f"  - {i}" for i in shown) or "  - (the parser gave no reason)"
+        if len(issues) > len(shown):
+            lines += f"\n  - ... and {len(issues) - len(shown)} more"
+        super().__init__(f"{path}: the ONNX parser rejected the model ({len(issues)} error(s){at}):\n{lines}\n"
                          "Fix: check the file is a complete ONNX export; for an unsupported operator, change the "
                          "export opset, rewrite the op in supported primitives, or add a plugin.")
 
