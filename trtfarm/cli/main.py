@@ -11,7 +11,7 @@ import signal
 import sys
 
 from trtfarm import interrupt, scratch
-from trtfarm.cli import build, farm, images, models, profiles, quality, store_ops, webhook  # noqa: F401 - register
+from trtfarm.cli import build, farm, images, models, profiles, quality, serving, store_ops, webhook  # noqa: F401
 from trtfarm.cli.common import app, err
 from trtfarm.errors import InfrastructureError, UserInputError, one_line
 
