@@ -189,7 +189,8 @@ def _preferred(ms: Sequence[Manifest], req: TritonRequest, notes: list[str]) -> 
     return sorted(s for s in sizes if s <= limit)
 
 
-def _spec(req: TritonRequest, ms: Sequence[Manifest], notes: list[str]) -> ConfigSpec:
+def config_spec(req: TritonRequest, ms: Sequence[Manifest], notes: list[str]) -> ConfigSpec:
+    """What the config of ``ms`` (the newest version's manifests) says; ``notes`` gets where each choice came from."""
     cc = {}
     for m in ms:
         cc.setdefault(m.target.compute_capability, plan_file(m.target.gpu))
@@ -226,7 +227,7 @@ def _repository(store: Store, req: TritonRequest, root: Path, pointers: Sequence
     for v in versions:
         for key in v.manifests.values():
             check_serving_images(manifests.get(key), store.url(key), fleet)
-    spec = _spec(req, newest, notes)
+    spec = config_spec(req, newest, notes)
     text = config_text(spec)
     _write(store, root / req.model, text, versions, manifests)
     return Repository(root, sorted(p.gpu for p in pointers), [v.number for v in versions], text, notes)

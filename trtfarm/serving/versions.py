@@ -33,9 +33,13 @@ class Version:
 
 
 def _events(pointers: Sequence[ReleasePointer]) -> list[tuple[str, ReleaseEvent]]:
-    """Every move of every pointer, oldest first (a stable sort keeps each pointer's own order)."""
-    moves = [(p.gpu, e) for p in pointers for e in p.history]
-    return sorted(moves, key=lambda m: m[1].at)
+    """Every move of every pointer, oldest first.
+
+    Times have one-second resolution, and one build releases every GPU of its class within a second: moves of one
+    second are ordered by their place in their own pointer's history, so the n-th moves of each pointer go together.
+    """
+    moves = [(e.at, i, p.gpu, e) for p in pointers for i, e in enumerate(p.history)]
+    return [(gpu, e) for _, _, gpu, e in sorted(moves, key=lambda m: (m[0], m[1]))]
 
 
 def model_versions(pointers: Sequence[ReleasePointer]) -> list[Version]:
