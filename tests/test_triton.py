@@ -205,7 +205,8 @@ def test_dynamic_batching_takes_preferred_sizes_from_the_traffic_buckets(tmp_pat
     assert cfg.max_batch_size == 16  # the long profile's largest batch: every instance must take a full batch
     assert [list(t.dims) for t in cfg.input] == [[-1], [-1]] and list(cfg.output[0].dims) == [64]
     assert list(cfg.dynamic_batching.preferred_batch_size) == [8]  # opt batches 32 and 8; 32 exceeds 16
-    assert [(w.batch_size, list(w.inputs["input_ids"].dims)) for w in cfg.model_warmup] == [(32, [64]), (8, [384])]
+    # the short profile's opt batch (32) is above max_batch_size: its warm-up sends the largest batch Triton takes
+    assert [(w.batch_size, list(w.inputs["input_ids"].dims)) for w in cfg.model_warmup] == [(16, [64]), (8, [384])]
     assert [g.count for g in cfg.instance_group] == [2, 2]
     assert any("preferred batch sizes" in n for n in result.repositories[0].notes)
     plain = write(store, fleet_file, tmp_path / "plain", batching="dynamic")
@@ -233,6 +234,7 @@ def written(tmp_path):
     (('profile: [ "1" ]', 'profile: [ "2" ]'), "names profile '2'; the plan has 2"),
     (("max_batch_size: 0", "max_batch_size: 0\ndynamic_batching { preferred_batch_size: [ 8 ] }"),
      "preferred_batch_size [8] outside 1..max_batch_size 0"),
+    (("batch_size: 1", "batch_size: 4"), "has batch_size 4; Triton takes 1..1"),
 ])
 def test_every_config_parses_with_tritons_schema_and_a_wrong_field_is_refused(written, wrong, refusal):
     text, spec = written

@@ -66,9 +66,15 @@ class ConfigSpec:
         return list(t.shape) if self.batching == "explicit" else list(t.shape[1:])
 
     def warmup_shape(self, index: int, t: TensorIO) -> list[int]:
-        """Input ``t`` at profile ``index``'s opt shape (a static input: its shape)."""
+        """Input ``t`` at profile ``index``'s opt shape (a static input: its shape).
+
+        With dynamic batching the batch is at most ``max_batch_size`` (Triton refuses a larger warm-up batch).
+        """
         r = self.profiles[index].get(t.name)
-        return list(r["opt"]) if r else list(t.shape)
+        shape = list(r["opt"]) if r else list(t.shape)
+        if self.batching == "dynamic":
+            shape[0] = min(shape[0], self.max_batch_size())
+        return shape
 
 
 def triton_dtype(t: TensorIO) -> str:
@@ -197,6 +203,9 @@ def _warmup_problems(spec: ConfigSpec, cfg) -> list[str]:
     if len(cfg.model_warmup) != len(spec.profiles):
         problems.append(f"{len(cfg.model_warmup)} warm-up requests for {len(spec.profiles)} profiles")
     for i, w in enumerate(cfg.model_warmup[: len(spec.profiles)]):
+        top = max(1, cfg.max_batch_size)
+        if not 1 <= w.batch_size <= top:
+            problems.append(f"warm-up {w.name!r} has batch_size {w.batch_size}; Triton takes 1..{top}")
         if sorted(w.inputs) != sorted(t.name for t in spec.inputs):
             problems.append(f"warm-up {w.name!r} gives {sorted(w.inputs)}; the plan's inputs are "
                             f"{sorted(t.name for t in spec.inputs)}")
