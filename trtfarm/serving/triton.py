@@ -103,11 +103,10 @@ def _pointers(store: Store, fleet: Fleet, req: TritonRequest, notes: list[str]) 
         raise UserInputError(f"{req.model!r} has no release for {wanted}"
                              + (f" with {req.toolchain}" if req.toolchain else "") + f" in {store.uri}; build and "
                              "release it first (`trtfarm build`, `trtfarm release`)")
+    if missing and req.gpus:
+        raise UserInputError(f"--gpu {missing}: {req.model!r} has no release there")
     if missing:
-        (notes if not req.gpus else []).append(f"not in the repository (no release of {req.model}): "
-                                               f"{', '.join(missing)}")
-        if req.gpus:
-            raise UserInputError(f"--gpu {missing}: {req.model!r} has no release there")
+        notes.append(f"not in the repository (no release of {req.model}): {', '.join(missing)}")
     return [found[g][0] for g in sorted(found)]
 
 
