@@ -7,7 +7,7 @@ import json
 import pytest
 
 from trtfarm.errors import UserInputError
-from trtfarm.publishing.manifest import Manifest, manifest_from_json
+from trtfarm.publishing.manifest import Manifest, TensorIO, manifest_from_json
 
 
 def sample() -> Manifest:
@@ -32,8 +32,25 @@ def test_round_trip_keeps_every_field_and_stores_enums_by_name():
     doc = json.loads(m.to_json())
     assert doc["target"]["hardware_compatibility_level"] == "SAME_COMPUTE_CAPABILITY"
     assert doc["target"]["builder_flags"] == ["REFIT_IDENTICAL", "STRIP_PLAN"]
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     assert manifest_from_json(m.to_json()) == m
+
+
+def test_a_schema_1_manifest_upgrades_with_its_io_and_serving_images_unknown():
+    doc = json.loads(sample().to_json())
+    doc["schema_version"] = 1
+    del doc["plan"]["io"], doc["target"]["serving_images"]
+    m = manifest_from_json(json.dumps(doc))
+    assert m.schema_version == 2 and m.plan.io is None and m.target.serving_images == []
+    assert m.model == sample().model and m.plan.sha256 == "d" * 64
+
+
+def test_io_tensors_are_stored_with_dtype_names():
+    m = sample()
+    m.plan.io = [TensorIO(name="input_ids", mode="input", dtype="INT64", shape=[-1, -1])]
+    assert manifest_from_json(m.to_json()) == m
+    assert json.loads(m.to_json())["plan"]["io"] == [{"name": "input_ids", "mode": "input", "dtype": "INT64",
+                                                       "shape": [-1, -1]}]
 
 
 def test_newer_schema_is_refused_with_the_fix():

@@ -29,7 +29,9 @@ from trtfarm.publishing.manifest import (
     ModelInfo,
     PlanInfo,
     PrecisionInfo,
+    ServingImageInfo,
     TargetInfo,
+    TensorIO,
     TimingCacheInfo,
     Verification,
 )
@@ -168,6 +170,13 @@ def _onnx_check(model: ModelSource) -> Check:
     return Check(status=p.gate, detail=p.gate_detail, figures=figures)
 
 
+def serving_images(plan: TargetPlan) -> list[ServingImageInfo]:
+    """The serving images the target's toolchain declares, as the manifest records them."""
+    tc = plan.target.toolchain
+    return [ServingImageInfo(image=s.image, flavour=(s.flavour or tc.flavour).value,
+                             tensorrt_version=s.tensorrt_version) for s in tc.serving_images]
+
+
 def build_manifest(model: ModelSource, plan: TargetPlan, built_by: TargetPlan, result: BuildResult, profiles,
                    cache: TimingCacheInfo, run_id: str | None, plan_info: PlanInfo, engine: EngineResult,
                    determinism: dict) -> Manifest:
@@ -185,14 +194,17 @@ def build_manifest(model: ModelSource, plan: TargetPlan, built_by: TargetPlan, r
                           flavour=t.toolchain.flavour.value, toolchain_version=t.toolchain.version,
                           hardware_compatibility_level=result.hardware_compatibility_level,
                           version_compatible="VERSION_COMPATIBLE" in result.flags,
-                          refittable=any(f.startswith("REFIT") for f in result.flags), builder_flags=result.flags),
+                          refittable=any(f.startswith("REFIT") for f in result.flags), builder_flags=result.flags,
+                          serving_images=serving_images(plan)),
         build=BuildInfo(build_digest=plan.build_digest, profiles=profiles_json(profiles),
                         settings=t.settings.model_dump(mode="json"), wall_s=round(result.wall_s, 3),
                         built_for_target=built_by.target.id, timing_cache=cache, worker_host=socket.gethostname(),
                         flow_run_id=run_id, reproduce=reproduce_command(model, built_by, profiles)),
         plan=plan_info.model_copy(update={"header_version": result.header_version, "tactics": engine.tactics,
                                           "tactics_digest": engine.tactics_digest,
-                                          "device_memory_per_profile": engine.memory}),
+                                          "device_memory_per_profile": engine.memory,
+                                          "io": [TensorIO(name=t.name, mode=t.mode, dtype=t.dtype, shape=list(t.shape))
+                                                 for t in result.io] or None}),
         verification=_verification(model, plan, result, engine.check if plan is built_by else pending_engine(
             plan, f"plan shared with {built_by.target.id}, whose GPU ran the engine checks"
             if engine.check.status != "pending" else "built ahead-of-time on a CPU"), determinism),

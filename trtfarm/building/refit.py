@@ -103,7 +103,8 @@ def refit_and_publish(store: Store, model: ModelSource, plan: TargetPlan, parent
 
         def manifest_for(info: PlanInfo) -> Manifest:
             m = build_manifest(model, plan, plan, result, profiles, cache, run_id, info, engine, {})
-            keep = {"tactics_digest": parent.plan.tactics_digest, "tactics": parent.plan.tactics}
+            keep = {"tactics_digest": parent.plan.tactics_digest, "tactics": parent.plan.tactics,
+                    "io": parent.plan.io}  # same graph: the parent's I/O tensors
             reproduce = f"{m.build.reproduce}  # or refit {parent_key} with this ONNX (trtfarm farm run --refit)"
             return m.model_copy(update={"lineage": Lineage(parent_manifest=parent_key),
                                         "plan": m.plan.model_copy(update=keep),

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Build, validate and publish TensorRT-family plans for every GPU x toolchain in a fleet.")
@@ -36,7 +37,7 @@ def targets_path(path: Path | None) -> str:
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print one line (``error: ...``) and return the exit to raise: 2 for the user's input, 1 for a failure."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)  # user text, not markup
     return typer.Exit(code)
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 import signal
 import sys
 
+from rich.markup import escape
+
 from trtfarm import interrupt, scratch
-from trtfarm.cli import build, farm, images, models, profiles, quality, store_ops, webhook  # noqa: F401 - register
+from trtfarm.cli import build, farm, images, models, profiles, quality, serving, store_ops, webhook  # noqa: F401
 from trtfarm.cli.common import app, err
 from trtfarm.errors import InfrastructureError, UserInputError, one_line
 
@@ -26,8 +28,8 @@ def main() -> None:
         scratch.remove_all()  # what the signal caught mid-way (between creating a temporary and its cleanup)
         raise
     except UserInputError as e:
-        err.print(f"[bold red]error:[/] {one_line(e)}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(one_line(e))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except InfrastructureError as e:
-        err.print(f"[bold red]error:[/] {one_line(e)}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(one_line(e))}", highlight=False, soft_wrap=True)
         sys.exit(1)

@@ -122,13 +122,17 @@ def pull(model: str = typer.Argument(..., help="model name"),
     from trtfarm.planning.fleet import load_fleet
     from trtfarm.planning.targets import local_capabilities
     from trtfarm.publishing.pull import local_gpu_key, local_toolchains, pull_release
+    from trtfarm.publishing.serving_pin import ServingImageMismatch
     from trtfarm.store import open_store
 
     try:
         caps = local_capabilities()
-        gpu_key = local_gpu_key(load_fleet(targets_path(targets_file)), caps.gpus, gpu)
+        fleet = load_fleet(targets_path(targets_file))
+        gpu_key = local_gpu_key(fleet, caps.gpus, gpu)
         pulled = pull_release(open_store(store_uri(store)), model, gpu_key,
-                              local_toolchains(caps.versions, toolchain), to)
+                              local_toolchains(caps.versions, toolchain), to, fleet=fleet)
+    except ServingImageMismatch as e:
+        raise fail(str(e), code=1) from e
     except TrtfarmError as e:
         raise fail(str(e)) from e
     doc = {"plan": str(pulled.plan), "manifest": str(pulled.manifest_path), "release": pulled.pointer_key,

@@ -89,14 +89,30 @@ class SettingsOverride(_Strict):
     detailed_profiling: bool | None = None
 
 
+class ServingImage(_Strict):
+    """An image that serves this toolchain's plans (a tritonserver tag, say), with the TensorRT version it carries.
+
+    ``trtfarm triton`` and ``trtfarm pull`` refuse a plan whose TensorRT version is not this one: a plan runs only
+    with the TensorRT version that built it.
+    """
+
+    image: str = Field(min_length=1, description="the serving image, e.g. nvcr.io/nvidia/tritonserver:26.10-py3")
+    tensorrt_version: str = Field(pattern=r"^\d+\.\d+\.\d+(\.\d+)?$",
+                                  description="the TensorRT version inside the image (read it there: "
+                                  "python -c 'import tensorrt; print(tensorrt.__version__)')")
+    flavour: Flavour | None = Field(None, description="the image's TensorRT flavour (default: the toolchain's)")
+
+
 class Toolchain(_Strict):
-    """One toolchain version, and the worker image that carries it."""
+    """One toolchain version, the worker image that carries it, and the images that serve its plans."""
 
     flavour: Flavour
     version: str = Field(pattern=r"^\d+\.\d+\.\d+(\.\d+)?$", description="exact version, e.g. 11.4.0.106")
     image: str | None = Field(None, description="worker image with this toolchain installed (repo:tag)")
     base_image: str | None = Field(None, description="image `trtfarm images build` builds on: NVIDIA's TensorRT "
                                    "image of this version, or a Python image for TensorRT-RTX (pip-installed)")
+    serving_images: list[ServingImage] = Field(default_factory=list, description="images that serve these plans; "
+                                               "a plan whose TensorRT version differs is refused by triton and pull")
 
 
 class Gpu(_Strict):

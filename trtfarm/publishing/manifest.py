@@ -3,6 +3,9 @@
 TensorRT enums are stored by *name* (``"SAME_COMPUTE_CAPABILITY"``, ``"REFIT_IDENTICAL"``): their integer values
 changed between 10.x and 11.x. Readers upgrade older documents through ``_UPGRADES`` and refuse newer ones.
 This module imports no build code.
+
+Schema 2 added the network's I/O tensors as the builder saw them (``plan.io``) and the serving images the target's
+toolchain declares (``target.serving_images``); a schema 1 manifest reads as schema 2 with neither recorded.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from trtfarm import __version__
 from trtfarm.errors import UserInputError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 CheckStatus = Literal["passed", "failed", "pending", "not_run"]
 
 
@@ -52,6 +55,14 @@ class PrecisionInfo(_Doc):
     accuracy: dict | None = None
 
 
+class ServingImageInfo(_Doc):
+    """An image declared (in gpu_targets.yaml) to serve this plan, and the TensorRT it carries."""
+
+    image: str
+    flavour: str = Field(description="tensorrt or tensorrt_rtx")
+    tensorrt_version: str
+
+
 class TargetInfo(_Doc):
     """Where the plan runs."""
 
@@ -66,6 +77,8 @@ class TargetInfo(_Doc):
     version_compatible: bool = False
     refittable: bool = False
     builder_flags: list[str] = Field(default_factory=list, description="BuilderFlag names set")
+    serving_images: list[ServingImageInfo] = Field(default_factory=list,
+                                                   description="what the toolchain declared at build time")
 
 
 class TimingCacheInfo(_Doc):
@@ -94,6 +107,15 @@ class BuildInfo(_Doc):
     reproduce: str = Field(description="a command that rebuilds this plan")
 
 
+class TensorIO(_Doc):
+    """One I/O tensor of the network, as the builder parsed it."""
+
+    name: str
+    mode: Literal["input", "output"]
+    dtype: str = Field(description="DataType name (FLOAT, HALF, INT64, ...), never the enum's integer")
+    shape: list[int] = Field(description="-1 for a dynamic dimension")
+
+
 class PlanInfo(_Doc):
     """The stored plan."""
 
@@ -104,6 +126,7 @@ class PlanInfo(_Doc):
     device_memory_per_profile: list[int] | None = None
     tactics_digest: str | None = None
     tactics: dict[str, str] | None = Field(None, description="layer -> tactic, from the engine inspector")
+    io: list[TensorIO] | None = Field(None, description="the network's I/O tensors (None: not recorded, schema 1)")
 
 
 class Check(_Doc):
@@ -131,7 +154,7 @@ class Lineage(_Doc):
 class Manifest(_Doc):
     """Everything a reader needs to trust, load or rebuild one plan."""
 
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[2] = SCHEMA_VERSION
     trtfarm_version: str = __version__
     created_at: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     model: ModelInfo
@@ -152,7 +175,12 @@ class Manifest(_Doc):
                 and self.model.onnx_digest == other.model.onnx_digest and self.target.gpu == other.target.gpu)
 
 
-_UPGRADES: dict[int, Callable[[dict], dict]] = {}  # from_version -> function returning the next version's document
+def _from_v1(doc: dict) -> dict:
+    """Schema 1 -> 2: nothing recorded the I/O tensors or serving images then; both stay unknown."""
+    return {**doc, "schema_version": 2}
+
+
+_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _from_v1}  # from_version -> the next version's document
 
 
 def manifest_from_json(data: bytes | str, source: str = "manifest") -> Manifest:

@@ -10,6 +10,7 @@ from trtfarm.planning.fleet import Fleet
 from trtfarm.publishing.layout import release_key
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.release import list_pointers, read_pointer
+from trtfarm.publishing.serving_pin import check_serving_images
 from trtfarm.runtime.loader import manifest_beside
 from trtfarm.store import Store
 from trtfarm.store.base import Progress
@@ -52,8 +53,12 @@ def local_toolchains(installed: dict[str, str | None], override: str | None) -> 
 
 
 def pull_release(store: Store, model: str, gpu: str, toolchains: list[str], dest: Path | None = None,
-                 progress: Progress | None = None) -> Pulled:
-    """Download the plan released for (model, gpu, one of toolchains) to ``dest``, sha256-checked."""
+                 progress: Progress | None = None, fleet: Fleet | None = None) -> Pulled:
+    """Download the plan released for (model, gpu, one of toolchains) to ``dest``, sha256-checked.
+
+    A plan whose TensorRT differs from its declared serving image (in the manifest, or in ``fleet`` now) is refused
+    before any byte is downloaded (``ServingImageMismatch``).
+    """
     for label in toolchains:
         key = release_key(model, gpu, label)
         pointer, _ = read_pointer(store, key)
@@ -63,6 +68,7 @@ def pull_release(store: Store, model: str, gpu: str, toolchains: list[str], dest
         if manifest is None or manifest.plan.sha256 != pointer.plan_sha256:
             raise UserInputError(f"{store.url(key)} points at {pointer.manifest}, which is missing or does not "
                                  "match the pointer; re-release the plan (`trtfarm release`)")
+        check_serving_images(manifest, store.url(pointer.manifest), fleet)
         dest = Path(dest or f"{model}.plan")
         size = store.download_file(manifest.plan.key, dest, sha256=manifest.plan.sha256, progress=progress)
         mpath = manifest_beside(dest)

@@ -82,6 +82,16 @@ class BuildFailed(UserInputError):
     """``build_serialized_network`` returned None; the message carries the builder's own errors."""
 
 
+@dataclass(frozen=True)
+class TensorIO:
+    """One I/O tensor of the parsed network: name, ``input``/``output``, DataType name, shape (-1: dynamic)."""
+
+    name: str
+    mode: str
+    dtype: str
+    shape: tuple[int, ...]
+
+
 @dataclass
 class BuildResult:
     """A finished build."""
@@ -95,6 +105,7 @@ class BuildResult:
     timing_cache: bytes | None
     timing_cache_reason: str | None
     log_tail: list[str] = field(default_factory=list)
+    io: list[TensorIO] = field(default_factory=list)
 
 
 class Capture:
@@ -190,6 +201,14 @@ def _parse(trt: ModuleType, network, logger, onnx_path: Path) -> None:
     raise OnnxParseError(onnx_path, issues)
 
 
+def network_io(network) -> list[TensorIO]:
+    """The network's inputs then outputs as the parser left them (dtype by name: enum values change)."""
+    tensors = [("input", network.get_input(i)) for i in range(network.num_inputs)]
+    tensors += [("output", network.get_output(i)) for i in range(network.num_outputs)]
+    return [TensorIO(t.name, mode, str(getattr(t.dtype, "name", t.dtype)).rsplit(".", 1)[-1],
+                     tuple(int(d) for d in t.shape)) for mode, t in tensors]
+
+
 def _configure(trt: ModuleType, builder, config, settings: BuilderSettings) -> list[str]:
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, settings.workspace_mib << 20)
     config.builder_optimization_level = settings.optimization_level
@@ -256,6 +275,7 @@ def _build(trt, flavour, logger, log: Capture, onnx_path, profiles, settings, pl
         builder = trt.Builder(logger)
         network = _network(trt, builder)
         _parse(trt, network, logger, Path(onnx_path))
+        io = network_io(network)
         config = builder.create_builder_config()
         flags = _configure(trt, builder, config, settings)
         _add_profiles(builder, config, network, profiles)
@@ -275,4 +295,4 @@ def _build(trt, flavour, logger, log: Capture, onnx_path, profiles, settings, pl
     header = read_plan_header(plan_path)
     new_cache = bytes(memoryview(cache.serialize())) if cache is not None else None
     return BuildResult(plan_path, plan.nbytes, header.version, wall, flags,
-                       settings.hardware_compatibility.name.upper(), new_cache, cache_reason, log.lines[-20:])
+                       settings.hardware_compatibility.name.upper(), new_cache, cache_reason, log.lines[-20:], io)

@@ -1,0 +1,64 @@
+"""``triton``: a Triton model repository from a model's released plans."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+
+from trtfarm.cli.common import JSON_OPT, STORE_OPT, TARGETS_OPT, app, err, fail, out, store_uri, targets_path
+from trtfarm.errors import TrtfarmError
+
+
+@app.command()
+def triton(
+    model: str = typer.Argument(..., help="model name (as released)"),
+    repo: Path = typer.Option(..., "--repo", help="the model repository folder to write (Triton's --model-repository)"),
+    gpu: list[str] = typer.Option([], "--gpu", help="fleet GPU key (repeat); default: every fleet GPU with a release"),
+    toolchain: str = typer.Option(None, "--toolchain", help="e.g. tensorrt-11.4.0.106, where a GPU has releases "
+                                  "with several"),
+    keep: int = typer.Option(2, "--keep", min=0, help="older versions kept beside the newest"),
+    instances: int = typer.Option(None, "--instances", min=1, help="instances per profile [default: from the "
+                                  "engine check's context memory, else 1]"),
+    dynamic_batching: bool = typer.Option(False, "--dynamic-batching", help="make the first dim Triton's batch dim "
+                                          "(max_batch_size > 0) and add dynamic_batching"),
+    profiles: Path = typer.Option(None, "--profiles", help="the profiles file `trtfarm profiles derive` wrote: its "
+                                  "traffic buckets give the preferred batch sizes"),
+    targets_file: Path = TARGETS_OPT,
+    store: str = STORE_OPT,
+    as_json: bool = JSON_OPT,
+) -> None:
+    """Write a Triton model repository (config.pbtxt checked with Triton's schema) from MODEL's released plans."""
+    from trtfarm.planning.fleet import load_fleet
+    from trtfarm.profiles.profile import load_profiles_file
+    from trtfarm.publishing.serving_pin import ServingImageMismatch
+    from trtfarm.serving.triton import TritonRequest, triton_repositories
+    from trtfarm.store import open_store
+
+    try:
+        req = TritonRequest(model, repo, tuple(gpu), toolchain, keep, instances,
+                            "dynamic" if dynamic_batching else "explicit",
+                            load_profiles_file(profiles) if profiles else None)
+        result = triton_repositories(open_store(store_uri(store)), load_fleet(targets_path(targets_file)), req)
+    except ServingImageMismatch as e:
+        raise fail(str(e), code=1) from e
+    except TrtfarmError as e:
+        raise fail(str(e)) from e
+    if as_json:
+        print(json.dumps(result.to_json(), indent=2))
+        return
+    for reason in result.split:
+        out.print(f"one repository per GPU model: {escape(reason)}", highlight=False, soft_wrap=True)
+    for r in result.repositories:
+        config = r.path / model / "config.pbtxt"
+        out.print(f"wrote {escape(str(r.path))} for {escape(', '.join(r.gpus))}: versions "
+                  f"{', '.join(map(str, r.versions))}; {escape(str(config))}", highlight=False, soft_wrap=True)
+        for note in r.notes:
+            out.print(f"  {escape(note)}", highlight=False, soft_wrap=True)
+    for note in result.notes:
+        out.print(escape(note), highlight=False, soft_wrap=True)
+    if len(result.repositories) == 1:
+        out.out(result.repositories[0].config, highlight=False, end="")
+    err.print(escape(result.unverified), style="yellow", highlight=False, soft_wrap=True)

@@ -1,0 +1,1 @@
+"""Serving handoff: model repositories for inference servers (Triton) from the released plans."""

@@ -1,0 +1,269 @@
+"""``trtfarm triton``: a Triton model repository from a model's released plans.
+
+```
+DIR/<model>/config.pbtxt                       one config, checked with Triton's schema (``triton_config``)
+DIR/<model>/<version>/model.<gpu>.plan         one version per release (``versions``), one plan per GPU
+DIR/<gpu>/<model>/...                          instead, when two GPUs of one compute capability need two plans
+```
+Every plan is sha256-checked as it is downloaded and refused when its TensorRT differs from its declared serving
+image (``publishing.serving_pin``). The repository is assembled in a scratch folder beside it and moved into place,
+so a server polling ``DIR`` never sees half a model.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from trtfarm.errors import UserInputError
+from trtfarm.planning.fleet import Fleet
+from trtfarm.profiles.profile import ProfilesFile, profiles_json
+from trtfarm.publishing.manifest import Manifest
+from trtfarm.publishing.publish import read_manifest
+from trtfarm.publishing.release import ReleasePointer, list_pointers
+from trtfarm.publishing.serving_pin import check_serving_images
+from trtfarm.scratch import scratch_dir
+from trtfarm.serving.triton_config import ConfigSpec, config_text
+from trtfarm.serving.versions import Version, capability_collisions, model_versions
+from trtfarm.store import Store
+
+AUTO_INSTANCES_CAP = 4  # instances per profile taken from the engine check's contexts_that_fit, at most
+UNVERIFIED = ("not verified here: Triton loading these plans (tritonserver on the target GPU deserialises each plan, "
+              "creates one context per instance on its profile and runs the warm-up requests; this machine has "
+              "neither). Triton runs every warm-up request on every instance, and an instance limited to one "
+              "profile may refuse shapes outside it: check the model loads on its GPU before release")
+
+
+@dataclass(frozen=True)
+class TritonRequest:
+    """What ``trtfarm triton`` was asked for."""
+
+    model: str
+    repo: Path
+    gpus: tuple[str, ...] = ()
+    toolchain: str | None = None
+    keep: int = 2
+    instances: int | None = None
+    batching: Literal["explicit", "dynamic"] = "explicit"
+    traffic: ProfilesFile | None = None  # the profiles file derived from traffic (its buckets: preferred sizes)
+
+
+@dataclass
+class Repository:
+    """One written model repository."""
+
+    path: Path  # the repository root (Triton's --model-repository)
+    gpus: list[str]
+    versions: list[int]
+    config: str
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TritonResult:
+    """What was written, and why it is shaped so."""
+
+    model: str
+    repositories: list[Repository]
+    split: list[str]  # why each GPU has its own repository (empty: one repository)
+    notes: list[str]
+    unverified: str = UNVERIFIED
+
+    def to_json(self) -> dict:
+        """The --json document."""
+        return {"model": self.model, "split_reasons": self.split, "notes": self.notes, "unverified": self.unverified,
+                "repositories": [{"path": str(r.path), "gpus": r.gpus, "versions": r.versions, "notes": r.notes,
+                                  "config": str(r.path / self.model / "config.pbtxt")} for r in self.repositories]}
+
+
+def plan_file(gpu: str) -> str:
+    """The plan's name in a version folder."""
+    return f"model.{gpu}.plan"
+
+
+def _pointers(store: Store, fleet: Fleet, req: TritonRequest, notes: list[str]) -> list[ReleasePointer]:
+    """One release pointer per GPU of the repository (the fleet's, or ``--gpu``'s)."""
+    unknown = [g for g in req.gpus if g not in fleet.gpus]
+    if unknown:
+        raise UserInputError(f"--gpu {unknown} not in the fleet; its GPUs are {sorted(fleet.gpus)}")
+    wanted = list(req.gpus) or sorted(fleet.gpus)
+    found: dict[str, list[ReleasePointer]] = {}
+    for p in list_pointers(store, req.model):
+        if p.gpu in wanted and (req.toolchain is None or p.toolchain == req.toolchain):
+            found.setdefault(p.gpu, []).append(p)
+    several = {g: [p.toolchain for p in ps] for g, ps in found.items() if len(ps) > 1}
+    if several:
+        raise UserInputError(f"{req.model!r} is released for {several} with several toolchains, and one Triton image "
+                             "carries one TensorRT; pass --toolchain LABEL (one of those)")
+    missing = [g for g in wanted if g not in found]
+    if not found:
+        raise UserInputError(f"{req.model!r} has no release for {wanted}"
+                             + (f" with {req.toolchain}" if req.toolchain else "") + f" in {store.uri}; build and "
+                             "release it first (`trtfarm build`, `trtfarm release`)")
+    if missing and req.gpus:
+        raise UserInputError(f"--gpu {missing}: {req.model!r} has no release there")
+    if missing:
+        notes.append(f"not in the repository (no release of {req.model}): {', '.join(missing)}")
+    return [found[g][0] for g in sorted(found)]
+
+
+class _Manifests:
+    """Manifests read once each, by key."""
+
+    def __init__(self, store: Store) -> None:
+        self.store, self.seen = store, {}
+
+    def get(self, key: str) -> Manifest | None:
+        if key not in self.seen:
+            self.seen[key] = read_manifest(self.store, key)
+        return self.seen[key]
+
+    def complete(self, versions: Sequence[Version], notes: list[str]) -> list[Version]:
+        """The versions whose manifests are all still in the store (gc may have removed an old one)."""
+        kept = []
+        for v in versions:
+            gone = [k for k in v.manifests.values() if self.get(k) is None]
+            if gone:
+                notes.append(f"version {v.number} left out: {gone[0]} is no longer in the store")
+            else:
+                kept.append(v)
+        return kept
+
+
+def _same_plan_shape(ms: Sequence[Manifest]) -> bool:
+    return all(m.plan.io == ms[0].plan.io and m.build.profiles == ms[0].build.profiles for m in ms)
+
+
+def _newest(v: Version, manifests: _Manifests, model: str) -> list[Manifest]:
+    ms = [manifests.get(k) for _, k in sorted(v.manifests.items())]
+    missing_io = [m.target.gpu for m in ms if not m.plan.io]
+    if missing_io:
+        raise UserInputError(f"the released plans of {model!r} for {missing_io} have no recorded I/O tensors (built "
+                             "before trtfarm recorded them, manifest schema 1); rebuild and release them")
+    if not _same_plan_shape(ms):
+        raise UserInputError(f"the released plans of {model!r} for {sorted(v.manifests)} differ in I/O tensors or "
+                             "profiles, and one config.pbtxt serves them all; write one repository per GPU (--gpu)")
+    return ms
+
+
+def _instances(ms: Sequence[Manifest], req: TritonRequest, notes: list[str]) -> list[int]:
+    profiles = len(ms[0].build.profiles) or 1
+    if req.instances:
+        notes.append(f"instances per profile: {req.instances} (--instances)")
+        return [req.instances] * profiles
+    fits = [m.verification.engine.figures.get("contexts_that_fit") for m in ms]
+    if all(isinstance(f, list) and len(f) == profiles for f in fits):
+        counts = [min(AUTO_INSTANCES_CAP, *(f[i] for f in fits)) for i in range(profiles)]
+        notes.append(f"instances per profile: {counts}, the contexts that fit on each GPU when its engine was "
+                     f"checked (capped at {AUTO_INSTANCES_CAP}; --instances overrides)")
+        return counts
+    notes.append("instances per profile: 1 (no context memory is recorded: the engine check is pending on the "
+                 "target GPU; pass --instances N)")
+    return [1] * profiles
+
+
+def _preferred(ms: Sequence[Manifest], req: TritonRequest, notes: list[str]) -> list[int]:
+    if req.batching == "explicit":
+        notes.append("no dynamic_batching: max_batch_size is 0 (explicit batch dims, as built), and Triton refuses "
+                     "preferred batch sizes above max_batch_size; --dynamic-batching makes the first dim Triton's")
+        return []
+    if req.traffic is None or not req.traffic.buckets:
+        notes.append("dynamic_batching without preferred sizes: the profiles did not come with traffic buckets "
+                     "(pass --profiles FILE, the file `trtfarm profiles derive` wrote)")
+        return []
+    if profiles_json(req.traffic.profiles) != ms[0].build.profiles:
+        raise UserInputError("--profiles: that file's profiles are not the ones the released plans were built with; "
+                             "pass the file the plans were built from")
+    sizes = set()
+    for p in ms[0].build.profiles:
+        name, r = sorted(p.items())[0]
+        step = (req.traffic.buckets.get(name) or [1])[0]
+        sizes.add(-(-r["opt"][0] // step) * step)
+    limit = min(r["max"][0] for p in ms[0].build.profiles for r in p.values())
+    notes.append("preferred batch sizes: each profile's opt batch (the median of the traffic it serves), in the "
+                 "traffic file's batch buckets")
+    return sorted(s for s in sizes if s <= limit)
+
+
+def config_spec(req: TritonRequest, ms: Sequence[Manifest], notes: list[str]) -> ConfigSpec:
+    """What the config of ``ms`` (the newest version's manifests) says; ``notes`` gets where each choice came from."""
+    cc = {}
+    for m in ms:
+        cc.setdefault(m.target.compute_capability, plan_file(m.target.gpu))
+    instances = _instances(ms, req, notes)
+    preferred = _preferred(ms, req, notes)
+    header = [f"Written by `trtfarm triton {req.model}` from the released plans of "
+              f"{', '.join(m.target.gpu for m in ms)} ({ms[0].target.flavour} {ms[0].target.toolchain_version}).",
+              "Rerun the command rather than editing: it checks every field against the plans."]
+    return ConfigSpec(model=req.model, io=list(ms[0].plan.io), profiles=ms[0].build.profiles, plan_files=cc,
+                      instances=instances, batching=req.batching, preferred_batch_sizes=preferred, notes=header)
+
+
+def _matching(versions: Sequence[Version], newest: Sequence[Manifest], manifests: _Manifests,
+              notes: list[str]) -> list[Version]:
+    """Older versions whose plans have the newest one's I/O and profiles (one config serves every version)."""
+    kept = []
+    for v in versions:
+        if _same_plan_shape([*newest, *(manifests.get(k) for k in v.manifests.values())]):
+            kept.append(v)
+        else:
+            notes.append(f"version {v.number} left out: its plans have other I/O tensors or profiles than the newest")
+    return kept
+
+
+def _repository(store: Store, req: TritonRequest, root: Path, pointers: Sequence[ReleasePointer],
+                manifests: _Manifests, fleet: Fleet) -> Repository:
+    notes: list[str] = []
+    versions = manifests.complete(model_versions(pointers), notes)[-(req.keep + 1):]
+    if not versions:
+        raise UserInputError(f"no release of {req.model!r} covers {[p.gpu for p in pointers]} with its plans still "
+                             "in the store; release the model again")
+    newest = _newest(versions[-1], manifests, req.model)
+    versions = _matching(versions, newest, manifests, notes)
+    for v in versions:
+        for key in v.manifests.values():
+            check_serving_images(manifests.get(key), store.url(key), fleet)
+    spec = config_spec(req, newest, notes)
+    text = config_text(spec)
+    _write(store, root / req.model, text, versions, manifests)
+    return Repository(root, sorted(p.gpu for p in pointers), [v.number for v in versions], text, notes)
+
+
+def _write(store: Store, target: Path, text: str, versions: Sequence[Version], manifests: _Manifests) -> None:
+    """Assemble the model folder beside ``target`` and move it into place (the old one goes with the scratch)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with scratch_dir(".tmp-triton-", root=target.parent) as tmp:
+        staged = tmp / "model"
+        for v in versions:
+            for gpu, key in sorted(v.manifests.items()):
+                m = manifests.get(key)
+                (staged / str(v.number)).mkdir(parents=True, exist_ok=True)
+                store.download_file(m.plan.key, staged / str(v.number) / plan_file(gpu), sha256=m.plan.sha256)
+        (staged / "config.pbtxt").write_text(text)
+        if target.exists():
+            os.replace(target, tmp / "old")
+        os.replace(staged, target)
+
+
+def triton_repositories(store: Store, fleet: Fleet, req: TritonRequest) -> TritonResult:
+    """Write the Triton model repository (or one per GPU model) for ``req.model``'s released plans."""
+    if req.keep < 0:
+        raise UserInputError("--keep must be 0 or more (older versions kept beside the newest)")
+    notes: list[str] = []
+    pointers = _pointers(store, fleet, req, notes)
+    manifests = _Manifests(store)
+    combined = manifests.complete(model_versions(pointers), [])[-(req.keep + 1):]
+    splits = capability_collisions(combined, manifests.seen) if len(pointers) > 1 else []
+    if splits:
+        groups = [(req.repo / p.gpu, [p]) for p in pointers]
+    else:
+        groups = [(req.repo, list(pointers))]
+    repos = [_repository(store, req, root, group, manifests, fleet) for root, group in groups]
+    flavours = {m.target.flavour for m in manifests.seen.values() if m}
+    if "tensorrt_rtx" in flavours:
+        notes.append("these are TensorRT-RTX plans: Triton's stock TensorRT backend loads plans with its image's "
+                     "TensorRT (libnvinfer), so they need a server whose backend runs TensorRT-RTX (not verified)")
+    return TritonResult(req.model, repos, [s.reason() for s in splits], notes)
