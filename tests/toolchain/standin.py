@@ -177,7 +177,10 @@ class StandIn(metaclass=StandInMeta):
             if raw.fset is None:
                 raise AttributeError(f"{real.__name__}.{name} is read-only")
             self.__dict__.setdefault("_standin_props", {})[name] = value
-            type(self)._module.calls.append((f"{real.__name__}.{name}=", (value,), {}))
+            module = type(self)._module
+            module.calls.append((f"{real.__name__}.{name}=", (value,), {}))
+            if isinstance(value, StandIn) and type(value) not in module._classes.values():
+                _run_callbacks(module, value)  # a monitor or recorder handed to TensorRT: it will be called
             return
         if real.__dictoffset__ == 0:
             raise AttributeError(f"'{real.__name__}' object has no attribute '{name}' and takes no new attributes")
