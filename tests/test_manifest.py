@@ -23,7 +23,8 @@ def sample() -> Manifest:
                   "worker_host": "w1", "reproduce": "trtfarm build m.onnx"},
         "plan": {"key": "plans/x/model.plan", "bytes": 10, "sha256": "d" * 64},
         "verification": {"onnx": {"status": "passed"}, "built": {"status": "passed"},
-                         "engine": {"status": "pending", "detail": "engine: pending on NVIDIA H100 80GB HBM3"}},
+                         "engine": {"status": "pending", "detail": "engine: pending on NVIDIA H100 80GB HBM3"},
+                         "api": {"status": "passed", "detail": "checked against the tensorrt 11.4.0.106 bindings"}},
     })
 
 
@@ -32,8 +33,17 @@ def test_round_trip_keeps_every_field_and_stores_enums_by_name():
     doc = json.loads(m.to_json())
     assert doc["target"]["hardware_compatibility_level"] == "SAME_COMPUTE_CAPABILITY"
     assert doc["target"]["builder_flags"] == ["REFIT_IDENTICAL", "STRIP_PLAN"]
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     assert manifest_from_json(m.to_json()) == m
+
+
+def test_a_schema_1_manifest_reads_with_the_api_check_not_run():
+    doc = json.loads(sample().to_json())
+    doc["schema_version"] = 1
+    del doc["verification"]["api"]
+    m = manifest_from_json(json.dumps(doc))
+    assert m.schema_version == 2 and m.verification.api.status == "not_run"
+    assert "before trtfarm recorded the bindings API check" in m.verification.api.detail
 
 
 def test_newer_schema_is_refused_with_the_fix():

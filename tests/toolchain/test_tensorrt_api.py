@@ -10,11 +10,14 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
+from trtfarm.building.build import _verification
 from trtfarm.planning.fleet import TENSORRT_BINDINGS, Flavour, load_fleet
+from trtfarm.publishing.manifest import Check
 from trtfarm.toolchain.apicheck import check_versions, trtfarm_sources
 from trtfarm.toolchain.apisurface import bindings_env
 
@@ -86,6 +89,22 @@ def test_the_fleet_builds_only_tensorrt_versions_whose_api_is_checked():
     fleet = load_fleet(REPO / "gpu_targets.yaml")
     versions = {t.version for t in fleet.toolchains.values() if t.flavour is Flavour.tensorrt}
     assert versions and versions <= set(TENSORRT_BINDINGS)
+
+
+@pytest.mark.parametrize(("flavour", "version", "status", "says"), [
+    (Flavour.tensorrt, "11.4.0.106", "passed", "checked against the tensorrt 11.4.0.106 bindings API "
+                                               "(tensorrt-cu13-bindings==11.4.0.106): names and signatures, not"),
+    (Flavour.tensorrt, "10.16.1.11", "passed", "tensorrt 10.16.1.11 bindings API (tensorrt-cu12-bindings"),
+    (Flavour.tensorrt, "10.13.3.9", "not_run", "tensorrt 10.13.3.9 is not in the checked list"),
+    (Flavour.tensorrt_rtx, "1.7.1.116", "not_run", "TensorRT-RTX: built for real here"),
+])
+def test_the_manifest_claims_the_api_check_only_for_a_checked_tensorrt_version(flavour, version, status, says):
+    ns = types.SimpleNamespace
+    plan = ns(target=ns(toolchain=ns(flavour=flavour, version=version)))
+    engine = Check(status="pending", detail="engine: pending on the GPU")
+    v = _verification(ns(precision=None), plan, ns(header_version=version, wall_s=1.0), engine, {})
+    assert v.api.status == status and says in v.api.detail
+    assert v.built.status == "passed" and v.engine == engine  # distinct from "built" and from the GPU's check
 
 
 def test_the_bench_prints_the_versions_json_shape():

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from trtfarm import __version__
 from trtfarm.errors import UserInputError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 CheckStatus = Literal["passed", "failed", "pending", "not_run"]
 
 
@@ -107,11 +107,16 @@ class Check(_Doc):
 
 
 class Verification(_Doc):
-    """What was checked, and what was not: ``onnx`` on CPU, ``built``, ``engine`` on the target GPU."""
+    """What was checked, and what was not: ``onnx`` on CPU, ``built``, ``engine`` on the target GPU, and ``api``.
+
+    ``api``: the target's TensorRT code path was checked against that version's own Python bindings (names and
+    signatures, by trtfarm's suite); distinct from ``built`` and from the ``engine`` check on the GPU.
+    """
 
     onnx: Check
     built: Check
     engine: Check
+    api: Check
 
 
 class Lineage(_Doc):
@@ -123,7 +128,7 @@ class Lineage(_Doc):
 class Manifest(_Doc):
     """Everything a reader needs to trust, load or rebuild one plan."""
 
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[2] = SCHEMA_VERSION
     trtfarm_version: str = __version__
     created_at: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     model: ModelInfo
@@ -144,7 +149,13 @@ class Manifest(_Doc):
                 and self.model.onnx_digest == other.model.onnx_digest and self.target.gpu == other.target.gpu)
 
 
-_UPGRADES: dict[int, Callable[[dict], dict]] = {}  # from_version -> function returning the next version's document
+def _v1_to_v2(doc: dict) -> dict:
+    """Schema 2 adds ``verification.api``; a version 1 manifest was written before that check was recorded."""
+    api = {"status": "not_run", "detail": "manifest written before trtfarm recorded the bindings API check"}
+    return {**doc, "schema_version": 2, "verification": {**doc.get("verification", {}), "api": api}}
+
+
+_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _v1_to_v2}  # from_version -> the next version's document
 
 
 def manifest_from_json(data: bytes | str, source: str = "manifest") -> Manifest:
