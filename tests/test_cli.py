@@ -93,6 +93,11 @@ def test_targets_json_says_what_this_machine_serves(workdir):
     doc = json.loads(cli(["targets", "--json"], workdir).stdout)
     servable = {t["target"]: t["servable"] for t in doc["targets"]}
     assert servable["rtx4090-rtx1.7"] and not servable["h100-trt11.4"]
+    api = {t["target"]: (t["api_checked"], t["api_check"]) for t in doc["targets"]}
+    assert api["h100-trt10.16"] == (True, "code path checked against the tensorrt 10.16.1.11 bindings API "
+                                          "(tensorrt-cu12-bindings==10.16.1.11): names and signatures, not "
+                                          "TensorRT's behaviour")
+    assert api["rtx4090-rtx1.7"][0] is False
     assert doc["machine"]["toolchains"]["tensorrt_rtx"] == "1.7.1.116"
 
 

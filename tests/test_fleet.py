@@ -19,7 +19,7 @@ def write(tmp_path, text):
 def test_repository_fleet_has_datacenter_and_rtx_targets():
     fleet = load_fleet(REPO / "gpu_targets.yaml")
     flavours = {(t.toolchain.flavour.value, t.toolchain.version) for t in select_targets(fleet)}
-    assert ("tensorrt", "11.4.0.106") in flavours and ("tensorrt", "10.13.3.9") in flavours
+    assert ("tensorrt", "11.4.0.106") in flavours and ("tensorrt", "10.16.1.11") in flavours
     assert ("tensorrt_rtx", "1.7.1.116") in flavours
 
 

@@ -65,7 +65,7 @@ BASE = dict(converted_onnx_digest="a" * 64, profiles=[{"x": {"min": [1], "opt": 
 
 @pytest.mark.parametrize("field, value", [
     ("converted_onnx_digest", "b" * 64), ("profiles", [{"x": {"min": [1], "opt": [3], "max": [4]}}]),
-    ("settings", {"workspace_mib": 2048}), ("flavour", "tensorrt_rtx"), ("toolchain_version", "10.13.3.9"),
+    ("settings", {"workspace_mib": 2048}), ("flavour", "tensorrt_rtx"), ("toolchain_version", "10.16.1.11"),
     ("compat_class", "l4"),
 ])
 def test_every_plan_input_changes_the_build_digest(field, value):

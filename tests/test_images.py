@@ -27,12 +27,12 @@ pytestmark = pytest.mark.integration
 FLEET = """\
 version: 1
 toolchains:
-  trt-10.13: {flavour: tensorrt, version: "10.13.3.9", image: "trtfarm-test-worker:trt-10.13.3.9"}
+  trt-10.16: {flavour: tensorrt, version: "10.16.1.11", image: "trtfarm-test-worker:trt-10.16.1.11"}
   trt-11.4: {flavour: tensorrt, version: "11.4.0.106", image: "trtfarm-test-worker:trt-11.4.0.106"}
 gpus:
   h100: {nvml_name: "NVIDIA H100 80GB HBM3", compute_capability: "9.0", memory_gib: 80, pool: gpu-h100}
 targets:
-  - {id: h100-trt10.13, gpu: h100, toolchain: trt-10.13}
+  - {id: h100-trt10.16, gpu: h100, toolchain: trt-10.16}
   - {id: h100-trt11.4, gpu: h100, toolchain: trt-11.4}
 """
 # The busybox image's probe answers with the version baked in at build time (a real image asks the module).
@@ -123,23 +123,23 @@ def test_a_truthful_image_is_tagged_and_a_lying_one_is_refused(dockerd, tmp_path
 
     fleet = tmp_path / "gpu_targets.yaml"
     fleet.write_text(FLEET)
-    honest = _cli("--targets-file", str(fleet), "--toolchain", "trt-10.13", "--context",
-                  str(_context(tmp_path, "honest", "10.13.3.9")), "--dockerfile", "Dockerfile", "--build-network",
+    honest = _cli("--targets-file", str(fleet), "--toolchain", "trt-10.16", "--context",
+                  str(_context(tmp_path, "honest", "10.16.1.11")), "--dockerfile", "Dockerfile", "--build-network",
                   "none", "--json")
     assert honest.returncode == 0, honest.stderr
     [row] = json.loads(honest.stdout)
-    assert row["status"] == "tagged" and row["detail"] == "probe: tensorrt 10.13.3.9"
+    assert row["status"] == "tagged" and row["detail"] == "probe: tensorrt 10.16.1.11"
     client = docker.from_env()
-    assert client.images.get("trtfarm-test-worker:trt-10.13.3.9").id == row["image_id"]
+    assert client.images.get("trtfarm-test-worker:trt-10.16.1.11").id == row["image_id"]
 
-    # the same image declared as TensorRT 11.4: the probe says 10.13, so it must not get the 11.4 tag
+    # the same image declared as TensorRT 11.4: the probe says 10.16, so it must not get the 11.4 tag
     lying = _cli("--targets-file", str(fleet), "--toolchain", "trt-11.4", "--context",
-                 str(_context(tmp_path, "lying", "10.13.3.9")),
+                 str(_context(tmp_path, "lying", "10.16.1.11")),
                  "--dockerfile", "Dockerfile", "--build-network", "none", "--json")
     assert lying.returncode == 1
     [row] = json.loads(lying.stdout)
     assert row["status"] == "refused"
-    assert "the image has tensorrt 10.13.3.9; gpu_targets.yaml declares tensorrt 11.4.0.106" in row["detail"]
+    assert "the image has tensorrt 10.16.1.11; gpu_targets.yaml declares tensorrt 11.4.0.106" in row["detail"]
     tags = {t for image in client.images.list() for t in image.tags}
     assert "trtfarm-test-worker:trt-11.4.0.106" not in tags
     assert not [t for t in tags if t.startswith("trtfarm-candidate:")]  # no candidate left behind
@@ -147,10 +147,10 @@ def test_a_truthful_image_is_tagged_and_a_lying_one_is_refused(dockerd, tmp_path
 
 def test_push_reports_a_registry_that_refuses(dockerd, tmp_path):
     fleet = tmp_path / "gpu_targets.yaml"
-    fleet.write_text(FLEET.replace('image: "trtfarm-test-worker:trt-10.13.3.9"',
-                                   'image: "127.0.0.1:9/trtfarm-test-worker:trt-10.13.3.9"'))
-    pushed = _cli("--targets-file", str(fleet), "--toolchain", "trt-10.13", "--context",
-                  str(_context(tmp_path, "push", "10.13.3.9")), "--dockerfile", "Dockerfile", "--build-network",
+    fleet.write_text(FLEET.replace('image: "trtfarm-test-worker:trt-10.16.1.11"',
+                                   'image: "127.0.0.1:9/trtfarm-test-worker:trt-10.16.1.11"'))
+    pushed = _cli("--targets-file", str(fleet), "--toolchain", "trt-10.16", "--context",
+                  str(_context(tmp_path, "push", "10.16.1.11")), "--dockerfile", "Dockerfile", "--build-network",
                   "none", "--push", "--json")
     assert pushed.returncode == 1, pushed.stderr
     [row] = json.loads(pushed.stdout)
@@ -160,9 +160,9 @@ def test_push_reports_a_registry_that_refuses(dockerd, tmp_path):
 def test_the_probe_output_must_name_a_flavour_and_a_version(dockerd, tmp_path):
     fleet = tmp_path / "gpu_targets.yaml"
     fleet.write_text(FLEET)
-    ctx = _context(tmp_path, "broken", "10.13.3.9")
+    ctx = _context(tmp_path, "broken", "10.16.1.11")
     (ctx / "probe").write_text("#!/bin/busybox sh\necho oops\n")
-    broken = _cli("--targets-file", str(fleet), "--toolchain", "trt-10.13", "--context", str(ctx), "--dockerfile",
+    broken = _cli("--targets-file", str(fleet), "--toolchain", "trt-10.16", "--context", str(ctx), "--dockerfile",
                   "Dockerfile", "--build-network", "none", "--json")
     assert broken.returncode == 1
     assert "toolchain probe failed: the probe printed 'oops'" in json.loads(broken.stdout)[0]["detail"]
@@ -179,8 +179,8 @@ def test_no_docker_engine_is_a_clear_error(tmp_path):
 
 def test_one_job_per_toolchain_with_its_base_image_and_dockerfile():
     jobs = {j.toolchain: j for j in image_jobs(load_fleet(REPO / "gpu_targets.yaml"))}
-    assert set(jobs) == {"trt-11.4", "trt-10.13", "rtx-1.7"}
-    assert jobs["trt-10.13"].dockerfile == "infra/docker/Dockerfile" and jobs["trt-10.13"].base_image.startswith(
+    assert set(jobs) == {"trt-11.4", "trt-10.16", "rtx-1.7"}
+    assert jobs["trt-10.16"].dockerfile == "infra/docker/Dockerfile" and jobs["trt-10.16"].base_image.startswith(
         "nvcr.io/nvidia/tensorrt:")
     assert jobs["rtx-1.7"].dockerfile == "infra/docker/Dockerfile.rtx" and jobs["rtx-1.7"].tag == \
         "trtfarm-worker:rtx-1.7.1.116"

@@ -23,7 +23,8 @@ def sample() -> Manifest:
                   "worker_host": "w1", "reproduce": "trtfarm build m.onnx"},
         "plan": {"key": "plans/x/model.plan", "bytes": 10, "sha256": "d" * 64},
         "verification": {"onnx": {"status": "passed"}, "built": {"status": "passed"},
-                         "engine": {"status": "pending", "detail": "engine: pending on NVIDIA H100 80GB HBM3"}},
+                         "engine": {"status": "pending", "detail": "engine: pending on NVIDIA H100 80GB HBM3"},
+                         "api": {"status": "passed", "detail": "checked against the tensorrt 11.4.0.106 bindings"}},
     })
 
 
@@ -39,10 +40,12 @@ def test_round_trip_keeps_every_field_and_stores_enums_by_name():
 def test_a_schema_1_manifest_upgrades_with_its_io_and_serving_images_unknown():
     doc = json.loads(sample().to_json())
     doc["schema_version"] = 1
-    del doc["plan"]["io"], doc["target"]["serving_images"]
+    del doc["plan"]["io"], doc["target"]["serving_images"], doc["model"]["files"], doc["verification"]["api"]
     m = manifest_from_json(json.dumps(doc))
-    assert m.schema_version == 2 and m.plan.io is None and m.target.serving_images == []
+    assert m.schema_version == 2 and m.plan.io is None and m.target.serving_images == [] and m.model.files == []
     assert m.model == sample().model and m.plan.sha256 == "d" * 64
+    assert m.verification.api.status == "not_run"
+    assert "before trtfarm recorded the bindings API check" in m.verification.api.detail
 
 
 def test_io_tensors_are_stored_with_dtype_names():

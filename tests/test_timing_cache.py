@@ -41,7 +41,7 @@ def test_sixteen_concurrent_writers_lose_no_entry(store_uri):
 
 def test_missing_cache_pulls_as_none_and_first_merge_creates_it(store_uri):
     store = open_store(store_uri)
-    key = cache_key("tensorrt-10.13.3.9", "l4")
+    key = cache_key("tensorrt-10.16.1.11", "l4")
     assert pull_timing_cache(store, key) is None
     merge_timing_cache(store, key, b'{"a": 1}', union)
     assert json.loads(pull_timing_cache(store, key)) == {"a": 1}

@@ -28,10 +28,10 @@ def test_a_gpu_pool_needs_its_gpu_model_even_with_the_same_compute_capability():
 
 
 def test_every_toolchain_of_the_pool_must_be_installed_at_its_version():
-    partial = check_worker(FLEET, "gpu-h100", H100, TRT)  # the pool also has a TensorRT 10.13 target
+    partial = check_worker(FLEET, "gpu-h100", H100, TRT)  # the pool also has a TensorRT 10.16 target
     assert len(partial.problems) == 1
-    assert "h100-trt10.13 needs tensorrt 10.13.3.9; installed: 11.4.0.106" in partial.problems[0]
-    assert partial.targets == ["h100-trt11.4", "h100-trt10.13"]
+    assert "h100-trt10.16 needs tensorrt 10.16.1.11; installed: 11.4.0.106" in partial.problems[0]
+    assert partial.targets == ["h100-trt11.4", "h100-trt10.16"]
 
 
 def test_an_rtx_pool_accepts_a_cpu_only_machine_with_the_right_tensorrt_rtx():
@@ -53,8 +53,8 @@ def test_the_command_refuses_a_mismatched_pool_before_starting_prefect(tmp_path)
 def test_a_worker_for_one_toolchain_queue_needs_only_that_toolchain():
     one = check_worker(FLEET, "gpu-h100", H100, TRT, queue="tensorrt-11.4.0.106")
     assert one.ok and one.targets == ["h100-trt11.4"]
-    wrong = check_worker(FLEET, "gpu-h100", H100, TRT, queue="tensorrt-10.13.3.9")
-    assert not wrong.ok and "h100-trt10.13 needs tensorrt 10.13.3.9; installed: 11.4.0.106" in wrong.problems[0]
+    wrong = check_worker(FLEET, "gpu-h100", H100, TRT, queue="tensorrt-10.16.1.11")
+    assert not wrong.ok and "h100-trt10.16 needs tensorrt 10.16.1.11; installed: 11.4.0.106" in wrong.problems[0]
     unknown = check_worker(FLEET, "gpu-h100", H100, TRT, queue="tensorrt-9.0")
     assert not unknown.ok and "pool 'gpu-h100' has no queue 'tensorrt-9.0'" in unknown.problems[0]
 

@@ -45,7 +45,7 @@ def every_status_outcomes(store, tmp_path) -> list[dict]:
             store, "plans/b", "rtx4090-rtx1.7", tmp_path, pending, 0.4)},
         {"target": "l4-trt11.4", "status": "failed", "reason": "the ONNX parser rejected the model\nmore",
          "manifest": None},
-        {"target": "h100-trt10.13", "status": "skipped", "reason": "`tensorrt` is not importable here",
+        {"target": "h100-trt10.16", "status": "skipped", "reason": "`tensorrt` is not importable here",
          "manifest": None},
     ]
 
@@ -58,7 +58,7 @@ def test_report_with_every_status_and_a_flagged_regression(tmp_path):
     for text in ("| h100-trt11.4 | built | failed | cos min 0.99991 (engine) | 1.900 | 2.600 |",
                  "⚠️ p99 2.100 -> 2.600 ms (+23.8%, limit +5%) REGRESSION; 1 tactic(s) changed",
                  "| rtx4090-rtx1.7 | built | pending on NVIDIA H100 80GB HBM3", "| l4-trt11.4 | **failed** |",
-                 "the ONNX parser rejected the model |", "| h100-trt10.13 | skipped |", "**Regressions: 1**",
+                 "the ONNX parser rejected the model |", "| h100-trt10.16 | skipped |", "**Regressions: 1**",
                  "![latency](latency.png)", "![build_time](build_time.png)"):
         assert text in md, (text, md)
     for png in ("latency.png", "build_time.png", "plan_size.png"):
@@ -78,7 +78,7 @@ def test_the_html_report_is_one_page_with_every_chart_inline_and_every_section(t
         assert base64.b64decode(src.removeprefix("data:image/png;base64,")) == (path.parent / f"{alt}.png").read_bytes()
     assert "http" not in html.replace(store.uri, "") and "<script" not in html
     assert re.findall(r'data-target="([^"]+)"', html) == ["h100-trt11.4", "rtx4090-rtx1.7", "l4-trt11.4",
-                                                         "h100-trt10.13"]
+                                                         "h100-trt10.16"]
     for text in ('<tr class="regressed" data-target="h100-trt11.4">', "Regressions: 1</h2>",
                  "<li>h100-trt11.4: p99 2.100 -&gt; 2.600 ms (+23.8%, limit +5%) REGRESSION</li>",
                  "<li>h100-trt11.4: 1 tactic(s) changed, 1 layer(s) fused away</li>", "Pending checks: 1</h2>",

@@ -16,7 +16,7 @@ from pathlib import Path
 from trtfarm.building.outcome import TargetOutcome, outcome_from_manifest, release_if_allowed
 from trtfarm.building.timing_cache import merge_timing_cache, pull_timing_cache, tensorrt_combine
 from trtfarm.identity import sha256_file
-from trtfarm.planning.fleet import Flavour
+from trtfarm.planning.fleet import Flavour, bindings_api_check
 from trtfarm.planning.model import ModelSource
 from trtfarm.planning.targets import TargetPlan
 from trtfarm.profiles.profile import Profile, profiles_json
@@ -155,7 +155,9 @@ def _verification(model: ModelSource, plan: TargetPlan, result: BuildResult, eng
     built = Check(status="passed" if header_ok else "failed",
                   detail=f"plan header: {t.toolchain.flavour.value} {result.header_version}" if header_ok
                   else "plan header not recognised", figures={"build_s": round(result.wall_s, 3), **determinism})
-    return Verification(onnx=_onnx_check(model), built=built, engine=engine)
+    checked, how = bindings_api_check(t.toolchain.flavour, t.toolchain.version)
+    api = Check(status="passed" if checked else "not_run", detail=how)
+    return Verification(onnx=_onnx_check(model), built=built, engine=engine, api=api)
 
 
 def _onnx_check(model: ModelSource) -> Check:

@@ -112,8 +112,8 @@ def _note(r: dict, store: str) -> str:
 def outcome_table(rows: list[dict], store: str) -> None:
     """The outcome of each target; below 110 columns the notes go under the table, one line per target."""
     wide = out.width >= 110
-    table = Table(title=f"trtfarm build → {store}", caption="checks: onnx / built / engine (… = pending on the "
-                  "target GPU)")
+    table = Table(title=f"trtfarm build → {store}", caption="checks: onnx / built / engine / api (… = pending "
+                  "on the target GPU; api: checked against the version's bindings API)")
     for col, kw in (("target", {"no_wrap": True}), ("status", {"no_wrap": True}), ("build s", {"justify": "right"}),
                     ("plan", {"justify": "right", "no_wrap": True}), ("checks", {"no_wrap": True})):
         table.add_column(col, **kw)
@@ -138,7 +138,7 @@ def outcome_table(rows: list[dict], store: str) -> None:
 @app.command()
 def targets(targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
     """Show the fleet's targets and which ones this machine can build."""
-    from trtfarm.planning.fleet import load_fleet, select_targets
+    from trtfarm.planning.fleet import bindings_api_check, load_fleet, select_targets
     from trtfarm.planning.targets import local_capabilities, serve_check
 
     try:
@@ -149,22 +149,26 @@ def targets(targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
     rows = [{"target": t.id, "gpu": t.gpu_key, "gpu_name": t.gpu.nvml_name, "compute_capability":
              t.gpu.compute_capability, "toolchain": t.toolchain_label, "pool": t.gpu.pool,
              "compat_class": t.compat_class, "servable": (reason := serve_check(t, caps)) is None,
-             "reason": reason or ""} for t in resolved]
+             "reason": reason or "", "api_checked": (api := bindings_api_check(t.toolchain.flavour,
+                                                                                t.toolchain.version))[0] is True,
+             "api_check": api[1]} for t in resolved]
     if as_json:
         print(json.dumps({"machine": {"gpus": caps.gpus.describe(), "toolchains": caps.versions}, "targets": rows},
                          indent=2))
         return
     wide = out.width >= 140  # below that: the columns that fit one line per target, and the reasons underneath
-    cols = ("target", "gpu", "cc", "toolchain", "pool", "class", "here") if wide else ("target", "gpu", "toolchain",
-                                                                                        "here")
-    table = Table(title=f"targets ({caps.gpus.describe()})")
+    cols = ("target", "gpu", "cc", "toolchain", "pool", "class", "api", "here") if wide else (
+        "target", "gpu", "toolchain", "api", "here")
+    table = Table(title=f"targets ({caps.gpus.describe()})", caption="api: the code path was checked against this "
+                  "TensorRT version's own bindings API (names and signatures; not built, not run on a GPU)")
     for col in cols:
         table.add_column(col, no_wrap=col != "here", overflow="fold")
     for r in rows:
         here = "[green]yes[/]" if r["servable"] else "[yellow]no[/]" + (f": {r['reason']}" if wide else "")
         cells = {"target": r["target"], "gpu": r["gpu"] if wide else f"{r['gpu']} ({r['compute_capability']})",
                  "cc": r["compute_capability"], "toolchain": r["toolchain"], "pool": r["pool"],
-                 "class": r["compat_class"], "here": here}
+                 "class": r["compat_class"], "here": here,
+                 "api": ("[green]✓ bindings[/]" if wide else "[green]✓[/]") if r["api_checked"] else "-"}
         table.add_row(*(cells[c] for c in cols))
     out.print(table)
     if not wide:  # the reasons on their own lines, so the table stays one line per target

@@ -25,7 +25,28 @@ DEFAULT_TARGETS_FILE = "gpu_targets.yaml"
 def default_targets_file() -> str:
     """``$TRTFARM_TARGETS``, else ``gpu_targets.yaml`` in the working directory."""
     return os.environ.get("TRTFARM_TARGETS") or DEFAULT_TARGETS_FILE
+
+
 RTX_COMPUTE_CAPABILITIES = ("8.0", "8.6", "8.9", "12.0", "12.1")
+# The TensorRT versions whose code path the suite checks against NVIDIA's own Python bindings of that version (the
+# PyPI wheel named here; trtfarm/toolchain/apicheck.py): API names and signatures, not TensorRT's behaviour. The
+# fleet's `tensorrt` toolchains (gpu_targets.yaml) should name one of these; a manifest claims the check only for them.
+TENSORRT_BINDINGS = {"10.16.1.11": "tensorrt-cu12-bindings", "11.4.0.106": "tensorrt-cu13-bindings"}
+
+
+def bindings_api_check(flavour: Flavour | str, version: str) -> tuple[bool | None, str]:
+    """Whether a toolchain's code path is checked against its version's bindings API: (True, how) or (None, why not).
+
+    True only for a ``tensorrt`` version in ``TENSORRT_BINDINGS``: the suite checks exactly those (names and
+    signatures of every TensorRT call in trtfarm, and the TensorRT-only paths driven through stand-ins).
+    """
+    if Flavour(flavour) is not Flavour.tensorrt:
+        return None, "TensorRT-RTX: built for real here and in CI; the bindings API check covers tensorrt"
+    if version in TENSORRT_BINDINGS:
+        return True, (f"code path checked against the tensorrt {version} bindings API ({TENSORRT_BINDINGS[version]}"
+                      f"=={version}): names and signatures, not TensorRT's behaviour")
+    return None, (f"tensorrt {version} is not in the checked list ({', '.join(TENSORRT_BINDINGS)}): its API use "
+                  "was not checked")
 _ID = r"^[a-z0-9][a-z0-9._-]*$"
 
 

@@ -4,8 +4,9 @@ TensorRT enums are stored by *name* (``"SAME_COMPUTE_CAPABILITY"``, ``"REFIT_IDE
 changed between 10.x and 11.x. Readers upgrade older documents through ``_UPGRADES`` and refuse newer ones.
 This module imports no build code.
 
-Schema 2 added the network's I/O tensors as the builder saw them (``plan.io``) and the serving images the target's
-toolchain declares (``target.serving_images``); a schema 1 manifest reads as schema 2 with neither recorded.
+Schema 2 added the network's I/O tensors as the builder saw them (``plan.io``), the serving images the target's
+toolchain declares (``target.serving_images``), every file of the model (``model.files``) and the bindings API
+check (``verification.api``); a schema 1 manifest reads as schema 2 with none of them recorded.
 """
 
 from __future__ import annotations
@@ -138,11 +139,16 @@ class Check(_Doc):
 
 
 class Verification(_Doc):
-    """What was checked, and what was not: ``onnx`` on CPU, ``built``, ``engine`` on the target GPU."""
+    """What was checked, and what was not: ``onnx`` on CPU, ``built``, ``engine`` on the target GPU, and ``api``.
+
+    ``api``: the target's TensorRT code path was checked against that version's own Python bindings (names and
+    signatures, by trtfarm's suite); distinct from ``built`` and from the ``engine`` check on the GPU.
+    """
 
     onnx: Check
     built: Check
     engine: Check
+    api: Check
 
 
 class Lineage(_Doc):
@@ -176,8 +182,12 @@ class Manifest(_Doc):
 
 
 def _from_v1(doc: dict) -> dict:
-    """Schema 1 -> 2: nothing recorded the I/O tensors or serving images then; both stay unknown."""
-    return {**doc, "schema_version": 2}
+    """Schema 1 -> 2: nothing recorded the I/O tensors, serving images, model files or the bindings API check then.
+
+    The first three stay unknown; ``verification.api`` says it was not run.
+    """
+    api = {"status": "not_run", "detail": "manifest written before trtfarm recorded the bindings API check"}
+    return {**doc, "schema_version": 2, "verification": {**doc.get("verification", {}), "api": api}}
 
 
 _UPGRADES: dict[int, Callable[[dict], dict]] = {1: _from_v1}  # from_version -> the next version's document

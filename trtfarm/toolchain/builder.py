@@ -24,7 +24,7 @@ from trtfarm.profiles.profile import Profile
 from trtfarm.toolchain.header import read_plan_header
 
 RTX_NO_TIMING_CACHE = "TensorRT-RTX has no timing cache (its cache calls are no-ops since 1.2)"
-_REFIT_FLAGS = {RefitMode.refit: "REFIT", RefitMode.refit_identical: "REFIT_IDENTICAL",
+REFIT_FLAGS = {RefitMode.refit: "REFIT", RefitMode.refit_identical: "REFIT_IDENTICAL",
                 RefitMode.refit_individual: "REFIT_INDIVIDUAL"}
 
 
@@ -222,7 +222,7 @@ def _configure(trt: ModuleType, builder, config, settings: BuilderSettings) -> l
     else:
         config.clear_flag(trt.BuilderFlag.TF32)
     if settings.refit is not RefitMode.none:
-        flags.append(_REFIT_FLAGS[settings.refit])
+        flags.append(REFIT_FLAGS[settings.refit])
     if settings.strip_plan:
         flags.append("STRIP_PLAN")
     for name in flags:

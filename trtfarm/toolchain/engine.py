@@ -55,7 +55,8 @@ def deserialize_plan(trt: ModuleType, data: bytes, *, allow_host_code: bool = Fa
         engine = runtime.deserialize_cuda_engine(data)
     if engine is None:
         raise EngineRejected(log.errors)
-    engine._trtfarm_runtime = runtime  # the engine must not outlive its runtime
+    # The engine keeps its runtime alive: the bindings declare deserialize_cuda_engine with keep_alive<0, 1>. (An
+    # attribute cannot carry it: ICudaEngine takes no new attributes, so setting one raised AttributeError.)
     return engine
 
 

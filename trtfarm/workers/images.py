@@ -91,7 +91,7 @@ def docker_client():
 
 
 def parse_probe(output: str) -> tuple[str, str]:
-    """``"tensorrt 10.13.3.9"`` -> (flavour, version); anything else is the image's fault."""
+    """``"tensorrt 10.16.1.11"`` -> (flavour, version); anything else is the image's fault."""
     parts = output.strip().split()
     if len(parts) != 2:
         raise ValueError(f"the probe printed {output.strip()[:200]!r}, not '<flavour> <version>'")
