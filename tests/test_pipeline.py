@@ -68,14 +68,14 @@ def test_new_weights_are_a_new_build(example_dir, fleet_file, tmp_path):
     assert rows["rtx4090-rtx1.7"]["status"] == "built"
 
 
-def test_a_profile_violating_the_model_fails_every_target_and_publishes_nothing(
+def test_a_profile_violating_the_model_is_refused_before_any_build_and_publishes_nothing(
         example_onnx, fleet_file, tmp_path):
+    # TensorRT's builder refuses it too ("kOPT values are not self-consistent. Dimensions with name seq must be
+    # equal"); the pre-check says so before any build, naming both inputs
     store = (tmp_path / "store").as_uri()
     bad = [{"input_ids": "1x16:16x128:32x512", "attention_mask": "1x16:16x64:32x512"}]
-    rows = run(example_onnx, fleet_file, store, profiles=bad)
-    failed = [r for r in rows.values() if r["status"] == "failed"]
-    assert len(failed) == 3
-    assert all("kOPT values are not self-consistent" in r["reason"] for r in failed)
+    with pytest.raises(UserInputError, match="dimension 1 and dimension 1 of input 'input_ids' are both named 'seq'"):
+        run(example_onnx, fleet_file, store, profiles=bad)
     assert list(open_store(store).list("plans/")) == []
 
 
