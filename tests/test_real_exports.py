@@ -167,3 +167,21 @@ def test_models_push_uploads_the_external_data_and_a_worker_fetches_it(workdir, 
     fetched = local_copy(ref)
     assert (fetched.parent / "weights.bin").read_bytes() == (model.parent / "weights.bin").read_bytes()
     assert onnx_digest(fetched) == onnx_digest(model)
+
+
+@pytest.mark.parametrize("name", ["bert-dynamo", "resnet-dynamo"])
+def test_a_dynamo_export_keeps_its_weights_beside_it_and_the_digests_see_them(tmp_path, name):
+    from trtfarm.identity import graph_digest, model_files
+
+    from .corpus.exported import exported_model
+
+    src = exported_model(name)
+    shutil.copytree(src.parent, tmp_path / name)
+    model = tmp_path / name / "model.onnx"
+    assert [n for n, _ in model_files(model)] == ["model.onnx", "model.onnx.data"]
+    before, graph = onnx_digest(model), graph_digest(model)
+    data = bytearray((model.parent / "model.onnx.data").read_bytes())
+    data[64:68] = np.float32(0.5).tobytes()
+    (model.parent / "model.onnx.data").write_bytes(bytes(data))
+    assert onnx_digest(model) != before  # new weights: a new model
+    assert graph_digest(model) == graph  # the same graph: a refit can take them

@@ -175,8 +175,9 @@ def _named_dim_problems(i: int, profile: Profile, inputs: Mapping[str, InputDims
                 where = f"dimension {first[1]}" + ("" if first[0] == name else f" of input {first[0]!r}")
                 problems.append(
                     f"profile {i}, input {name!r}: dimension {d} and {where} are both named {label!r} in the "
-                    f"model, so TensorRT takes them as one size, but the profile's opt gives {r.opt[d]} and "
-                    f"{first[2]}; give them the same opt, or give the dimensions distinct names in the export")
+                    f"model, so TensorRT takes them as one size (its builder: \"Dimensions with name {label} must "
+                    f"be equal\"), but the profile's opt gives {r.opt[d]} and {first[2]}; give them the same opt, or "
+                    "give the dimensions distinct names in the export")
     return problems
 
 
