@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -97,6 +99,24 @@ def test_the_same_recipe_on_the_same_export_is_converted_once(example_onnx, tmp_
     assert not first.reused and second.reused and first.digest == second.digest
     assert sha256_file(second.path) == sha256_file(first.path)
     assert len([k for k in store.list("converted/") if k.endswith("model.onnx")]) == 1
+
+
+def test_a_worker_beaten_to_the_upload_records_and_uses_the_stored_bytes(example_onnx, tmp_path):
+    """Two workers convert one step; the other's model.onnx lands first: this one's record is of those bytes."""
+    from trtfarm.identity import onnx_digest
+    from trtfarm.precision.step import precision_key
+    from trtfarm.publishing.layout import converted_prefix
+
+    store = open_store((tmp_path / "store").as_uri())
+    digest, recipe = onnx_digest(example_onnx), Recipe(mode="fp16")
+    prefix = converted_prefix("encoder", digest, precision_key(recipe, digest, None, None))
+    other = tmp_path / "other.onnx"  # bytes unlike this worker's conversion
+    other.write_bytes(example_onnx.read_bytes())
+    store.upload_file(f"{prefix}/model.onnx", other)  # its report.json is not written yet
+    mine = prepare_precision(store, "encoder", example_onnx, digest, recipe, tmp_path / "w")
+    stored = json.loads(store.get(f"{prefix}/report.json").data)
+    assert sha256_file(mine.path) == sha256_file(other) == stored["sha256"]
+    assert mine.digest == stored["digest"] == onnx_digest(other)
 
 
 def test_a_failing_gate_is_stored_and_refuses_again_without_converting(overflow_model, tmp_path):

@@ -15,7 +15,9 @@ from pathlib import Path
 import onnx
 from google.protobuf.message import DecodeError
 
+from trtfarm.errors import IntegrityError
 from trtfarm.identity import canonical_json, sha256_file
+from trtfarm.identity import onnx_digest as digest_of
 from trtfarm.precision.autopin import auto_pin
 from trtfarm.precision.convert import ConversionError, Converted, convert_onnx
 from trtfarm.precision.gate import GateReport, OutputFigures, accuracy_gate
@@ -133,11 +135,16 @@ def prepare_precision(store, model_name: str, src: Path, onnx_digest: str, recip
     if result.report.passed is not False:
         try:
             store.upload_file(f"{prefix}/model.onnx", result.path)
-        except AlreadyExists:
-            pass  # another worker converted the same step first; the report below decides which copy readers use
+        except AlreadyExists:  # another worker converted the same step first: readers get its bytes, and so do we
+            store.download_file(f"{prefix}/model.onnx", result.path)
+            result = replace(result, digest=digest_of(result.path))
     doc = {"digest": result.digest, "sha256": sha256_file(result.path), "pinned": result.pinned,
            "recipe": recipe.model_dump(mode="json"), "report": result.report.to_json()}
-    store.put_if_absent(f"{prefix}/report.json", json.dumps(doc, indent=2).encode())
+    if not store.put_if_absent(f"{prefix}/report.json", json.dumps(doc, indent=2).encode()):
+        stored = json.loads(store.get(f"{prefix}/report.json").data)
+        if result.report.passed is not False and stored["sha256"] != doc["sha256"]:
+            raise IntegrityError(f"{store.url(prefix)}: report.json records sha256 {stored['sha256'][:12]} but "
+                                 f"model.onnx there is {doc['sha256'][:12]}; delete the folder to convert again")
     if result.report.passed is False:
         raise GateFailed(result.summary())
     return result
