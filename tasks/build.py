@@ -11,7 +11,7 @@ from trtfarm.building.job import JobResult, run_job
 from trtfarm.building.warm import wait_warm
 from trtfarm.errors import InfrastructureError
 from trtfarm.pipeline import WORK_PREFIX, plan_run, sweep_stale_work
-from trtfarm.planning.fleet import Fleet
+from trtfarm.planning.fleet import Fleet, signing_settings
 from trtfarm.planning.plan import BuildJob, ExportPlan
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.scratch import scratch_dir
@@ -35,9 +35,14 @@ def plan_models(request: MatrixRequest, exports: list[ExportRef], farm: bool, fl
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
 def build_job(store_uri: str, job: BuildJob) -> JobResult:
-    """Build (or refit) one job and publish it; the build's own failures are outcomes, services are retried."""
+    """Build (or refit) one job and publish it; the build's own failures are outcomes, services are retried.
+
+    With a signing key on the worker (TRTFARM_SIGNING_KEY, or gpu_targets.yaml's signing.key) every publish is signed.
+    """
     wait_warm()
     sweep_stale_work()  # what killed children left on this worker (untouched for 6 hours)
+    signer = signing_settings(only="key").signer()
     with scratch_dir(WORK_PREFIX) as work:
         return run_job(open_store(store_uri), job, work, progress=progress.build_progress(job.lead.target.id),
-                       upload_progress=progress.upload_progress(), run_id=str(flow_run.get_id() or "") or None)
+                       upload_progress=progress.upload_progress(), run_id=str(flow_run.get_id() or "") or None,
+                       signer=signer)

@@ -14,7 +14,7 @@ from trtfarm.profiles.profile import profile_from_args
 from .conftest import ENCODER_PROFILE, make_model
 
 
-def publish_export(store, fleet_file: Path, folder: Path, seed: int, mtime: float, targets: list[str]):
+def publish_export(store, fleet_file: Path, folder: Path, seed: int, mtime: float, targets: list[str], signer=None):
     """Write the encoder with weights ``seed`` (exported at ``mtime``), build and publish it for ``targets``."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "model.onnx"
@@ -26,5 +26,5 @@ def publish_export(store, fleet_file: Path, folder: Path, seed: int, mtime: floa
                          local_capabilities())
     outcomes = []
     for plan in plans:
-        outcomes += build_group(store, model, [plan], profiles)
+        outcomes += build_group(store, model, [plan], profiles, signer=signer)
     return model, {o.target: o for o in outcomes}

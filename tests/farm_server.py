@@ -122,8 +122,10 @@ class Farm:
                 time.sleep(0.5)
         raise RuntimeError(f"prefect server did not start:\n{self.log('server')[-3000:]}")
 
-    def run(self, argv: list[str], check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-        done = subprocess.run(argv, env=self.env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    def run(self, argv: list[str], check: bool = True, timeout: float = 300,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        done = subprocess.run(argv, env={**self.env, **(env or {})}, cwd=REPO, capture_output=True, text=True,
+                              timeout=timeout)
         if check and done.returncode != 0:
             raise AssertionError(f"{argv} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
         return done

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from trtfarm.building.job import JobResult, run_job
 from trtfarm.building.outcome import StoreIndex, TargetOutcome
-from trtfarm.planning.fleet import Fleet, load_fleet, select_targets
+from trtfarm.planning.fleet import Fleet, load_fleet, select_targets, signing_settings
 from trtfarm.planning.plan import BuildJob, ExportPlan, full_build_of, plan_export
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.planning.targets import local_capabilities
@@ -136,6 +136,7 @@ def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress
     ``report="full"`` renders it (markdown, HTML, charts), ``"outcomes"`` stores only the outcomes, ``"none"`` nothing.
     """
     store = open_store(request.store)
+    signer = signing_settings(request.targets_file, only="key").signer()  # a bad key fails before any build
     plans = plan_run(request, store, find_exports(store, request.model), farm=False)
     jobs = [job for plan in plans for job in plan.jobs]
     sweep_stale_work()
@@ -143,9 +144,9 @@ def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress
         for plan in job.plans:
             store.sweep_temporaries(plan.prefix, STALE_TEMP_S)
     run = new_run_id()
-    results = _run_jobs(store, jobs, run, progress, upload)
+    results = _run_jobs(store, jobs, run, progress, upload, signer)
     fallback = refit_fallbacks(jobs, results, lambda job: "this machine")
-    results += _run_jobs(store, fallback, run, progress, upload)
+    results += _run_jobs(store, fallback, run, progress, upload, signer)
     rows = rows_for(plans, results)
     if report != "none" and jobs:
         with scratch_dir("trtfarm-report-") as out:
@@ -153,10 +154,10 @@ def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress
     return rows
 
 
-def _run_jobs(store: Store, jobs: list[BuildJob], run: str, progress, upload) -> list[JobResult]:
+def _run_jobs(store: Store, jobs: list[BuildJob], run: str, progress, upload, signer) -> list[JobResult]:
     results = []
     for job in jobs:
         with scratch_dir(WORK_PREFIX) as work:
             results.append(run_job(store, job, work, progress=progress(job.lead.target.id) if progress else None,
-                                   upload_progress=upload, run_id=run))
+                                   upload_progress=upload, run_id=run, signer=signer))
     return results

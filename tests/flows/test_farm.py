@@ -13,11 +13,14 @@ import uuid
 import pytest
 
 from trtfarm.identity import sha256_file
+from trtfarm.publishing import layout
+from trtfarm.publishing.attest import read_stored
 from trtfarm.publishing.publish import read_manifest
+from trtfarm.signing.keys import load_trusted_keys
 from trtfarm.store import open_store
 
 from ..conftest import REPO
-from ..farm_server import Farm, processes_of_flow_run
+from ..farm_server import TRTFARM, Farm, processes_of_flow_run
 
 pytestmark = pytest.mark.integration
 
@@ -40,6 +43,7 @@ POOL = {"rtx4090-rtx1.7": "rtx-4090", "rtx4080-rtx1.7": "rtx-4090", "rtx5090-rtx
         "rtx5080-rtx1.7": "rtx-5090"}
 # Two builds: the portable class of the first three targets spans both pools and is built once, on the first pool
 # with an online worker; the 5080's own settings make a second build that only its pool serves.
+WORKER_IMAGE = "registry.test/trtfarm-worker:rtx-1.7.1.116@sha256:" + "5e" * 32
 BUILT_ON = {"rtx4090-rtx1.7": "rtx-4090", "rtx4080-rtx1.7": "rtx-4090", "rtx5090-rtx1.7": "rtx-4090",
             "rtx5080-rtx1.7": "rtx-5090"}
 
@@ -56,7 +60,12 @@ def farm(tmp_path_factory, s3_endpoint):
     fleet.write_text(FOUR_RTX_TARGETS_TWO_POOLS)
     bucket = f"farm-{uuid.uuid4().hex[:8]}"
     boto3.client("s3").create_bucket(Bucket=bucket)
-    f = Farm(home, {"TRTFARM_STORE": f"s3://{bucket}/store", "TRTFARM_TARGETS": str(fleet)})
+    from ..test_signing import key_pair
+
+    f = Farm(home, {"TRTFARM_STORE": f"s3://{bucket}/store", "TRTFARM_TARGETS": str(fleet),
+                    # every worker signs what it publishes, and says which image it runs
+                    "TRTFARM_SIGNING_KEY": str(key_pair(home, "farm")[0]), "TRTFARM_WORKER_IMAGE": WORKER_IMAGE})
+    f.public_key = home / "farm.pub"
     try:
         f.start_server()
         f.synced = f.trtfarm_json("pools", "sync")
@@ -164,15 +173,25 @@ def test_a_matrix_over_two_pools_survives_a_killed_child_then_builds_nothing(far
                and "built=passed" in r["verification"] for r in table)
     assert "[manifest.json](s3://" in artifacts["build-matrix-encoder-report"].data
 
-    # no partial plan or manifest: every plan folder holds exactly a plan and its manifest, and they agree
+    # no partial plan or manifest: every plan folder holds exactly a plan, its manifest, the manifest's provenance
+    # and signature (the loser of a race leaves none of its own), and they agree
     prefixes: dict[str, set[str]] = {}
     for key in store.list("plans/"):
         prefixes.setdefault(key.rsplit("/", 1)[0], set()).add(key.rsplit("/", 1)[1])
-    assert len(prefixes) == 4 and all(files == {"model.plan", "manifest.json"} for files in prefixes.values())
-    for prefix in prefixes:
-        m = read_manifest(store, f"{prefix}/manifest.json")
+    trust = load_trusted_keys([farm.public_key], "TRTFARM_TRUSTED_KEYS")
+    assert len(prefixes) == 4
+    for prefix, files in prefixes.items():
+        stored = read_stored(store, f"{prefix}/manifest.json")
+        m, sha = stored.manifest, stored.manifest_sha256
+        assert files == {"model.plan", "manifest.json", layout.provenance_name(sha), layout.signature_name(sha)}
         store.download_file(f"{prefix}/model.plan", farm.home / "check.plan", sha256=m.plan.sha256)
         assert sha256_file(farm.home / "check.plan") == m.plan.sha256
+        assert stored.verdict(trust, sha256_file(farm.home / "check.plan")).ok is True  # signed by the workers' key
+        _assert_provenance_names_the_worker(json.loads(stored.provenance), m, BUILT_ON[m.target.target_id])
+    pulled = farm.run([*TRTFARM, "pull", "encoder", "--gpu", "rtx-5090", "--toolchain", "tensorrt_rtx-1.7.1.116",
+                       "--to", str(farm.home / "host" / "encoder.plan")], check=False,
+                      env={"TRTFARM_TRUSTED_KEYS": str(farm.public_key)})
+    assert pulled.returncode == 0 and "signature: signed by trusted key" in pulled.stdout, pulled.stderr
     import boto3
 
     bucket = store.uri.split("/")[2]
@@ -182,6 +201,23 @@ def test_a_matrix_over_two_pools_survives_a_killed_child_then_builds_nothing(far
     assert rerun["state"] == "COMPLETED"
     assert {r["status"] for r in rerun["outcomes"]} == {"up-to-date"} and len(rerun["outcomes"]) == 4
     assert len(_child_runs(client)) == 3  # nothing was dispatched
+
+
+def _assert_provenance_names_the_worker(doc: dict, m, pool: str) -> None:
+    """The farm child's provenance: its worker and image, and inputs that match the manifest."""
+    build, run = doc["predicate"]["buildDefinition"], doc["predicate"]["runDetails"]
+    ext, internal = build["externalParameters"], build["internalParameters"]
+    assert doc["subject"][0]["digest"] == {"sha256": m.plan.sha256}
+    assert internal["worker"]["name"] == f"test-{pool}" and internal["worker"]["pool"] == pool
+    assert internal["worker"]["image"] == WORKER_IMAGE and internal["worker"]["image_digest"] == "sha256:" + "5e" * 32
+    assert run["builder"]["id"] == f"urn:trtfarm:worker:{pool}/test-{pool}"
+    assert run["metadata"]["invocationId"] == m.build.flow_run_id
+    assert (ext["onnx_digest"], ext["source_uri"], internal["build_digest"]) == \
+        (m.model.onnx_digest, m.model.source_uri, m.build.build_digest)
+    assert ext["precision"]["converted_onnx_digest"] == m.precision.converted_onnx_digest
+    assert [(d["name"], d["digest"]["sha256"]) for d in build["resolvedDependencies"]] == \
+        [(f.name, f.sha256) for f in m.model.files]
+    assert internal["toolchain"]["version"] == m.target.toolchain_version
 
 
 def test_a_local_build_with_record_runs_the_same_flow_on_the_configured_server(farm, client, example_dir, tmp_path):

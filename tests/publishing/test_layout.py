@@ -15,6 +15,10 @@ def test_every_key_has_the_documented_shape():
     assert prefix == "plans/encoder/0123456789ab/h100/tensorrt-11.4.0.106/fedcba987654"
     assert layout.plan_key(prefix) == f"{prefix}/model.plan"
     assert layout.manifest_key(prefix) == f"{prefix}/manifest.json"
+    assert layout.provenance_key(prefix, "ab" * 32) == f"{prefix}/provenance-abababababababab.json"
+    assert layout.signature_key(prefix, "ab" * 32) == f"{prefix}/signature-abababababababab.sigstore.json"
+    assert layout.folder_of(layout.signature_key(prefix, "ab" * 32)) == prefix
+    assert layout.is_attestation("provenance-abababababababab.json") and not layout.is_attestation("model.plan")
     assert layout.plans_prefix() == "plans/" and layout.plans_prefix("encoder") == "plans/encoder/"
     assert layout.release_key("encoder", "h100", "tensorrt-11.4.0.106") == \
         "releases/encoder/h100/tensorrt-11.4.0.106.json"

@@ -119,7 +119,8 @@ def scenario_load_plan(trt, tmp: Path) -> str:
     plan.write_bytes(_plan_bytes(trt, trt.__version__))
     manifest = types.SimpleNamespace(target=types.SimpleNamespace(flavour="tensorrt", version_compatible=True))
     trt.returns.update({"ICudaEngine.num_optimization_profiles": 1, "ICudaEngine.num_io_tensors": 3})
-    with mock.patch.object(loader, "find_pair", return_value=(plan, manifest)), \
+    files = types.SimpleNamespace(plan=plan, manifest=manifest)
+    with mock.patch.object(loader, "find_files", return_value=files), \
             mock.patch.object(loader, "static_checks", return_value=[]):
         engine = loader.load_plan(plan)
     check = loader.runtime_check(plan, manifest)

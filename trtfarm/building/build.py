@@ -11,7 +11,9 @@ import socket
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trtfarm.building.outcome import TargetOutcome, outcome_from_manifest, release_if_allowed
 from trtfarm.building.timing_cache import merge_timing_cache, pull_timing_cache, tensorrt_combine
@@ -20,6 +22,7 @@ from trtfarm.planning.fleet import Flavour, bindings_api_check
 from trtfarm.planning.model import ModelSource
 from trtfarm.planning.targets import TargetPlan
 from trtfarm.profiles.profile import Profile, profiles_json
+from trtfarm.publishing.attest import Attestation
 from trtfarm.publishing.layout import timing_cache_key
 from trtfarm.publishing.manifest import (
     BuildInfo,
@@ -35,12 +38,17 @@ from trtfarm.publishing.manifest import (
     TimingCacheInfo,
     Verification,
 )
+from trtfarm.publishing.provenance import BuildContext, provenance_bytes, provenance_statement
 from trtfarm.publishing.publish import publish_plan, read_manifest
 from trtfarm.scratch import scratch_dir
 from trtfarm.store import Store
 from trtfarm.store.base import Progress
 from trtfarm.toolchain import BuildProgress, BuildResult, import_flavour, plan_from_onnx
 from trtfarm.toolchain.engine import timing_cache_entries
+from trtfarm.workers.identity import this_worker
+
+if TYPE_CHECKING:
+    from trtfarm.signing.keys import Signer
 
 PUBLISH_THREADS = 8  # targets sharing one build publish at once: their store requests overlap
 
@@ -213,11 +221,25 @@ def build_manifest(model: ModelSource, plan: TargetPlan, built_by: TargetPlan, r
     )
 
 
+def attestation(store: Store, model: ModelSource, plan: TargetPlan, signer: Signer | None,
+                started_on: str | None = None) -> Attestation:
+    """The provenance (this worker, its image and GPU, the converted ONNX) and signer of a publish of ``plan``."""
+    t, step = plan.target, model.precision
+    converted = store.url(step.converted_key) if step and step.converted_key else None
+    ctx = BuildContext(this_worker(t.toolchain.image, t.toolchain_key), converted,
+                       step.converted_sha256 if step else None, started_on)
+    return Attestation(lambda m, sha: provenance_bytes(provenance_statement(m, sha, ctx)), signer)
+
+
 def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], profiles: Sequence[Profile], *,
                 progress: BuildProgress | None = None, upload_progress: Callable[[str], Progress] | None = None,
-                run_id: str | None = None) -> list[TargetOutcome]:
-    """Build the plan of ``group[0]`` once and publish it for every target in ``group`` (same build digest)."""
+                run_id: str | None = None, signer: Signer | None = None) -> list[TargetOutcome]:
+    """Build the plan of ``group[0]`` once and publish it for every target in ``group`` (same build digest).
+
+    Each publish carries its provenance; with ``signer``, a signature over plan, manifest and provenance.
+    """
     lead = group[0]
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     trt = import_flavour(lead.target.toolchain.flavour.value)
     before, key = _timing(store, lead)
     with scratch_dir("trtfarm-build-") as tmp:
@@ -230,13 +252,14 @@ def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], p
         cache = _cache_info(trt, result, key, before, after)
         engine = engine_result(store, model, lead, profiles, result)
         determinism = _determinism(trt, model, lead, profiles, result, tmp, engine)
+        attest = attestation(store, model, lead, signer, started)  # one toolchain, one worker for the group
 
         def publish(plan: TargetPlan) -> TargetOutcome:
             def manifest_for(info: PlanInfo) -> Manifest:
                 return build_manifest(model, plan, lead, result, profiles, cache, run_id, info, engine, determinism)
 
             up = upload_progress(plan.target.id) if upload_progress else None
-            pub = publish_plan(store, plan.prefix, result.plan_path, manifest_for, up)
+            pub = publish_plan(store, plan.prefix, result.plan_path, manifest_for, up, attest)
             shared = "" if plan is lead else f"shares the {plan.target.compat_class} build of {lead.target.id}"
             note = shared if pub.created else _already_published_note(pub.manifest, result)
             outcome = outcome_from_manifest(store, plan, pub.manifest, status="built", reason=note)

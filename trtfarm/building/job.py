@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
@@ -22,6 +23,9 @@ from trtfarm.store import Store
 from trtfarm.store.base import Progress
 from trtfarm.toolchain import BuildProgress
 from trtfarm.triggers.registry import ExportRef
+
+if TYPE_CHECKING:
+    from trtfarm.signing.keys import Signer
 
 
 class JobResult(BaseModel):
@@ -65,8 +69,8 @@ def _failed(job: BuildJob, why: str) -> JobResult:
 
 def run_job(store: Store, job: BuildJob, work: Path, *, run_id: str | None = None,
             progress: BuildProgress | None = None,
-            upload_progress: Callable[[str], Progress] | None = None) -> JobResult:
-    """Build (or refit) ``job`` and publish a manifest for each of its targets.
+            upload_progress: Callable[[str], Progress] | None = None, signer: Signer | None = None) -> JobResult:
+    """Build (or refit) ``job`` and publish a manifest, its provenance and (with ``signer``) a signature per target.
 
     The user's errors (a model the parser rejects, a bad profile) become failed outcomes; infrastructure errors
     propagate, so the caller's retry policy sees them; anything else is a bug and propagates too.
@@ -74,9 +78,9 @@ def run_job(store: Store, job: BuildJob, work: Path, *, run_id: str | None = Non
     try:
         model = job_model(store, job, work)
         if job.refit_of:
-            return _refit(store, job, model, run_id)
+            return _refit(store, job, model, run_id, signer)
         outcomes = build_group(store, model, job.plans, job.profile_models(), progress=progress,
-                               upload_progress=upload_progress, run_id=run_id)
+                               upload_progress=upload_progress, run_id=run_id, signer=signer)
     except UserInputError as err:
         return _failed(job, str(err))
     if job.full_build_reason:
@@ -85,12 +89,13 @@ def run_job(store: Store, job: BuildJob, work: Path, *, run_id: str | None = Non
     return JobResult(job_id=job.job_id, model=job.model.name, outcomes=outcomes)
 
 
-def _refit(store: Store, job: BuildJob, model: ModelSource, run_id: str | None) -> JobResult:
+def _refit(store: Store, job: BuildJob, model: ModelSource, run_id: str | None, signer: Signer | None) -> JobResult:
     from trtfarm.building.refit import refit_and_publish
     from trtfarm.toolchain.refitter import RefitUnavailable
 
     try:
-        outcome = refit_and_publish(store, model, job.lead, job.refit_of, job.profile_models(), run_id=run_id)
+        outcome = refit_and_publish(store, model, job.lead, job.refit_of, job.profile_models(), run_id=run_id,
+                                    signer=signer)
     except RefitUnavailable as err:
         return JobResult(job_id=job.job_id, model=job.model.name, refit_unavailable=str(err))
     return JobResult(job_id=job.job_id, model=job.model.name, outcomes=[outcome])

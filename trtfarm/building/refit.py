@@ -72,14 +72,15 @@ def refit_decision(store: Store, model: ModelSource, plan: TargetPlan, profiles:
 
 
 def refit_and_publish(store: Store, model: ModelSource, plan: TargetPlan, parent_key: str, profiles: list[Profile],
-                      run_id: str | None = None, refit: Callable | None = None) -> TargetOutcome:
+                      run_id: str | None = None, refit: Callable | None = None, signer=None) -> TargetOutcome:
     """Refit the released plan ``parent_key`` with ``model``'s weights and publish it as this export's plan.
 
     The plan is checked as a build would be and published under the target's key for this export; its manifest
-    names the parent (``lineage``) and keeps the parent's tactics. ``refit`` is the toolchain seam
-    (``trtfarm.toolchain.refitter.refit_plan``, GPU only); it raises ``RefitUnavailable`` where the engine cannot load.
+    names the parent (``lineage``) and keeps the parent's tactics; ``signer`` signs it as a build would. ``refit``
+    is the toolchain seam (``trtfarm.toolchain.refitter.refit_plan``, GPU only); it raises ``RefitUnavailable``
+    where the engine cannot load.
     """
-    from trtfarm.building.build import build_manifest, engine_result
+    from trtfarm.building.build import attestation, build_manifest, engine_result
     from trtfarm.building.outcome import outcome_from_manifest, release_if_allowed
     from trtfarm.toolchain import import_flavour, read_plan_header
     from trtfarm.toolchain.refitter import refit_plan
@@ -110,7 +111,7 @@ def refit_and_publish(store: Store, model: ModelSource, plan: TargetPlan, parent
                                         "plan": m.plan.model_copy(update=keep),
                                         "build": m.build.model_copy(update={"reproduce": reproduce})})
 
-        pub = publish_plan(store, plan.prefix, path, manifest_for)
+        pub = publish_plan(store, plan.prefix, path, manifest_for, attest=attestation(store, model, plan, signer))
     outcome = outcome_from_manifest(store, plan, pub.manifest, status="built",
                                     reason=f"refitted from {parent_key} in {wall:.2f} s (no rebuild)")
     outcome.release = release_if_allowed(store, pub.manifest_key, pub.manifest, plan.target.release_on, run_id)

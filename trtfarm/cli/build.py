@@ -202,18 +202,27 @@ def plans(store: str = STORE_OPT, model: str = typer.Option(None, "--model", hel
 
 @app.command()
 def show(manifest: str = typer.Argument(..., help="manifest: a store key, file:// or s3:// URL, or a local path"),
-         store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
-    """Print one manifest."""
-    from trtfarm.publishing.catalog import load_manifest
+         store: str = STORE_OPT, as_json: bool = JSON_OPT,
+         provenance: bool = typer.Option(False, "--provenance", help="with --json: print the provenance statement "
+                                         "(in-toto, SLSA provenance v1) instead of the manifest")) -> None:
+    """Print one manifest and its provenance (who built the plan, from what)."""
+    from trtfarm.publishing.catalog import load_attested
 
     try:
-        url, m = load_manifest(manifest, store_uri(store))
+        url, m, prov = load_attested(manifest, store_uri(store))
     except TrtfarmError as e:
         raise fail(str(e)) from e
+    if as_json and provenance:
+        if prov is None:
+            raise fail(f"{url}: no provenance beside this manifest (published before trtfarm recorded it)", code=1)
+        print(json.dumps(prov, indent=2))
+        return
     if as_json:
         print(m.to_json().decode(), end="")
         return
-    from trtfarm.publishing.catalog import manifest_table
+    from trtfarm.publishing.catalog import manifest_table, provenance_table
 
     out.print(manifest_table(url, m))
+    out.print(provenance_table(prov) if prov else "provenance: none beside this manifest (published before trtfarm "
+              "recorded it)", highlight=False)
 

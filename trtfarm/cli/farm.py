@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -58,13 +59,15 @@ def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve 
                                             "(http://127.0.0.1:8080/health) for container health checks"),
            targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT, server_wait: int = SERVER_WAIT_OPT) -> None:
     """Check the local GPU and toolchains against POOL's targets; only then start a Prefect worker on it."""
-    from trtfarm.planning.fleet import load_fleet
+    from trtfarm.planning.fleet import load_fleet, signing_settings
     from trtfarm.planning.targets import local_capabilities
     from trtfarm.workers.admission import check_worker
+    from trtfarm.workers.identity import NAME_ENV, POOL_ENV
 
     try:
         caps = local_capabilities()
         result = check_worker(load_fleet(targets_path(targets_file)), pool, caps.gpus, caps.versions, queue)
+        signing_settings(targets_path(targets_file), only="key").signer()  # a configured key must load, now
     except TrtfarmError as e:
         raise fail(str(e)) from e
     if as_json:
@@ -86,7 +89,7 @@ def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve 
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     env = {**os.environ, "PREFECT_WORKER_QUERY_SECONDS": os.environ.get("PREFECT_WORKER_QUERY_SECONDS", "1"),
            "TRTFARM_HOME": str(project_root()), "TRTFARM_TARGETS": str(Path(targets_path(targets_file)).resolve()),
-           "PATH": path}
+           "PATH": path, POOL_ENV: pool, NAME_ENV: name or os.environ.get(NAME_ENV) or f"{pool}@{socket.gethostname()}"}
     os.execve(argv[0], argv, env)  # the checked process becomes the worker (signals go straight to Prefect)
 
 

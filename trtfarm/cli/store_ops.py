@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from trtfarm.cli.common import JSON_OPT, STORE_OPT, TARGETS_OPT, app, err, fail, out, store_uri, targets_path
@@ -83,16 +84,21 @@ def release(manifest: str = typer.Argument(..., help="the plan's manifest: store
             force: bool = typer.Option(False, "--force", help="release although the verification policy refuses"),
             targets_file: Path = TARGETS_OPT, store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     """Move (or roll back) a release pointer by hand, recorded with who and why."""
+    from trtfarm.planning.fleet import signing_settings
     from trtfarm.publishing.catalog import load_manifest
     from trtfarm.publishing.release import move_release
+    from trtfarm.signing.bundle import SignatureRefused
     from trtfarm.store import open_store
 
     try:
         url, m = load_manifest(manifest, store_uri(store))
         s = open_store(store_uri(store))
         key = url.removeprefix(s.uri + "/")
+        trust = signing_settings(targets_path(targets_file), only="trust").trusted_keys()
         pointer = move_release(s, key, m, release_on=_release_on(targets_file, m.target.target_id), reason=reason,
-                               rollback=rollback, force=force)
+                               rollback=rollback, force=force, trust=trust)
+    except SignatureRefused as e:
+        raise fail(f"refused: {e}", code=1) from e
     except TrtfarmError as e:
         raise fail(str(e)) from e
     if as_json:
@@ -118,30 +124,38 @@ def pull(model: str = typer.Argument(..., help="model name"),
          gpu: str = typer.Option(None, "--gpu", help="fleet GPU key instead of this host's GPU"),
          toolchain: str = typer.Option(None, "--toolchain", help="e.g. tensorrt-11.4.0.106 instead of the installed"),
          targets_file: Path = TARGETS_OPT, store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
-    """Fetch the plan released for this host's GPU and toolchain, sha256-checked, with its manifest beside it."""
-    from trtfarm.planning.fleet import load_fleet
+    """Fetch the plan released for this host's GPU and toolchain, checked, with its manifest beside it.
+
+    With trusted keys configured (TRTFARM_TRUSTED_KEYS or gpu_targets.yaml) the signature is checked before any plan
+    byte is downloaded; without, the pull says it is unsigned-checked.
+    """
+    from trtfarm.planning.fleet import load_fleet, signing_settings
     from trtfarm.planning.targets import local_capabilities
     from trtfarm.publishing.pull import local_gpu_key, local_toolchains, pull_release
     from trtfarm.publishing.serving_pin import ServingImageMismatch
+    from trtfarm.signing.bundle import SignatureRefused
     from trtfarm.store import open_store
 
     try:
         caps = local_capabilities()
         fleet = load_fleet(targets_path(targets_file))
+        trust = signing_settings(targets_path(targets_file), only="trust").trusted_keys()
         gpu_key = local_gpu_key(fleet, caps.gpus, gpu)
         pulled = pull_release(open_store(store_uri(store)), model, gpu_key,
-                              local_toolchains(caps.versions, toolchain), to, fleet=fleet)
-    except ServingImageMismatch as e:
-        raise fail(str(e), code=1) from e
+                              local_toolchains(caps.versions, toolchain), to, fleet=fleet, trust=trust)
+    except (ServingImageMismatch, SignatureRefused) as e:
+        raise fail(f"refused: {e}" if isinstance(e, SignatureRefused) else str(e), code=1) from e
     except TrtfarmError as e:
         raise fail(str(e)) from e
     doc = {"plan": str(pulled.plan), "manifest": str(pulled.manifest_path), "release": pulled.pointer_key,
-           "bytes": pulled.bytes}
+           "bytes": pulled.bytes, "signature": pulled.verdict.status, "signature_detail": pulled.verdict.detail}
     if as_json:
         print(json.dumps(doc, indent=2))
     else:
         out.print(f"pulled {pulled.pointer_key} -> {pulled.plan} ({pulled.bytes:,} bytes, sha256 checked)",
-                  highlight=False)
+                  highlight=False, markup=False, soft_wrap=True)
+        (out if pulled.verdict.ok else err).print(f"signature: {pulled.verdict.detail}", highlight=False,
+                                                  markup=False, soft_wrap=True)
 
 
 @app.command()
@@ -149,39 +163,53 @@ def verify(ref: Path = typer.Argument(..., help="a plan (manifest beside it) or 
            onnx_digest: str = typer.Option(None, "--onnx-digest", help="the model digest this host expects"),
            gpu_name: str = typer.Option(None, "--gpu-name", help="check against this GPU instead of the local one"),
            compute_capability: str = typer.Option(None, "--compute-capability", help="with --gpu-name"),
-           as_json: bool = JSON_OPT) -> None:
-    """Check a plan against its manifest and this host (sha256, header, model, toolchain, GPU), then load it."""
-    from trtfarm.runtime.loader import Check, find_pair, runtime_check, static_checks
+           targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
+    """Check a plan against its manifest, this host and the fleet's trusted keys, then load it."""
+    from trtfarm.planning.fleet import signing_settings
+    from trtfarm.runtime.loader import Check, find_files, runtime_check, static_checks
     from trtfarm.workers.gpu import GpuScan, LocalGpu
 
     try:
-        plan, m = find_pair(ref)
+        files = find_files(ref)
+        plan, m = files.plan, files.manifest
+        trust = signing_settings(targets_path(targets_file), only="trust").trusted_keys()
         gpus = GpuScan((LocalGpu(0, gpu_name, compute_capability or m.target.compute_capability, 0),), None) \
             if gpu_name else None
-        checks = static_checks(plan, m, expected_onnx_digest=onnx_digest, gpus=gpus)
+        checks = static_checks(plan, m, expected_onnx_digest=onnx_digest, gpus=gpus, files=files, trust=trust)
     except TrtfarmError as e:
         raise fail(str(e)) from e
-    intact = all(c.ok is not False for c in checks if c.name in ("sha256", "header", "toolchain"))
+    # an untrusted plan is never deserialised: a version-compatible one would run its host code
+    intact = all(c.ok is not False for c in checks if c.name in ("sha256", "header", "toolchain", "signature"))
     if intact and gpus is None:  # ask the runtime too, so a GPU mismatch also shows the runtime's own reason
         checks.append(runtime_check(plan, m))
     elif intact:
         checks.append(Check("runtime", None, f"not run: checked against --gpu-name {gpu_name!r}, not a local GPU"))
     rows = [{"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks]
     ok = all(c.ok is not False for c in checks)
+    sig = next(c for c in checks if c.name == "signature")
+    signature = "signed" if sig.ok else "unsigned-checked" if sig.ok is None else "refused"
     if as_json:
-        print(json.dumps({"plan": str(plan), "ok": ok, "checks": rows}, indent=2))
+        print(json.dumps({"plan": str(plan), "ok": ok, "signature": signature, "checks": rows}, indent=2))
     else:
-        table = Table(title=f"verify {plan}")
-        for col in ("check", "result", "detail"):
-            table.add_column(col, overflow="fold")
-        for c in checks:
-            mark = "[green]ok[/]" if c.ok else "[yellow]skipped[/]" if c.ok is None else "[red]MISMATCH[/]"
-            table.add_row(c.name, mark, c.detail)
-        out.print(table)
+        _verify_table(plan, checks)
     if not ok:
         err.print("refused: " + "; ".join(c.detail for c in checks if c.ok is False), highlight=False,
-                  soft_wrap=True)
+                  soft_wrap=True, markup=False)
         raise typer.Exit(1)
+    if sig.ok is None:
+        err.print(f"ok, unsigned-checked: {sig.detail.removeprefix('unsigned-checked: ')}", style="yellow",
+                  highlight=False, soft_wrap=True, markup=False)
+
+
+def _verify_table(plan: Path, checks) -> None:
+    table = Table(title=escape(f"verify {plan}"))
+    for col in ("check", "result", "detail"):
+        table.add_column(col, overflow="fold")
+    for c in checks:
+        unsigned = "[yellow]unsigned-checked[/]" if c.name == "signature" else "[yellow]skipped[/]"
+        mark = "[green]ok[/]" if c.ok else unsigned if c.ok is None else "[red]MISMATCH[/]"
+        table.add_row(escape(c.name), mark, escape(c.detail))
+    out.print(table)
 
 
 @app.command()

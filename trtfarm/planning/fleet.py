@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from trtfarm.signing.settings import SigningSettings, env_decides, settings_from
 from trtfarm.yamlfile import LocatedValueError, model_from_yaml
 
 DEFAULT_TARGETS_FILE = "gpu_targets.yaml"
@@ -158,6 +160,15 @@ class Target(_Strict):
     settings: SettingsOverride = SettingsOverride()
 
 
+class FleetSigning(_Strict):
+    """Signing and verification for the fleet; ``TRTFARM_SIGNING_KEY`` / ``TRTFARM_TRUSTED_KEYS`` win over these."""
+
+    key: str | None = Field(None, min_length=1, description="PEM private key (ECDSA P-256) workers sign with: a path "
+                            "on the worker; a relative path is relative to this file")
+    trusted_keys: list[str] = Field(default_factory=list, description="PEM public keys that verify, pull, triton and "
+                                    "load_plan accept (several during a key rotation)")
+
+
 class Fleet(_Strict):
     """The whole ``gpu_targets.yaml``."""
 
@@ -166,6 +177,7 @@ class Fleet(_Strict):
     gpus: dict[str, Gpu]
     targets: list[Target] = Field(min_length=1)
     defaults: BuilderSettings = BuilderSettings()
+    signing: FleetSigning = FleetSigning()
 
     @field_validator("toolchains", "gpus")
     @classmethod
@@ -256,6 +268,21 @@ def resolve_target(fleet: Fleet, target: Target) -> ResolvedTarget:
 def load_fleet(path: str | Path = DEFAULT_TARGETS_FILE) -> Fleet:
     """Read and validate ``gpu_targets.yaml``; errors name the file, the line and the fix."""
     return model_from_yaml(Path(path), Fleet, hint="See gpu_targets.yaml in the trtfarm repository for every key.")
+
+
+def signing_settings(targets_file: str | Path | None = None, *, only: Literal["key", "trust"] | None = None,
+                     env: Mapping[str, str] | None = None) -> SigningSettings:
+    """The signing key and trusted keys in force: the environment's, else ``targets_file``'s ``signing:`` block.
+
+    The fleet file (default ``$TRTFARM_TARGETS`` or ./gpu_targets.yaml) is read only when it exists and the
+    environment does not already set what is needed (``only``: the key, the trusted keys, or both).
+    """
+    path = Path(targets_file or default_targets_file())
+    if env_decides(only, env) or not path.is_file():
+        return settings_from(env)
+    declared, base = load_fleet(path).signing, path.resolve().parent
+    return settings_from(env, file_key=base / declared.key if declared.key else None,
+                         file_trusted=[base / p for p in declared.trusted_keys], file_source=str(path))
 
 
 def select_targets(fleet: Fleet, ids: list[str] | None = None) -> list[ResolvedTarget]:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlparse
 
+from rich.markup import escape
 from rich.table import Table
 
 from trtfarm.errors import UserInputError
-from trtfarm.publishing.layout import MANIFEST_NAME, plans_prefix
+from trtfarm.publishing.layout import MANIFEST_NAME, folder_of, plans_prefix, provenance_name
 from trtfarm.publishing.manifest import Manifest, manifest_from_json
+from trtfarm.publishing.provenance import provenance_from_json
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.store import open_store
 
@@ -35,25 +39,81 @@ def manifests_in(store, model: str | None = None) -> list[tuple[str, Manifest]]:
 
 def load_manifest(ref: str, store_uri: str) -> tuple[str, Manifest]:
     """Load a manifest from an ``s3://``/``file://`` URL, a local path, or a key in ``store_uri``."""
+    url, m, _ = load_attested(ref, store_uri)
+    return url, m
+
+
+def _local(path: Path) -> tuple[str, bytes, Callable[[str], bytes | None]]:
+    if path.is_dir():
+        path = path / MANIFEST_NAME
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise UserInputError(f"{path}: cannot read the manifest ({err.strerror})") from err
+
+    def sibling(name: str) -> bytes | None:
+        return (path.parent / name).read_bytes() if (path.parent / name).is_file() else None
+
+    return path.as_uri() if path.is_absolute() else str(path), data, sibling
+
+
+def load_attested(ref: str, store_uri: str) -> tuple[str, Manifest, dict | None]:
+    """``load_manifest`` with the provenance statement beside the manifest (None when there is none)."""
     parsed = urlparse(ref)
-    if parsed.scheme == "s3":
-        store, key = open_store(f"s3://{parsed.netloc}"), parsed.path.lstrip("/")
-    elif parsed.scheme == "file" or Path(ref).is_file():
-        path = Path(parsed.path) if parsed.scheme == "file" else Path(ref)
-        if path.is_dir():
-            path = path / MANIFEST_NAME
-        try:
-            return path.as_uri() if path.is_absolute() else str(path), manifest_from_json(path.read_bytes(), str(path))
-        except OSError as err:
-            raise UserInputError(f"{path}: cannot read the manifest ({err.strerror})") from err
+    if parsed.scheme == "file" or (parsed.scheme != "s3" and Path(ref).is_file()):
+        url, data, sibling = _local(Path(parsed.path) if parsed.scheme == "file" else Path(ref))
     else:
-        store, key = open_store(store_uri), ref.rstrip("/")
-        if not key.endswith(MANIFEST_NAME):
-            key = f"{key}/{MANIFEST_NAME}"
-    manifest = read_manifest(store, key)
-    if manifest is None:
-        raise UserInputError(f"no manifest at {store.url(key)}; `trtfarm plans` lists the published ones")
-    return store.url(key), manifest
+        if parsed.scheme == "s3":
+            store, key = open_store(f"s3://{parsed.netloc}"), parsed.path.lstrip("/")
+        else:
+            store, key = open_store(store_uri), ref.rstrip("/")
+            if not key.endswith(MANIFEST_NAME):
+                key = f"{key}/{MANIFEST_NAME}"
+        blob = store.get(key)
+        if blob is None:
+            raise UserInputError(f"no manifest at {store.url(key)}; `trtfarm plans` lists the published ones")
+        url, data = store.url(key), blob.data
+
+        def sibling(name: str) -> bytes | None:
+            got = store.get(f"{folder_of(key)}/{name}")
+            return got.data if got else None
+    manifest = manifest_from_json(data, url)
+    names = [provenance_name(hashlib.sha256(data).hexdigest())]
+    if url.endswith(".manifest.json"):  # pulled: model.plan.manifest.json beside model.plan.provenance.json
+        names.insert(0, url.rsplit("/", 1)[-1].removesuffix(".manifest.json") + ".provenance.json")
+    prov = next((d for d in map(sibling, names) if d is not None), None)
+    return url, manifest, provenance_from_json(prov, f"{url}: provenance") if prov else None
+
+
+def provenance_table(doc: dict) -> Table:
+    """The provenance statement in rows: what came out, what went in, who built it."""
+    pred = doc["predicate"]
+    build, run = pred["buildDefinition"], pred["runDetails"]
+    ext, internal = build.get("externalParameters", {}), build.get("internalParameters", {})
+    worker, image = internal.get("worker", {}), next(
+        (d for d in run["builder"].get("builderDependencies", []) if d.get("name") == "worker-image"), {})
+    t = Table(title=f"provenance ({doc['predicateType']})", show_header=False)
+    t.add_column("field", style="bold")
+    t.add_column("value", overflow="fold")
+    rows = [("subject", ", ".join(f"{s['name']} sha256 {s['digest'].get('sha256')}" for s in doc["subject"])),
+            ("builder", run["builder"]["id"]),
+            ("worker", f"{worker.get('name')} on {worker.get('host')}"
+                       + (f", pool {worker['pool']}" if worker.get("pool") else "")),
+            ("image", f"{image.get('uri')} " + (f"sha256:{image['digest']['sha256']}" if image.get("digest") else
+                                                f"({image.get('annotations', {}).get('note', 'no digest known')})")),
+            ("gpu", str(worker.get("gpu"))),
+            ("toolchain", " ".join(str(v) for v in internal.get("toolchain", {}).values())),
+            ("build digest", str(internal.get("build_digest"))),
+            ("onnx", f"{ext.get('onnx_digest')} from {ext.get('source_uri')}"),
+            ("precision", f"{ext.get('precision', {}).get('recipe')} (converted onnx "
+                          f"{ext.get('precision', {}).get('converted_onnx_digest')})"),
+            *[(f"input {d['name']}", f"{d.get('uri')} sha256 {d.get('digest', {}).get('sha256')}")
+              for d in build.get("resolvedDependencies", [])],
+            ("invocation", f"{run['metadata'].get('invocationId')} ({run['metadata'].get('startedOn', '?')} -> "
+                           f"{run['metadata'].get('finishedOn', '?')})")]
+    for k, v in rows:
+        t.add_row(escape(k), escape(v))
+    return t
 
 
 def manifest_table(url: str, m: Manifest) -> Table:

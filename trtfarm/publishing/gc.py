@@ -2,7 +2,9 @@
 
 Newest means by export time, then build time.
 
-Deletion order keeps readers safe: the manifest goes first (the plan becomes invisible), then the plan.
+Deletion order keeps readers safe: the manifest goes first (the plan becomes invisible), then its provenance and
+signature objects (every one in the plan folder, a publisher's unreachable leftovers too), then the plan. A kept
+plan keeps its attestations: gc never looks at keys, so a key rotation changes nothing here.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from trtfarm.publishing.attest import folder_attestations
 from trtfarm.publishing.catalog import manifests_in
+from trtfarm.publishing.layout import folder_of
 from trtfarm.publishing.release import list_pointers, toolchain_label
 from trtfarm.store import Store
 
@@ -23,6 +27,7 @@ class Doomed:
     plan_key: str
     bytes: int
     why: str
+    attestations: tuple[str, ...] = ()  # the provenance and signature objects that go with the plan
 
 
 def plans_to_delete(store: Store, keep: int) -> list[Doomed]:
@@ -38,15 +43,18 @@ def plans_to_delete(store: Store, keep: int) -> list[Doomed]:
         for rank, (key, m) in enumerate(items):
             if rank >= keep and key not in referenced:
                 doomed.append(Doomed(key, m.plan.key, m.plan.bytes,
-                                     f"{model}/{gpu}/{tc}: #{rank + 1} newest, not released (keeping {keep})"))
+                                     f"{model}/{gpu}/{tc}: #{rank + 1} newest, not released (keeping {keep})",
+                                     tuple(folder_attestations(store, folder_of(key)))))
     return doomed
 
 
 def delete_plans(store: Store, doomed: list[Doomed]) -> int:
-    """Delete manifest then plan for each; return bytes freed."""
+    """Delete manifest, attestations, then plan for each; return bytes freed."""
     freed = 0
     for d in doomed:
         store.delete(d.manifest_key)
+        for key in d.attestations:
+            store.delete(key)
         store.delete(d.plan_key)
         freed += d.bytes
     return freed

@@ -2,6 +2,7 @@
 
 ```
 plans/<model>/<onnx_digest:12>/<gpu>/<toolchain>-<version>/<build_digest:12>/{model.plan,manifest.json}
+    .../<build_digest:12>/{provenance-<manifest_sha256:16>.json,signature-<manifest_sha256:16>.sigstore.json}
 releases/<model>/<gpu>/<toolchain>-<version>.json
 timing-caches/<toolchain>-<version>/<gpu>.cache
 converted/<model>/<onnx_digest:12>/<precision_step:12>/{model.onnx,report.json}
@@ -10,6 +11,8 @@ reports/<model>/<run>/{report.md,outcomes.json,rows.json,*.png}
 runs/<run>/jobs/<job_id>.json
 webhook/exports/<claim>.json
 ```
+A manifest's provenance and signature are named by the manifest's own sha256: each publisher writes its pair before
+its manifest, and whichever manifest wins the create-only write finds its own pair beside it.
 Model names and GPU keys are path segments: ``check_name`` refuses anything that could leave its folder.
 ``tests/publishing/test_layout.py`` pins this layout like a file format.
 """
@@ -25,6 +28,7 @@ PLAN_NAME, MANIFEST_NAME = "model.plan", "manifest.json"
 ONNX_NAME, EXPORT_NAME = "model.onnx", "export.json"
 PLANS, RELEASES, TIMING_CACHES, CONVERTED, MODELS, REPORTS, RUNS = (
     "plans", "releases", "timing-caches", "converted", "models", "reports", "runs")
+PROVENANCE_PREFIX, SIGNATURE_PREFIX, SIGNATURE_SUFFIX = "provenance-", "signature-", ".sigstore.json"
 TEMP_PREFIX = ".tmp-"  # in-flight writes of the file store; never a key
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -60,6 +64,36 @@ def plan_key(prefix: str) -> str:
 def manifest_key(prefix: str) -> str:
     """The manifest of a plan folder."""
     return f"{prefix}/{MANIFEST_NAME}"
+
+
+def provenance_name(manifest_sha256: str) -> str:
+    """``provenance-<manifest_sha256:16>.json``: the in-toto provenance statement of the manifest with that sha256."""
+    return f"{PROVENANCE_PREFIX}{manifest_sha256[:16]}.json"
+
+
+def signature_name(manifest_sha256: str) -> str:
+    """``signature-<manifest_sha256:16>.sigstore.json``: the bundle signing plan, manifest and provenance."""
+    return f"{SIGNATURE_PREFIX}{manifest_sha256[:16]}{SIGNATURE_SUFFIX}"
+
+
+def provenance_key(prefix: str, manifest_sha256: str) -> str:
+    """The provenance statement of one manifest of a plan folder."""
+    return f"{prefix}/{provenance_name(manifest_sha256)}"
+
+
+def signature_key(prefix: str, manifest_sha256: str) -> str:
+    """The signature bundle of one manifest of a plan folder."""
+    return f"{prefix}/{signature_name(manifest_sha256)}"
+
+
+def folder_of(key: str) -> str:
+    """The plan folder (prefix) of any key in it."""
+    return key.rsplit("/", 1)[0]
+
+
+def is_attestation(name: str) -> bool:
+    """True for a provenance or signature object's name (the objects named by a manifest's sha256)."""
+    return name.startswith((PROVENANCE_PREFIX, SIGNATURE_PREFIX))
 
 
 def plans_prefix(model: str | None = None) -> str:

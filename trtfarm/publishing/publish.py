@@ -1,10 +1,14 @@
 """The publish protocol: no reader ever sees half a result.
 
 1. Stream the plan to ``<prefix>/model.plan`` create-only, computing sha256 on the way.
-2. Write ``<prefix>/manifest.json`` create-only. If it exists, another worker published the same build: read it,
-   and when it describes the same build the publish is done (idempotent).
-Readers go manifest -> plan and check the plan's sha256 against the manifest. A plan without a manifest (a worker
-that died between the two steps) is invisible to readers; the next publish of that build adopts it.
+2. Write the provenance and (with a signing key) the signature of the manifest about to be written, create-only,
+   named by that manifest's sha256 (attest.py).
+3. Write ``<prefix>/manifest.json`` create-only. If it exists, another worker published the same build: delete the
+   pair of step 2 (it describes a manifest that is not there), read the stored manifest, and when it describes the
+   same build the publish is done (idempotent).
+Readers go manifest -> signature and provenance (by the manifest's sha256) -> plan, and check the plan's sha256
+against the manifest. A plan without a manifest (a worker that died between the steps) is invisible to readers; the
+next publish of that build adopts it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 
 from trtfarm.errors import IntegrityError, StoreError
 from trtfarm.publishing import layout
+from trtfarm.publishing.attest import Attestation, attestation_objects, folder_attestations, write_attestations
 from trtfarm.publishing.manifest import Manifest, PlanInfo, manifest_from_json
 from trtfarm.scratch import scratch_dir
 from trtfarm.store import AlreadyExists, Store
@@ -70,14 +75,34 @@ def plan_rehash(store: Store, manifest: Manifest) -> str | None:
 
 
 def withdraw(store: Store, prefix: str) -> None:
-    """Remove a damaged publish: the manifest first (readers then see "not built", never a bad plan), then the plan."""
+    """Remove a damaged publish: the manifest (readers then see "not built", never a bad plan), its pair, the plan."""
     store.delete(layout.manifest_key(prefix))
+    for key in folder_attestations(store, prefix):
+        store.delete(key)
     store.delete(layout.plan_key(prefix))
 
 
+def _create_manifest(store: Store, prefix: str, manifest: Manifest, attest: Attestation | None) -> bool:
+    """Steps 2 and 3: the attestations, then the manifest; False (and our attestations gone) when another won."""
+    data = manifest.to_json()
+    written = write_attestations(store, attestation_objects(prefix, manifest, data, attest)) if attest else []
+    if store.put_if_absent(layout.manifest_key(prefix), data):
+        return True
+    stored = store.get(layout.manifest_key(prefix))
+    if stored is not None and stored.data == data:
+        return False  # the winner wrote these very bytes: the pair is as much its as ours
+    for key in written:  # they describe our manifest, which lost the create-only write: nobody can reach them
+        store.delete(key)
+    return False
+
+
 def publish_plan(store: Store, prefix: str, plan_path: Path, manifest_for: Callable[[PlanInfo], Manifest],
-                 progress: Progress | None = None) -> Published:
-    """Publish ``plan_path`` and the manifest ``manifest_for(plan_info)`` under ``prefix``."""
+                 progress: Progress | None = None, attest: Attestation | None = None) -> Published:
+    """Publish ``plan_path`` and the manifest ``manifest_for(plan_info)`` under ``prefix``.
+
+    ``attest`` adds the provenance of the manifest and, with a signer, the signature over plan, manifest and
+    provenance; both are stored before the manifest makes the plan visible.
+    """
     plan_key, manifest_key = layout.plan_key(prefix), layout.manifest_key(prefix)
     existing = read_manifest(store, manifest_key)
     if existing is not None and plan_intact(store, existing) is not None:
@@ -94,7 +119,7 @@ def publish_plan(store: Store, prefix: str, plan_path: Path, manifest_for: Calla
     ours = None
     if existing is None:
         ours = manifest_for(PlanInfo(key=plan_key, bytes=size, sha256=sha))
-        if store.put_if_absent(manifest_key, ours.to_json()):
+        if _create_manifest(store, prefix, ours, attest):
             return Published(manifest_key, ours, True)
         existing = read_manifest(store, manifest_key)
     if existing is None:

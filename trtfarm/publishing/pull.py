@@ -1,4 +1,9 @@
-"""``trtfarm pull``: on a serving host, fetch the released plan for this GPU and toolchain, checked."""
+"""``trtfarm pull``: on a serving host, fetch the released plan for this GPU and toolchain, checked.
+
+The signature is checked against the trusted keys before any plan byte is downloaded; the plan is then checked
+against the manifest's sha256 on the way. The manifest, its provenance and its signature land beside the plan
+byte for byte, so ``trtfarm verify`` and ``load_plan`` check the same signature again on the host.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +12,13 @@ from pathlib import Path
 
 from trtfarm.errors import UserInputError
 from trtfarm.planning.fleet import Fleet
+from trtfarm.publishing.attest import read_stored
 from trtfarm.publishing.layout import release_key
-from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.release import list_pointers, read_pointer
 from trtfarm.publishing.serving_pin import check_serving_images
-from trtfarm.runtime.loader import manifest_beside
+from trtfarm.runtime.loader import manifest_beside, provenance_beside, signature_beside
+from trtfarm.signing.keys import TrustedKeys
+from trtfarm.signing.verdict import TrustVerdict
 from trtfarm.store import Store
 from trtfarm.store.base import Progress
 from trtfarm.workers.gpu import GpuScan
@@ -25,6 +32,7 @@ class Pulled:
     manifest_path: Path
     pointer_key: str
     bytes: int
+    verdict: TrustVerdict
 
 
 def local_gpu_key(fleet: Fleet, gpus: GpuScan, override: str | None) -> str:
@@ -53,27 +61,37 @@ def local_toolchains(installed: dict[str, str | None], override: str | None) -> 
 
 
 def pull_release(store: Store, model: str, gpu: str, toolchains: list[str], dest: Path | None = None,
-                 progress: Progress | None = None, fleet: Fleet | None = None) -> Pulled:
+                 progress: Progress | None = None, fleet: Fleet | None = None,
+                 trust: TrustedKeys | None = None) -> Pulled:
     """Download the plan released for (model, gpu, one of toolchains) to ``dest``, sha256-checked.
 
     A plan whose TensorRT differs from its declared serving image (in the manifest, or in ``fleet`` now) is refused
-    before any byte is downloaded (``ServingImageMismatch``).
+    before any byte is downloaded (``ServingImageMismatch``); so is a plan not signed by one of ``trust``'s keys
+    (``SignatureRefused``; without ``trust`` the pull is unsigned-checked, and a version-compatible plan refused).
     """
     for label in toolchains:
         key = release_key(model, gpu, label)
         pointer, _ = read_pointer(store, key)
         if pointer is None:
             continue
-        manifest = read_manifest(store, pointer.manifest)
-        if manifest is None or manifest.plan.sha256 != pointer.plan_sha256:
+        stored = read_stored(store, pointer.manifest)
+        if stored is None or stored.manifest.plan.sha256 != pointer.plan_sha256:
             raise UserInputError(f"{store.url(key)} points at {pointer.manifest}, which is missing or does not "
                                  "match the pointer; re-release the plan (`trtfarm release`)")
+        manifest = stored.manifest
         check_serving_images(manifest, store.url(pointer.manifest), fleet)
+        verdict = stored.verdict(trust)
+        verdict.raise_if_refused(store.url(pointer.manifest))
         dest = Path(dest or f"{model}.plan")
         size = store.download_file(manifest.plan.key, dest, sha256=manifest.plan.sha256, progress=progress)
         mpath = manifest_beside(dest)
-        mpath.write_bytes(manifest.to_json())
-        return Pulled(dest, mpath, key, size)
+        mpath.write_bytes(stored.manifest_bytes)
+        for path, data in ((signature_beside(dest), stored.signature), (provenance_beside(dest), stored.provenance)):
+            if data is None:
+                path.unlink(missing_ok=True)  # never leave an older pull's attestation beside this plan
+            else:
+                path.write_bytes(data)
+        return Pulled(dest, mpath, key, size, verdict)
     existing = [f"{p.gpu} / {p.toolchain}" for p in list_pointers(store, model)]
     raise UserInputError(f"no released plan of {model!r} for GPU {gpu!r} with {' or '.join(toolchains)}. "
                          + (f"Released: {', '.join(existing)}." if existing else f"{model!r} has no releases in "

@@ -104,8 +104,19 @@ def _older(m: Manifest, current: ReleasePointer) -> bool:
 
 def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: str = "engine", reason: str,
                  by: str | None = None, rollback: bool = False, force: bool = False,
-                 max_attempts: int = 20) -> ReleasePointer:
-    """Point (model, GPU, toolchain) at ``manifest_key``; ``ReleaseRefused`` when policy or ordering forbid it."""
+                 max_attempts: int = 20, trust=None) -> ReleasePointer:
+    """Point (model, GPU, toolchain) at ``manifest_key``; ``ReleaseRefused`` when policy or ordering forbid it.
+
+    With ``trust`` (the fleet's ``TrustedKeys``), a plan that serving hosts would refuse is not released
+    (``SignatureRefused``; ``force`` does not override it): a rotation keeps every plan signed by a still-trusted key.
+    """
+    if trust is not None:
+        from trtfarm.publishing.attest import read_stored
+
+        stored = read_stored(store, manifest_key)
+        if stored is None:
+            raise ReleaseRefused(f"not released: no manifest at {store.url(manifest_key)}")
+        stored.verdict(trust).raise_if_refused(f"not released: {store.url(manifest_key)}")
     blocker = None if force else policy_blocker(m, release_on)
     if blocker:
         raise ReleaseRefused(f"not released: {blocker}")

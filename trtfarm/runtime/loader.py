@@ -1,19 +1,23 @@
 """Load a plan only when it is the right one: ``load_plan`` and ``trtfarm verify``.
 
 Before deserialising: the plan's sha256 against its manifest, the plan header (no GPU needed), the model digest the
-caller expects, the installed toolchain flavour and version, and the local GPU model and compute capability. Then
-the runtime itself. Any difference raises ``PlanMismatch`` naming what differs and how to get the right plan.
+caller expects, the installed toolchain flavour and version, the local GPU model and compute capability, and the
+signature against the fleet's trusted keys (``TRTFARM_TRUSTED_KEYS`` or gpu_targets.yaml). Then the runtime itself.
+Any difference raises ``PlanMismatch`` naming what differs and how to get the right plan; an untrusted plan raises
+``UntrustedPlan`` (a ``PlanMismatch``) and is never deserialised.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from trtfarm.errors import UserInputError
 from trtfarm.identity import sha256_file
-from trtfarm.planning.fleet import RTX_COMPUTE_CAPABILITIES
+from trtfarm.planning.fleet import RTX_COMPUTE_CAPABILITIES, signing_settings
+from trtfarm.publishing import layout
 from trtfarm.publishing.manifest import Manifest, manifest_from_json
 from trtfarm.toolchain.flavour import installed_version
 from trtfarm.toolchain.header import read_plan_header, version_matches
@@ -30,6 +34,14 @@ class PlanMismatch(UserInputError):
         super().__init__(f"{plan}: refusing to load it:\n" + "\n".join(f"  - {d}" for d in differences) + f"\n{FIX}")
 
 
+class UntrustedPlan(PlanMismatch):
+    """The plan is not signed by a key the fleet trusts (or is version-compatible and unsigned-checked)."""
+
+    def __init__(self, plan: Path, differences: list[str]) -> None:
+        self.differences = differences
+        UserInputError.__init__(self, f"{plan}: refusing to load it: " + "; ".join(differences))
+
+
 @dataclass(frozen=True)
 class Check:
     """One check of ``verify``."""
@@ -44,24 +56,83 @@ def manifest_beside(plan: Path) -> Path:
     return plan.with_name(plan.name + ".manifest.json")
 
 
-def find_pair(ref: Path) -> tuple[Path, Manifest]:
-    """Accept a plan (manifest beside it) or a manifest (plan beside it, or at its key under a store root)."""
-    ref = Path(ref)
-    if ref.name.endswith(".json"):
-        manifest = manifest_from_json(ref.read_bytes(), str(ref))
-        candidates = [ref.with_name(ref.name.removesuffix(".manifest.json")), ref.with_name("model.plan")]
-        plan = next((c for c in candidates if c.is_file() and c != ref), candidates[-1])
-    else:
-        plan, mpath = ref, manifest_beside(ref)
-        if not mpath.is_file() and ref.with_name("manifest.json").is_file():
-            mpath = ref.with_name("manifest.json")
-        if not mpath.is_file():
-            raise UserInputError(f"{ref}: no manifest beside it ({mpath.name} or manifest.json); `trtfarm pull` "
-                                 "writes one, or pass the manifest itself")
-        manifest = manifest_from_json(mpath.read_bytes(), str(mpath))
+def signature_beside(plan: Path) -> Path:
+    """Where ``pull`` puts a plan's signature bundle: ``model.plan`` -> ``model.plan.sigstore.json``."""
+    return plan.with_name(plan.name + layout.SIGNATURE_SUFFIX)
+
+
+def provenance_beside(plan: Path) -> Path:
+    """Where ``pull`` puts a plan's provenance statement: ``model.plan`` -> ``model.plan.provenance.json``."""
+    return plan.with_name(plan.name + ".provenance.json")
+
+
+@dataclass(frozen=True)
+class PlanFiles:
+    """A plan on disk with its manifest (exact bytes), and the signature and provenance found beside them."""
+
+    plan: Path
+    manifest_path: Path
+    manifest: Manifest
+    manifest_bytes: bytes
+    signature: bytes | None
+    provenance: bytes | None
+
+
+def _first(*paths: Path) -> bytes | None:
+    return next((p.read_bytes() for p in paths if p.is_file()), None)
+
+
+def find_files(ref: Path) -> PlanFiles:
+    """Like ``find_pair``, with the attestations: beside a pulled plan, or in a store's plan folder."""
+    plan, mpath = _locate(Path(ref))
+    data = mpath.read_bytes()
+    manifest = manifest_from_json(data, str(mpath))
     if not plan.is_file():
         raise UserInputError(f"{plan}: the plan named by the manifest is not there")
-    return plan, manifest
+    msha = hashlib.sha256(data).hexdigest()
+    folder = mpath.parent
+    return PlanFiles(plan, mpath, manifest, data,
+                     _first(signature_beside(plan), folder / layout.signature_name(msha)),
+                     _first(provenance_beside(plan), folder / layout.provenance_name(msha)))
+
+
+def find_pair(ref: Path) -> tuple[Path, Manifest]:
+    """Accept a plan (manifest beside it) or a manifest (plan beside it, or at its key under a store root)."""
+    files = find_files(ref)
+    return files.plan, files.manifest
+
+
+def _locate(ref: Path) -> tuple[Path, Path]:
+    """(plan, manifest path) of a plan or a manifest."""
+    if ref.name.endswith(".json"):
+        if not ref.is_file():
+            raise UserInputError(f"{ref}: no such manifest")
+        candidates = [ref.with_name(ref.name.removesuffix(".manifest.json")), ref.with_name("model.plan")]
+        return next((c for c in candidates if c.is_file() and c != ref), candidates[-1]), ref
+    mpath = manifest_beside(ref)
+    if not mpath.is_file() and ref.with_name("manifest.json").is_file():
+        mpath = ref.with_name("manifest.json")
+    if not mpath.is_file():
+        raise UserInputError(f"{ref}: no manifest beside it ({mpath.name} or manifest.json); `trtfarm pull` "
+                             "writes one, or pass the manifest itself")
+    return ref, mpath
+
+
+def configured_trust():
+    """The fleet's trusted keys (``TRTFARM_TRUSTED_KEYS``, else gpu_targets.yaml), or None when none is set."""
+    return signing_settings(only="trust").trusted_keys()
+
+
+def signature_check(files: PlanFiles, trust, plan_sha256: str) -> Check:
+    """The ``signature`` check: signed by a trusted key (ok), unsigned-checked (None: no trust), or refused."""
+    from trtfarm.signing.verdict import check_signature
+
+    msha = hashlib.sha256(files.manifest_bytes).hexdigest()
+    actual = {layout.PLAN_NAME: plan_sha256, layout.MANIFEST_NAME: msha}
+    if files.provenance is not None:
+        actual[layout.provenance_name(msha)] = hashlib.sha256(files.provenance).hexdigest()
+    verdict = check_signature(trust, files.signature, actual, host_code=files.manifest.target.version_compatible)
+    return Check("signature", verdict.ok, verdict.detail)
 
 
 def _gpu_fits(m: Manifest, gpu: LocalGpu) -> bool:
@@ -76,8 +147,9 @@ def _gpu_fits(m: Manifest, gpu: LocalGpu) -> bool:
 
 
 def static_checks(plan: Path, m: Manifest, *, expected_onnx_digest: str | None = None,
-                  installed: Mapping[str, str | None] | None = None, gpus: GpuScan | None = None) -> list[Check]:
-    """Everything that can be checked without running the engine."""
+                  installed: Mapping[str, str | None] | None = None, gpus: GpuScan | None = None,
+                  files: PlanFiles | None = None, trust=None) -> list[Check]:
+    """Everything that can be checked without running the engine; with ``files``, the signature against ``trust``."""
     checks = []
     digest = sha256_file(plan)
     checks.append(Check("sha256", digest == m.plan.sha256, f"plan sha256 {digest[:16]}…, manifest says "
@@ -102,15 +174,25 @@ def static_checks(plan: Path, m: Manifest, *, expected_onnx_digest: str | None =
     fits = [g for g in gpus.gpus if _gpu_fits(m, g)]
     checks.append(Check("gpu", bool(fits), f"plan is for {m.target.gpu_name} (cc {m.target.compute_capability}, "
                         f"class {m.target.compat_class}); this host has {gpus.describe()}"))
+    if files is not None:
+        checks.append(signature_check(files, trust, digest))
     return checks
 
 
 def load_plan(ref: str | Path, *, expected_onnx_digest: str | None = None,
-              installed: Mapping[str, str | None] | None = None, gpus: GpuScan | None = None):
-    """Check the plan against its manifest and this host, then deserialise it. Returns the engine."""
-    plan, m = find_pair(Path(ref))
-    bad = [c.detail for c in static_checks(plan, m, expected_onnx_digest=expected_onnx_digest, installed=installed,
-                                           gpus=gpus) if c.ok is False]
+              installed: Mapping[str, str | None] | None = None, gpus: GpuScan | None = None, trust=None):
+    """Check the plan against its manifest, this host and the fleet's trusted keys, then deserialise it.
+
+    ``trust`` (``TrustedKeys``) overrides the configured keys (``TRTFARM_TRUSTED_KEYS``, else gpu_targets.yaml).
+    Without trusted keys a plan loads unsigned-checked, except a version-compatible one. Returns the engine.
+    """
+    files = find_files(Path(ref))
+    plan, m = files.plan, files.manifest
+    checks = static_checks(plan, m, expected_onnx_digest=expected_onnx_digest, installed=installed, gpus=gpus,
+                           files=files, trust=trust or configured_trust())
+    bad = [c.detail for c in checks if c.ok is False]
+    if any(c.name == "signature" and c.ok is False for c in checks):
+        raise UntrustedPlan(plan, bad)
     if bad:
         raise PlanMismatch(plan, bad)
     from trtfarm.toolchain import import_flavour

@@ -6,8 +6,9 @@ DIR/<model>/<version>/model.<gpu>.plan         one version per release (``versio
 DIR/<gpu>/<model>/...                          instead, when two GPUs of one compute capability need two plans
 ```
 Every plan is sha256-checked as it is downloaded and refused when its TensorRT differs from its declared serving
-image (``publishing.serving_pin``). The repository is assembled in a scratch folder beside it and moved into place,
-so a server polling ``DIR`` never sees half a model.
+image (``publishing.serving_pin``), or, with trusted keys configured, when no trusted key signed it (before any
+plan byte is downloaded; without trusted keys the repository is unsigned-checked, and says so). The repository is
+assembled in a scratch folder beside it and moved into place, so a server polling ``DIR`` never sees half a model.
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ from typing import Literal
 from trtfarm.errors import UserInputError
 from trtfarm.planning.fleet import Fleet
 from trtfarm.profiles.profile import ProfilesFile, profiles_json
+from trtfarm.publishing.attest import StoredPlan, read_stored
 from trtfarm.publishing.manifest import Manifest
-from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.release import ReleasePointer, list_pointers
 from trtfarm.publishing.serving_pin import check_serving_images
 from trtfarm.scratch import scratch_dir
 from trtfarm.serving.triton_config import ConfigSpec, config_text
 from trtfarm.serving.versions import Version, capability_collisions, model_versions
+from trtfarm.signing.keys import TrustedKeys
 from trtfarm.store import Store
 
 AUTO_INSTANCES_CAP = 4  # instances per profile taken from the engine check's contexts_that_fit, at most
@@ -49,6 +51,7 @@ class TritonRequest:
     instances: int | None = None
     batching: Literal["explicit", "dynamic"] = "explicit"
     traffic: ProfilesFile | None = None  # the profiles file derived from traffic (its buckets: preferred sizes)
+    trust: TrustedKeys | None = None  # the fleet's trusted keys (None: unsigned-checked)
 
 
 @dataclass
@@ -114,12 +117,21 @@ class _Manifests:
     """Manifests read once each, by key."""
 
     def __init__(self, store: Store) -> None:
-        self.store, self.seen = store, {}
+        self.store, self.seen, self.stored = store, {}, {}
 
     def get(self, key: str) -> Manifest | None:
         if key not in self.seen:
-            self.seen[key] = read_manifest(self.store, key)
+            self.stored[key] = read_stored(self.store, key)
+            self.seen[key] = self.stored[key].manifest if self.stored[key] else None
         return self.seen[key]
+
+    def signed(self, key: str, trust: TrustedKeys | None) -> str:
+        """The plan's signature verdict; ``SignatureRefused`` when serving hosts would refuse it."""
+        self.get(key)
+        stored: StoredPlan = self.stored[key]
+        verdict = stored.verdict(trust)
+        verdict.raise_if_refused(self.store.url(key))
+        return verdict.status
 
     def complete(self, versions: Sequence[Version], notes: list[str]) -> list[Version]:
         """The versions whose manifests are all still in the store (gc may have removed an old one)."""
@@ -226,6 +238,10 @@ def _repository(store: Store, req: TritonRequest, root: Path, pointers: Sequence
     for v in versions:
         for key in v.manifests.values():
             check_serving_images(manifests.get(key), store.url(key), fleet)
+            manifests.signed(key, req.trust)
+    notes.append(f"signatures: every plan signed by a trusted key ({req.trust.describe()})" if req.trust else
+                 "signatures: unsigned-checked (no trusted keys configured: TRTFARM_TRUSTED_KEYS or signing."
+                 "trusted_keys in gpu_targets.yaml), so nothing proves who built these plans")
     spec = config_spec(req, newest, notes)
     text = config_text(spec)
     _write(store, root / req.model, text, versions, manifests)
