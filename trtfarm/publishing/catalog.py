@@ -8,7 +8,7 @@ from urllib.parse import urlparse
 from rich.table import Table
 
 from trtfarm.errors import UserInputError
-from trtfarm.publishing.layout import MANIFEST_NAME, plans_prefix
+from trtfarm.publishing.layout import MANIFEST_NAME, PLANS, parse_plan_key, plans_prefix
 from trtfarm.publishing.manifest import Manifest, manifest_from_json
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.store import open_store
@@ -48,12 +48,25 @@ def load_manifest(ref: str, store_uri: str) -> tuple[str, Manifest]:
             raise UserInputError(f"{path}: cannot read the manifest ({err.strerror})") from err
     else:
         store, key = open_store(store_uri), ref.rstrip("/")
+        if len(key.split("/")) == 3 and not key.startswith(f"{PLANS}/"):
+            key = _by_short_ref(store, key)
         if not key.endswith(MANIFEST_NAME):
             key = f"{key}/{MANIFEST_NAME}"
     manifest = read_manifest(store, key)
     if manifest is None:
         raise UserInputError(f"no manifest at {store.url(key)}; `trtfarm plans` lists the published ones")
     return store.url(key), manifest
+
+
+def _by_short_ref(store, ref: str) -> str:
+    """The manifest key a ``MODEL/GPU/BUILD`` reference names (a build digest prefix is enough)."""
+    model, gpu, build = ref.split("/")
+    found = [k for k in store.list(plans_prefix(model)) if k.endswith(f"/{MANIFEST_NAME}")
+             and (f := parse_plan_key(k)) and f.gpu == gpu and f.build12.startswith(build)]
+    if len(found) != 1:
+        raise UserInputError(f"{ref}: {'no' if not found else len(found)} published plans match (MODEL/GPU/BUILD); "
+                             "`trtfarm plans` lists them")
+    return found[0]
 
 
 def manifest_table(url: str, m: Manifest) -> Table:
