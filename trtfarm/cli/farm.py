@@ -9,9 +9,21 @@ import sys
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from trtfarm.cli.common import JSON_OPT, STORE_OPT, TARGETS_OPT, app, err, fail, out, project_root, targets_path
+from trtfarm.cli.common import (
+    JSON_OPT,
+    STORE_OPT,
+    TARGETS_OPT,
+    app,
+    err,
+    fail,
+    message_text,
+    out,
+    project_root,
+    targets_path,
+)
 from trtfarm.errors import TrtfarmError
 
 SERVER_WAIT_OPT = typer.Option(60, "--server-wait", min=0, help="seconds to wait for the Prefect server to answer "
@@ -71,7 +83,7 @@ def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve 
         print(json.dumps({"pool": pool, "queue": queue, "ok": result.ok, "found": result.found, "needs": result.needs,
                           "targets": result.targets, "problems": result.problems}, indent=2))
     else:
-        out.print(f"pool {pool}: needs {result.needs}\nthis machine: {result.found}", highlight=False)
+        out.print(message_text(f"pool {pool}: needs {result.needs}\nthis machine: {result.found}"), highlight=False)
     if not result.ok:
         raise fail("refusing to serve pool {!r}:\n  - {}".format(pool, "\n  - ".join(result.problems)), code=3)
     if check_only:
@@ -129,7 +141,7 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
             table.add_row(d.pool, d.declared, d.on_server, ("[yellow]" if d.changes else "") + d.action)
         out.print(table)
     for problem in missing:
-        err.print(f"[yellow]drift:[/] {problem}", highlight=False, soft_wrap=True)
+        err.print(f"[yellow]drift:[/] {message_text(problem)}", highlight=False, soft_wrap=True)
     if check and (missing or any(d.changes for d in drift)):
         raise typer.Exit(1)
 
@@ -161,7 +173,7 @@ def pools_k8s(out_dir: Path = typer.Option(Path("infra/k8s"), "--out", help="whe
                   f"-f {out_dir}/values-{pool.name}.yaml{template}\n")
         (out_dir / f"values-{pool.name}.yaml").write_text(values + yaml.safe_dump(worker_values(pool.name, api_url),
                                                                                    sort_keys=False))
-        out.print(f"wrote {pool.name}", highlight=False)
+        out.print(message_text(f"wrote {pool.name}"), highlight=False)
 
 
 @farm_app.command("run")
@@ -242,14 +254,22 @@ def _print_run(run_id: str | None, state: str, message: str, rows: list[dict], a
         print(json.dumps({"flow_run_id": run_id, "state": state, "message": message, "outcomes": rows}, indent=2))
         return
     name = f"build-matrix run {run_id}" if run_id else "build-matrix"
-    out.print(f"{name}: {state}" + (f" ({message})" if message else ""), highlight=False, soft_wrap=True)
+    out.print(message_text(f"{name}: {state}" + (f" ({message})" if message else "")), highlight=False, soft_wrap=True)
     if rows:
-        table = Table("model", "target", "status", "build s", "reason")
+        from trtfarm.cli.tables import Column, fitted_table
+
         colours = {"built": "green", "up-to-date": "cyan", "skipped": "yellow", "failed": "red"}
-        for r in rows:
-            table.add_row(r["model"], r["target"], f"[{colours.get(r['status'], 'white')}]{r['status']}[/]",
-                          f"{r['build_s']:.2f}" if r.get("build_s") is not None else "–", r["reason"])
+        cells = [{"model": escape(r["model"]), "target": escape(r["target"]),
+                  "status": f"[{colours.get(r['status'], 'white')}]{r['status']}[/]",
+                  "build s": f"{r['build_s']:.2f}" if r.get("build_s") is not None else "–",
+                  "reason": message_text(r["reason"])} for r in rows]
+        table, dropped = fitted_table(out, [Column("model", 3), Column("target"), Column("status"),
+                                            Column("build s", 2, "right"), Column("reason", 1)], cells)
         out.print(table)
+        if "reason" in dropped:  # under the table, wrapped by words
+            for r in rows:
+                if r["reason"]:
+                    out.print(message_text(f"  {r['target']}: {r['reason']}"), highlight=False)
 
 
 def _server_errors() -> tuple[type[BaseException], ...]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from trtfarm.cli.common import JSON_OPT, STORE_OPT, app, fail, out, store_uri
+from trtfarm.cli.common import JSON_OPT, STORE_OPT, app, fail, message_text, out, store_uri
 from trtfarm.errors import TrtfarmError
 
 
@@ -111,14 +111,25 @@ def report(ref: str = typer.Argument(..., help="a run id (reports/<model>/<run>/
         print(json.dumps({"report": str(path), "html": str(path.with_name("report.html")),
                           "rows": [asdict(r) for r in rows]}, indent=2))
         return
-    table = Table(title=f"{model} — {run}")
-    for col in ("target", "status", "engine", "p50 ms", "p99 ms", "build s", "changes"):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        table.add_row(r.target, r.status, r.engine, f"{r.p50_ms:.3f}" if r.p50_ms is not None else "–",
-                      f"{r.p99_ms:.3f}" if r.p99_ms is not None else "–",
-                      f"{r.build_s:.2f}" if r.build_s is not None else "–",
-                      ("[red]REGRESSION[/] " if r.regressed else "") + (r.changes or r.reason))
+    from rich.markup import escape
+
+    from trtfarm.cli.tables import Column, fitted_table
+
+    columns = [Column("target"), Column("status"), Column("p50 ms", 5, "right"), Column("p99 ms", 5, "right"),
+               Column("build s", 4, "right"), Column("engine", 2), Column("changes", 1)]
+    cells = [{"target": escape(r.target), "status": r.status, "engine": message_text(r.engine),
+              "p50 ms": f"{r.p50_ms:.3f}" if r.p50_ms is not None else "–",
+              "p99 ms": f"{r.p99_ms:.3f}" if r.p99_ms is not None else "–",
+              "build s": f"{r.build_s:.2f}" if r.build_s is not None else "–",
+              "changes": ("[red]REGRESSION[/] " if r.regressed else "") + message_text(r.changes or r.reason)}
+             for r in rows]
+    table, dropped = fitted_table(out, columns, cells, title=escape(f"{model} — {run}"))
     out.print(table)
-    out.print(f"report: {path}", highlight=False)
-    out.print(f"html:   {path.with_name('report.html')} (open it in a browser)", highlight=False)
+    for r in rows:  # what did not fit beside the table, under it, wrapped by words
+        notes = [text for col, text in (("engine", r.engine), ("changes", r.changes or r.reason))
+                 if col in dropped and text]
+        if notes:
+            out.print(("[red]REGRESSION[/] " if r.regressed and "changes" in dropped else "")
+                      + message_text(f"  {r.target}: {'; '.join(notes)}"), highlight=False)
+    out.print(message_text(f"report: {path}"), highlight=False)
+    out.print(message_text(f"html:   {path.with_name('report.html')} (open it in a browser)"), highlight=False)

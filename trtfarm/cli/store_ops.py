@@ -8,7 +8,18 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from trtfarm.cli.common import JSON_OPT, STORE_OPT, TARGETS_OPT, app, err, fail, out, store_uri, targets_path
+from trtfarm.cli.common import (
+    JSON_OPT,
+    STORE_OPT,
+    TARGETS_OPT,
+    app,
+    err,
+    fail,
+    message_text,
+    out,
+    store_uri,
+    targets_path,
+)
 from trtfarm.errors import TrtfarmError
 from trtfarm.publishing.layout import TIMING_CACHES, timing_cache_label, timing_cache_ref
 
@@ -73,7 +84,7 @@ def cache_rm(ref: str = typer.Argument(..., help="TOOLCHAIN/GPU"), store: str = 
     if not yes:
         raise fail(f"would delete {s.url(key)}; add --yes to delete it", code=1)
     s.delete(key)
-    out.print(f"deleted {s.url(key)}")
+    out.print(message_text(f"deleted {s.url(key)}"), highlight=False)
 
 
 @app.command()
@@ -99,8 +110,8 @@ def release(manifest: str = typer.Argument(..., help="the plan's manifest: store
         print(pointer.model_dump_json(indent=2))
         return
     ev = pointer.current
-    out.print(f"{pointer.model}/{pointer.gpu}/{pointer.toolchain} -> {pointer.manifest} "
-              f"({ev.action} by {ev.by}: {ev.reason})", highlight=False)
+    out.print(message_text(f"{pointer.model}/{pointer.gpu}/{pointer.toolchain} -> {pointer.manifest} "
+                           f"({ev.action} by {ev.by}: {ev.reason})"), highlight=False)
 
 
 def _release_on(targets_file: Path | None, target_id: str) -> str:
@@ -140,8 +151,8 @@ def pull(model: str = typer.Argument(..., help="model name"),
     if as_json:
         print(json.dumps(doc, indent=2))
     else:
-        out.print(f"pulled {pulled.pointer_key} -> {pulled.plan} ({pulled.bytes:,} bytes, sha256 checked)",
-                  highlight=False)
+        out.print(message_text(f"pulled {pulled.pointer_key} -> {pulled.plan} ({pulled.bytes:,} bytes, sha256 "
+                               "checked)"), highlight=False)
 
 
 @app.command()
@@ -199,8 +210,8 @@ def gc(keep: int = typer.Option(3, "--keep", min=1, help="newest plans to keep p
         print(json.dumps({"applied": apply, "freed_bytes": freed, "plans": [d.__dict__ for d in doomed]}, indent=2))
         return
     for d in doomed:
-        out.print(f"{'deleted' if apply else 'would delete'} {d.manifest_key} ({d.bytes:,} bytes): {d.why}",
-                  highlight=False)
+        out.print(message_text(f"{'deleted' if apply else 'would delete'} {d.manifest_key} ({d.bytes:,} bytes): "
+                               f"{d.why}"), highlight=False)
     total = sum(d.bytes for d in doomed)
     out.print(f"{len(doomed)} plan(s), {total:,} bytes" + ("" if apply else " — dry run; add --apply to delete"))
 
