@@ -20,6 +20,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "pyarrow": ("profiles", "reading shape logs"),
     "prefect": ("farm", "the farm commands"),
     "docker": ("farm", "building worker images"),
+    "httpx": ("farm", "talking to the Prefect server"),
     "fastapi": ("webhook", "the webhook receiver"),
     "uvicorn": ("webhook", "the webhook receiver"),
     "cryptography": ("webhook", "SNS signature checks"),

@@ -127,7 +127,8 @@ def _note(r: dict) -> str:
     """The first clause of the reason, and for a published plan its ``MODEL/GPU/BUILD`` (what `trtfarm show` takes)."""
     from trtfarm.publishing.layout import short_ref
 
-    note = r["reason"].splitlines()[0].split(";")[0] if r["reason"] else ""
+    first = r["reason"].splitlines()[0] if r["reason"] else ""
+    note = first if r["status"] == "skipped" else first.split(";")[0]  # a skip's reason ends with its fix
     if r["status"] in ("built", "up-to-date") and r.get("manifest"):
         ref = short_ref("plans/" + r["manifest"].split("/plans/", 1)[-1])
         note = f"{note} · {ref}" if note and r["status"] == "built" else ref

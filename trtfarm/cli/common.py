@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import typer
+import typer.core
 from rich.console import Console
 from rich.markup import escape
 
@@ -60,6 +61,16 @@ def project_root() -> Path:
     return Path(os.environ.get("TRTFARM_HOME") or Path(__file__).resolve().parents[2])
 
 
+class PlainHelpCommand(typer.core.TyperCommand):
+    """A command whose own ``--help`` shows no type name either (typer labels it ``<bool>``)."""
+
+    def get_help_option(self, ctx):  # noqa: D102 (typer's)
+        option = super().get_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
 def plain_metavars(typer_app: typer.Typer) -> None:
     """Give every option and argument a metavar people read (``PROFILE``), never a type name (``<list[str]>``).
 
@@ -71,6 +82,8 @@ def plain_metavars(typer_app: typer.Typer) -> None:
     from typer.models import ArgumentInfo, OptionInfo
 
     for command in typer_app.registered_commands:
+        if command.cls in (None, typer.core.TyperCommand):
+            command.cls = PlainHelpCommand
         for name, param in inspect.signature(command.callback).parameters.items():
             info = param.default
             if not isinstance(info, (OptionInfo, ArgumentInfo)) or info.metavar is not None:

@@ -41,6 +41,9 @@ def prefect_api_url() -> str | None:
 
 def need_server(wait_s: float) -> str:
     """The Prefect API URL once its server answers; exit 2 when none is configured, 3 when it does not answer."""
+    from trtfarm.extras import require
+
+    require("prefect")  # a base install: one line naming the [farm] extra
     from trtfarm.workers.server import ServerUnavailable, wait_for_server
 
     api = prefect_api_url()
