@@ -22,16 +22,22 @@ def template_text(name: str) -> str:
 @app.command()
 def init(folder: Path = typer.Argument(Path("."), help="where to write them"),
          force: bool = typer.Option(False, "--force", help="overwrite files that are already there")) -> None:
-    """Write gpu_targets.yaml, a farm.yaml template, prefect.yaml and local-farm/postgres.sh to edit."""
+    """Write gpu_targets.yaml, a farm.yaml template, prefect.yaml and local-farm/postgres.sh to edit.
+
+    A file that is already there is kept (and named) unless ``--force``; with nothing left to write it exits 2.
+    """
     paths = [(name, folder / dest, mode) for name, dest, mode in TEMPLATES]
-    there = [str(p) for _, p, _ in paths if p.exists()]
-    if there and not force:
-        raise fail(f"{', '.join(there)}: already there; nothing written (--force overwrites)")
+    kept = [p for _, p, _ in paths if p.exists() and not force]
+    if len(kept) == len(paths):
+        raise fail(f"{', '.join(map(str, kept))}: already there; nothing written (--force overwrites)")
     for name, path, executable in paths:
+        if path in kept:
+            out.print(message_text(f"kept {path} (already there; --force overwrites)"), highlight=False)
+            continue
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(template_text(name), encoding="utf-8")
         if executable:
             path.chmod(0o755)
-        out.print(f"wrote {path}", highlight=False, markup=False)
+        out.print(message_text(f"wrote {path}"), highlight=False)
     out.print(message_text("Next: edit gpu_targets.yaml (`trtfarm targets` shows it), put farm.yaml next to your "
                            "model.onnx, then `trtfarm build model.onnx`."), highlight=False)
