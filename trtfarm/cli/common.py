@@ -41,7 +41,8 @@ def targets_path(path: Path | None) -> str:
     found = str(path or default_targets_file())
     if found == BUILTIN_FLEET:
         err.print(message_text("no gpu_targets.yaml here: using this machine's built-in fleet (its GPUs and "
-                               "installed toolchains); `trtfarm init` writes one to edit"), highlight=False)
+                               "installed toolchains); `trtfarm init` writes one to edit"), highlight=False,
+                  soft_wrap=not err.is_terminal)
     return found
 
 
