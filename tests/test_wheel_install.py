@@ -1,7 +1,8 @@
 """The wheel as a pip user installs it (not editable), into a fresh venv, in a folder outside the repository.
 
 The base install serves a host that pulls and verifies plans and loads them with ``trtfarm.runtime``: no torch, no
-Prefect. The [rtx] extra adds the toolchain, and ``trtfarm build model.onnx`` then builds in an empty folder.
+Prefect. The [rtx] extra adds the toolchain, and ``trtfarm build model.onnx`` then builds in a project folder: the
+README.md block "Your own project" runs here as written.
 pip's cache (or the machine's wheel folder) makes the two installs take seconds.
 """
 
@@ -17,6 +18,7 @@ import zipfile
 import pytest
 
 from .conftest import REPO
+from .docblocks import blocks
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +46,7 @@ def test_the_wheel_carries_the_templates_and_the_local_farm_script(wheel):
             "trtfarm/templates/local-farm/postgres.sh", "flows/build_matrix.py"} <= names
 
 
-def test_a_base_install_pulls_verifies_and_loads_then_rtx_builds_in_an_empty_folder(wheel, tmp_path, example_dir):
+def test_a_base_install_pulls_verifies_and_loads_with_neither_torch_nor_prefect(wheel, tmp_path, example_dir):
     # a plan to pull, built by the development install into a store the fresh one reads
     store = tmp_path / "store"
     subprocess.run([sys.executable, "-m", "trtfarm", "build", str(example_dir / "model.onnx"), "--store", str(store),
@@ -77,13 +79,22 @@ def test_a_base_install_pulls_verifies_and_loads_then_rtx_builds_in_an_empty_fol
         "error: prefect is not installed (the farm commands): pip install 'trtfarm[farm]' (or 'trtfarm[all]' for "
         "everything)"]
 
-    run(venv, [str(venv / "bin/pip"), "install", "-q", f"trtfarm[rtx] @ {wheel.as_uri()}"], tmp_path)
+
+
+def test_the_readme_project_block_builds_inits_and_shows_the_written_fleet(tmp_path, example_dir):
+    """README.md's "Your own project" block as written, with a home folder of its own and an export in it."""
+    block = next(b for b in blocks(REPO / "README.md") if "~/myproject" in b.text)
     project = tmp_path / "myproject"
     project.mkdir()
     shutil.copy(example_dir / "model.onnx", project / "model.onnx")
     shutil.copy(example_dir / "farm.yaml", project / "farm.yaml")
-    built = run(venv, [trtfarm, "build", "model.onnx", "--json"], project)
-    assert {r["status"] for r in json.loads(built.stdout)} == {"built"} and "built-in fleet" in built.stderr
-    run(venv, [trtfarm, "init"], project)
-    targets = run(venv, [trtfarm, "targets"], project).stdout
-    assert "h100-trt11.4" in targets and "rtx4090-rtx1.7" in targets  # the written fleet, not the built-in one
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRTFARM_", "PREFECT_", "VIRTUAL_ENV"))}
+    env["HOME"] = str(tmp_path)
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block.text], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "built-in fleet" in proc.stderr and "2 built" in proc.stdout
+    assert "wrote" in proc.stdout and "kept" in proc.stdout  # init keeps the project's farm.yaml
+    assert "h100-trt11.4" in proc.stdout.rsplit("targets (", 1)[1]  # the written fleet, not the built-in one
+    assert not (project / ".venv/bin/torch").exists() and "editable" not in subprocess.run(
+        [str(project / ".venv/bin/pip"), "show", "trtfarm"], capture_output=True, text=True).stdout.lower()

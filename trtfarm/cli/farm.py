@@ -1,4 +1,4 @@
-"""Farm commands that talk to a Prefect server: ``worker``, ``pools`` and ``farm run``."""
+"""Farm commands that talk to a Prefect server: ``worker``, ``pools``, ``farm run`` and ``farm deploy``."""
 
 from __future__ import annotations
 
@@ -348,3 +348,46 @@ async def submit_matrix(deployment: str, request, wait: bool) -> tuple[str, str,
     rows = [{"model": model, **r} for model, outcomes in run_outcomes(store, str(run.id)).items() for r in outcomes]
     state = final.state
     return str(run.id), state.type.value if state else "UNKNOWN", (state.message or "") if state else "", rows
+
+
+@farm_app.command("deploy")
+def farm_deploy(prefect_file: Path = typer.Option(None, "--prefect-file", help="the deployments \\[default: "
+                                                  "./prefect.yaml, else the one trtfarm ships]"),
+                targets_file: Path = TARGETS_OPT, server_wait: int = SERVER_WAIT_OPT, as_json: bool = JSON_OPT) -> None:
+    """Deploy prefect.yaml's deployments (prefect deploy --all, from trtfarm's flows) and say what was deployed."""
+    import subprocess
+
+    import yaml
+
+    api = need_server(server_wait)
+    path = prefect_file or Path("prefect.yaml")
+    if not path.is_file():
+        if prefect_file:
+            raise fail(f"{path}: no such file (`trtfarm init` writes one)")
+        from importlib import resources
+
+        path = Path(str(resources.files("trtfarm").joinpath("templates", "prefect.yaml")))
+    deployments = (yaml.safe_load(path.read_text()) or {}).get("deployments") or []
+    env = {**os.environ, "PREFECT_API_URL": api}
+    fleet = targets_path(targets_file)
+    if Path(fleet).is_file():  # the parameter form offers the fleet's target ids
+        env["TRTFARM_TARGETS"] = str(Path(fleet).resolve())
+    cmd = [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all", "--prefect-file", str(path.resolve())]
+    proc = subprocess.run(cmd, cwd=project_root(), env=env, capture_output=True, text=True)  # entrypoints: flows/
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        err.print(message_text(tail), highlight=False)
+        raise fail(f"prefect deploy failed (exit {proc.returncode}); its last lines are above", code=1)
+    rows = [{"deployment": f"{d.get('entrypoint', '').rsplit(':', 1)[-1].replace('_', '-')}/{d['name']}",
+             "pool": (d.get("work_pool") or {}).get("name")} for d in deployments]
+    if as_json:
+        print(json.dumps({"prefect_file": str(path), "api": api, "deployments": rows}, indent=2))
+        return
+    by_pool: dict[str, list[str]] = {}
+    for r in rows:
+        by_pool.setdefault(r["pool"] or "-", []).append(r["deployment"])
+    out.print(message_text(f"deployed {len(rows)} deployments from {path} to {api}:"), highlight=False)
+    for pool, names in by_pool.items():
+        out.print(message_text(f"  pool {pool}: {', '.join(names)}"), highlight=False)
+    out.print(message_text("Start each pool's workers with `trtfarm worker --pool POOL` (it checks the machine "
+                           "first)."), highlight=False)
