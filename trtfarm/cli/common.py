@@ -72,6 +72,16 @@ class PlainHelpCommand(typer.core.TyperCommand):
         return option
 
 
+class PlainHelpGroup(typer.core.TyperGroup):
+    """A command group whose ``--help`` shows no type name (as ``PlainHelpCommand``)."""
+
+    def get_help_option(self, ctx):  # noqa: D102 (typer's)
+        option = super().get_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
 def plain_metavars(typer_app: typer.Typer) -> None:
     """Give every option and argument a metavar people read (``PROFILE``), never a type name (``<list[str]>``).
 
@@ -80,7 +90,7 @@ def plain_metavars(typer_app: typer.Typer) -> None:
     """
     import inspect
 
-    from typer.models import ArgumentInfo, OptionInfo
+    from typer.models import ArgumentInfo, DefaultPlaceholder, OptionInfo
 
     for command in typer_app.registered_commands:
         if command.cls in (None, typer.core.TyperCommand):
@@ -91,5 +101,12 @@ def plain_metavars(typer_app: typer.Typer) -> None:
                 continue
             flag = param.annotation in (bool, "bool")
             info.metavar = "" if flag else name.upper()
+    def plain_group(cls) -> bool:  # typer's default (a placeholder until it builds the group)
+        return isinstance(cls, DefaultPlaceholder) or cls in (None, typer.core.TyperGroup)
+
+    if plain_group(typer_app.info.cls):
+        typer_app.info.cls = PlainHelpGroup
     for group in typer_app.registered_groups:
+        if plain_group(group.cls):
+            group.cls = PlainHelpGroup
         plain_metavars(group.typer_instance)

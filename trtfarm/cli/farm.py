@@ -77,9 +77,10 @@ def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve 
     from trtfarm.planning.targets import local_capabilities
     from trtfarm.workers.admission import check_worker
 
+    fleet_path = targets_path(targets_file)
     try:
         caps = local_capabilities()
-        result = check_worker(load_fleet(targets_path(targets_file)), pool, caps.gpus, caps.versions, queue)
+        result = check_worker(load_fleet(fleet_path), pool, caps.gpus, caps.versions, queue)
     except TrtfarmError as e:
         raise fail(str(e)) from e
     if as_json:
@@ -100,8 +101,8 @@ def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve 
     # must be this one, with Prefect and trtfarm installed
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     env = {**os.environ, "PREFECT_WORKER_QUERY_SECONDS": os.environ.get("PREFECT_WORKER_QUERY_SECONDS", "1"),
-           "TRTFARM_HOME": str(project_root()), "TRTFARM_TARGETS": str(Path(targets_path(targets_file)).resolve()),
-           "PATH": path}
+           "TRTFARM_HOME": str(project_root()), "PATH": path,
+           "TRTFARM_TARGETS": str(Path(fleet_path).resolve()) if Path(fleet_path).is_file() else fleet_path}
     os.execve(argv[0], argv, env)  # the checked process becomes the worker (signals go straight to Prefect)
 
 
