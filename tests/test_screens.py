@@ -111,8 +111,9 @@ def test_the_splitting_check_finds_a_word_broken_across_lines():
 
 def test_help_shows_defaults_and_no_type_names():
     runner = CliRunner()
-    commands = [[], ["farm"], ["pools"], ["build"], ["plans"], ["targets"], ["pull"], ["verify"], ["report"], ["init"], ["farm", "run"],
-                ["pools", "sync"], ["farm", "deploy"], ["gc"], ["triton"], ["precision"], ["profiles", "derive"], ["models", "push"]]
+    commands = [[], ["farm"], ["pools"], ["build"], ["plans"], ["targets"], ["pull"], ["verify"], ["report"],
+                ["init"], ["farm", "run"], ["farm", "deploy"], ["pools", "sync"], ["gc"], ["triton"], ["precision"],
+                ["profiles", "derive"], ["models", "push"]]
     for command in commands:
         result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "80", "NO_COLOR": "1"})
         assert result.exit_code == 0, result.output

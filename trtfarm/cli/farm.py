@@ -142,7 +142,8 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
     else:
         table = Table("pool", "declared", "on server", "check" if check else "action")
         for d in drift:
-            table.add_row(d.pool, d.declared, d.on_server, ("[yellow]" if d.changes else "") + d.action)
+            table.add_row(message_text(d.pool), message_text(d.declared), message_text(d.on_server),
+                          ("[yellow]" if d.changes else "") + message_text(d.action))
         out.print(table)
     for problem in missing:
         err.print(f"[yellow]drift:[/] {message_text(problem)}", highlight=False, soft_wrap=True)

@@ -50,7 +50,8 @@ def images_build(toolchain: list[str] = typer.Option([], "--toolchain", help="to
         table = Table("toolchain", "tag", "status", "detail")
         for r in results:
             colour = "green" if r.status == "tagged" else "red"
-            table.add_row(r.toolchain, r.tag, f"[{colour}]{r.status}[/]", r.detail)
+            table.add_row(message_text(r.toolchain), message_text(r.tag), f"[{colour}]{r.status}[/]",
+                          message_text(r.detail))
         out.print(table)
     if any(r.status != "tagged" or (push and not r.pushed) for r in results):
         raise typer.Exit(1)

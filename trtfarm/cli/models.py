@@ -47,7 +47,7 @@ def models_ls(store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
         return
     table = Table("model", "latest export", "uri")
     for r in refs:
-        table.add_row(r.name, r.export_id or "", r.uri)
+        table.add_row(message_text(r.name), r.export_id or "", message_text(r.uri))
     out.print(table)
 
 

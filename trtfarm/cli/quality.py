@@ -50,15 +50,16 @@ def precision(
         print(json.dumps({"converted": str(result.path), "digest": result.digest, "pinned_fp32_nodes": result.pinned,
                           "gate": result.report.to_json()}, indent=2))
     else:
-        table = Table(title=f"{mode} accuracy gate: {model.name} -> {result.path.name}")
+        table = Table(title=message_text(f"{mode} accuracy gate: {model.name} -> {result.path.name}"))
         for col in ("output", "max error / scale", "cosine (signal)", "cosine mean/min (all)", "task figure"):
             table.add_column(col, overflow="fold")
         for f in result.report.figures:
-            table.add_row(f.output, _error_cell(f), _signal_cell(f), f"{f.cosine_mean:.6f} / {f.cosine_min:.6f}",
+            table.add_row(message_text(f.output), _error_cell(f), _signal_cell(f),
+                          f"{f.cosine_mean:.6f} / {f.cosine_min:.6f}",
                           ", ".join(f"{k} {v:.4f}" for k, v in f.extra.items()))
         if result.report.figures:
             out.print(table)
-        out.print(result.summary(), highlight=False)
+        out.print(message_text(result.summary()), highlight=False)
     if result.report.passed is False:
         raise typer.Exit(1)
 

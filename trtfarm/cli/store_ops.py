@@ -37,7 +37,7 @@ def cache_ls(store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    table = Table(title=f"timing caches in {s.uri}")
+    table = Table(title=message_text(f"timing caches in {s.uri}"))
     table.add_column("toolchain / GPU")
     table.add_column("bytes", justify="right")
     for r in rows:
@@ -182,12 +182,12 @@ def verify(ref: Path = typer.Argument(..., help="a plan (manifest beside it) or 
     if as_json:
         print(json.dumps({"plan": str(plan), "ok": ok, "checks": rows}, indent=2))
     else:
-        table = Table(title=f"verify {plan}")
+        table = Table(title=message_text(f"verify {plan}"))
         for col in ("check", "result", "detail"):
             table.add_column(col, overflow="fold")
         for c in checks:
             mark = "[green]ok[/]" if c.ok else "[yellow]skipped[/]" if c.ok is None else "[red]MISMATCH[/]"
-            table.add_row(c.name, mark, c.detail)
+            table.add_row(c.name, mark, message_text(c.detail))
         out.print(table)
     if not ok:
         err.print("refused: " + "; ".join(c.detail for c in checks if c.ok is False), highlight=False,
