@@ -123,6 +123,8 @@ def test_help_shows_defaults_and_no_type_names():
     build = runner.invoke(app, ["build", "--help"], env={"COLUMNS": "200"}).output
     assert "[default: $TRTFARM_STORE or ./trtfarm-store]" in build and "--calibration" in build
     assert "[default: farm.yaml's, else calib.npz beside the model]" in build
+    pull = runner.invoke(app, ["pull", "--help"], env={"COLUMNS": "200"}).output
+    assert "[default: ./MODEL.plan]" in pull  # written unescaped in its help: escaped for Rich by the CLI
 
 
 def test_a_store_or_path_with_brackets_is_text_not_markup(tmp_path):

@@ -85,8 +85,8 @@ class PlainHelpGroup(typer.core.TyperGroup):
 def plain_metavars(typer_app: typer.Typer) -> None:
     """Give every option and argument a metavar people read (``PROFILE``), never a type name (``<list[str]>``).
 
-    A flag shows none. Runs once over the registered commands (and groups) before the app parses anything; an
-    option that names its own metavar keeps it.
+    A flag shows none; an option that names its own metavar keeps it. A ``[`` in help text that Rich would read as
+    markup is escaped. Runs once over the registered commands (and groups) before the app parses anything.
     """
     import inspect
 
@@ -97,10 +97,12 @@ def plain_metavars(typer_app: typer.Typer) -> None:
             command.cls = PlainHelpCommand
         for name, param in inspect.signature(command.callback).parameters.items():
             info = param.default
-            if not isinstance(info, (OptionInfo, ArgumentInfo)) or info.metavar is not None:
+            if not isinstance(info, (OptionInfo, ArgumentInfo)):
                 continue
-            flag = param.annotation in (bool, "bool")
-            info.metavar = "" if flag else name.upper()
+            if info.help:  # help text is text: a "[default: ...]" Rich would take for a tag is escaped
+                info.help = re.sub(r"(?<!\\)\[(?=[a-z#/@])", r"\\[", info.help)
+            if info.metavar is None:
+                info.metavar = "" if param.annotation in (bool, "bool") else name.upper()
     def plain_group(cls) -> bool:  # typer's default (a placeholder until it builds the group)
         return isinstance(cls, DefaultPlaceholder) or cls in (None, typer.core.TyperGroup)
 

@@ -28,7 +28,7 @@ def precision(
                                            "against (default: implied by a Sigmoid/Softmax/Tanh, else FP32's range)"),
     max_error: float = typer.Option(None, "--max-error", min=0, help="max |error| as a share of the output's scale "
                                     "(default: the mode's, e.g. 0.01 for fp16)"),
-    out_path: Path = typer.Option(None, "--out", help="converted ONNX [default: MODEL_<mode>.onnx beside it]"),
+    out_path: Path = typer.Option(None, "--out", help="converted ONNX [default: MODEL_<MODE>.onnx beside it]"),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Convert an ONNX export's precision with ModelOpt and gate its accuracy against FP32 on CPU."""
