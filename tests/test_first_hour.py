@@ -109,3 +109,14 @@ def test_a_trial_build_of_another_recipe_leaves_the_release_pointer_where_it_was
     assert now["manifest"] != released["manifest"] and now["history"][-2]["manifest"] == released["manifest"]
     assert f"released: releases/encoder/rtx-4090/tensorrt_rtx-1.7.1.116.json: encoder/rtx-4090/{old} -> " \
            f"encoder/rtx-4090/{now['manifest'].split('/')[-2]}" in moved.stdout.replace("\n", " ")
+
+
+@pytest.mark.integration
+def test_int8_without_calibration_names_a_build_option_that_exists(tmp_path, example_dir):
+    shutil.copytree(example_dir, tmp_path / "encoder")
+    refused = cli(["build", "encoder/model.onnx", "--precision", "int8"], tmp_path, check=False)
+    assert refused.returncode == 2 and "pass --calibration calib.npz" in refused.stderr, refused.stderr
+    assert "--calibration" in cli(["build", "--help"], tmp_path).stdout
+    missing = cli(["build", "encoder/model.onnx", "--precision", "int8", "--calibration", "nope.npz"], tmp_path,
+                  check=False)
+    assert missing.returncode == 2 and "--calibration nope.npz: no such file" in missing.stderr
