@@ -16,6 +16,7 @@ from .conftest import REPO
 
 pytestmark = pytest.mark.integration
 DB = "/var/tmp/trtfarm-db"  # what the README names
+LOGS = ["prefect-server.log", "worker-trtfarm-control.log", "worker-rtx-4090.log", "worker-rtx-5090.log"]
 
 
 def farm_block() -> str:
@@ -40,6 +41,8 @@ def readme_farm():
     subprocess.run(["bash", "infra/local-farm/postgres.sh", "stop", DB], cwd=REPO, capture_output=True)
     shutil.rmtree(DB, ignore_errors=True)
     shutil.rmtree(REPO / "farm-store", ignore_errors=True)
+    for log in LOGS:
+        (REPO / log).unlink(missing_ok=True)
 
 
 def test_the_readme_farm_runs_as_written(readme_farm, tmp_path):
@@ -57,5 +60,16 @@ def test_the_readme_farm_runs_as_written(readme_farm, tmp_path):
     assert proc.returncode == 0, (tmp_path / "farm.log").read_text()[-4000:]
     assert "COMPLETED" in out and out.count("built") >= 2, out[-3000:]
     assert "every target is published already: no run started" in out, out[-3000:]
+    # quiet and ordered: what trtfarm deployed in a few lines, no worker log in the terminal, no telemetry attempt
+    deployed = out.split("deployed ", 1)[1].split("\n")
+    assert deployed[0].startswith("7 deployments from prefect.yaml") and "prefect worker start" not in out, out
+    words = " ".join(out.split())  # Rich wraps at 80 columns in a file
+    assert "pool trtfarm-control: build-matrix/build-matrix, build-matrix/on-export, build-matrix/refit" in words
+    assert len(out.split("deployed ", 1)[1].split("registered encoder", 1)[0].splitlines()) <= 10
+    worker_logs = "".join((REPO / log).read_text() for log in LOGS[1:])
+    assert "ProcessWorker" in worker_logs and "ProcessWorker" not in out, out[-3000:]
+    assert "telemetry" not in (REPO / "prefect-server.log").read_text().lower()
+    first_run = out.split("build-matrix run ", 1)[1]
+    assert first_run.index("COMPLETED") < first_run.index("rtx4090-rtx1.7")  # the state, then the table
     manifests = [p for p in (REPO / "farm-store").rglob("manifest.json")]
     assert len(manifests) == 2 and len({p.parent.name for p in manifests}) == 1  # one portable build, two targets

@@ -14,9 +14,10 @@ from typing import Literal
 
 from trtfarm.planning.targets import TargetPlan
 from trtfarm.publishing import layout
+from trtfarm.publishing.layout import short_ref
 from trtfarm.publishing.manifest import Manifest
 from trtfarm.publishing.publish import plan_intact, plan_rehash, read_manifest, withdraw
-from trtfarm.publishing.release import ReleaseRefused, move_release, pointer_key
+from trtfarm.publishing.release import ReleaseRefused, move_release, pointer_key, read_pointer
 from trtfarm.store import Store
 
 Status = Literal["built", "up-to-date", "skipped", "failed"]
@@ -60,23 +61,34 @@ def outcome_from_manifest(store: Store, plan: TargetPlan, manifest: Manifest, st
 
 
 def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, release_on: str,
-                       run_id: str | None) -> str:
-    """Move the release pointer when the target's policy allows; say what happened."""
+                       run_id: str | None, trial: str | None = None) -> str:
+    """Move the release pointer when the target's policy allows (and the build is no trial); say what happened.
+
+    ``released: KEY: OLD -> NEW`` names the pointer and where it moved from and to (``MODEL/GPU/BUILD`` references,
+    what ``trtfarm show`` takes); a trial names where the pointer stays.
+    """
+    key = pointer_key(manifest)
+    before, _ = read_pointer(store, key)
+    old = short_ref(before.manifest) if before else "nothing"
+    if trial:
+        return f"not released ({trial}): {key} stays at {old}"
+    if before and before.manifest == manifest_key:
+        return f"released: {key} (already at {old})"
     try:
         move_release(store, manifest_key, manifest, release_on=release_on, by="trtfarm",
                      reason=f"built by run {run_id}" if run_id else "built by trtfarm")
     except ReleaseRefused as refused:
         return str(refused)
-    return f"released: {pointer_key(manifest)}"
+    return f"released: {key}: {old} -> {short_ref(manifest_key)}"
 
 
-def triage(store: Store, plans: Sequence[TargetPlan], force: bool = False,
-           verify: bool = False) -> tuple[dict[str, TargetOutcome], list[TargetPlan]]:
+def triage(store: Store, plans: Sequence[TargetPlan], force: bool = False, verify: bool = False,
+           trial: str | None = None) -> tuple[dict[str, TargetOutcome], list[TargetPlan]]:
     """Split a run into finished outcomes (skipped, up to date) and the plans that still need a build.
 
     ``force`` rebuilds published targets too (their manifests are kept: see ``build_group``). A damaged plan object
     (its size, or with ``verify`` its sha256) is rebuilt; a published but unreleased plan is released when policy
-    allows.
+    allows (never for a ``trial``: the reason no pointer moves).
     """
     done: dict[str, TargetOutcome] = {}
     todo = []
@@ -93,7 +105,7 @@ def triage(store: Store, plans: Sequence[TargetPlan], force: bool = False,
             continue
         outcome = outcome_from_manifest(store, p, existing)
         if outcome.status != "failed":
-            outcome.release = release_if_allowed(store, p.manifest_key, existing, p.target.release_on, None)
+            outcome.release = release_if_allowed(store, p.manifest_key, existing, p.target.release_on, None, trial)
         done[p.target.id] = outcome
     return done, todo
 

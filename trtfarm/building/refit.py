@@ -114,5 +114,6 @@ def refit_and_publish(store: Store, model: ModelSource, plan: TargetPlan, parent
         pub = publish_plan(store, plan.prefix, path, manifest_for, attest=attestation(store, model, plan, signer))
     outcome = outcome_from_manifest(store, plan, pub.manifest, status="built",
                                     reason=f"refitted from {parent_key} in {wall:.2f} s (no rebuild)")
-    outcome.release = release_if_allowed(store, pub.manifest_key, pub.manifest, plan.target.release_on, run_id)
+    outcome.release = release_if_allowed(store, pub.manifest_key, pub.manifest, plan.target.release_on, run_id,
+                                         model.trial)
     return outcome

@@ -6,9 +6,21 @@ import json
 from pathlib import Path
 
 import typer
-from rich.table import Table
+from rich.markup import escape
 
-from trtfarm.cli.common import JSON_OPT, STORE_OPT, TARGETS_OPT, app, err, fail, out, store_uri, targets_path
+from trtfarm.cli.common import (
+    JSON_OPT,
+    STORE_OPT,
+    TARGETS_OPT,
+    app,
+    err,
+    fail,
+    message_text,
+    out,
+    store_uri,
+    targets_path,
+)
+from trtfarm.cli.tables import Column, fitted_table
 from trtfarm.errors import TrtfarmError
 
 
@@ -20,7 +32,15 @@ def build(
                                       help="INPUT=MIN:OPT:MAX, e.g. input_ids=1x16:16x128:32x512; repeat per input"),
     profiles: Path = typer.Option(None, "--profiles", help="a profiles YAML (`trtfarm profiles derive` writes one)"),
     target: list[str] = typer.Option([], "--target", help="target id (repeat); default: every target"),
-    precision: str = typer.Option(None, "--precision", help="fp32|fp16|bf16|int8|fp8 (default: farm.yaml's)"),
+    precision: str = typer.Option(None, "--precision", help="fp32|fp16|bf16|int8|fp8 \\[default: farm.yaml's, else "
+                                  "fp32]; another recipe than farm.yaml's is a trial build: it moves no pointer"),
+    calibration: Path = typer.Option(None, "--calibration", help="calibration .npz keyed by input name (int8/fp8) "
+                                     "\\[default: farm.yaml's, else calib.npz beside the model]"),
+    heldout: Path = typer.Option(None, "--heldout", help="held-out .npz for the accuracy gate \\[default: farm.yaml's, "
+                                 "else heldout.npz beside the model, else generated inputs]"),
+    release: bool = typer.Option(None, "--release/--trial", help="move the release pointers for this recipe (--release)"
+                                 " or for none (--trial) \\[default: only for the model's declared recipe]"),
+    wide: bool = typer.Option(False, "--wide", help="every column, however wide the terminal"),
     store: str = STORE_OPT,
     targets_file: Path = TARGETS_OPT,
     as_json: bool = JSON_OPT,
@@ -35,17 +55,20 @@ def build(
 
     request = MatrixRequest(model=str(model), name=name, targets=target, precision=_mode(precision),
                             profiles=_profile_texts(profile, profiles), store=store_uri(store),
-                            targets_file=targets_path(targets_file), dispatch="local", verify_store=verify_store)
+                            targets_file=targets_path(targets_file), dispatch="local", verify_store=verify_store,
+                            calibration=str(calibration) if calibration else None,
+                            heldout=str(heldout) if heldout else None, release=release)
     if not model.is_file():
         raise fail(f"{model}: no such ONNX file")
     rows = _record(request, verbose) if record else _run_here(request)
     if as_json:
         print(json.dumps(rows, indent=2))
     else:
-        outcome_table(rows, store_uri(store))
+        outcome_table(rows, store_uri(store), wide)
     failed = [r for r in rows if r["status"] == "failed"]
     for r in failed:
-        err.print(f"[bold red]{r['target']} failed:[/] {r['reason']}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]{escape(r['target'])} failed:[/] {message_text(r['reason'])}", highlight=False,
+                  soft_wrap=not err.is_terminal)  # one line for logs and pipes; wrapped by words on a terminal
     if failed:
         raise typer.Exit(1)
 
@@ -100,43 +123,59 @@ STYLE = {"built": "green", "up-to-date": "cyan", "skipped": "yellow", "failed": 
 MARK = {"passed": "[green]✓[/]", "failed": "[red]✗[/]", "pending": "[yellow]…[/]", "not_run": "-"}
 
 
-def _note(r: dict, store: str) -> str:
-    """The first clause of the reason, and for a published plan its manifest key (what `trtfarm show` takes)."""
-    note = r["reason"].splitlines()[0].split(";")[0] if r["reason"] else ""
+def _note(r: dict) -> str:
+    """The first clause of the reason, and for a published plan its ``MODEL/GPU/BUILD`` (what `trtfarm show` takes)."""
+    from trtfarm.publishing.layout import short_ref
+
+    first = r["reason"].splitlines()[0] if r["reason"] else ""
+    note = first if r["status"] == "skipped" else first.split(";")[0]  # a skip's reason ends with its fix
     if r["status"] in ("built", "up-to-date") and r.get("manifest"):
-        key = "plans/" + r["manifest"].split("/plans/", 1)[-1]
-        note = f"{note} · {key}" if note and r["status"] == "built" else key
+        ref = short_ref("plans/" + r["manifest"].split("/plans/", 1)[-1])
+        note = f"{note} · {ref}" if note and r["status"] == "built" else ref
     return note
 
 
-def outcome_table(rows: list[dict], store: str) -> None:
-    """The outcome of each target; below 110 columns the notes go under the table, one line per target."""
-    wide = out.width >= 110
-    table = Table(title=f"trtfarm build → {store}", caption="checks: onnx / built / engine / api (… = pending "
-                  "on the target GPU; api: checked against the version's bindings API)")
-    for col, kw in (("target", {"no_wrap": True}), ("status", {"no_wrap": True}), ("build s", {"justify": "right"}),
-                    ("plan", {"justify": "right", "no_wrap": True}), ("checks", {"no_wrap": True})):
-        table.add_column(col, **kw)
-    if wide:
-        table.add_column("note", overflow="fold")
+def _releases(rows: list[dict]) -> None:
+    """Every release pointer the run moved (old -> new), and those a trial build left where they were."""
+    import re
+
     for r in rows:
-        cells = [r["target"], f"[{STYLE[r['status']]}]{r['status']}[/]",
-                 f"{r['build_s']:.2f}" if r.get("build_s") is not None else "",
-                 f"{r['plan_bytes'] / 2**20:.1f} MiB" if r.get("plan_bytes") else "",
-                 " ".join(MARK[v] for v in (r.get("verification") or {}).values())]
-        table.add_row(*cells, *([_note(r, store)] if wide else []))
+        if r.get("release", "").startswith("released: ") and "->" in r["release"]:
+            out.print(message_text(r["release"]), highlight=False)
+    kept = [m.groups() for r in rows if (m := re.match(r"not released \((.*)\): (\S+) stays at (\S+)$",
+                                                         r.get("release", "")))]
+    for why in dict.fromkeys(k[0] for k in kept):
+        out.print(message_text(f"not released, {why}; the pointers stay:"), highlight=False)
+        for _, key, ref in (k for k in kept if k[0] == why):
+            out.print(message_text(f"  {key}: {ref}"), highlight=False)
+
+
+def outcome_table(rows: list[dict], store: str, wide: bool = False) -> None:
+    """The outcome of each target; the notes go under the table when they do not fit beside it."""
+    columns = [Column("target"), Column("status"), Column("build s", 3, "right"), Column("plan", 2, "right"),
+               Column("checks", 4), Column("note", 1)]
+    cells = [{"target": escape(r["target"]), "status": f"[{STYLE[r['status']]}]{r['status']}[/]",
+              "build s": f"{r['build_s']:.2f}" if r.get("build_s") is not None else "",
+              "plan": f"{r['plan_bytes'] / 2**20:.1f} MiB" if r.get("plan_bytes") else "",
+              "checks": " ".join(MARK[v] for v in (r.get("verification") or {}).values()),
+              "note": message_text(_note(r))} for r in rows]
+    table, dropped = fitted_table(out, columns, cells, title=f"trtfarm build → {escape(store)}", wide=wide,
+                                  caption="checks: onnx / built / engine / api (… = pending on the target GPU; api: "
+                                  "checked against the version's bindings API)")
     out.print(table)
-    if not wide:
+    if "note" in dropped:
         for r in rows:
-            out.print(f"  {r['target']}: {_note(r, store)}", highlight=False, soft_wrap=True)
+            out.print(message_text(f"  {r['target']}: {_note(r)}"), highlight=False)
+    _releases(rows)
     counts = {s: sum(r["status"] == s for r in rows) for s in STYLE}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     hint = " (`trtfarm targets` says what each skipped target needs)" if counts["skipped"] else ""
-    out.print(f"{summary}{hint}", highlight=False)
+    out.print(message_text(f"{summary}{hint}"), highlight=False)
 
 
 @app.command()
-def targets(targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
+def targets(targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
+            wide: bool = typer.Option(False, "--wide", help="every column, however wide the terminal")) -> None:
     """Show the fleet's targets and which ones this machine can build."""
     from trtfarm.planning.fleet import bindings_api_check, load_fleet, select_targets
     from trtfarm.planning.targets import local_capabilities, serve_check
@@ -156,48 +195,61 @@ def targets(targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
         print(json.dumps({"machine": {"gpus": caps.gpus.describe(), "toolchains": caps.versions}, "targets": rows},
                          indent=2))
         return
-    wide = out.width >= 140  # below that: the columns that fit one line per target, and the reasons underneath
-    cols = ("target", "gpu", "cc", "toolchain", "pool", "class", "api", "here") if wide else (
-        "target", "gpu", "toolchain", "api", "here")
-    table = Table(title=f"targets ({caps.gpus.describe()})", caption="api: the code path was checked against this "
-                  "TensorRT version's own bindings API (names and signatures; not built, not run on a GPU)")
-    for col in cols:
-        table.add_column(col, no_wrap=col != "here", overflow="fold")
-    for r in rows:
-        here = "[green]yes[/]" if r["servable"] else "[yellow]no[/]" + (f": {r['reason']}" if wide else "")
-        cells = {"target": r["target"], "gpu": r["gpu"] if wide else f"{r['gpu']} ({r['compute_capability']})",
-                 "cc": r["compute_capability"], "toolchain": r["toolchain"], "pool": r["pool"],
-                 "class": r["compat_class"], "here": here,
-                 "api": ("[green]✓ bindings[/]" if wide else "[green]✓[/]") if r["api_checked"] else "-"}
-        table.add_row(*(cells[c] for c in cols))
+    columns = [Column("target"), Column("gpu"), Column("cc", 3), Column("toolchain", 6), Column("pool", 2),
+               Column("class", 1), Column("api", 5), Column("here"), Column("why not", 0)]
+    cells = [{"target": escape(r["target"]), "gpu": escape(r["gpu"]), "cc": r["compute_capability"],
+              "toolchain": escape(r["toolchain"]), "pool": escape(r["pool"]), "class": escape(r["compat_class"]),
+              "here": "[green]yes[/]" if r["servable"] else "[yellow]no[/]", "why not": message_text(r["reason"]),
+              "api": "[green]✓ bindings[/]" if r["api_checked"] else "-"} for r in rows]
+    table, dropped = fitted_table(out, columns, cells, title=f"targets ({escape(caps.gpus.describe())})", wide=wide,
+                                  caption="api: the code path was checked against this TensorRT version's own "
+                                  "bindings API (names and signatures; not built, not run on a GPU)")
     out.print(table)
-    if not wide:  # the reasons on their own lines, so the table stays one line per target
+    if "why not" in dropped:  # the reasons on their own lines, wrapped by words, so the table stays one line a row
         for r in rows:
             if not r["servable"]:
-                out.print(f"  {r['target']}: {r['reason']}", highlight=False, soft_wrap=True)
+                out.print(message_text(f"  {r['target']}: {r['reason']}"), highlight=False)
+    if dropped:
+        out.print(f"(--wide adds {', '.join(dropped)})", highlight=False)
 
 
 @app.command()
 def plans(store: str = STORE_OPT, model: str = typer.Option(None, "--model", help="only this model"),
-          as_json: bool = JSON_OPT) -> None:
-    """List the published plans in the store."""
+          as_json: bool = JSON_OPT,
+          wide: bool = typer.Option(False, "--wide", help="every column, however wide the terminal")) -> None:
+    """List the published plans in the store; released: what serving hosts of that GPU and toolchain pull."""
     from trtfarm.publishing.catalog import list_manifests
+    from trtfarm.publishing.layout import parse_plan_key, short_ref
+    from trtfarm.publishing.release import list_pointers
+    from trtfarm.store import open_store
 
     try:
         found = list_manifests(store_uri(store), model)
+        released = {p.manifest for p in list_pointers(open_store(store_uri(store)), model)}
     except TrtfarmError as e:
         raise fail(str(e)) from e
     if as_json:
         print(json.dumps([{"manifest": url, **m.model_dump(mode="json")} for url, m in found], indent=2))
         return
-    table = Table(title=f"plans in {store_uri(store)}")
-    for col in ("model", "onnx", "gpu", "toolchain", "build", "size", "engine check", "created"):
-        table.add_column(col, overflow="fold")
-    for _, m in found:
-        table.add_row(m.model.name, m.model.onnx_digest[:12], m.target.gpu,
-                      f"{m.target.flavour} {m.target.toolchain_version}", m.build.build_digest[:12],
-                      f"{m.plan.bytes / 2**20:.1f} MiB", m.verification.engine.status, m.created_at)
+    columns = [Column("plan (trtfarm show)"), Column("toolchain", 5), Column("precision"), Column("released"),
+               Column("engine", 3), Column("size", 2, "right"), Column("onnx", 1), Column("created", 4)]
+    cells = []
+    for url, m in found:
+        key = "plans/" + url.split("/plans/", 1)[-1]
+        cells.append({"plan (trtfarm show)": escape(short_ref(key)), "precision": m.precision.recipe,
+                      "toolchain": escape(f"{_short_flavour(m.target.flavour)} {m.target.toolchain_version}"),
+                      "released": "[green]yes[/]" if key in released else "",
+                      "engine": m.verification.engine.status, "size": f"{m.plan.bytes / 2**20:.1f} MiB",
+                      "onnx": (parse_plan_key(key) or [None, m.model.onnx_digest[:12]])[1],
+                      "created": m.created_at[:16].replace("T", " ")})
+    table, dropped = fitted_table(out, columns, cells, title=f"plans in {escape(store_uri(store))}", wide=wide)
     out.print(table)
+    if dropped:
+        out.print(f"(--wide adds {', '.join(dropped)})", highlight=False)
+
+
+def _short_flavour(flavour: str) -> str:
+    return {"tensorrt_rtx": "rtx", "tensorrt": "trt"}.get(flavour, flavour)
 
 
 @app.command()

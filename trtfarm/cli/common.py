@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import typer
+import typer.core
 from rich.console import Console
 from rich.markup import escape
 
@@ -14,10 +16,11 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 out = Console()
 err = Console(stderr=True)
 
-STORE_OPT = typer.Option(None, "--store", help="artifact store: a path, file:///abs or s3://bucket/prefix "
-                                               "[default: $TRTFARM_STORE or ./trtfarm-store]")
-TARGETS_OPT = typer.Option(None, "--targets-file", help="gpu_targets.yaml [default: $TRTFARM_TARGETS or "
-                                                        "./gpu_targets.yaml]")
+# help text is Rich markup: a literal "[...]" must be escaped ("\\["), or Rich eats it
+STORE_OPT = typer.Option(None, "--store", metavar="URI", help="artifact store: a path, file:///abs or "
+                         "s3://bucket/prefix \\[default: $TRTFARM_STORE or ./trtfarm-store]")
+TARGETS_OPT = typer.Option(None, "--targets-file", metavar="PATH", help="the fleet's gpu_targets.yaml \\[default: "
+                           "$TRTFARM_TARGETS, else ./gpu_targets.yaml, else this machine's built-in fleet]")
 JSON_OPT = typer.Option(False, "--json", help="machine-readable output on stdout")
 
 
@@ -29,18 +32,83 @@ def store_uri(store: str | None) -> str:
 
 
 def targets_path(path: Path | None) -> str:
-    """``--targets-file``, else ``$TRTFARM_TARGETS``, else ``gpu_targets.yaml`` in the working directory."""
-    from trtfarm.planning.fleet import default_targets_file
+    """``--targets-file``, else ``$TRTFARM_TARGETS``, else ``gpu_targets.yaml`` here, else the built-in fleet.
 
-    return str(path or default_targets_file())
+    The built-in fleet is said in one line (on stderr, so ``--json`` output stays clean).
+    """
+    from trtfarm.planning.fleet import BUILTIN_FLEET, default_targets_file
+
+    found = str(path or default_targets_file())
+    if found == BUILTIN_FLEET:
+        err.print(message_text("no gpu_targets.yaml here: using this machine's built-in fleet (its GPUs and "
+                               "installed toolchains); `trtfarm init` writes one to edit"), highlight=False,
+                  soft_wrap=not err.is_terminal)
+    return found
+
+
+def message_text(message: str) -> str:
+    """A message as Rich markup: its text escaped (user text is never markup), `code` spans bold, backticks gone."""
+    return re.sub(r"`([^`\n]+)`", r"[bold]\1[/bold]", escape(message))
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print one line (``error: ...``) and return the exit to raise: 2 for the user's input, 1 for a failure."""
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)  # user text, not markup
+    err.print(f"[bold red]error:[/] {message_text(message)}", highlight=False, soft_wrap=not err.is_terminal)
     return typer.Exit(code)
 
 
 def project_root() -> Path:
     """The checkout the flows' entrypoints are relative to (``$TRTFARM_HOME``, else where trtfarm is installed from)."""
     return Path(os.environ.get("TRTFARM_HOME") or Path(__file__).resolve().parents[2])
+
+
+class PlainHelpCommand(typer.core.TyperCommand):
+    """A command whose own ``--help`` shows no type name either (typer labels it ``<bool>``)."""
+
+    def get_help_option(self, ctx):  # noqa: D102 (typer's)
+        option = super().get_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
+class PlainHelpGroup(typer.core.TyperGroup):
+    """A command group whose ``--help`` shows no type name (as ``PlainHelpCommand``)."""
+
+    def get_help_option(self, ctx):  # noqa: D102 (typer's)
+        option = super().get_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
+def plain_metavars(typer_app: typer.Typer) -> None:
+    """Give every option and argument a metavar people read (``PROFILE``), never a type name (``<list[str]>``).
+
+    A flag shows none; an option that names its own metavar keeps it. A ``[`` in help text that Rich would read as
+    markup is escaped. Runs once over the registered commands (and groups) before the app parses anything.
+    """
+    import inspect
+
+    from typer.models import ArgumentInfo, DefaultPlaceholder, OptionInfo
+
+    for command in typer_app.registered_commands:
+        if command.cls in (None, typer.core.TyperCommand):
+            command.cls = PlainHelpCommand
+        for name, param in inspect.signature(command.callback).parameters.items():
+            info = param.default
+            if not isinstance(info, (OptionInfo, ArgumentInfo)):
+                continue
+            if info.help:  # help text is text: a "[default: ...]" Rich would take for a tag is escaped
+                info.help = re.sub(r"(?<!\\)\[(?=[a-z#/@])", r"\\[", info.help)
+            if info.metavar is None:
+                info.metavar = "" if param.annotation in (bool, "bool") else name.upper()
+    def plain_group(cls) -> bool:  # typer's default (a placeholder until it builds the group)
+        return isinstance(cls, DefaultPlaceholder) or cls in (None, typer.core.TyperGroup)
+
+    if plain_group(typer_app.info.cls):
+        typer_app.info.cls = PlainHelpGroup
+    for group in typer_app.registered_groups:
+        if plain_group(group.cls):
+            group.cls = PlainHelpGroup
+        plain_metavars(group.typer_instance)

@@ -1,4 +1,4 @@
-"""Farm commands that talk to a Prefect server: ``worker``, ``pools`` and ``farm run``."""
+"""Farm commands that talk to a Prefect server: ``worker``, ``pools``, ``farm run`` and ``farm deploy``."""
 
 from __future__ import annotations
 
@@ -10,9 +10,21 @@ import sys
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from trtfarm.cli.common import JSON_OPT, STORE_OPT, TARGETS_OPT, app, err, fail, out, project_root, targets_path
+from trtfarm.cli.common import (
+    JSON_OPT,
+    STORE_OPT,
+    TARGETS_OPT,
+    app,
+    err,
+    fail,
+    message_text,
+    out,
+    project_root,
+    targets_path,
+)
 from trtfarm.errors import TrtfarmError
 
 SERVER_WAIT_OPT = typer.Option(60, "--server-wait", min=0, help="seconds to wait for the Prefect server to answer "
@@ -30,6 +42,9 @@ def prefect_api_url() -> str | None:
 
 def need_server(wait_s: float) -> str:
     """The Prefect API URL once its server answers; exit 2 when none is configured, 3 when it does not answer."""
+    from trtfarm.extras import require
+
+    require("prefect")  # a base install: one line naming the [farm] extra
     from trtfarm.workers.server import ServerUnavailable, wait_for_server
 
     api = prefect_api_url()
@@ -64,17 +79,18 @@ def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve 
     from trtfarm.workers.admission import check_worker
     from trtfarm.workers.identity import NAME_ENV, POOL_ENV
 
+    fleet_path = targets_path(targets_file)
     try:
         caps = local_capabilities()
-        result = check_worker(load_fleet(targets_path(targets_file)), pool, caps.gpus, caps.versions, queue)
-        signing_settings(targets_path(targets_file), only="key").signer()  # a configured key must load, now
+        result = check_worker(load_fleet(fleet_path), pool, caps.gpus, caps.versions, queue)
+        signing_settings(fleet_path, only="key").signer()  # a configured key must load, now
     except TrtfarmError as e:
         raise fail(str(e)) from e
     if as_json:
         print(json.dumps({"pool": pool, "queue": queue, "ok": result.ok, "found": result.found, "needs": result.needs,
                           "targets": result.targets, "problems": result.problems}, indent=2))
     else:
-        out.print(f"pool {pool}: needs {result.needs}\nthis machine: {result.found}", highlight=False)
+        out.print(message_text(f"pool {pool}: needs {result.needs}\nthis machine: {result.found}"), highlight=False)
     if not result.ok:
         raise fail("refusing to serve pool {!r}:\n  - {}".format(pool, "\n  - ".join(result.problems)), code=3)
     if check_only:
@@ -88,8 +104,9 @@ def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve 
     # must be this one, with Prefect and trtfarm installed
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     env = {**os.environ, "PREFECT_WORKER_QUERY_SECONDS": os.environ.get("PREFECT_WORKER_QUERY_SECONDS", "1"),
-           "TRTFARM_HOME": str(project_root()), "TRTFARM_TARGETS": str(Path(targets_path(targets_file)).resolve()),
-           "PATH": path, POOL_ENV: pool, NAME_ENV: name or os.environ.get(NAME_ENV) or f"{pool}@{socket.gethostname()}"}
+           "TRTFARM_HOME": str(project_root()), "PATH": path,
+           "TRTFARM_TARGETS": str(Path(fleet_path).resolve()) if Path(fleet_path).is_file() else fleet_path,
+           POOL_ENV: pool, NAME_ENV: name or os.environ.get(NAME_ENV) or f"{pool}@{socket.gethostname()}"}
     os.execve(argv[0], argv, env)  # the checked process becomes the worker (signals go straight to Prefect)
 
 
@@ -129,10 +146,11 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
     else:
         table = Table("pool", "declared", "on server", "check" if check else "action")
         for d in drift:
-            table.add_row(d.pool, d.declared, d.on_server, ("[yellow]" if d.changes else "") + d.action)
+            table.add_row(message_text(d.pool), message_text(d.declared), message_text(d.on_server),
+                          ("[yellow]" if d.changes else "") + message_text(d.action))
         out.print(table)
     for problem in missing:
-        err.print(f"[yellow]drift:[/] {problem}", highlight=False, soft_wrap=True)
+        err.print(f"[yellow]drift:[/] {message_text(problem)}", highlight=False, soft_wrap=True)
     if check and (missing or any(d.changes for d in drift)):
         raise typer.Exit(1)
 
@@ -164,7 +182,7 @@ def pools_k8s(out_dir: Path = typer.Option(Path("infra/k8s"), "--out", help="whe
                   f"-f {out_dir}/values-{pool.name}.yaml{template}\n")
         (out_dir / f"values-{pool.name}.yaml").write_text(values + yaml.safe_dump(worker_values(pool.name, api_url),
                                                                                    sort_keys=False))
-        out.print(f"wrote {pool.name}", highlight=False)
+        out.print(message_text(f"wrote {pool.name}"), highlight=False)
 
 
 @farm_app.command("run")
@@ -245,14 +263,22 @@ def _print_run(run_id: str | None, state: str, message: str, rows: list[dict], a
         print(json.dumps({"flow_run_id": run_id, "state": state, "message": message, "outcomes": rows}, indent=2))
         return
     name = f"build-matrix run {run_id}" if run_id else "build-matrix"
-    out.print(f"{name}: {state}" + (f" ({message})" if message else ""), highlight=False, soft_wrap=True)
+    out.print(message_text(f"{name}: {state}" + (f" ({message})" if message else "")), highlight=False, soft_wrap=True)
     if rows:
-        table = Table("model", "target", "status", "build s", "reason")
+        from trtfarm.cli.tables import Column, fitted_table
+
         colours = {"built": "green", "up-to-date": "cyan", "skipped": "yellow", "failed": "red"}
-        for r in rows:
-            table.add_row(r["model"], r["target"], f"[{colours.get(r['status'], 'white')}]{r['status']}[/]",
-                          f"{r['build_s']:.2f}" if r.get("build_s") is not None else "–", r["reason"])
+        cells = [{"model": escape(r["model"]), "target": escape(r["target"]),
+                  "status": f"[{colours.get(r['status'], 'white')}]{r['status']}[/]",
+                  "build s": f"{r['build_s']:.2f}" if r.get("build_s") is not None else "–",
+                  "reason": message_text(r["reason"])} for r in rows]
+        table, dropped = fitted_table(out, [Column("model", 3), Column("target"), Column("status"),
+                                            Column("build s", 2, "right"), Column("reason", 1)], cells)
         out.print(table)
+        if "reason" in dropped:  # under the table, wrapped by words
+            for r in rows:
+                if r["reason"]:
+                    out.print(message_text(f"  {r['target']}: {r['reason']}"), highlight=False)
 
 
 def _server_errors() -> tuple[type[BaseException], ...]:
@@ -328,3 +354,46 @@ async def submit_matrix(deployment: str, request, wait: bool) -> tuple[str, str,
     rows = [{"model": model, **r} for model, outcomes in run_outcomes(store, str(run.id)).items() for r in outcomes]
     state = final.state
     return str(run.id), state.type.value if state else "UNKNOWN", (state.message or "") if state else "", rows
+
+
+@farm_app.command("deploy")
+def farm_deploy(prefect_file: Path = typer.Option(None, "--prefect-file", help="the deployments \\[default: "
+                                                  "./prefect.yaml, else the one trtfarm ships]"),
+                targets_file: Path = TARGETS_OPT, server_wait: int = SERVER_WAIT_OPT, as_json: bool = JSON_OPT) -> None:
+    """Deploy prefect.yaml's deployments (prefect deploy --all, from trtfarm's flows) and say what was deployed."""
+    import subprocess
+
+    import yaml
+
+    api = need_server(server_wait)
+    path = prefect_file or Path("prefect.yaml")
+    if not path.is_file():
+        if prefect_file:
+            raise fail(f"{path}: no such file (`trtfarm init` writes one)")
+        from importlib import resources
+
+        path = Path(str(resources.files("trtfarm").joinpath("templates", "prefect.yaml")))
+    deployments = (yaml.safe_load(path.read_text()) or {}).get("deployments") or []
+    env = {**os.environ, "PREFECT_API_URL": api}
+    fleet = targets_path(targets_file)
+    if Path(fleet).is_file():  # the parameter form offers the fleet's target ids
+        env["TRTFARM_TARGETS"] = str(Path(fleet).resolve())
+    cmd = [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all", "--prefect-file", str(path.resolve())]
+    proc = subprocess.run(cmd, cwd=project_root(), env=env, capture_output=True, text=True)  # entrypoints: flows/
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        err.print(message_text(tail), highlight=False)
+        raise fail(f"prefect deploy failed (exit {proc.returncode}); its last lines are above", code=1)
+    rows = [{"deployment": f"{d.get('entrypoint', '').rsplit(':', 1)[-1].replace('_', '-')}/{d['name']}",
+             "pool": (d.get("work_pool") or {}).get("name")} for d in deployments]
+    if as_json:
+        print(json.dumps({"prefect_file": str(path), "api": api, "deployments": rows}, indent=2))
+        return
+    by_pool: dict[str, list[str]] = {}
+    for r in rows:
+        by_pool.setdefault(r["pool"] or "-", []).append(r["deployment"])
+    out.print(message_text(f"deployed {len(rows)} deployments from {path} to {api}:"), highlight=False)
+    for pool, names in by_pool.items():
+        out.print(message_text(f"  pool {pool}: {', '.join(names)}"), highlight=False)
+    out.print(message_text("Start each pool's workers with `trtfarm worker --pool POOL` (it checks the machine "
+                           "first)."), highlight=False)

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from trtfarm.cli.common import JSON_OPT, TARGETS_OPT, app, fail, out, project_root, targets_path
+from trtfarm.cli.common import JSON_OPT, TARGETS_OPT, app, fail, message_text, out, project_root, targets_path
 from trtfarm.errors import TrtfarmError
 
 images_app = typer.Typer(no_args_is_help=True, help="Worker images: one per toolchain version in gpu_targets.yaml.")
@@ -36,9 +36,10 @@ def images_build(toolchain: list[str] = typer.Option([], "--toolchain", help="to
     results = []
     for job in jobs:
         if not as_json:
-            out.print(f"building {job.tag} ({job.flavour} {job.version} on {job.base_image or 'default base'})",
-                      highlight=False)
-        log = (lambda line: None) if as_json else (lambda line: out.print(f"  [dim]{line}[/]", highlight=False))
+            base = job.base_image or "default base"
+            out.print(message_text(f"building {job.tag} ({job.flavour} {job.version} on {base})"), highlight=False)
+        log = (lambda line: None) if as_json else (
+            lambda line: out.print(f"  [dim]{message_text(line)}[/]", highlight=False))
         result = build_image(client, job, context or project_root(), log, build_network)
         if push and result.status == "tagged":
             push_image(client, result)
@@ -49,7 +50,8 @@ def images_build(toolchain: list[str] = typer.Option([], "--toolchain", help="to
         table = Table("toolchain", "tag", "status", "detail")
         for r in results:
             colour = "green" if r.status == "tagged" else "red"
-            table.add_row(r.toolchain, r.tag, f"[{colour}]{r.status}[/]", r.detail)
+            table.add_row(message_text(r.toolchain), message_text(r.tag), f"[{colour}]{r.status}[/]",
+                          message_text(r.detail))
         out.print(table)
     if any(r.status != "tagged" or (push and not r.pushed) for r in results):
         raise typer.Exit(1)

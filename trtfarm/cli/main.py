@@ -10,12 +10,13 @@ from __future__ import annotations
 import signal
 import sys
 
-from rich.markup import escape
-
 from trtfarm import interrupt, scratch
-from trtfarm.cli import build, farm, images, models, profiles, quality, serving, store_ops, webhook  # noqa: F401
-from trtfarm.cli.common import app, err
+from trtfarm.cli import build, farm, images, models, profiles, project, quality, serving, store_ops, webhook  # noqa: F401
+from trtfarm.cli.common import app, err, message_text, plain_metavars
 from trtfarm.errors import InfrastructureError, UserInputError, one_line
+from trtfarm.extras import missing_extra
+
+plain_metavars(app)
 
 
 def main() -> None:
@@ -28,8 +29,14 @@ def main() -> None:
         scratch.remove_all()  # what the signal caught mid-way (between creating a temporary and its cleanup)
         raise
     except UserInputError as e:
-        err.print(f"[bold red]error:[/] {escape(one_line(e))}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {message_text(one_line(e))}", highlight=False, soft_wrap=not err.is_terminal)
         sys.exit(2)
     except InfrastructureError as e:
-        err.print(f"[bold red]error:[/] {escape(one_line(e))}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {message_text(one_line(e))}", highlight=False, soft_wrap=not err.is_terminal)
         sys.exit(1)
+    except ModuleNotFoundError as e:  # an optional module of an extra this install lacks: one line naming it
+        extra = missing_extra(e)
+        if extra is None:
+            raise
+        err.print(f"[bold red]error:[/] {message_text(str(extra))}", highlight=False, soft_wrap=not err.is_terminal)
+        sys.exit(2)

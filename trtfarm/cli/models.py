@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from trtfarm.cli.common import JSON_OPT, STORE_OPT, app, fail, out, store_uri
+from trtfarm.cli.common import JSON_OPT, STORE_OPT, app, fail, message_text, out, store_uri
 from trtfarm.errors import TrtfarmError
 
 models_app = typer.Typer(no_args_is_help=True, help="The model registry in the store (what nightly runs build).")
@@ -31,7 +31,8 @@ def models_push(folder: Path = typer.Argument(..., help="export folder: model.on
     if as_json:
         print(json.dumps(ref.to_json()))
     else:
-        out.print(f"registered {ref.name} export {ref.export_id}: {ref.uri}", highlight=False, soft_wrap=True)
+        out.print(message_text(f"registered {ref.name} export {ref.export_id}: {ref.uri}"), highlight=False,
+                  soft_wrap=True)
 
 
 @models_app.command("ls")
@@ -46,7 +47,7 @@ def models_ls(store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
         return
     table = Table("model", "latest export", "uri")
     for r in refs:
-        table.add_row(r.name, r.export_id or "", r.uri)
+        table.add_row(message_text(r.name), r.export_id or "", message_text(r.uri))
     out.print(table)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from trtfarm.cli.common import JSON_OPT, STORE_OPT, app, fail, out, store_uri
+from trtfarm.cli.common import JSON_OPT, STORE_OPT, app, fail, message_text, out, store_uri
 from trtfarm.errors import TrtfarmError
 
 
@@ -28,7 +28,7 @@ def precision(
                                            "against (default: implied by a Sigmoid/Softmax/Tanh, else FP32's range)"),
     max_error: float = typer.Option(None, "--max-error", min=0, help="max |error| as a share of the output's scale "
                                     "(default: the mode's, e.g. 0.01 for fp16)"),
-    out_path: Path = typer.Option(None, "--out", help="converted ONNX [default: MODEL_<mode>.onnx beside it]"),
+    out_path: Path = typer.Option(None, "--out", help="converted ONNX [default: MODEL_<MODE>.onnx beside it]"),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Convert an ONNX export's precision with ModelOpt and gate its accuracy against FP32 on CPU."""
@@ -50,15 +50,16 @@ def precision(
         print(json.dumps({"converted": str(result.path), "digest": result.digest, "pinned_fp32_nodes": result.pinned,
                           "gate": result.report.to_json()}, indent=2))
     else:
-        table = Table(title=f"{mode} accuracy gate: {model.name} -> {result.path.name}")
+        table = Table(title=message_text(f"{mode} accuracy gate: {model.name} -> {result.path.name}"))
         for col in ("output", "max error / scale", "cosine (signal)", "cosine mean/min (all)", "task figure"):
             table.add_column(col, overflow="fold")
         for f in result.report.figures:
-            table.add_row(f.output, _error_cell(f), _signal_cell(f), f"{f.cosine_mean:.6f} / {f.cosine_min:.6f}",
+            table.add_row(message_text(f.output), _error_cell(f), _signal_cell(f),
+                          f"{f.cosine_mean:.6f} / {f.cosine_min:.6f}",
                           ", ".join(f"{k} {v:.4f}" for k, v in f.extra.items()))
         if result.report.figures:
             out.print(table)
-        out.print(result.summary(), highlight=False)
+        out.print(message_text(result.summary()), highlight=False)
     if result.report.passed is False:
         raise typer.Exit(1)
 
@@ -111,14 +112,25 @@ def report(ref: str = typer.Argument(..., help="a run id (reports/<model>/<run>/
         print(json.dumps({"report": str(path), "html": str(path.with_name("report.html")),
                           "rows": [asdict(r) for r in rows]}, indent=2))
         return
-    table = Table(title=f"{model} — {run}")
-    for col in ("target", "status", "engine", "p50 ms", "p99 ms", "build s", "changes"):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        table.add_row(r.target, r.status, r.engine, f"{r.p50_ms:.3f}" if r.p50_ms is not None else "–",
-                      f"{r.p99_ms:.3f}" if r.p99_ms is not None else "–",
-                      f"{r.build_s:.2f}" if r.build_s is not None else "–",
-                      ("[red]REGRESSION[/] " if r.regressed else "") + (r.changes or r.reason))
+    from rich.markup import escape
+
+    from trtfarm.cli.tables import Column, fitted_table
+
+    columns = [Column("target"), Column("status"), Column("p50 ms", 5, "right"), Column("p99 ms", 5, "right"),
+               Column("build s", 4, "right"), Column("engine", 2), Column("changes", 1)]
+    cells = [{"target": escape(r.target), "status": r.status, "engine": message_text(r.engine),
+              "p50 ms": f"{r.p50_ms:.3f}" if r.p50_ms is not None else "–",
+              "p99 ms": f"{r.p99_ms:.3f}" if r.p99_ms is not None else "–",
+              "build s": f"{r.build_s:.2f}" if r.build_s is not None else "–",
+              "changes": ("[red]REGRESSION[/] " if r.regressed else "") + message_text(r.changes or r.reason)}
+             for r in rows]
+    table, dropped = fitted_table(out, columns, cells, title=escape(f"{model} — {run}"))
     out.print(table)
-    out.print(f"report: {path}", highlight=False)
-    out.print(f"html:   {path.with_name('report.html')} (open it in a browser)", highlight=False)
+    for r in rows:  # what did not fit beside the table, under it, wrapped by words
+        notes = [text for col, text in (("engine", r.engine), ("changes", r.changes or r.reason))
+                 if col in dropped and text]
+        if notes:
+            out.print(("[red]REGRESSION[/] " if r.regressed and "changes" in dropped else "")
+                      + message_text(f"  {r.target}: {'; '.join(notes)}"), highlight=False)
+    out.print(message_text(f"report: {path}"), highlight=False)
+    out.print(message_text(f"html:   {path.with_name('report.html')} (open it in a browser)"), highlight=False)

@@ -6,10 +6,20 @@ import json
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from trtfarm.cli.common import JSON_OPT, STORE_OPT, TARGETS_OPT, app, err, fail, out, store_uri, targets_path
+from trtfarm.cli.common import (
+    JSON_OPT,
+    STORE_OPT,
+    TARGETS_OPT,
+    app,
+    err,
+    fail,
+    message_text,
+    out,
+    store_uri,
+    targets_path,
+)
 from trtfarm.errors import TrtfarmError
 from trtfarm.publishing.layout import TIMING_CACHES, timing_cache_label, timing_cache_ref
 
@@ -27,7 +37,7 @@ def cache_ls(store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    table = Table(title=f"timing caches in {s.uri}")
+    table = Table(title=message_text(f"timing caches in {s.uri}"))
     table.add_column("toolchain / GPU")
     table.add_column("bytes", justify="right")
     for r in rows:
@@ -74,7 +84,7 @@ def cache_rm(ref: str = typer.Argument(..., help="TOOLCHAIN/GPU"), store: str = 
     if not yes:
         raise fail(f"would delete {s.url(key)}; add --yes to delete it", code=1)
     s.delete(key)
-    out.print(f"deleted {s.url(key)}")
+    out.print(message_text(f"deleted {s.url(key)}"), highlight=False)
 
 
 @app.command()
@@ -105,8 +115,8 @@ def release(manifest: str = typer.Argument(..., help="the plan's manifest: store
         print(pointer.model_dump_json(indent=2))
         return
     ev = pointer.current
-    out.print(f"{pointer.model}/{pointer.gpu}/{pointer.toolchain} -> {pointer.manifest} "
-              f"({ev.action} by {ev.by}: {ev.reason})", highlight=False)
+    out.print(message_text(f"{pointer.model}/{pointer.gpu}/{pointer.toolchain} -> {pointer.manifest} "
+                           f"({ev.action} by {ev.by}: {ev.reason})"), highlight=False)
 
 
 def _release_on(targets_file: Path | None, target_id: str) -> str:
@@ -152,10 +162,10 @@ def pull(model: str = typer.Argument(..., help="model name"),
     if as_json:
         print(json.dumps(doc, indent=2))
     else:
-        out.print(f"pulled {pulled.pointer_key} -> {pulled.plan} ({pulled.bytes:,} bytes, sha256 checked)",
-                  highlight=False, markup=False, soft_wrap=True)
-        (out if pulled.verdict.ok else err).print(f"signature: {pulled.verdict.detail}", highlight=False,
-                                                  markup=False, soft_wrap=True)
+        out.print(message_text(f"pulled {pulled.pointer_key} -> {pulled.plan} ({pulled.bytes:,} bytes, sha256 "
+                               "checked)"), highlight=False)
+        (out if pulled.verdict.ok else err).print(message_text(f"signature: {pulled.verdict.detail}"),
+                                                  highlight=False)
 
 
 @app.command()
@@ -202,13 +212,13 @@ def verify(ref: Path = typer.Argument(..., help="a plan (manifest beside it) or 
 
 
 def _verify_table(plan: Path, checks) -> None:
-    table = Table(title=escape(f"verify {plan}"))
+    table = Table(title=message_text(f"verify {plan}"))
     for col in ("check", "result", "detail"):
         table.add_column(col, overflow="fold")
     for c in checks:
         unsigned = "[yellow]unsigned-checked[/]" if c.name == "signature" else "[yellow]skipped[/]"
         mark = "[green]ok[/]" if c.ok else unsigned if c.ok is None else "[red]MISMATCH[/]"
-        table.add_row(escape(c.name), mark, escape(c.detail))
+        table.add_row(message_text(c.name), mark, message_text(c.detail))
     out.print(table)
 
 
@@ -227,8 +237,8 @@ def gc(keep: int = typer.Option(3, "--keep", min=1, help="newest plans to keep p
         print(json.dumps({"applied": apply, "freed_bytes": freed, "plans": [d.__dict__ for d in doomed]}, indent=2))
         return
     for d in doomed:
-        out.print(f"{'deleted' if apply else 'would delete'} {d.manifest_key} ({d.bytes:,} bytes): {d.why}",
-                  highlight=False)
+        out.print(message_text(f"{'deleted' if apply else 'would delete'} {d.manifest_key} ({d.bytes:,} bytes): "
+                               f"{d.why}"), highlight=False)
     total = sum(d.bytes for d in doomed)
     out.print(f"{len(doomed)} plan(s), {total:,} bytes" + ("" if apply else " — dry run; add --apply to delete"))
 

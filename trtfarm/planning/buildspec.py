@@ -67,18 +67,27 @@ def spec_profiles(onnx_path: Path, spec: BuildSpec) -> tuple[list[Profile], str]
     return [], "none"
 
 
-def spec_precision(onnx_path: Path, spec: BuildSpec,
-                   mode: str | None = None) -> tuple[Recipe, Path | None, Path | None]:
-    """The recipe (``mode`` overrides its mode) and the calibration and held-out files beside the model."""
+def spec_precision(onnx_path: Path, spec: BuildSpec, mode: str | None = None, calibration: str | None = None,
+                   heldout: str | None = None) -> tuple[Recipe, Path | None, Path | None]:
+    """The recipe (``mode`` overrides its mode) and the calibration and held-out files beside the model.
+
+    ``calibration`` and ``heldout`` (``trtfarm build --calibration/--heldout``) override farm.yaml's and the
+    defaults beside the model; they are paths as given (relative to the working directory).
+    """
+    from trtfarm.errors import UserInputError
+
     folder = Path(onnx_path).parent
     recipe = spec.precision.model_copy(update={"mode": mode}) if mode else spec.precision
 
-    def find(given: str | None, default: str) -> Path | None:
+    def find(flag: str, given_here: str | None, given: str | None, default: str) -> Path | None:
+        if given_here:
+            if not Path(given_here).is_file():
+                raise UserInputError(f"{flag} {given_here}: no such file")
+            return Path(given_here)
         path = folder / (given or default)
         if given and not path.is_file():
-            from trtfarm.errors import UserInputError
-
             raise UserInputError(f"{path}: named in farm.yaml but not there")
         return path if path.is_file() else None
 
-    return recipe, find(spec.calibration, "calib.npz"), find(spec.heldout, "heldout.npz")
+    return (recipe, find("--calibration", calibration, spec.calibration, "calib.npz"),
+            find("--heldout", heldout, spec.heldout, "heldout.npz"))

@@ -22,11 +22,14 @@ from trtfarm.signing.settings import SigningSettings, env_decides, settings_from
 from trtfarm.yamlfile import LocatedValueError, model_from_yaml
 
 DEFAULT_TARGETS_FILE = "gpu_targets.yaml"
+BUILTIN_FLEET = "builtin:this-machine"  # no fleet file: what this machine can build (planning/machine_fleet.py)
 
 
 def default_targets_file() -> str:
-    """``$TRTFARM_TARGETS``, else ``gpu_targets.yaml`` in the working directory."""
-    return os.environ.get("TRTFARM_TARGETS") or DEFAULT_TARGETS_FILE
+    """``$TRTFARM_TARGETS``, else ``gpu_targets.yaml`` in the working directory, else this machine's built-in fleet."""
+    if os.environ.get("TRTFARM_TARGETS"):
+        return os.environ["TRTFARM_TARGETS"]
+    return DEFAULT_TARGETS_FILE if Path(DEFAULT_TARGETS_FILE).is_file() else BUILTIN_FLEET
 
 
 RTX_COMPUTE_CAPABILITIES = ("8.0", "8.6", "8.9", "12.0", "12.1")
@@ -266,8 +269,20 @@ def resolve_target(fleet: Fleet, target: Target) -> ResolvedTarget:
 
 
 def load_fleet(path: str | Path = DEFAULT_TARGETS_FILE) -> Fleet:
-    """Read and validate ``gpu_targets.yaml``; errors name the file, the line and the fix."""
-    return model_from_yaml(Path(path), Fleet, hint="See gpu_targets.yaml in the trtfarm repository for every key.")
+    """Read and validate ``gpu_targets.yaml``; errors name the file, the line and the fix.
+
+    ``BUILTIN_FLEET`` is this machine's built-in fleet (its GPUs and installed toolchains).
+    """
+    if str(path) == BUILTIN_FLEET:
+        from trtfarm.planning.machine_fleet import this_machine_fleet
+
+        return this_machine_fleet()
+    if not Path(path).is_file():
+        from trtfarm.errors import UserInputError
+
+        raise UserInputError(f"{path}: no such fleet file. Fix: `trtfarm init` writes a gpu_targets.yaml to edit; "
+                             "without one (and without $TRTFARM_TARGETS) trtfarm uses this machine's built-in fleet")
+    return model_from_yaml(Path(path), Fleet, hint="`trtfarm init` writes a commented gpu_targets.yaml with every key.")
 
 
 def signing_settings(targets_file: str | Path | None = None, *, only: Literal["key", "trust"] | None = None,

@@ -52,6 +52,8 @@ class ModelSource(BaseModel):
     files: tuple[tuple[str, str], ...] = ()  # (name, sha256) of the ONNX file and each external data file
     build_path: Path | None = None  # the precision-converted ONNX the builder parses (None: as exported)
     precision: PrecisionStep | None = None
+    # why this run's plans move no release pointer (a trial of a recipe other than the model's declared one)
+    trial: str | None = None
 
     @property
     def plan_input(self) -> Path:

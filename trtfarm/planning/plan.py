@@ -119,7 +119,7 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
         if done is not None:
             return done
     path = local_copy(export)
-    spec, _ = spec_for_model(path)
+    spec, spec_path = spec_for_model(path)
     resolved = select_targets(fleet, request.targets or spec.targets or None)
     if request.name is not None and not request.name.strip():
         raise UserInputError("--name '': give the model a name (letters, digits, '.', '_' or '-'), or leave --name "
@@ -129,19 +129,38 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
     check_profiles_against_inputs(profiles, onnx_inputs(path), str(path))
     if "://" in export.uri:
         model = model.model_copy(update={"source_uri": f"{export.uri}/model.onnx"})
-    recipe, calibration, heldout = spec_precision(path, spec, request.precision)
+    recipe, calibration, heldout = spec_precision(path, spec, request.precision, request.calibration,
+                                                  request.heldout)
     texts = profile_texts(profiles)
     ids = [t.id for t in resolved]
     try:
         model = with_precision(store, model, recipe, calibration, heldout)
+        model = model.model_copy(update={"trial": trial_reason(request.release, recipe.mode, spec.precision.mode,
+                                                               spec_path is not None)})
     except GateFailed as failed:
         return ExportPlan(name=model.name, model=None, profiles=texts, targets=ids,
                           outcomes={t: TargetOutcome(t, "failed", str(failed)) for t in ids})
     plans = plan_targets(model, model.plan_digest, resolved, profiles,
                          None if farm else (caps or local_capabilities()))
-    outcomes, todo = triage(store, plans, request.force, request.verify_store)
+    outcomes, todo = triage(store, plans, request.force, request.verify_store, model.trial)
     jobs = _jobs(store, request, model, "://" in export.uri and export.uri or str(path), texts, todo)
     return ExportPlan(name=model.name, model=model, profiles=texts, targets=ids, outcomes=outcomes, jobs=jobs)
+
+
+def trial_reason(release: bool | None, mode: str, declared: str, in_spec: bool) -> str | None:
+    """Why a run's plans move no release pointer, or None when they may (policy permitting).
+
+    A build releases only the model's declared recipe (farm.yaml's ``precision``, else fp32) unless ``release`` says
+    otherwise: True releases any recipe, False none.
+    """
+    if release is True:
+        return None
+    if release is False:
+        return "trial build (--trial)"
+    if mode == declared:
+        return None
+    where = "farm.yaml's" if in_spec else "the default"
+    return f"trial build: {mode}, the model's recipe is {declared} ({where}); --release moves the pointers"
 
 
 def _cached_record(export: ExportRef, cached: Path) -> dict | None:
@@ -178,6 +197,8 @@ def up_to_date_export(request: MatrixRequest, export: ExportRef, store: Store, f
     path = fetch_export(export, folder, spec_only=True, record=record)
     spec, _ = spec_for_model(path)
     recipe = spec_precision(path, spec, request.precision)[0]
+    if request.release is not None or recipe.mode != spec.precision.mode:
+        return None  # a trial (or a forced release) takes the full path, which knows it is one
     if recipe.mode != "fp32" or recipe.auto_pin or not (request.profiles or spec.profiles):
         return None
     resolved = select_targets(fleet, request.targets or spec.targets or None)

@@ -43,6 +43,12 @@ class MatrixRequest(BaseModel):
                                "(a damaged one is rebuilt); by default only its size is checked")
     refit: bool = Field(False, description="new weights, same graph: refit each released refittable plan instead of "
                         "rebuilding it (others are rebuilt, and the report says why)")
+    calibration: str | None = Field(None, description="calibration .npz for int8/fp8 (default: farm.yaml's, else "
+                                    "calib.npz beside the model); a local build's path")
+    heldout: str | None = Field(None, description="held-out .npz for the accuracy gate (default: farm.yaml's, else "
+                                "heldout.npz beside the model); a local build's path")
+    release: bool | None = Field(None, description="move the release pointers: true for any recipe, false for none; "
+                                 "default: only for the model's declared recipe (farm.yaml's precision, else fp32)")
     name: str | None = Field(None, description="model name in the store (default: farm.yaml name, else file name)")
     profiles: list[ProfileText] = Field(default_factory=list, description="optimization profiles (default: farm.yaml)")
     store: str = Field(default_factory=default_store, description="artifact store: a path, file:// or s3://bucket/prefix")

@@ -91,7 +91,8 @@ def _autocast(src: Path, out: Path, recipe: Recipe, calibration: Path | None) ->
 def _quantize(src: Path, out: Path, recipe: Recipe, calibration: dict[str, np.ndarray] | None) -> None:
     if calibration is None:
         raise ConversionError(f"{recipe.mode} quantization needs calibration data: pass --calibration calib.npz "
-                              "(a numpy .npz keyed by input name, a few hundred realistic samples)")
+                              "(a numpy .npz keyed by input name, a few hundred realistic samples), or put calib.npz "
+                              "beside the model")
     from modelopt.onnx.quantization import quantize
 
     with scratch_dir("trtfarm-convert-") as tmp, _quiet():  # quantize() rewrites its input file: give it a copy

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from trtfarm.errors import UserInputError
-from trtfarm.publishing.layout import MANIFEST_NAME, folder_of, plans_prefix, provenance_name
+from trtfarm.publishing.layout import MANIFEST_NAME, PLANS, folder_of, parse_plan_key, plans_prefix, provenance_name
 from trtfarm.publishing.manifest import Manifest, manifest_from_json
 from trtfarm.publishing.provenance import provenance_from_json
 from trtfarm.publishing.publish import read_manifest
@@ -67,6 +67,8 @@ def load_attested(ref: str, store_uri: str) -> tuple[str, Manifest, dict | None]
             store, key = open_store(f"s3://{parsed.netloc}"), parsed.path.lstrip("/")
         else:
             store, key = open_store(store_uri), ref.rstrip("/")
+            if len(key.split("/")) == 3 and not key.startswith(f"{PLANS}/"):
+                key = _by_short_ref(store, key)
             if not key.endswith(MANIFEST_NAME):
                 key = f"{key}/{MANIFEST_NAME}"
         blob = store.get(key)
@@ -114,6 +116,17 @@ def provenance_table(doc: dict) -> Table:
     for k, v in rows:
         t.add_row(escape(k), escape(v))
     return t
+
+
+def _by_short_ref(store, ref: str) -> str:
+    """The manifest key a ``MODEL/GPU/BUILD`` reference names (a build digest prefix is enough)."""
+    model, gpu, build = ref.split("/")
+    found = [k for k in store.list(plans_prefix(model)) if k.endswith(f"/{MANIFEST_NAME}")
+             and (f := parse_plan_key(k)) and f.gpu == gpu and f.build12.startswith(build)]
+    if len(found) != 1:
+        raise UserInputError(f"{ref}: {'no' if not found else len(found)} published plans match (MODEL/GPU/BUILD); "
+                             "`trtfarm plans` lists them")
+    return found[0]
 
 
 def manifest_table(url: str, m: Manifest) -> Table:

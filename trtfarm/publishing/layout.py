@@ -120,6 +120,12 @@ def parse_plan_key(key: str) -> PlanFolder | None:
     return PlanFolder(*parts[1:])
 
 
+def short_ref(manifest_key: str) -> str:
+    """``MODEL/GPU/BUILD12`` for a manifest key: what ``trtfarm show`` takes, short enough for any table."""
+    folder = parse_plan_key(manifest_key)
+    return f"{folder.model}/{folder.gpu}/{folder.build12}" if folder else manifest_key
+
+
 def release_key(model: str, gpu: str, toolchain_label: str) -> str:
     """``releases/<model>/<gpu>/<toolchain>-<version>.json``."""
     return f"{RELEASES}/{check_name('model name', model)}/{check_name('GPU', gpu)}/" \

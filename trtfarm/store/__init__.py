@@ -23,7 +23,11 @@ __all__ = ["AlreadyExists", "Blob", "Conflict", "LocalStore", "Store", "Uploaded
 def open_store(uri: str | None = None) -> Store:
     """Open the store named by ``uri``: ``s3://bucket/prefix``, ``file:///abs/path`` or a local path."""
     uri = uri or default_store_uri()
-    parsed = urlparse(uri)
+    try:
+        parsed = urlparse(uri)
+    except ValueError as err:  # brackets in a host are read as an IPv6 address
+        raise UserInputError(f"store {uri!r}: not a valid URI ({err}); write s3://BUCKET/PREFIX, file:///abs/path "
+                             "or a path") from err
     if parsed.scheme == "s3":
         if not parsed.netloc:
             raise UserInputError(f"store {uri!r}: no bucket; write s3://BUCKET/PREFIX")

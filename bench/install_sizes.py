@@ -1,0 +1,57 @@
+"""Each install's size and time: the wheel into a fresh venv per extra, `du -sh` of the venv, pip's wall time.
+
+    python bench/install_sizes.py [--extras base,rtx,...] [--json]
+
+pip's cache (or the machine's wheel folder) is warm here: the times are install times, not downloads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+EXTRAS = ["base", "rtx", "precision", "profiles", "farm", "webhook", "reports", "triton", "all"]
+
+
+def wheel(out: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "-q", "-w", str(out)], check=True)
+    return next(out.glob("trtfarm-*.whl"))
+
+
+def measure(whl: Path, extra: str, root: Path) -> dict:
+    venv = root / f"venv-{extra}"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    spec = str(whl) if extra == "base" else f"trtfarm[{extra}] @ {whl.as_uri()}"
+    start = time.perf_counter()
+    subprocess.run([str(venv / "bin/pip"), "install", "-q", spec], check=True, stderr=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    du = subprocess.run(["du", "-sm", str(venv)], capture_output=True, text=True, check=True).stdout.split()[0]
+    shutil.rmtree(venv)
+    return {"extra": extra, "mib": int(du), "install_s": round(wall, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--extras", default=",".join(EXTRAS))
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="trtfarm-sizes-") as tmp:
+        whl = wheel(Path(tmp))
+        rows = []
+        for extra in args.extras.split(","):
+            rows.append(measure(whl, extra, Path(tmp)))
+            if not args.json:
+                print(f"{extra:10} {rows[-1]['mib']:6} MiB {rows[-1]['install_s']:6.1f} s", flush=True)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""What a user reads at 80 columns: tables that keep whole words, help that shows its defaults, user text as text.
+
+Each command runs in a pseudo-terminal of 80x24 (as in tmux), so Rich renders as it does for people. A word is
+split when a whitespace-separated token of the 80-column screen is not a token of the same screen rendered 400
+columns wide (where nothing wraps); lines longer than 80 are cut at 80 first, as the terminal would.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import termios
+
+import pytest
+from typer.testing import CliRunner
+
+from trtfarm.cli.main import app
+
+from .conftest import REPO
+
+TRTFARM = [sys.executable, "-m", "trtfarm"]
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+BOX = re.compile(r"[\u2500-\u257f]")
+PROGRESS = re.compile(r"^\s*(build|upload) \S+.*\d+:\d\d:\d\d\s*$")
+
+
+def on_terminal(args: list[str], cwd, columns: int, rows: int = 24) -> str:
+    """Run trtfarm in a pseudo-terminal of ``columns`` x ``rows``; everything it showed, colours stripped."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    env = {**os.environ, "COLUMNS": str(columns), "LINES": str(rows), "TERM": "xterm-256color",
+           "PREFECT_HOME": str(cwd / ".prefect")}
+    env.pop("TRTFARM_TARGETS", None)
+    proc = subprocess.Popen(TRTFARM + args, cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    assert proc.wait(timeout=300) in (0, 1), b"".join(chunks).decode(errors="replace")[-3000:]
+    return ANSI.sub("", b"".join(chunks).decode()).replace("\r\n", "\n").replace("\r", "\n")
+
+
+def screen_lines(text: str, columns: int) -> list[str]:
+    """The lines as the terminal shows them: a line longer than the terminal continues on the next one."""
+    lines = []
+    for line in text.splitlines():
+        lines += [line[i:i + columns] for i in range(0, max(len(line), 1), columns)]
+    return lines
+
+
+def tokens(lines: list[str]) -> list[str]:
+    """Whitespace-separated tokens, box drawing removed and the punctuation that joins a note to its row."""
+    return [t.strip("():;,·") for line in lines for t in BOX.sub(" ", line).split() if t.strip("():;,·")]
+
+
+def split_words(narrow: str, wide: str) -> list[str]:
+    """Tokens of the 80-column screen that are not whole tokens of the wide one (numbers and times vary)."""
+    whole = set(tokens(screen_lines(wide, 400)))
+    shown = [line for line in screen_lines(narrow, 80) if not line.startswith("(--wide adds")  # only when narrow
+             and not PROGRESS.match(line)]  # progress frames (redrawn in place; each shows the step of the moment)
+    return [t for t in tokens(shown)
+            if t not in whole and not re.fullmatch(r"[\d.,:–-]+", t)]
+
+
+@pytest.fixture
+def farm_dir(tmp_path, example_dir):
+    """A project folder with the repository's fleet (four TensorRT targets this machine cannot build)."""
+    shutil.copy(REPO / "gpu_targets.yaml", tmp_path / "gpu_targets.yaml")
+    shutil.copytree(example_dir, tmp_path / "encoder")
+    return tmp_path
+
+
+@pytest.mark.integration
+def test_build_targets_plans_and_report_keep_every_word_whole_at_80_columns(farm_dir, tmp_path_factory):
+    wide_dir = tmp_path_factory.mktemp("wide")
+    shutil.copy(farm_dir / "gpu_targets.yaml", wide_dir / "gpu_targets.yaml")
+    shutil.copytree(farm_dir / "encoder", wide_dir / "encoder")
+    build = ["build", "encoder/model.onnx"]
+    screens = {"build": (on_terminal(build, farm_dir, 80), on_terminal(build, wide_dir, 400))}
+    for args in (["targets"], ["plans"], ["report", "encoder", "--out", "rep"]):
+        screens[args[0]] = (on_terminal(args, farm_dir, 80), on_terminal(args, farm_dir, 400))
+    for name, (narrow, wide) in screens.items():
+        assert max(len(line) for line in narrow.splitlines()) <= 80, (name, narrow)
+        assert split_words(narrow, wide) == [], (name, split_words(narrow, wide), narrow, wide)
+    assert "rtx4090-rtx1.7" in screens["build"][0] and "built" in screens["build"][0]
+    assert "precision" in screens["plans"][0] and "fp32" in screens["plans"][0]
+    assert "released" in screens["plans"][0] and "yes" in screens["plans"][0]
+    assert "tensorrt==11.4.0.106" in screens["targets"][0]  # the reason a target is not servable, whole
+    assert "`" not in "".join(n for n, _ in screens.values())  # backticks are rendered, never shown
+
+
+def test_the_splitting_check_finds_a_word_broken_across_lines():
+    wide = "│ toolchain │ tensorrt_rtx 1.7.1.116 │"
+    assert split_words("│ toolcha │\n│ in      │", wide) == ["toolcha", "in"]
+    assert split_words("x" * 75 + " tensorrt_rtx", "x" * 75 + " tensorrt_rtx") == ["tens", "orrt_rtx"]
+    assert split_words("│ toolchain │", wide) == []
+
+
+def test_help_shows_defaults_and_no_type_names():
+    runner = CliRunner()
+    commands = [[], ["farm"], ["pools"], ["build"], ["plans"], ["targets"], ["pull"], ["verify"], ["report"],
+                ["init"], ["farm", "run"], ["farm", "deploy"], ["pools", "sync"], ["gc"], ["triton"], ["precision"],
+                ["profiles", "derive"], ["models", "push"]]
+    for command in commands:
+        result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "80", "NO_COLOR": "1"})
+        assert result.exit_code == 0, result.output
+        options = result.output.split("Options", 1)[1]
+        assert not re.search(r"<[a-z]+(\[[a-z]+\])?>", options), (command, options)
+        assert "MarkupError" not in result.output
+    build = runner.invoke(app, ["build", "--help"], env={"COLUMNS": "200"}).output
+    assert "[default: $TRTFARM_STORE or ./trtfarm-store]" in build and "--calibration" in build
+    assert "[default: farm.yaml's, else calib.npz beside the model]" in build
+    pull = runner.invoke(app, ["pull", "--help"], env={"COLUMNS": "200"}).output
+    assert "[default: ./MODEL.plan]" in pull  # written unescaped in its help: escaped for Rich by the CLI
+
+
+def test_a_store_or_path_with_brackets_is_text_not_markup(tmp_path):
+    result = subprocess.run([*TRTFARM, "plans", "--store", "s3://[bold]bucket[/bold]"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr and "MarkupError" not in result.stderr
+    assert "[bold]bucket[/bold]" in result.stderr
+    missing = subprocess.run([*TRTFARM, "build", "[red]x[/].onnx"], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=60)
+    assert missing.returncode == 2 and "[red]x[/].onnx: no such ONNX file" in missing.stderr

@@ -1,0 +1,100 @@
+"""The wheel as a pip user installs it (not editable), into a fresh venv, in a folder outside the repository.
+
+The base install serves a host that pulls and verifies plans and loads them with ``trtfarm.runtime``: no torch, no
+Prefect. The [rtx] extra adds the toolchain, and ``trtfarm build model.onnx`` then builds in a project folder: the
+README.md block "Your own project" runs here as written.
+pip's cache (or the machine's wheel folder) makes the two installs take seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from .conftest import REPO
+from .docblocks import blocks
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "-q", "-w", str(out)], check=True,
+                   capture_output=True)
+    return next(out.glob("trtfarm-*.whl"))
+
+
+def run(venv, args, cwd, check=True):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRTFARM_", "PREFECT_", "VIRTUAL_ENV"))}
+    env["PATH"] = f"{venv / 'bin'}:{env['PATH']}"
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{args}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def test_the_wheel_carries_the_templates_and_the_local_farm_script(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"trtfarm/templates/gpu_targets.yaml", "trtfarm/templates/farm.yaml", "trtfarm/templates/prefect.yaml",
+            "trtfarm/templates/local-farm/postgres.sh", "flows/build_matrix.py"} <= names
+
+
+def test_a_base_install_pulls_verifies_and_loads_with_neither_torch_nor_prefect(wheel, tmp_path, example_dir):
+    # a plan to pull, built by the development install into a store the fresh one reads
+    store = tmp_path / "store"
+    subprocess.run([sys.executable, "-m", "trtfarm", "build", str(example_dir / "model.onnx"), "--store", str(store),
+                    "--targets-file", str(REPO / "gpu_targets.yaml"), "--target", "rtx4090-rtx1.7"], check=True,
+                   capture_output=True, cwd=tmp_path)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    run(venv, [str(venv / "bin/pip"), "install", "-q", str(wheel)], tmp_path)
+    installed = {line.split("==")[0].lower() for line in run(venv, [str(venv / "bin/pip"), "freeze"],
+                                                              tmp_path).stdout.splitlines()}
+    assert not installed & {"torch", "prefect", "nvidia-modelopt", "onnxruntime", "matplotlib", "tensorrt-rtx-cu13"}
+
+    host = tmp_path / "host"
+    host.mkdir()
+    trtfarm = str(venv / "bin/trtfarm")
+    pulled = run(venv, [trtfarm, "pull", "encoder", "--store", str(store), "--gpu", "rtx-4090", "--toolchain",
+                        "tensorrt_rtx-1.7.1.116", "--to", "enc.plan", "--json"], host)
+    assert json.loads(pulled.stdout)["bytes"] > 0
+    verified = run(venv, [trtfarm, "verify", "enc.plan", "--json"], host, check=False)
+    assert verified.returncode == 1 and "Traceback" not in verified.stderr  # no toolchain, no GPU here: it says so
+    checks = {c["check"]: c["ok"] for c in json.loads(verified.stdout)["checks"]}
+    assert checks["sha256"] and checks["header"] and not checks["toolchain"]
+    loaded = run(venv, [str(venv / "bin/python"), "-c", "import sys; from trtfarm.runtime import load_plan, Router; "
+                        "import trtfarm.cli.main; print(sorted(m for m in ('torch', 'prefect', 'onnxruntime') "
+                        "if m in sys.modules))"], host)
+    assert loaded.stdout.strip() == "[]"
+    farm = run(venv, [trtfarm, "pools", "sync"], host, check=False)
+    assert farm.returncode == 2 and "pip install 'trtfarm[farm]'" in farm.stderr and "Traceback" not in farm.stderr
+    assert [line for line in farm.stderr.splitlines() if "error" in line] == [
+        "error: prefect is not installed (the farm commands): pip install 'trtfarm[farm]' (or 'trtfarm[all]' for "
+        "everything)"]
+
+
+
+def test_the_readme_project_block_builds_inits_and_shows_the_written_fleet(tmp_path, example_dir):
+    """README.md's "Your own project" block as written, with a home folder of its own and an export in it."""
+    block = next(b for b in blocks(REPO / "README.md") if "~/myproject" in b.text)
+    project = tmp_path / "myproject"
+    project.mkdir()
+    shutil.copy(example_dir / "model.onnx", project / "model.onnx")
+    shutil.copy(example_dir / "farm.yaml", project / "farm.yaml")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRTFARM_", "PREFECT_", "VIRTUAL_ENV"))}
+    env["HOME"] = str(tmp_path)
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block.text], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "built-in fleet" in proc.stderr and "2 built" in proc.stdout
+    assert "wrote" in proc.stdout and "kept" in proc.stdout  # init keeps the project's farm.yaml
+    assert "h100-trt11.4" in proc.stdout.rsplit("targets (", 1)[1]  # the written fleet, not the built-in one
+    assert not (project / ".venv/bin/torch").exists() and "editable" not in subprocess.run(
+        [str(project / ".venv/bin/pip"), "show", "trtfarm"], capture_output=True, text=True).stdout.lower()

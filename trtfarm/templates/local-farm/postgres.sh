@@ -1,0 +1,1 @@
+../../../infra/local-farm/postgres.sh
