@@ -12,11 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from trtfarm.errors import CorruptObject
 from trtfarm.planning.targets import TargetPlan
 from trtfarm.publishing import layout
 from trtfarm.publishing.manifest import Manifest
 from trtfarm.publishing.publish import plan_intact, plan_rehash, read_manifest, withdraw
-from trtfarm.publishing.release import ReleaseRefused, move_release, pointer_key
+from trtfarm.publishing.release import ReleaseRefused, move_release, pointer_key, repair_pointer
 from trtfarm.store import Store
 
 Status = Literal["built", "up-to-date", "skipped", "failed"]
@@ -61,13 +62,18 @@ def outcome_from_manifest(store: Store, plan: TargetPlan, manifest: Manifest, st
 
 def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, release_on: str,
                        run_id: str | None) -> str:
-    """Move the release pointer when the target's policy allows; say what happened."""
+    """Move the release pointer when the target's policy allows; say what happened.
+
+    A damaged pointer (not JSON, fields missing) is trtfarm's own object: it is repaired first, and the answer says so.
+    """
+    repaired = repair_pointer(store, pointer_key(manifest), release_on)
+    note = f"{repaired}; " if repaired else ""
     try:
         move_release(store, manifest_key, manifest, release_on=release_on, by="trtfarm",
                      reason=f"built by run {run_id}" if run_id else "built by trtfarm")
     except ReleaseRefused as refused:
-        return str(refused)
-    return f"released: {pointer_key(manifest)}"
+        return f"{note}{refused}"
+    return f"{note}released: {pointer_key(manifest)}"
 
 
 def triage(store: Store, plans: Sequence[TargetPlan], force: bool = False,
@@ -84,7 +90,11 @@ def triage(store: Store, plans: Sequence[TargetPlan], force: bool = False,
         if p.skip_reason:
             done[p.target.id] = TargetOutcome(p.target.id, "skipped", p.skip_reason)
             continue
-        existing = None if force else read_manifest(store, p.manifest_key)
+        try:
+            existing = None if force else read_manifest(store, p.manifest_key)
+        except CorruptObject:  # a damaged manifest of this very build: withdraw it, the rebuild publishes afresh
+            withdraw(store, p.prefix)
+            existing = None
         damage = plan_intact(store, existing) if existing is not None else None
         if existing is not None and damage is None and verify and (damage := plan_rehash(store, existing)):
             withdraw(store, p.prefix)  # bytes that no longer hash to the manifest: the rebuild publishes afresh

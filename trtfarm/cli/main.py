@@ -15,7 +15,7 @@ from rich.markup import escape
 from trtfarm import interrupt, scratch
 from trtfarm.cli import build, farm, images, models, profiles, quality, serving, store_ops, webhook  # noqa: F401
 from trtfarm.cli.common import app, err
-from trtfarm.errors import InfrastructureError, UserInputError, one_line
+from trtfarm.errors import CorruptObject, InfrastructureError, UserInputError, one_line
 
 
 def main() -> None:
@@ -27,9 +27,6 @@ def main() -> None:
     except interrupt.Interrupted:
         scratch.remove_all()  # what the signal caught mid-way (between creating a temporary and its cleanup)
         raise
-    except UserInputError as e:
+    except (UserInputError, InfrastructureError, CorruptObject) as e:  # exit 2 bad input, 1 a failure, 3 no service
         err.print(f"[bold red]error:[/] {escape(one_line(e))}", highlight=False, soft_wrap=True)
-        sys.exit(2)
-    except InfrastructureError as e:
-        err.print(f"[bold red]error:[/] {escape(one_line(e))}", highlight=False, soft_wrap=True)
-        sys.exit(1)
+        sys.exit(e.exit_code)

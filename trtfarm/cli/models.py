@@ -27,7 +27,7 @@ def models_push(folder: Path = typer.Argument(..., help="export folder: model.on
     try:
         ref = register_export(open_store(store_uri(store)), folder, name)
     except TrtfarmError as e:
-        raise fail(str(e)) from e
+        raise fail(e) from e
     if as_json:
         print(json.dumps(ref.to_json()))
     else:

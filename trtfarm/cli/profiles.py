@@ -47,7 +47,7 @@ def profiles_derive(
         if out:
             write_profiles_file(doc, out)
     except TrtfarmError as e:
-        raise fail(str(e)) from e
+        raise fail(e) from e
     if as_json:
         print(json.dumps({"profiles": profile_texts(doc.profiles),
                           "buckets": doc.buckets, "report": doc.report}, indent=2))

@@ -170,7 +170,7 @@ class Fleet(_Strict):
     @field_validator("toolchains", "gpus")
     @classmethod
     def _keys_are_ids(cls, value: dict) -> dict:
-        bad = [k for k in value if not re.match(_ID, k)]
+        bad = [k for k in value if not re.fullmatch(_ID, k)]
         if bad:
             raise ValueError(f"names {bad} must be lowercase letters, digits, '.', '_' or '-'")
         return value

@@ -23,7 +23,7 @@ _SHAPE = re.compile(r"^\d+(x\d+)*$")
 def parse_shape(text: str) -> list[int]:
     """``"16x128"`` -> ``[16, 128]``."""
     text = text.strip()
-    if not _SHAPE.match(text):
+    if not _SHAPE.fullmatch(text):
         raise ValueError(f"shape {text!r} is not dimensions joined by 'x', e.g. 16x128")
     return [int(d) for d in text.split("x")]
 

@@ -7,7 +7,7 @@ from urllib.parse import urlparse
 
 from rich.table import Table
 
-from trtfarm.errors import UserInputError
+from trtfarm.errors import CorruptObject, UserInputError
 from trtfarm.publishing.layout import MANIFEST_NAME, plans_prefix
 from trtfarm.publishing.manifest import Manifest, manifest_from_json
 from trtfarm.publishing.publish import read_manifest
@@ -20,13 +20,22 @@ def list_manifests(store_uri: str, model: str | None = None) -> list[tuple[str, 
     return manifests_in(store, model)
 
 
-def manifests_in(store, model: str | None = None) -> list[tuple[str, Manifest]]:
-    """Every ``plans/**/manifest.json`` of an open store, as (url, manifest)."""
+def manifests_in(store, model: str | None = None, problems: list[str] | None = None) -> list[tuple[str, Manifest]]:
+    """Every ``plans/**/manifest.json`` of an open store, as (url, manifest).
+
+    With ``problems``, a damaged manifest is skipped and described there; without, it raises ``CorruptObject``.
+    """
     prefix = plans_prefix(model)
     found = []
     for key in store.list(prefix):
         if key.endswith(f"/{MANIFEST_NAME}"):
-            m = read_manifest(store, key)
+            try:
+                m = read_manifest(store, key)
+            except CorruptObject as damaged:
+                if problems is None:
+                    raise
+                problems.append(str(damaged))
+                continue
             if m is not None:
                 found.append((store.url(key), m))
     return sorted(found, key=lambda x: (x[1].model.name, x[1].target.gpu, x[1].target.toolchain_version,

@@ -34,7 +34,7 @@ from pathlib import Path
 from urllib.parse import unquote, unquote_plus, urlparse
 
 from trtfarm.errors import StoreError
-from trtfarm.publishing.layout import webhook_claim_key
+from trtfarm.publishing.layout import is_name, webhook_claim_key
 from trtfarm.store import Store
 from trtfarm.triggers.registry import EXPORT_NAME, ONNX_NAME, export_folder, export_name, is_registry_export
 
@@ -113,7 +113,7 @@ def location(uri: str, what: str = "model_uri") -> Root:
         raise Rejected(400, f"{what} {uri!r}: '.' and '..' segments (%2e%2e too) are not allowed; give the folder's "
                             "own path")
     if parsed.scheme == "s3":
-        if not S3_BUCKET.match(parsed.netloc):
+        if not S3_BUCKET.fullmatch(parsed.netloc):
             raise Rejected(400, f"{what} {uri!r}: {parsed.netloc!r} is not an S3 bucket name")
         return Root("s3", parsed.netloc, parts)
     if parsed.netloc not in ("", "localhost"):
@@ -209,7 +209,7 @@ def check_sns_signature(msg: dict, fetch_cert) -> None:
     from cryptography.hazmat.primitives.asymmetric import padding
 
     url = urlparse(msg.get("SigningCertURL", ""))
-    if url.scheme != "https" or not SNS_CERT_HOST.match(url.hostname or "") or not url.path.endswith(".pem"):
+    if url.scheme != "https" or not SNS_CERT_HOST.fullmatch(url.hostname or "") or not url.path.endswith(".pem"):
         raise Rejected(401, f"SigningCertURL {msg.get('SigningCertURL')!r} is not an SNS certificate URL")
     algorithm = {"1": hashes.SHA1(), "2": hashes.SHA256()}.get(str(msg.get("SignatureVersion")))
     if algorithm is None:
@@ -289,6 +289,6 @@ def _json(body: bytes):
 
 
 def _name(uri: str, given) -> str:
-    if isinstance(given, str) and re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", given):
+    if is_name(given):
         return given
     return export_name(uri)
