@@ -74,6 +74,9 @@ class RefitMode(str, Enum):
     refit_individual = "refit_individual"
 
 
+MAX_WORKSPACE_MIB = 1 << 20  # 1 TiB: beyond any GPU's memory (and its bytes must fit TensorRT's int64 pool limit)
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -81,7 +84,8 @@ class _Strict(BaseModel):
 class BuilderSettings(_Strict):
     """Everything in ``IBuilderConfig`` that a target may set; each changes the plan, so all feed the build digest."""
 
-    workspace_mib: int = Field(4096, ge=1, description="WORKSPACE memory pool limit; too small silently drops tactics")
+    workspace_mib: int = Field(4096, ge=1, le=MAX_WORKSPACE_MIB,
+                               description="WORKSPACE memory pool limit; too small silently drops tactics")
     optimization_level: int = Field(3, ge=0, le=5, description="builder_optimization_level (0 ignores timing cache)")
     tf32: bool = Field(True, description="TF32 math for FP32 matmul/conv; false for strict FP32")
     hardware_compatibility: HardwareCompatibility = HardwareCompatibility.none
@@ -100,7 +104,7 @@ class BuilderSettings(_Strict):
 class SettingsOverride(_Strict):
     """Per-target overrides of ``defaults``; every field optional."""
 
-    workspace_mib: int | None = Field(None, ge=1)
+    workspace_mib: int | None = Field(None, ge=1, le=MAX_WORKSPACE_MIB)
     optimization_level: int | None = Field(None, ge=0, le=5)
     tf32: bool | None = None
     hardware_compatibility: HardwareCompatibility | None = None
