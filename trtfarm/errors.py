@@ -50,6 +50,18 @@ class StoreUnavailable(StoreError):
     exit_code = 3
 
 
+class ScratchSpaceError(InfrastructureError):
+    """A local scratch folder (``TMPDIR``, a build's work folder) could not be written: full, read-only, missing."""
+
+    service = "local scratch space"
+
+
+def scratch_failure(err: OSError, what: str, where: object = None) -> ScratchSpaceError:
+    """One line for an ``OSError`` writing scratch files: what, where, the OS reason, and the fix."""
+    return ScratchSpaceError(f"cannot write {what} in {err.filename or where}: {err.strerror or err}; free space "
+                             "there or point TMPDIR at a disk with room, then run again")
+
+
 class CorruptObject(TrtfarmError):
     """A store object trtfarm wrote is not what it should be (not JSON, fields missing); the message names the key.
 

@@ -97,8 +97,8 @@ def _client(endpoint_url: str | None):
     with _CLIENTS_LOCK:
         if key not in _CLIENTS:
             client = boto3.client("s3", endpoint_url=endpoint_url or None, config=Config(
-                connect_timeout=connect, read_timeout=read, retries={"total_max_attempts": attempts, "mode": "standard"},
-                max_pool_connections=32))
+                connect_timeout=connect, read_timeout=read, max_pool_connections=32,
+                retries={"total_max_attempts": attempts, "mode": "standard"}))
             client.meta.events.register_first("needs-retry.s3", _log_retry, unique_id="trtfarm-log-retry")
             _CLIENTS[key] = client
         return _CLIENTS[key]
