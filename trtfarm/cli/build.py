@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from trtfarm.cli.common import JSON_OPT, STORE_OPT, TARGETS_OPT, app, err, fail, out, store_uri, targets_path
@@ -45,7 +46,7 @@ def build(
         outcome_table(rows, store_uri(store))
     failed = [r for r in rows if r["status"] == "failed"]
     for r in failed:
-        err.print(f"[bold red]{r['target']} failed:[/] {r['reason']}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]{escape(r['target'])} failed:[/] {escape(r['reason'])}", highlight=False, soft_wrap=True)
     if failed:
         raise typer.Exit(1)
 
@@ -112,7 +113,7 @@ def _note(r: dict, store: str) -> str:
 def outcome_table(rows: list[dict], store: str) -> None:
     """The outcome of each target; below 110 columns the notes go under the table, one line per target."""
     wide = out.width >= 110
-    table = Table(title=f"trtfarm build → {store}", caption="checks: onnx / built / engine / api (… = pending "
+    table = Table(title=f"trtfarm build → {escape(store)}", caption="checks: onnx / built / engine / api (… = pending "
                   "on the target GPU; api: checked against the version's bindings API)")
     for col, kw in (("target", {"no_wrap": True}), ("status", {"no_wrap": True}), ("build s", {"justify": "right"}),
                     ("plan", {"justify": "right", "no_wrap": True}), ("checks", {"no_wrap": True})):
@@ -120,15 +121,15 @@ def outcome_table(rows: list[dict], store: str) -> None:
     if wide:
         table.add_column("note", overflow="fold")
     for r in rows:
-        cells = [r["target"], f"[{STYLE[r['status']]}]{r['status']}[/]",
+        cells = [escape(r["target"]), f"[{STYLE[r['status']]}]{r['status']}[/]",
                  f"{r['build_s']:.2f}" if r.get("build_s") is not None else "",
                  f"{r['plan_bytes'] / 2**20:.1f} MiB" if r.get("plan_bytes") else "",
                  " ".join(MARK[v] for v in (r.get("verification") or {}).values())]
-        table.add_row(*cells, *([_note(r, store)] if wide else []))
+        table.add_row(*cells, *([escape(_note(r, store))] if wide else []))
     out.print(table)
     if not wide:
         for r in rows:
-            out.print(f"  {r['target']}: {_note(r, store)}", highlight=False, soft_wrap=True)
+            out.print(f"  {r['target']}: {_note(r, store)}", highlight=False, soft_wrap=True, markup=False)
     counts = {s: sum(r["status"] == s for r in rows) for s in STYLE}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     hint = " (`trtfarm targets` says what each skipped target needs)" if counts["skipped"] else ""
@@ -174,7 +175,7 @@ def targets(targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
     if not wide:  # the reasons on their own lines, so the table stays one line per target
         for r in rows:
             if not r["servable"]:
-                out.print(f"  {r['target']}: {r['reason']}", highlight=False, soft_wrap=True)
+                out.print(f"  {r['target']}: {r['reason']}", highlight=False, soft_wrap=True, markup=False)
 
 
 @app.command()
@@ -190,11 +191,11 @@ def plans(store: str = STORE_OPT, model: str = typer.Option(None, "--model", hel
     if as_json:
         print(json.dumps([{"manifest": url, **m.model_dump(mode="json")} for url, m in found], indent=2))
         return
-    table = Table(title=f"plans in {store_uri(store)}")
+    table = Table(title=f"plans in {escape(store_uri(store))}")
     for col in ("model", "onnx", "gpu", "toolchain", "build", "size", "engine check", "created"):
         table.add_column(col, overflow="fold")
     for _, m in found:
-        table.add_row(m.model.name, m.model.onnx_digest[:12], m.target.gpu,
+        table.add_row(escape(m.model.name), m.model.onnx_digest[:12], escape(m.target.gpu),
                       f"{m.target.flavour} {m.target.toolchain_version}", m.build.build_digest[:12],
                       f"{m.plan.bytes / 2**20:.1f} MiB", m.verification.engine.status, m.created_at)
     out.print(table)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from trtfarm.cli.common import JSON_OPT, STORE_OPT, app, fail, out, store_uri
@@ -31,7 +32,8 @@ def models_push(folder: Path = typer.Argument(..., help="export folder: model.on
     if as_json:
         print(json.dumps(ref.to_json()))
     else:
-        out.print(f"registered {ref.name} export {ref.export_id}: {ref.uri}", highlight=False, soft_wrap=True)
+        out.print(f"registered {ref.name} export {ref.export_id}: {ref.uri}", highlight=False, soft_wrap=True,
+                  markup=False)
 
 
 @models_app.command("ls")
@@ -46,7 +48,7 @@ def models_ls(store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
         return
     table = Table("model", "latest export", "uri")
     for r in refs:
-        table.add_row(r.name, r.export_id or "", r.uri)
+        table.add_row(escape(r.name), escape(r.export_id or ""), escape(r.uri))
     out.print(table)
 
 

@@ -56,5 +56,6 @@ def profiles_derive(
 
     out_note = f"; written to {out}" if out else "; use --out FILE to save it"
     Console().print(derivation_table(derived, str(log)))
-    err.print(f"{derived.records:,} records, {derived.rejected:,} beyond the caps{out_note}", highlight=False)
+    err.print(f"{derived.records:,} records, {derived.rejected:,} beyond the caps{out_note}", highlight=False,
+              markup=False)
 

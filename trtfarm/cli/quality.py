@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from trtfarm.cli.common import JSON_OPT, STORE_OPT, app, fail, out, store_uri
@@ -58,15 +59,16 @@ def precision(
         print(json.dumps({"converted": str(result.path), "digest": result.digest, "pinned_fp32_nodes": result.pinned,
                           "gate": result.report.to_json()}, indent=2))
     else:
-        table = Table(title=f"{mode} accuracy gate: {model.name} -> {result.path.name}")
+        table = Table(title=escape(f"{mode} accuracy gate: {model.name} -> {result.path.name}"))
         for col in ("output", "max error / scale", "cosine (signal)", "cosine mean/min (all)", "task figure"):
             table.add_column(col, overflow="fold")
         for f in result.report.figures:
-            table.add_row(f.output, _error_cell(f), _signal_cell(f), f"{f.cosine_mean:.6f} / {f.cosine_min:.6f}",
+            table.add_row(escape(f.output), _error_cell(f), _signal_cell(f),
+                          f"{f.cosine_mean:.6f} / {f.cosine_min:.6f}",
                           ", ".join(f"{k} {v:.4f}" for k, v in f.extra.items()))
         if result.report.figures:
             out.print(table)
-        out.print(result.summary(), highlight=False)
+        out.print(result.summary(), highlight=False, markup=False)
     if result.report.passed is False:
         raise typer.Exit(1)
 
@@ -119,14 +121,14 @@ def report(ref: str = typer.Argument(..., help="a run id (reports/<model>/<run>/
         print(json.dumps({"report": str(path), "html": str(path.with_name("report.html")),
                           "rows": [asdict(r) for r in rows]}, indent=2))
         return
-    table = Table(title=f"{model} — {run}")
+    table = Table(title=escape(f"{model} — {run}"))
     for col in ("target", "status", "engine", "p50 ms", "p99 ms", "build s", "changes"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        table.add_row(r.target, r.status, r.engine, f"{r.p50_ms:.3f}" if r.p50_ms is not None else "–",
+        table.add_row(escape(r.target), r.status, escape(r.engine), f"{r.p50_ms:.3f}" if r.p50_ms is not None else "–",
                       f"{r.p99_ms:.3f}" if r.p99_ms is not None else "–",
                       f"{r.build_s:.2f}" if r.build_s is not None else "–",
-                      ("[red]REGRESSION[/] " if r.regressed else "") + (r.changes or r.reason))
+                      ("[red]REGRESSION[/] " if r.regressed else "") + escape(r.changes or r.reason))
     out.print(table)
-    out.print(f"report: {path}", highlight=False)
-    out.print(f"html:   {path.with_name('report.html')} (open it in a browser)", highlight=False)
+    out.print(f"report: {path}", highlight=False, markup=False)
+    out.print(f"html:   {path.with_name('report.html')} (open it in a browser)", highlight=False, markup=False)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from trtfarm.cli.common import JSON_OPT, STORE_OPT, TARGETS_OPT, app, err, fail, out, store_uri, targets_path
@@ -26,7 +27,7 @@ def cache_ls(store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    table = Table(title=f"timing caches in {s.uri}")
+    table = Table(title=f"timing caches in {escape(s.uri)}")
     table.add_column("toolchain / GPU")
     table.add_column("bytes", justify="right")
     for r in rows:
@@ -73,7 +74,7 @@ def cache_rm(ref: str = typer.Argument(..., help="TOOLCHAIN/GPU"), store: str = 
     if not yes:
         raise fail(f"would delete {s.url(key)}; add --yes to delete it", code=1)
     s.delete(key)
-    out.print(f"deleted {s.url(key)}")
+    out.print(f"deleted {s.url(key)}", markup=False)
 
 
 @app.command()
@@ -102,7 +103,7 @@ def release(manifest: str = typer.Argument(..., help="the plan's manifest: store
         return
     ev = pointer.current
     out.print(f"{pointer.model}/{pointer.gpu}/{pointer.toolchain} -> {pointer.manifest} "
-              f"({ev.action} by {ev.by}: {ev.reason})", highlight=False)
+              f"({ev.action} by {ev.by}: {ev.reason})", highlight=False, markup=False)
 
 
 def _release_on(targets_file: Path | None, target_id: str) -> str:
@@ -143,7 +144,7 @@ def pull(model: str = typer.Argument(..., help="model name"),
         print(json.dumps(doc, indent=2))
     else:
         out.print(f"pulled {pulled.pointer_key} -> {pulled.plan} ({pulled.bytes:,} bytes, sha256 checked)",
-                  highlight=False)
+                  highlight=False, markup=False)
 
 
 @app.command()
@@ -173,16 +174,16 @@ def verify(ref: Path = typer.Argument(..., help="a plan (manifest beside it) or 
     if as_json:
         print(json.dumps({"plan": str(plan), "ok": ok, "checks": rows}, indent=2))
     else:
-        table = Table(title=f"verify {plan}")
+        table = Table(title=f"verify {escape(str(plan))}")
         for col in ("check", "result", "detail"):
             table.add_column(col, overflow="fold")
         for c in checks:
             mark = "[green]ok[/]" if c.ok else "[yellow]skipped[/]" if c.ok is None else "[red]MISMATCH[/]"
-            table.add_row(c.name, mark, c.detail)
+            table.add_row(c.name, mark, escape(c.detail))
         out.print(table)
     if not ok:
         err.print("refused: " + "; ".join(c.detail for c in checks if c.ok is False), highlight=False,
-                  soft_wrap=True)
+                  soft_wrap=True, markup=False)
         raise typer.Exit(1)
 
 
@@ -206,7 +207,7 @@ def gc(keep: int = typer.Option(3, "--keep", min=1, help="newest plans to keep p
         return
     for d in doomed:
         out.print(f"{'deleted' if apply else 'would delete'} {d.manifest_key} ({d.bytes:,} bytes): {d.why}",
-                  highlight=False)
+                  highlight=False, markup=False)
     total = sum(d.bytes for d in doomed)
     out.print(f"{len(doomed)} plan(s), {total:,} bytes" + ("" if apply else " — dry run; add --apply to delete"))
 

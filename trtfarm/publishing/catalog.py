@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlparse
 
+from rich.markup import escape
 from rich.table import Table
 
 from trtfarm.errors import CorruptObject, UserInputError
@@ -67,7 +68,7 @@ def load_manifest(ref: str, store_uri: str) -> tuple[str, Manifest]:
 
 def manifest_table(url: str, m: Manifest) -> Table:
     """A two-column table of the fields people look for first."""
-    t = Table(title=url, show_header=False)
+    t = Table(title=escape(url), show_header=False)
     t.add_column("field", style="bold")
     t.add_column("value", overflow="fold")
     rows = [
@@ -88,13 +89,14 @@ def manifest_table(url: str, m: Manifest) -> Table:
         ("created", f"{m.created_at} by trtfarm {m.trtfarm_version}"),
     ]
     for k, v in rows:
-        t.add_row(k, v)
+        t.add_row(k, escape(v))
     return t
 
 
 def derivation_table(d, source: str) -> Table:
     """Profiles side by side: shapes, traffic share, padding overhead, memory."""
-    t = Table(title=f"profiles derived from {source}" + (f" (split on {d.split_axis})" if d.split_axis else ""))
+    t = Table(title=escape(f"profiles derived from {source}" + (f" (split on {d.split_axis})" if d.split_axis
+                                                                  else "")))
     for col in ("profile", "inputs min : opt : max", "traffic", "padding", "max shape", "activation est."):
         t.add_column(col, overflow="fold")
     for i, p in enumerate(d.profiles):

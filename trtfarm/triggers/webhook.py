@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from urllib.parse import unquote, unquote_plus, urlparse
+from urllib.parse import quote, unquote, unquote_plus, urlparse
 
 from trtfarm.errors import StoreError
 from trtfarm.publishing.layout import is_name, webhook_claim_key
@@ -40,6 +40,7 @@ from trtfarm.triggers.registry import EXPORT_NAME, ONNX_NAME, export_folder, exp
 
 EVENT_NAME = "trtfarm.model.exported"
 REFIT_EVENT = "trtfarm.model.weights-updated"  # same graph, new weights: the refit deployment takes these
+MAX_COMPONENT, MAX_PATH = 255, 1024  # a filesystem's NAME_MAX; S3's longest key
 SNS_CERT_HOST = re.compile(r"^sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?$")
 S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _SIGNED_KEYS = {
@@ -112,6 +113,9 @@ def location(uri: str, what: str = "model_uri") -> Root:
     if any(p in (".", "..") for p in parts) or "\0" in path:
         raise Rejected(400, f"{what} {uri!r}: '.' and '..' segments (%2e%2e too) are not allowed; give the folder's "
                             "own path")
+    if any(len(p.encode()) > MAX_COMPONENT for p in parts) or len(path.encode()) > MAX_PATH:
+        raise Rejected(400, f"{what} {uri[:80]!r}...: a path component is longer than {MAX_COMPONENT} bytes or the "
+                            f"path longer than {MAX_PATH}; no store holds such a name")
     if parsed.scheme == "s3":
         if not S3_BUCKET.fullmatch(parsed.netloc):
             raise Rejected(400, f"{what} {uri!r}: {parsed.netloc!r} is not an S3 bucket name")
@@ -182,7 +186,7 @@ def export_from_json(body: bytes, folder_etag, roots: Sequence[Root]) -> Export:
     uri = doc.get("model_uri") if isinstance(doc, dict) else None
     if not isinstance(uri, str) or urlparse(uri).scheme not in ("s3", "file") or not urlparse(uri).path.strip("/"):
         raise Rejected(400, 'body must be {"model_uri": "s3://bucket/path/to/export/"} (an export folder URI)')
-    uri = export_folder(uri)
+    uri = canonical_uri(export_folder(uri))
     check_allowed(uri, roots)
     version = _read_version(uri, folder_etag)
     if version is None:
@@ -260,7 +264,7 @@ def exports_from_s3_event(message: str, roots: Sequence[Root]) -> list[Export]:
         registry = is_registry_export(folder)
         if not ((leaf == EXPORT_NAME and registry) or (leaf == ONNX_NAME and not registry)):
             continue
-        uri = folder
+        uri = canonical_uri(folder)
         check_allowed(uri, roots)
         exports.append(Export(uri, _name(uri, None), str(obj.get("eTag") or obj.get("sequencer") or "").strip('"')))
     return exports
@@ -286,6 +290,18 @@ def _json(body: bytes):
         return json.loads(body)
     except (ValueError, UnicodeDecodeError) as err:
         raise Rejected(400, f"malformed JSON: {err}") from err
+    except RecursionError as err:
+        raise Rejected(400, "malformed JSON: nested too deeply; send a flat object") from err
+
+
+def canonical_uri(uri: str) -> str:
+    """One spelling per export, so its claim is one claim.
+
+    ``file://localhost/a//b``, ``file:///a/%62`` and ``file:///a/b/`` are all ``file:///a/b``: empty segments
+    dropped, file paths resolved, each segment percent-encoded the one way ``quote`` does it.
+    """
+    where = location(uri)
+    return f"{where.scheme}://{where.bucket}/" + "/".join(quote(p, safe="@+=,:~!$&'()*;") for p in where.parts)
 
 
 def _name(uri: str, given) -> str:
