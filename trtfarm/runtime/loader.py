@@ -48,7 +48,12 @@ def find_pair(ref: Path) -> tuple[Path, Manifest]:
     """Accept a plan (manifest beside it) or a manifest (plan beside it, or at its key under a store root)."""
     ref = Path(ref)
     if ref.name.endswith(".json"):
-        manifest = manifest_from_json(ref.read_bytes(), str(ref))
+        try:
+            data = ref.read_bytes()
+        except OSError as err:
+            raise UserInputError(f"{ref}: cannot read the manifest ({err.strerror}); pass a plan with its manifest "
+                                 "beside it, or a manifest's path") from err
+        manifest = manifest_from_json(data, str(ref))
         candidates = [ref.with_name(ref.name.removesuffix(".manifest.json")), ref.with_name("model.plan")]
         plan = next((c for c in candidates if c.is_file() and c != ref), candidates[-1])
     else:
