@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from urllib.parse import quote, unquote, unquote_plus, urlparse
+from urllib.parse import unquote, unquote_plus, urlparse
 
 from trtfarm.errors import StoreError
 from trtfarm.publishing.layout import is_name, webhook_claim_key
@@ -297,11 +297,10 @@ def _json(body: bytes):
 def canonical_uri(uri: str) -> str:
     """One spelling per export, so its claim is one claim.
 
-    ``file://localhost/a//b``, ``file:///a/%62`` and ``file:///a/b/`` are all ``file:///a/b``: empty segments
-    dropped, file paths resolved, each segment percent-encoded the one way ``quote`` does it.
+    ``file://localhost/a//b``, ``file:///a/%62`` and ``file:///a/b/`` are all ``file:///a/b``: percent-decoded
+    (as the store opens it), empty segments dropped, file paths resolved.
     """
-    where = location(uri)
-    return f"{where.scheme}://{where.bucket}/" + "/".join(quote(p, safe="@+=,:~!$&'()*;") for p in where.parts)
+    return str(location(uri))
 
 
 def _name(uri: str, given) -> str:
