@@ -115,8 +115,11 @@ CATALOGUE = [
      ["1000000000000", "largest TensorRT builds"]),
     ("profile-dim-beyond-int64", [*BUILD, "--profile", "input_ids=1x16:16x128:32x99999999999999999999", *MASK],
      {}, 2, ["99999999999999999999"]),
-    ("fleet-workspace-1e20", BUILD, {"fleet.yaml": RTX_FLEET + "defaults:\n  workspace_mib: 1e20\n"}, 2,
-     [f"fleet.yaml:{len(RTX_FLEET.splitlines()) + 2}", "workspace_mib"]),
+    ("fleet-workspace-1e14", BUILD, {"fleet.yaml": RTX_FLEET + "defaults:\n  workspace_mib: 100000000000000\n"}, 2,
+     [f"fleet.yaml:{len(RTX_FLEET.splitlines()) + 2}", "workspace_mib", "1048576"]),
+    ("fleet-target-workspace-1e14", BUILD, {"fleet.yaml": RTX_FLEET.replace(
+        "toolchain: rtx-1.7}", "toolchain: rtx-1.7, settings: {workspace_mib: 100000000000000}}", 1)}, 2,
+     ["fleet.yaml:", "workspace_mib", "1048576"]),
     ("shape-log-beyond-buildable", ["profiles", "derive", "s.jsonl"],
      {"s.jsonl": '{"input_ids": [16, 87]}\n{"input_ids": [16, 99999999999999999999]}\n'}, 2,
      ["s.jsonl", "line 2", "beyond"]),
