@@ -7,6 +7,7 @@ traceback, nothing half-published, and (where the cause can be removed) that the
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -88,17 +89,26 @@ def test_a_read_only_store_is_one_line_naming_it_and_the_rerun_on_a_writable_one
     assert {r["status"] for r in json.loads(rerun.stdout)} == {"built", "skipped"}
 
 
-def test_a_full_store_publishes_nothing_half_way_and_the_rerun_after_freeing_space_completes(work, tmpfs):
-    full = tmpfs("full", "size=400k")  # the plans are ~2.4 MB: the first plan cannot be written
+# The example's plan is 2,430,332 bytes (594 pages of tmpfs), its manifest 2 pages. One target (a build of its own):
+# with 400k its plan does not fit; with 2380k (595 pages) the plan fits and its manifest does not.
+@pytest.mark.parametrize("size,fails", [("400k", "model.plan"), ("2380k", "manifest.json")])
+def test_a_full_store_publishes_nothing_half_way_and_the_rerun_after_freeing_space_completes(work, tmpfs, size,
+                                                                                            fails):
+    full = tmpfs("full", f"size={size}")
     store = full / "store"
-    one_error(build(work, str(store)), 1, str(store), "No space left on device", "free space there")
-    assert published(store) == []
+    one_target = ("--target", "rtx3090-rtx1.7-o5")
+    line = one_error(build(work, str(store), *one_target), 1, str(store), "No space left on device",
+                     "free space there")
+    assert line.split("cannot write ", 1)[1].split(":", 1)[0].endswith(fails), line
+    assert not [k for k in published(store) if not k.endswith("model.plan")]  # no manifest, no pointer
     assert not [p for p in store.rglob(".tmp-*")], "a temporary was left behind"
     subprocess.run(["mount", "-o", "remount,size=64m", str(full)], check=True)
-    rerun = build(work, str(store), "--json")
+    rerun = build(work, str(store), *one_target, "--json")
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert [r["status"] for r in json.loads(rerun.stdout)].count("built") == 3
-    assert len([k for k in published(store) if k.endswith("manifest.json")]) == 3
+    assert [r["status"] for r in json.loads(rerun.stdout)] == ["built"]
+    manifest = next(k for k in published(store) if k.endswith("manifest.json"))
+    doc = json.loads((store / manifest).read_text())  # a plan the failed run left is adopted: it is whole
+    assert doc["plan"]["sha256"] == hashlib.sha256((store / doc["plan"]["key"]).read_bytes()).hexdigest()
 
 
 def test_a_full_tmpdir_is_one_line_naming_the_scratch_folder(work, tmpfs):
