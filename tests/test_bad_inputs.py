@@ -8,12 +8,14 @@ written first may replace any of them (path relative to the work folder -> text 
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import socket
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from .conftest import ENCODER_PROFILE, RTX_FLEET
@@ -21,6 +23,22 @@ from .conftest import ENCODER_PROFILE, RTX_FLEET
 BUILD = ["build", "{export}/model.onnx", "--targets-file", "{fleet}", "--store", "{store}"]
 PROFILE = [a for p in ENCODER_PROFILE for a in ("--profile", p)]
 MASK = ["--profile", ENCODER_PROFILE[1]]
+
+
+def _npz(**arrays) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def _npy(array) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, array)
+    return buf.getvalue()
+
+
+IDS = np.ones((4, 16), np.int64)
+PRECISION = ["precision", "{export}/model.onnx", "--mode", "fp16"]
 
 
 def _closed_port() -> int:
@@ -68,6 +86,61 @@ CATALOGUE = [
      ["invalid parameters", "precision"]),
     ("webhook-bad-root", ["webhook", "serve", "--allow-root", "http://example.com/x", "--store", "{store}"], {}, 2,
      ["--allow-root", "use s3://bucket/path or file:///path"]),
+    # round three (issue 23): names are one rule, matched whole
+    ("name-trailing-newline", [*BUILD, *PROFILE, "--name", "enc\n"], {}, 2, ["'enc\\n'", "not a valid name"]),
+    ("farm-yaml-name-trailing-newline", [*BUILD, *PROFILE], {"export/farm.yaml": 'name: "enc\\n"\n'}, 2,
+     ["farm.yaml:1", "name"]),
+    # precision: outputs that are inputs, modes, regexes, and the data files
+    ("precision-out-is-the-model", [*PRECISION, "--out", "{export}/model.onnx"], {}, 2,
+     ["--out", "the FP32 export", "elsewhere"]),
+    ("precision-out-is-heldout", [*PRECISION, "--heldout", "h.npz", "--out", "h.npz"],
+     {"h.npz": _npz(input_ids=IDS, attention_mask=IDS)}, 2, ["--out h.npz", "heldout data"]),
+    ("precision-mode-bogus", ["precision", "{export}/model.onnx", "--mode", "bogus"], {}, 2,
+     ["--mode 'bogus'", "fp32, fp16, bf16, int8, fp8"]),
+    ("precision-keep-fp32-bad-regex", [*PRECISION, "--keep-fp32", "fc[0"], {}, 2,
+     ["keep_fp32", "'fc[0'", "not a valid regular expression"]),
+    ("heldout-strings", [*PRECISION, "--heldout", "h.npz"],
+     {"h.npz": _npz(input_ids=np.array([["a"] * 16] * 4), attention_mask=IDS)}, 2,
+     ["h.npz", "'input_ids' holds <U1 values, not numbers"]),
+    ("heldout-bare-npy", [*PRECISION, "--heldout", "h.npy"], {"h.npy": _npy(IDS)}, 2,
+     ["h.npy", "single .npy array", "numpy.savez"]),
+    ("heldout-zero-samples", [*PRECISION, "--heldout", "h.npz"],
+     {"h.npz": _npz(input_ids=IDS[:0], attention_mask=IDS[:0])}, 2, ["h.npz", "no samples"]),
+    ("heldout-batch-disagrees", [*PRECISION, "--heldout", "h.npz"],
+     {"h.npz": _npz(input_ids=IDS, attention_mask=IDS[:3])}, 2, ["h.npz", "disagree", "'attention_mask': 3"]),
+    ("calibration-strings", ["precision", "{export}/model.onnx", "--mode", "int8", "--calibration", "c.npz"],
+     {"c.npz": _npz(input_ids=np.array([["x"] * 16] * 4), attention_mask=IDS)}, 2, ["c.npz", "not numbers"]),
+    # numbers are checked where they are read
+    ("profile-dim-1e12", [*BUILD, "--profile", "input_ids=1x16:16x128:32x1000000000000", *MASK], {}, 2,
+     ["1000000000000", "largest TensorRT builds"]),
+    ("profile-dim-beyond-int64", [*BUILD, "--profile", "input_ids=1x16:16x128:32x99999999999999999999", *MASK],
+     {}, 2, ["99999999999999999999"]),
+    ("fleet-workspace-1e14", BUILD, {"fleet.yaml": RTX_FLEET + "defaults:\n  workspace_mib: 100000000000000\n"}, 2,
+     [f"fleet.yaml:{len(RTX_FLEET.splitlines()) + 2}", "workspace_mib", "1048576"]),
+    ("fleet-target-workspace-1e14", BUILD, {"fleet.yaml": RTX_FLEET.replace(
+        "toolchain: rtx-1.7}", "toolchain: rtx-1.7, settings: {workspace_mib: 100000000000000}}", 1)}, 2,
+     ["fleet.yaml:", "workspace_mib", "1048576"]),
+    ("shape-log-beyond-buildable", ["profiles", "derive", "s.jsonl"],
+     {"s.jsonl": '{"input_ids": [16, 87]}\n{"input_ids": [16, 99999999999999999999]}\n'}, 2,
+     ["s.jsonl", "line 2", "beyond"]),
+    ("shape-log-bulk-beyond-buildable", ["profiles", "derive", "s.jsonl"],
+     {"s.jsonl": '{"input_ids": [16, 87]}\n' * 50 + '{"input_ids": [16, 3000000000]}\n'}, 2,
+     ["s.jsonl", "line 51", "beyond"]),
+    # files
+    ("fleet-not-utf8", BUILD, {"fleet.yaml": RTX_FLEET.encode() + b"# caf\xe9\n"}, 2,
+     [f"fleet.yaml:{len(RTX_FLEET.splitlines()) + 1}", "not UTF-8"]),
+    ("shape-log-binary-garbage", ["profiles", "derive", "s.jsonl"], {"s.jsonl": b"\x89PNG\r\n\x1a\n\xff\xfe\x00\n"},
+     2, ["s.jsonl", "not UTF-8"]),
+    ("profiles-file-empty", [*BUILD, "--profiles", "p.yaml"], {"p.yaml": "profiles: []\n"}, 2,
+     ["p.yaml:1", "no profiles"]),
+    # the store given is a file
+    ("store-is-a-file", [*BUILD, *PROFILE, "--store", "{export}/farm.yaml"], {}, 1,
+     ["farm.yaml", "is a file, not a folder"]),
+    ("release-empty-reason", ["release", "plans/x", "--reason", "", "--store", "{store}"], {}, 2,
+     ["--reason is empty"]),
+    ("models-push-calibration-outside", ["models", "push", "{export}", "--store", "{store}"],
+     {"export/farm.yaml": "name: encoder\ncalibration: /etc/passwd\n"}, 2,
+     ["'/etc/passwd' is outside the export folder"]),
     ("webhook-dot-dot-root", ["webhook", "serve", "--allow-root", "s3://bucket/a/%2e%2e/b", "--store", "{store}"],
      {}, 2, ["'..' segments"]),
 ]
@@ -92,7 +165,12 @@ def test_a_bad_input_is_refused_in_one_line_and_publishes_nothing(tmp_path, exam
     assert done.returncode == code, f"exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     assert "Traceback" not in done.stderr and "Traceback" not in done.stdout, done.stderr[-3000:]
     assert len(errors) == 1, done.stderr[-3000:]
+    block = done.stderr[done.stderr.index(errors[0]):]  # the error, with the lines a listing error adds under it
     for word in words:
-        assert word in errors[0], errors[0]
-    published = [p for p in store.rglob("*") if p.is_file() and p.relative_to(store).parts[0] in ("plans", "releases")]
+        assert word in block, block
+    published = [p for p in store.rglob("*") if p.is_file() and p.relative_to(store).parts[0] in
+                 ("plans", "releases", "models")]
     assert not published and not (tmp_path / "trtfarm-store").exists()
+    if name.startswith("precision-out-is"):  # refused before anything was written: the input is as it was
+        assert (tmp_path / "export/model.onnx").read_bytes() == (example_dir / "model.onnx").read_bytes()
+        assert not (tmp_path / "h.npz").exists() or (tmp_path / "h.npz").read_bytes() == files["h.npz"]

@@ -170,3 +170,26 @@ def test_a_generic_post_outside_the_roots_never_reaches_the_store():
     with pytest.raises(Rejected) as rejected:
         export_from_json(b'{"model_uri": "s3://elsewhere/encoder/"}', opened.append, ROOTS)
     assert rejected.value.status == 403 and opened == []
+
+
+def test_one_export_under_other_spellings_of_its_uri_is_one_claim(tmp_path):
+    folder = tmp_path / "exports" / "encoder"
+    folder.mkdir(parents=True)
+    roots = [root_from_config(str(tmp_path / "exports"))]
+    spellings = [folder.as_uri(), f"file://localhost{folder}/", f"file://{folder.parent}//encoder/",
+                 f"file://{folder.parent}/%65ncoder", f"file://{folder}/model.onnx"]
+    exports = [export_from_json(json.dumps({"model_uri": uri}).encode(), lambda _: '"v1"', roots) for uri in spellings]
+    assert {e.uri for e in exports} == {folder.as_uri()}
+    store = LocalStore(tmp_path / "store")
+    assert [claim(store, e, "hook") for e in exports] == [True, False, False, False, False]
+
+
+@pytest.mark.parametrize("body", [b'{"model_uri": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+                                  b'{"model_uri": "s3://exports/' + b"x" * 300 + b'/"}'])
+def test_a_deep_or_overlong_post_is_400(body):
+    with pytest.raises(Rejected) as rejected:
+        export_from_json(body, lambda _: '"v1"', ROOTS)
+    assert rejected.value.status == 400
+    with pytest.raises(Rejected) as rejected:
+        parse_sns(body, {TOPIC})
+    assert rejected.value.status in (400, 403)

@@ -82,6 +82,8 @@ def _files(root: Path) -> set[str]:
     ("s3://unreachable-bucket/elsewhere/encoder/", 403, "--allow-root"),
     ("s3://unreachable-bucket/exports/encoder/", 502, "did not answer"),  # the store's endpoint is down
     ("file://{tmp}/exports/encoder/", 502, "could not post the event to Prefect"),  # accepted; Prefect is down
+    ("file://{tmp}/exports/" + "a" * 300 + "/", 400, "longer than 255 bytes"),  # issue 23: was a 500
+    ("s3://unreachable-bucket/exports/" + "b" * 300 + "/", 400, "longer than 255 bytes"),
 ])
 def test_a_bad_model_uri_is_refused_in_one_line_and_creates_nothing(receiver, model_uri, status, words):
     url, tmp = receiver
@@ -95,6 +97,20 @@ def test_a_bad_model_uri_is_refused_in_one_line_and_creates_nothing(receiver, mo
         assert all((tmp / p).is_dir() for p in new), new
     else:
         assert not new  # refused: nothing was opened for writing, no folder appeared
+
+
+DEEP = b'{"model_uri": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+
+
+@pytest.mark.integration
+def test_deeply_nested_json_is_400_on_hook_signed_and_on_sns_before_any_signature_check(receiver):
+    url, _ = receiver
+    ts = str(int(time.time()))
+    for resp in (httpx.post(f"{url}/hook", content=DEEP, timeout=60, headers={
+                     "X-Trtfarm-Timestamp": ts, "X-Trtfarm-Signature": sign(SECRET, ts, DEEP)}),
+                 httpx.post(f"{url}/sns", content=DEEP, timeout=60)):
+        assert resp.status_code == 400, resp.text
+        assert "nested too deeply" in resp.json()["error"]
 
 
 @pytest.mark.integration

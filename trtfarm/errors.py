@@ -3,7 +3,8 @@
 - ``UserInputError``: what the user gave us (a model, a file, a flag, a profile) is wrong. The message names the
   problem and the fix; the command exits 2 with that one line; a build records the target as failed; never retried.
 - ``InfrastructureError``: a service we depend on failed (the store, the Prefect server, Docker). Retried by the
-  flows' tasks; the command line prints one line naming the service and exits 1.
+  flows' tasks; the command line prints one line naming the service and exits 1, or 3 when the service is not there
+  at all (``ServiceUnavailable``: no answer within its timeouts).
 - Anything else is a bug in trtfarm: it propagates with its traceback (exit 1). Nothing catches ``Exception`` to turn
   a bug into a message.
 """
@@ -12,11 +13,15 @@ from __future__ import annotations
 
 
 class TrtfarmError(Exception):
-    """Base class for every error trtfarm raises on purpose."""
+    """Base class for every error trtfarm raises on purpose; ``exit_code`` is what the command line exits with."""
+
+    exit_code = 1
 
 
 class UserInputError(TrtfarmError):
     """Bad input: the message names the problem and how to fix it. Retrying does not help."""
+
+    exit_code = 2
 
 
 class ConfigError(UserInputError):
@@ -37,6 +42,31 @@ class StoreError(InfrastructureError):
 
 class IntegrityError(StoreError):
     """Stored bytes do not match the sha256 recorded for them."""
+
+
+class StoreUnavailable(StoreError):
+    """The store's endpoint did not answer (connect or read timeout, connection refused) within the retry budget."""
+
+    exit_code = 3
+
+
+class ScratchSpaceError(InfrastructureError):
+    """A local scratch folder (``TMPDIR``, a build's work folder) could not be written: full, read-only, missing."""
+
+    service = "local scratch space"
+
+
+def scratch_failure(err: OSError, what: str, where: object = None) -> ScratchSpaceError:
+    """One line for an ``OSError`` writing scratch files: what, where, the OS reason, and the fix."""
+    return ScratchSpaceError(f"cannot write {what} in {err.filename or where}: {err.strerror or err}; free space "
+                             "there or point TMPDIR at a disk with room, then run again")
+
+
+class CorruptObject(TrtfarmError):
+    """A store object trtfarm wrote is not what it should be (not JSON, fields missing); the message names the key.
+
+    Not retried (reading it again gives the same bytes); the command line exits 1.
+    """
 
 
 def one_line(err: TrtfarmError) -> str:

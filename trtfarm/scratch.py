@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from trtfarm.errors import scratch_failure
+
 _LIVE: set[Path] = set()
 _LOCK = threading.Lock()
 
@@ -45,7 +47,10 @@ def _recorded(path: Path) -> Iterator[Path]:
 def scratch_dir(prefix: str, root: Path | None = None) -> Iterator[Path]:
     """A new private folder ``<root or TMPDIR>/<prefix><random>``, removed with everything in it on exit."""
     with _recorded(Path(root or tempfile.gettempdir()) / f"{prefix}{uuid.uuid4().hex[:16]}") as path:
-        path.mkdir(mode=0o700)
+        try:
+            path.mkdir(mode=0o700)
+        except OSError as err:
+            raise scratch_failure(err, "a scratch folder") from err
         yield path
 
 

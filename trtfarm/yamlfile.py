@@ -86,6 +86,10 @@ def _parse(path: Path) -> tuple[yaml.Node | None, object]:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError(f"{path}: cannot read the file ({err.strerror}).") from err
+    except UnicodeDecodeError as err:
+        line = path.read_bytes()[:err.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start}); "
+                          "save the file as UTF-8.") from err
     try:
         root = yaml.compose(text)
         data = yaml.safe_load(text)

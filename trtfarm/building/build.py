@@ -130,11 +130,15 @@ def engine_recipe(model: ModelSource):
 
 def released_manifest(store: Store, model_name: str, plan: TargetPlan) -> Manifest | None:
     """The manifest the target's release pointer names (the previous release), if any."""
+    from trtfarm.errors import CorruptObject
     from trtfarm.publishing.layout import release_key
     from trtfarm.publishing.release import read_pointer
 
-    pointer, _ = read_pointer(store, release_key(model_name, plan.target.gpu_key, plan.target.toolchain_label))
-    return read_manifest(store, pointer.manifest) if pointer else None
+    try:
+        pointer, _ = read_pointer(store, release_key(model_name, plan.target.gpu_key, plan.target.toolchain_label))
+        return read_manifest(store, pointer.manifest) if pointer else None
+    except CorruptObject:  # nothing to compare against; the release step repairs the pointer and says so
+        return None
 
 
 def _determinism(trt, model: ModelSource, plan: TargetPlan, profiles, result: BuildResult, tmp: Path,

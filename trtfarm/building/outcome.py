@@ -12,12 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from trtfarm.errors import CorruptObject
 from trtfarm.planning.targets import TargetPlan
 from trtfarm.publishing import layout
 from trtfarm.publishing.layout import short_ref
 from trtfarm.publishing.manifest import Manifest
 from trtfarm.publishing.publish import plan_intact, plan_rehash, read_manifest, withdraw
-from trtfarm.publishing.release import ReleaseRefused, move_release, pointer_key, read_pointer
+from trtfarm.publishing.release import ReleaseRefused, move_release, pointer_key, read_pointer, repair_pointer
 from trtfarm.store import Store
 
 Status = Literal["built", "up-to-date", "skipped", "failed"]
@@ -65,21 +66,24 @@ def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, rele
     """Move the release pointer when the target's policy allows (and the build is no trial); say what happened.
 
     ``released: KEY: OLD -> NEW`` names the pointer and where it moved from and to (``MODEL/GPU/BUILD`` references,
-    what ``trtfarm show`` takes); a trial names where the pointer stays.
+    what ``trtfarm show`` takes); a trial names where the pointer stays. A damaged pointer (not JSON, fields missing)
+    is trtfarm's own object: it is repaired first, and the answer says so.
     """
     key = pointer_key(manifest)
+    repaired = repair_pointer(store, key, release_on)
+    note = f"{repaired}; " if repaired else ""
     before, _ = read_pointer(store, key)
     old = short_ref(before.manifest) if before else "nothing"
     if trial:
-        return f"not released ({trial}): {key} stays at {old}"
+        return f"{note}not released ({trial}): {key} stays at {old}"
     if before and before.manifest == manifest_key:
-        return f"released: {key} (already at {old})"
+        return f"{note}released: {key} (already at {old})"
     try:
         move_release(store, manifest_key, manifest, release_on=release_on, by="trtfarm",
                      reason=f"built by run {run_id}" if run_id else "built by trtfarm")
     except ReleaseRefused as refused:
-        return str(refused)
-    return f"released: {key}: {old} -> {short_ref(manifest_key)}"
+        return f"{note}{refused}"
+    return f"{note}released: {key}: {old} -> {short_ref(manifest_key)}"
 
 
 def triage(store: Store, plans: Sequence[TargetPlan], force: bool = False, verify: bool = False,
@@ -96,7 +100,11 @@ def triage(store: Store, plans: Sequence[TargetPlan], force: bool = False, verif
         if p.skip_reason:
             done[p.target.id] = TargetOutcome(p.target.id, "skipped", p.skip_reason)
             continue
-        existing = None if force else read_manifest(store, p.manifest_key)
+        try:
+            existing = None if force else read_manifest(store, p.manifest_key)
+        except CorruptObject:  # a damaged manifest of this very build: withdraw it, the rebuild publishes afresh
+            withdraw(store, p.prefix)
+            existing = None
         damage = plan_intact(store, existing) if existing is not None else None
         if existing is not None and damage is None and verify and (damage := plan_rehash(store, existing)):
             withdraw(store, p.prefix)  # bytes that no longer hash to the manifest: the rebuild publishes afresh

@@ -183,7 +183,7 @@ def targets(targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
     try:
         resolved = select_targets(load_fleet(targets_path(targets_file)))
     except TrtfarmError as e:
-        raise fail(str(e)) from e
+        raise fail(e) from e
     caps = local_capabilities()
     rows = [{"target": t.id, "gpu": t.gpu_key, "gpu_name": t.gpu.nvml_name, "compute_capability":
              t.gpu.compute_capability, "toolchain": t.toolchain_label, "pool": t.gpu.pool,
@@ -227,7 +227,7 @@ def plans(store: str = STORE_OPT, model: str = typer.Option(None, "--model", hel
         found = list_manifests(store_uri(store), model)
         released = {p.manifest for p in list_pointers(open_store(store_uri(store)), model)}
     except TrtfarmError as e:
-        raise fail(str(e)) from e
+        raise fail(e) from e
     if as_json:
         print(json.dumps([{"manifest": url, **m.model_dump(mode="json")} for url, m in found], indent=2))
         return
@@ -263,7 +263,7 @@ def show(manifest: str = typer.Argument(..., help="manifest: a store key, file:/
     try:
         url, m, prov = load_attested(manifest, store_uri(store))
     except TrtfarmError as e:
-        raise fail(str(e)) from e
+        raise fail(e) from e
     if as_json and provenance:
         if prov is None:
             raise fail(f"{url}: no provenance beside this manifest (published before trtfarm recorded it)", code=1)

@@ -51,9 +51,19 @@ def message_text(message: str) -> str:
     return re.sub(r"`([^`\n]+)`", r"[bold]\1[/bold]", escape(message))
 
 
-def fail(message: str, code: int = 2) -> typer.Exit:
-    """Print one line (``error: ...``) and return the exit to raise: 2 for the user's input, 1 for a failure."""
-    err.print(f"[bold red]error:[/] {message_text(message)}", highlight=False, soft_wrap=not err.is_terminal)
+def fail(message: str | Exception, code: int | None = None) -> typer.Exit:
+    """Print one line (``error: ...``) and return the exit to raise.
+
+    ``message`` is text (exit ``code``, default 2: the user's input) or one of trtfarm's errors, which exits with its
+    kind's code (2 bad input, 1 a failure or mismatch, 3 a service not there) unless ``code`` says otherwise.
+    """
+    from trtfarm.errors import TrtfarmError, one_line
+
+    if isinstance(message, TrtfarmError):
+        text, code = one_line(message), code if code is not None else message.exit_code
+    else:
+        text, code = str(message), 2 if code is None else code
+    err.print(f"[bold red]error:[/] {message_text(text)}", highlight=False, soft_wrap=not err.is_terminal)
     return typer.Exit(code)
 
 

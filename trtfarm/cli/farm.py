@@ -85,7 +85,7 @@ def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve 
         result = check_worker(load_fleet(fleet_path), pool, caps.gpus, caps.versions, queue)
         signing_settings(fleet_path, only="key").signer()  # a configured key must load, now
     except TrtfarmError as e:
-        raise fail(str(e)) from e
+        raise fail(e) from e
     if as_json:
         print(json.dumps({"pool": pool, "queue": queue, "ok": result.ok, "found": result.found, "needs": result.needs,
                           "targets": result.targets, "problems": result.problems}, indent=2))
@@ -128,7 +128,7 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
         desired = desired_pools(fleet, worker_type, control_limit)
         missing = deployment_drift(prefect_file, desired) if prefect_file.is_file() else []
     except TrtfarmError as e:
-        raise fail(str(e)) from e
+        raise fail(e) from e
     api = need_server(server_wait)
 
     templates = {}
@@ -170,7 +170,7 @@ def pools_k8s(out_dir: Path = typer.Option(Path("infra/k8s"), "--out", help="whe
     try:
         fleet = load_fleet(targets_path(targets_file))
     except TrtfarmError as e:
-        raise fail(str(e)) from e
+        raise fail(e) from e
     out_dir.mkdir(parents=True, exist_ok=True)
     for pool in desired_pools(fleet, "kubernetes"):
         if pool.gpus:
@@ -211,7 +211,7 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
         request = MatrixRequest(**{k: v for k, v in given.items() if v not in (None, [])})
         request.check_targets()
     except TrtfarmError as e:
-        raise fail(str(e)) from e
+        raise fail(e) from e
     except ValueError as e:  # pydantic: an unknown precision and the like
         problems = [f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()] if hasattr(e, "errors") else []
         raise fail(f"invalid parameters: {'; '.join(problems) or _first_line(e)}") from e
@@ -223,7 +223,7 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
     try:
         run_id, state, message, rows = asyncio.run(submit_matrix(deployment, request, wait))
     except TrtfarmError as e:
-        raise fail(str(e)) from e
+        raise fail(e) from e
     except _server_errors() as e:  # the server went away or refused the run: say which server, in one line
         from prefect.exceptions import ObjectNotFound
 

@@ -32,7 +32,7 @@ def images_build(toolchain: list[str] = typer.Option([], "--toolchain", help="to
         jobs = image_jobs(load_fleet(targets_path(targets_file)), toolchain or None, dockerfile)
         client = docker_client()
     except TrtfarmError as e:
-        raise fail(str(e)) from e
+        raise fail(e) from e
     results = []
     for job in jobs:
         if not as_json:

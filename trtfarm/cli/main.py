@@ -13,7 +13,7 @@ import sys
 from trtfarm import interrupt, scratch
 from trtfarm.cli import build, farm, images, models, profiles, project, quality, serving, store_ops, webhook  # noqa: F401
 from trtfarm.cli.common import app, err, message_text, plain_metavars
-from trtfarm.errors import InfrastructureError, UserInputError, one_line
+from trtfarm.errors import CorruptObject, InfrastructureError, UserInputError, one_line
 from trtfarm.extras import missing_extra
 
 plain_metavars(app)
@@ -28,12 +28,9 @@ def main() -> None:
     except interrupt.Interrupted:
         scratch.remove_all()  # what the signal caught mid-way (between creating a temporary and its cleanup)
         raise
-    except UserInputError as e:
+    except (UserInputError, InfrastructureError, CorruptObject) as e:  # exit 2 bad input, 1 a failure, 3 no service
         err.print(f"[bold red]error:[/] {message_text(one_line(e))}", highlight=False, soft_wrap=not err.is_terminal)
-        sys.exit(2)
-    except InfrastructureError as e:
-        err.print(f"[bold red]error:[/] {message_text(one_line(e))}", highlight=False, soft_wrap=not err.is_terminal)
-        sys.exit(1)
+        sys.exit(e.exit_code)
     except ModuleNotFoundError as e:  # an optional module of an extra this install lacks: one line naming it
         extra = missing_extra(e)
         if extra is None:

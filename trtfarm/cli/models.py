@@ -27,7 +27,7 @@ def models_push(folder: Path = typer.Argument(..., help="export folder: model.on
     try:
         ref = register_export(open_store(store_uri(store)), folder, name)
     except TrtfarmError as e:
-        raise fail(str(e)) from e
+        raise fail(e) from e
     if as_json:
         print(json.dumps(ref.to_json()))
     else:
@@ -47,7 +47,7 @@ def models_ls(store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
         return
     table = Table("model", "latest export", "uri")
     for r in refs:
-        table.add_row(message_text(r.name), r.export_id or "", message_text(r.uri))
+        table.add_row(message_text(r.name), message_text(r.export_id or ""), message_text(r.uri))
     out.print(table)
 
 

@@ -47,7 +47,7 @@ def profiles_derive(
         if out:
             write_profiles_file(doc, out)
     except TrtfarmError as e:
-        raise fail(str(e)) from e
+        raise fail(e) from e
     if as_json:
         print(json.dumps({"profiles": profile_texts(doc.profiles),
                           "buckets": doc.buckets, "report": doc.report}, indent=2))
@@ -56,5 +56,6 @@ def profiles_derive(
 
     out_note = f"; written to {out}" if out else "; use --out FILE to save it"
     Console().print(derivation_table(derived, str(log)))
-    err.print(f"{derived.records:,} records, {derived.rejected:,} beyond the caps{out_note}", highlight=False)
+    err.print(f"{derived.records:,} records, {derived.rejected:,} beyond the caps{out_note}", highlight=False,
+              markup=False)
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from trtfarm.cli.common import JSON_OPT, STORE_OPT, app, fail, message_text, out, store_uri
@@ -32,20 +33,28 @@ def precision(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Convert an ONNX export's precision with ModelOpt and gate its accuracy against FP32 on CPU."""
-    from trtfarm.precision.recipe import Recipe
+    from typing import get_args
+
+    from pydantic import ValidationError
+
+    from trtfarm.precision.recipe import Mode, Recipe
     from trtfarm.precision.step import convert_and_gate
 
+    if mode not in get_args(Mode):
+        raise fail(f"--mode {mode!r}: use one of {', '.join(get_args(Mode))}")
     try:
         recipe = Recipe(mode=mode, keep_fp32=keep_fp32, keep_fp32_ops=keep_fp32_op, data_max=data_max,
                         auto_pin=auto_pin, task=task, output_ranges=dict(_output_range(r) for r in output_range),
                         **({"thresholds": {"max_error": max_error}} if max_error is not None else {}))
-    except ValueError as e:
-        raise fail(f"invalid recipe: {e}") from e
+    except ValidationError as e:
+        raise fail("invalid recipe: " + "; ".join(f"{'.'.join(map(str, x['loc'])) or 'recipe'}: "
+                                                   f"{x['msg'].removeprefix('Value error, ')}"
+                                                   for x in e.errors())) from e
     target = out_path or model.with_name(f"{model.stem}_{mode}.onnx")
     try:
         result = convert_and_gate(model, recipe, target, calibration=calibration, heldout=heldout)
     except TrtfarmError as e:
-        raise fail(str(e)) from e
+        raise fail(e) from e
     if as_json:
         print(json.dumps({"converted": str(result.path), "digest": result.digest, "pinned_fp32_nodes": result.pinned,
                           "gate": result.report.to_json()}, indent=2))
@@ -106,13 +115,12 @@ def report(ref: str = typer.Argument(..., help="a run id (reports/<model>/<run>/
         model, run, outcomes = outcomes_for(s, ref)
         path = write_report(s, model, run, outcomes, out_dir)
     except TrtfarmError as e:
-        raise fail(str(e)) from e
+        raise fail(e) from e
     rows = [row_for(s, o) for o in outcomes]
     if as_json:
         print(json.dumps({"report": str(path), "html": str(path.with_name("report.html")),
                           "rows": [asdict(r) for r in rows]}, indent=2))
         return
-    from rich.markup import escape
 
     from trtfarm.cli.tables import Column, fitted_table
 

@@ -49,7 +49,7 @@ def triton(
     except SignatureRefused as e:
         raise fail(f"refused: {e}", code=1) from e
     except TrtfarmError as e:
-        raise fail(str(e)) from e
+        raise fail(e) from e
     if as_json:
         print(json.dumps(result.to_json(), indent=2))
         return

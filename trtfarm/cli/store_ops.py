@@ -96,21 +96,23 @@ def release(manifest: str = typer.Argument(..., help="the plan's manifest: store
     """Move (or roll back) a release pointer by hand, recorded with who and why."""
     from trtfarm.planning.fleet import signing_settings
     from trtfarm.publishing.catalog import load_manifest
-    from trtfarm.publishing.release import move_release
+    from trtfarm.publishing.release import move_release, stored_manifest_key
     from trtfarm.signing.bundle import SignatureRefused
     from trtfarm.store import open_store
 
+    if not reason.strip():
+        raise fail("--reason is empty: say why the pointer moves (it is recorded in the pointer's history)")
     try:
         url, m = load_manifest(manifest, store_uri(store))
         s = open_store(store_uri(store))
-        key = url.removeprefix(s.uri + "/")
+        key = stored_manifest_key(s, m, url)
         trust = signing_settings(targets_path(targets_file), only="trust").trusted_keys()
         pointer = move_release(s, key, m, release_on=_release_on(targets_file, m.target.target_id), reason=reason,
                                rollback=rollback, force=force, trust=trust)
     except SignatureRefused as e:
         raise fail(f"refused: {e}", code=1) from e
     except TrtfarmError as e:
-        raise fail(str(e)) from e
+        raise fail(e) from e
     if as_json:
         print(pointer.model_dump_json(indent=2))
         return
@@ -156,7 +158,7 @@ def pull(model: str = typer.Argument(..., help="model name"),
     except (ServingImageMismatch, SignatureRefused) as e:
         raise fail(f"refused: {e}" if isinstance(e, SignatureRefused) else str(e), code=1) from e
     except TrtfarmError as e:
-        raise fail(str(e)) from e
+        raise fail(e) from e
     doc = {"plan": str(pulled.plan), "manifest": str(pulled.manifest_path), "release": pulled.pointer_key,
            "bytes": pulled.bytes, "signature": pulled.verdict.status, "signature_detail": pulled.verdict.detail}
     if as_json:
@@ -187,7 +189,7 @@ def verify(ref: Path = typer.Argument(..., help="a plan (manifest beside it) or 
             if gpu_name else None
         checks = static_checks(plan, m, expected_onnx_digest=onnx_digest, gpus=gpus, files=files, trust=trust)
     except TrtfarmError as e:
-        raise fail(str(e)) from e
+        raise fail(e) from e
     # an untrusted plan is never deserialised: a version-compatible one would run its host code
     intact = all(c.ok is not False for c in checks if c.name in ("sha256", "header", "toolchain", "signature"))
     if intact and gpus is None:  # ask the runtime too, so a GPU mismatch also shows the runtime's own reason
@@ -231,10 +233,14 @@ def gc(keep: int = typer.Option(3, "--keep", min=1, help="newest plans to keep p
     from trtfarm.store import open_store
 
     s = open_store(store_uri(store))
-    doomed = plans_to_delete(s, keep)
+    skipped: list[str] = []
+    doomed = plans_to_delete(s, keep, skipped)
     freed = delete_plans(s, doomed) if apply else 0
+    for line in skipped:
+        err.print(f"skipped: {line}", highlight=False, soft_wrap=True, markup=False)
     if as_json:
-        print(json.dumps({"applied": apply, "freed_bytes": freed, "plans": [d.__dict__ for d in doomed]}, indent=2))
+        print(json.dumps({"applied": apply, "freed_bytes": freed, "plans": [d.__dict__ for d in doomed],
+                          "skipped": skipped}, indent=2))
         return
     for d in doomed:
         out.print(message_text(f"{'deleted' if apply else 'would delete'} {d.manifest_key} ({d.bytes:,} bytes): "

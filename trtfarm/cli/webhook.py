@@ -43,5 +43,5 @@ def webhook_serve(host: str = typer.Option("127.0.0.1", "--host"), port: int = t
     try:
         create_app(cfg)  # refuses a malformed --allow-root before the server starts
     except UserInputError as e:
-        raise fail(str(e)) from e
+        raise fail(e) from e
     serve(cfg, host, port)

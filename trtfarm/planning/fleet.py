@@ -79,6 +79,9 @@ class RefitMode(str, Enum):
     refit_individual = "refit_individual"
 
 
+MAX_WORKSPACE_MIB = 1 << 20  # 1 TiB: beyond any GPU's memory (and its bytes must fit TensorRT's int64 pool limit)
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -86,7 +89,8 @@ class _Strict(BaseModel):
 class BuilderSettings(_Strict):
     """Everything in ``IBuilderConfig`` that a target may set; each changes the plan, so all feed the build digest."""
 
-    workspace_mib: int = Field(4096, ge=1, description="WORKSPACE memory pool limit; too small silently drops tactics")
+    workspace_mib: int = Field(4096, ge=1, le=MAX_WORKSPACE_MIB,
+                               description="WORKSPACE memory pool limit; too small silently drops tactics")
     optimization_level: int = Field(3, ge=0, le=5, description="builder_optimization_level (0 ignores timing cache)")
     tf32: bool = Field(True, description="TF32 math for FP32 matmul/conv; false for strict FP32")
     hardware_compatibility: HardwareCompatibility = HardwareCompatibility.none
@@ -105,7 +109,7 @@ class BuilderSettings(_Strict):
 class SettingsOverride(_Strict):
     """Per-target overrides of ``defaults``; every field optional."""
 
-    workspace_mib: int | None = Field(None, ge=1)
+    workspace_mib: int | None = Field(None, ge=1, le=MAX_WORKSPACE_MIB)
     optimization_level: int | None = Field(None, ge=0, le=5)
     tf32: bool | None = None
     hardware_compatibility: HardwareCompatibility | None = None
@@ -185,7 +189,7 @@ class Fleet(_Strict):
     @field_validator("toolchains", "gpus")
     @classmethod
     def _keys_are_ids(cls, value: dict) -> dict:
-        bad = [k for k in value if not re.match(_ID, k)]
+        bad = [k for k in value if not re.fullmatch(_ID, k)]
         if bad:
             raise ValueError(f"names {bad} must be lowercase letters, digits, '.', '_' or '-'")
         return value

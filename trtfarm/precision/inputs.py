@@ -33,11 +33,16 @@ def fixed_batch(model: onnx.ModelProto) -> int | None:
 
 def load_npz(path: Path, model: onnx.ModelProto, what: str) -> dict[str, np.ndarray]:
     """Read an ``.npz`` keyed by input name; refuse wrong names, ranks or fixed dimensions with the fix."""
+    fix = "write it with numpy.savez(path, **inputs): one numeric array per input name, samples along axis 0"
     try:
-        with np.load(path) as npz:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):  # a bare .npy array: no input names
+            raise UserInputError(f"{path}: {what} is a single .npy array, not an .npz keyed by input name; {fix}")
+        with loaded as npz:
             data = {k: npz[k] for k in npz.files}
-    except (OSError, ValueError) as err:
-        raise UserInputError(f"{path}: cannot read {what} ({err}); write it with numpy.savez(path, **inputs)") from err
+    except (OSError, ValueError, EOFError) as err:
+        raise UserInputError(f"{path}: cannot read {what} ({err}); {fix}") from err
+    _check_arrays(path, what, data, fix)
     spec = model_inputs(model)
     unknown, missing = sorted(set(data) - set(spec)), sorted(set(spec) - set(data))
     if unknown or missing:
@@ -58,6 +63,19 @@ def load_npz(path: Path, model: onnx.ModelProto, what: str) -> dict[str, np.ndar
                                  f"{fixed[0][0]} must be {fixed[0][1]}")
         data[name] = arr.astype(dtype, copy=False)
     return data
+
+
+def _check_arrays(path: Path, what: str, data: dict[str, np.ndarray], fix: str) -> None:
+    """Numbers only, at least one sample, and one sample count for every input."""
+    for name, arr in data.items():
+        if arr.dtype.kind not in "biuf":
+            raise UserInputError(f"{path}: {what} input {name!r} holds {arr.dtype} values, not numbers; {fix}")
+        if arr.ndim == 0 or arr.shape[0] == 0:
+            raise UserInputError(f"{path}: {what} input {name!r} has no samples (shape {list(arr.shape)}); {fix}")
+    rows = {name: arr.shape[0] for name, arr in data.items()}
+    if len(set(rows.values())) > 1:
+        raise UserInputError(f"{path}: {what} inputs disagree on the number of samples along axis 0 ({rows}); "
+                             "give every input the same number of rows")
 
 
 def _vocab_size(model: onnx.ModelProto, name: str) -> int:

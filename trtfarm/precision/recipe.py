@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
 from trtfarm.errors import UserInputError
 from trtfarm.identity import canonical_json
@@ -59,6 +60,17 @@ class Recipe(BaseModel):
     @classmethod
     def _shorthand(cls, value: object) -> object:
         return {"mode": value} if isinstance(value, str) else value
+
+    @field_validator("keep_fp32")
+    @classmethod
+    def _regexes_compile(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as err:
+                raise ValueError(f"keep_fp32 {pattern!r} is not a valid regular expression ({err}); escape "
+                                 "literal brackets and dots, e.g. 'fc\\[0\\]' or '^head\\.'") from None
+        return value
 
     @field_serializer("thresholds")
     def _only_set_thresholds(self, value: Thresholds | None) -> dict | None:

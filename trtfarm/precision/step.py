@@ -15,9 +15,10 @@ from pathlib import Path
 import onnx
 from google.protobuf.message import DecodeError
 
-from trtfarm.errors import IntegrityError
+from trtfarm.errors import IntegrityError, UserInputError
 from trtfarm.identity import canonical_json, sha256_file
 from trtfarm.identity import onnx_digest as digest_of
+from trtfarm.onnxfile import external_files
 from trtfarm.precision.autopin import auto_pin
 from trtfarm.precision.convert import ConversionError, Converted, convert_onnx
 from trtfarm.precision.gate import GateReport, OutputFigures, accuracy_gate
@@ -77,7 +78,12 @@ def gate_inputs(model_path: Path, heldout: Path | None) -> list[dict]:
 
 def convert_and_gate(src: Path, recipe: Recipe, out: Path, *, calibration: Path | None = None,
                      heldout: Path | None = None) -> PrecisionResult:
-    """Convert ``src`` by ``recipe`` into ``out`` and run the gate (auto-pin when the recipe asks)."""
+    """Convert ``src`` by ``recipe`` into ``out`` and run the gate (auto-pin when the recipe asks).
+
+    ``out`` may not be any file the step reads (the export, its external data, the calibration or held-out data):
+    that is refused before anything is written.
+    """
+    _refuse_overwriting_inputs(src, out, calibration=calibration, heldout=heldout)
     try:
         model = onnx.load(str(src), load_external_data=False)
     except (DecodeError, OSError, ValueError) as err:  # protobuf could not parse it, or the file is unreadable
@@ -97,6 +103,21 @@ def convert_and_gate(src: Path, recipe: Recipe, out: Path, *, calibration: Path 
         with progress.stage(f"{recipe.mode}: comparing with FP32 on {len(feeds)} batches", runs) as step:
             report = accuracy_gate(src, conv.path, feeds, recipe, step=step)
     return PrecisionResult(recipe, conv.path, conv.digest, report, [])
+
+
+def _refuse_overwriting_inputs(src: Path, out: Path, **data: Path | None) -> None:
+    """``UserInputError`` when ``out`` is (symlinks resolved) the export, one of its data files, or a gate input."""
+    target = Path(out).resolve()
+    reads = {"the FP32 export": Path(src)}
+    try:
+        reads.update({f"its external data {name!r}": path for name, path in external_files(Path(src))})
+    except (OSError, ValueError, DecodeError, UserInputError):  # unreadable: convert_and_gate says so in its own words
+        pass
+    reads.update({f"the {what} data": path for what, path in data.items() if path is not None})
+    for what, path in reads.items():
+        if Path(path).resolve() == target:
+            raise UserInputError(f"--out {out}: that is {what} ({path}), which the conversion and its gate read; "
+                                 "write the converted model elsewhere (default: MODEL_<mode>.onnx beside it)")
 
 
 def precision_key(recipe: Recipe, onnx_digest: str, calibration: Path | None, heldout: Path | None) -> str:

@@ -12,18 +12,19 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, RootModel, model_validator
+from pydantic import BaseModel, ConfigDict, RootModel, field_validator, model_validator
 
 from trtfarm.errors import UserInputError
 from trtfarm.onnxfile import dim_label
 
 _SHAPE = re.compile(r"^\d+(x\d+)*$")
+MAX_DIM = 2**31 - 1  # the largest dimension a TensorRT profile takes (its Python bindings pass dims as int32)
 
 
 def parse_shape(text: str) -> list[int]:
     """``"16x128"`` -> ``[16, 128]``."""
     text = text.strip()
-    if not _SHAPE.match(text):
+    if not _SHAPE.fullmatch(text):
         raise ValueError(f"shape {text!r} is not dimensions joined by 'x', e.g. 16x128")
     return [int(d) for d in text.split("x")]
 
@@ -57,6 +58,10 @@ class InputRange(BaseModel):
             raise ValueError(f"min/opt/max have different ranks: {self.text()}")
         if any(d < 1 for d in self.min + self.opt + self.max):
             raise ValueError(f"{self.text()} has a dimension below 1; every dimension must be at least 1")
+        big = max(self.min + self.opt + self.max, default=0)
+        if big > MAX_DIM:
+            raise ValueError(f"{self.text()} has the dimension {big}, beyond the largest TensorRT builds "
+                             f"({MAX_DIM}); give a realistic maximum")
         if not all(a <= b <= c for a, b, c in zip(self.min, self.opt, self.max, strict=True)):
             raise ValueError(f"need min <= opt <= max in every dimension, got {self.text()}")
         return self
@@ -113,6 +118,14 @@ class ProfilesFile(BaseModel):
     profiles: list[Profile]
     buckets: dict[str, list[int]] = {}
     report: dict = {}
+
+    @field_validator("profiles")
+    @classmethod
+    def _not_empty(cls, value: list[Profile]) -> list[Profile]:
+        if not value:
+            raise ValueError("no profiles: give at least one (INPUT: MIN:OPT:MAX per dynamic input), or leave out "
+                             "--profiles to use farm.yaml's")
+        return value
 
 
 def load_profiles_file(path) -> ProfilesFile:

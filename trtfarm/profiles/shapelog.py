@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from trtfarm.errors import UserInputError
+from trtfarm.profiles.profile import MAX_DIM
 
 CHUNK_BYTES = 16 << 20
 ARROW_BLOCK_BYTES = 8 << 20
@@ -85,6 +86,9 @@ def _check_record(record: object, layout: _Layout | None, lineno: int) -> list[s
             problems.append(f"line {lineno}: {name}: shape must be a list of integers, got {shape!r}")
         elif any(d < 0 for d in shape):
             problems.append(f"line {lineno}: {name}: negative dimension in {shape}")
+        elif any(d > MAX_DIM for d in shape):
+            problems.append(f"line {lineno}: {name}: dimension {max(shape)} in {shape} is beyond the largest TensorRT "
+                            f"builds ({MAX_DIM}); drop the line or fix the logger")
         elif layout and name in layout.ranks and len(shape) != layout.ranks[name]:
             problems.append(f"line {lineno}: {name}: rank {len(shape)} but line 1 has rank {layout.ranks[name]} "
                             "(mixed ranks: log one input layout per file)")
@@ -135,11 +139,13 @@ class _Reader:
         if flat.size != len(lines) * self.layout.keep.size:
             return False
         numbers = flat.reshape(len(lines), -1)[:, self.layout.keep]
-        bad = np.flatnonzero((numbers < 0).any(axis=1))
+        wrong = (numbers < 0) | (numbers > MAX_DIM)  # int64 overflow reads as its maximum: beyond MAX_DIM too
+        bad = np.flatnonzero(wrong.any(axis=1))
         for i in bad[:MAX_REPORTED]:
-            self._error([f"line {first_lineno + int(i)}: negative dimension in {lines[i].decode(errors='replace')}"])
+            what = "negative dimension" if (numbers[i] < 0).any() else f"dimension beyond {MAX_DIM} (TensorRT's max)"
+            self._error([f"line {first_lineno + int(i)}: {what} in {lines[i].decode(errors='replace')}"])
         self.error_count += max(0, len(bad) - MAX_REPORTED)
-        self._fold(numbers)
+        self._fold(numbers[~wrong.any(axis=1)])
         return True
 
     def slow(self, lines: list[bytes], first_lineno: int) -> None:
@@ -149,6 +155,10 @@ class _Reader:
             lineno = first_lineno + i
             try:
                 record = json.loads(line)
+            except UnicodeDecodeError as err:
+                self._error([f"line {lineno}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at column "
+                             f"{err.start + 1}); is this a shape log?"])
+                continue
             except ValueError as err:
                 self._error([f"line {lineno}: not valid JSON ({err.msg} at column {err.colno})"])
                 continue

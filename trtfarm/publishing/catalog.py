@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 from rich.markup import escape
 from rich.table import Table
 
-from trtfarm.errors import UserInputError
+from trtfarm.errors import CorruptObject, UserInputError
 from trtfarm.publishing.layout import MANIFEST_NAME, PLANS, folder_of, parse_plan_key, plans_prefix, provenance_name
 from trtfarm.publishing.manifest import Manifest, manifest_from_json
 from trtfarm.publishing.provenance import provenance_from_json
@@ -24,13 +24,22 @@ def list_manifests(store_uri: str, model: str | None = None) -> list[tuple[str, 
     return manifests_in(store, model)
 
 
-def manifests_in(store, model: str | None = None) -> list[tuple[str, Manifest]]:
-    """Every ``plans/**/manifest.json`` of an open store, as (url, manifest)."""
+def manifests_in(store, model: str | None = None, problems: list[str] | None = None) -> list[tuple[str, Manifest]]:
+    """Every ``plans/**/manifest.json`` of an open store, as (url, manifest).
+
+    With ``problems``, a damaged manifest is skipped and described there; without, it raises ``CorruptObject``.
+    """
     prefix = plans_prefix(model)
     found = []
     for key in store.list(prefix):
         if key.endswith(f"/{MANIFEST_NAME}"):
-            m = read_manifest(store, key)
+            try:
+                m = read_manifest(store, key)
+            except CorruptObject as damaged:
+                if problems is None:
+                    raise
+                problems.append(str(damaged))
+                continue
             if m is not None:
                 found.append((store.url(key), m))
     return sorted(found, key=lambda x: (x[1].model.name, x[1].target.gpu, x[1].target.toolchain_version,
@@ -131,7 +140,7 @@ def _by_short_ref(store, ref: str) -> str:
 
 def manifest_table(url: str, m: Manifest) -> Table:
     """A two-column table of the fields people look for first."""
-    t = Table(title=url, show_header=False)
+    t = Table(title=escape(url), show_header=False)
     t.add_column("field", style="bold")
     t.add_column("value", overflow="fold")
     rows = [
@@ -152,13 +161,14 @@ def manifest_table(url: str, m: Manifest) -> Table:
         ("created", f"{m.created_at} by trtfarm {m.trtfarm_version}"),
     ]
     for k, v in rows:
-        t.add_row(k, v)
+        t.add_row(k, escape(v))
     return t
 
 
 def derivation_table(d, source: str) -> Table:
     """Profiles side by side: shapes, traffic share, padding overhead, memory."""
-    t = Table(title=f"profiles derived from {source}" + (f" (split on {d.split_axis})" if d.split_axis else ""))
+    t = Table(title=escape(f"profiles derived from {source}" + (f" (split on {d.split_axis})" if d.split_axis
+                                                                  else "")))
     for col in ("profile", "inputs min : opt : max", "traffic", "padding", "max shape", "activation est."):
         t.add_column(col, overflow="fold")
     for i, p in enumerate(d.profiles):

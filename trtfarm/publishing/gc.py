@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from trtfarm.errors import CorruptObject
 from trtfarm.publishing.attest import folder_attestations
 from trtfarm.publishing.catalog import manifests_in
-from trtfarm.publishing.layout import folder_of
-from trtfarm.publishing.release import list_pointers, toolchain_label
+from trtfarm.publishing.layout import folder_of, release_key, releases_prefix
+from trtfarm.publishing.release import read_pointer, toolchain_label
 from trtfarm.store import Store
 
 
@@ -30,15 +31,33 @@ class Doomed:
     attestations: tuple[str, ...] = ()  # the provenance and signature objects that go with the plan
 
 
-def plans_to_delete(store: Store, keep: int) -> list[Doomed]:
-    """What ``trtfarm gc`` would delete, newest kept first, pointer targets always kept."""
-    referenced = {p.manifest for p in list_pointers(store)}
+def plans_to_delete(store: Store, keep: int, skipped: list[str] | None = None) -> list[Doomed]:
+    """What ``trtfarm gc`` would delete, newest kept first, pointer targets always kept.
+
+    A damaged release pointer or manifest is skipped and described in ``skipped``: every plan of a (model, GPU,
+    toolchain) whose pointer is damaged is kept (what it references is unknown), and so is a plan whose manifest is.
+    """
+    skipped = [] if skipped is None else skipped
+    referenced, unknown = set(), set()
+    for key in store.list(releases_prefix()):
+        try:
+            pointer, _ = read_pointer(store, key)
+        except CorruptObject as damaged:
+            unknown.add(key)
+            skipped.append(f"{damaged} gc keeps every plan of this release.")
+            continue
+        if pointer:
+            referenced.add(pointer.manifest)
     groups: dict[tuple[str, str, str], list] = defaultdict(list)
     prefix_len = len(store.uri) + 1
-    for url, m in manifests_in(store):
+    damaged_manifests: list[str] = []
+    for url, m in manifests_in(store, problems=damaged_manifests):
         groups[m.model.name, m.target.gpu, toolchain_label(m)].append((url[prefix_len:], m))
+    skipped.extend(f"{d} gc keeps it." for d in damaged_manifests)
     doomed = []
     for (model, gpu, tc), items in sorted(groups.items()):
+        if release_key(model, gpu, tc) in unknown:
+            continue
         items.sort(key=lambda x: (x[1].model.exported_at or "", x[1].created_at), reverse=True)
         for rank, (key, m) in enumerate(items):
             if rank >= keep and key not in referenced:

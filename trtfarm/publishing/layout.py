@@ -31,21 +31,29 @@ PLANS, RELEASES, TIMING_CACHES, CONVERTED, MODELS, REPORTS, RUNS = (
 PROVENANCE_PREFIX, SIGNATURE_PREFIX, SIGNATURE_SUFFIX = "provenance-", "signature-", ".sigstore.json"
 TEMP_PREFIX = ".tmp-"  # in-flight writes of the file store; never a key
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$")
+# One rule for every user string that becomes a key segment. ``fullmatch``, never ``match`` with ``$``: ``$`` also
+# matches before a final newline, so ``"enc\n"`` would pass and publish keys that contain a newline.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")  # names plus '@' and '+' (toolchain labels, run ids)
 
 
 def check_name(kind: str, value: str) -> str:
     """Accept a key component (model name, GPU key) only if it is a safe path segment."""
-    if not isinstance(value, str) or not _NAME.match(value) or value in {".", ".."}:
+    if not isinstance(value, str) or not _NAME.fullmatch(value) or ".." in value:
         raise UserInputError(f"{kind} {value!r} is not a valid name: use letters, digits, '.', '_' or '-' "
-                             "(at most 128, starting with a letter or digit)")
+                             "(at most 128, starting with a letter or digit, no '..')")
     return value
 
 
+def is_name(value: object) -> bool:
+    """True when ``value`` passes ``check_name`` (for callers that fall back rather than refuse)."""
+    return isinstance(value, str) and bool(_NAME.fullmatch(value)) and ".." not in value
+
+
 def _segment(kind: str, value: str) -> str:
-    if not _SEGMENT.match(value) or ".." in value:
-        raise UserInputError(f"{kind} {value!r} is not a valid key segment")
+    if not isinstance(value, str) or not _SEGMENT.fullmatch(value) or ".." in value:
+        raise UserInputError(f"{kind} {value!r} is not a valid key segment: use letters, digits, '.', '_', '-', "
+                             "'@' or '+' (at most 128, starting with a letter or digit, no '..')")
     return value
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trtfarm import __version__
 from trtfarm.errors import UserInputError
@@ -193,19 +193,36 @@ def _from_v1(doc: dict) -> dict:
 _UPGRADES: dict[int, Callable[[dict], dict]] = {1: _from_v1}  # from_version -> the next version's document
 
 
+class ManifestInvalid(UserInputError):
+    """Bytes that are not a trtfarm manifest (not JSON, not an object, fields missing or of the wrong type)."""
+
+
+def validation_problems(err: ValidationError, limit: int = 3) -> str:
+    """A pydantic error in one line: ``field.path: message`` for the first few problems."""
+    items = [f"{'.'.join(map(str, e['loc'])) or 'document'}: {e['msg']}" for e in err.errors()]
+    more = f" (and {len(items) - limit} more)" if len(items) > limit else ""
+    return "; ".join(items[:limit]) + more
+
+
 def manifest_from_json(data: bytes | str, source: str = "manifest") -> Manifest:
     """Parse a manifest, upgrading older schema versions; a newer or broken one is a clear error."""
     try:
         doc = json.loads(data)
         version = int(doc.get("schema_version", 0))
     except (ValueError, AttributeError, TypeError) as err:
-        raise UserInputError(f"{source}: not a trtfarm manifest (invalid JSON: {err}).") from err
+        raise ManifestInvalid(f"{source}: not a trtfarm manifest (not a JSON object: {err}).") from err
     if version > SCHEMA_VERSION:
         raise UserInputError(f"{source}: manifest schema {version} is newer than this trtfarm understands "
                              f"({SCHEMA_VERSION}); upgrade trtfarm.")
     while version < SCHEMA_VERSION:
         if version not in _UPGRADES:
-            raise UserInputError(f"{source}: manifest schema {version} cannot be upgraded; rebuild the plan.")
-        doc = _UPGRADES[version](doc)
+            raise ManifestInvalid(f"{source}: manifest schema {version} cannot be upgraded; rebuild the plan.")
+        try:
+            doc = _UPGRADES[version](doc)
+        except (KeyError, TypeError, AttributeError) as err:
+            raise ManifestInvalid(f"{source}: not a trtfarm manifest of schema {version} (no {err}).") from err
         version = int(doc["schema_version"])
-    return Manifest.model_validate(doc)
+    try:
+        return Manifest.model_validate(doc)
+    except ValidationError as err:
+        raise ManifestInvalid(f"{source}: not a valid trtfarm manifest: {validation_problems(err)}.") from err

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trtfarm.errors import IntegrityError, StoreError
+from trtfarm.errors import CorruptObject, IntegrityError, StoreError
 from trtfarm.publishing import layout
 from trtfarm.publishing.attest import Attestation, attestation_objects, folder_attestations, write_attestations
-from trtfarm.publishing.manifest import Manifest, PlanInfo, manifest_from_json
+from trtfarm.publishing.manifest import Manifest, ManifestInvalid, PlanInfo, manifest_from_json
 from trtfarm.scratch import scratch_dir
 from trtfarm.store import AlreadyExists, Store
 from trtfarm.store.base import Progress
@@ -36,9 +36,15 @@ class Published:
 
 
 def read_manifest(store: Store, key: str) -> Manifest | None:
-    """The manifest at ``key``, or None."""
+    """The manifest at ``key``, or None; ``CorruptObject`` (naming the key) when the object is not a manifest."""
     blob = store.get(key)
-    return manifest_from_json(blob.data, store.url(key)) if blob else None
+    if blob is None:
+        return None
+    try:
+        return manifest_from_json(blob.data, store.url(key))
+    except ManifestInvalid as err:
+        raise CorruptObject(f"{err} Rebuild the plan (`trtfarm build` replaces a damaged manifest of its own build) "
+                            "or delete the key.") from err
 
 
 def _stored_plan_info(store: Store, key: str) -> tuple[str, int]:

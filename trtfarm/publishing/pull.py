@@ -83,6 +83,8 @@ def pull_release(store: Store, model: str, gpu: str, toolchains: list[str], dest
         verdict = stored.verdict(trust)
         verdict.raise_if_refused(store.url(pointer.manifest))
         dest = Path(dest or f"{model}.plan")
+        if dest.is_dir():  # --to a folder: the plan goes in it, named after the model
+            dest = dest / f"{model}.plan"
         size = store.download_file(manifest.plan.key, dest, sha256=manifest.plan.sha256, progress=progress)
         mpath = manifest_beside(dest)
         mpath.write_bytes(stored.manifest_bytes)

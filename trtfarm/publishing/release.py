@@ -8,15 +8,17 @@ person rolls it back on purpose. Every move is recorded in the pointer's history
 from __future__ import annotations
 
 import getpass
+import json
 import socket
 from datetime import datetime, timezone
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from trtfarm.errors import UserInputError
-from trtfarm.publishing.layout import release_key, releases_prefix
-from trtfarm.publishing.manifest import Manifest
+from trtfarm.errors import CorruptObject, UserInputError
+from trtfarm.publishing.layout import PLAN_NAME, manifest_key, parse_plan_key, release_key, releases_prefix
+from trtfarm.publishing.manifest import Manifest, validation_problems
+from trtfarm.publishing.publish import plan_intact, read_manifest
 from trtfarm.store import Conflict, Store
 
 HISTORY = 50
@@ -85,9 +87,100 @@ def policy_blocker(m: Manifest, release_on: str) -> str | None:
 
 
 def read_pointer(store: Store, key: str) -> tuple[ReleasePointer | None, str | None]:
-    """The pointer and its ETag (both None when there is none)."""
+    """The pointer and its ETag (both None when there is none); ``CorruptObject`` naming the key when it is damaged."""
     blob = store.get(key)
-    return (ReleasePointer.model_validate_json(blob.data), blob.etag) if blob else (None, None)
+    if blob is None:
+        return None, None
+    try:
+        return ReleasePointer.model_validate_json(blob.data), blob.etag
+    except ValidationError as err:
+        raise CorruptObject(f"{store.url(key)}: not a release pointer ({validation_problems(err)}); rerun "
+                            "`trtfarm build` for the model (it repairs the pointer) or `trtfarm release MANIFEST "
+                            "--reason ...`") from err
+
+
+def _salvaged_history(data: bytes) -> list[ReleaseEvent]:
+    """The events of a damaged pointer that still parse (none when it is not JSON at all)."""
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return []
+    events = doc.get("history") if isinstance(doc, dict) else None
+    good = []
+    for event in events if isinstance(events, list) else []:
+        try:
+            good.append(ReleaseEvent.model_validate(event))
+        except ValidationError:
+            continue
+    return good
+
+
+def _newest_releasable(store: Store, key: str, release_on: str) -> Manifest | None:
+    from trtfarm.publishing.catalog import manifests_in
+
+    model = key.split("/")[1]
+    found = [m for _, m in manifests_in(store, model, problems=[]) if pointer_key(m) == key
+             and policy_blocker(m, release_on) is None]
+    return max(found, key=lambda m: (m.model.exported_at or "", m.created_at), default=None)
+
+
+def repair_pointer(store: Store, key: str, release_on: str = "engine") -> str | None:
+    """Rewrite a damaged pointer trtfarm owns; None when it is intact (or absent), else what was done.
+
+    From its history when its last parseable move names a manifest still in the store; else from the newest
+    manifest of its (model, GPU, toolchain) that the policy accepts; else it is removed (nothing to point at).
+    """
+    try:
+        read_pointer(store, key)
+        return None
+    except CorruptObject as damaged:
+        why = str(damaged).split(": ", 1)[-1].split("; rerun", 1)[0]
+        blob = store.get(key)
+    history = _salvaged_history(blob.data)
+    last = next((e for e in reversed(history) if read_manifest(store, e.manifest) is not None), None)
+    m = read_manifest(store, last.manifest) if last else _newest_releasable(store, key, release_on)
+    if m is None:
+        store.delete(key)
+        return f"removed the damaged pointer {key} ({why}): no manifest in the store to point it at"
+    manifest = last.manifest if last else manifest_key(m.plan.key.rsplit("/", 1)[0])
+    event = ReleaseEvent(action="release", manifest=manifest, onnx_digest=m.model.onnx_digest,
+                         exported_at=m.model.exported_at, by=f"trtfarm repair ({_who()})", reason=f"repaired: {why}",
+                         at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    pointer = ReleasePointer(model=m.model.name, gpu=m.target.gpu, toolchain=toolchain_label(m), manifest=manifest,
+                             plan_key=m.plan.key, plan_sha256=m.plan.sha256, onnx_digest=m.model.onnx_digest,
+                             build_digest=m.build.build_digest, exported_at=m.model.exported_at,
+                             history=[*history, event][-HISTORY:])
+    try:
+        store.compare_and_swap(key, pointer.model_dump_json(indent=2).encode(), blob.etag)
+    except Conflict:
+        return None  # someone rewrote it meanwhile: theirs stands
+    source = "its history" if last else "the newest manifest"
+    return f"repaired the damaged pointer {key} ({why}): rewritten from {source} to {manifest}"
+
+
+def stored_manifest_key(store: Store, m: Manifest, source: str) -> str:
+    """The key under which ``store`` holds the manifest ``m`` (read from ``source``: a key, URL or a local copy).
+
+    A release names a manifest in the store, never a local copy: ``ReleaseRefused`` unless the store holds this
+    manifest at its plan's folder, describing the same build, with its plan object in place.
+    """
+    folder = parse_plan_key(m.plan.key)
+    if folder is None or folder.leaf != PLAN_NAME:
+        raise ReleaseRefused(f"not released: {source} names the plan {m.plan.key!r}, which is not a plan key of a "
+                             "trtfarm store; release a manifest that `trtfarm plans` lists")
+    key = manifest_key(m.plan.key.rsplit("/", 1)[0])
+    stored = read_manifest(store, key)
+    if stored is None:
+        raise ReleaseRefused(f"not released: {source} describes {store.url(key)}, which is not in the store "
+                             f"{store.uri}; publish the plan there first, or pass --store with the store it came from")
+    if not stored.same_build(m) or stored.plan.sha256 != m.plan.sha256:
+        raise ReleaseRefused(f"not released: {source} does not match the store's {store.url(key)} (build "
+                             f"{m.build.build_digest[:12]} vs {stored.build.build_digest[:12]}, plan sha256 "
+                             f"{m.plan.sha256[:12]} vs {stored.plan.sha256[:12]}); release the store's manifest")
+    damaged = plan_intact(store, stored)
+    if damaged:
+        raise ReleaseRefused(f"not released: {store.url(key)}: {damaged}; rebuild it (`trtfarm build`)")
+    return key
 
 
 def _who() -> str:
@@ -110,6 +203,8 @@ def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: st
     With ``trust`` (the fleet's ``TrustedKeys``), a plan that serving hosts would refuse is not released
     (``SignatureRefused``; ``force`` does not override it): a rotation keeps every plan signed by a still-trusted key.
     """
+    if not reason.strip():
+        raise ReleaseRefused("not released: the reason is empty; say why the pointer moves (it goes in its history)")
     if trust is not None:
         from trtfarm.publishing.attest import read_stored
 
@@ -159,11 +254,17 @@ def release_note(store: Store, manifest_key: str, m: Manifest, release_on: str) 
     return f"not released: {key} points at {current.manifest if current else 'nothing'}"
 
 
-def list_pointers(store: Store, model: str | None = None) -> list[ReleasePointer]:
-    """Every release pointer (of one model)."""
+def list_pointers(store: Store, model: str | None = None, problems: list[str] | None = None) -> list[ReleasePointer]:
+    """Every release pointer (of one model); with ``problems``, damaged ones are skipped and described there."""
     out = []
     for key in store.list(releases_prefix(model)):
-        pointer, _ = read_pointer(store, key)
+        try:
+            pointer, _ = read_pointer(store, key)
+        except CorruptObject as damaged:
+            if problems is None:
+                raise
+            problems.append(str(damaged))
+            continue
         if pointer:
             out.append(pointer)
     return out

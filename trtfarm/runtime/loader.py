@@ -85,7 +85,11 @@ def _first(*paths: Path) -> bytes | None:
 def find_files(ref: Path) -> PlanFiles:
     """Like ``find_pair``, with the attestations: beside a pulled plan, or in a store's plan folder."""
     plan, mpath = _locate(Path(ref))
-    data = mpath.read_bytes()
+    try:
+        data = mpath.read_bytes()
+    except OSError as err:
+        raise UserInputError(f"{mpath}: cannot read the manifest ({err.strerror}); pass a plan with its manifest "
+                             "beside it, or a manifest's path") from err
     manifest = manifest_from_json(data, str(mpath))
     if not plan.is_file():
         raise UserInputError(f"{plan}: the plan named by the manifest is not there")

@@ -8,20 +8,43 @@ that is not there (a typo, a URI from a webhook post) leaves no trace.
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import functools
 import hashlib
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from trtfarm.errors import IntegrityError, StoreError
 from trtfarm.scratch import scratch_file
 from trtfarm.store.base import AlreadyExists, Blob, Conflict, HashingReader, Progress, Store, Uploaded, validate_key
 
 CHUNK = 1 << 20
+F = TypeVar("F", bound=Callable)
+
+
+def _os_errors(doing: str) -> Callable[[F], F]:
+    """Translate the filesystem's errors into one ``StoreError`` naming the store, the key and the OS reason.
+
+    The one place the file store's ``OSError`` s enter trtfarm (read-only, full, a file where the store's folder
+    should be, permissions). The temporaries of a failed write are removed by ``scratch_file`` on the way out.
+    """
+    def wrap(method: F) -> F:
+        @functools.wraps(method)
+        def translated(self: LocalStore, key: str, *args, **kwargs):
+            try:
+                return method(self, key, *args, **kwargs)
+            except StoreError:
+                raise
+            except OSError as err:
+                raise StoreError(self.describe(err, doing, key)) from err
+        return translated  # type: ignore[return-value]
+    return wrap
 
 
 class LocalStore(Store):
@@ -30,6 +53,20 @@ class LocalStore(Store):
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).resolve()
         self.uri = self.root.as_uri()
+
+    def describe(self, err: OSError, doing: str, key: str) -> str:
+        """One line: the store, what failed, the OS reason, and the fix when there is an obvious one."""
+        reason = err.strerror or type(err).__name__
+        where = f" ({err.filename})" if err.filename and str(err.filename) != str(self.root / key) else ""
+        fix = {errno.ENOSPC: "free space there (nothing was published half-way) and run again",
+               errno.EDQUOT: "free space there (nothing was published half-way) and run again",
+               errno.EROFS: "the filesystem is mounted read-only; give a writable --store",
+               errno.EACCES: "give trtfarm write access there, or another --store",
+               errno.EPERM: "give trtfarm write access there, or another --store"}.get(err.errno, "")
+        if any(p.is_file() for p in (self.root, *self.root.parents)):
+            blocker = next(p for p in (self.root, *self.root.parents) if p.is_file())
+            fix = f"{blocker} is a file, not a folder; give --store a folder (or a path that does not exist yet)"
+        return f"store {self.root}: cannot {doing} {key}: {reason}{where}" + (f"; {fix}" if fix else "")
 
     def _path(self, key: str) -> Path:
         path = (self.root / validate_key(key)).resolve()
@@ -68,6 +105,7 @@ class LocalStore(Store):
             f.flush()
             os.fsync(f.fileno())
 
+    @_os_errors("read")
     def get(self, key: str) -> Blob | None:
         """Return the object and its ETag (content sha256), or None."""
         try:
@@ -76,6 +114,7 @@ class LocalStore(Store):
             return None
         return Blob(data, hashlib.sha256(data).hexdigest())
 
+    @_os_errors("write")
     def put_if_absent(self, key: str, data: bytes) -> bool:
         """Create the object atomically; False when it exists."""
         path = self._path(key)
@@ -87,6 +126,7 @@ class LocalStore(Store):
                 return False
         return True
 
+    @_os_errors("write")
     def compare_and_swap(self, key: str, data: bytes, etag: str | None) -> str:
         """Replace only if unchanged since ``etag`` was read (None: only if absent)."""
         path = self._path(key)
@@ -100,6 +140,7 @@ class LocalStore(Store):
                 os.replace(tmp, path)
         return hashlib.sha256(data).hexdigest()
 
+    @_os_errors("write")
     def upload_file(self, key: str, path: Path, progress: Progress | None = None) -> Uploaded:
         """Copy a file in, hashing on the way; create-only."""
         dest = self._path(key)
@@ -115,6 +156,7 @@ class LocalStore(Store):
                 raise AlreadyExists(f"{key} already exists") from err
         return Uploaded(key, reader.sha256.hexdigest(), reader.size)
 
+    @_os_errors("read")
     def download_file(self, key: str, dest: Path, sha256: str | None = None, progress: Progress | None = None) -> int:
         """Copy an object out atomically, checking its sha256."""
         src = self._path(key)
@@ -155,6 +197,7 @@ class LocalStore(Store):
                     except FileNotFoundError:  # deleted while we walked
                         continue
 
+    @_os_errors("delete")
     def delete(self, key: str) -> None:
         """Remove an object and any folders it leaves empty."""
         path = self._path(key)
@@ -185,6 +228,7 @@ class LocalStore(Store):
                 continue
         return removed
 
+    @_os_errors("read")
     def size(self, key: str) -> int | None:
         """The file's size, or None when absent."""
         path = self._path(key)

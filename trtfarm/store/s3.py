@@ -1,13 +1,19 @@
 """``s3://bucket/prefix`` store over boto3: AWS S3, MinIO or any S3-compatible server.
 
 The endpoint comes from boto3's own settings (``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``, profiles) or the
-``endpoint_url`` argument. Create-only writes use ``IfNoneMatch='*'``, compare-and-swap ``IfMatch=etag``. Streaming
+``endpoint_url`` argument. An endpoint that stops answering costs at most its timeouts times its attempts, each
+retry logged (``trtfarm.store``) with the wait, then one ``StoreUnavailable`` line naming the endpoint:
+``TRTFARM_S3_CONNECT_TIMEOUT`` (seconds, default 5), ``TRTFARM_S3_READ_TIMEOUT`` (default 20) and
+``TRTFARM_S3_MAX_ATTEMPTS`` (tries per request, first included, default 3).
+
+Create-only writes use ``IfNoneMatch='*'``, compare-and-swap ``IfMatch=etag``. Streaming
 uploads go through s3transfer (multipart above the threshold); s3transfer rejects ``IfNoneMatch`` in ExtraArgs, so a
 botocore event hook adds it to the PutObject / CompleteMultipartUpload of keys being created.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -16,9 +22,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+)
 
-from trtfarm.errors import IntegrityError, StoreError
+from trtfarm.errors import IntegrityError, StoreError, StoreUnavailable, UserInputError
 from trtfarm.scratch import scratch_file
 from trtfarm.store.base import AlreadyExists, Blob, Conflict, HashingReader, Progress, Store, Uploaded, validate_key
 
@@ -42,6 +55,34 @@ def _is_conflict_retry(err: Exception) -> bool:
 
 _CLIENTS: dict[tuple, object] = {}
 _CLIENTS_LOCK = threading.Lock()
+log = logging.getLogger("trtfarm.store")
+NO_ANSWER = (EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError, ConnectionClosedError)
+TIMEOUTS = {"TRTFARM_S3_CONNECT_TIMEOUT": 5.0, "TRTFARM_S3_READ_TIMEOUT": 20.0, "TRTFARM_S3_MAX_ATTEMPTS": 3}
+
+
+def timeouts() -> tuple[float, float, int]:
+    """(connect timeout s, read timeout s, attempts per request) from the environment; a bad value is refused."""
+    values = []
+    for name, default in TIMEOUTS.items():
+        text = os.environ.get(name)
+        try:
+            value = type(default)(text) if text else default
+        except ValueError:
+            value = 0
+        if not value > 0:
+            raise UserInputError(f"{name}={text!r}: give a positive number (default {default})")
+        values.append(value)
+    return values[0], values[1], values[2]
+
+
+def _log_retry(attempts: int = 0, caught_exception: Exception | None = None, request_dict: dict | None = None,
+               **_: object) -> None:
+    """Say, before botocore waits and tries again, that the endpoint did not answer (a silent wait looks hung)."""
+    _, read, total = timeouts()
+    if isinstance(caught_exception, NO_ANSWER) and attempts < total:
+        url = (request_dict or {}).get("url", "the endpoint")
+        log.warning("the artifact store at %s did not answer (%s); trying again (%d of %d, read timeout %g s)",
+                    url.split("?")[0], type(caught_exception).__name__, attempts + 1, total, read)
 
 
 def _client(endpoint_url: str | None):
@@ -51,11 +92,15 @@ def _client(endpoint_url: str | None):
 
     env = tuple(os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID",
                                             "AWS_PROFILE"))
-    key = (endpoint_url, *env)
+    connect, read, attempts = timeouts()
+    key = (endpoint_url, *env, connect, read, attempts)
     with _CLIENTS_LOCK:
         if key not in _CLIENTS:
-            _CLIENTS[key] = boto3.client("s3", endpoint_url=endpoint_url or None, config=Config(
-                retries={"max_attempts": 5, "mode": "standard"}, max_pool_connections=32))
+            client = boto3.client("s3", endpoint_url=endpoint_url or None, config=Config(
+                connect_timeout=connect, read_timeout=read, max_pool_connections=32,
+                retries={"total_max_attempts": attempts, "mode": "standard"}))
+            client.meta.events.register_first("needs-retry.s3", _log_retry, unique_id="trtfarm-log-retry")
+            _CLIENTS[key] = client
         return _CLIENTS[key]
 
 
@@ -105,6 +150,20 @@ class S3Store(Store):
         for event in ("before-parameter-build.s3.PutObject", "before-parameter-build.s3.CompleteMultipartUpload"):
             events.register(event, _add_if_none_match, unique_id=f"trtfarm-create-only:{event}")
 
+    def _failed(self, err: Exception, key: str, doing: str) -> StoreError:
+        """The one translation of boto's errors.
+
+        No answer is ``StoreUnavailable`` naming the endpoint; any other failure a ``StoreError`` naming the object.
+        """
+        if isinstance(err, NO_ANSWER):
+            connect, read, attempts = timeouts()
+            return StoreUnavailable(
+                f"the S3 endpoint {self.client.meta.endpoint_url} did not answer ({type(err).__name__}) to {doing} "
+                f"{self.url(key)} after {attempts} attempt(s) (connect timeout {connect:g} s, read timeout "
+                f"{read:g} s; TRTFARM_S3_CONNECT_TIMEOUT, TRTFARM_S3_READ_TIMEOUT, TRTFARM_S3_MAX_ATTEMPTS); check "
+                "that the endpoint is up")
+        return StoreError(f"{self.url(key)}: {doing} failed: {err}")
+
     def _k(self, key: str) -> str:
         validate_key(key)
         return f"{self.prefix}/{key}" if self.prefix else key
@@ -116,7 +175,7 @@ class S3Store(Store):
         except _BOTO_ERRORS as err:
             if _is_missing(err):
                 return None
-            raise StoreError(f"{self.url(key)}: read failed: {err}") from err
+            raise self._failed(err, key, "read") from err
         return Blob(resp["Body"].read(), resp["ETag"])
 
     def etag(self, key: str) -> str | None:
@@ -126,7 +185,7 @@ class S3Store(Store):
         except _BOTO_ERRORS as err:
             if _is_missing(err):
                 return None
-            raise StoreError(f"{self.url(key)}: read failed: {err}") from err
+            raise self._failed(err, key, "read") from err
 
     def size(self, key: str) -> int | None:
         """HEAD the object: its size, or None."""
@@ -135,7 +194,7 @@ class S3Store(Store):
         except _BOTO_ERRORS as err:
             if _is_missing(err):
                 return None
-            raise StoreError(f"{self.url(key)}: read failed: {err}") from err
+            raise self._failed(err, key, "read") from err
 
     def _put(self, key: str, data: bytes, **cond: str) -> str:
         return _retry_conflicts(lambda: self.client.put_object(Bucket=self.bucket, Key=self._k(key), Body=data,
@@ -148,7 +207,7 @@ class S3Store(Store):
         except _BOTO_ERRORS as err:
             if _is_precondition_failed(err):
                 return False
-            raise StoreError(f"{self.url(key)}: write failed: {err}") from err
+            raise self._failed(err, key, "write") from err
         return True
 
     def compare_and_swap(self, key: str, data: bytes, etag: str | None) -> str:
@@ -159,7 +218,7 @@ class S3Store(Store):
         except _BOTO_ERRORS as err:
             if _is_precondition_failed(err) or (etag and _is_missing(err)):
                 raise Conflict(f"{self.url(key)}: changed since it was read") from err
-            raise StoreError(f"{self.url(key)}: write failed: {err}") from err
+            raise self._failed(err, key, "write") from err
 
     def upload_file(self, key: str, path: Path, progress: Progress | None = None) -> Uploaded:
         """Stream through s3transfer (multipart when large), hashing on the way; create-only."""
@@ -178,7 +237,7 @@ class S3Store(Store):
         except _BOTO_ERRORS as err:
             if _is_precondition_failed(err):
                 raise AlreadyExists(f"{self.url(key)} already exists") from err
-            raise StoreError(f"{self.url(key)}: upload failed: {err}") from err
+            raise self._failed(err, key, "upload") from err
         finally:
             with _CREATING_LOCK:
                 _CREATING[(self.bucket, full)] -= 1
@@ -194,7 +253,7 @@ class S3Store(Store):
             try:
                 body = self.client.get_object(Bucket=self.bucket, Key=self._k(key))["Body"]
             except _BOTO_ERRORS as err:
-                raise StoreError(f"{self.url(key)}: cannot read it: {err}") from err
+                raise self._failed(err, key, "read") from err
             with open(tmp, "wb") as out:
                 reader = HashingReader(body, progress)
                 while chunk := reader.read(1 << 20):
@@ -215,15 +274,21 @@ class S3Store(Store):
         full = self._k(prefix.rstrip("/")) if prefix else self.prefix
         strip = len(self.prefix) + 1 if self.prefix else 0
         pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full)
-        for page in pages:
-            for obj in page.get("Contents", []):
-                key = obj["Key"][strip:]
-                if key.startswith(prefix):
-                    yield key, int(obj["Size"])
+        try:
+            for page in pages:
+                for obj in page.get("Contents", []):
+                    key = obj["Key"][strip:]
+                    if key.startswith(prefix):
+                        yield key, int(obj["Size"])
+        except _BOTO_ERRORS as err:
+            raise self._failed(err, prefix or "(root)", "list") from err
 
     def delete(self, key: str) -> None:
         """Delete the object."""
-        self.client.delete_object(Bucket=self.bucket, Key=self._k(key))
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=self._k(key))
+        except _BOTO_ERRORS as err:
+            raise self._failed(err, key, "delete") from err
 
     def url(self, key: str) -> str:
         """``s3://`` URI of the object."""

@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import Protocol
 
 from trtfarm import interrupt
-from trtfarm.errors import UserInputError
+from trtfarm.errors import UserInputError, scratch_failure
 from trtfarm.planning.fleet import BuilderSettings, RefitMode
 from trtfarm.profiles.profile import Profile
 from trtfarm.toolchain.header import read_plan_header
@@ -289,9 +289,12 @@ def _build(trt, flavour, logger, log: Capture, onnx_path, profiles, settings, pl
         raise BuildFailed(f"{onnx_path}: the {flavour} builder failed:\n{reasons}\n"
                           "Fix: check the optimization profiles against the model's shape constraints "
                           "and the builder settings named above.")
-    plan_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(plan_path, "wb") as f:
-        f.write(memoryview(plan))
+    try:
+        plan_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(plan_path, "wb") as f:
+            f.write(memoryview(plan))
+    except OSError as err:  # TMPDIR full or read-only: the scratch plan is removed with its folder
+        raise scratch_failure(err, f"the {plan.nbytes:,}-byte plan", plan_path.parent) from err
     header = read_plan_header(plan_path)
     new_cache = bytes(memoryview(cache.serialize())) if cache is not None else None
     return BuildResult(plan_path, plan.nbytes, header.version, wall, flags,

@@ -61,7 +61,7 @@ def _sns_get(url: str, refused: int = 400) -> httpx.Response:
     5xx) is ``Rejected(502)``.
     """
     parsed = urlparse(url)
-    if not SNS_CERT_HOST.match(parsed.hostname or ""):
+    if not SNS_CERT_HOST.fullmatch(parsed.hostname or ""):
         raise Rejected(401, f"{url!r} is not an SNS URL")
     endpoint = os.environ.get("AWS_ENDPOINT_URL_SNS") or os.environ.get("AWS_ENDPOINT_URL")
     target, headers = url, {}

@@ -54,6 +54,11 @@ def export_files(folder: Path) -> list[Path]:
     named = [spec.calibration, spec.heldout, spec.profiles if isinstance(spec.profiles, str) else None]
     weights = [f for _, f in external_files(folder / ONNX_NAME)]
     files = [folder / ONNX_NAME, *weights, *([spec_path] if spec_path else [])]
+    for rel in filter(None, named):
+        inside = (folder / rel).resolve()
+        if folder.resolve() not in inside.parents:
+            raise UserInputError(f"{folder / SPEC_NAME}: {rel!r} is outside the export folder {folder}; copy the "
+                                 "file into the folder and name it relative to farm.yaml (e.g. calib.npz)")
     for rel in [*OPTIONAL_FILES, *filter(None, named)]:
         path = folder / rel
         if path.is_file() and path not in files:

@@ -34,12 +34,13 @@ from pathlib import Path
 from urllib.parse import unquote, unquote_plus, urlparse
 
 from trtfarm.errors import StoreError
-from trtfarm.publishing.layout import webhook_claim_key
+from trtfarm.publishing.layout import is_name, webhook_claim_key
 from trtfarm.store import Store
 from trtfarm.triggers.registry import EXPORT_NAME, ONNX_NAME, export_folder, export_name, is_registry_export
 
 EVENT_NAME = "trtfarm.model.exported"
 REFIT_EVENT = "trtfarm.model.weights-updated"  # same graph, new weights: the refit deployment takes these
+MAX_COMPONENT, MAX_PATH = 255, 1024  # a filesystem's NAME_MAX; S3's longest key
 SNS_CERT_HOST = re.compile(r"^sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?$")
 S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _SIGNED_KEYS = {
@@ -112,8 +113,11 @@ def location(uri: str, what: str = "model_uri") -> Root:
     if any(p in (".", "..") for p in parts) or "\0" in path:
         raise Rejected(400, f"{what} {uri!r}: '.' and '..' segments (%2e%2e too) are not allowed; give the folder's "
                             "own path")
+    if any(len(p.encode()) > MAX_COMPONENT for p in parts) or len(path.encode()) > MAX_PATH:
+        raise Rejected(400, f"{what} {uri[:80]!r}...: a path component is longer than {MAX_COMPONENT} bytes or the "
+                            f"path longer than {MAX_PATH}; no store holds such a name")
     if parsed.scheme == "s3":
-        if not S3_BUCKET.match(parsed.netloc):
+        if not S3_BUCKET.fullmatch(parsed.netloc):
             raise Rejected(400, f"{what} {uri!r}: {parsed.netloc!r} is not an S3 bucket name")
         return Root("s3", parsed.netloc, parts)
     if parsed.netloc not in ("", "localhost"):
@@ -182,7 +186,7 @@ def export_from_json(body: bytes, folder_etag, roots: Sequence[Root]) -> Export:
     uri = doc.get("model_uri") if isinstance(doc, dict) else None
     if not isinstance(uri, str) or urlparse(uri).scheme not in ("s3", "file") or not urlparse(uri).path.strip("/"):
         raise Rejected(400, 'body must be {"model_uri": "s3://bucket/path/to/export/"} (an export folder URI)')
-    uri = export_folder(uri)
+    uri = canonical_uri(export_folder(uri))
     check_allowed(uri, roots)
     version = _read_version(uri, folder_etag)
     if version is None:
@@ -209,7 +213,7 @@ def check_sns_signature(msg: dict, fetch_cert) -> None:
     from cryptography.hazmat.primitives.asymmetric import padding
 
     url = urlparse(msg.get("SigningCertURL", ""))
-    if url.scheme != "https" or not SNS_CERT_HOST.match(url.hostname or "") or not url.path.endswith(".pem"):
+    if url.scheme != "https" or not SNS_CERT_HOST.fullmatch(url.hostname or "") or not url.path.endswith(".pem"):
         raise Rejected(401, f"SigningCertURL {msg.get('SigningCertURL')!r} is not an SNS certificate URL")
     algorithm = {"1": hashes.SHA1(), "2": hashes.SHA256()}.get(str(msg.get("SignatureVersion")))
     if algorithm is None:
@@ -260,7 +264,7 @@ def exports_from_s3_event(message: str, roots: Sequence[Root]) -> list[Export]:
         registry = is_registry_export(folder)
         if not ((leaf == EXPORT_NAME and registry) or (leaf == ONNX_NAME and not registry)):
             continue
-        uri = folder
+        uri = canonical_uri(folder)
         check_allowed(uri, roots)
         exports.append(Export(uri, _name(uri, None), str(obj.get("eTag") or obj.get("sequencer") or "").strip('"')))
     return exports
@@ -286,9 +290,20 @@ def _json(body: bytes):
         return json.loads(body)
     except (ValueError, UnicodeDecodeError) as err:
         raise Rejected(400, f"malformed JSON: {err}") from err
+    except RecursionError as err:
+        raise Rejected(400, "malformed JSON: nested too deeply; send a flat object") from err
+
+
+def canonical_uri(uri: str) -> str:
+    """One spelling per export, so its claim is one claim.
+
+    ``file://localhost/a//b``, ``file:///a/%62`` and ``file:///a/b/`` are all ``file:///a/b``: percent-decoded
+    (as the store opens it), empty segments dropped, file paths resolved.
+    """
+    return str(location(uri))
 
 
 def _name(uri: str, given) -> str:
-    if isinstance(given, str) and re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", given):
+    if is_name(given):
         return given
     return export_name(uri)

@@ -18,6 +18,8 @@ from trtfarm.errors import TrtfarmError
 class ServerUnavailable(TrtfarmError):
     """The Prefect server did not answer within the time allowed."""
 
+    exit_code = 3
+
 
 def _probe(api_url: str) -> str | None:
     """None when the server answers its health check; else why not."""
