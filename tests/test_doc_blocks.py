@@ -45,7 +45,7 @@ def runnable() -> list:
 def test_the_readme_runs_these_blocks_in_order():
     first = [b.text.split("\n", 1)[0][:40] for b in runnable()]
     assert first[0].startswith("python3 -m venv .venv && .venv/bin/pip")  # the quick start makes the venv
-    assert len(first) == 5, first
+    assert len(first) == 6, first
 
 
 @pytest.mark.integration
@@ -70,3 +70,4 @@ def test_the_readme_blocks_run_as_written(tmp_path):
     written = (copy / "triton-repo/encoder/config.pbtxt").read_text()
     shown = next(b.text for b in blocks(REPO / "README.md") if b.text.startswith("# Written by `trtfarm triton"))
     assert written == shown  # the README shows the config this command writes
+    assert "signature: signed by trusted key" in outputs[5]  # the signed build, pulled with its public key

@@ -199,7 +199,7 @@ def test_a_pointer_that_is_not_json_is_named_by_pull_repaired_by_build_and_skipp
     pointer.write_text("{not json")
     rel = pointer.relative_to(store).as_posix()
     one_error(pull(work, "--store", str(store), "--to", str(work / "enc.plan")), 1, rel,
-              "not a release pointer", "rerun `trtfarm build`")
+              "not a release pointer", "rerun trtfarm build")
     gc = trtfarm(work, "gc", "--keep", "1", "--store", str(store), "--json")
     assert gc.returncode == 0 and "Traceback" not in gc.stderr, gc.stderr[-3000:]
     assert [rel in s for s in json.loads(gc.stdout)["skipped"]] == [True], gc.stdout

@@ -23,7 +23,6 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "httpx": ("farm", "talking to the Prefect server"),
     "fastapi": ("webhook", "the webhook receiver"),
     "uvicorn": ("webhook", "the webhook receiver"),
-    "cryptography": ("webhook", "SNS signature checks"),
     "matplotlib": ("reports", "report charts"),
     "tritonclient": ("triton", "Triton model repositories"),
 }

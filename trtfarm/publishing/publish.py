@@ -91,9 +91,19 @@ def withdraw(store: Store, prefix: str) -> None:
 def _create_manifest(store: Store, prefix: str, manifest: Manifest, attest: Attestation | None) -> bool:
     """Steps 2 and 3: the attestations, then the manifest; False (and our attestations gone) when another won."""
     data = manifest.to_json()
-    written = write_attestations(store, attestation_objects(prefix, manifest, data, attest)) if attest else []
-    if store.put_if_absent(layout.manifest_key(prefix), data):
-        return True
+    written: list[str] = []
+    try:
+        for key, blob in (attestation_objects(prefix, manifest, data, attest) if attest else {}).items():
+            written += write_attestations(store, {key: blob})
+        if store.put_if_absent(layout.manifest_key(prefix), data):
+            return True
+    except StoreError:  # a full or failing store: nothing of this manifest's stays behind (the plan is adopted later)
+        for key in written:
+            try:
+                store.delete(key)
+            except StoreError:
+                pass
+        raise
     stored = store.get(layout.manifest_key(prefix))
     if stored is not None and stored.data == data:
         return False  # the winner wrote these very bytes: the pair is as much its as ours
