@@ -29,19 +29,12 @@ from urllib.parse import urlparse
 
 from tests.corpus.exported import exported_model
 from tests.corpus.sources import corpus_file
+from tests.fleets import ONE_RTX_TARGET
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = ("plain", "precheck", "build", "rerun", "verify", "fp16", "int8")
 TARGET_GPU = ("NVIDIA GeForce RTX 4090", "8.9")
-FLEET = """\
-version: 1
-toolchains:
-  rtx-1.7: {flavour: tensorrt_rtx, version: "1.7.1.116"}
-gpus:
-  rtx-4090: {nvml_name: "NVIDIA GeForce RTX 4090", compute_capability: "8.9", memory_gib: 24, pool: rtx-4090}
-targets:
-  - {id: rtx4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7, release_on: built}
-"""
+FLEET = ONE_RTX_TARGET  # one TensorRT-RTX target, released on build
 
 OCR_LINE = "input1=1x1x64x64:1x1x64x256:1x1x64x512"
 BERT = ["input_ids=1x16:4x64:8x128", "attention_mask=1x16:4x64:8x128"]
