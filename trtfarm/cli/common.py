@@ -72,8 +72,8 @@ def project_root() -> Path:
     return Path(os.environ.get("TRTFARM_HOME") or Path(__file__).resolve().parents[2])
 
 
-class PlainHelpCommand(typer.core.TyperCommand):
-    """A command whose own ``--help`` shows no type name either (typer labels it ``<bool>``)."""
+class _PlainHelpOption:
+    """``--help`` with no type name (typer labels it ``<bool>``)."""
 
     def get_help_option(self, ctx):  # noqa: D102 (typer's)
         option = super().get_help_option(ctx)
@@ -82,14 +82,12 @@ class PlainHelpCommand(typer.core.TyperCommand):
         return option
 
 
-class PlainHelpGroup(typer.core.TyperGroup):
+class PlainHelpCommand(_PlainHelpOption, typer.core.TyperCommand):
+    """A command whose own ``--help`` shows no type name either."""
+
+
+class PlainHelpGroup(_PlainHelpOption, typer.core.TyperGroup):
     """A command group whose ``--help`` shows no type name (as ``PlainHelpCommand``)."""
-
-    def get_help_option(self, ctx):  # noqa: D102 (typer's)
-        option = super().get_help_option(ctx)
-        if option is not None:
-            option.metavar = ""
-        return option
 
 
 def plain_metavars(typer_app: typer.Typer) -> None:
