@@ -71,9 +71,8 @@ def trtfarm_sources(root: Path = PACKAGE_ROOT) -> dict[str, str]:
     return {p.relative_to(root.parent).as_posix(): p.read_text() for p in sorted(root.rglob("*.py"))}
 
 
-def _has(surface: dict, owner: str, name: str) -> bool:
-    if owner == "tensorrt":
-        return name in surface["module"]
+def _lineage(surface: dict, owner: str):
+    """``(class, info)`` of ``owner`` and its bases, nearest first, each once (those the surface knows)."""
     seen, todo = set(), [owner]
     while todo:
         cls = todo.pop(0)
@@ -81,27 +80,23 @@ def _has(surface: dict, owner: str, name: str) -> bool:
         if info is None or cls in seen:
             continue
         seen.add(cls)
-        if name in info["methods"] or name in info["properties"] or name in info["members"] or \
-                name in info["attributes"] or f"{cls}.{name}" in surface["classes"]:
-            return True
+        yield cls, info
         todo += info["bases"]
-    return False
+
+
+def _has(surface: dict, owner: str, name: str) -> bool:
+    if owner == "tensorrt":
+        return name in surface["module"]
+    return any(name in info["methods"] or name in info["properties"] or name in info["members"]
+               or name in info["attributes"] or f"{cls}.{name}" in surface["classes"]
+               for cls, info in _lineage(surface, owner))
 
 
 def _overloads(surface: dict, owner: str, name: str) -> list[dict]:
     if owner == "tensorrt":
         return surface["functions"].get(name, [])
-    todo, seen = [owner], set()
-    while todo:
-        cls = todo.pop(0)
-        info = surface["classes"].get(cls)
-        if info is None or cls in seen:
-            continue
-        seen.add(cls)
-        if name in info["methods"]:
-            return info["methods"][name]["overloads"]
-        todo += info["bases"]
-    return []
+    return next((info["methods"][name]["overloads"] for _, info in _lineage(surface, owner)
+                 if name in info["methods"]), [])
 
 
 _KINDS = {"positional": inspect.Parameter.POSITIONAL_OR_KEYWORD, "positional_only": inspect.Parameter.POSITIONAL_ONLY,
