@@ -136,7 +136,7 @@ def fleet_slots() -> int:
     import yaml
 
     from tests.flows.test_farm import FOUR_RTX_TARGETS_TWO_POOLS
-    from trtfarm.planning.fleet import Fleet
+    from trtfarm.vocabulary.fleet import Fleet
     from trtfarm.workers.pools import desired_pools
 
     fleet = Fleet.model_validate(yaml.safe_load(FOUR_RTX_TARGETS_TWO_POOLS))

@@ -69,7 +69,7 @@ def merge_run(uri: str, writers: int, merges: int) -> dict:
 
 PULL = """
 import sys, time
-from trtfarm.publishing.pull import pull_release
+from trtfarm.runtime.pull import pull_release
 from trtfarm.store import open_store
 def hwm():  # VmHWM: peak RSS of this address space (ru_maxrss would include the forking parent's)
     return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))

@@ -1,6 +1,6 @@
 """trtfarm's TensorRT code against NVIDIA's own Python bindings of each supported TensorRT version (the API only).
 
-For each version in ``trtfarm.planning.fleet.TENSORRT_BINDINGS``: fetch the bindings wheel from PyPI (cached under
+For each version in ``trtfarm.vocabulary.fleet.TENSORRT_BINDINGS``: fetch the bindings wheel from PyPI (cached under
 ``~/.cache/trtfarm/tensorrt-bindings/``), build a null library for libnvinfer's entry points with ``cc``, import the
 real module in a subprocess, and check every TensorRT API use in trtfarm's source against its classes, methods,
 properties, enum members and pybind11 signatures. Exits 1 when a use is missing or a call does not bind.

@@ -13,14 +13,15 @@ from prefect.runtime import deployment, flow_run
 from flows.dispatch import SKIPPED, ChildJob, ChildRun, cancel_children, run_children
 from tasks.build import build_job, plan_models
 from tasks.report import report_run
+from trtfarm import layout
 from trtfarm.building.job import JobResult
-from trtfarm.building.outcome import TargetOutcome
 from trtfarm.pipeline import find_exports, refit_fallbacks, rows_for
-from trtfarm.planning.fleet import load_fleet, select_targets
-from trtfarm.planning.plan import BuildJob
 from trtfarm.planning.requests import MatrixRequest
-from trtfarm.publishing import layout
 from trtfarm.store import open_store
+from trtfarm.vocabulary.fleet import select_targets
+from trtfarm.vocabulary.fleet_file import load_fleet
+from trtfarm.vocabulary.job import BuildJob
+from trtfarm.vocabulary.outcome import TargetOutcome
 
 
 def _farm_mode(request: MatrixRequest) -> bool:

@@ -12,8 +12,8 @@ from prefect.states import Completed, Failed
 
 from tasks.build import build_job
 from trtfarm.building.warm import warm_in_background
-from trtfarm.planning.plan import BuildJob
 from trtfarm.store import open_store
+from trtfarm.vocabulary.job import BuildJob
 
 warm_in_background()  # the S3 client and the toolchain, while the engine starts the run (building/warm.py)
 

@@ -11,12 +11,14 @@ from trtfarm.building.job import JobResult, run_job
 from trtfarm.building.warm import wait_warm
 from trtfarm.errors import InfrastructureError
 from trtfarm.pipeline import WORK_PREFIX, plan_run, sweep_stale_work
-from trtfarm.planning.fleet import Fleet, signing_settings
-from trtfarm.planning.plan import BuildJob, ExportPlan
+from trtfarm.planning.plan import ExportPlan
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.scratch import scratch_dir
 from trtfarm.store import open_store
-from trtfarm.triggers.registry import ExportRef
+from trtfarm.vocabulary.exports import ExportRef
+from trtfarm.vocabulary.fleet import Fleet
+from trtfarm.vocabulary.fleet_file import signing_settings
+from trtfarm.vocabulary.job import BuildJob
 
 
 def retry_infrastructure_only(task, task_run, state) -> bool:

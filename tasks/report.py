@@ -11,8 +11,8 @@ from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
 from trtfarm.pipeline import store_reports
+from trtfarm.reports.report import artifact_markdown
 from trtfarm.store import open_store
-from trtfarm.validation.report import artifact_markdown
 
 
 def _artifact_key(text: str) -> str:

@@ -6,10 +6,12 @@ import os
 from pathlib import Path
 
 from trtfarm.building.build import build_group
-from trtfarm.planning.fleet import load_fleet, select_targets
-from trtfarm.planning.model import model_source
-from trtfarm.planning.targets import local_capabilities, plan_targets
+from trtfarm.machine.capabilities import local_capabilities
 from trtfarm.profiles.profile import profile_from_args
+from trtfarm.vocabulary.fleet import select_targets
+from trtfarm.vocabulary.fleet_file import load_fleet
+from trtfarm.vocabulary.model import model_source
+from trtfarm.vocabulary.targets import plan_targets
 
 from .conftest import ENCODER_PROFILE, make_model
 

@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
-from trtfarm.planning.fleet import BUILTIN_FLEET, load_fleet, select_targets
-from trtfarm.planning.machine_fleet import gpu_key, machine_fleet
+from trtfarm.vocabulary.fleet import select_targets
+from trtfarm.vocabulary.fleet_file import BUILTIN_FLEET, load_fleet
+from trtfarm.vocabulary.machine_fleet import gpu_key, machine_fleet
 
 from .conftest import REPO
 

@@ -9,7 +9,7 @@ from onnx import numpy_helper
 
 from trtfarm.errors import UserInputError
 from trtfarm.identity import build_digest, graph_digest, onnx_digest
-from trtfarm.publishing.layout import plan_prefix, release_key
+from trtfarm.layout import plan_prefix, release_key
 
 from .conftest import make_model
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from trtfarm.planning.fleet import load_fleet
+from trtfarm.vocabulary.fleet_file import load_fleet
 from trtfarm.workers.images import DockerUnavailable, docker_client, image_jobs
 
 from .conftest import REPO

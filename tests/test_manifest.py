@@ -7,7 +7,7 @@ import json
 import pytest
 
 from trtfarm.errors import UserInputError
-from trtfarm.publishing.manifest import Manifest, TensorIO, manifest_from_json
+from trtfarm.vocabulary.manifest import Manifest, TensorIO, manifest_from_json
 
 
 def sample() -> Manifest:

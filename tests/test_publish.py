@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import threading
 
-from trtfarm.publishing.manifest import PlanInfo
 from trtfarm.publishing.publish import publish_plan, read_manifest
 from trtfarm.store import open_store
+from trtfarm.vocabulary.manifest import PlanInfo
 
 from .test_manifest import sample
 
@@ -64,8 +64,8 @@ def test_a_plan_left_without_manifest_is_adopted(store_uri, tmp_path):
 def test_a_plan_that_fails_verification_is_published_as_failed_and_not_released(example_onnx, fleet_file, tmp_path,
                                                                                 monkeypatch):
     from trtfarm.building import build as build_mod
-    from trtfarm.publishing.manifest import Check
     from trtfarm.store import open_store
+    from trtfarm.vocabulary.manifest import Check
 
     from .conftest_builds import publish_export
 

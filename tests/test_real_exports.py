@@ -152,9 +152,8 @@ def test_an_external_data_location_outside_the_folder_is_refused(workdir):
 
 
 def test_models_push_uploads_the_external_data_and_a_worker_fetches_it(workdir, store_uri):
-    from trtfarm.planning.plan import local_copy
+    from trtfarm.publishing.registry import local_copy, resolve_model
     from trtfarm.store import open_store
-    from trtfarm.triggers.registry import resolve_model
 
     model = _external_copy(corpus_file("ppocr-det"), workdir / "export")
     (model.parent / "farm.yaml").write_text("name: det\nprofiles:\n  - x: 1x3x320x320:1x3x640x640:1x3x960x960\n")

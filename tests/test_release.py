@@ -77,7 +77,7 @@ def test_concurrent_movers_lose_no_history(two_exports):
 def test_pull_streams_the_released_plan_and_refuses_a_damaged_one(two_exports, tmp_path):
     from trtfarm.errors import IntegrityError
     from trtfarm.identity import sha256_file
-    from trtfarm.publishing.pull import pull_release
+    from trtfarm.runtime.pull import pull_release
 
     store, (_, new), (_, m_new) = two_exports
     move_release(store, new, m_new, release_on="built", reason="test")

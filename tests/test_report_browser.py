@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from trtfarm.reports.report import ARTIFACT_BUDGET, write_report
 from trtfarm.store import open_store
-from trtfarm.validation.report import ARTIFACT_BUDGET, write_report
 
 from .browser import Chromium, images, table_cells
 from .conftest import RTX_FLEET

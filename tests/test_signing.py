@@ -15,18 +15,18 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from trtfarm.publishing import layout
+from trtfarm import layout
+from trtfarm.machine.gpu import GpuScan, LocalGpu
 from trtfarm.publishing.attest import Attestation, read_stored
 from trtfarm.publishing.gc import delete_plans, plans_to_delete
-from trtfarm.publishing.manifest import manifest_from_json
 from trtfarm.publishing.publish import publish_plan, read_manifest
-from trtfarm.publishing.pull import pull_release
 from trtfarm.publishing.release import move_release, read_pointer
 from trtfarm.runtime.loader import UntrustedPlan, find_files, load_plan, static_checks
+from trtfarm.runtime.pull import pull_release
 from trtfarm.signing.bundle import SignatureRefused
 from trtfarm.signing.keys import PemKeySigner, load_trusted_keys
 from trtfarm.store import open_store
-from trtfarm.workers.gpu import GpuScan, LocalGpu
+from trtfarm.vocabulary.manifest import manifest_from_json
 
 from .conftest import REPO, RTX_FLEET
 from .conftest_builds import publish_export
@@ -234,7 +234,7 @@ def test_the_fleet_file_can_hold_the_keys_and_rejects_unknown_signing_keys(tmp_p
     shutil.copy(public, tmp_path / "fleet.pub")
     fleet = tmp_path / "gpu_targets.yaml"
     fleet.write_text(RELEASED_FLEET + f"signing:\n  key: {private}\n  trusted_keys: [fleet.pub]\n")
-    from trtfarm.planning.fleet import signing_settings
+    from trtfarm.vocabulary.fleet_file import signing_settings
 
     settings = signing_settings(fleet, env={})
     assert settings.key == private and settings.trusted == (tmp_path / "fleet.pub",)
@@ -344,8 +344,8 @@ def test_the_provenance_records_inputs_matching_the_manifest_and_the_worker(tmp_
 
 
 def test_triton_refuses_a_plan_no_trusted_key_signed(tmp_path, keys):
-    from trtfarm.planning.fleet import load_fleet
     from trtfarm.serving.triton import TritonRequest, triton_repositories
+    from trtfarm.vocabulary.fleet_file import load_fleet
 
     store, fleet, _, _ = signed_store((tmp_path / "store").as_uri(), tmp_path, PemKeySigner(keys["stranger"][0]))
     req = TritonRequest("encoder", tmp_path / "repo", ("rtx-4090",), trust=load_trusted_keys([keys["old"][1]], "t"))

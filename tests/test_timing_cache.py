@@ -6,7 +6,7 @@ import json
 import threading
 
 from trtfarm.building.timing_cache import merge_timing_cache, pull_timing_cache
-from trtfarm.publishing.layout import timing_cache_key as cache_key
+from trtfarm.layout import timing_cache_key as cache_key
 from trtfarm.store import open_store
 
 

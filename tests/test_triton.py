@@ -13,9 +13,7 @@ from tritonclient.grpc import model_config_pb2
 
 from trtfarm.building.build import build_group
 from trtfarm.identity import sha256_file
-from trtfarm.planning.fleet import load_fleet, select_targets
-from trtfarm.planning.model import model_source
-from trtfarm.planning.targets import group_by_build, local_capabilities, plan_targets
+from trtfarm.machine.capabilities import local_capabilities
 from trtfarm.profiles.profile import ProfilesFile, profile_from_args
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.release import list_pointers, move_release
@@ -23,6 +21,10 @@ from trtfarm.serving.triton import TritonRequest, config_spec, triton_repositori
 from trtfarm.serving.triton_config import TritonConfigRefused, validated_config
 from trtfarm.serving.versions import model_versions
 from trtfarm.store import open_store
+from trtfarm.vocabulary.fleet import select_targets
+from trtfarm.vocabulary.fleet_file import load_fleet
+from trtfarm.vocabulary.model import model_source
+from trtfarm.vocabulary.targets import group_by_build, plan_targets
 
 from .conftest import make_model
 

@@ -7,9 +7,9 @@ import os
 import subprocess
 import sys
 
-from trtfarm.planning.fleet import load_fleet
+from trtfarm.machine.gpu import GpuScan, LocalGpu
+from trtfarm.vocabulary.fleet_file import load_fleet
 from trtfarm.workers.admission import check_worker
-from trtfarm.workers.gpu import GpuScan, LocalGpu
 
 from .conftest import REPO
 

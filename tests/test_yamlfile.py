@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from trtfarm.errors import ConfigError
-from trtfarm.planning.buildspec import spec_for_model
-from trtfarm.planning.fleet import load_fleet
 from trtfarm.profiles.profile import load_profiles_file
+from trtfarm.vocabulary.buildspec import spec_for_model
+from trtfarm.vocabulary.fleet_file import load_fleet
 from trtfarm.workers.pools import PoolSpec, deployment_drift
 from trtfarm.yamlfile import load_yaml
 

@@ -6,7 +6,7 @@
 - ``build_digest``: canonical JSON of everything that changes the plan. It keys on the compatibility class, so
   GPU models that share one plan share one build.
 
-This module computes digests; ``trtfarm.publishing.layout`` turns them into keys; the store only stores them.
+This module computes digests; ``trtfarm.layout`` turns them into keys; the store only stores them.
 """
 
 from __future__ import annotations

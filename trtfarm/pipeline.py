@@ -16,18 +16,22 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
+from trtfarm import layout
 from trtfarm.building.job import JobResult, run_job
-from trtfarm.building.outcome import StoreIndex, TargetOutcome
-from trtfarm.planning.fleet import Fleet, load_fleet, select_targets, signing_settings
-from trtfarm.planning.plan import BuildJob, ExportPlan, full_build_of, plan_export
+from trtfarm.building.outcome import StoreIndex
+from trtfarm.machine.capabilities import local_capabilities
+from trtfarm.planning.plan import ExportPlan, full_build_of, plan_export
 from trtfarm.planning.requests import MatrixRequest
-from trtfarm.planning.targets import local_capabilities
-from trtfarm.publishing import layout
+from trtfarm.publishing.registry import latest_exports, resolve_model
 from trtfarm.scratch import scratch_dir
 from trtfarm.store import Store, open_store
 from trtfarm.store.base import Progress
 from trtfarm.toolchain import BuildProgress
-from trtfarm.triggers.registry import ExportRef, latest_exports, resolve_model
+from trtfarm.vocabulary.exports import ExportRef
+from trtfarm.vocabulary.fleet import Fleet, select_targets
+from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
+from trtfarm.vocabulary.job import BuildJob
+from trtfarm.vocabulary.outcome import TargetOutcome
 
 WORK_PREFIX = "trtfarm-build-"
 PLAN_THREADS = 16  # models planned at once in a farm run: their store requests overlap
@@ -95,7 +99,7 @@ def store_reports(store: Store, run: str, rows: list[dict], out: Path, full: boo
     rendered into ``out/<model>/`` and copied into the store under ``reports/<model>/<run>/``. ``full=False`` stores
     only the outcomes (``trtfarm report RUN`` renders the rest when someone asks).
     """
-    from trtfarm.validation.report import write_report
+    from trtfarm.reports.report import write_report
 
     by_model: dict[str, list[dict]] = {}
     for r in rows:

@@ -1,7 +1,9 @@
-"""The house rules, checked on the source: layers point one way, no import cycle, no module over 400 lines.
+"""The house rules, checked on the source: layers point one way, packages stack, no import cycle, short modules.
 
 core (``trtfarm/`` without ``trtfarm/cli``) <- ``flows/`` and ``tasks/`` (Prefect wiring) <- the command line
-(``trtfarm/cli``). Only the farm commands import Prefect. Imports inside functions count as imports here too.
+(``trtfarm/cli``). Only the farm commands import Prefect. Inside the core, each package (or top-level module) has a
+level in ``LEVELS`` and imports only units of lower levels; two modules never import each other. Imports inside
+functions (and under ``TYPE_CHECKING``) count as imports here too. docs/architecture.md draws the same stack.
 """
 
 from __future__ import annotations
@@ -37,6 +39,36 @@ def imports(path: Path, top_level_only: bool = False) -> set[str]:
             found.add(node.module)
             found.update(f"{node.module}.{a.name}" for a in node.names)
     return found
+
+
+# Bottom first. A unit is a core package (trtfarm/<package>/) or top-level module (trtfarm/<module>.py); units on
+# one level do not import each other.
+LEVELS: tuple[tuple[str, ...], ...] = (
+    ("trtfarm", "errors"),  # the package itself (its version), the error kinds
+    ("interrupt", "scratch", "yamlfile", "onnxfile", "extras", "layout"),  # plain utilities; every store key
+    ("identity",),  # content addresses
+    ("store", "signing", "profiles", "machine"),  # storage adapters, keys and signatures, shapes, this machine
+    ("precision",),  # ModelOpt conversion and the accuracy gate
+    ("vocabulary",),  # fleet schema, build specs, models and exports, targets, jobs, outcomes
+    ("toolchain",),  # the TensorRT / TensorRT-RTX builder seam
+    ("workers",),  # worker admission, pools, images, identity
+    ("publishing",),  # manifests, publish, releases, the model registry, attestations, gc
+    ("runtime",),  # loading and pulling plans on a serving host
+    ("validation",),  # engine checks and figures
+    ("building", "triggers"),  # running one build job; the webhook receiver
+    ("planning", "reports", "serving"),  # planning a run; run reports; Triton repositories
+    ("pipeline",),  # one run, start to end (the local build and the farm share it)
+    ("tasks",), ("flows",), ("cli",), ("__main__",),  # Prefect wiring, the command line, `python -m trtfarm`
+)
+LEVEL = {unit: i for i, units in enumerate(LEVELS) for unit in units}
+
+
+def unit_of(name: str) -> str:
+    """``trtfarm.planning.plan`` -> ``planning``; ``trtfarm.layout`` -> ``layout``; ``flows.dispatch`` -> ``flows``."""
+    parts = name.split(".")
+    if parts[0] != "trtfarm":
+        return parts[0]
+    return parts[1] if len(parts) > 1 else "trtfarm"
 
 
 def is_core(name: str) -> bool:
@@ -82,6 +114,26 @@ def test_there_is_no_import_cycle_at_module_level():
         if name not in state:
             visit(name, [name])
     assert cycles == []
+
+
+def test_every_unit_has_a_level():
+    assert sorted({unit_of(n) for n in modules()} - set(LEVEL)) == []
+
+
+def test_packages_import_only_the_levels_below_them():
+    known = modules()
+    offences = sorted(f"{name} ({unit_of(name)}, level {LEVEL[unit_of(name)]}) imports {imp} "
+                      f"({unit_of(imp)}, level {LEVEL[unit_of(imp)]})"
+                      for name, path in known.items() for imp in imports(path)
+                      if imp in known and unit_of(imp) != unit_of(name)
+                      and LEVEL[unit_of(imp)] >= LEVEL[unit_of(name)])
+    assert offences == []
+
+
+def test_no_two_modules_import_each_other():
+    known = modules()
+    graph = {name: {i for i in imports(path) if i in known and i != name} for name, path in known.items()}
+    assert sorted(f"{a} <-> {b}" for a in graph for b in graph[a] if a < b and a in graph[b]) == []
 
 
 @pytest.mark.parametrize("name", sorted(modules()))

@@ -12,8 +12,8 @@ import uuid
 
 import pytest
 
+from trtfarm import layout
 from trtfarm.identity import sha256_file
-from trtfarm.publishing import layout
 from trtfarm.publishing.attest import read_stored
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.signing.keys import load_trusted_keys

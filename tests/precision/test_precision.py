@@ -10,11 +10,11 @@ import pytest
 
 from trtfarm.errors import UserInputError
 from trtfarm.identity import sha256_file
-from trtfarm.planning.fleet import BuilderSettings
 from trtfarm.precision.step import ConversionError, GateFailed, Recipe, convert_and_gate, prepare_precision
 from trtfarm.profiles.profile import profile_from_args
 from trtfarm.store import open_store
 from trtfarm.toolchain import import_flavour, plan_from_onnx
+from trtfarm.vocabulary.fleet import BuilderSettings
 
 from ..conftest import ENCODER_PROFILE
 
@@ -104,8 +104,8 @@ def test_the_same_recipe_on_the_same_export_is_converted_once(example_onnx, tmp_
 def test_a_worker_beaten_to_the_upload_records_and_uses_the_stored_bytes(example_onnx, tmp_path):
     """Two workers convert one step; the other's model.onnx lands first: this one's record is of those bytes."""
     from trtfarm.identity import onnx_digest
+    from trtfarm.layout import converted_prefix
     from trtfarm.precision.step import precision_key
-    from trtfarm.publishing.layout import converted_prefix
 
     store = open_store((tmp_path / "store").as_uri())
     digest, recipe = onnx_digest(example_onnx), Recipe(mode="fp16")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from trtfarm import layout
 from trtfarm.errors import UserInputError
-from trtfarm.publishing import layout
 
 D64, B64 = "0123456789ab" + "c" * 52, "fedcba987654" + "0" * 52
 

@@ -6,11 +6,11 @@ import shutil
 
 import pytest
 
-from trtfarm.publishing.pull import pull_release
+from trtfarm.machine.gpu import GpuScan, LocalGpu
 from trtfarm.publishing.release import move_release
 from trtfarm.runtime.loader import PlanMismatch, contexts_that_fit, load_plan, manifest_beside, static_checks
+from trtfarm.runtime.pull import pull_release
 from trtfarm.store import open_store
-from trtfarm.workers.gpu import GpuScan, LocalGpu
 
 from ..conftest_builds import publish_export
 
@@ -63,7 +63,7 @@ def test_the_right_plan_passes_every_check_without_a_gpu(pulled):
 
 
 def model_manifest(got):
-    from trtfarm.publishing.manifest import manifest_from_json
+    from trtfarm.vocabulary.manifest import manifest_from_json
 
     return manifest_from_json(got.manifest_path.read_bytes())
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from unittest import mock
 
 from tests.toolchain.standin import StandInModule, buffer_standin
-from trtfarm.planning.fleet import BuilderSettings, HardwareCompatibility, RefitMode
 from trtfarm.profiles.profile import profile_from_args
+from trtfarm.vocabulary.fleet import BuilderSettings, HardwareCompatibility, RefitMode
 
 REPO = Path(__file__).resolve().parents[2]
 INSPECTOR = (REPO / "tests" / "data" / "inspector_11x_release1.json").read_text()
@@ -210,7 +210,7 @@ def main(names: list[str]) -> dict:
     real = importlib.import_module("tensorrt_bindings")
     trt = StandInModule(real)
     sys.modules["tensorrt"] = trt
-    from trtfarm.toolchain.flavour import import_flavour
+    from trtfarm.machine.flavour import import_flavour
 
     import_flavour.cache_clear()
     results = {}

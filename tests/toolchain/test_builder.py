@@ -7,10 +7,10 @@ import pytest
 from onnx import TensorProto, helper
 
 from trtfarm.errors import UserInputError
-from trtfarm.planning.fleet import BuilderSettings, RefitMode
 from trtfarm.profiles.profile import profile_from_args
 from trtfarm.toolchain import BuildFailed, OnnxParseError, import_flavour, plan_from_onnx, read_plan_header
 from trtfarm.toolchain.builder import RTX_NO_TIMING_CACHE, TensorIO
+from trtfarm.vocabulary.fleet import BuilderSettings, RefitMode
 
 from ..conftest import ENCODER_PROFILE
 

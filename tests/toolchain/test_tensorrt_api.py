@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from trtfarm.building.build import _verification
-from trtfarm.planning.fleet import TENSORRT_BINDINGS, Flavour, load_fleet
-from trtfarm.publishing.manifest import Check
 from trtfarm.toolchain.apicheck import check_versions, trtfarm_sources
 from trtfarm.toolchain.apisurface import bindings_env
+from trtfarm.vocabulary.fleet import TENSORRT_BINDINGS, Flavour
+from trtfarm.vocabulary.fleet_file import load_fleet
+from trtfarm.vocabulary.manifest import Check
 
 REPO = Path(__file__).resolve().parents[2]
 BUILDER = "trtfarm/toolchain/builder.py"

@@ -8,10 +8,10 @@ import urllib.request
 
 import pytest
 
-from trtfarm.publishing.manifest import Check
 from trtfarm.publishing.publish import publish_plan
+from trtfarm.reports.report import ARTIFACT_BUDGET, artifact_markdown, write_report
 from trtfarm.store import open_store
-from trtfarm.validation.report import ARTIFACT_BUDGET, artifact_markdown, write_report
+from trtfarm.vocabulary.manifest import Check
 
 from ..test_manifest import sample
 

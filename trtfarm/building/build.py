@@ -15,16 +15,21 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trtfarm.building.outcome import TargetOutcome, outcome_from_manifest, release_if_allowed
+from trtfarm.building.outcome import outcome_from_manifest, release_if_allowed
 from trtfarm.building.timing_cache import merge_timing_cache, pull_timing_cache, tensorrt_combine
 from trtfarm.identity import sha256_file
-from trtfarm.planning.fleet import Flavour, bindings_api_check
-from trtfarm.planning.model import ModelSource
-from trtfarm.planning.targets import TargetPlan
+from trtfarm.layout import timing_cache_key
 from trtfarm.profiles.profile import Profile, profiles_json
 from trtfarm.publishing.attest import Attestation
-from trtfarm.publishing.layout import timing_cache_key
-from trtfarm.publishing.manifest import (
+from trtfarm.publishing.provenance import BuildContext, provenance_bytes, provenance_statement
+from trtfarm.publishing.publish import publish_plan, read_manifest
+from trtfarm.scratch import scratch_dir
+from trtfarm.store import Store
+from trtfarm.store.base import Progress
+from trtfarm.toolchain import BuildProgress, BuildResult, import_flavour, plan_from_onnx
+from trtfarm.toolchain.engine import timing_cache_entries
+from trtfarm.vocabulary.fleet import Flavour, bindings_api_check
+from trtfarm.vocabulary.manifest import (
     BuildInfo,
     Check,
     Manifest,
@@ -38,13 +43,9 @@ from trtfarm.publishing.manifest import (
     TimingCacheInfo,
     Verification,
 )
-from trtfarm.publishing.provenance import BuildContext, provenance_bytes, provenance_statement
-from trtfarm.publishing.publish import publish_plan, read_manifest
-from trtfarm.scratch import scratch_dir
-from trtfarm.store import Store
-from trtfarm.store.base import Progress
-from trtfarm.toolchain import BuildProgress, BuildResult, import_flavour, plan_from_onnx
-from trtfarm.toolchain.engine import timing_cache_entries
+from trtfarm.vocabulary.model import ModelSource
+from trtfarm.vocabulary.outcome import TargetOutcome
+from trtfarm.vocabulary.targets import TargetPlan
 from trtfarm.workers.identity import this_worker
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ def engine_recipe(model: ModelSource):
 def released_manifest(store: Store, model_name: str, plan: TargetPlan) -> Manifest | None:
     """The manifest the target's release pointer names (the previous release), if any."""
     from trtfarm.errors import CorruptObject
-    from trtfarm.publishing.layout import release_key
+    from trtfarm.layout import release_key
     from trtfarm.publishing.release import read_pointer
 
     try:

@@ -14,15 +14,16 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from trtfarm.building.build import build_group
-from trtfarm.building.outcome import TargetOutcome
 from trtfarm.errors import UserInputError
 from trtfarm.identity import onnx_digest, sha256_file
-from trtfarm.planning.model import ModelSource
-from trtfarm.planning.plan import BuildJob, local_copy
+from trtfarm.publishing.registry import local_copy
 from trtfarm.store import Store
 from trtfarm.store.base import Progress
 from trtfarm.toolchain import BuildProgress
-from trtfarm.triggers.registry import ExportRef
+from trtfarm.vocabulary.exports import ExportRef
+from trtfarm.vocabulary.job import BuildJob
+from trtfarm.vocabulary.model import ModelSource
+from trtfarm.vocabulary.outcome import TargetOutcome
 
 if TYPE_CHECKING:
     from trtfarm.signing.keys import Signer

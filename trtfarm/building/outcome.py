@@ -9,43 +9,16 @@ the two) is released here when the target's policy allows, so a rerun completes 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Literal
 
+from trtfarm import layout
 from trtfarm.errors import CorruptObject
-from trtfarm.planning.targets import TargetPlan
-from trtfarm.publishing import layout
-from trtfarm.publishing.layout import short_ref
-from trtfarm.publishing.manifest import Manifest
+from trtfarm.layout import short_ref
 from trtfarm.publishing.publish import plan_intact, plan_rehash, read_manifest, withdraw
 from trtfarm.publishing.release import ReleaseRefused, move_release, pointer_key, read_pointer, repair_pointer
 from trtfarm.store import Store
-
-Status = Literal["built", "up-to-date", "skipped", "failed"]
-
-
-@dataclass
-class TargetOutcome:
-    """What happened to one target in a run (the ``--json`` contract of ``trtfarm build``).
-
-    ``manifest_key`` is the store key; ``manifest`` its URL, for people and the ``--json`` rows.
-    """
-
-    target: str
-    status: Status
-    reason: str = ""
-    manifest: str | None = None
-    build_s: float | None = None
-    plan_bytes: int | None = None
-    verification: dict = field(default_factory=dict)
-    release: str = ""
-    manifest_key: str | None = None
-
-    def to_json(self) -> dict:
-        """``{target, status, reason, manifest, build_s, plan_bytes, verification, release}``."""
-        return {"target": self.target, "status": self.status, "reason": self.reason, "manifest": self.manifest,
-                "build_s": self.build_s, "plan_bytes": self.plan_bytes, "verification": self.verification,
-                "release": self.release}
+from trtfarm.vocabulary.manifest import Manifest
+from trtfarm.vocabulary.outcome import Status, TargetOutcome
+from trtfarm.vocabulary.targets import TargetPlan
 
 
 def outcome_from_manifest(store: Store, plan: TargetPlan, manifest: Manifest, status: Status = "up-to-date",

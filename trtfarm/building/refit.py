@@ -13,17 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from trtfarm.building.outcome import TargetOutcome
 from trtfarm.errors import UserInputError
-from trtfarm.planning.model import ModelSource
-from trtfarm.planning.targets import TargetPlan
 from trtfarm.profiles.profile import Profile
-from trtfarm.publishing.manifest import Lineage, Manifest, PlanInfo, TimingCacheInfo
 from trtfarm.publishing.publish import publish_plan, read_manifest
 from trtfarm.publishing.release import read_pointer
 from trtfarm.scratch import scratch_dir
 from trtfarm.store import Store
 from trtfarm.toolchain import BuildResult
+from trtfarm.vocabulary.manifest import Lineage, Manifest, PlanInfo, TimingCacheInfo
+from trtfarm.vocabulary.model import ModelSource
+from trtfarm.vocabulary.outcome import TargetOutcome
+from trtfarm.vocabulary.targets import TargetPlan
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def refit_decision(store: Store, model: ModelSource, plan: TargetPlan, profiles:
 
     ``profiles`` are the new export's (``profiles_json``): a plan built for other profiles is rebuilt.
     """
-    from trtfarm.publishing.layout import release_key
+    from trtfarm.layout import release_key
 
     tid = plan.target.id
     pointer, _ = read_pointer(store, release_key(model.name, plan.target.gpu_key, plan.target.toolchain_label))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib.util
 import threading
 
-from trtfarm.toolchain.flavour import MODULES, ToolchainUnavailable, import_flavour
+from trtfarm.machine.flavour import MODULES, ToolchainUnavailable, import_flavour
 
 
 def installed_flavours() -> list[str]:

@@ -125,7 +125,7 @@ MARK = {"passed": "[green]✓[/]", "failed": "[red]✗[/]", "pending": "[yellow]
 
 def _note(r: dict) -> str:
     """The first clause of the reason, and for a published plan its ``MODEL/GPU/BUILD`` (what `trtfarm show` takes)."""
-    from trtfarm.publishing.layout import short_ref
+    from trtfarm.layout import short_ref
 
     first = r["reason"].splitlines()[0] if r["reason"] else ""
     note = first if r["status"] == "skipped" else first.split(";")[0]  # a skip's reason ends with its fix
@@ -177,8 +177,10 @@ def outcome_table(rows: list[dict], store: str, wide: bool = False) -> None:
 def targets(targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
             wide: bool = typer.Option(False, "--wide", help="every column, however wide the terminal")) -> None:
     """Show the fleet's targets and which ones this machine can build."""
-    from trtfarm.planning.fleet import bindings_api_check, load_fleet, select_targets
-    from trtfarm.planning.targets import local_capabilities, serve_check
+    from trtfarm.machine.capabilities import local_capabilities
+    from trtfarm.vocabulary.fleet import bindings_api_check, select_targets
+    from trtfarm.vocabulary.fleet_file import load_fleet
+    from trtfarm.vocabulary.targets import serve_check
 
     try:
         resolved = select_targets(load_fleet(targets_path(targets_file)))
@@ -218,8 +220,8 @@ def plans(store: str = STORE_OPT, model: str = typer.Option(None, "--model", hel
           as_json: bool = JSON_OPT,
           wide: bool = typer.Option(False, "--wide", help="every column, however wide the terminal")) -> None:
     """List the published plans in the store; released: what serving hosts of that GPU and toolchain pull."""
+    from trtfarm.layout import parse_plan_key, short_ref
     from trtfarm.publishing.catalog import list_manifests
-    from trtfarm.publishing.layout import parse_plan_key, short_ref
     from trtfarm.publishing.release import list_pointers
     from trtfarm.store import open_store
 

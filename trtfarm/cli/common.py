@@ -36,7 +36,7 @@ def targets_path(path: Path | None) -> str:
 
     The built-in fleet is said in one line (on stderr, so ``--json`` output stays clean).
     """
-    from trtfarm.planning.fleet import BUILTIN_FLEET, default_targets_file
+    from trtfarm.vocabulary.fleet_file import BUILTIN_FLEET, default_targets_file
 
     found = str(path or default_targets_file())
     if found == BUILTIN_FLEET:

@@ -74,8 +74,8 @@ def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve 
                                             "(http://127.0.0.1:8080/health) for container health checks"),
            targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT, server_wait: int = SERVER_WAIT_OPT) -> None:
     """Check the local GPU and toolchains against POOL's targets; only then start a Prefect worker on it."""
-    from trtfarm.planning.fleet import load_fleet, signing_settings
-    from trtfarm.planning.targets import local_capabilities
+    from trtfarm.machine.capabilities import local_capabilities
+    from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
     from trtfarm.workers.admission import check_worker
     from trtfarm.workers.identity import NAME_ENV, POOL_ENV
 
@@ -120,7 +120,7 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
                                                  help="deployments to check against the pools"),
                as_json: bool = JSON_OPT, server_wait: int = SERVER_WAIT_OPT) -> None:
     """Create or update one work pool per GPU model (limit = its GPU count) and the control pool; report drift."""
-    from trtfarm.planning.fleet import load_fleet
+    from trtfarm.vocabulary.fleet_file import load_fleet
     from trtfarm.workers.pools import deployment_drift, desired_pools
 
     try:
@@ -163,7 +163,7 @@ def pools_k8s(out_dir: Path = typer.Option(Path("infra/k8s"), "--out", help="whe
     """Write each GPU pool's Kubernetes base job template and prefect-worker Helm values (for GitOps)."""
     import yaml
 
-    from trtfarm.planning.fleet import load_fleet
+    from trtfarm.vocabulary.fleet_file import load_fleet
     from trtfarm.workers.k8s import job_template, worker_values
     from trtfarm.workers.pools import desired_pools
 
@@ -244,9 +244,9 @@ def _published_already(request) -> list[dict] | None:
     """
     from trtfarm.building.outcome import StoreIndex
     from trtfarm.pipeline import find_exports, rows_for
-    from trtfarm.planning.fleet import load_fleet
     from trtfarm.planning.plan import up_to_date_export
     from trtfarm.store import open_store
+    from trtfarm.vocabulary.fleet_file import load_fleet
 
     try:
         store = open_store(request.store)
@@ -342,8 +342,8 @@ async def submit_matrix(deployment: str, request, wait: bool) -> tuple[str, str,
     from prefect.deployments import run_deployment
     from prefect.flow_runs import wait_for_flow_run
 
+    from trtfarm.reports.report import run_outcomes
     from trtfarm.store import open_store
-    from trtfarm.validation.report import run_outcomes
 
     run = await run_deployment(deployment, parameters={"request": request.model_dump(mode="json", exclude_unset=True)},
                                timeout=0, as_subflow=False)

@@ -21,8 +21,8 @@ def models_push(folder: Path = typer.Argument(..., help="export folder: model.on
                 name: str = typer.Option(None, "--name", help="model name (default: farm.yaml's, else the folder)"),
                 store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     """Register a model export in the store; the next nightly run builds it."""
+    from trtfarm.publishing.registry import register_export
     from trtfarm.store import open_store
-    from trtfarm.triggers.registry import register_export
 
     try:
         ref = register_export(open_store(store_uri(store)), folder, name)
@@ -38,8 +38,8 @@ def models_push(folder: Path = typer.Argument(..., help="export folder: model.on
 @models_app.command("ls")
 def models_ls(store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     """Every registered model and its latest export."""
+    from trtfarm.publishing.registry import latest_exports
     from trtfarm.store import open_store
-    from trtfarm.triggers.registry import latest_exports
 
     refs = latest_exports(open_store(store_uri(store)))
     if as_json:

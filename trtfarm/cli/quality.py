@@ -107,8 +107,8 @@ def report(ref: str = typer.Argument(..., help="a run id (reports/<model>/<run>/
     """
     from dataclasses import asdict
 
+    from trtfarm.reports.report import outcomes_for, row_for, write_report
     from trtfarm.store import open_store
-    from trtfarm.validation.report import outcomes_for, row_for, write_report
 
     try:
         s = open_store(store_uri(store))

@@ -31,12 +31,12 @@ def triton(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Write a Triton model repository (config.pbtxt checked with Triton's schema) from MODEL's released plans."""
-    from trtfarm.planning.fleet import load_fleet, signing_settings
     from trtfarm.profiles.profile import load_profiles_file
     from trtfarm.publishing.serving_pin import ServingImageMismatch
     from trtfarm.serving.triton import TritonRequest, triton_repositories
     from trtfarm.signing.bundle import SignatureRefused
     from trtfarm.store import open_store
+    from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 
     try:
         trust = signing_settings(targets_path(targets_file), only="trust").trusted_keys()

@@ -21,7 +21,7 @@ from trtfarm.cli.common import (
     targets_path,
 )
 from trtfarm.errors import TrtfarmError
-from trtfarm.publishing.layout import TIMING_CACHES, timing_cache_label, timing_cache_ref
+from trtfarm.layout import TIMING_CACHES, timing_cache_label, timing_cache_ref
 
 cache_app = typer.Typer(no_args_is_help=True, help="Shared timing caches, one per (toolchain version, GPU model).")
 app.add_typer(cache_app, name="cache")
@@ -51,10 +51,10 @@ def cache_ls(store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
 def cache_show(ref: str = typer.Argument(..., help="TOOLCHAIN/GPU, e.g. tensorrt-11.4.0.106/h100"),
                store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     """Size, ETag and (where the toolchain is installed) entry count of one cache."""
+    from trtfarm.machine.flavour import ToolchainUnavailable
     from trtfarm.store import open_store
     from trtfarm.toolchain import import_flavour
     from trtfarm.toolchain.engine import timing_cache_entries
-    from trtfarm.toolchain.flavour import ToolchainUnavailable
 
     s, key = open_store(store_uri(store)), timing_cache_ref(ref)
     blob = s.get(key)
@@ -94,11 +94,11 @@ def release(manifest: str = typer.Argument(..., help="the plan's manifest: store
             force: bool = typer.Option(False, "--force", help="release although the verification policy refuses"),
             targets_file: Path = TARGETS_OPT, store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     """Move (or roll back) a release pointer by hand, recorded with who and why."""
-    from trtfarm.planning.fleet import signing_settings
     from trtfarm.publishing.catalog import load_manifest
     from trtfarm.publishing.release import move_release, stored_manifest_key
     from trtfarm.signing.bundle import SignatureRefused
     from trtfarm.store import open_store
+    from trtfarm.vocabulary.fleet_file import signing_settings
 
     if not reason.strip():
         raise fail("--reason is empty: say why the pointer moves (it is recorded in the pointer's history)")
@@ -122,7 +122,7 @@ def release(manifest: str = typer.Argument(..., help="the plan's manifest: store
 
 
 def _release_on(targets_file: Path | None, target_id: str) -> str:
-    from trtfarm.planning.fleet import load_fleet
+    from trtfarm.vocabulary.fleet_file import load_fleet
 
     path = Path(targets_path(targets_file))
     if not path.is_file():
@@ -141,12 +141,12 @@ def pull(model: str = typer.Argument(..., help="model name"),
     With trusted keys configured (TRTFARM_TRUSTED_KEYS or gpu_targets.yaml) the signature is checked before any plan
     byte is downloaded; without, the pull says it is unsigned-checked.
     """
-    from trtfarm.planning.fleet import load_fleet, signing_settings
-    from trtfarm.planning.targets import local_capabilities
-    from trtfarm.publishing.pull import local_gpu_key, local_toolchains, pull_release
+    from trtfarm.machine.capabilities import local_capabilities
     from trtfarm.publishing.serving_pin import ServingImageMismatch
+    from trtfarm.runtime.pull import local_gpu_key, local_toolchains, pull_release
     from trtfarm.signing.bundle import SignatureRefused
     from trtfarm.store import open_store
+    from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 
     try:
         caps = local_capabilities()
@@ -177,9 +177,9 @@ def verify(ref: Path = typer.Argument(..., help="a plan (manifest beside it) or 
            compute_capability: str = typer.Option(None, "--compute-capability", help="with --gpu-name"),
            targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
     """Check a plan against its manifest, this host and the fleet's trusted keys, then load it."""
-    from trtfarm.planning.fleet import signing_settings
+    from trtfarm.machine.gpu import GpuScan, LocalGpu
     from trtfarm.runtime.loader import Check, find_files, runtime_check, static_checks
-    from trtfarm.workers.gpu import GpuScan, LocalGpu
+    from trtfarm.vocabulary.fleet_file import signing_settings
 
     try:
         files = find_files(ref)

@@ -1,1 +1,1 @@
-"""What a run builds: the fleet, build specs, targets and their digests, the plan of a run."""
+"""Planning a run: what one run does for one model export (targets, precision step, jobs), and its parameters."""

@@ -18,61 +18,24 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from trtfarm.building.outcome import StoreIndex, TargetOutcome, triage, triage_listed
+from trtfarm import layout
+from trtfarm.building.outcome import StoreIndex, triage, triage_listed
 from trtfarm.errors import UserInputError
 from trtfarm.identity import model_name_from_path
-from trtfarm.planning.buildspec import spec_for_model, spec_precision, spec_profiles
-from trtfarm.planning.fleet import Fleet, load_fleet, select_targets
-from trtfarm.planning.model import ModelSource, model_source, with_precision
-from trtfarm.planning.requests import MatrixRequest, ProfileText
-from trtfarm.planning.targets import Capabilities, TargetPlan, group_by_build, local_capabilities, plan_targets
+from trtfarm.machine.capabilities import Capabilities, local_capabilities
+from trtfarm.planning.requests import MatrixRequest
 from trtfarm.precision.recipe import GateFailed
 from trtfarm.profiles.profile import Profile, check_profiles_against_inputs, onnx_inputs, profile_texts, profiles_json
-from trtfarm.publishing import layout
+from trtfarm.publishing.registry import export_record, fetch_export, local_copy
 from trtfarm.store import Store
-from trtfarm.triggers.registry import ExportRef, export_record, fetch_export
-
-
-class BuildJob(BaseModel):
-    """One compatibility-class build: everything a builder needs, decided by the parent.
-
-    ``model.path`` is where the parent read the model; a farm child fetches ``model_uri`` instead and checks the
-    bytes against ``model.onnx_digest``. The converted ONNX (if any) comes from the store key in ``model.precision``.
-    """
-
-    model_config = ConfigDict(frozen=True)
-    model: ModelSource
-    model_uri: str  # the export folder URI (farm) or the local ONNX path (local mode)
-    profiles: list[ProfileText]
-    plans: list[TargetPlan]  # every target this build serves; they share one build digest
-    build_digest: str
-    refit_of: str | None = None  # refit this released manifest (store key) instead of building; one target
-    full_build_reason: str = ""  # why a refit run builds this target in full
-    fallback: bool = False  # the full build that replaces a refit the workers could not do
-
-    @property
-    def lead(self) -> TargetPlan:
-        """The target whose settings build the plan (the others share its bytes)."""
-        return self.plans[0]
-
-    @property
-    def targets(self) -> list[str]:
-        """The target ids this job publishes."""
-        return [p.target.id for p in self.plans]
-
-    @property
-    def pools(self) -> list[str]:
-        """The work pools whose workers can run this job (their GPUs share the compatibility class), in order."""
-        return list(dict.fromkeys(p.target.gpu.pool for p in self.plans))
-
-    @property
-    def job_id(self) -> str:
-        """Unique within a model's run: the build digest, and whether it is a refit or a refit's fallback."""
-        return self.build_digest[:16] + ("-refit" if self.refit_of else "-fallback" if self.fallback else "")
-
-    def profile_models(self) -> list[Profile]:
-        """The optimization profiles as models."""
-        return [Profile.model_validate(p) for p in self.profiles]
+from trtfarm.vocabulary.buildspec import spec_for_model, spec_precision, spec_profiles
+from trtfarm.vocabulary.exports import ExportRef
+from trtfarm.vocabulary.fleet import Fleet, select_targets
+from trtfarm.vocabulary.fleet_file import load_fleet
+from trtfarm.vocabulary.job import BuildJob, ProfileText
+from trtfarm.vocabulary.model import ModelSource, model_source, with_precision
+from trtfarm.vocabulary.outcome import TargetOutcome
+from trtfarm.vocabulary.targets import TargetPlan, group_by_build, plan_targets
 
 
 class ExportPlan(BaseModel):
@@ -85,14 +48,6 @@ class ExportPlan(BaseModel):
     targets: list[str] = []
     outcomes: dict[str, TargetOutcome] = {}
     jobs: list[BuildJob] = []
-
-
-def local_copy(export: ExportRef) -> Path:
-    """The export's model.onnx on this machine: fetched (sha256-checked, cached by URI) or the local path itself."""
-    if "://" not in export.uri:
-        return Path(export.uri)
-    key = hashlib.sha256(export.uri.encode()).hexdigest()[:16]
-    return fetch_export(export, Path(tempfile.gettempdir()) / "trtfarm" / "exports" / key)
 
 
 def _profiles(request: MatrixRequest, path: Path, spec) -> list[Profile]:

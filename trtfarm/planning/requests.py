@@ -12,11 +12,11 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from trtfarm.errors import UserInputError
-from trtfarm.planning.fleet import default_targets_file, load_fleet, select_targets
 from trtfarm.precision.recipe import Mode
 from trtfarm.store import default_store_uri as default_store
-
-ProfileText = dict[str, str]  # {"input_ids": "1x16:16x128:32x512", ...}
+from trtfarm.vocabulary.fleet import select_targets
+from trtfarm.vocabulary.fleet_file import default_targets_file, load_fleet
+from trtfarm.vocabulary.job import ProfileText
 
 
 def _known_target_ids(schema: dict) -> None:

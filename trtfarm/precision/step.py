@@ -18,6 +18,7 @@ from google.protobuf.message import DecodeError
 from trtfarm.errors import IntegrityError, UserInputError
 from trtfarm.identity import canonical_json, sha256_file
 from trtfarm.identity import onnx_digest as digest_of
+from trtfarm.layout import converted_prefix
 from trtfarm.onnxfile import external_files
 from trtfarm.precision.autopin import auto_pin
 from trtfarm.precision.convert import ConversionError, Converted, convert_onnx
@@ -25,7 +26,6 @@ from trtfarm.precision.gate import GateReport, OutputFigures, accuracy_gate
 from trtfarm.precision.inputs import batches, fixed_batch, generate_inputs, load_npz
 from trtfarm.precision.progress import precision_progress
 from trtfarm.precision.recipe import GateFailed, Recipe, Thresholds
-from trtfarm.publishing.layout import converted_prefix
 from trtfarm.scratch import scratch_dir
 from trtfarm.store import AlreadyExists
 

@@ -1,1 +1,1 @@
-"""Publishing: store key layout, manifests, atomic publish, releases, pull, gc, the catalogue."""
+"""Publishing: manifests, atomic publish, releases, the model registry, gc, the catalogue, attestations."""

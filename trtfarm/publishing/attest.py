@@ -15,12 +15,12 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from trtfarm.publishing import layout
-from trtfarm.publishing.manifest import Manifest, manifest_from_json
+from trtfarm import layout
 from trtfarm.signing.bundle import sign_resources
 from trtfarm.signing.keys import Signer, TrustedKeys
 from trtfarm.signing.verdict import TrustVerdict, check_signature
 from trtfarm.store import Store
+from trtfarm.vocabulary.manifest import Manifest, manifest_from_json
 
 ProvenanceFor = Callable[[Manifest, str], bytes]  # (manifest, its sha256) -> the provenance statement's bytes
 

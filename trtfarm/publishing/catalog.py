@@ -11,11 +11,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from trtfarm.errors import CorruptObject, UserInputError
-from trtfarm.publishing.layout import MANIFEST_NAME, PLANS, folder_of, parse_plan_key, plans_prefix, provenance_name
-from trtfarm.publishing.manifest import Manifest, manifest_from_json
+from trtfarm.layout import MANIFEST_NAME, PLANS, folder_of, parse_plan_key, plans_prefix, provenance_name
 from trtfarm.publishing.provenance import provenance_from_json
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.store import open_store
+from trtfarm.vocabulary.manifest import Manifest, manifest_from_json
 
 
 def list_manifests(store_uri: str, model: str | None = None) -> list[tuple[str, Manifest]]:

@@ -13,9 +13,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from trtfarm.errors import CorruptObject
+from trtfarm.layout import folder_of, release_key, releases_prefix
 from trtfarm.publishing.attest import folder_attestations
 from trtfarm.publishing.catalog import manifests_in
-from trtfarm.publishing.layout import folder_of, release_key, releases_prefix
 from trtfarm.publishing.release import read_pointer, toolchain_label
 from trtfarm.store import Store
 

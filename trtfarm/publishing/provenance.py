@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from trtfarm import __version__
+from trtfarm import __version__, layout
 from trtfarm.errors import UserInputError
-from trtfarm.publishing import layout
-from trtfarm.publishing.manifest import Manifest
 from trtfarm.signing.bundle import statement
+from trtfarm.vocabulary.manifest import Manifest
 from trtfarm.workers.identity import WorkerIdentity
 
 SLSA_PROVENANCE = "https://slsa.dev/provenance/v1"

@@ -17,13 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from trtfarm import layout
 from trtfarm.errors import CorruptObject, IntegrityError, StoreError
-from trtfarm.publishing import layout
 from trtfarm.publishing.attest import Attestation, attestation_objects, folder_attestations, write_attestations
-from trtfarm.publishing.manifest import Manifest, ManifestInvalid, PlanInfo, manifest_from_json
 from trtfarm.scratch import scratch_dir
 from trtfarm.store import AlreadyExists, Store
 from trtfarm.store.base import Progress
+from trtfarm.vocabulary.manifest import Manifest, ManifestInvalid, PlanInfo, manifest_from_json
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trtfarm.errors import CorruptObject, UserInputError
-from trtfarm.publishing.layout import PLAN_NAME, manifest_key, parse_plan_key, release_key, releases_prefix
-from trtfarm.publishing.manifest import Manifest, validation_problems
+from trtfarm.layout import PLAN_NAME, manifest_key, parse_plan_key, release_key, releases_prefix
 from trtfarm.publishing.publish import plan_intact, read_manifest
 from trtfarm.store import Conflict, Store
+from trtfarm.vocabulary.manifest import Manifest, validation_problems
 
 HISTORY = 50
 

@@ -10,8 +10,8 @@ a plan built with another TensorRT version than the serving container's.
 from __future__ import annotations
 
 from trtfarm.errors import TrtfarmError
-from trtfarm.planning.fleet import Fleet
-from trtfarm.publishing.manifest import Manifest, ServingImageInfo
+from trtfarm.vocabulary.fleet import Fleet
+from trtfarm.vocabulary.manifest import Manifest, ServingImageInfo
 
 
 class ServingImageMismatch(TrtfarmError):

@@ -14,14 +14,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from trtfarm import layout
 from trtfarm.errors import UserInputError
 from trtfarm.identity import sha256_file
-from trtfarm.planning.fleet import RTX_COMPUTE_CAPABILITIES, signing_settings
-from trtfarm.publishing import layout
-from trtfarm.publishing.manifest import Manifest, manifest_from_json
-from trtfarm.toolchain.flavour import installed_version
-from trtfarm.toolchain.header import read_plan_header, version_matches
-from trtfarm.workers.gpu import GpuScan, LocalGpu, scan_gpus
+from trtfarm.machine.flavour import installed_version
+from trtfarm.machine.gpu import GpuScan, LocalGpu, scan_gpus
+from trtfarm.machine.header import read_plan_header, version_matches
+from trtfarm.vocabulary.fleet import RTX_COMPUTE_CAPABILITIES
+from trtfarm.vocabulary.fleet_file import signing_settings
+from trtfarm.vocabulary.manifest import Manifest, manifest_from_json
 
 FIX = "Run `trtfarm pull MODEL` on this host to fetch the plan released for its GPU and toolchain."
 

@@ -20,10 +20,8 @@ from pathlib import Path
 from typing import Literal
 
 from trtfarm.errors import UserInputError
-from trtfarm.planning.fleet import Fleet
 from trtfarm.profiles.profile import ProfilesFile, profiles_json
 from trtfarm.publishing.attest import StoredPlan, read_stored
-from trtfarm.publishing.manifest import Manifest
 from trtfarm.publishing.release import ReleasePointer, list_pointers
 from trtfarm.publishing.serving_pin import check_serving_images
 from trtfarm.scratch import scratch_dir
@@ -31,6 +29,8 @@ from trtfarm.serving.triton_config import ConfigSpec, config_text
 from trtfarm.serving.versions import Version, capability_collisions, model_versions
 from trtfarm.signing.keys import TrustedKeys
 from trtfarm.store import Store
+from trtfarm.vocabulary.fleet import Fleet
+from trtfarm.vocabulary.manifest import Manifest
 
 AUTO_INSTANCES_CAP = 4  # instances per profile taken from the engine check's contexts_that_fit, at most
 UNVERIFIED = ("not verified here: Triton loading these plans (tritonserver on the target GPU deserialises each plan, "

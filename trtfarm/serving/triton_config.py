@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from trtfarm.errors import UserInputError
-from trtfarm.publishing.manifest import TensorIO
+from trtfarm.vocabulary.manifest import TensorIO
 
 # TensorRT DataType name -> Triton data type (FP8, INT4, FP4 have no Triton type)
 TRITON_DTYPES = {"FLOAT": "TYPE_FP32", "HALF": "TYPE_FP16", "BF16": "TYPE_BF16", "INT8": "TYPE_INT8",

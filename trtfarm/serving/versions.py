@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from trtfarm.publishing.manifest import Manifest
 from trtfarm.publishing.release import ReleaseEvent, ReleasePointer
+from trtfarm.vocabulary.manifest import Manifest
 
 
 @dataclass(frozen=True)

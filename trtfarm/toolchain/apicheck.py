@@ -1,6 +1,6 @@
 """trtfarm's TensorRT code checked against NVIDIA's own bindings of each supported version (names and signatures).
 
-For each version in ``TENSORRT_BINDINGS`` (``trtfarm/planning/fleet.py``): the real API surface of that version's
+For each version in ``TENSORRT_BINDINGS`` (``trtfarm/vocabulary/fleet.py``): the real API surface of that version's
 bindings (``apisurface``), every use of the API in trtfarm's source (``apiuses``), and each use checked against the
 surface: the module attribute, class, method, property or enum member exists; a call binds to one of the method's
 pybind11 overloads (positional count, keyword names); an assigned property has a setter (or the class takes new
@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from trtfarm.planning.fleet import TENSORRT_BINDINGS, HardwareCompatibility
 from trtfarm.toolchain.apisurface import BindingsUnavailable, surface_of
 from trtfarm.toolchain.apiuses import Use, find_uses
+from trtfarm.vocabulary.fleet import TENSORRT_BINDINGS, HardwareCompatibility
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # trtfarm/
 REFERENCE_MODULE = "tensorrt_rtx"  # shares the builder: a guarded use may be there for it alone

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from trtfarm.toolchain.apirecords import MODULE, CallShape, Ty, Use, negated_probe, probe
 from trtfarm.toolchain.apisurface import class_name
 
-FLAVOUR_IMPORTERS = {"trtfarm.toolchain.flavour:import_flavour"}  # functions that return the TensorRT module
+FLAVOUR_IMPORTERS = {"trtfarm.machine.flavour:import_flavour"}  # functions that return the TensorRT module
 TENSORRT_MODULES = {"tensorrt", "tensorrt_rtx"}
 EXTERNAL_LOADERS = {("polygraphy.backend.trt", "EngineFromBytes"): "ICudaEngine"}  # loader()() returns this class
 

@@ -19,9 +19,9 @@ from typing import Protocol
 
 from trtfarm import interrupt
 from trtfarm.errors import UserInputError, scratch_failure
-from trtfarm.planning.fleet import BuilderSettings, RefitMode
+from trtfarm.machine.header import read_plan_header
 from trtfarm.profiles.profile import Profile
-from trtfarm.toolchain.header import read_plan_header
+from trtfarm.vocabulary.fleet import BuilderSettings, RefitMode
 
 RTX_NO_TIMING_CACHE = "TensorRT-RTX has no timing cache (its cache calls are no-ops since 1.2)"
 REFIT_FLAGS = {RefitMode.refit: "REFIT", RefitMode.refit_identical: "REFIT_IDENTICAL",

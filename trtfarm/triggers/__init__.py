@@ -1,1 +1,1 @@
-"""What starts a build: the model registry and the webhook receiver."""
+"""What starts a build: the webhook receiver (S3 notifications through SNS, signed posts)."""

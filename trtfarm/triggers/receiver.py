@@ -22,8 +22,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from trtfarm.errors import TrtfarmError, UserInputError
+from trtfarm.publishing.registry import ONNX_NAME
 from trtfarm.store import open_store
-from trtfarm.triggers.registry import ONNX_NAME
 from trtfarm.triggers.webhook import (
     SNS_CERT_HOST,
     Export,

@@ -34,9 +34,9 @@ from pathlib import Path
 from urllib.parse import unquote, unquote_plus, urlparse
 
 from trtfarm.errors import StoreError
-from trtfarm.publishing.layout import is_name, webhook_claim_key
+from trtfarm.layout import is_name, webhook_claim_key
+from trtfarm.publishing.registry import EXPORT_NAME, ONNX_NAME, export_folder, export_name, is_registry_export
 from trtfarm.store import Store
-from trtfarm.triggers.registry import EXPORT_NAME, ONNX_NAME, export_folder, export_name, is_registry_export
 
 EVENT_NAME = "trtfarm.model.exported"
 REFIT_EVENT = "trtfarm.model.weights-updated"  # same graph, new weights: the refit deployment takes these

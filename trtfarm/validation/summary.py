@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from trtfarm.publishing.manifest import Check, Manifest
 from trtfarm.validation.latency import regression_check
 from trtfarm.validation.tactics import diff_tactics, tactics_digest
+from trtfarm.vocabulary.manifest import Check, Manifest
 
 
 class Regression(BaseModel):

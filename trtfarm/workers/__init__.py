@@ -1,1 +1,1 @@
-"""Worker machines: GPU scan, admission check, work pools, images, Kubernetes templates."""
+"""Worker machines: admission check, work pools, images, Kubernetes templates, a worker's identity."""

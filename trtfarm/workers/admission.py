@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trtfarm.planning.fleet import Flavour, Fleet, select_targets
-from trtfarm.toolchain.flavour import INSTALL_HINT
-from trtfarm.toolchain.header import version_matches
-from trtfarm.workers.gpu import GpuScan
+from trtfarm.machine.flavour import INSTALL_HINT
+from trtfarm.machine.gpu import GpuScan
+from trtfarm.machine.header import version_matches
+from trtfarm.vocabulary.fleet import Flavour, Fleet, select_targets
 from trtfarm.workers.pools import CONTROL_POOL
 
 

@@ -14,7 +14,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from trtfarm.workers.gpu import GpuScan, scan_gpus
+from trtfarm.machine.gpu import GpuScan, scan_gpus
 
 NAME_ENV, POOL_ENV, IMAGE_ENV = "TRTFARM_WORKER_NAME", "TRTFARM_WORKER_POOL", "TRTFARM_WORKER_IMAGE"
 NO_GPU = "none: built ahead of time on CPU"

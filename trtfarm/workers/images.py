@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trtfarm.errors import UserInputError
-from trtfarm.planning.fleet import Flavour, Fleet
-from trtfarm.toolchain.header import version_matches
+from trtfarm.machine.header import version_matches
+from trtfarm.vocabulary.fleet import Flavour, Fleet
 
 PROBE = "trtfarm-toolchain-version"
 DOCKERFILES = {Flavour.tensorrt: "infra/docker/Dockerfile", Flavour.tensorrt_rtx: "infra/docker/Dockerfile.rtx"}

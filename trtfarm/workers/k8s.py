@@ -11,7 +11,7 @@ and ``trtfarm pools k8s --out infra/k8s`` writes them as files for GitOps.
 
 from __future__ import annotations
 
-from trtfarm.planning.fleet import Flavour, Fleet
+from trtfarm.vocabulary.fleet import Flavour, Fleet
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"

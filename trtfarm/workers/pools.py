@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from trtfarm.planning.fleet import Fleet
+from trtfarm.vocabulary.fleet import Fleet
 
 CONTROL_POOL = "trtfarm-control"
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trtfarm.errors import UserInputError
-from trtfarm.planning.fleet import Fleet
+from trtfarm.layout import release_key
+from trtfarm.machine.gpu import GpuScan
 from trtfarm.publishing.attest import read_stored
-from trtfarm.publishing.layout import release_key
 from trtfarm.publishing.release import list_pointers, read_pointer
 from trtfarm.publishing.serving_pin import check_serving_images
 from trtfarm.runtime.loader import manifest_beside, provenance_beside, signature_beside
@@ -21,7 +21,7 @@ from trtfarm.signing.keys import TrustedKeys
 from trtfarm.signing.verdict import TrustVerdict
 from trtfarm.store import Store
 from trtfarm.store.base import Progress
-from trtfarm.workers.gpu import GpuScan
+from trtfarm.vocabulary.fleet import Fleet
 
 
 @dataclass(frozen=True)

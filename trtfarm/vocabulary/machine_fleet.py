@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from trtfarm.planning.fleet import RTX_COMPUTE_CAPABILITIES, Flavour, Fleet, Gpu, Target, Toolchain
+from trtfarm.vocabulary.fleet import RTX_COMPUTE_CAPABILITIES, Flavour, Fleet, Gpu, Target, Toolchain
 
 RTX_VERSION = "1.7.1.116"  # the [rtx] extra's tensorrt-rtx-cu13
 TENSORRT_VERSION = "11.4.0.106"  # the [tensorrt] extra's
@@ -57,7 +57,7 @@ def _short(version: str) -> str:
 
 def this_machine_fleet() -> Fleet:
     """The built-in fleet of this machine (NVML scan, toolchain imports)."""
-    from trtfarm.planning.targets import local_capabilities
+    from trtfarm.machine.capabilities import local_capabilities
 
     caps = local_capabilities()
     return machine_fleet([(g.name, g.compute_capability, g.memory_gib) for g in caps.gpus.gpus], caps.versions)

@@ -10,10 +10,8 @@ import base64
 from datetime import datetime, timezone
 from html import escape
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from trtfarm.validation.report import ReportRow
+from trtfarm.reports.rows import ReportRow
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem;color:#1f2328;max-width:1400px}

@@ -6,29 +6,16 @@ Nothing here builds. ``plan_targets`` is pure given its inputs, so the flows and
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from trtfarm import layout
 from trtfarm.identity import build_digest
-from trtfarm.planning.fleet import Flavour, ResolvedTarget
-from trtfarm.planning.model import ModelSource
+from trtfarm.machine.capabilities import Capabilities
+from trtfarm.machine.flavour import INSTALL_HINT
+from trtfarm.machine.header import version_matches
 from trtfarm.profiles.profile import Profile, profiles_json
-from trtfarm.publishing import layout
-from trtfarm.toolchain.flavour import INSTALL_HINT, installed_version
-from trtfarm.toolchain.header import version_matches
-from trtfarm.workers.gpu import GpuScan, scan_gpus
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What this machine has: GPUs and importable toolchain versions."""
-
-    gpus: GpuScan
-    versions: dict[str, str | None] = field(default_factory=dict)
-
-
-def local_capabilities() -> Capabilities:
-    """Scan GPUs and import each toolchain flavour once."""
-    return Capabilities(scan_gpus(), {f.value: installed_version(f.value) for f in Flavour})
+from trtfarm.vocabulary.fleet import Flavour, ResolvedTarget
+from trtfarm.vocabulary.model import ModelSource
 
 
 def serve_check(target: ResolvedTarget, caps: Capabilities) -> str | None:

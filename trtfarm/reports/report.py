@@ -10,37 +10,17 @@ check is pending shows ``pending on <GPU>``, never a number.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from trtfarm.publishing import layout
-from trtfarm.publishing.manifest import Manifest
+from trtfarm import layout
 from trtfarm.publishing.publish import read_manifest
+from trtfarm.reports.html import data_uri, render_html
+from trtfarm.reports.rows import ReportRow
 from trtfarm.store import Store
-from trtfarm.validation.html import data_uri, render_html
 from trtfarm.validation.summary import EngineFigures
-
-
-@dataclass
-class ReportRow:
-    """One target of a run."""
-
-    target: str
-    status: str
-    reason: str = ""
-    engine: str = ""
-    accuracy: str = ""
-    p50_ms: float | None = None
-    p99_ms: float | None = None
-    memory_mib: float | None = None
-    build_s: float | None = None
-    plan_mib: float | None = None
-    changes: str = ""
-    regressed: bool = False
-    manifest: str = ""
-    regressions: list[str] = field(default_factory=list)
-    tactic_changes: str = ""
+from trtfarm.vocabulary.manifest import Manifest
 
 
 def _key(store: Store, url: str | None) -> str | None:

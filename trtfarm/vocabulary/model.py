@@ -14,10 +14,10 @@ from typing import Literal
 import onnx
 from pydantic import BaseModel, ConfigDict
 
+from trtfarm import layout
 from trtfarm.errors import UserInputError
 from trtfarm.identity import files_digest, graph_digest, model_files, sha256_file
 from trtfarm.precision.recipe import Recipe
-from trtfarm.publishing import layout
 
 
 class PrecisionStep(BaseModel):

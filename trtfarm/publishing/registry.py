@@ -13,9 +13,10 @@ a local directory and check each file against ``export.json`` when there is one.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-from dataclasses import dataclass
+import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlparse
@@ -24,25 +25,13 @@ import onnx
 
 from trtfarm.errors import UserInputError
 from trtfarm.identity import model_name_from_path, sha256_file
+from trtfarm.layout import EXPORT_NAME, MODELS, ONNX_NAME, check_name, export_prefix
 from trtfarm.onnxfile import external_files, external_locations, location_path
-from trtfarm.planning.buildspec import SHAPES_NAME, SPEC_NAME, spec_for_model
-from trtfarm.publishing.layout import EXPORT_NAME, MODELS, ONNX_NAME, check_name, export_prefix
 from trtfarm.store import AlreadyExists, Store, open_store
+from trtfarm.vocabulary.buildspec import SHAPES_NAME, SPEC_NAME, spec_for_model
+from trtfarm.vocabulary.exports import ExportRef
 
 OPTIONAL_FILES = ("calib.npz", "heldout.npz", SHAPES_NAME)
-
-
-@dataclass(frozen=True)
-class ExportRef:
-    """One model export: the folder's URI, the model name, and its id in the registry (None: not registered)."""
-
-    uri: str
-    name: str
-    export_id: str | None = None
-
-    def to_json(self) -> dict:
-        """``{uri, name, export_id}``."""
-        return {"uri": self.uri, "name": self.name, "export_id": self.export_id}
 
 
 def export_files(folder: Path) -> list[Path]:
@@ -70,7 +59,7 @@ def export_files(folder: Path) -> list[Path]:
 
 def register_export(store: Store, folder: Path, name: str | None = None, progress=None) -> ExportRef:
     """Upload an export folder into the registry; the ONNX is checked first. Returns its reference."""
-    from trtfarm.planning.model import model_source
+    from trtfarm.vocabulary.model import model_source
 
     folder = Path(folder)
     files = export_files(folder)
@@ -217,3 +206,11 @@ def _fetch_file(folder: Store, rel: str, dest: Path, sha: str | None) -> None:
         return  # fetched before
     target.parent.mkdir(parents=True, exist_ok=True)
     folder.download_file(rel, target, sha256=sha)
+
+
+def local_copy(export: ExportRef) -> Path:
+    """The export's model.onnx on this machine: fetched (sha256-checked, cached by URI) or the local path itself."""
+    if "://" not in export.uri:
+        return Path(export.uri)
+    key = hashlib.sha256(export.uri.encode()).hexdigest()[:16]
+    return fetch_export(export, Path(tempfile.gettempdir()) / "trtfarm" / "exports" / key)

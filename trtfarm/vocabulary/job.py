@@ -1,0 +1,53 @@
+"""One build job: everything a builder needs for one compatibility-class build, decided by the planner."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from trtfarm.profiles.profile import Profile
+from trtfarm.vocabulary.model import ModelSource
+from trtfarm.vocabulary.targets import TargetPlan
+
+ProfileText = dict[str, str]  # {"input_ids": "1x16:16x128:32x512", ...}
+
+
+class BuildJob(BaseModel):
+    """One compatibility-class build: everything a builder needs, decided by the parent.
+
+    ``model.path`` is where the parent read the model; a farm child fetches ``model_uri`` instead and checks the
+    bytes against ``model.onnx_digest``. The converted ONNX (if any) comes from the store key in ``model.precision``.
+    """
+
+    model_config = ConfigDict(frozen=True)
+    model: ModelSource
+    model_uri: str  # the export folder URI (farm) or the local ONNX path (local mode)
+    profiles: list[ProfileText]
+    plans: list[TargetPlan]  # every target this build serves; they share one build digest
+    build_digest: str
+    refit_of: str | None = None  # refit this released manifest (store key) instead of building; one target
+    full_build_reason: str = ""  # why a refit run builds this target in full
+    fallback: bool = False  # the full build that replaces a refit the workers could not do
+
+    @property
+    def lead(self) -> TargetPlan:
+        """The target whose settings build the plan (the others share its bytes)."""
+        return self.plans[0]
+
+    @property
+    def targets(self) -> list[str]:
+        """The target ids this job publishes."""
+        return [p.target.id for p in self.plans]
+
+    @property
+    def pools(self) -> list[str]:
+        """The work pools whose workers can run this job (their GPUs share the compatibility class), in order."""
+        return list(dict.fromkeys(p.target.gpu.pool for p in self.plans))
+
+    @property
+    def job_id(self) -> str:
+        """Unique within a model's run: the build digest, and whether it is a refit or a refit's fallback."""
+        return self.build_digest[:16] + ("-refit" if self.refit_of else "-fallback" if self.fallback else "")
+
+    def profile_models(self) -> list[Profile]:
+        """The optimization profiles as models."""
+        return [Profile.model_validate(p) for p in self.profiles]
