@@ -88,7 +88,7 @@ def core_decision(store_uri: str, fleet: Path) -> tuple[int, int]:
     return len(exports), sum(len(p.jobs) for p in plans)
 
 
-def nightly(store_uri: str, fleet: Path) -> list[dict]:
+def nightly(store_uri: str, fleet: Path) -> list:
     from flows.build_matrix import build_matrix
     from trtfarm.planning.requests import MatrixRequest
 
@@ -128,8 +128,8 @@ def main() -> None:
                 t = time.perf_counter()
                 rows = nightly(store, fleet)
                 runs.append(time.perf_counter() - t)
-                assert len(rows) == n_models * len(GPUS) and {r["status"] for r in rows} == {"up-to-date"}, \
-                    {r["status"] for r in rows}
+                assert len(rows) == n_models * len(GPUS) and {r.outcome.status for r in rows} == {"up-to-date"}, \
+                    {r.outcome.status for r in rows}
         finally:
             farm.stop()
     server.stop()

@@ -21,7 +21,7 @@ from trtfarm.store import open_store
 from trtfarm.vocabulary.fleet import select_targets
 from trtfarm.vocabulary.fleet_file import load_fleet
 from trtfarm.vocabulary.job import BuildJob
-from trtfarm.vocabulary.outcome import TargetOutcome
+from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
 
 
 def _farm_mode(request: MatrixRequest) -> bool:
@@ -78,8 +78,8 @@ async def _cancel_children_hook(flow, run, state) -> None:
 
 
 @flow(name="build-matrix", on_cancellation=[_cancel_children_hook], on_crashed=[_cancel_children_hook])
-async def build_matrix(request: MatrixRequest) -> list[dict]:
-    """Build models for the fleet; returns one ``{model, target, status, reason, manifest, ...}`` per target."""
+async def build_matrix(request: MatrixRequest) -> list[RunRow]:
+    """Build models for the fleet; returns one row (model, target outcome) per target."""
     fleet = load_fleet(request.targets_file)
     select_targets(fleet, request.targets or None)  # an unknown target fails the run before any work
     farm = _farm_mode(request)

@@ -178,3 +178,24 @@ def test_verify_store_rehashes_and_rebuilds_a_plan_whose_bytes_changed_but_not_i
     assert json.loads(build(workdir, example_dir / "model.onnx", "--verify-store").stdout)[0]["status"] == "built"
     repaired = read_manifest(store, first["manifest"].split("/trtfarm-store/", 1)[1])
     store.download_file(repaired.plan.key, workdir / "check.plan", sha256=repaired.plan.sha256)
+
+
+def test_a_store_in_a_folder_called_plans_builds_lists_and_reports(workdir, example_dir):
+    """Keys come from the run, never from cutting URLs at '/plans/' (a bucket or folder may be called plans)."""
+    store_uri = (workdir / "plans" / "store").as_uri()
+    first = json.loads(build(workdir, example_dir / "model.onnx", "--store", store_uri).stdout)
+    assert [(r["target"], r["status"]) for r in first] == [("rtx4090-rtx1.7", "built")]
+    table = subprocess.run([*TRTFARM, "build", str(example_dir / "model.onnx"), "--store", store_uri], cwd=workdir,
+                           env=env_for(workdir), capture_output=True, text=True, timeout=300)
+    assert table.returncode == 0, table.stderr
+    key = first[0]["manifest"].removeprefix(store_uri + "/")
+    ref = "/".join(key.split("/")[1:-1])  # MODEL/.../BUILD, what `trtfarm show` takes
+    assert "up-to-date" in table.stdout and key.split("/")[1] in table.stdout
+    listed = subprocess.run([*TRTFARM, "plans", "--store", store_uri, "--wide"], cwd=workdir, env=env_for(workdir),
+                            capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and "yes" in listed.stdout, listed.stdout + listed.stderr  # released
+    report = subprocess.run([*TRTFARM, "report", "encoder", "--store", store_uri, "--out", str(workdir / "r"),
+                             "--json"], cwd=workdir, env=env_for(workdir), capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr
+    (row,) = json.loads(report.stdout)["rows"]
+    assert row["target"] == "rtx4090-rtx1.7" and row["build_s"] is not None and ref.split("/")[0] == "encoder"

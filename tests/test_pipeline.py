@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration  # moto's S3 server
 
 def run(onnx, fleet_file, store, **kw):
     request = MatrixRequest(model=str(onnx), store=store, targets_file=str(fleet_file), dispatch="local", **kw)
-    return {r["target"]: r for r in run_local(request)}
+    return {r.outcome.target: r.to_json() for r in run_local(request)}
 
 
 def test_builds_every_rtx_target_once_per_class_then_everything_is_up_to_date(

@@ -129,7 +129,7 @@ def test_the_refit_flow_falls_back_to_a_full_build_where_workers_cannot_refit_an
     fleet, store, _ = released
     model = _export(tmp_path / "v2", make_model.encoder_model(7))
     rows = run_local(MatrixRequest(model=str(model), store=store.uri, targets_file=str(fleet), refit=True))
-    by = {r["target"]: r for r in rows}
+    by = {r.outcome.target: r.to_json() for r in rows}
     assert {t: r["status"] for t, r in by.items()} == {"rtx4090-rtx1.7": "built", "rtx3090-rtx1.7": "built"}
     assert "full build: refit not possible on this machine" in by["rtx4090-rtx1.7"]["reason"]
     assert "cannot be refitted here" in by["rtx4090-rtx1.7"]["reason"]

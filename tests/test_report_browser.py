@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from trtfarm.reports.report import ARTIFACT_BUDGET, write_report
+from tasks.report import ARTIFACT_BUDGET
+from trtfarm.reports.report import write_report
 from trtfarm.store import open_store
 
 from .browser import Chromium, images, table_cells
@@ -73,7 +74,7 @@ def finished_run(ui_farm, example_onnx, tmp_path_factory):
                                   headers={"Content-Type": "application/json"}, method="POST")
     with urllib.request.urlopen(post, timeout=30) as r:
         (artifact,) = json.loads(r.read())
-    return run, store, [r["target"] for r in rows], artifact
+    return run, store, [r.outcome.target for r in rows], artifact
 
 
 def charts_of(store: str, run: str) -> list[str]:
@@ -134,7 +135,7 @@ def test_the_html_report_of_trtfarm_report_opens_from_disk_with_its_charts(chrom
 
 def test_an_html_report_with_a_regression_shows_latency_and_the_regression(chromium, tmp_path):
     store = open_store((tmp_path / "store").as_uri())
-    path = write_report(store, "encoder", "run-1", every_status_outcomes(store, tmp_path), tmp_path / "out")
+    path = write_report(store, "encoder", "run-1", every_status_outcomes(store, tmp_path), tmp_path / "out").path
     html = path.with_name("report.html")
     assert store.get("reports/encoder/run-1/report.html").data == html.read_bytes()
 

@@ -6,7 +6,6 @@ same pieces (``plan_run``, ``rows_for``, ``refit_fallbacks``, ``store_reports``)
 
 from __future__ import annotations
 
-import json
 import secrets
 import shutil
 import tempfile
@@ -31,7 +30,7 @@ from trtfarm.vocabulary.exports import ExportRef
 from trtfarm.vocabulary.fleet import Fleet, select_targets
 from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 from trtfarm.vocabulary.job import BuildJob
-from trtfarm.vocabulary.outcome import TargetOutcome
+from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
 
 WORK_PREFIX = "trtfarm-build-"
 PLAN_THREADS = 16  # models planned at once in a farm run: their store requests overlap
@@ -70,15 +69,15 @@ def refit_fallbacks(jobs: list[BuildJob], results: list[JobResult], where: Calla
             for job, result in zip(jobs, results, strict=True) if result.refit_unavailable]
 
 
-def rows_for(plans: list[ExportPlan], results: Iterable[JobResult]) -> list[dict]:
-    """One ``{model, target, status, ...}`` row per target, in the fleet's order (the ``--json`` contract)."""
+def rows_for(plans: list[ExportPlan], results: Iterable[JobResult]) -> list[RunRow]:
+    """One row per model and target, in the fleet's order (``RunRow.to_json`` is the ``--json`` contract)."""
     by_target = {(r.model, o.target): o for r in results for o in r.outcomes}
     rows = []
     for plan in plans:
         for target in plan.targets:
             outcome = plan.outcomes.get(target) or by_target.get((plan.name, target)) or \
                 TargetOutcome(target, "failed", "no build ran for this target")
-            rows.append({"model": plan.name, **outcome.to_json()})
+            rows.append(RunRow(plan.name, outcome))
     return rows
 
 
@@ -92,26 +91,26 @@ def new_run_id() -> str:
     return f"local-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
 
 
-def store_reports(store: Store, run: str, rows: list[dict], out: Path, full: bool = True) -> dict[str, Path | None]:
+def store_reports(store: Store, run: str, rows: list[RunRow], out: Path, full: bool = True) -> dict[str, Path | None]:
     """Each model's report of this run in the store: in full where it has news, else only its outcomes.
 
     Returns the rendered ``report.md`` per model (None where only the outcomes were stored). A full report is
     rendered into ``out/<model>/`` and copied into the store under ``reports/<model>/<run>/``. ``full=False`` stores
     only the outcomes (``trtfarm report RUN`` renders the rest when someone asks).
     """
-    from trtfarm.reports.report import write_report
+    from trtfarm.reports.report import outcomes_json, write_report
 
-    by_model: dict[str, list[dict]] = {}
+    by_model: dict[str, list[TargetOutcome]] = {}
     for r in rows:
-        by_model.setdefault(r["model"], []).append({k: v for k, v in r.items() if k != "model"})
+        by_model.setdefault(r.model, []).append(r.outcome)
     written: dict[str, Path | None] = {}
     quiet = {}
     for model, outcomes in by_model.items():
-        if full and has_news(o["status"] for o in outcomes):
+        if full and has_news(o.status for o in outcomes):
             (out / model).mkdir(parents=True, exist_ok=True)
-            written[model] = write_report(store, model, run, outcomes, out / model)
+            written[model] = write_report(store, model, run, outcomes, out / model).path
         else:
-            quiet[layout.report_key(model, run, "outcomes.json")] = json.dumps(outcomes, indent=2).encode()
+            quiet[layout.report_key(model, run, "outcomes.json")] = outcomes_json(outcomes)
             written[model] = None
     with ThreadPoolExecutor(max_workers=PLAN_THREADS) as pool:  # a nightly has one per model: overlap them
         list(pool.map(lambda item: store.put_if_absent(*item), quiet.items()))
@@ -132,7 +131,7 @@ def sweep_stale_work(root: Path | None = None, now: float | None = None) -> int:
 
 
 def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress] | None = None,
-              upload: Callable[[str], Progress] | None = None, report: str = "full") -> list[dict]:
+              upload: Callable[[str], Progress] | None = None, report: str = "full") -> list[RunRow]:
     """Plan and build in this process (``trtfarm build``); returns one row per target.
 
     Targets already published are up to date (and released, if a killed run left them unreleased); each

@@ -8,10 +8,12 @@ import urllib.request
 
 import pytest
 
+from tasks.report import ARTIFACT_BUDGET, artifact_markdown
 from trtfarm.publishing.publish import publish_plan
-from trtfarm.reports.report import ARTIFACT_BUDGET, artifact_markdown, write_report
+from trtfarm.reports.report import write_report
 from trtfarm.store import open_store
 from trtfarm.vocabulary.manifest import Check
+from trtfarm.vocabulary.outcome import TargetOutcome
 
 from ..test_manifest import sample
 
@@ -26,10 +28,15 @@ def publish(store, prefix, target, tmp_path, engine: Check, build_s=1.5):
         m.verification.engine = engine
         return m
 
-    return store.url(publish_plan(store, prefix, plan, manifest_for).manifest_key)
+    return publish_plan(store, prefix, plan, manifest_for).manifest_key
 
 
-def every_status_outcomes(store, tmp_path) -> list[dict]:
+def built(store, key: str, target: str) -> TargetOutcome:
+    """A built target's outcome as a run records it: its manifest's URL and key (the report reads the manifest)."""
+    return TargetOutcome(target, "built", "", store.url(key), manifest_key=key)
+
+
+def every_status_outcomes(store, tmp_path) -> list[TargetOutcome]:
     """Built (validated, with a regression and tactic changes), built (engine pending), failed and skipped."""
     validated = Check(status="failed", detail="validated on NVIDIA H100 80GB HBM3: p99 regression", figures={
         "latency": {"0": {"p50": 1.9, "p99": 2.6}}, "accuracy": [{"profile": 0, "point": "opt", "shapes": {},
@@ -39,21 +46,17 @@ def every_status_outcomes(store, tmp_path) -> list[dict]:
         "tactic_changes": {"summary": "1 tactic(s) changed, 1 layer(s) fused away"}})
     pending = Check(status="pending", detail="engine: pending on NVIDIA GeForce RTX 4090")
     return [
-        {"target": "h100-trt11.4", "status": "built", "reason": "", "manifest": publish(
-            store, "plans/a", "h100-trt11.4", tmp_path, validated)},
-        {"target": "rtx4090-rtx1.7", "status": "built", "reason": "", "manifest": publish(
-            store, "plans/b", "rtx4090-rtx1.7", tmp_path, pending, 0.4)},
-        {"target": "l4-trt11.4", "status": "failed", "reason": "the ONNX parser rejected the model\nmore",
-         "manifest": None},
-        {"target": "h100-trt10.16", "status": "skipped", "reason": "`tensorrt` is not importable here",
-         "manifest": None},
+        built(store, publish(store, "plans/a", "h100-trt11.4", tmp_path, validated), "h100-trt11.4"),
+        built(store, publish(store, "plans/b", "rtx4090-rtx1.7", tmp_path, pending, 0.4), "rtx4090-rtx1.7"),
+        TargetOutcome("l4-trt11.4", "failed", "the ONNX parser rejected the model\nmore"),
+        TargetOutcome("h100-trt10.16", "skipped", "`tensorrt` is not importable here"),
     ]
 
 
 def test_report_with_every_status_and_a_flagged_regression(tmp_path):
     store = open_store((tmp_path / "store").as_uri())
     outcomes = every_status_outcomes(store, tmp_path)
-    path = write_report(store, "encoder", "run-1", outcomes, tmp_path / "out")
+    path = write_report(store, "encoder", "run-1", outcomes, tmp_path / "out").path
     md = path.read_text()
     for text in ("| h100-trt11.4 | built | failed | cos min 0.99991 (engine) | 1.900 | 2.600 |",
                  "⚠️ p99 2.100 -> 2.600 ms (+23.8%, limit +5%) REGRESSION; 1 tactic(s) changed",
@@ -69,7 +72,7 @@ def test_report_with_every_status_and_a_flagged_regression(tmp_path):
 
 def test_the_html_report_is_one_page_with_every_chart_inline_and_every_section(tmp_path):
     store = open_store((tmp_path / "store").as_uri())
-    path = write_report(store, "encoder", "run-1", every_status_outcomes(store, tmp_path), tmp_path / "out")
+    path = write_report(store, "encoder", "run-1", every_status_outcomes(store, tmp_path), tmp_path / "out").path
     html = path.with_name("report.html").read_text()
     assert store.get("reports/encoder/run-1/report.html").data.decode() == html
     sources = re.findall(r'<img alt="(\w+)" src="([^"]+)"', html)
@@ -88,7 +91,7 @@ def test_the_html_report_is_one_page_with_every_chart_inline_and_every_section(t
 
 def test_the_artifact_inlines_every_chart_within_its_budget(tmp_path):
     store = open_store((tmp_path / "store").as_uri())
-    path = write_report(store, "encoder", "run-1", every_status_outcomes(store, tmp_path), tmp_path / "out")
+    path = write_report(store, "encoder", "run-1", every_status_outcomes(store, tmp_path), tmp_path / "out").path
     md = artifact_markdown(store, "encoder", "run-1", path)
     inlined = re.findall(r"!\[(\w+)\]\(data:image/png;base64,([A-Za-z0-9+/=]+)\)", md)
     assert [name for name, _ in inlined] == ["latency", "build_time", "plan_size"]
@@ -102,7 +105,7 @@ def test_the_artifact_inlines_every_chart_within_its_budget(tmp_path):
 def test_charts_over_the_budget_point_to_the_store(kind, tmp_path, request):
     uri = (tmp_path / "store").as_uri() if kind == "file" else request.getfixturevalue("s3_uri")
     store = open_store(uri)
-    path = write_report(store, "encoder", "run-1", every_status_outcomes(store, tmp_path), tmp_path / "out")
+    path = write_report(store, "encoder", "run-1", every_status_outcomes(store, tmp_path), tmp_path / "out").path
     budget = len(path.read_text()) + len(base64.b64encode((path.parent / "latency.png").read_bytes())) + 100
     md = artifact_markdown(store, "encoder", "run-1", path, budget=budget)
     assert "![latency](data:image/png;base64," in md and "data:image" not in md.split("![latency]")[0]

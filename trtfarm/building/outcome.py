@@ -31,7 +31,7 @@ def outcome_from_manifest(store: Store, plan: TargetPlan, manifest: Manifest, st
         reason = f"build {plan.build_digest[:12]} already published"
     return TargetOutcome(plan.target.id, status, reason, store.url(plan.manifest_key), manifest.build.wall_s,
                          manifest.plan.bytes, {k: v.status for k, v in manifest.verification},
-                         manifest_key=plan.manifest_key)
+                         manifest_key=plan.manifest_key, published=manifest)
 
 
 def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, release_on: str,

@@ -22,6 +22,7 @@ from trtfarm.cli.common import (
 )
 from trtfarm.cli.tables import Column, fitted_table
 from trtfarm.errors import TrtfarmError
+from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
 
 
 @app.command()
@@ -62,18 +63,18 @@ def build(
         raise fail(f"{model}: no such ONNX file")
     rows = _record(request, verbose) if record else _run_here(request)
     if as_json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps([r.to_json() for r in rows], indent=2))
     else:
-        outcome_table(rows, store_uri(store), wide)
-    failed = [r for r in rows if r["status"] == "failed"]
-    for r in failed:
-        err.print(f"[bold red]{escape(r['target'])} failed:[/] {message_text(r['reason'])}", highlight=False,
+        outcome_table([r.outcome for r in rows], store_uri(store), wide)
+    failed = [r.outcome for r in rows if r.outcome.status == "failed"]
+    for o in failed:
+        err.print(f"[bold red]{escape(o.target)} failed:[/] {message_text(o.reason)}", highlight=False,
                   soft_wrap=not err.is_terminal)  # one line for logs and pipes; wrapped by words on a terminal
     if failed:
         raise typer.Exit(1)
 
 
-def _run_here(request) -> list[dict]:
+def _run_here(request) -> list[RunRow]:
     from trtfarm.cli.progress import RichBuild, progress_bars, upload_bar
     from trtfarm.pipeline import run_local
 
@@ -82,7 +83,7 @@ def _run_here(request) -> list[dict]:
         return run_local(request, progress=lambda t: RichBuild(bars, t), upload=upload_bar(bars), report="outcomes")
 
 
-def _record(request, verbose: bool) -> list[dict]:
+def _record(request, verbose: bool) -> list[RunRow]:
     """The same build as a build-matrix flow run on the configured Prefect server (opt-in)."""
     import asyncio
     import os
@@ -123,51 +124,51 @@ STYLE = {"built": "green", "up-to-date": "cyan", "skipped": "yellow", "failed": 
 MARK = {"passed": "[green]✓[/]", "failed": "[red]✗[/]", "pending": "[yellow]…[/]", "not_run": "-"}
 
 
-def _note(r: dict) -> str:
+def _note(o: TargetOutcome) -> str:
     """The first clause of the reason, and for a published plan its ``MODEL/GPU/BUILD`` (what `trtfarm show` takes)."""
     from trtfarm.layout import short_ref
 
-    first = r["reason"].splitlines()[0] if r["reason"] else ""
-    note = first if r["status"] == "skipped" else first.split(";")[0]  # a skip's reason ends with its fix
-    if r["status"] in ("built", "up-to-date") and r.get("manifest"):
-        ref = short_ref("plans/" + r["manifest"].split("/plans/", 1)[-1])
-        note = f"{note} · {ref}" if note and r["status"] == "built" else ref
+    first = o.reason.splitlines()[0] if o.reason else ""
+    note = first if o.status == "skipped" else first.split(";")[0]  # a skip's reason ends with its fix
+    if o.status in ("built", "up-to-date") and o.manifest_key:
+        ref = short_ref(o.manifest_key)
+        note = f"{note} · {ref}" if note and o.status == "built" else ref
     return note
 
 
-def _releases(rows: list[dict]) -> None:
+def _releases(rows: list[TargetOutcome]) -> None:
     """Every release pointer the run moved (old -> new), and those a trial build left where they were."""
     import re
 
-    for r in rows:
-        if r.get("release", "").startswith("released: ") and "->" in r["release"]:
-            out.print(message_text(r["release"]), highlight=False)
-    kept = [m.groups() for r in rows if (m := re.match(r"not released \((.*)\): (\S+) stays at (\S+)$",
-                                                         r.get("release", "")))]
+    for o in rows:
+        if o.release.startswith("released: ") and "->" in o.release:
+            out.print(message_text(o.release), highlight=False)
+    kept = [m.groups() for o in rows if (m := re.match(r"not released \((.*)\): (\S+) stays at (\S+)$",
+                                                         o.release))]
     for why in dict.fromkeys(k[0] for k in kept):
         out.print(message_text(f"not released, {why}; the pointers stay:"), highlight=False)
         for _, key, ref in (k for k in kept if k[0] == why):
             out.print(message_text(f"  {key}: {ref}"), highlight=False)
 
 
-def outcome_table(rows: list[dict], store: str, wide: bool = False) -> None:
+def outcome_table(rows: list[TargetOutcome], store: str, wide: bool = False) -> None:
     """The outcome of each target; the notes go under the table when they do not fit beside it."""
     columns = [Column("target"), Column("status"), Column("build s", 3, "right"), Column("plan", 2, "right"),
                Column("checks", 4), Column("note", 1)]
-    cells = [{"target": escape(r["target"]), "status": f"[{STYLE[r['status']]}]{r['status']}[/]",
-              "build s": f"{r['build_s']:.2f}" if r.get("build_s") is not None else "",
-              "plan": f"{r['plan_bytes'] / 2**20:.1f} MiB" if r.get("plan_bytes") else "",
-              "checks": " ".join(MARK[v] for v in (r.get("verification") or {}).values()),
-              "note": message_text(_note(r))} for r in rows]
+    cells = [{"target": escape(o.target), "status": f"[{STYLE[o.status]}]{o.status}[/]",
+              "build s": f"{o.build_s:.2f}" if o.build_s is not None else "",
+              "plan": f"{o.plan_bytes / 2**20:.1f} MiB" if o.plan_bytes else "",
+              "checks": " ".join(MARK[v] for v in o.verification.values()),
+              "note": message_text(_note(o))} for o in rows]
     table, dropped = fitted_table(out, columns, cells, title=f"trtfarm build → {escape(store)}", wide=wide,
                                   caption="checks: onnx / built / engine / api (… = pending on the target GPU; api: "
                                   "checked against the version's bindings API)")
     out.print(table)
     if "note" in dropped:
-        for r in rows:
-            out.print(message_text(f"  {r['target']}: {_note(r)}"), highlight=False)
+        for o in rows:
+            out.print(message_text(f"  {o.target}: {_note(o)}"), highlight=False)
     _releases(rows)
-    counts = {s: sum(r["status"] == s for r in rows) for s in STYLE}
+    counts = {s: sum(o.status == s for o in rows) for s in STYLE}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     hint = " (`trtfarm targets` says what each skipped target needs)" if counts["skipped"] else ""
     out.print(message_text(f"{summary}{hint}"), highlight=False)
@@ -231,13 +232,12 @@ def plans(store: str = STORE_OPT, model: str = typer.Option(None, "--model", hel
     except TrtfarmError as e:
         raise fail(e) from e
     if as_json:
-        print(json.dumps([{"manifest": url, **m.model_dump(mode="json")} for url, m in found], indent=2))
+        print(json.dumps([{"manifest": url, **m.model_dump(mode="json")} for _, url, m in found], indent=2))
         return
     columns = [Column("plan (trtfarm show)"), Column("toolchain", 5), Column("precision"), Column("released"),
                Column("engine", 3), Column("size", 2, "right"), Column("onnx", 1), Column("created", 4)]
     cells = []
-    for url, m in found:
-        key = "plans/" + url.split("/plans/", 1)[-1]
+    for key, _, m in found:
         cells.append({"plan (trtfarm show)": escape(short_ref(key)), "precision": m.precision.recipe,
                       "toolchain": escape(f"{_short_flavour(m.target.flavour)} {m.target.toolchain_version}"),
                       "released": "[green]yes[/]" if key in released else "",

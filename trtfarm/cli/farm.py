@@ -255,7 +255,7 @@ def _published_already(request) -> list[dict] | None:
         plans = [up_to_date_export(request, e, store, fleet, index) for e in exports]
     except TrtfarmError:  # this shell's store is not the farm's (or cannot say): let the farm decide
         return None
-    return rows_for(plans, []) if exports and None not in plans else None
+    return [r.to_json() for r in rows_for(plans, [])] if exports and None not in plans else None
 
 
 def _print_run(run_id: str | None, state: str, message: str, rows: list[dict], as_json: bool) -> None:
@@ -342,8 +342,9 @@ async def submit_matrix(deployment: str, request, wait: bool) -> tuple[str, str,
     from prefect.deployments import run_deployment
     from prefect.flow_runs import wait_for_flow_run
 
-    from trtfarm.reports.report import run_outcomes
+    from trtfarm.reports.outcomes import run_outcomes
     from trtfarm.store import open_store
+    from trtfarm.vocabulary.outcome import RunRow
 
     run = await run_deployment(deployment, parameters={"request": request.model_dump(mode="json", exclude_unset=True)},
                                timeout=0, as_subflow=False)
@@ -351,7 +352,7 @@ async def submit_matrix(deployment: str, request, wait: bool) -> tuple[str, str,
         return str(run.id), run.state.type.value if run.state else "SCHEDULED", "", []
     final = await wait_for_flow_run(run.id, timeout=None)
     store = open_store(request.store)  # yours (--store / $TRTFARM_STORE) must be the farm's to read its reports
-    rows = [{"model": model, **r} for model, outcomes in run_outcomes(store, str(run.id)).items() for r in outcomes]
+    rows = [RunRow(m, o).to_json() for m, outcomes in run_outcomes(store, str(run.id)).items() for o in outcomes]
     state = final.state
     return str(run.id), state.type.value if state else "UNKNOWN", (state.message or "") if state else "", rows
 

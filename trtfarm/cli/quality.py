@@ -107,16 +107,17 @@ def report(ref: str = typer.Argument(..., help="a run id (reports/<model>/<run>/
     """
     from dataclasses import asdict
 
-    from trtfarm.reports.report import outcomes_for, row_for, write_report
+    from trtfarm.reports.outcomes import outcomes_for
+    from trtfarm.reports.report import write_report
     from trtfarm.store import open_store
 
     try:
         s = open_store(store_uri(store))
         model, run, outcomes = outcomes_for(s, ref)
-        path = write_report(s, model, run, outcomes, out_dir)
+        written = write_report(s, model, run, outcomes, out_dir)
     except TrtfarmError as e:
         raise fail(e) from e
-    rows = [row_for(s, o) for o in outcomes]
+    path, rows = written.path, written.rows
     if as_json:
         print(json.dumps({"report": str(path), "html": str(path.with_name("report.html")),
                           "rows": [asdict(r) for r in rows]}, indent=2))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import urlparse
 
 from rich.markup import escape
@@ -18,14 +19,22 @@ from trtfarm.store import open_store
 from trtfarm.vocabulary.manifest import Manifest, manifest_from_json
 
 
-def list_manifests(store_uri: str, model: str | None = None) -> list[tuple[str, Manifest]]:
-    """Every ``plans/**/manifest.json`` in the store (optionally of one model), as (url, manifest)."""
+class Listed(NamedTuple):
+    """One published manifest: its store key, its URL (for people) and the manifest."""
+
+    key: str
+    url: str
+    manifest: Manifest
+
+
+def list_manifests(store_uri: str, model: str | None = None) -> list[Listed]:
+    """Every ``plans/**/manifest.json`` in the store (optionally of one model)."""
     store = open_store(store_uri)
     return manifests_in(store, model)
 
 
-def manifests_in(store, model: str | None = None, problems: list[str] | None = None) -> list[tuple[str, Manifest]]:
-    """Every ``plans/**/manifest.json`` of an open store, as (url, manifest).
+def manifests_in(store, model: str | None = None, problems: list[str] | None = None) -> list[Listed]:
+    """Every ``plans/**/manifest.json`` of an open store, ordered by model, GPU, toolchain version and age.
 
     With ``problems``, a damaged manifest is skipped and described there; without, it raises ``CorruptObject``.
     """
@@ -41,9 +50,9 @@ def manifests_in(store, model: str | None = None, problems: list[str] | None = N
                 problems.append(str(damaged))
                 continue
             if m is not None:
-                found.append((store.url(key), m))
-    return sorted(found, key=lambda x: (x[1].model.name, x[1].target.gpu, x[1].target.toolchain_version,
-                                        x[1].created_at))
+                found.append(Listed(key, store.url(key), m))
+    return sorted(found, key=lambda x: (x.manifest.model.name, x.manifest.target.gpu,
+                                        x.manifest.target.toolchain_version, x.manifest.created_at))
 
 
 def load_manifest(ref: str, store_uri: str) -> tuple[str, Manifest]:

@@ -49,10 +49,9 @@ def plans_to_delete(store: Store, keep: int, skipped: list[str] | None = None) -
         if pointer:
             referenced.add(pointer.manifest)
     groups: dict[tuple[str, str, str], list] = defaultdict(list)
-    prefix_len = len(store.uri) + 1
     damaged_manifests: list[str] = []
-    for url, m in manifests_in(store, problems=damaged_manifests):
-        groups[m.model.name, m.target.gpu, toolchain_label(m)].append((url[prefix_len:], m))
+    for key, _, m in manifests_in(store, problems=damaged_manifests):
+        groups[m.model.name, m.target.gpu, toolchain_label(m)].append((key, m))
     skipped.extend(f"{d} gc keeps it." for d in damaged_manifests)
     doomed = []
     for (model, gpu, tc), items in sorted(groups.items()):

@@ -119,7 +119,7 @@ def _newest_releasable(store: Store, key: str, release_on: str) -> Manifest | No
     from trtfarm.publishing.catalog import manifests_in
 
     model = key.split("/")[1]
-    found = [m for _, m in manifests_in(store, model, problems=[]) if pointer_key(m) == key
+    found = [m for _, _, m in manifests_in(store, model, problems=[]) if pointer_key(m) == key
              and policy_blocker(m, release_on) is None]
     return max(found, key=lambda m: (m.model.exported_at or "", m.created_at), default=None)
 

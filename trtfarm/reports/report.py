@@ -1,30 +1,26 @@
 """Run reports: targets x status x accuracy x p50/p99 x memory x build time, and what changed since the last release.
 
 Markdown with PNG charts beside it and one self-contained HTML page (``report.html``, charts inlined), written locally
-and into the store (``reports/<model>/<run>/``). The flow also posts the markdown as a Prefect artifact, with its charts
-inlined as ``data:image/png`` URIs (``artifact_markdown``): the Prefect UI cannot reach the store, and both of its
-markdown renderers show ``data:image/`` sources in ``<img>``. Figures come from manifests only: a target whose engine
-check is pending shows ``pending on <GPU>``, never a number.
+and into the store (``reports/<model>/<run>/``); the farm's flow also posts the markdown as a Prefect artifact
+(``tasks/report.py``). Figures come from manifests only: the one an outcome carries, else the one its key names. A
+target whose engine check is pending shows ``pending on <GPU>``, never a number.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from trtfarm import layout
 from trtfarm.publishing.publish import read_manifest
-from trtfarm.reports.html import data_uri, render_html
+from trtfarm.reports.html import render_html
 from trtfarm.reports.rows import ReportRow
 from trtfarm.store import Store
 from trtfarm.validation.summary import EngineFigures
 from trtfarm.vocabulary.manifest import Manifest
-
-
-def _key(store: Store, url: str | None) -> str | None:
-    return url.removeprefix(store.uri + "/") if url else None
+from trtfarm.vocabulary.outcome import TargetOutcome
 
 
 def _accuracy(m: Manifest) -> str:
@@ -36,13 +32,11 @@ def _accuracy(m: Manifest) -> str:
     return f"cos min {min(cos):.5f} ({m.precision.recipe} gate)" if cos else m.precision.recipe
 
 
-def row_for(store: Store, outcome: dict) -> ReportRow:
-    """A report row from one ``build`` outcome and its manifest."""
-    row = ReportRow(outcome["target"], outcome["status"], outcome.get("reason", "").splitlines()[0]
-                    if outcome.get("reason") else "")
-    key = _key(store, outcome.get("manifest"))
-    row.manifest = outcome.get("manifest") or ""
-    m = read_manifest(store, key) if key else None
+def row_for(store: Store, outcome: TargetOutcome) -> ReportRow:
+    """A report row from one target's outcome and its manifest (read only when the outcome does not carry it)."""
+    row = ReportRow(outcome.target, outcome.status, outcome.reason.splitlines()[0] if outcome.reason else "")
+    row.manifest = outcome.manifest or ""
+    m = outcome.published or (read_manifest(store, outcome.manifest_key) if outcome.manifest_key else None)
     if m is None:
         return row
     engine = m.verification.engine
@@ -127,11 +121,24 @@ def render_charts(rows: list[ReportRow], out: Path) -> list[str]:
     return charts
 
 
-def write_report(store: Store, model: str, run: str, outcomes: list[dict], out: Path) -> Path:
+@dataclass(frozen=True)
+class WrittenReport:
+    """A rendered report: where its ``report.md`` is, and its rows."""
+
+    path: Path
+    rows: list[ReportRow]
+
+
+def outcomes_json(outcomes: list[TargetOutcome]) -> bytes:
+    """A run's outcomes of one model as stored (``outcomes.json``)."""
+    return json.dumps([o.to_record() for o in outcomes], indent=2).encode()
+
+
+def write_report(store: Store, model: str, run: str, outcomes: list[TargetOutcome], out: Path) -> WrittenReport:
     """Render the run's report into ``out`` and copy it into the store under ``reports/<model>/<run>/``.
 
     ``out`` gets ``report.md`` with its PNG charts beside it, ``report.html`` (self-contained: opens from disk or from
-    the store in any browser), ``outcomes.json`` and ``rows.json``. Returns the path of ``report.md``.
+    the store in any browser), ``outcomes.json`` and ``rows.json``.
     """
     rows = [row_for(store, o) for o in outcomes]
     charts = render_charts(rows, out)
@@ -139,80 +146,10 @@ def write_report(store: Store, model: str, run: str, outcomes: list[dict], out: 
     path = out / "report.md"
     path.write_text(render_markdown(title, rows, charts))
     (out / "report.html").write_text(render_html(title, rows, [Path(c) for c in charts], store.uri))
-    (out / "outcomes.json").write_text(json.dumps(outcomes, indent=2))
+    (out / "outcomes.json").write_bytes(outcomes_json(outcomes))
     (out / "rows.json").write_text(json.dumps([asdict(r) for r in rows], indent=2))
     for f in [path, out / "report.html", out / "outcomes.json", out / "rows.json", *map(Path, charts)]:
         key = layout.report_key(model, run, f.name)
         if store.get(key) is None:
             store.upload_file(key, f)
-    return path
-
-
-# The self-hosted API (3.9.1) sets no bound on an artifact's data, but the row is read whole by every artifact view:
-# keep a report artifact well under a megabyte. Three 100-dpi bar charts inline in about 50 KB.
-ARTIFACT_BUDGET = 512 * 1024
-
-
-def _stored_chart(store: Store, key: str) -> str:
-    """Where a chart left out of the artifact can be seen: a presigned link (S3), or a sentence naming the file."""
-    from trtfarm.store.s3 import S3Store
-
-    url = store.url(key)
-    if isinstance(store, S3Store):
-        bucket, _, obj = url.removeprefix("s3://").partition("/")
-        link = store.client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": obj},
-                                                   ExpiresIn=7 * 24 * 3600)
-        return f"[{Path(key).name} (link valid 7 days)]({link})"
-    return (f"`{Path(key).name}` is in the store at `{url}` (a file store the Prefect UI cannot reach; "
-            f"`trtfarm report` renders it with its charts)")
-
-
-def artifact_markdown(store: Store, model: str, run: str, report_md: Path, budget: int = ARTIFACT_BUDGET) -> str:
-    """The report as a Prefect markdown artifact: each chart inlined as a data URI while the text stays in ``budget``.
-
-    A chart that would not fit is replaced by a presigned link to its copy in an S3 store, or by a sentence naming
-    its copy in a file store.
-    """
-    text = report_md.read_text()
-    for png in sorted(report_md.parent.glob("*.png"), key=lambda p: text.find(f"]({p.name})")):
-        ref = f"]({png.name})"
-        if ref not in text:
-            continue
-        uri = data_uri(png)
-        if len(text) + len(uri) <= budget:
-            text = text.replace(ref, f"]({uri})")
-        else:
-            text = text.replace(f"![{png.stem}]({png.name})",
-                                f"_chart {png.stem} left out of this artifact (over {budget // 1024} KiB):_ "
-                                + _stored_chart(store, layout.report_key(model, run, png.name)))
-    return text
-
-
-def run_outcomes(store: Store, run: str) -> dict[str, list[dict]]:
-    """The outcomes a run stored, per model (``reports/<model>/<run>/outcomes.json``); empty for an unknown run."""
-    found = {}
-    for key in store.list(f"{layout.REPORTS}/"):
-        parts = key.split("/")
-        if len(parts) == 4 and parts[2] == run and parts[3] == "outcomes.json":
-            found[parts[1]] = json.loads(store.get(key).data)
-    return found
-
-
-def outcomes_for(store: Store, ref: str) -> tuple[str, str, list[dict]]:
-    """(model, run, outcomes) for a stored run id, or for a model: its newest plan per target."""
-    for model, outcomes in run_outcomes(store, ref).items():
-        return model, ref, outcomes
-    from trtfarm.publishing.catalog import manifests_in
-
-    newest: dict[str, tuple[str, Manifest]] = {}
-    for url, m in manifests_in(store, ref):
-        current = newest.get(m.target.target_id)
-        if current is None or (m.model.exported_at or "", m.created_at) > (current[1].model.exported_at or "",
-                                                                            current[1].created_at):
-            newest[m.target.target_id] = (url, m)
-    if not newest:
-        from trtfarm.errors import UserInputError
-
-        raise UserInputError(f"no run or model {ref!r} in {store.uri}; `trtfarm plans` lists models")
-    return ref, "latest", [{"target": t, "status": "built", "reason": "", "manifest": url}
-                           for t, (url, _) in sorted(newest.items())]
+    return WrittenReport(path, rows)

@@ -113,6 +113,13 @@ class Store(ABC):
     def url(self, key: str) -> str:
         """A URI for the object that a person can open or copy."""
 
+    def share_url(self, key: str, expires_s: int = 7 * 24 * 3600) -> str | None:
+        """A link anyone holding it can open for ``expires_s`` seconds (a presigned URL); None without one.
+
+        A file store has none: only this machine can read it.
+        """
+        return None
+
     def exists(self, key: str) -> bool:
         """True when the key holds an object."""
         return self.get(key) is not None

@@ -293,3 +293,8 @@ class S3Store(Store):
     def url(self, key: str) -> str:
         """``s3://`` URI of the object."""
         return f"s3://{self.bucket}/{self._k(key)}"
+
+    def share_url(self, key: str, expires_s: int = 7 * 24 * 3600) -> str | None:
+        """A presigned GET URL of the object, valid ``expires_s`` seconds (signed locally: no request is made)."""
+        return self.client.generate_presigned_url("get_object", Params={"Bucket": self.bucket, "Key": self._k(key)},
+                                                  ExpiresIn=expires_s)
