@@ -189,13 +189,14 @@ def test_a_store_in_a_folder_called_plans_builds_lists_and_reports(workdir, exam
                            env=env_for(workdir), capture_output=True, text=True, timeout=300)
     assert table.returncode == 0, table.stderr
     key = first[0]["manifest"].removeprefix(store_uri + "/")
-    ref = "/".join(key.split("/")[1:-1])  # MODEL/.../BUILD, what `trtfarm show` takes
-    assert "up-to-date" in table.stdout and key.split("/")[1] in table.stdout
+    parts = key.split("/")  # plans/MODEL/ONNX/GPU/TOOLCHAIN/BUILD/manifest.json
+    ref = f"{parts[1]}/{parts[3]}/{parts[5][:12]}"  # what `trtfarm show` takes
+    assert "up-to-date" in table.stdout and ref in table.stdout and "store/plans/" not in table.stdout
     listed = subprocess.run([*TRTFARM, "plans", "--store", store_uri, "--wide"], cwd=workdir, env=env_for(workdir),
                             capture_output=True, text=True, timeout=120)
-    assert listed.returncode == 0 and "yes" in listed.stdout, listed.stdout + listed.stderr  # released
+    assert listed.returncode == 0 and ref in listed.stdout and "yes" in listed.stdout, listed.stdout + listed.stderr
     report = subprocess.run([*TRTFARM, "report", "encoder", "--store", store_uri, "--out", str(workdir / "r"),
                              "--json"], cwd=workdir, env=env_for(workdir), capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stderr
     (row,) = json.loads(report.stdout)["rows"]
-    assert row["target"] == "rtx4090-rtx1.7" and row["build_s"] is not None and ref.split("/")[0] == "encoder"
+    assert row["target"] == "rtx4090-rtx1.7" and row["build_s"] is not None
