@@ -170,14 +170,56 @@ def converted_prefix(model: str, onnx_digest: str, step_digest: str) -> str:
     return f"{CONVERTED}/{check_name('model name', model)}/{onnx_digest[:12]}/{step_digest[:12]}"
 
 
+CONVERTED_REPORT = "report.json"
+
+
+def converted_model_key(prefix: str) -> str:
+    """``<converted prefix>/model.onnx``: the converted ONNX of a precision step."""
+    return f"{prefix}/{ONNX_NAME}"
+
+
+def converted_report_key(prefix: str) -> str:
+    """``<converted prefix>/report.json``: the step's gate report, digest and pinned nodes (written last)."""
+    return f"{prefix}/{CONVERTED_REPORT}"
+
+
 def export_prefix(model: str, export_id: str) -> str:
     """``models/<model>/<export_id>``: one registered export."""
     return f"{MODELS}/{check_name('model name', model)}/{_segment('export id', export_id)}"
 
 
+def export_file_key(prefix: str, rel: str) -> str:
+    """``<export prefix>/<rel>``: one file of a registered export (``rel`` as the export folder names it)."""
+    return f"{prefix}/{rel}"
+
+
+def exports_prefix(model: str | None = None) -> str:
+    """``models/`` or ``models/<model>/``: what to list for the registered exports."""
+    return f"{MODELS}/{check_name('model name', model)}/" if model else f"{MODELS}/"
+
+
+def parse_export_record_key(key: str) -> tuple[str, str] | None:
+    """``(model, export_id)`` of an ``models/<model>/<export_id>/export.json`` key; None for any other key."""
+    parts = key.split("/")
+    if len(parts) == 4 and parts[0] == MODELS and parts[3] == EXPORT_NAME:
+        return parts[1], parts[2]
+    return None
+
+
 def report_key(model: str, run: str, name: str) -> str:
     """``reports/<model>/<run>/<name>``: one file of a run's report."""
     return f"{REPORTS}/{check_name('model name', model)}/{_segment('run', run)}/{_segment('report file', name)}"
+
+
+def reports_prefix() -> str:
+    """``reports/``: what to list for every run's reports."""
+    return f"{REPORTS}/"
+
+
+def parse_report_key(key: str) -> tuple[str, str, str] | None:
+    """``(model, run, name)`` of a ``reports/<model>/<run>/<name>`` key; None for any other key."""
+    parts = key.split("/")
+    return (parts[1], parts[2], parts[3]) if len(parts) == 4 and parts[0] == REPORTS else None
 
 
 def job_result_key(run: str, job_id: str) -> str:

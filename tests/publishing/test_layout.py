@@ -41,6 +41,39 @@ def test_a_plan_key_parses_back_into_its_fields():
     assert layout.parse_plan_key("releases/encoder/h100/x.json") is None
 
 
+def test_converted_registry_and_report_keys_have_their_shape_and_parse_back():
+    step = layout.converted_prefix("encoder", D64, B64)
+    assert layout.converted_model_key(step) == f"{step}/model.onnx"
+    assert layout.converted_report_key(step) == f"{step}/report.json"
+    export = layout.export_prefix("encoder", "20261201T000000000000Z-0123456789ab")
+    assert layout.export_file_key(export, "data/weights.bin") == f"{export}/data/weights.bin"
+    assert layout.exports_prefix() == "models/" and layout.exports_prefix("encoder") == "models/encoder/"
+    assert layout.parse_export_record_key(f"{export}/export.json") == ("encoder", "20261201T000000000000Z-0123456789ab")
+    assert layout.parse_export_record_key(f"{export}/model.onnx") is None
+    assert layout.parse_export_record_key(f"{export}/sub/export.json") is None  # a file of the export, not its record
+    key = layout.report_key("encoder", "run-1", "outcomes.json")
+    assert layout.parse_report_key(key) == ("encoder", "run-1", "outcomes.json")
+    assert layout.parse_report_key("reports/encoder/run-1") is None and layout.parse_report_key("plans/a/b/c") is None
+
+
+def test_no_module_outside_layout_spells_a_key():
+    """Keys are spelled in trtfarm/layout.py only: no other core module writes a top-level folder of the store."""
+    import re
+    from pathlib import Path
+
+    folders = "|".join(re.escape(f) for f in (layout.PLANS, layout.RELEASES, layout.TIMING_CACHES, layout.CONVERTED,
+                                              layout.MODELS, layout.REPORTS, layout.RUNS, "webhook"))
+    constants = "PLANS|RELEASES|TIMING_CACHES|CONVERTED|MODELS|REPORTS|RUNS"
+    spelled = re.compile(rf"""f?["'](?:{folders})/|f["'][^"']*\{{[^}}]*\}}/(?:report\.json|model\.onnx|export\.json)"""
+                         rf"|\{{(?:layout\.)?(?:{constants})\}}/")
+    root = Path(layout.__file__).parent
+    offences = [f"{p.relative_to(root.parent)}:{n}: {line.strip()}" for p in sorted(root.rglob("*.py"))
+                if p.name != "layout.py" and "cli" not in p.parts
+                for n, line in enumerate(p.read_text().splitlines(), 1)
+                if spelled.search(line) and not line.lstrip().startswith("#")]
+    assert offences == []
+
+
 def test_timing_cache_references_round_trip():
     key = layout.timing_cache_ref("tensorrt-11.4.0.106/h100")
     assert key == layout.timing_cache_key("tensorrt-11.4.0.106", "h100") == layout.timing_cache_ref(key)

@@ -83,7 +83,7 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
     profiles = _profiles(request, path, spec)
     check_profiles_against_inputs(profiles, onnx_inputs(path), str(path))
     if "://" in export.uri:
-        model = model.model_copy(update={"source_uri": f"{export.uri}/model.onnx"})
+        model = model.model_copy(update={"source_uri": f"{export.uri}/{layout.ONNX_NAME}"})
     recipe, calibration, heldout = spec_precision(path, spec, request.precision, request.calibration,
                                                   request.heldout)
     texts = profile_texts(profiles)

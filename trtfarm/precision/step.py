@@ -18,7 +18,7 @@ from google.protobuf.message import DecodeError
 from trtfarm.errors import IntegrityError, UserInputError
 from trtfarm.identity import canonical_json, sha256_file
 from trtfarm.identity import onnx_digest as digest_of
-from trtfarm.layout import converted_prefix
+from trtfarm.layout import converted_model_key, converted_prefix, converted_report_key
 from trtfarm.onnxfile import external_files
 from trtfarm.precision.autopin import auto_pin
 from trtfarm.precision.convert import ConversionError, Converted, convert_onnx
@@ -138,14 +138,14 @@ def prepare_precision(store, model_name: str, src: Path, onnx_digest: str, recip
         return PrecisionResult(recipe, src, onnx_digest, accuracy_gate(src, src, [], recipe), [])
     key = precision_key(recipe, onnx_digest, calibration, heldout)
     prefix = converted_prefix(model_name, onnx_digest, key)
-    stored = store.get(f"{prefix}/report.json")
+    stored = store.get(converted_report_key(prefix))
     if stored is not None:
         doc = json.loads(stored.data)
         report = GateReport(**{**doc["report"], "figures": [OutputFigures(**f) for f in doc["report"]["figures"]]})
         result = PrecisionResult(recipe, work / "model.onnx", doc["digest"], report, doc["pinned"], reused=True)
         if result.report.passed is False:
             raise GateFailed(result.summary())
-        store.download_file(f"{prefix}/model.onnx", result.path, sha256=doc["sha256"])
+        store.download_file(converted_model_key(prefix), result.path, sha256=doc["sha256"])
         return result
     work.mkdir(parents=True, exist_ok=True)  # shared by builds of this step on this machine: written whole, by rename
     with scratch_dir(".converting-", work) as tmp:
@@ -155,14 +155,14 @@ def prepare_precision(store, model_name: str, src: Path, onnx_digest: str, recip
             result = replace(result, path=work / "model.onnx")
     if result.report.passed is not False:
         try:
-            store.upload_file(f"{prefix}/model.onnx", result.path)
+            store.upload_file(converted_model_key(prefix), result.path)
         except AlreadyExists:  # another worker converted the same step first: readers get its bytes, and so do we
-            store.download_file(f"{prefix}/model.onnx", result.path)
+            store.download_file(converted_model_key(prefix), result.path)
             result = replace(result, digest=digest_of(result.path))
     doc = {"digest": result.digest, "sha256": sha256_file(result.path), "pinned": result.pinned,
            "recipe": recipe.model_dump(mode="json"), "report": result.report.to_json()}
-    if not store.put_if_absent(f"{prefix}/report.json", json.dumps(doc, indent=2).encode()):
-        stored = json.loads(store.get(f"{prefix}/report.json").data)
+    if not store.put_if_absent(converted_report_key(prefix), json.dumps(doc, indent=2).encode()):
+        stored = json.loads(store.get(converted_report_key(prefix)).data)
         if result.report.passed is not False and stored["sha256"] != doc["sha256"]:
             raise IntegrityError(f"{store.url(prefix)}: report.json records sha256 {stored['sha256'][:12]} but "
                                  f"model.onnx there is {doc['sha256'][:12]}; delete the folder to convert again")

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from trtfarm.errors import CorruptObject, UserInputError
-from trtfarm.layout import MANIFEST_NAME, PLANS, folder_of, parse_plan_key, plans_prefix, provenance_name
+from trtfarm.layout import MANIFEST_NAME, folder_of, manifest_key, parse_plan_key, plans_prefix, provenance_name
 from trtfarm.publishing.provenance import provenance_from_json
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.store import open_store
@@ -85,10 +85,10 @@ def load_attested(ref: str, store_uri: str) -> tuple[str, Manifest, dict | None]
             store, key = open_store(f"s3://{parsed.netloc}"), parsed.path.lstrip("/")
         else:
             store, key = open_store(store_uri), ref.rstrip("/")
-            if len(key.split("/")) == 3 and not key.startswith(f"{PLANS}/"):
+            if len(key.split("/")) == 3 and not key.startswith(plans_prefix()):
                 key = _by_short_ref(store, key)
             if not key.endswith(MANIFEST_NAME):
-                key = f"{key}/{MANIFEST_NAME}"
+                key = manifest_key(key)
         blob = store.get(key)
         if blob is None:
             raise UserInputError(f"no manifest at {store.url(key)}; `trtfarm plans` lists the published ones")

@@ -25,7 +25,16 @@ import onnx
 
 from trtfarm.errors import UserInputError
 from trtfarm.identity import model_name_from_path, sha256_file
-from trtfarm.layout import EXPORT_NAME, MODELS, ONNX_NAME, check_name, export_prefix
+from trtfarm.layout import (
+    EXPORT_NAME,
+    MODELS,
+    ONNX_NAME,
+    check_name,
+    export_file_key,
+    export_prefix,
+    exports_prefix,
+    parse_export_record_key,
+)
 from trtfarm.onnxfile import external_files, external_locations, location_path
 from trtfarm.store import AlreadyExists, Store, open_store
 from trtfarm.vocabulary.buildspec import SHAPES_NAME, SPEC_NAME, spec_for_model
@@ -74,32 +83,33 @@ def register_export(store: Store, folder: Path, name: str | None = None, progres
               "model_files": [n for n, _ in source.files]}
     for path in files:
         rel = path.relative_to(folder).as_posix()
-        up = store.upload_file(f"{prefix}/{rel}", path, progress)
+        up = store.upload_file(export_file_key(prefix, rel), path, progress)
         record["files"][rel] = {"sha256": up.sha256, "bytes": up.size}
-    if not store.put_if_absent(f"{prefix}/{EXPORT_NAME}", json.dumps(record, indent=2).encode()):
+    if not store.put_if_absent(export_file_key(prefix, EXPORT_NAME), json.dumps(record, indent=2).encode()):
         raise AlreadyExists(f"{store.url(prefix)}: this export id is taken; register again")
     return ExportRef(store.url(prefix), name, export_id)
 
 
+def _records(store: Store, name: str | None = None) -> list[tuple[str, str]]:
+    """``(model, export_id)`` of every complete export (its ``export.json`` is there), of one model or all."""
+    return [parsed for k in store.list(exports_prefix(name)) if (parsed := parse_export_record_key(k))]
+
+
 def _exports(store: Store, name: str) -> list[str]:
-    suffix = f"/{EXPORT_NAME}"
-    keys = (k for k in store.list(f"{MODELS}/{name}/") if k.endswith(suffix))
-    return sorted(k[len(f"{MODELS}/{name}/"):-len(suffix)] for k in keys if k.count("/") == 3)
+    return sorted(export_id for _, export_id in _records(store, name))
 
 
 def registered_models(store: Store) -> list[str]:
     """Every model name with at least one complete export."""
-    names = {k.split("/")[1] for k in store.list(f"{MODELS}/") if k.endswith(f"/{EXPORT_NAME}") and k.count("/") == 3}
-    return sorted(names)
+    return sorted({model for model, _ in _records(store)})
 
 
 def latest_exports(store: Store) -> list[ExportRef]:
     """The newest complete export of every registered model (what the nightly run builds), from one listing."""
     newest: dict[str, str] = {}
-    for key in store.list(f"{MODELS}/"):
-        parts = key.split("/")
-        if len(parts) == 4 and parts[3] == EXPORT_NAME and parts[2] > newest.get(parts[1], ""):
-            newest[parts[1]] = parts[2]
+    for model, export_id in _records(store):
+        if export_id > newest.get(model, ""):
+            newest[model] = export_id
     return [ExportRef(store.url(export_prefix(name, export_id)), name, export_id)
             for name, export_id in sorted(newest.items())]
 

@@ -15,10 +15,10 @@ from trtfarm.vocabulary.outcome import TargetOutcome
 def run_outcomes(store: Store, run: str) -> dict[str, list[TargetOutcome]]:
     """The outcomes a run stored, per model (``reports/<model>/<run>/outcomes.json``); empty for an unknown run."""
     found = {}
-    for key in store.list(f"{layout.REPORTS}/"):
-        parts = key.split("/")
-        if len(parts) == 4 and parts[2] == run and parts[3] == "outcomes.json":
-            found[parts[1]] = [TargetOutcome.from_record(r, store.uri) for r in json.loads(store.get(key).data)]
+    for key in store.list(layout.reports_prefix()):
+        parsed = layout.parse_report_key(key)
+        if parsed and parsed[1:] == (run, "outcomes.json"):
+            found[parsed[0]] = [TargetOutcome.from_record(r, store.uri) for r in json.loads(store.get(key).data)]
     return found
 
 

@@ -107,7 +107,7 @@ def with_precision(store, model: ModelSource, recipe: Recipe, calibration: Path 
                                                                               calibration, heldout))
     gate = "passed" if result.report.passed else "not_run" if result.report.passed is None else "failed"
     step = PrecisionStep(recipe=recipe, converted_digest=result.digest,
-                         converted_key=f"{key}/{layout.ONNX_NAME}" if converted else None,
+                         converted_key=layout.converted_model_key(key) if converted else None,
                          converted_sha256=sha256_file(result.path) if converted else None,
                          pinned_fp32_nodes=result.pinned,
                          accuracy=result.report.to_json() if recipe.mode != "fp32" else None,
