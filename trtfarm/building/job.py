@@ -96,7 +96,7 @@ def _refit(store: Store, job: BuildJob, model: ModelSource, run_id: str | None, 
 
     try:
         outcome = refit_and_publish(store, model, job.lead, job.refit_of, job.profile_models(), run_id=run_id,
-                                    signer=signer)
+                                    signer=signer, parent=job.parent)
     except RefitUnavailable as err:
         return JobResult(job_id=job.job_id, model=job.model.name, refit_unavailable=str(err))
     return JobResult(job_id=job.job_id, model=job.model.name, outcomes=[outcome])

@@ -184,7 +184,7 @@ def _jobs(store: Store, request: MatrixRequest, model: ModelSource, uri: str, te
             decision = refit_decision(store, model, plan, wanted)
             if decision.action == "refit":
                 jobs.append(BuildJob(**base, plans=[plan], build_digest=plan.build_digest,
-                                     refit_of=decision.parent_manifest))
+                                     refit_of=decision.parent_manifest, parent=decision.parent))
                 todo.remove(plan)
             else:
                 reasons[plan.target.id] = decision.reason
