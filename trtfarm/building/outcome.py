@@ -81,7 +81,8 @@ def triage(store: Store, plans: Sequence[TargetPlan], force: bool = False, verif
 
     ``force`` rebuilds published targets too (their manifests are kept: see ``build_group``). A damaged plan object
     (its size, or with ``verify`` its sha256) is rebuilt; a published but unreleased plan is released when policy
-    allows (never for a ``trial``: the reason no pointer moves).
+    allows (never for a ``trial``: the reason no pointer moves). Each plan still to build carries its release pointer
+    as read here (with its ETag) and whether its manifest was absent, so the build does not read them again.
     """
     done: dict[str, TargetOutcome] = {}
     todo = []
@@ -91,7 +92,7 @@ def triage(store: Store, plans: Sequence[TargetPlan], force: bool = False, verif
             continue
         p = replace(p, pointer=p.pointer or seen_pointer(store, p.release_key))  # the build's release starts here
         try:
-            existing = None if force else read_manifest(store, p.manifest_key)
+            existing = None if force or p.manifest_absent else read_manifest(store, p.manifest_key)
         except CorruptObject:  # a damaged manifest of this very build: withdraw it, the rebuild publishes afresh
             withdraw(store, p.prefix)
             existing = None
@@ -143,8 +144,10 @@ def triage_listed(store: Store, plans: Sequence[TargetPlan],
         if p.skip_reason:
             done[t.id] = TargetOutcome(t.id, "skipped", p.skip_reason)
         elif p.manifest_key not in sizes or not sizes.get(layout.plan_key(p.prefix)):
-            todo.append(p)
-        elif layout.release_key(model, t.gpu_key, t.toolchain_label) not in pointers:
+            unreleased = SeenPointer(key=p.release_key, pointer=None, etag=None) if p.release_key not in pointers \
+                else None  # what the listings said travels with the plan: neither is read again
+            todo.append(replace(p, manifest_absent=p.manifest_key not in sizes, pointer=unreleased))
+        elif p.release_key not in pointers:
             more_done, more_todo = triage(store, [p])
             done.update(more_done)
             todo += more_todo

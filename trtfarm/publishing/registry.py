@@ -208,9 +208,12 @@ def _fetch_file(folder: Store, rel: str, dest: Path, sha: str | None) -> None:
     folder.download_file(rel, target, sha256=sha)
 
 
-def local_copy(export: ExportRef) -> Path:
-    """The export's model.onnx on this machine: fetched (sha256-checked, cached by URI) or the local path itself."""
+def local_copy(export: ExportRef, record: dict | None = None) -> Path:
+    """The export's model.onnx on this machine: fetched (sha256-checked, cached by URI) or the local path itself.
+
+    ``record``: the export's ``export.json``, when the caller has read it already.
+    """
     if "://" not in export.uri:
         return Path(export.uri)
     key = hashlib.sha256(export.uri.encode()).hexdigest()[:16]
-    return fetch_export(export, Path(tempfile.gettempdir()) / "trtfarm" / "exports" / key)
+    return fetch_export(export, Path(tempfile.gettempdir()) / "trtfarm" / "exports" / key, record=record)
