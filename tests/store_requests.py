@@ -197,7 +197,8 @@ def _open(uri: str) -> Store:
     return trtfarm.store.open_store(uri)  # looked up at each call: counted inside ``counting``
 
 
-def _export(folder: Path, seed: int) -> Path:
+def export_at(folder: Path, seed: int) -> Path:
+    """The example encoder with weights ``seed`` and its farm.yaml in ``folder``; returns its model.onnx."""
     sys.path.insert(0, str(REPO))
     from examples.encoder import make_model
 
@@ -207,7 +208,8 @@ def _export(folder: Path, seed: int) -> Path:
     return folder / "model.onnx"
 
 
-def _request(model: str, store: str, fleet: Path, **kw):
+def request_for(model: str, store: str, fleet: Path, **kw):
+    """A local run's request."""
     from trtfarm.planning.requests import MatrixRequest
 
     return MatrixRequest(model=model, store=store, targets_file=str(fleet), dispatch="local", **kw)
@@ -226,10 +228,10 @@ def local_build(work: Path, store: str) -> dict[str, Tally]:
 
     fleet = work / "gpu_targets.yaml"
     fleet.write_text(THREE_TARGETS)
-    onnx_path = _export(work / "encoder", 0)
-    first, rows = _counted(lambda: run_local(_request(str(onnx_path), store, fleet), report="none"))
+    onnx_path = export_at(work / "encoder", 0)
+    first, rows = _counted(lambda: run_local(request_for(str(onnx_path), store, fleet), report="none"))
     assert [r["status"] for r in rows] == ["built"] * 3, rows
-    again, rows = _counted(lambda: run_local(_request(str(onnx_path), store, fleet), report="none"))
+    again, rows = _counted(lambda: run_local(request_for(str(onnx_path), store, fleet), report="none"))
     assert [r["status"] for r in rows] == ["up-to-date"] * 3, rows
     return {"local build": first, "local build, up to date": again}
 
@@ -241,12 +243,12 @@ def refit_run(work: Path, store: str) -> dict[str, Tally]:
 
     fleet = work / "refit_targets.yaml"
     fleet.write_text(REFIT_TARGETS)
-    run_local(_request(str(_export(work / "v1", 0)), store, fleet), report="none")
-    v2 = _export(work / "v2", 7)
+    run_local(request_for(str(export_at(work / "v1", 0)), store, fleet), report="none")
+    v2 = export_at(work / "v2", 7)
     real = refitter.refit_plan
     refitter.refit_plan = lambda trt, data, onnx_path: data  # the refit needs a GPU: keep the parent's bytes
     try:
-        tally, rows = _counted(lambda: run_local(_request(str(v2), store, fleet, refit=True), report="none"))
+        tally, rows = _counted(lambda: run_local(request_for(str(v2), store, fleet, refit=True), report="none"))
     finally:
         refitter.refit_plan = real
     assert [r["status"] for r in rows] == ["built", "built"] and "refitted from" in rows[0]["reason"], rows
@@ -266,8 +268,8 @@ def farm_run(work: Path, store: str) -> dict[str, Tally]:
 
     fleet = work / "farm_targets.yaml"
     fleet.write_text(THREE_TARGETS)
-    register_export(_open(store), _export(work / "registered", 3).parent, "encoder")
-    request = _request("encoder", store, fleet)
+    register_export(_open(store), export_at(work / "registered", 3).parent, "encoder")
+    request = request_for("encoder", store, fleet)
 
     def plan():
         assert _published_already(request) is None

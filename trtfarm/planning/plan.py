@@ -235,4 +235,4 @@ def _jobs(store: Store, request: MatrixRequest, model: ModelSource, uri: str, te
 
 def full_build_of(job: BuildJob, why: str) -> BuildJob:
     """The full build that replaces a refit the workers could not do."""
-    return job.model_copy(update={"refit_of": None, "full_build_reason": why, "fallback": True})
+    return job.model_copy(update={"refit_of": None, "parent": None, "full_build_reason": why, "fallback": True})
