@@ -147,8 +147,9 @@ def triage_listed(store: Store, plans: Sequence[TargetPlan],
             unreleased = SeenPointer(key=p.release_key, pointer=None, etag=None) if p.release_key not in pointers \
                 else None  # what the listings said travels with the plan: neither is read again
             todo.append(replace(p, manifest_absent=p.manifest_key not in sizes, pointer=unreleased))
-        elif p.release_key not in pointers:
-            more_done, more_todo = triage(store, [p])
+        elif p.release_key not in pointers:  # listed as absent: the release swaps it in from nothing
+            more_done, more_todo = triage(store, [replace(p, pointer=SeenPointer(key=p.release_key, pointer=None,
+                                                                                 etag=None))])
             done.update(more_done)
             todo += more_todo
         else:
