@@ -58,9 +58,17 @@ def onnx_digest(path: Path) -> str:
     return files_digest(model_files(path))
 
 
-def graph_digest(path: Path) -> str:
-    """Sha256 of the graph with every initializer's values cleared (names, types and shapes kept)."""
-    model = onnx.load(str(path), load_external_data=False)
+def graph_digest(path: Path, model: onnx.ModelProto | None = None) -> str:
+    """Sha256 of the graph with every initializer's values cleared (names, types and shapes kept).
+
+    ``model``: the file at ``path`` parsed already (without external data); it is left as it is.
+    """
+    if model is None:
+        model = onnx.load(str(path), load_external_data=False)
+    else:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        model = copy
     for init in list(model.graph.initializer):
         dims, dtype, name = list(init.dims), init.data_type, init.name
         init.Clear()

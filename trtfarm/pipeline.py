@@ -47,20 +47,21 @@ def find_exports(store: Store, model: str | None) -> list[ExportRef]:
 
 def plan_run(request: MatrixRequest, store: Store, exports: Iterable[ExportRef], farm: bool,
              fleet: Fleet | None = None) -> list[ExportPlan]:
-    """Plan every model of the run; the fleet is parsed and this machine scanned once per run.
+    """Plan every model of the run; the fleet is parsed, its targets resolved and this machine scanned once per run.
 
     A farm run over several models lists the store's plans and release pointers once and plans the models on a
     few threads (their store requests overlap; the store client is shared).
     """
     fleet = fleet or load_fleet(request.targets_file)
-    select_targets(fleet, request.targets or None)  # an unknown target id fails the run before any work
+    targets = select_targets(fleet, request.targets or None)  # an unknown target id fails the run before any work
     exports = list(exports)
     if not farm:
         caps = local_capabilities()
-        return [plan_export(request, e, store, farm=False, fleet=fleet, caps=caps) for e in exports]
+        return [plan_export(request, e, store, farm=False, fleet=fleet, caps=caps, targets=targets) for e in exports]
     index = StoreIndex(store) if len(exports) > 1 else None
     with ThreadPoolExecutor(max_workers=min(PLAN_THREADS, max(len(exports), 1))) as pool:
-        return list(pool.map(lambda e: plan_export(request, e, store, farm=True, fleet=fleet, index=index), exports))
+        return list(pool.map(lambda e: plan_export(request, e, store, farm=True, fleet=fleet, index=index,
+                                                   targets=targets), exports))
 
 
 def refit_fallbacks(jobs: list[BuildJob], results: list[JobResult], where: Callable[[BuildJob], str]) -> list[BuildJob]:

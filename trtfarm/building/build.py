@@ -114,7 +114,7 @@ def engine_result(store: Store, model: ModelSource, plan: TargetPlan, profiles, 
         with np.load(heldout) as npz:
             samples = {k: npz[k] for k in npz.files}
     v = validate_engine(result.plan_path, model.path, list(profiles), engine_recipe(model), heldout=samples)
-    check, tactics, digest = engine_check(v, t.gpu.nvml_name, released_manifest(store, model.name, plan),
+    check, tactics, digest = engine_check(v, t.gpu.nvml_name, released_manifest(store, plan),
                                           t.max_p99_increase)
     return EngineResult(check, tactics, digest, v.memory_per_profile)
 
@@ -129,14 +129,13 @@ def engine_recipe(model: ModelSource):
     return recipe
 
 
-def released_manifest(store: Store, model_name: str, plan: TargetPlan) -> Manifest | None:
-    """The manifest the target's release pointer names (the previous release), if any."""
+def released_manifest(store: Store, plan: TargetPlan) -> Manifest | None:
+    """The manifest the target's release pointer names (the previous release), if any; the pointer as planned."""
     from trtfarm.errors import CorruptObject
-    from trtfarm.layout import release_key
     from trtfarm.publishing.release import read_pointer
 
     try:
-        pointer, _ = read_pointer(store, release_key(model_name, plan.target.gpu_key, plan.target.toolchain_label))
+        pointer = plan.pointer.pointer if plan.pointer else read_pointer(store, plan.release_key)[0]
         return read_manifest(store, pointer.manifest) if pointer else None
     except CorruptObject:  # nothing to compare against; the release step repairs the pointer and says so
         return None
@@ -264,12 +263,12 @@ def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], p
                 return build_manifest(model, plan, lead, result, profiles, cache, run_id, info, engine, determinism)
 
             up = upload_progress(plan.target.id) if upload_progress else None
-            pub = publish_plan(store, plan.prefix, result.plan_path, manifest_for, up, attest)
+            pub = publish_plan(store, plan.prefix, result.plan_path, manifest_for, up, attest, plan.manifest_absent)
             shared = "" if plan is lead else f"shares the {plan.target.compat_class} build of {lead.target.id}"
             note = shared if pub.created else _already_published_note(pub.manifest, result)
             outcome = outcome_from_manifest(store, plan, pub.manifest, status="built", reason=note)
             outcome.release = release_if_allowed(store, pub.manifest_key, pub.manifest, plan.target.release_on, run_id,
-                                                 model.trial)
+                                                 model.trial, plan.pointer)
             return outcome
 
         if len(group) == 1:

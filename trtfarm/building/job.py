@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from trtfarm.building.build import build_group
 from trtfarm.errors import UserInputError
-from trtfarm.identity import onnx_digest, sha256_file
+from trtfarm.identity import files_digest, onnx_digest, sha256_file
 from trtfarm.publishing.registry import local_copy
 from trtfarm.store import Store
 from trtfarm.store.base import Progress
@@ -48,7 +48,7 @@ def job_model(store: Store, job: BuildJob, work: Path) -> ModelSource:
     path = local_copy(ExportRef(job.model_uri, job.model.name)) if "://" in job.model_uri else Path(job.model_uri)
     if not path.is_file():
         raise UserInputError(f"{path}: the model this build was planned for is gone; rerun the build")
-    digest = onnx_digest(path)
+    digest = _digest(path, job.model)
     if digest != job.model.onnx_digest:
         raise UserInputError(f"{job.model_uri}: the model bytes changed since the run was planned (sha256 "
                              f"{job.model.onnx_digest[:12]} planned, {digest[:12]} found); rerun the build")
@@ -61,6 +61,18 @@ def job_model(store: Store, job: BuildJob, work: Path) -> ModelSource:
         local = work / "converted.onnx"
         store.download_file(step.converted_key, local, sha256=step.converted_sha256)
     return model.model_copy(update={"build_path": local})
+
+
+def _digest(path: Path, planned: ModelSource) -> str:
+    """The model's ``onnx_digest`` now, over the files planning found, without parsing the ONNX again.
+
+    A changed ONNX file changes its own sha256, so a new set of external files cannot pass unnoticed. Where planning
+    named no files, or one is gone, the file is parsed (and a missing one refused with the fix).
+    """
+    files = [(n, path.parent / n) for n, _ in planned.files]
+    if not files or files[0][0] != path.name or not all(f.is_file() for _, f in files):
+        return onnx_digest(path)
+    return files_digest([(n, sha256_file(f)) for n, f in files])
 
 
 def _failed(job: BuildJob, why: str) -> JobResult:
@@ -96,7 +108,7 @@ def _refit(store: Store, job: BuildJob, model: ModelSource, run_id: str | None, 
 
     try:
         outcome = refit_and_publish(store, model, job.lead, job.refit_of, job.profile_models(), run_id=run_id,
-                                    signer=signer)
+                                    signer=signer, parent=job.parent)
     except RefitUnavailable as err:
         return JobResult(job_id=job.job_id, model=job.model.name, refit_unavailable=str(err))
     return JobResult(job_id=job.job_id, model=job.model.name, outcomes=[outcome])

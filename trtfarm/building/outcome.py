@@ -9,15 +9,24 @@ the two) is released here when the target's policy allows, so a rerun completes 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from trtfarm import layout
 from trtfarm.errors import CorruptObject
 from trtfarm.layout import short_ref
 from trtfarm.publishing.publish import plan_intact, plan_rehash, read_manifest, withdraw
-from trtfarm.publishing.release import ReleaseRefused, move_release, pointer_key, read_pointer, repair_pointer
+from trtfarm.publishing.release import (
+    ReleaseRefused,
+    move_release,
+    pointer_key,
+    read_pointer,
+    repair_pointer,
+    seen_pointer,
+)
 from trtfarm.store import Store
 from trtfarm.vocabulary.manifest import Manifest
 from trtfarm.vocabulary.outcome import Status, TargetOutcome
+from trtfarm.vocabulary.pointer import SeenPointer
 from trtfarm.vocabulary.targets import TargetPlan
 
 
@@ -35,27 +44,34 @@ def outcome_from_manifest(store: Store, plan: TargetPlan, manifest: Manifest, st
 
 
 def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, release_on: str,
-                       run_id: str | None, trial: str | None = None) -> str:
+                       run_id: str | None, trial: str | None = None, seen: SeenPointer | None = None) -> str:
     """Move the release pointer when the target's policy allows (and the build is no trial); say what happened.
 
     ``released: KEY: OLD -> NEW`` names the pointer and where it moved from and to (``MODEL/GPU/BUILD`` references,
     what ``trtfarm show`` takes); a trial names where the pointer stays. A damaged pointer (not JSON, fields missing)
-    is trtfarm's own object: it is repaired first, and the answer says so.
+    is trtfarm's own object: it is repaired first, and the answer says so. ``seen``: the pointer as planning read it
+    (its ETag starts the compare-and-swap; a stale one conflicts and the pointer is read afresh), else it is read.
     """
     key = pointer_key(manifest)
-    repaired = repair_pointer(store, key, release_on)
-    note = f"{repaired}; " if repaired else ""
-    before, _ = read_pointer(store, key)
+    note = ""
+    if seen is None or seen.key != key:
+        repaired = repair_pointer(store, key, release_on)
+        note = f"{repaired}; " if repaired else ""
+        before, etag = read_pointer(store, key)
+        seen = SeenPointer(key=key, pointer=before, etag=etag)
+    before = seen.pointer
     old = short_ref(before.manifest) if before else "nothing"
     if trial:
         return f"{note}not released ({trial}): {key} stays at {old}"
     if before and before.manifest == manifest_key:
         return f"{note}released: {key} (already at {old})"
     try:
-        move_release(store, manifest_key, manifest, release_on=release_on, by="trtfarm",
-                     reason=f"built by run {run_id}" if run_id else "built by trtfarm")
+        moved = move_release(store, manifest_key, manifest, release_on=release_on, by="trtfarm",
+                             reason=f"built by run {run_id}" if run_id else "built by trtfarm", seen=seen)
     except ReleaseRefused as refused:
         return f"{note}{refused}"
+    if len(moved.history) > 1:  # where it moved from, also when a concurrent writer moved it since planning
+        old = short_ref(moved.history[-2].manifest)
     return f"{note}released: {key}: {old} -> {short_ref(manifest_key)}"
 
 
@@ -65,7 +81,8 @@ def triage(store: Store, plans: Sequence[TargetPlan], force: bool = False, verif
 
     ``force`` rebuilds published targets too (their manifests are kept: see ``build_group``). A damaged plan object
     (its size, or with ``verify`` its sha256) is rebuilt; a published but unreleased plan is released when policy
-    allows (never for a ``trial``: the reason no pointer moves).
+    allows (never for a ``trial``: the reason no pointer moves). Each plan still to build carries its release pointer
+    as read here (with its ETag) and whether its manifest was absent, so the build does not read them again.
     """
     done: dict[str, TargetOutcome] = {}
     todo = []
@@ -73,8 +90,9 @@ def triage(store: Store, plans: Sequence[TargetPlan], force: bool = False, verif
         if p.skip_reason:
             done[p.target.id] = TargetOutcome(p.target.id, "skipped", p.skip_reason)
             continue
+        p = replace(p, pointer=p.pointer or seen_pointer(store, p.release_key))  # the build's release starts here
         try:
-            existing = None if force else read_manifest(store, p.manifest_key)
+            existing = None if force or p.manifest_absent else read_manifest(store, p.manifest_key)
         except CorruptObject:  # a damaged manifest of this very build: withdraw it, the rebuild publishes afresh
             withdraw(store, p.prefix)
             existing = None
@@ -82,11 +100,12 @@ def triage(store: Store, plans: Sequence[TargetPlan], force: bool = False, verif
         if existing is not None and damage is None and verify and (damage := plan_rehash(store, existing)):
             withdraw(store, p.prefix)  # bytes that no longer hash to the manifest: the rebuild publishes afresh
         if existing is None or damage:
-            todo.append(p)
+            todo.append(replace(p, manifest_absent=existing is None and not force))
             continue
         outcome = outcome_from_manifest(store, p, existing)
         if outcome.status != "failed":
-            outcome.release = release_if_allowed(store, p.manifest_key, existing, p.target.release_on, None, trial)
+            outcome.release = release_if_allowed(store, p.manifest_key, existing, p.target.release_on, None, trial,
+                                                 p.pointer)
         done[p.target.id] = outcome
     return done, todo
 
@@ -125,9 +144,12 @@ def triage_listed(store: Store, plans: Sequence[TargetPlan],
         if p.skip_reason:
             done[t.id] = TargetOutcome(t.id, "skipped", p.skip_reason)
         elif p.manifest_key not in sizes or not sizes.get(layout.plan_key(p.prefix)):
-            todo.append(p)
-        elif layout.release_key(model, t.gpu_key, t.toolchain_label) not in pointers:
-            more_done, more_todo = triage(store, [p])
+            unreleased = SeenPointer(key=p.release_key, pointer=None, etag=None) if p.release_key not in pointers \
+                else None  # what the listings said travels with the plan: neither is read again
+            todo.append(replace(p, manifest_absent=p.manifest_key not in sizes, pointer=unreleased))
+        elif p.release_key not in pointers:  # listed as absent: the release swaps it in from nothing
+            more_done, more_todo = triage(store, [replace(p, pointer=SeenPointer(key=p.release_key, pointer=None,
+                                                                                 etag=None))])
             done.update(more_done)
             todo += more_todo
         else:

@@ -34,17 +34,17 @@ class RefitDecision:
     action: Literal["refit", "build"]
     reason: str
     parent_manifest: str | None = None
+    parent: Manifest | None = None  # the manifest at ``parent_manifest``, as read for the decision
 
 
 def refit_decision(store: Store, model: ModelSource, plan: TargetPlan, profiles: list[dict]) -> RefitDecision:
     """Decide for one target of a new export whether its released plan can be refitted with the export's weights.
 
-    ``profiles`` are the new export's (``profiles_json``): a plan built for other profiles is rebuilt.
+    ``profiles`` are the new export's (``profiles_json``): a plan built for other profiles is rebuilt. The pointer is
+    the one planning read (``plan.pointer``) when it did.
     """
-    from trtfarm.layout import release_key
-
     tid = plan.target.id
-    pointer, _ = read_pointer(store, release_key(model.name, plan.target.gpu_key, plan.target.toolchain_label))
+    pointer = plan.pointer.pointer if plan.pointer else read_pointer(store, plan.release_key)[0]
     if pointer is None:
         return RefitDecision(tid, "build", "no released plan to refit")
     parent = read_manifest(store, pointer.manifest)
@@ -68,24 +68,26 @@ def refit_decision(store: Store, model: ModelSource, plan: TargetPlan, profiles:
         return RefitDecision(tid, "build", "optimization profiles changed since the released plan")
     if parent.model.onnx_digest == model.onnx_digest:
         return RefitDecision(tid, "build", "the released plan already has these weights")
-    return RefitDecision(tid, "refit", f"same graph, new weights: refit of {pointer.manifest}", pointer.manifest)
+    return RefitDecision(tid, "refit", f"same graph, new weights: refit of {pointer.manifest}", pointer.manifest,
+                         parent)
 
 
 def refit_and_publish(store: Store, model: ModelSource, plan: TargetPlan, parent_key: str, profiles: list[Profile],
-                      run_id: str | None = None, refit: Callable | None = None, signer=None) -> TargetOutcome:
+                      run_id: str | None = None, refit: Callable | None = None, signer=None,
+                      parent: Manifest | None = None) -> TargetOutcome:
     """Refit the released plan ``parent_key`` with ``model``'s weights and publish it as this export's plan.
 
     The plan is checked as a build would be and published under the target's key for this export; its manifest
     names the parent (``lineage``) and keeps the parent's tactics; ``signer`` signs it as a build would. ``refit``
     is the toolchain seam (``trtfarm.toolchain.refitter.refit_plan``, GPU only); it raises ``RefitUnavailable``
-    where the engine cannot load.
+    where the engine cannot load. ``parent``: the manifest at ``parent_key`` as planning read it (else it is read).
     """
     from trtfarm.building.build import attestation, build_manifest, engine_result
     from trtfarm.building.outcome import outcome_from_manifest, release_if_allowed
     from trtfarm.toolchain import import_flavour, read_plan_header
     from trtfarm.toolchain.refitter import refit_plan
 
-    parent = read_manifest(store, parent_key)
+    parent = parent or read_manifest(store, parent_key)
     if parent is None:
         raise UserInputError(f"{store.url(parent_key)}: the plan to refit is gone")
     trt = import_flavour(plan.target.toolchain.flavour.value)
@@ -111,9 +113,10 @@ def refit_and_publish(store: Store, model: ModelSource, plan: TargetPlan, parent
                                         "plan": m.plan.model_copy(update=keep),
                                         "build": m.build.model_copy(update={"reproduce": reproduce})})
 
-        pub = publish_plan(store, plan.prefix, path, manifest_for, attest=attestation(store, model, plan, signer))
+        pub = publish_plan(store, plan.prefix, path, manifest_for, attest=attestation(store, model, plan, signer),
+                           absent=plan.manifest_absent)
     outcome = outcome_from_manifest(store, plan, pub.manifest, status="built",
                                     reason=f"refitted from {parent_key} in {wall:.2f} s (no rebuild)")
     outcome.release = release_if_allowed(store, pub.manifest_key, pub.manifest, plan.target.release_on, run_id,
-                                         model.trial)
+                                         model.trial, plan.pointer)
     return outcome

@@ -249,13 +249,13 @@ def _published_already(request) -> list[dict] | None:
     from trtfarm.vocabulary.fleet_file import load_fleet
 
     try:
-        store = open_store(request.store)
-        exports = find_exports(store, request.model)
-        fleet, index = load_fleet(request.targets_file), StoreIndex(store)
-        plans = [up_to_date_export(request, e, store, fleet, index) for e in exports]
+        store, fleet = open_store(request.store), load_fleet(request.targets_file)
+        exports, index = find_exports(store, request.model), StoreIndex(store)
+        checks = (up_to_date_export(request, e, store, fleet, index) for e in exports)  # lazily, in order:
+        plans = list(iter(lambda: next(checks, None), None))  # the first model with work ends it (the run plans it)
     except TrtfarmError:  # this shell's store is not the farm's (or cannot say): let the farm decide
         return None
-    return [r.to_json() for r in rows_for(plans, [])] if exports and None not in plans else None
+    return [r.to_json() for r in rows_for(plans, [])] if exports and len(plans) == len(exports) else None
 
 
 def _print_run(run_id: str | None, state: str, message: str, rows: list[dict], as_json: bool) -> None:

@@ -14,6 +14,7 @@ import json
 import os
 import tempfile
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -30,7 +31,7 @@ from trtfarm.publishing.registry import export_record, fetch_export, local_copy
 from trtfarm.store import Store
 from trtfarm.vocabulary.buildspec import spec_for_model, spec_precision, spec_profiles
 from trtfarm.vocabulary.exports import ExportRef
-from trtfarm.vocabulary.fleet import Fleet, select_targets
+from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 from trtfarm.vocabulary.fleet_file import load_fleet
 from trtfarm.vocabulary.job import BuildJob, ProfileText
 from trtfarm.vocabulary.model import ModelSource, model_source, with_precision
@@ -58,29 +59,32 @@ def _profiles(request: MatrixRequest, path: Path, spec) -> list[Profile]:
 
 def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm: bool,
                 fleet: Fleet | None = None, caps: Capabilities | None = None,
-                index: StoreIndex | None = None) -> ExportPlan:
+                index: StoreIndex | None = None, targets: list[ResolvedTarget] | None = None) -> ExportPlan:
     """Decide what to build for ``export``; a refused precision recipe fails every target (nothing is built).
 
-    ``fleet`` and ``caps`` are parsed once per run by the caller; ``caps`` is ignored in farm mode (each job goes to
-    a pool whose workers check themselves). A registered export whose every target is published is answered from
-    its recorded digests and two store listings (``up_to_date_export``), without fetching the model.
+    ``fleet``, ``caps`` and ``targets`` (the request's targets, resolved) come once per run from the caller;
+    ``caps`` is ignored in farm mode (each job goes to a pool whose workers check themselves). The first stage
+    (``listed_stage``) answers a registered export from its recorded digests and two store listings, without
+    fetching the model: when every target is published, that is the plan; else the model is fetched and only the
+    targets the listings did not settle are looked at again.
     """
     if farm and "://" not in export.uri:
         raise UserInputError(f"{export.uri}: a farm run builds registered models or export URIs that every worker "
                              "can read. Fix: `trtfarm models push FOLDER` and run with its name")
     fleet = fleet or load_fleet(request.targets_file)
+    first = None
     if farm and not (request.force or request.refit or request.verify_store):
-        done = up_to_date_export(request, export, store, fleet, index)
-        if done is not None:
-            return done
-    path = local_copy(export)
+        first = listed_stage(request, export, store, fleet, index, targets)
+        if first is not None and not first.todo:
+            return first.plan
+    path = local_copy(export, first.record if first else None)
     spec, spec_path = spec_for_model(path)
-    resolved = select_targets(fleet, request.targets or spec.targets or None)
+    resolved = first.resolved if first else _targets(request, fleet, spec, targets)
     if request.name is not None and not request.name.strip():
         raise UserInputError("--name '': give the model a name (letters, digits, '.', '_' or '-'), or leave --name "
                              "out to use farm.yaml's name or the file name")
     model = model_source(path, request.name or export.name or spec.name or model_name_from_path(path))
-    profiles = _profiles(request, path, spec)
+    profiles = first.profiles if first else _profiles(request, path, spec)
     check_profiles_against_inputs(profiles, onnx_inputs(path), str(path))
     if "://" in export.uri:
         model = model.model_copy(update={"source_uri": f"{export.uri}/{layout.ONNX_NAME}"})
@@ -97,9 +101,18 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
                           outcomes={t: TargetOutcome(t, "failed", str(failed)) for t in ids})
     plans = plan_targets(model, model.plan_digest, resolved, profiles,
                          None if farm else (caps or local_capabilities()))
+    known, plans = first.settled(plans) if first else ({}, plans)
     outcomes, todo = triage(store, plans, request.force, request.verify_store, model.trial)
     jobs = _jobs(store, request, model, "://" in export.uri and export.uri or str(path), texts, todo)
-    return ExportPlan(name=model.name, model=model, profiles=texts, targets=ids, outcomes=outcomes, jobs=jobs)
+    return ExportPlan(name=model.name, model=model, profiles=texts, targets=ids, outcomes={**known, **outcomes},
+                      jobs=jobs)
+
+
+def _targets(request: MatrixRequest, fleet: Fleet, spec, targets: list[ResolvedTarget] | None) -> list:
+    """The targets of this model: the request's (resolved once per run), else farm.yaml's, else the fleet's."""
+    if targets is not None and (request.targets or not spec.targets):
+        return targets
+    return select_targets(fleet, request.targets or spec.targets or None)
 
 
 def trial_reason(release: bool | None, mode: str, declared: str, in_spec: bool) -> str | None:
@@ -134,14 +147,41 @@ def _cached_record(export: ExportRef, cached: Path) -> dict | None:
     return record
 
 
+@dataclass(frozen=True)
+class ListedStage:
+    """What the first stage of ``plan_export`` settled from the export's record and the store's listings."""
+
+    record: dict
+    resolved: list[ResolvedTarget]
+    profiles: list[Profile]
+    plan: ExportPlan  # the targets settled so far (every target when nothing is to build)
+    todo: list[TargetPlan]  # carrying what the listings said: no manifest, no release pointer
+
+    def settled(self, plans: list[TargetPlan]) -> tuple[dict[str, TargetOutcome], list[TargetPlan]]:
+        """The outcomes this stage settled for ``plans`` (the same builds), and the plans still to look at."""
+        done = self.plan.outcomes
+        listed = {p.manifest_key: p for p in self.todo}
+        known = {p.target.id: done[p.target.id] for p in plans if p.target.id in done
+                 and done[p.target.id].manifest_key == p.manifest_key}
+        rest = [listed.get(p.manifest_key, p) for p in plans if p.target.id not in known]
+        return known, rest
+
+
 def up_to_date_export(request: MatrixRequest, export: ExportRef, store: Store, fleet: Fleet,
                       index: StoreIndex | None = None) -> ExportPlan | None:
-    """The plan of a registered export whose every target is published, or None when anything needs more.
+    """The plan of a registered export whose every target is published, or None when anything needs more."""
+    first = listed_stage(request, export, store, fleet, index)
+    return first.plan if first is not None and not first.todo else None
+
+
+def listed_stage(request: MatrixRequest, export: ExportRef, store: Store, fleet: Fleet,
+                 index: StoreIndex | None = None, targets: list[ResolvedTarget] | None = None) -> ListedStage | None:
+    """The first stage of planning a registered export: what its record and two listings settle, or None.
 
     Trusts the digests recorded at registration (``export.json``) and reads only the build spec; the model bytes
     are fetched (and re-hashed) only when something is built. Covers the nightly's common case: an fp32 recipe with
     profiles given in the request or farm.yaml. Anything else (a precision step, profiles derived from a shape log,
-    an export without a record) takes the full path.
+    an export without a record) takes the full path from the start.
     """
     if "://" not in export.uri:
         return None
@@ -156,7 +196,7 @@ def up_to_date_export(request: MatrixRequest, export: ExportRef, store: Store, f
         return None  # a trial (or a forced release) takes the full path, which knows it is one
     if recipe.mode != "fp32" or recipe.auto_pin or not (request.profiles or spec.profiles):
         return None
-    resolved = select_targets(fleet, request.targets or spec.targets or None)
+    resolved = _targets(request, fleet, spec, targets)
     name = request.name or export.name or spec.name or model_name_from_path(path)
     model = ModelSource(name=name, path=path, source_uri=f"{export.uri}/{layout.ONNX_NAME}",
                         onnx_digest=record["onnx_digest"], graph_digest=record["graph_digest"],
@@ -164,10 +204,9 @@ def up_to_date_export(request: MatrixRequest, export: ExportRef, store: Store, f
     profiles = _profiles(request, path, spec)
     plans = plan_targets(model, model.onnx_digest, resolved, profiles, None)
     outcomes, todo = triage_listed(store, plans, index)
-    if todo:
-        return None
-    return ExportPlan(name=name, model=model, profiles=profile_texts(profiles), targets=[t.id for t in resolved],
-                      outcomes=outcomes)
+    return ListedStage(record, resolved, profiles, ExportPlan(
+        name=name, model=model, profiles=profile_texts(profiles), targets=[t.id for t in resolved],
+        outcomes=outcomes), todo)
 
 
 def _jobs(store: Store, request: MatrixRequest, model: ModelSource, uri: str, texts: list[ProfileText],
@@ -184,7 +223,7 @@ def _jobs(store: Store, request: MatrixRequest, model: ModelSource, uri: str, te
             decision = refit_decision(store, model, plan, wanted)
             if decision.action == "refit":
                 jobs.append(BuildJob(**base, plans=[plan], build_digest=plan.build_digest,
-                                     refit_of=decision.parent_manifest))
+                                     refit_of=decision.parent_manifest, parent=decision.parent))
                 todo.remove(plan)
             else:
                 reasons[plan.target.id] = decision.reason
@@ -196,4 +235,4 @@ def _jobs(store: Store, request: MatrixRequest, model: ModelSource, uri: str, te
 
 def full_build_of(job: BuildJob, why: str) -> BuildJob:
     """The full build that replaces a refit the workers could not do."""
-    return job.model_copy(update={"refit_of": None, "full_build_reason": why, "fallback": True})
+    return job.model_copy(update={"refit_of": None, "parent": None, "full_build_reason": why, "fallback": True})

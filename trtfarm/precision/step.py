@@ -129,14 +129,16 @@ def precision_key(recipe: Recipe, onnx_digest: str, calibration: Path | None, he
 
 
 def prepare_precision(store, model_name: str, src: Path, onnx_digest: str, recipe: Recipe, work: Path, *,
-                      calibration: Path | None = None, heldout: Path | None = None) -> PrecisionResult:
+                      calibration: Path | None = None, heldout: Path | None = None,
+                      key: str | None = None) -> PrecisionResult:
     """The matrix's precision step: reuse the stored result of this exact step, or convert, gate and store it.
 
-    A failing gate raises ``GateFailed`` (its report is stored too, for diagnosis).
+    A failing gate raises ``GateFailed`` (its report is stored too, for diagnosis). ``key``: the step's
+    ``precision_key``, when the caller computed it already.
     """
     if recipe.mode == "fp32" and not recipe.auto_pin:
         return PrecisionResult(recipe, src, onnx_digest, accuracy_gate(src, src, [], recipe), [])
-    key = precision_key(recipe, onnx_digest, calibration, heldout)
+    key = key or precision_key(recipe, onnx_digest, calibration, heldout)
     prefix = converted_prefix(model_name, onnx_digest, key)
     stored = store.get(converted_report_key(prefix))
     if stored is not None:

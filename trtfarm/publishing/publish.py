@@ -113,14 +113,16 @@ def _create_manifest(store: Store, prefix: str, manifest: Manifest, attest: Atte
 
 
 def publish_plan(store: Store, prefix: str, plan_path: Path, manifest_for: Callable[[PlanInfo], Manifest],
-                 progress: Progress | None = None, attest: Attestation | None = None) -> Published:
+                 progress: Progress | None = None, attest: Attestation | None = None,
+                 absent: bool = False) -> Published:
     """Publish ``plan_path`` and the manifest ``manifest_for(plan_info)`` under ``prefix``.
 
     ``attest`` adds the provenance of the manifest and, with a signer, the signature over plan, manifest and
-    provenance; both are stored before the manifest makes the plan visible.
+    provenance; both are stored before the manifest makes the plan visible. ``absent``: the caller found no manifest
+    there (planning did), so it is not read first; a publish since then is met by the create-only writes.
     """
     plan_key, manifest_key = layout.plan_key(prefix), layout.manifest_key(prefix)
-    existing = read_manifest(store, manifest_key)
+    existing = None if absent else read_manifest(store, manifest_key)
     if existing is not None and plan_intact(store, existing) is not None:
         withdraw(store, prefix)  # a damaged or missing plan object: publish this build afresh
         existing = None

@@ -196,11 +196,12 @@ def fetch_export(ref: ExportRef, dest: Path, *, spec_only: bool = False, record:
     if spec_only:
         return dest / ONNX_NAME
     model = dest / ONNX_NAME
-    for location in external_locations(onnx.load(str(model), load_external_data=False)):
+    proto = onnx.load(str(model), load_external_data=False)  # parsed once for both questions below
+    for location in external_locations(proto):
         if location not in wanted:  # a dropped folder keeps its weights in a subfolder the listing left out
             location_path(model, location)  # refused before anything is written outside dest
             _fetch_file(folder, location, dest, None)
-    external = [f for _, f in external_files(model)]  # all there now, none outside the folder
+    external = [f for _, f in external_files(model, proto)]  # all there now, none outside the folder
     if registered_at is not None:  # the export's time is its registration, not this download (release ordering)
         for path in (model, *external):
             os.utime(path, (registered_at, registered_at))
@@ -218,9 +219,12 @@ def _fetch_file(folder: Store, rel: str, dest: Path, sha: str | None) -> None:
     folder.download_file(rel, target, sha256=sha)
 
 
-def local_copy(export: ExportRef) -> Path:
-    """The export's model.onnx on this machine: fetched (sha256-checked, cached by URI) or the local path itself."""
+def local_copy(export: ExportRef, record: dict | None = None) -> Path:
+    """The export's model.onnx on this machine: fetched (sha256-checked, cached by URI) or the local path itself.
+
+    ``record``: the export's ``export.json``, when the caller has read it already.
+    """
     if "://" not in export.uri:
         return Path(export.uri)
     key = hashlib.sha256(export.uri.encode()).hexdigest()[:16]
-    return fetch_export(export, Path(tempfile.gettempdir()) / "trtfarm" / "exports" / key)
+    return fetch_export(export, Path(tempfile.gettempdir()) / "trtfarm" / "exports" / key, record=record)

@@ -11,56 +11,21 @@ import getpass
 import json
 import socket
 from datetime import datetime, timezone
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from trtfarm.errors import CorruptObject, UserInputError
 from trtfarm.layout import PLAN_NAME, manifest_key, parse_plan_key, release_key, releases_prefix
 from trtfarm.publishing.publish import plan_intact, read_manifest
 from trtfarm.store import Conflict, Store
 from trtfarm.vocabulary.manifest import Manifest, validation_problems
+from trtfarm.vocabulary.pointer import ReleaseEvent, ReleasePointer, SeenPointer
 
 HISTORY = 50
 
 
 class ReleaseRefused(UserInputError):
     """The pointer may not move to this plan; the message says why and how to override on purpose."""
-
-
-class ReleaseEvent(BaseModel):
-    """One move of a pointer."""
-
-    model_config = ConfigDict(extra="forbid")
-    action: Literal["release", "rollback", "forced"]
-    manifest: str
-    onnx_digest: str
-    exported_at: str | None
-    at: str
-    by: str
-    reason: str
-
-
-class ReleasePointer(BaseModel):
-    """What a serving host of (model, GPU, toolchain version) should run."""
-
-    model_config = ConfigDict(extra="forbid")
-    schema_version: Literal[1] = 1
-    model: str
-    gpu: str
-    toolchain: str
-    manifest: str
-    plan_key: str
-    plan_sha256: str
-    onnx_digest: str
-    build_digest: str
-    exported_at: str | None
-    history: list[ReleaseEvent] = Field(default_factory=list)
-
-    @property
-    def current(self) -> ReleaseEvent:
-        """The move that put the pointer where it is."""
-        return self.history[-1]
 
 
 def toolchain_label(m: Manifest) -> str:
@@ -97,6 +62,18 @@ def read_pointer(store: Store, key: str) -> tuple[ReleasePointer | None, str | N
         raise CorruptObject(f"{store.url(key)}: not a release pointer ({validation_problems(err)}); rerun "
                             "`trtfarm build` for the model (it repairs the pointer) or `trtfarm release MANIFEST "
                             "--reason ...`") from err
+
+
+def seen_pointer(store: Store, key: str) -> SeenPointer | None:
+    """The pointer at ``key`` as planning reads it, to carry to the release; None when it is damaged.
+
+    A damaged pointer is not carried: the release step repairs it (and says so).
+    """
+    try:
+        pointer, etag = read_pointer(store, key)
+    except CorruptObject:
+        return None
+    return SeenPointer(key=key, pointer=pointer, etag=etag)
 
 
 def _salvaged_history(data: bytes) -> list[ReleaseEvent]:
@@ -197,11 +174,13 @@ def _older(m: Manifest, current: ReleasePointer) -> bool:
 
 def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: str = "engine", reason: str,
                  by: str | None = None, rollback: bool = False, force: bool = False,
-                 max_attempts: int = 20, trust=None) -> ReleasePointer:
+                 max_attempts: int = 20, trust=None, seen: SeenPointer | None = None) -> ReleasePointer:
     """Point (model, GPU, toolchain) at ``manifest_key``; ``ReleaseRefused`` when policy or ordering forbid it.
 
     With ``trust`` (the fleet's ``TrustedKeys``), a plan that serving hosts would refuse is not released
     (``SignatureRefused``; ``force`` does not override it): a rotation keeps every plan signed by a still-trusted key.
+    ``seen``: the pointer as the run read it before; the first swap names its ETag (a stale one conflicts, and the
+    pointer is read afresh).
     """
     if not reason.strip():
         raise ReleaseRefused("not released: the reason is empty; say why the pointer moves (it goes in its history)")
@@ -216,8 +195,9 @@ def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: st
     if blocker:
         raise ReleaseRefused(f"not released: {blocker}")
     key = pointer_key(m)
-    for _ in range(max_attempts):
-        current, etag = read_pointer(store, key)
+    for attempt in range(max_attempts):
+        current, etag = (seen.pointer, seen.etag) if seen and seen.key == key and not attempt else \
+            read_pointer(store, key)
         if current and current.manifest == manifest_key:
             return current
         if current and _older(m, current) and not rollback:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from trtfarm.profiles.profile import Profile
+from trtfarm.vocabulary.manifest import Manifest
 from trtfarm.vocabulary.model import ModelSource
 from trtfarm.vocabulary.targets import TargetPlan
 
@@ -16,6 +17,8 @@ class BuildJob(BaseModel):
 
     ``model.path`` is where the parent read the model; a farm child fetches ``model_uri`` instead and checks the
     bytes against ``model.onnx_digest``. The converted ONNX (if any) comes from the store key in ``model.precision``.
+    What planning read of the store travels with it (each plan's release pointer and ETag, whether its manifest was
+    absent, a refit's parent manifest), so the build does not read it again.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -25,6 +28,7 @@ class BuildJob(BaseModel):
     plans: list[TargetPlan]  # every target this build serves; they share one build digest
     build_digest: str
     refit_of: str | None = None  # refit this released manifest (store key) instead of building; one target
+    parent: Manifest | None = None  # the manifest at ``refit_of``, as planning read it
     full_build_reason: str = ""  # why a refit run builds this target in full
     fallback: bool = False  # the full build that replaces a refit the workers could not do
 

@@ -83,11 +83,12 @@ def model_source(path: Path, name: str) -> ModelSource:
         raise UserInputError(f"{path}: not a valid ONNX model ({type(err).__name__}: {first}). "
                              "Fix: re-export the model; check the file was copied completely.") from err
     layout.check_name("model name", name)
-    files = model_files(path)
+    proto = onnx.load(str(path), load_external_data=False)  # parsed once for its files and its graph
+    files = model_files(path, proto)
     newest = max(path.parent.joinpath(n).stat().st_mtime for n, _ in files)
     exported = datetime.fromtimestamp(newest, timezone.utc).isoformat(timespec="microseconds")
     return ModelSource(name=name, path=path, source_uri=path.resolve().as_uri(), onnx_digest=files_digest(files),
-                       graph_digest=graph_digest(path), exported_at=exported, files=tuple(files))
+                       graph_digest=graph_digest(path, proto), exported_at=exported, files=tuple(files))
 
 
 def with_precision(store, model: ModelSource, recipe: Recipe, calibration: Path | None,
@@ -100,11 +101,11 @@ def with_precision(store, model: ModelSource, recipe: Recipe, calibration: Path 
     from trtfarm.precision.step import precision_key, prepare_precision
 
     work = Path(tempfile.gettempdir()) / "trtfarm" / "converted" / model.name / model.onnx_digest[:12] / recipe.mode
+    step_key = precision_key(recipe, model.onnx_digest, calibration, heldout)  # hashes the data files: once
     result = prepare_precision(store, model.name, model.path, model.onnx_digest, recipe, work,
-                               calibration=calibration, heldout=heldout)
+                               calibration=calibration, heldout=heldout, key=step_key)
     converted = result.path != model.path
-    key = layout.converted_prefix(model.name, model.onnx_digest, precision_key(recipe, model.onnx_digest,
-                                                                              calibration, heldout))
+    key = layout.converted_prefix(model.name, model.onnx_digest, step_key)
     gate = "passed" if result.report.passed else "not_run" if result.report.passed is None else "failed"
     step = PrecisionStep(recipe=recipe, converted_digest=result.digest,
                          converted_key=layout.converted_model_key(key) if converted else None,

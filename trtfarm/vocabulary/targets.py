@@ -16,6 +16,7 @@ from trtfarm.machine.header import version_matches
 from trtfarm.profiles.profile import Profile, profiles_json
 from trtfarm.vocabulary.fleet import Flavour, ResolvedTarget
 from trtfarm.vocabulary.model import ModelSource
+from trtfarm.vocabulary.pointer import SeenPointer
 
 
 def serve_check(target: ResolvedTarget, caps: Capabilities) -> str | None:
@@ -42,6 +43,9 @@ class TargetPlan:
     build_digest: str
     prefix: str
     skip_reason: str | None
+    release_key: str  # the release pointer this target's plans move
+    pointer: SeenPointer | None = None  # the release pointer as planning read it (None: not read, or damaged)
+    manifest_absent: bool = False  # planning found no manifest of this build: the publish need not look again
 
     @property
     def manifest_key(self) -> str:
@@ -62,7 +66,8 @@ def plan_targets(model: ModelSource, converted_digest: str, targets: Sequence[Re
                               settings=t.settings.model_dump(mode="json"), flavour=t.toolchain.flavour.value,
                               toolchain_version=t.toolchain.version, compat_class=t.compat_class)
         prefix = layout.plan_prefix(model.name, model.onnx_digest, t.gpu_key, t.toolchain_label, digest)
-        plans.append(TargetPlan(t, digest, prefix, serve_check(t, caps) if caps else None))
+        plans.append(TargetPlan(t, digest, prefix, serve_check(t, caps) if caps else None,
+                                layout.release_key(model.name, t.gpu_key, t.toolchain_label)))
     return plans
 
 
