@@ -230,10 +230,13 @@ def local_build(work: Path, store: str) -> dict[str, Tally]:
     fleet.write_text(THREE_TARGETS)
     onnx_path = export_at(work / "encoder", 0)
     first, rows = _counted(lambda: run_local(request_for(str(onnx_path), store, fleet), report="none"))
-    assert [r["status"] for r in rows] == ["built"] * 3, rows
+    assert [r.outcome.status for r in rows] == ["built"] * 3, rows
     again, rows = _counted(lambda: run_local(request_for(str(onnx_path), store, fleet), report="none"))
-    assert [r["status"] for r in rows] == ["up-to-date"] * 3, rows
-    return {"local build": first, "local build, up to date": again}
+    assert [r.outcome.status for r in rows] == ["up-to-date"] * 3, rows
+    reported, rows = _counted(lambda: run_local(request_for(str(onnx_path), f"{store}-reported", fleet),
+                                                report="full"))
+    assert [r.outcome.status for r in rows] == ["built"] * 3, rows
+    return {"local build": first, "local build, up to date": again, "local build with its full report": reported}
 
 
 def refit_run(work: Path, store: str) -> dict[str, Tally]:
@@ -251,7 +254,7 @@ def refit_run(work: Path, store: str) -> dict[str, Tally]:
         tally, rows = _counted(lambda: run_local(request_for(str(v2), store, fleet, refit=True), report="none"))
     finally:
         refitter.refit_plan = real
-    assert [r["status"] for r in rows] == ["built", "built"] and "refitted from" in rows[0]["reason"], rows
+    assert [r.outcome.status for r in rows] == ["built", "built"] and "refitted from" in rows[0].outcome.reason, rows
     return {"refit run": tally}
 
 

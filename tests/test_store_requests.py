@@ -33,6 +33,9 @@ def test_a_local_build_reads_each_targets_pointer_and_manifest_once_and_parses_t
     assert first["manifest_reads"] == 3 and first["pointer_reads"] == 3
     assert first["by_method"]["compare_and_swap"] == 3 and first["requests"] <= 18
     assert again["manifest_reads"] == 3 and again["pointer_reads"] == 3 and again["requests"] <= 9
+    reported = figures["local build with its full report"]  # the report takes each manifest from its outcome
+    assert reported["manifest_reads"] == first["manifest_reads"] and reported["pointer_reads"] == 3
+    assert reported["requests"] <= first["requests"] + 6  # and the six report files, each written once, unread
     for run in (first, again):
         assert run["onnx.load"] == 1 and run["select_targets"] == 1 and run.get("precision_key", 0) == 0
 

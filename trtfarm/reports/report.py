@@ -17,7 +17,7 @@ from trtfarm import layout
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.reports.html import render_html
 from trtfarm.reports.rows import ReportRow
-from trtfarm.store import Store
+from trtfarm.store import AlreadyExists, Store
 from trtfarm.validation.summary import EngineFigures
 from trtfarm.vocabulary.manifest import Manifest
 from trtfarm.vocabulary.outcome import TargetOutcome
@@ -149,7 +149,8 @@ def write_report(store: Store, model: str, run: str, outcomes: list[TargetOutcom
     (out / "outcomes.json").write_bytes(outcomes_json(outcomes))
     (out / "rows.json").write_text(json.dumps([asdict(r) for r in rows], indent=2))
     for f in [path, out / "report.html", out / "outcomes.json", out / "rows.json", *map(Path, charts)]:
-        key = layout.report_key(model, run, f.name)
-        if store.get(key) is None:
-            store.upload_file(key, f)
+        try:
+            store.upload_file(layout.report_key(model, run, f.name), f)
+        except AlreadyExists:  # this run's report was stored before (a rerun of its flow): the first copy stays
+            continue
     return WrittenReport(path, rows)
