@@ -144,7 +144,6 @@ def pull(model: str = typer.Argument(..., help="model name"),
     from trtfarm.planning.fleet import load_fleet, signing_settings
     from trtfarm.planning.targets import local_capabilities
     from trtfarm.publishing.pull import local_gpu_key, local_toolchains, pull_release
-    from trtfarm.publishing.serving_pin import ServingImageMismatch
     from trtfarm.signing.bundle import SignatureRefused
     from trtfarm.store import open_store
 
@@ -155,9 +154,9 @@ def pull(model: str = typer.Argument(..., help="model name"),
         gpu_key = local_gpu_key(fleet, caps.gpus, gpu)
         pulled = pull_release(open_store(store_uri(store)), model, gpu_key,
                               local_toolchains(caps.versions, toolchain), to, fleet=fleet, trust=trust)
-    except (ServingImageMismatch, SignatureRefused) as e:
-        raise fail(f"refused: {e}" if isinstance(e, SignatureRefused) else str(e), code=1) from e
-    except TrtfarmError as e:
+    except SignatureRefused as e:
+        raise fail(f"refused: {e}", code=1) from e
+    except TrtfarmError as e:  # a serving image that does not carry the plan's TensorRT (exit 1) among them
         raise fail(e) from e
     doc = {"plan": str(pulled.plan), "manifest": str(pulled.manifest_path), "release": pulled.pointer_key,
            "bytes": pulled.bytes, "signature": pulled.verdict.status, "signature_detail": pulled.verdict.detail}
