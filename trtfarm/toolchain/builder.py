@@ -25,7 +25,8 @@ from trtfarm.planning.fleet import BuilderSettings, RefitMode
 from trtfarm.profiles.profile import Profile
 from trtfarm.toolchain.header import read_plan_header
 
-RTX_NO_TIMING_CACHE = "TensorRT-RTX has no timing cache (its cache calls are no-ops since 1.2)"
+RTX_NO_TIMING_CACHE = ("none: TensorRT-RTX has no timing cache (its cache calls are no-ops since 1.2); none is pulled, "
+                       "attached or merged")
 REFIT_FLAGS = {RefitMode.refit: "REFIT", RefitMode.refit_identical: "REFIT_IDENTICAL",
                 RefitMode.refit_individual: "REFIT_INDIVIDUAL"}
 
