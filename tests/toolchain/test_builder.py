@@ -185,3 +185,23 @@ def test_a_builder_refusal_stays_a_build_failure_that_is_not_retried(example_onn
     with pytest.raises(BuildFailed) as err:
         build(example_onnx, [bad], tmp_path)
     assert not retry_infrastructure_only(None, None, Failed(data=err.value))
+
+
+def test_a_farm_build_logs_its_phases_to_the_logger_it_is_given(example_onnx, tmp_path):
+    import logging
+
+    from trtfarm.building.progress import LoggingProgress
+
+    class Lines(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.lines = []
+
+        def emit(self, record):
+            self.lines.append(record.getMessage())
+
+    run_log, lines = logging.getLogger("test.run-logger"), Lines()  # stands where the task's run logger is
+    run_log.addHandler(lines)
+    run_log.setLevel(logging.INFO)
+    build(example_onnx, [profile_from_args(ENCODER_PROFILE)], tmp_path, progress=LoggingProgress("rtx4090", run_log))
+    assert any(line.startswith("rtx4090: Building engine (") for line in lines.lines), lines.lines
