@@ -167,7 +167,7 @@ def test_release_pull_verify_cache_and_gc_from_the_command_line(workdir, example
     (store / "timing-caches/tensorrt-11.4.0.106/h100-sm90").mkdir(parents=True)
     (store / "timing-caches/tensorrt-11.4.0.106/h100-sm90/0123456789ab.cache").write_bytes(b"\x00" * 64)
     (store / "timing-caches/tensorrt-11.4.0.106/h100.cache").write_bytes(b"\x00" * 8)  # keyed before the flags were
-    listed = json.loads(cli(["cache", "ls", "--json"], workdir).stdout)
+    listed = sorted(json.loads(cli(["cache", "ls", "--json"], workdir).stdout), key=lambda r: r["key"])
     assert listed == [{"key": "timing-caches/tensorrt-11.4.0.106/h100-sm90/0123456789ab.cache", "bytes": 64},
                       {"key": "timing-caches/tensorrt-11.4.0.106/h100.cache", "bytes": 8}]
     ref = "tensorrt-11.4.0.106/h100-sm90/0123456789ab"
