@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
@@ -45,6 +45,6 @@ def build_job(store_uri: str, job: BuildJob) -> JobResult:
     sweep_stale_work()  # what killed children left on this worker (untouched for 6 hours)
     signer = signing_settings(only="key").signer()
     with scratch_dir(WORK_PREFIX) as work:
-        return run_job(open_store(store_uri), job, work, progress=progress.build_progress(job.lead.target.id),
-                       upload_progress=progress.upload_progress(), run_id=str(flow_run.get_id() or "") or None,
-                       signer=signer)
+        build_log = progress.LoggingProgress(job.lead.target.id, get_run_logger())  # phases in the run's logs
+        return run_job(open_store(store_uri), job, work, progress=build_log,
+                       run_id=str(flow_run.get_id() or "") or None, signer=signer)

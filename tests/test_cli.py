@@ -164,14 +164,18 @@ def test_release_pull_verify_cache_and_gc_from_the_command_line(workdir, example
     assert cli(["gc", "--json"], workdir).stdout.count('"manifest_key"') == 0
 
     store = workdir / "trtfarm-store"
-    (store / "timing-caches/tensorrt-11.4.0.106").mkdir(parents=True)
-    (store / "timing-caches/tensorrt-11.4.0.106/h100.cache").write_bytes(b"\x00" * 64)
-    listed = json.loads(cli(["cache", "ls", "--json"], workdir).stdout)
-    assert listed == [{"key": "timing-caches/tensorrt-11.4.0.106/h100.cache", "bytes": 64}]
-    shown = json.loads(cli(["cache", "show", "tensorrt-11.4.0.106/h100", "--json"], workdir).stdout)
+    (store / "timing-caches/tensorrt-11.4.0.106/h100-sm90").mkdir(parents=True)
+    (store / "timing-caches/tensorrt-11.4.0.106/h100-sm90/0123456789ab.cache").write_bytes(b"\x00" * 64)
+    (store / "timing-caches/tensorrt-11.4.0.106/h100.cache").write_bytes(b"\x00" * 8)  # keyed before the flags were
+    listed = sorted(json.loads(cli(["cache", "ls", "--json"], workdir).stdout), key=lambda r: r["key"])
+    assert listed == [{"key": "timing-caches/tensorrt-11.4.0.106/h100-sm90/0123456789ab.cache", "bytes": 64},
+                      {"key": "timing-caches/tensorrt-11.4.0.106/h100.cache", "bytes": 8}]
+    ref = "tensorrt-11.4.0.106/h100-sm90/0123456789ab"
+    shown = json.loads(cli(["cache", "show", ref, "--json"], workdir).stdout)
     assert shown["bytes"] == 64 and "unknown here" in shown["entries"]
-    assert cli(["cache", "rm", "tensorrt-11.4.0.106/h100"], workdir, check=False).returncode == 1
-    cli(["cache", "rm", "tensorrt-11.4.0.106/h100", "--yes"], workdir)
+    assert cli(["cache", "rm", ref], workdir, check=False).returncode == 1
+    cli(["cache", "rm", ref, "--yes"], workdir)
+    cli(["cache", "rm", "tensorrt-11.4.0.106/h100", "--yes"], workdir)  # an old key is removed the same way
     assert json.loads(cli(["cache", "ls", "--json"], workdir).stdout) == []
 
 

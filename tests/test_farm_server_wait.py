@@ -75,3 +75,42 @@ def test_pools_sync_right_after_prefect_server_start_waits_for_it_and_succeeds(t
     assert done.returncode == 0, done.stderr + (tmp_path / "server.log").read_text()[-2000:]
     assert "waiting up to 240 s for the Prefect server" in done.stderr
     assert "rtx-4090" in done.stdout and "Traceback" not in done.stderr
+
+
+@pytest.fixture
+def failing_server():
+    """An HTTP server whose health check answers and whose every API call fails with 500."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            ok = self.path.rstrip("/").endswith("/health")
+            body = b"true" if ok else b'{"detail": "database is locked"}'
+            self.send_response(200 if ok else 500)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_PATCH = _answer
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/api"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_server_that_fails_the_pool_sync_is_an_infrastructure_failure_naming_it(tmp_path, failing_server):
+    env = _env(tmp_path, PREFECT_API_URL=failing_server, PREFECT_CLIENT_MAX_RETRIES="0")
+    done = subprocess.run([*TRTFARM, "pools", "sync", "--server-wait", "3"], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1, done.stderr  # the server failed: not the user's input (2), not absent (3)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0].startswith(f"error: the Prefect server at {failing_server} failed to sync the work pools"), lines

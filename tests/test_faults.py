@@ -169,6 +169,21 @@ def test_a_store_endpoint_that_does_not_answer_fails_within_its_budget_naming_it
     assert line.count("error:") == 1
 
 
+@pytest.mark.parametrize("command", [["plans"], ["gc", "--apply"], ["cache", "ls"]])
+def test_listing_commands_against_an_endpoint_that_is_not_there_exit_3_naming_it(work, command):
+    endpoint = _closed_endpoint()
+    env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x",
+           "AWS_DEFAULT_REGION": "us-east-1", "TRTFARM_S3_CONNECT_TIMEOUT": "1", "TRTFARM_S3_MAX_ATTEMPTS": "1"}
+    done = trtfarm(work, *command, "--store", "s3://plans/farm", env=env)
+    one_error(done, 3, f"the S3 endpoint {endpoint} did not answer", "to list s3://plans/farm/")
+
+
+@pytest.mark.parametrize("command", [["plans"], ["gc", "--apply"], ["cache", "ls"]])
+def test_listing_commands_on_a_store_that_is_a_file_name_it_exit_1(work, command):
+    done = trtfarm(work, *command, "--store", str(work / "fleet.yaml"))
+    one_error(done, 1, "the artifact store", "cannot list", f"{work / 'fleet.yaml'} is a file, not a folder")
+
+
 def test_a_bad_timeout_setting_is_refused_naming_it(work):
     env = {"TRTFARM_S3_READ_TIMEOUT": "soon", "AWS_ENDPOINT_URL": _closed_endpoint()}
     done = build(work, "s3://plans/farm", env=env)

@@ -4,7 +4,7 @@
 plans/<model>/<onnx_digest:12>/<gpu>/<toolchain>-<version>/<build_digest:12>/{model.plan,manifest.json}
     .../<build_digest:12>/{provenance-<manifest_sha256:16>.json,signature-<manifest_sha256:16>.sigstore.json}
 releases/<model>/<gpu>/<toolchain>-<version>.json
-timing-caches/<toolchain>-<version>/<gpu>.cache
+timing-caches/<flavour>-<exact_version>/<gpu>-sm<compute_capability>/<cache_flags:12>.cache
 converted/<model>/<onnx_digest:12>/<precision_step:12>/{model.onnx,report.json}
 models/<model>/<export_id>/{model.onnx,farm.yaml,...,export.json}
 reports/<model>/<run>/{report.md,outcomes.json,rows.json,*.png}
@@ -146,22 +146,54 @@ def releases_prefix(model: str | None = None) -> str:
 
 
 # --- timing caches -----------------------------------------------------------------------------------------------
-def timing_cache_key(toolchain_label: str, gpu: str) -> str:
-    """``timing-caches/<toolchain>-<version>/<gpu>.cache``: one per (toolchain version, GPU model)."""
-    return f"{TIMING_CACHES}/{_segment('toolchain', toolchain_label)}/{check_name('GPU', gpu)}.cache"
+_EXACT_VERSION = re.compile(r"\d+\.\d+\.\d+\.\d+")
+_CAPABILITY = re.compile(r"\d+\.\d+")
+_FLAGS_DIGEST = re.compile(r"[0-9a-f]{12,64}")
+
+
+def timing_cache_key(flavour: str, exact_version: str, gpu: str, compute_capability: str, flags_digest: str) -> str:
+    """``timing-caches/<flavour>-<exact_version>/<gpu>-sm<cc>/<cache_flags:12>.cache``.
+
+    One shared cache per what invalidates one: the exact toolchain build that runs (``11.4.0.106``, never a fleet's
+    label), the GPU model and its compute capability, and the digest of the builder flags a cache depends on (TF32,
+    the refit mode, the hardware compatibility level). TensorRT's ``combine`` needs the exact same version, and NVIDIA
+    warns against merging caches of different devices.
+    """
+    if not isinstance(exact_version, str) or not _EXACT_VERSION.fullmatch(exact_version):
+        raise UserInputError(f"timing cache: toolchain version {exact_version!r} is not an exact build "
+                             "(major.minor.patch.build, e.g. 11.4.0.106)")
+    if not isinstance(compute_capability, str) or not _CAPABILITY.fullmatch(compute_capability):
+        raise UserInputError(f"timing cache: compute capability {compute_capability!r} is not MAJOR.MINOR")
+    if not isinstance(flags_digest, str) or not _FLAGS_DIGEST.fullmatch(flags_digest):
+        raise UserInputError(f"timing cache: flags digest {flags_digest!r} is not a hex digest")
+    toolchain = _segment("toolchain", f"{flavour}-{exact_version}")
+    return (f"{TIMING_CACHES}/{toolchain}/{check_name('GPU', gpu)}-sm{compute_capability.replace('.', '')}/"
+            f"{flags_digest[:12]}.cache")
 
 
 def timing_cache_ref(key_or_ref: str) -> str:
-    """``TOOLCHAIN/GPU`` (what people type) <-> the cache key: accepts either, returns the key."""
+    """``TOOLCHAIN/GPU-SM/FLAGS`` (what ``cache ls`` shows and people type) <-> the cache key: returns the key.
+
+    A key written before the flags were part of it (``TOOLCHAIN/GPU``) is accepted too, so ``cache rm`` removes it.
+    """
     if key_or_ref.startswith(f"{TIMING_CACHES}/"):
         return key_or_ref
-    toolchain, _, gpu = key_or_ref.removesuffix(".cache").partition("/")
-    return timing_cache_key(toolchain, gpu)
+    parts = key_or_ref.removesuffix(".cache").split("/")
+    if len(parts) not in (2, 3):
+        raise UserInputError(f"timing cache {key_or_ref!r}: write TOOLCHAIN/GPU-SM/FLAGS as `trtfarm cache ls` "
+                             "shows it, e.g. tensorrt-11.4.0.106/h100-sm90/0123456789ab")
+    segments = [_segment("toolchain", parts[0]), *(check_name("timing cache part", p) for p in parts[1:])]
+    return f"{TIMING_CACHES}/{'/'.join(segments)}.cache"
 
 
 def timing_cache_label(key: str) -> str:
-    """The ``TOOLCHAIN/GPU`` label of a cache key."""
+    """The ``TOOLCHAIN/GPU-SM/FLAGS`` label of a cache key."""
     return key.removeprefix(f"{TIMING_CACHES}/").removesuffix(".cache")
+
+
+def timing_cache_flavour(key: str) -> str:
+    """The toolchain flavour (``tensorrt``) a cache key names."""
+    return timing_cache_label(key).split("/", 1)[0].rsplit("-", 1)[0]
 
 
 # --- precision steps, registry, reports, runs, webhook claims ---------------------------------------------------

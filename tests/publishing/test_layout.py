@@ -23,7 +23,8 @@ def test_every_key_has_the_documented_shape():
     assert layout.release_key("encoder", "h100", "tensorrt-11.4.0.106") == \
         "releases/encoder/h100/tensorrt-11.4.0.106.json"
     assert layout.releases_prefix("encoder") == "releases/encoder/"
-    assert layout.timing_cache_key("tensorrt-11.4.0.106", "h100") == "timing-caches/tensorrt-11.4.0.106/h100.cache"
+    assert layout.timing_cache_key("tensorrt", "11.4.0.106", "h100", "9.0", B64) == \
+        "timing-caches/tensorrt-11.4.0.106/h100-sm90/fedcba987654.cache"
     assert layout.converted_prefix("encoder", D64, B64) == "converted/encoder/0123456789ab/fedcba987654"
     assert layout.export_prefix("encoder", "20261201T000000000000Z-0123456789ab") == \
         "models/encoder/20261201T000000000000Z-0123456789ab"
@@ -75,9 +76,25 @@ def test_no_module_outside_layout_spells_a_key():
 
 
 def test_timing_cache_references_round_trip():
-    key = layout.timing_cache_ref("tensorrt-11.4.0.106/h100")
-    assert key == layout.timing_cache_key("tensorrt-11.4.0.106", "h100") == layout.timing_cache_ref(key)
-    assert layout.timing_cache_label(key) == "tensorrt-11.4.0.106/h100"
+    key = layout.timing_cache_ref("tensorrt-11.4.0.106/h100-sm90/fedcba987654")
+    assert key == layout.timing_cache_key("tensorrt", "11.4.0.106", "h100", "9.0", B64) == layout.timing_cache_ref(key)
+    assert layout.timing_cache_label(key) == "tensorrt-11.4.0.106/h100-sm90/fedcba987654"
+    assert layout.timing_cache_flavour(key) == "tensorrt"
+    assert layout.timing_cache_ref("tensorrt-11.4.0.106/h100") == "timing-caches/tensorrt-11.4.0.106/h100.cache"
+
+
+@pytest.mark.parametrize("version, cc, flags", [("11.4", "9.0", B64), ("11.4.0", "9.0", B64),
+                                                ("11.4.0.106", "sm90", B64), ("11.4.0.106", "9.0", "not-hex"),
+                                                ("11.4.0.106", "9.0", "abc")])
+def test_a_timing_cache_key_needs_the_exact_build_the_capability_and_a_flags_digest(version, cc, flags):
+    with pytest.raises(UserInputError, match="timing cache"):
+        layout.timing_cache_key("tensorrt", version, "h100", cc, flags)
+
+
+@pytest.mark.parametrize("bad", ["tensorrt-11.4.0.106", "a/b/c/d", "tensorrt-11.4.0.106/../x", "../h100"])
+def test_a_timing_cache_reference_that_could_leave_its_folder_is_refused(bad):
+    with pytest.raises(UserInputError):
+        layout.timing_cache_ref(bad)
 
 
 @pytest.mark.parametrize("bad", ["", ".", "..", "../x", "a/b", "-lead", "x" * 129, "a b", "a\\b", "%2e%2e"])

@@ -226,7 +226,30 @@ def test_opening_and_reading_a_file_store_creates_nothing(tmp_path):
     assert (root / "models" / "m" / "export.json").read_bytes() == b"{}"
 
 
-def test_a_file_where_the_store_folder_would_be_reads_as_empty(tmp_path):
+def test_a_file_where_the_store_folder_would_be_has_no_keys_and_refuses_a_listing(tmp_path):
     (tmp_path / "passwd").write_text("root:x:0:0")
-    s = open_store((tmp_path / "passwd").as_uri())
-    assert s.get("model.onnx") is None and s.etag("model.onnx") is None and list(s.list()) == []
+    for root in (tmp_path / "passwd", tmp_path / "passwd" / "store"):
+        s = open_store(root.as_uri())
+        assert s.get("model.onnx") is None and s.etag("model.onnx") is None  # a key that is not there
+        for prefix in ("", "plans/", "releases/encoder/"):  # a listing would read as an empty store: refused
+            with pytest.raises(StoreError, match=f"cannot list .*{tmp_path / 'passwd'} is a file, not a folder"):
+                list(s.list_sizes(prefix))
+
+
+def test_an_s3_endpoint_that_is_not_there_fails_listings_and_deletes_as_unavailable(monkeypatch):
+    import socket
+
+    from trtfarm.errors import StoreUnavailable
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{sock.getsockname()[1]}"  # closed again: nothing listens there
+    for name, value in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1",
+                        "TRTFARM_S3_MAX_ATTEMPTS": "1", "TRTFARM_S3_CONNECT_TIMEOUT": "1"}.items():
+        monkeypatch.setenv(name, value)
+    s = S3Store("plans", "farm", endpoint_url=endpoint)
+    for call, where in ((lambda: list(s.list("plans/")), "list s3://plans/farm/plans/"),
+                        (lambda: list(s.list_sizes()), "list s3://plans/farm after"),
+                        (lambda: s.delete("plans/x/model.plan"), "delete s3://plans/farm/plans/x/model.plan")):
+        with pytest.raises(StoreUnavailable, match=f"the S3 endpoint {endpoint} did not answer .* to {where}"):
+            call()

@@ -85,6 +85,54 @@ def scenario_timing_cache(trt, tmp: Path) -> str:
     return f"entries={timing_cache_entries(trt, b'blob')} merged={type(merged).__name__}"
 
 
+def _build_group(trt, tmp: Path, store, shared: bytes | None) -> tuple[list, str]:
+    """``build_group`` for one TensorRT target on a real file store, ``shared`` (if any) as the shared cache."""
+    from trtfarm.building import build
+    from trtfarm.building.timing_cache import cache_flags_digest
+    from trtfarm.layout import timing_cache_key
+    from trtfarm.vocabulary.fleet import Fleet, resolve_target
+    from trtfarm.vocabulary.model import model_source
+    from trtfarm.vocabulary.targets import plan_targets
+
+    fleet = Fleet.model_validate({
+        "toolchains": {"trt": {"flavour": "tensorrt", "version": trt.__version__}},
+        "gpus": {"h100": {"nvml_name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "memory_gib": 80,
+                          "pool": "h100"}},
+        "targets": [{"id": "h100-trt", "gpu": "h100", "toolchain": "trt", "release_on": "built"}]})
+    target = resolve_target(fleet, fleet.targets[0])
+    model = model_source(_tiny_onnx(tmp), "tiny")
+    profiles = [profile_from_args(["x=1x4:2x4:4x4"])]
+    plans = plan_targets(model, model.onnx_digest, [target], profiles, None)
+    key = timing_cache_key("tensorrt", trt.__version__, "h100", "9.0", cache_flags_digest(target.settings))
+    if shared is not None:
+        store.put_if_absent(key, shared)
+    trt.returns.update({"INetworkDefinition.num_inputs": 1, "ITensor.name": "x", "ITensor.shape": (-1, 4),
+                        "Builder.build_serialized_network": lambda: buffer_standin(
+                            trt, trt._real.IHostMemory, _plan_bytes(trt, trt.__version__)),
+                        "ITimingCache.serialize": lambda: buffer_standin(trt, trt._real.IHostMemory, b"ours")})
+    pending = lambda store, model, plan, profiles, result: build.EngineResult(build.pending_engine(plan))  # noqa: E731
+    with mock.patch.object(build, "engine_result", pending):  # the engine checks need the GPU
+        return build.build_group(store, model, plans, profiles), key
+
+
+def scenario_timing_cache_after_publish(trt, tmp: Path) -> str:
+    """``build_group`` publishes the plan first; a shared cache ``combine`` refuses is a warning, the plan stays."""
+    from trtfarm.publishing.publish import read_manifest
+    from trtfarm.store import LocalStore
+
+    trt.returns["ITimingCache.combine"] = False  # the shared object came from another TensorRT build or device
+    store = LocalStore(tmp / "refused")
+    (outcome,), key = _build_group(trt, tmp, store, b"another build's cache")
+    m = read_manifest(store, outcome.manifest_key)
+    assert outcome.status == "built" and store.get(m.plan.key) is not None, outcome
+    assert f"timing cache not merged into {key} (the plan is published)" in outcome.reason, outcome.reason
+    assert store.get(key).data == b"another build's cache" and m.build.timing_cache.key == key
+    fresh = LocalStore(tmp / "fresh")
+    (first,), key = _build_group(trt, tmp, fresh, None)
+    assert "timing cache" not in first.reason and fresh.get(key).data == b"ours", first.reason
+    return f"{key}; refused: {outcome.reason.rsplit('; ', 1)[-1]}"
+
+
 def scenario_engine(trt, tmp: Path) -> str:
     """``deserialize_plan`` (version-compatible host code allowed), the validity probe, memory per profile."""
     from trtfarm.toolchain.engine import deserialize_plan, device_memory_per_profile, engine_validity
@@ -195,7 +243,8 @@ def mutant(old: str, new: str):
 
 SCENARIOS = {
     "builder": scenario_builder, "builder_errors": scenario_builder_parse_errors,
-    "timing_cache": scenario_timing_cache, "engine": scenario_engine, "refit": scenario_refit,
+    "timing_cache": scenario_timing_cache, "timing_cache_after_publish": scenario_timing_cache_after_publish,
+    "engine": scenario_engine, "refit": scenario_refit,
     "load_plan": scenario_load_plan, "validation": scenario_validation,
     # negative controls: a renamed method, a dropped argument, a Path where the API takes a str, a wrong callback
     "mutant_renamed_method": mutant("config.set_memory_pool_limit(", "config.set_memory_pool_limits("),

@@ -117,3 +117,91 @@ def test_truncated_onnx_is_reported_by_the_parser(example_onnx, tmp_path):
 def test_header_of_non_plan_bytes_is_not_recognised(tmp_path):
     assert not read_plan_header(b"\x00" * 64).magic_ok
     assert read_plan_header(b"ftrt" + b"\x00" * 20 + bytes([11, 4, 0, 106])).version == "11.4.0.106"
+
+
+# Runs in a child: once the build starts (its first phase), the process may map only 64 MiB more, so the real
+# TensorRT-RTX builder's allocations fail there (std::bad_alloc, "Error Code 2: OutOfMemory" by the size asked).
+OUT_OF_MEMORY_BUILD = """
+import json, re, resource, sys
+from pathlib import Path
+from prefect.states import Failed
+from tasks.build import retry_infrastructure_only
+from trtfarm.errors import InfrastructureError
+from trtfarm.vocabulary.fleet import BuilderSettings
+from trtfarm.toolchain import import_flavour, plan_from_onnx
+
+class LimitMemory:
+    def phase_start(self, name, parent, steps):
+        if parent is None:
+            vm = int(re.search(r"VmSize:\\s+(\\d+)", Path("/proc/self/status").read_text()).group(1)) << 10
+            resource.setrlimit(resource.RLIMIT_AS, (vm + (64 << 20),) * 2)
+    def step_complete(self, name, step):
+        return True
+    def phase_finish(self, name):
+        pass
+
+try:
+    plan_from_onnx(import_flavour("tensorrt_rtx"), "tensorrt_rtx", Path(sys.argv[1]), [], BuilderSettings(),
+                   Path(sys.argv[2]), progress=LimitMemory())
+except Exception as err:
+    print(json.dumps({"error": type(err).__name__, "infrastructure": isinstance(err, InfrastructureError),
+                      "retried": retry_infrastructure_only(None, None, Failed(data=err)), "message": str(err)}))
+"""
+
+
+def test_a_builder_out_of_memory_is_an_infrastructure_failure_that_is_retried(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+    from onnx import numpy_helper
+
+    from ..conftest import REPO
+
+    weights = numpy_helper.from_array(np.random.default_rng(0).random((1024, 1024), dtype=np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 1024])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 1024])], [weights])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "m.onnx"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", OUT_OF_MEMORY_BUILD, str(tmp_path / "m.onnx"),
+                           str(tmp_path / "m.plan")], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=240)
+    assert done.returncode == 0 and done.stdout.strip(), done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["error"] == "BuilderOutOfMemory" and seen["infrastructure"] and seen["retried"], seen
+    assert "the tensorrt_rtx builder ran out of memory on" in seen["message"] and "Retried" in seen["message"]
+    assert not (tmp_path / "m.plan").exists()
+
+
+def test_a_builder_refusal_stays_a_build_failure_that_is_not_retried(example_onnx, tmp_path):
+    from prefect.states import Failed
+
+    from tasks.build import retry_infrastructure_only
+
+    bad = profile_from_args(["input_ids=1x16:16x128:32x512", "attention_mask=1x16:16x64:32x512"])
+    with pytest.raises(BuildFailed) as err:
+        build(example_onnx, [bad], tmp_path)
+    assert not retry_infrastructure_only(None, None, Failed(data=err.value))
+
+
+def test_a_farm_build_logs_its_phases_to_the_logger_it_is_given(example_onnx, tmp_path):
+    import logging
+
+    from trtfarm.building.progress import LoggingProgress
+
+    class Lines(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.lines = []
+
+        def emit(self, record):
+            self.lines.append(record.getMessage())
+
+    run_log, lines = logging.getLogger("test.run-logger"), Lines()  # stands where the task's run logger is
+    run_log.addHandler(lines)
+    run_log.setLevel(logging.INFO)
+    build(example_onnx, [profile_from_args(ENCODER_PROFILE)], tmp_path, progress=LoggingProgress("rtx4090", run_log))
+    assert any(line.startswith("rtx4090: Building engine (") for line in lines.lines), lines.lines

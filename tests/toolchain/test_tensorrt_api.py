@@ -132,8 +132,11 @@ def test_tensorrt_only_paths_run_against_standins_specified_by_that_versions_rea
     whose every object is specified by the real bindings; the mutants (a renamed method, a dropped argument, a Path
     for a str, a callback of the wrong arity) must fail there."""
     results = drive(version)
-    for name in ("builder", "builder_errors", "timing_cache", "engine", "refit", "load_plan", "validation"):
+    for name in ("builder", "builder_errors", "timing_cache", "timing_cache_after_publish", "engine", "refit",
+                 "load_plan", "validation"):
         assert results[name]["ok"], (name, results[name].get("error"))
+    assert results["timing_cache_after_publish"]["detail"].startswith(f"timing-caches/tensorrt-{version}/h100-sm90/")
+    assert "ITimingCache.combine" in results["timing_cache_after_publish"]["calls"]
     assert "IBuilderConfig.set_flag" in results["builder"]["calls"]
     assert "callback IProgressMonitor.step_complete" in results["builder"]["calls"]
     assert f"{version} REFIT_IDENTICAL,STRIP_PLAN" in results["builder"]["detail"]

@@ -1,1 +1,1 @@
-"""Building plans: the build of one job, refit, timing caches, progress sinks."""
+"""Building plans: the build of one job, refit, timing caches, the farm build's progress log."""

@@ -1,11 +1,13 @@
 """Build one plan and publish it for every target of its compatibility class.
 
 ``build_group`` is the per-target work of the design, in one call the flows wrap: pull the timing cache, build,
-merge the cache back, publish plan + manifest for each target that shares this build.
+publish plan + manifest for each target that shares this build, then merge the cache back (best effort: a merge that
+fails is a warning on the outcomes, never a reason to lose the published build).
 """
 
 from __future__ import annotations
 
+import logging
 import shlex
 import socket
 from collections.abc import Callable, Sequence
@@ -16,7 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtfarm.building.outcome import outcome_from_manifest, release_if_allowed
-from trtfarm.building.timing_cache import merge_timing_cache, pull_timing_cache, tensorrt_combine
+from trtfarm.building.timing_cache import (
+    TimingCacheRefused,
+    cache_flags_digest,
+    merge_timing_cache,
+    pull_timing_cache,
+    tensorrt_combine,
+)
+from trtfarm.errors import StoreError
 from trtfarm.identity import sha256_file
 from trtfarm.layout import timing_cache_key
 from trtfarm.profiles.profile import Profile, profiles_json
@@ -52,6 +61,7 @@ if TYPE_CHECKING:
     from trtfarm.signing.keys import Signer
 
 PUBLISH_THREADS = 8  # targets sharing one build publish at once: their store requests overlap
+log = logging.getLogger("trtfarm.build")
 
 
 def reproduce_command(model: ModelSource, plan: TargetPlan, profiles: Sequence[Profile]) -> str:
@@ -64,22 +74,45 @@ def reproduce_command(model: ModelSource, plan: TargetPlan, profiles: Sequence[P
     return shlex.join(args)
 
 
-def _timing(store: Store, plan: TargetPlan) -> tuple[bytes | None, str | None]:
+def _timing(store: Store, plan: TargetPlan, trt) -> tuple[bytes | None, str | None]:
+    """The shared cache and its key: by the installed toolchain's exact build, the GPU and the cache-relevant flags.
+
+    TensorRT-RTX has none (its cache calls are no-ops): nothing is pulled, attached or merged for its builds.
+    """
     t = plan.target
     if t.toolchain.flavour is Flavour.tensorrt_rtx or not t.settings.timing_cache:
         return None, None
-    key = timing_cache_key(t.toolchain_label, t.gpu_key)
+    key = timing_cache_key(t.toolchain.flavour.value, str(trt.__version__), t.gpu_key, t.gpu.compute_capability,
+                           cache_flags_digest(t.settings))
     return pull_timing_cache(store, key), key
 
 
-def _cache_info(trt, result: BuildResult, key: str | None, before: bytes | None,
-                after: bytes | None) -> TimingCacheInfo:
+def _cache_info(trt, result: BuildResult, key: str | None, before: bytes | None) -> TimingCacheInfo:
+    """The cache around this build: the shared one it started from, and the builder's own after the build."""
     if key is None or result.timing_cache is None:
         return TimingCacheInfo(used=False, reason=result.timing_cache_reason or "disabled for this target")
+    after = result.timing_cache
     return TimingCacheInfo(used=result.timing_cache_reason is None, reason=result.timing_cache_reason, key=key,
-                           bytes_before=len(before) if before else 0, bytes_after=len(after) if after else None,
+                           bytes_before=len(before) if before else 0, bytes_after=len(after),
                            entries_before=timing_cache_entries(trt, before or b""),
                            entries_after=timing_cache_entries(trt, after))
+
+
+def merge_after_publish(store: Store, trt, key: str | None, result: BuildResult) -> str:
+    """Merge the build's cache into the shared one, after its plan is published; a warning when that fails, else ''.
+
+    Best effort: ``combine`` refusing the shared cache, 50 conflicting writers, or the store failing cost the next
+    builds their head start, never this finished build.
+    """
+    if key is None or result.timing_cache is None:
+        return ""
+    try:
+        merge_timing_cache(store, key, result.timing_cache, tensorrt_combine(trt))
+    except (TimingCacheRefused, StoreError) as err:
+        warning = f"timing cache not merged into {key} (the plan is published): {err}"
+        log.warning("%s", warning)
+        return warning
+    return ""
 
 
 @dataclass
@@ -245,15 +278,12 @@ def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], p
     lead = group[0]
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     trt = import_flavour(lead.target.toolchain.flavour.value)
-    before, key = _timing(store, lead)
+    before, key = _timing(store, lead, trt)
     with scratch_dir("trtfarm-build-") as tmp:
         result = plan_from_onnx(trt, lead.target.toolchain.flavour.value, model.plan_input, profiles,
                                 lead.target.settings, tmp / "model.plan", timing_cache=before,
                                 progress=progress)
-        after = None
-        if key and result.timing_cache is not None:
-            after = merge_timing_cache(store, key, result.timing_cache, tensorrt_combine(trt)).data
-        cache = _cache_info(trt, result, key, before, after)
+        cache = _cache_info(trt, result, key, before)
         engine = engine_result(store, model, lead, profiles, result)
         determinism = _determinism(trt, model, lead, profiles, result, tmp, engine)
         attest = attestation(store, model, lead, signer, started)  # one toolchain, one worker for the group
@@ -272,10 +302,14 @@ def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], p
             return outcome
 
         if len(group) == 1:
-            return [publish(lead)]
-        # the targets' keys are disjoint: their requests overlap on threads (the store client is thread-safe)
-        with ThreadPoolExecutor(max_workers=min(len(group), PUBLISH_THREADS)) as pool:
-            return list(pool.map(publish, group))
+            outcomes = [publish(lead)]
+        else:  # the targets' keys are disjoint: their requests overlap on threads (the store client is thread-safe)
+            with ThreadPoolExecutor(max_workers=min(len(group), PUBLISH_THREADS)) as pool:
+                outcomes = list(pool.map(publish, group))
+    if warning := merge_after_publish(store, trt, key, result):  # published first: a failed merge loses no build
+        for o in outcomes:
+            o.reason = "; ".join(filter(None, [o.reason, warning]))
+    return outcomes
 
 
 def _already_published_note(published: Manifest, result: BuildResult) -> str:

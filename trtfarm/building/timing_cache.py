@@ -1,19 +1,29 @@
-"""Shared timing caches: one object per (toolchain version, GPU model) in the store.
+"""Shared timing caches: one object per exact TensorRT build, GPU model and cache-relevant builder flags.
 
-Pull with its ETag, build with it, then merge ours back with compare-and-swap: read the current object, ``combine``
-ours into it with the toolchain's own API, write with ``IfMatch``; on a conflict re-read and retry with backoff; when
-absent create with ``IfNoneMatch='*'``. No update is ever lost.
+TensorRT's caches depend on the device, the exact TensorRT build and some builder flags; ``ITimingCache.combine``
+needs the same version on both sides, and merging caches of different devices is documented as unsafe. So the key
+(``layout.timing_cache_key``) carries the installed version, the GPU and its compute capability, and a digest of
+``cache_flags``. TensorRT-RTX has no timing cache: its builds never pull, attach or merge one.
+
+Pull with its ETag, build with it, publish the plan, then merge ours back with compare-and-swap: read the current
+object, ``combine`` ours into it with the toolchain's own API, write with ``IfMatch``; on a conflict re-read and retry
+with backoff; when absent create with ``IfNoneMatch='*'``. No update is ever lost. The merge is best effort: a refused
+or contended merge is reported and never costs the published build.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
+from trtfarm.errors import TrtfarmError
+from trtfarm.identity import canonical_json
 from trtfarm.store import Conflict, Store
+from trtfarm.vocabulary.fleet import BuilderSettings
 
 Combine = Callable[[bytes, bytes], bytes]  # (current, ours) -> merged
 
@@ -29,6 +39,21 @@ class Merged:
     def bytes_after(self) -> int:
         """Size of the shared cache after our merge."""
         return len(self.data)
+
+
+class TimingCacheRefused(TrtfarmError):
+    """``ITimingCache.combine`` refused the shared cache (another TensorRT build or device, or damaged bytes)."""
+
+
+def cache_flags(settings: BuilderSettings) -> dict[str, str]:
+    """The builder flags a timing cache depends on, by TensorRT's names: TF32, refit mode, hardware compatibility."""
+    return {"TF32": "on" if settings.tf32 else "off", "refit": settings.refit.value.upper(),
+            "hardware_compatibility_level": settings.hardware_compatibility.name.upper()}
+
+
+def cache_flags_digest(settings: BuilderSettings) -> str:
+    """sha256 of ``cache_flags`` as canonical JSON: the last part of a shared cache's key."""
+    return hashlib.sha256(canonical_json(cache_flags(settings))).hexdigest()
 
 
 def pull_timing_cache(store: Store, key: str) -> bytes | None:
@@ -58,9 +83,15 @@ def tensorrt_combine(trt: ModuleType) -> Combine:
         from trtfarm.toolchain.builder import _shared_logger
 
         config = trt.Builder(_shared_logger(trt)).create_builder_config()
-        base = config.create_timing_cache(current)
-        if not base.combine(config.create_timing_cache(ours), False):
-            raise RuntimeError("ITimingCache.combine refused the caches (different TensorRT versions or devices)")
+        try:  # damaged bytes: the bindings raise (pybind11 turns TensorRT's exceptions into RuntimeError)
+            base = config.create_timing_cache(current)
+            other = config.create_timing_cache(ours)
+            merged = base is not None and other is not None and base.combine(other, False)
+        except RuntimeError as err:
+            raise TimingCacheRefused(f"ITimingCache.combine refused the shared cache: {err}") from err
+        if not merged:
+            raise TimingCacheRefused("ITimingCache.combine refused the shared cache (another TensorRT build or "
+                                     "device wrote it, or its bytes are damaged)")
         return bytes(memoryview(base.serialize()))
 
     return combine

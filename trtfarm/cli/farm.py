@@ -54,7 +54,7 @@ def need_server(wait_s: float) -> str:
     try:
         wait_for_server(api, wait_s, lambda line: err.print(line, highlight=False, soft_wrap=True))
     except ServerUnavailable as e:
-        raise fail(str(e), code=3) from e
+        raise fail(e) from e
     return api
 
 
@@ -122,6 +122,7 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
     """Create or update one work pool per GPU model (limit = its GPU count) and the control pool; report drift."""
     from trtfarm.vocabulary.fleet_file import load_fleet
     from trtfarm.workers.pools import deployment_drift, desired_pools
+    from trtfarm.workers.server import server_failure
 
     try:
         fleet = load_fleet(targets_path(targets_file))
@@ -138,8 +139,8 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
         templates = {p.name: job_template(p.name, fleet) for p in desired if p.gpus}
     try:
         drift = asyncio.run(sync_work_pools(desired, apply=not check, templates=templates))
-    except _server_errors() as e:  # the server is the problem: say which one
-        raise fail(f"cannot sync pools with the Prefect server at {api}: {type(e).__name__}: {e}") from e
+    except _server_errors() as e:  # the server is the problem: say which one, by its kind
+        raise fail(server_failure(api, "sync the work pools", e)) from e
     if as_json:
         print(json.dumps([{"pool": d.pool, "declared": d.declared, "on_server": d.on_server, "action": d.action}
                           for d in drift], indent=2))
@@ -203,6 +204,7 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
              server_wait: int = SERVER_WAIT_OPT) -> None:
     """Start a build-matrix run on the farm (as the Prefect UI does); bad parameters are refused before it starts."""
     from trtfarm.planning.requests import MatrixRequest
+    from trtfarm.workers.server import server_failure
 
     try:
         given = {"model": model, "targets": target, "precision": precision, "force": force or None,
@@ -214,7 +216,8 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
         raise fail(e) from e
     except ValueError as e:  # pydantic: an unknown precision and the like
         problems = [f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()] if hasattr(e, "errors") else []
-        raise fail(f"invalid parameters: {'; '.join(problems) or _first_line(e)}") from e
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise fail(f"invalid parameters: {'; '.join(problems) or first}") from e
     rows = None if force or refit else _published_already(request)
     if rows is not None:  # nothing to build: answer from the store, start no run, wait on no worker
         _print_run(None, "COMPLETED", "every target is published already: no run started", rows, as_json)
@@ -230,8 +233,7 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
         if isinstance(e, ObjectNotFound):
             raise fail(f"deployment {deployment!r} is not on the Prefect server at {api}: deploy it (`prefect deploy "
                        "--all` in the trtfarm checkout) or name another with --deployment") from e
-        raise fail(f"the Prefect server at {api} refused or dropped the run: {type(e).__name__}: "
-                   f"{_first_line(e)}", code=3) from e
+        raise fail(server_failure(api, "start the run", e)) from e
     _print_run(run_id, state, message, rows, as_json)
     if wait and state != "COMPLETED":
         raise typer.Exit(1)
@@ -287,11 +289,6 @@ def _server_errors() -> tuple[type[BaseException], ...]:
     from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
 
     return ObjectNotFound, PrefectHTTPStatusError, httpx.HTTPError, OSError
-
-
-def _first_line(err: Exception) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 async def sync_work_pools(desired: list, apply: bool = True, templates: dict[str, dict] | None = None) -> list:

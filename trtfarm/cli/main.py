@@ -1,8 +1,8 @@
 """The ``trtfarm`` entry point: registers every command group, runs the app, and shows errors by their kind.
 
-The user's input errors exit 2 with one line naming the fix; a failing service exits 1 with one line naming it;
-anything else is a bug and keeps its traceback. SIGTERM is turned into a clean exit, so temporary files and
-in-flight store writes are removed as on Ctrl-C.
+Every error trtfarm raises on purpose is one line, exiting by its kind: the user's input 2 (naming the fix), a failing
+service or a mismatch 1, a service not there 3 (naming it); anything else is a bug and keeps its traceback.
+SIGTERM is turned into a clean exit, so temporary files and in-flight store writes are removed as on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from trtfarm import interrupt, scratch
 from trtfarm.cli import build, farm, images, models, profiles, project, quality, serving, store_ops, webhook  # noqa: F401
 from trtfarm.cli.common import app, err, message_text, plain_metavars
-from trtfarm.errors import CorruptObject, InfrastructureError, UserInputError, one_line
+from trtfarm.errors import TrtfarmError, one_line
 from trtfarm.extras import missing_extra
 
 plain_metavars(app)
@@ -28,7 +28,7 @@ def main() -> None:
     except interrupt.Interrupted:
         scratch.remove_all()  # what the signal caught mid-way (between creating a temporary and its cleanup)
         raise
-    except (UserInputError, InfrastructureError, CorruptObject) as e:  # exit 2 bad input, 1 a failure, 3 no service
+    except TrtfarmError as e:  # raised on purpose, by kind: exit 2 bad input, 1 a failure or mismatch, 3 no service
         err.print(f"[bold red]error:[/] {message_text(one_line(e))}", highlight=False, soft_wrap=not err.is_terminal)
         sys.exit(e.exit_code)
     except ModuleNotFoundError as e:  # an optional module of an extra this install lacks: one line naming it

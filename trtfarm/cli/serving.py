@@ -32,7 +32,6 @@ def triton(
 ) -> None:
     """Write a Triton model repository (config.pbtxt checked with Triton's schema) from MODEL's released plans."""
     from trtfarm.profiles.profile import load_profiles_file
-    from trtfarm.publishing.serving_pin import ServingImageMismatch
     from trtfarm.serving.triton import TritonRequest, triton_repositories
     from trtfarm.signing.bundle import SignatureRefused
     from trtfarm.store import open_store
@@ -44,8 +43,6 @@ def triton(
                             "dynamic" if dynamic_batching else "explicit",
                             load_profiles_file(profiles) if profiles else None, trust)
         result = triton_repositories(open_store(store_uri(store)), load_fleet(targets_path(targets_file)), req)
-    except ServingImageMismatch as e:
-        raise fail(str(e), code=1) from e
     except SignatureRefused as e:
         raise fail(f"refused: {e}", code=1) from e
     except TrtfarmError as e:

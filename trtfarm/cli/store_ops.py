@@ -21,9 +21,10 @@ from trtfarm.cli.common import (
     targets_path,
 )
 from trtfarm.errors import TrtfarmError
-from trtfarm.layout import TIMING_CACHES, timing_cache_label, timing_cache_ref
+from trtfarm.layout import TIMING_CACHES, timing_cache_flavour, timing_cache_label, timing_cache_ref
 
-cache_app = typer.Typer(no_args_is_help=True, help="Shared timing caches, one per (toolchain version, GPU model).")
+cache_app = typer.Typer(no_args_is_help=True, help="Shared timing caches, one per exact TensorRT build, GPU model and "
+                        "cache-relevant builder flags (TF32, refit, hardware compatibility).")
 app.add_typer(cache_app, name="cache")
 
 
@@ -38,7 +39,7 @@ def cache_ls(store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
         print(json.dumps(rows, indent=2))
         return
     table = Table(title=message_text(f"timing caches in {s.uri}"))
-    table.add_column("toolchain / GPU")
+    table.add_column("toolchain / GPU-SM / flags")
     table.add_column("bytes", justify="right")
     for r in rows:
         table.add_row(timing_cache_label(r["key"]), f"{r['bytes']:,}")
@@ -48,7 +49,8 @@ def cache_ls(store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
 
 
 @cache_app.command("show")
-def cache_show(ref: str = typer.Argument(..., help="TOOLCHAIN/GPU, e.g. tensorrt-11.4.0.106/h100"),
+def cache_show(ref: str = typer.Argument(..., help="TOOLCHAIN/GPU-SM/FLAGS as cache ls shows it, e.g. "
+                                          "tensorrt-11.4.0.106/h100-sm90/0123456789ab"),
                store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     """Size, ETag and (where the toolchain is installed) entry count of one cache."""
     from trtfarm.machine.flavour import ToolchainUnavailable
@@ -60,9 +62,8 @@ def cache_show(ref: str = typer.Argument(..., help="TOOLCHAIN/GPU, e.g. tensorrt
     blob = s.get(key)
     if blob is None:
         raise fail(f"no timing cache at {s.url(key)}; `trtfarm cache ls` lists them")
-    flavour = key.split("/")[1].rsplit("-", 1)[0]
     try:
-        entries = timing_cache_entries(import_flavour(flavour), blob.data)
+        entries = timing_cache_entries(import_flavour(timing_cache_flavour(key)), blob.data)
     except ToolchainUnavailable as e:
         entries = f"unknown here ({e})"
     doc = {"key": key, "url": s.url(key), "bytes": len(blob.data), "etag": blob.etag, "entries": entries}
@@ -73,7 +74,8 @@ def cache_show(ref: str = typer.Argument(..., help="TOOLCHAIN/GPU, e.g. tensorrt
 
 
 @cache_app.command("rm")
-def cache_rm(ref: str = typer.Argument(..., help="TOOLCHAIN/GPU"), store: str = STORE_OPT,
+def cache_rm(ref: str = typer.Argument(..., help="TOOLCHAIN/GPU-SM/FLAGS as cache ls shows it"),
+             store: str = STORE_OPT,
              yes: bool = typer.Option(False, "--yes", help="really delete")) -> None:
     """Delete one cache (the next build starts a fresh one)."""
     from trtfarm.store import open_store
@@ -142,7 +144,6 @@ def pull(model: str = typer.Argument(..., help="model name"),
     byte is downloaded; without, the pull says it is unsigned-checked.
     """
     from trtfarm.machine.capabilities import local_capabilities
-    from trtfarm.publishing.serving_pin import ServingImageMismatch
     from trtfarm.runtime.pull import local_gpu_key, local_toolchains, pull_release
     from trtfarm.signing.bundle import SignatureRefused
     from trtfarm.store import open_store
@@ -155,9 +156,9 @@ def pull(model: str = typer.Argument(..., help="model name"),
         gpu_key = local_gpu_key(fleet, caps.gpus, gpu)
         pulled = pull_release(open_store(store_uri(store)), model, gpu_key,
                               local_toolchains(caps.versions, toolchain), to, fleet=fleet, trust=trust)
-    except (ServingImageMismatch, SignatureRefused) as e:
-        raise fail(f"refused: {e}" if isinstance(e, SignatureRefused) else str(e), code=1) from e
-    except TrtfarmError as e:
+    except SignatureRefused as e:
+        raise fail(f"refused: {e}", code=1) from e
+    except TrtfarmError as e:  # a serving image that does not carry the plan's TensorRT (exit 1) among them
         raise fail(e) from e
     doc = {"plan": str(pulled.plan), "manifest": str(pulled.manifest_path), "release": pulled.pointer_key,
            "bytes": pulled.bytes, "signature": pulled.verdict.status, "signature_detail": pulled.verdict.detail}

@@ -37,14 +37,15 @@ def _os_errors(doing: str) -> Callable[[F], F]:
     def wrap(method: F) -> F:
         @functools.wraps(method)
         def translated(self: LocalStore, key: str, *args, **kwargs):
-            try:
+            with self.translated(doing, key):
                 return method(self, key, *args, **kwargs)
-            except StoreError:
-                raise
-            except OSError as err:
-                raise StoreError(self.describe(err, doing, key)) from err
         return translated  # type: ignore[return-value]
     return wrap
+
+
+def _raise(err: OSError) -> None:
+    """``os.walk``'s ``onerror``: a folder that cannot be read is a failure, never a silently shorter listing."""
+    raise err
 
 
 class LocalStore(Store):
@@ -53,6 +54,22 @@ class LocalStore(Store):
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).resolve()
         self.uri = self.root.as_uri()
+
+    @contextmanager
+    def translated(self, doing: str, key: str):
+        """The one place the file store's ``OSError`` s become a ``StoreError`` (every operation, listings too)."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except OSError as err:
+            raise StoreError(self.describe(err, doing, key)) from err
+
+    def _check_root(self) -> None:
+        """A store root that is a file (or under one) is refused, not read as an empty store."""
+        blocker = next((p for p in (self.root, *self.root.parents) if p.is_file()), None)
+        if blocker is not None:
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(blocker))
 
     def describe(self, err: OSError, doing: str, key: str) -> str:
         """One line: the store, what failed, the OS reason, and the fix when there is an obvious one."""
@@ -181,10 +198,15 @@ class LocalStore(Store):
 
     def list_sizes(self, prefix: str = "") -> Iterator[tuple[str, int]]:
         """Yield ``(key, size)`` under ``prefix``, walking only the folder the prefix names."""
+        with self.translated("list", prefix or "(root)"):
+            yield from self._walk(prefix)
+
+    def _walk(self, prefix: str) -> Iterator[tuple[str, int]]:
+        self._check_root()
         start = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root
         if ".." in Path(prefix).parts or not start.is_dir():
             return
-        for dirpath, dirnames, filenames in os.walk(start):
+        for dirpath, dirnames, filenames in os.walk(start, onerror=_raise):
             dirnames[:] = sorted(d for d in dirnames if d != ".locks")
             for name in sorted(filenames):
                 if name.startswith(".tmp-"):
@@ -219,13 +241,14 @@ class LocalStore(Store):
         if ".." in Path(prefix).parts or not start.is_dir():
             return 0
         removed, now = 0, time.time()
-        for path in start.rglob(".tmp-*"):
-            try:
-                if now - path.stat().st_mtime > older_than_s:
-                    path.unlink()
-                    removed += 1
-            except FileNotFoundError:  # its writer finished, or another sweep took it
-                continue
+        with self.translated("sweep temporaries under", prefix or "(root)"):
+            for path in start.rglob(".tmp-*"):
+                try:
+                    if now - path.stat().st_mtime > older_than_s:
+                        path.unlink()
+                        removed += 1
+                except FileNotFoundError:  # its writer finished, or another sweep took it
+                    continue
         return removed
 
     @_os_errors("read")

@@ -151,18 +151,21 @@ class S3Store(Store):
             events.register(event, _add_if_none_match, unique_id=f"trtfarm-create-only:{event}")
 
     def _failed(self, err: Exception, key: str, doing: str) -> StoreError:
-        """The one translation of boto's errors.
+        """The one translation of boto's errors, for every operation (a listing's prefix is named like a key).
 
         No answer is ``StoreUnavailable`` naming the endpoint; any other failure a ``StoreError`` naming the object.
+        The name is spelled without validating it again: a listing's prefix (``plans/``) is no key, and a translation
+        that raised on it would hide the endpoint's failure behind an "invalid store key".
         """
+        where = f"s3://{self.bucket}/{'/'.join(p for p in (self.prefix, key) if p)}"
         if isinstance(err, NO_ANSWER):
             connect, read, attempts = timeouts()
             return StoreUnavailable(
                 f"the S3 endpoint {self.client.meta.endpoint_url} did not answer ({type(err).__name__}) to {doing} "
-                f"{self.url(key)} after {attempts} attempt(s) (connect timeout {connect:g} s, read timeout "
+                f"{where} after {attempts} attempt(s) (connect timeout {connect:g} s, read timeout "
                 f"{read:g} s; TRTFARM_S3_CONNECT_TIMEOUT, TRTFARM_S3_READ_TIMEOUT, TRTFARM_S3_MAX_ATTEMPTS); check "
                 "that the endpoint is up")
-        return StoreError(f"{self.url(key)}: {doing} failed: {err}")
+        return StoreError(f"{where}: {doing} failed: {err}")
 
     def _k(self, key: str) -> str:
         validate_key(key)
@@ -172,11 +175,11 @@ class S3Store(Store):
         """Return the object and its ETag, or None."""
         try:
             resp = self.client.get_object(Bucket=self.bucket, Key=self._k(key))
+            return Blob(resp["Body"].read(), resp["ETag"])  # the body streams: a timeout can come while reading it
         except _BOTO_ERRORS as err:
             if _is_missing(err):
                 return None
             raise self._failed(err, key, "read") from err
-        return Blob(resp["Body"].read(), resp["ETag"])
 
     def etag(self, key: str) -> str | None:
         """HEAD the object: its ETag, or None."""
@@ -252,12 +255,12 @@ class S3Store(Store):
         with scratch_file(dest.parent) as tmp:
             try:
                 body = self.client.get_object(Bucket=self.bucket, Key=self._k(key))["Body"]
+                with open(tmp, "wb") as out:
+                    reader = HashingReader(body, progress)
+                    while chunk := reader.read(1 << 20):  # the body streams: a timeout can come while reading it
+                        out.write(chunk)
             except _BOTO_ERRORS as err:
                 raise self._failed(err, key, "read") from err
-            with open(tmp, "wb") as out:
-                reader = HashingReader(body, progress)
-                while chunk := reader.read(1 << 20):
-                    out.write(chunk)
             if sha256 and reader.sha256.hexdigest() != sha256:
                 raise IntegrityError(f"{self.url(key)}: sha256 {reader.sha256.hexdigest()} does not match the "
                                      f"manifest's {sha256}; the stored plan is corrupt, rebuild it")
@@ -281,7 +284,7 @@ class S3Store(Store):
                     if key.startswith(prefix):
                         yield key, int(obj["Size"])
         except _BOTO_ERRORS as err:
-            raise self._failed(err, prefix or "(root)", "list") from err
+            raise self._failed(err, prefix, "list") from err
 
     def delete(self, key: str) -> None:
         """Delete the object."""

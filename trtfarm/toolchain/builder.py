@@ -8,6 +8,8 @@ Written to the documented 11.x API (strongly typed networks; no FP16/INT8 flags,
 
 from __future__ import annotations
 
+import re
+import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -18,12 +20,13 @@ from types import ModuleType
 from typing import Protocol
 
 from trtfarm import interrupt
-from trtfarm.errors import UserInputError, scratch_failure
+from trtfarm.errors import InfrastructureError, UserInputError, scratch_failure
 from trtfarm.machine.header import read_plan_header
 from trtfarm.profiles.profile import Profile
 from trtfarm.vocabulary.fleet import BuilderSettings, RefitMode
 
-RTX_NO_TIMING_CACHE = "TensorRT-RTX has no timing cache (its cache calls are no-ops since 1.2)"
+RTX_NO_TIMING_CACHE = ("none: TensorRT-RTX has no timing cache (its cache calls are no-ops since 1.2); none is pulled, "
+                       "attached or merged")
 REFIT_FLAGS = {RefitMode.refit: "REFIT", RefitMode.refit_identical: "REFIT_IDENTICAL",
                 RefitMode.refit_individual: "REFIT_INDIVIDUAL"}
 
@@ -80,6 +83,30 @@ class OnnxParseError(UserInputError):
 
 class BuildFailed(UserInputError):
     """``build_serialized_network`` returned None; the message carries the builder's own errors."""
+
+
+class BuilderOutOfMemory(InfrastructureError):
+    """The parser or builder ran out of host or GPU memory: the machine's state, not the model, so it is retried."""
+
+    service = "the build machine's memory"
+
+
+# What TensorRT and TensorRT-RTX log when an allocation fails (seen here under a memory limit: "std::bad_alloc",
+# "Error Code 2: OutOfMemory (Requested size was N bytes.)", "Resource temporarily unavailable" for a thread; on
+# GPUs: "Requested amount of GPU memory (N bytes) could not be allocated", "Cuda Runtime (out of memory)").
+_OUT_OF_MEMORY = re.compile(r"out ?of ?memory|std::bad_alloc|requested amount of gpu memory|could not be allocated|"
+                            r"cudaErrorMemoryAllocation|failed to allocate|allocation failed|"
+                            r"resource temporarily unavailable", re.IGNORECASE)
+
+
+def out_of_memory(onnx_path: Path, flavour: str, step: str, errors: Sequence[str]) -> BuilderOutOfMemory | None:
+    """A ``BuilderOutOfMemory`` when the logged errors say an allocation failed; None for the model's own errors."""
+    short = [m for m in errors if _OUT_OF_MEMORY.search(m)]
+    if not short:
+        return None
+    return BuilderOutOfMemory(f"{onnx_path}: the {flavour} {step} ran out of memory on {socket.gethostname()}: "
+                              f"{short[0].strip()[:300]}. Retried; if it persists, free the GPU and host memory other "
+                              "processes hold, lower workspace_mib, or build on a machine with more memory")
 
 
 @dataclass(frozen=True)
@@ -198,7 +225,8 @@ def _parse(trt: ModuleType, network, logger, onnx_path: Path) -> None:
         e = parser.get_error(i)
         issues.append(ParserIssue(str(getattr(e.code(), "name", e.code())), e.desc(), int(e.node()),
                                   e.node_name() or "", e.node_operator() or ""))
-    raise OnnxParseError(onnx_path, issues)
+    oom = out_of_memory(onnx_path, trt.__name__, "ONNX parser", [i.desc for i in issues])
+    raise oom or OnnxParseError(onnx_path, issues)
 
 
 def network_io(network) -> list[TensorIO]:
@@ -285,6 +313,8 @@ def _build(trt, flavour, logger, log: Capture, onnx_path, profiles, settings, pl
         plan = builder.build_serialized_network(network, config)
         wall = time.perf_counter() - start
     if plan is None:
+        if oom := out_of_memory(onnx_path, flavour, "builder", log.errors):
+            raise oom
         reasons = "\n".join(f"  - {m}" for m in log.errors) or "  - (no error was logged)"
         raise BuildFailed(f"{onnx_path}: the {flavour} builder failed:\n{reasons}\n"
                           "Fix: check the optimization profiles against the model's shape constraints "

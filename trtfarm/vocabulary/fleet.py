@@ -81,7 +81,8 @@ class BuilderSettings(_Strict):
     hardware_compatibility: HardwareCompatibility = HardwareCompatibility.none
     refit: RefitMode = RefitMode.none
     strip_plan: bool = Field(False, description="STRIP_PLAN: ship weights separately (needs a refit mode)")
-    timing_cache: bool = Field(True, description="use the shared timing cache of (GPU, toolchain version)")
+    timing_cache: bool = Field(True, description="use the shared timing cache of (exact TensorRT build, GPU, TF32/"
+                               "refit/hardware-compatibility flags); TensorRT-RTX has none")
     detailed_profiling: bool = Field(True, description="ProfilingVerbosity.DETAILED, for tactic names")
 
     @model_validator(mode="after")

@@ -83,7 +83,11 @@ class TargetInfo(_Doc):
 
 
 class TimingCacheInfo(_Doc):
-    """The shared timing cache around this build."""
+    """The shared timing cache around this build.
+
+    ``*_before``: the shared object it pulled; ``*_after``: the builder's own cache after the build (merged into the
+    shared object once the plan is published, best effort).
+    """
 
     used: bool
     reason: str | None = None

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trtfarm.errors import UserInputError
+from trtfarm.errors import InfrastructureError, UserInputError
 from trtfarm.machine.header import version_matches
 from trtfarm.vocabulary.fleet import Flavour, Fleet
 
@@ -22,8 +22,11 @@ PROBE = "trtfarm-toolchain-version"
 DOCKERFILES = {Flavour.tensorrt: "infra/docker/Dockerfile", Flavour.tensorrt_rtx: "infra/docker/Dockerfile.rtx"}
 
 
-class DockerUnavailable(UserInputError):
-    """No Docker engine answered: the machine's setup (start dockerd or set DOCKER_HOST), so exit 2 with the fix."""
+class DockerUnavailable(InfrastructureError):
+    """No Docker engine answered: a service that is not there (exit 3); the line says how to start or name one."""
+
+    service = "Docker"
+    exit_code = 3
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,29 @@ from collections.abc import Callable
 
 import httpx
 
-from trtfarm.errors import TrtfarmError
+from trtfarm.errors import InfrastructureError
 
 
-class ServerUnavailable(TrtfarmError):
-    """The Prefect server did not answer within the time allowed."""
+class ServerUnavailable(InfrastructureError):
+    """The Prefect server did not answer within the time allowed: a service that is not there (exit 3)."""
 
+    service = "the Prefect server"
     exit_code = 3
+
+
+class ServerFailed(InfrastructureError):
+    """The Prefect server answered but failed or refused a request (exit 1; retrying may help)."""
+
+    service = "the Prefect server"
+
+
+def server_failure(api_url: str, doing: str, err: Exception) -> InfrastructureError:
+    """The one translation of a Prefect client's failure: no answer is ``ServerUnavailable``, else ``ServerFailed``."""
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    if isinstance(err, (httpx.TransportError, OSError)):  # no answer: connection refused or dropped, a timeout
+        return ServerUnavailable(f"the Prefect server at {api_url} did not answer to {doing}: "
+                                 f"{type(err).__name__}: {first}")
+    return ServerFailed(f"the Prefect server at {api_url} failed to {doing}: {type(err).__name__}: {first}")
 
 
 def _probe(api_url: str) -> str | None:
