@@ -263,6 +263,27 @@ def test_a_damaged_manifest_in_the_store_is_named_by_plans_and_replaced_by_build
 
 
 # --- local copies where store objects belong; pull ---------------------------------------------------------------
+@pytest.mark.parametrize("content", [b"{not json", b'{"name": "encoder"}'])
+def test_a_damaged_export_record_is_named_and_the_reregistered_export_builds(work, content):
+    """What a nightly run (``build-matrix`` over the registry) meets: the record's URL, what is wrong, the fix."""
+    from trtfarm.errors import CorruptObject
+    from trtfarm.pipeline import run_local
+    from trtfarm.planning.requests import MatrixRequest
+
+    store = work / "store"
+    pushed = trtfarm(work, "models", "push", str(work / "export"), "--store", store.as_uri(), "--json")
+    assert pushed.returncode == 0, pushed.stderr
+    (record,) = [p for p in (store / "models").rglob("export.json")]
+    record.write_bytes(content)
+    request = MatrixRequest(model="encoder", store=store.as_uri(), targets_file=str(work / "fleet.yaml"),
+                            dispatch="local", profiles=[dict(p.split("=") for p in ENCODER_PROFILE)])
+    with pytest.raises(CorruptObject, match=r"export\.json: not an export record .*`trtfarm models push FOLDER`"):
+        run_local(request, report="none")
+    shutil.rmtree(record.parent)  # the damaged export goes; registered again, the model builds
+    assert trtfarm(work, "models", "push", str(work / "export"), "--store", store.as_uri()).returncode == 0
+    assert "built" in {r.outcome.status for r in run_local(request, report="none")}
+
+
 def test_release_of_the_copy_pull_wrote_is_refused_unless_the_store_holds_it(work, released):
     store, pointer = released
     assert pull(work, "--store", str(store), "--to", str(work / "enc.plan")).returncode == 0

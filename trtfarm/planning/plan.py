@@ -10,7 +10,6 @@ it (this process, or a farm child on a worker) never plans again.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import tempfile
 import threading
@@ -30,7 +29,7 @@ from trtfarm.profiles.profile import Profile, check_profiles_against_inputs, onn
 from trtfarm.publishing.registry import export_record, fetch_export, local_copy
 from trtfarm.store import Store
 from trtfarm.vocabulary.buildspec import spec_for_model, spec_precision, spec_profiles
-from trtfarm.vocabulary.exports import ExportRef
+from trtfarm.vocabulary.exports import ExportRecord, ExportRef
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 from trtfarm.vocabulary.fleet_file import load_fleet
 from trtfarm.vocabulary.job import BuildJob, ProfileText
@@ -131,18 +130,18 @@ def trial_reason(release: bool | None, mode: str, declared: str, in_spec: bool) 
     return f"trial build: {mode}, the model's recipe is {declared} ({where}); --release moves the pointers"
 
 
-def _cached_record(export: ExportRef, cached: Path) -> dict | None:
+def _cached_record(export: ExportRef, cached: Path) -> ExportRecord | None:
     """The export's ``export.json``, from this machine's cache when a run read it before, else from the store.
 
     A registered export's record is written once, create-only, and never changes, so the cache cannot go stale.
     """
     if export.export_id and cached.is_file():
-        return json.loads(cached.read_text())
+        return ExportRecord.from_bytes(cached.read_bytes(), str(cached))
     record = export_record(export)
     if record is not None and export.export_id:
         cached.parent.mkdir(parents=True, exist_ok=True)
         tmp = cached.with_name(f".tmp-{os.getpid()}-{threading.get_ident()}")
-        tmp.write_text(json.dumps(record))
+        tmp.write_bytes(record.to_bytes())
         os.replace(tmp, cached)
     return record
 
@@ -151,7 +150,7 @@ def _cached_record(export: ExportRef, cached: Path) -> dict | None:
 class ListedStage:
     """What the first stage of ``plan_export`` settled from the export's record and the store's listings."""
 
-    record: dict
+    record: ExportRecord
     resolved: list[ResolvedTarget]
     profiles: list[Profile]
     plan: ExportPlan  # the targets settled so far (every target when nothing is to build)
@@ -199,8 +198,8 @@ def listed_stage(request: MatrixRequest, export: ExportRef, store: Store, fleet:
     resolved = _targets(request, fleet, spec, targets)
     name = request.name or export.name or spec.name or model_name_from_path(path)
     model = ModelSource(name=name, path=path, source_uri=f"{export.uri}/{layout.ONNX_NAME}",
-                        onnx_digest=record["onnx_digest"], graph_digest=record["graph_digest"],
-                        exported_at=record["registered_at"])
+                        onnx_digest=record.onnx_digest, graph_digest=record.graph_digest,
+                        exported_at=record.registered_at)
     profiles = _profiles(request, path, spec)
     plans = plan_targets(model, model.onnx_digest, resolved, profiles, None)
     outcomes, todo = triage_listed(store, plans, index)

@@ -14,7 +14,6 @@ a local directory and check each file against ``export.json`` when there is one.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import tempfile
 from datetime import datetime, timezone
@@ -38,7 +37,7 @@ from trtfarm.layout import (
 from trtfarm.onnxfile import external_files, external_locations, location_path
 from trtfarm.store import AlreadyExists, Store, open_store
 from trtfarm.vocabulary.buildspec import SHAPES_NAME, SPEC_NAME, spec_for_model
-from trtfarm.vocabulary.exports import ExportRef
+from trtfarm.vocabulary.exports import ExportFile, ExportRecord, ExportRef
 
 OPTIONAL_FILES = ("calib.npz", "heldout.npz", SHAPES_NAME)
 
@@ -78,14 +77,15 @@ def register_export(store: Store, folder: Path, name: str | None = None, progres
     now = datetime.now(timezone.utc)
     export_id = f"{now:%Y%m%dT%H%M%S%fZ}-{source.onnx_digest[:12]}"
     prefix = export_prefix(name, export_id)
-    record = {"name": name, "export_id": export_id, "registered_at": now.isoformat(), "source": str(folder.resolve()),
-              "onnx_digest": source.onnx_digest, "graph_digest": source.graph_digest, "files": {},
-              "model_files": [n for n, _ in source.files]}
+    uploaded = {}
     for path in files:
         rel = path.relative_to(folder).as_posix()
         up = store.upload_file(export_file_key(prefix, rel), path, progress)
-        record["files"][rel] = {"sha256": up.sha256, "bytes": up.size}
-    if not store.put_if_absent(export_file_key(prefix, EXPORT_NAME), json.dumps(record, indent=2).encode()):
+        uploaded[rel] = ExportFile(sha256=up.sha256, bytes=up.size)
+    record = ExportRecord(name=name, export_id=export_id, registered_at=now.isoformat(), source=str(folder.resolve()),
+                          onnx_digest=source.onnx_digest, graph_digest=source.graph_digest, files=uploaded,
+                          model_files=[n for n, _ in source.files])
+    if not store.put_if_absent(export_file_key(prefix, EXPORT_NAME), record.to_bytes()):
         raise AlreadyExists(f"{store.url(prefix)}: this export id is taken; register again")
     return ExportRef(store.url(prefix), name, export_id)
 
@@ -159,16 +159,20 @@ def _folder_store(uri: str) -> Store:
     return open_store(uri.rstrip("/"))
 
 
-def export_record(ref: ExportRef) -> dict | None:
+def export_record(ref: ExportRef) -> ExportRecord | None:
     """The export's ``export.json`` (digests recorded at registration), or None for a folder a pipeline dropped."""
-    blob = _folder_store(ref.uri).get(EXPORT_NAME)
-    return json.loads(blob.data) if blob is not None else None
+    return _read_record(_folder_store(ref.uri))
+
+
+def _read_record(folder: Store) -> ExportRecord | None:
+    blob = folder.get(EXPORT_NAME)
+    return ExportRecord.from_bytes(blob.data, folder.url(EXPORT_NAME)) if blob is not None else None
 
 
 HEAVY_FILES = (ONNX_NAME, "calib.npz", "heldout.npz")  # what only a build reads (and the model's external data)
 
 
-def fetch_export(ref: ExportRef, dest: Path, *, spec_only: bool = False, record: dict | None = None) -> Path:
+def fetch_export(ref: ExportRef, dest: Path, *, spec_only: bool = False, record: ExportRecord | None = None) -> Path:
     """Download the export folder into ``dest`` (checked against export.json); returns the local model.onnx.
 
     ``spec_only`` fetches what planning reads (farm.yaml, a profiles file, shapes.jsonl) and leaves the model and
@@ -178,18 +182,17 @@ def fetch_export(ref: ExportRef, dest: Path, *, spec_only: bool = False, record:
     folder = _folder_store(ref.uri)
     dest = Path(dest)
     if record is None:
-        blob = folder.get(EXPORT_NAME)
-        record = json.loads(blob.data) if blob is not None else None
+        record = _read_record(folder)
     registered_at = None
     if record is not None:
-        wanted = {rel: f["sha256"] for rel, f in record["files"].items()}
-        registered_at = datetime.fromisoformat(record["registered_at"]).timestamp()
+        wanted = {rel: f.sha256 for rel, f in record.files.items()}
+        registered_at = datetime.fromisoformat(record.registered_at).timestamp()
     else:  # a folder a pipeline dropped: take what is there
         wanted = {k: None for k in folder.list("") if k == ONNX_NAME or "/" not in k}
     if ONNX_NAME not in wanted:
         raise UserInputError(f"{ref.uri}: no {ONNX_NAME} in the export folder")
     if spec_only:
-        heavy = {*HEAVY_FILES, *(record or {}).get("model_files", [])}
+        heavy = {*HEAVY_FILES, *(record.model_files if record else [])}
         wanted = {rel: sha for rel, sha in wanted.items() if rel not in heavy}
     for rel, sha in wanted.items():
         _fetch_file(folder, rel, dest, sha)
@@ -219,7 +222,7 @@ def _fetch_file(folder: Store, rel: str, dest: Path, sha: str | None) -> None:
     folder.download_file(rel, target, sha256=sha)
 
 
-def local_copy(export: ExportRef, record: dict | None = None) -> Path:
+def local_copy(export: ExportRef, record: ExportRecord | None = None) -> Path:
     """The export's model.onnx on this machine: fetched (sha256-checked, cached by URI) or the local path itself.
 
     ``record``: the export's ``export.json``, when the caller has read it already.
