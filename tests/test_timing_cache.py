@@ -100,4 +100,5 @@ def test_tensorrt_rtx_builds_pull_no_shared_cache(tmp_path):
     rtx = [t for t in rtx if t.toolchain.flavour.value == "tensorrt_rtx"]
     assert rtx and all(t.settings.timing_cache for t in rtx)  # the fleet asks for one: RTX has none to give
     for t in rtx:
-        assert _timing(store, TargetPlan(t, "0" * 64, "plans/x", None), None) == (None, None)  # no key, no pull
+        plan = TargetPlan(t, "0" * 64, "plans/x", None, "releases/x/y/z.json")
+        assert _timing(store, plan, None) == (None, None)  # no key, no pull
