@@ -22,6 +22,8 @@ import trtfarm.store
 from trtfarm.store import Store
 from trtfarm.store.base import Blob, Progress, Uploaded
 
+from .fleets import REFIT_FLEET
+
 REPO = Path(__file__).resolve().parents[1]
 REQUESTS = ("get", "etag", "size", "put_if_absent", "compare_and_swap", "upload_file", "download_file", "list",
             "list_sizes", "delete")
@@ -39,20 +41,6 @@ targets:
   - {id: rtx5090-rtx1.7, gpu: rtx-5090, toolchain: rtx-1.7, release_on: built}
   - {id: rtx3090-rtx1.7-o5, gpu: rtx-3090, toolchain: rtx-1.7, release_on: built, settings: {optimization_level: 5}}
 """
-# one refittable target (REFIT_INDIVIDUAL builds ahead of time) and one that is not
-REFIT_TARGETS = """\
-version: 1
-toolchains:
-  rtx-1.7: {flavour: tensorrt_rtx, version: "1.7.1.116"}
-gpus:
-  rtx-4090: {nvml_name: "NVIDIA GeForce RTX 4090", compute_capability: "8.9", memory_gib: 24, pool: rtx-4090}
-  rtx-3090: {nvml_name: "NVIDIA GeForce RTX 3090", compute_capability: "8.6", memory_gib: 24, pool: rtx-3090}
-targets:
-  - {id: rtx4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7, release_on: built, settings: {refit: refit_individual}}
-  - {id: rtx3090-rtx1.7, gpu: rtx-3090, toolchain: rtx-1.7, release_on: built}
-"""
-
-
 class CountingStore(Store):
     """A real store whose every request is counted by ``(method, key)`` (``url`` asks the store nothing)."""
 
@@ -245,7 +233,7 @@ def refit_run(work: Path, store: str) -> dict[str, Tally]:
     from trtfarm.pipeline import run_local
 
     fleet = work / "refit_targets.yaml"
-    fleet.write_text(REFIT_TARGETS)
+    fleet.write_text(REFIT_FLEET)
     run_local(request_for(str(export_at(work / "v1", 0)), store, fleet), report="none")
     v2 = export_at(work / "v2", 7)
     real = refitter.refit_plan
