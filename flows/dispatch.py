@@ -24,11 +24,13 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import StateType
 from prefect.deployments import run_deployment
-from prefect.exceptions import FlowRunWaitTimeout
+from prefect.exceptions import FlowRunWaitTimeout, ObjectNotFound
 from prefect.flow_runs import wait_for_flow_run
 from prefect.states import Cancelling
 
 CHILD_FLOW = "build-target"
+SKIPPED = "SKIPPED"  # a child that was never submitted, with the reason
+MISSING = "MISSING"  # the status of a work pool the server does not have
 
 
 def child_deployment(pool: str) -> str:
@@ -82,9 +84,14 @@ async def run_child(job: ChildJob, pool: str, timeout_s: int, pool_types: dict[s
     logger = get_run_logger()
     variables = {"image": job.image} if job.image and pool_types.get(pool, "process") != "process" else None
     for attempt in (1, 2):
-        run = await run_deployment(child_deployment(pool), parameters=job.parameters(attempt), timeout=0,
-                                   idempotency_key=f"{job.key}:{attempt}", work_queue_name=job.queue,
-                                   job_variables=variables, flow_run_name=f"{job.name}-{attempt}")
+        try:
+            run = await run_deployment(child_deployment(pool), parameters=job.parameters(attempt), timeout=0,
+                                       idempotency_key=f"{job.key}:{attempt}", work_queue_name=job.queue,
+                                       job_variables=variables, flow_run_name=f"{job.name}-{attempt}")
+        except ObjectNotFound:  # the pool is there but its build-target deployment is not
+            return ChildRun("", SKIPPED, f"deployment {child_deployment(pool)} is not on the Prefect server: add a "
+                                         f"build-target deployment named {pool} to prefect.yaml and run `trtfarm "
+                                         "farm deploy`", attempt, pool)
         try:
             final = await wait_for_flow_run(run.id, timeout=timeout_s)
         except FlowRunWaitTimeout:
@@ -103,33 +110,47 @@ async def run_child(job: ChildJob, pool: str, timeout_s: int, pool_types: dict[s
     raise AssertionError("unreachable")
 
 
-SKIPPED = "SKIPPED"
-
-
 async def run_children(jobs: list[ChildJob], timeout_s: int, wait_for_workers: bool = False) -> list[ChildRun]:
     """Run every child concurrently; results in the same order.
 
     A pool with no online worker (Prefect marks it NOT_READY) gets no child: its targets are skipped with the reason,
-    unless ``wait_for_workers`` queues them anyway (workers that start later pick them up).
+    unless ``wait_for_workers`` queues them anyway (workers that start later pick them up). A pool the server does
+    not have gets no child either, whatever ``wait_for_workers`` says; the other pools' children run.
     """
     async with get_client() as client:
-        pools = {p: await client.read_work_pool(p) for p in {p for j in jobs for p in j.pools}}
-    types = {name: pool.type for name, pool in pools.items()}
+        pools = {p: await _pool_or_none(client, p) for p in {p for j in jobs for p in j.pools}}
+    types = {name: pool.type for name, pool in pools.items() if pool is not None}
 
     def status(pool: str) -> str:
-        return getattr(pools[pool].status, "value", pools[pool].status)
+        return getattr(pools[pool].status, "value", pools[pool].status) if pools[pool] else MISSING
 
     async def one(job: ChildJob) -> ChildRun:
-        ready = [p for p in job.pools if status(p) == "READY"]
+        there = [p for p in job.pools if pools[p] is not None]
+        ready = [p for p in there if status(p) == "READY"]
+        if not there:
+            return ChildRun("", SKIPPED, _missing_pool(job), 0, job.pools[0])
         if not ready and not wait_for_workers:
-            names = " or ".join(job.pools)
-            return ChildRun("", SKIPPED, f"no worker is online for pool {names} (status {status(job.pools[0])}): "
-                                         f"start `trtfarm worker --pool {job.pools[0]}` on a machine with "
+            names = " or ".join(there)
+            return ChildRun("", SKIPPED, f"no worker is online for pool {names} (status {status(there[0])}): "
+                                         f"start `trtfarm worker --pool {there[0]}` on a machine with "
                                          f"{job.gpu or 'its GPU'}, or run with --wait-for-workers to queue the build",
-                            0, job.pools[0])
-        return await run_child(job, (ready or list(job.pools))[0], timeout_s, types)
+                            0, there[0])
+        return await run_child(job, (ready or there)[0], timeout_s, types)
 
     return list(await asyncio.gather(*(one(job) for job in jobs)))
+
+
+async def _pool_or_none(client, name: str):
+    try:
+        return await client.read_work_pool(name)
+    except ObjectNotFound:
+        return None
+
+
+def _missing_pool(job: ChildJob) -> str:
+    names = " or ".join(job.pools)
+    return (f"work pool {names} is not on the Prefect server: run `trtfarm pools sync` to create the fleet's pools, "
+            f"or set the pool of {job.gpu or 'the GPU'} in gpu_targets.yaml to a pool the server has")
 
 
 async def cancel_children(parent_flow_run_id: UUID | str, why: str) -> int:
