@@ -198,6 +198,9 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
                                                    "no online worker instead of skipping them"),
              child_timeout: int = typer.Option(None, "--child-timeout", min=10,
                                                help="cancel a child build that runs longer (seconds)"),
+             child_pending_limit: int = typer.Option(None, "--child-pending-limit", min=10,
+                                                     help="crash and resubmit a child left Pending longer (seconds) "
+                                                     "by a worker that is gone [default: 120]"),
              deployment: str = typer.Option("build-matrix/build-matrix", "--deployment"),
              store: str = STORE_OPT, targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
              server_wait: int = SERVER_WAIT_OPT) -> None:
@@ -207,7 +210,8 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
     try:
         given = {"model": model, "targets": target, "precision": precision, "force": force or None,
                  "refit": refit or None, "wait_for_workers": wait_for_workers or None, "store": store,
-                 "targets_file": str(targets_file) if targets_file else None, "child_timeout_s": child_timeout}
+                 "targets_file": str(targets_file) if targets_file else None, "child_timeout_s": child_timeout,
+                 "child_pending_limit_s": child_pending_limit}
         request = MatrixRequest(**{k: v for k, v in given.items() if v not in (None, [])})
         request.check_targets()
     except TrtfarmError as e:
