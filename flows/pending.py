@@ -3,8 +3,8 @@
 A worker claims a run by setting it Pending, then starts its process, which sets it Running. A worker killed
 between the two leaves the run Pending for ever, and Prefect counts Pending runs against the pool's and the queue's
 concurrency limits, so with a limit of 1 nothing queued behind it on that pool ever starts. Prefect does not record
-which worker claimed a run, so a run Pending longer than the limit (default 120 s; a process start took 15-23 s at
-p95 in the soak on a loaded 2-core machine) counts as orphaned when its pool has no online worker, or when a worker
+which worker claimed a run, so a run Pending longer than the limit (default 120 s; a process start took 11-23 s at
+p95 in the soaks on a loaded 2-core machine) counts as orphaned when its pool has no online worker, or when a worker
 of its pool went offline or started (again) since the run turned Pending. A run that a live worker is still starting
 is left alone. Setting the run Crashed frees its slot; the parent then resubmits it as it does any crash.
 """
