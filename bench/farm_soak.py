@@ -198,7 +198,11 @@ def soak(models: int, per_pool: int) -> dict:
                     victim = f"{POOLS[0]}-0"
                     os.kill(workers[victim].pid, signal.SIGKILL)
                     events.append(f"{time.perf_counter() - t0:.0f} s: SIGKILL worker {victim} (pid only)")
-                    crashed = kill_one_running_child(farm.api, processes_of_flow_run, exclude_pool=POOLS[0])
+                    crashed = None  # builds are short: a child is Running only now and then, so look for one
+                    deadline = time.monotonic() + 120
+                    while crashed is None and time.monotonic() < deadline:
+                        crashed = kill_one_running_child(farm.api, processes_of_flow_run, exclude_pool=POOLS[0])
+                        time.sleep(0 if crashed else 0.2)
                     events.append(f"{time.perf_counter() - t0:.0f} s: SIGKILL child run {crashed}")
                 if not faults["half"] and done >= expected // 2:
                     faults["half"] = True

@@ -69,7 +69,7 @@ async def _dispatch(jobs: list[BuildJob], farm: bool, request: MatrixRequest) ->
         return [build_job(request.store, job) for job in jobs]
     parent = str(flow_run.get_id())
     children = await run_children([_child(j, request, parent) for j in jobs], request.child_timeout_s,
-                                  request.wait_for_workers)
+                                  request.wait_for_workers, request.child_pending_limit_s)
     return [_result_of(request, j, c, parent) for j, c in zip(jobs, children, strict=True)]
 
 

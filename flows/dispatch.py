@@ -3,8 +3,9 @@
 Each child is ``run_deployment("build-target/<pool>")`` with an idempotency key (parent run, job id, attempt), so a
 retried parent finds its children instead of starting new ones. A job whose compatibility class spans several pools
 goes to the first of them with an online worker. The parent waits for each child's final
-state (event-driven), cancels a child that overruns its timeout, and resubmits a crashed child once (a crash is the
-infrastructure: the process was killed, the machine went away; a failure is the build's own verdict and is final).
+state (event-driven, in slices), cancels a child that overruns its timeout, and resubmits a crashed child once (a
+crash is the infrastructure: the process was killed, the machine went away; a failure is the build's own verdict and
+is final). A child left Pending by a worker that died after claiming it counts as crashed (``flows.pending``).
 What a child built comes back as its ``JobResult``, which the child writes to the store at the key the parent gave.
 """
 
@@ -24,11 +25,17 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import StateType
 from prefect.deployments import run_deployment
-from prefect.exceptions import FlowRunWaitTimeout
+from prefect.exceptions import FlowRunWaitTimeout, ObjectNotFound
 from prefect.flow_runs import wait_for_flow_run
 from prefect.states import Cancelling
 
+from flows.pending import crash_if_orphaned
+
+WAIT_SLICE_S = 15  # how often a waiting parent looks at a child that is still Pending
+
 CHILD_FLOW = "build-target"
+SKIPPED = "SKIPPED"  # a child that was never submitted, with the reason
+MISSING = "MISSING"  # the status of a work pool the server does not have
 
 
 def child_deployment(pool: str) -> str:
@@ -74,26 +81,29 @@ class ChildJob:
     gpu: str = ""  # the GPU model the pools' workers have, for people
 
 
-async def run_child(job: ChildJob, pool: str, timeout_s: int, pool_types: dict[str, str]) -> ChildRun:
+async def run_child(job: ChildJob, pool: str, timeout_s: int, pool_types: dict[str, str],
+                    pending_limit_s: int = 120) -> ChildRun:
     """Submit one child build to its pool's toolchain queue and wait for it; resubmit once if it crashes.
 
-    Container pools (docker, kubernetes) get the toolchain's image as the run's ``image`` job variable.
+    Container pools (docker, kubernetes) get the toolchain's image as the run's ``image`` job variable. A child
+    Pending longer than ``pending_limit_s`` whose worker is gone is crashed here, and so resubmitted too.
     """
     logger = get_run_logger()
     variables = {"image": job.image} if job.image and pool_types.get(pool, "process") != "process" else None
     for attempt in (1, 2):
-        run = await run_deployment(child_deployment(pool), parameters=job.parameters(attempt), timeout=0,
-                                   idempotency_key=f"{job.key}:{attempt}", work_queue_name=job.queue,
-                                   job_variables=variables, flow_run_name=f"{job.name}-{attempt}")
         try:
-            final = await wait_for_flow_run(run.id, timeout=timeout_s)
-        except FlowRunWaitTimeout:
+            run = await run_deployment(child_deployment(pool), parameters=job.parameters(attempt), timeout=0,
+                                       idempotency_key=f"{job.key}:{attempt}", work_queue_name=job.queue,
+                                       job_variables=variables, flow_run_name=f"{job.name}-{attempt}")
+        except ObjectNotFound:  # the pool is there but its build-target deployment is not
+            return ChildRun("", SKIPPED, f"deployment {child_deployment(pool)} is not on the Prefect server: add a "
+                                         f"build-target deployment named {pool} to prefect.yaml and run `trtfarm "
+                                         "farm deploy`", attempt, pool)
+        final = await _wait(run.id, pool, timeout_s, pending_limit_s)
+        if final is None:
             why = f"no result within {timeout_s} s (child_timeout_s); child run {run.id} cancelled"
             await cancel_run(run.id, why)
             return ChildRun(str(run.id), "TIMED_OUT", why, attempt, pool)
-        except asyncio.CancelledError:  # the parent is being cancelled: take the child down with it
-            await asyncio.shield(cancel_run(run.id, "parent run cancelled"))
-            raise
         state = final.state
         if state is not None and state.is_crashed() and attempt == 1:
             logger.warning("child %s on %s crashed (%s); resubmitting once", run.id, pool, state.message)
@@ -103,33 +113,64 @@ async def run_child(job: ChildJob, pool: str, timeout_s: int, pool_types: dict[s
     raise AssertionError("unreachable")
 
 
-SKIPPED = "SKIPPED"
+async def _wait(run_id: UUID, pool: str, timeout_s: int, pending_limit_s: int):
+    """The child's final flow run, or None when it overran ``timeout_s``; crashes it when it is orphaned in Pending."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    try:
+        while (left := deadline - loop.time()) > 0:
+            try:
+                return await wait_for_flow_run(run_id, timeout=min(WAIT_SLICE_S, left))
+            except FlowRunWaitTimeout:
+                await crash_if_orphaned(run_id, pool, pending_limit_s)  # the next slice then sees it Crashed
+    except asyncio.CancelledError:  # the parent is being cancelled: take the child down with it
+        await asyncio.shield(cancel_run(run_id, "parent run cancelled"))
+        raise
+    return None
 
 
-async def run_children(jobs: list[ChildJob], timeout_s: int, wait_for_workers: bool = False) -> list[ChildRun]:
+async def run_children(jobs: list[ChildJob], timeout_s: int, wait_for_workers: bool = False,
+                       pending_limit_s: int = 120) -> list[ChildRun]:
     """Run every child concurrently; results in the same order.
 
     A pool with no online worker (Prefect marks it NOT_READY) gets no child: its targets are skipped with the reason,
-    unless ``wait_for_workers`` queues them anyway (workers that start later pick them up).
+    unless ``wait_for_workers`` queues them anyway (workers that start later pick them up). A pool the server does
+    not have gets no child either, whatever ``wait_for_workers`` says; the other pools' children run.
     """
     async with get_client() as client:
-        pools = {p: await client.read_work_pool(p) for p in {p for j in jobs for p in j.pools}}
-    types = {name: pool.type for name, pool in pools.items()}
+        pools = {p: await _pool_or_none(client, p) for p in {p for j in jobs for p in j.pools}}
+    types = {name: pool.type for name, pool in pools.items() if pool is not None}
 
     def status(pool: str) -> str:
-        return getattr(pools[pool].status, "value", pools[pool].status)
+        return getattr(pools[pool].status, "value", pools[pool].status) if pools[pool] else MISSING
 
     async def one(job: ChildJob) -> ChildRun:
-        ready = [p for p in job.pools if status(p) == "READY"]
+        there = [p for p in job.pools if pools[p] is not None]
+        ready = [p for p in there if status(p) == "READY"]
+        if not there:
+            return ChildRun("", SKIPPED, _missing_pool(job), 0, job.pools[0])
         if not ready and not wait_for_workers:
-            names = " or ".join(job.pools)
-            return ChildRun("", SKIPPED, f"no worker is online for pool {names} (status {status(job.pools[0])}): "
-                                         f"start `trtfarm worker --pool {job.pools[0]}` on a machine with "
+            names = " or ".join(there)
+            return ChildRun("", SKIPPED, f"no worker is online for pool {names} (status {status(there[0])}): "
+                                         f"start `trtfarm worker --pool {there[0]}` on a machine with "
                                          f"{job.gpu or 'its GPU'}, or run with --wait-for-workers to queue the build",
-                            0, job.pools[0])
-        return await run_child(job, (ready or list(job.pools))[0], timeout_s, types)
+                            0, there[0])
+        return await run_child(job, (ready or there)[0], timeout_s, types, pending_limit_s)
 
     return list(await asyncio.gather(*(one(job) for job in jobs)))
+
+
+async def _pool_or_none(client, name: str):
+    try:
+        return await client.read_work_pool(name)
+    except ObjectNotFound:
+        return None
+
+
+def _missing_pool(job: ChildJob) -> str:
+    names = " or ".join(job.pools)
+    return (f"work pool {names} is not on the Prefect server: run `trtfarm pools sync` to create the fleet's pools, "
+            f"or set the pool of {job.gpu or 'the GPU'} in gpu_targets.yaml to a pool the server has")
 
 
 async def cancel_children(parent_flow_run_id: UUID | str, why: str) -> int:

@@ -75,3 +75,9 @@ def one_line(err: TrtfarmError) -> str:
     if isinstance(err, InfrastructureError) and err.service not in text:
         return f"{err.service}: {text}"
     return text
+
+
+def first_line(err: Exception) -> str:
+    """The first line of an exception's text (a library's multi-line message), else its type's name."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

@@ -25,19 +25,10 @@ from trtfarm.cli.common import (
     project_root,
     targets_path,
 )
-from trtfarm.errors import TrtfarmError
+from trtfarm.errors import TrtfarmError, first_line
 
 SERVER_WAIT_OPT = typer.Option(60, "--server-wait", min=0, help="seconds to wait for the Prefect server to answer "
                                "(it needs ~50 s after `prefect server start`)")
-
-
-def prefect_api_url() -> str | None:
-    """``$PREFECT_API_URL``, else the active Prefect profile's (imports Prefect only then)."""
-    if os.environ.get("PREFECT_API_URL"):
-        return os.environ["PREFECT_API_URL"]
-    from prefect.settings import get_current_settings
-
-    return get_current_settings().api.url
 
 
 def need_server(wait_s: float) -> str:
@@ -45,6 +36,7 @@ def need_server(wait_s: float) -> str:
     from trtfarm.extras import require
 
     require("prefect")  # a base install: one line naming the [farm] extra
+    from flows.client import prefect_api_url
     from trtfarm.workers.server import ServerUnavailable, wait_for_server
 
     api = prefect_api_url()
@@ -122,7 +114,6 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
     """Create or update one work pool per GPU model (limit = its GPU count) and the control pool; report drift."""
     from trtfarm.vocabulary.fleet_file import load_fleet
     from trtfarm.workers.pools import deployment_drift, desired_pools
-    from trtfarm.workers.server import server_failure
 
     try:
         fleet = load_fleet(targets_path(targets_file))
@@ -130,17 +121,19 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
         missing = deployment_drift(prefect_file, desired) if prefect_file.is_file() else []
     except TrtfarmError as e:
         raise fail(e) from e
-    api = need_server(server_wait)
+    need_server(server_wait)
 
     templates = {}
     if worker_type == "kubernetes":
         from trtfarm.workers.k8s import job_template
 
         templates = {p.name: job_template(p.name, fleet) for p in desired if p.gpus}
+    from flows.client import sync_work_pools
+
     try:
         drift = asyncio.run(sync_work_pools(desired, apply=not check, templates=templates))
-    except _server_errors() as e:  # the server is the problem: say which one, by its kind
-        raise fail(server_failure(api, "sync the work pools", e)) from e
+    except TrtfarmError as e:  # the server failed (1) or is not there (3): named by its kind
+        raise fail(e) from e
     if as_json:
         print(json.dumps([{"pool": d.pool, "declared": d.declared, "on_server": d.on_server, "action": d.action}
                           for d in drift], indent=2))
@@ -199,41 +192,38 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
                                                    "no online worker instead of skipping them"),
              child_timeout: int = typer.Option(None, "--child-timeout", min=10,
                                                help="cancel a child build that runs longer (seconds)"),
+             child_pending_limit: int = typer.Option(None, "--child-pending-limit", min=10,
+                                                     help="crash and resubmit a child left Pending longer (seconds) "
+                                                     "by a worker that is gone [default: 120]"),
              deployment: str = typer.Option("build-matrix/build-matrix", "--deployment"),
              store: str = STORE_OPT, targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
              server_wait: int = SERVER_WAIT_OPT) -> None:
     """Start a build-matrix run on the farm (as the Prefect UI does); bad parameters are refused before it starts."""
     from trtfarm.planning.requests import MatrixRequest
-    from trtfarm.workers.server import server_failure
 
     try:
         given = {"model": model, "targets": target, "precision": precision, "force": force or None,
                  "refit": refit or None, "wait_for_workers": wait_for_workers or None, "store": store,
-                 "targets_file": str(targets_file) if targets_file else None, "child_timeout_s": child_timeout}
+                 "targets_file": str(targets_file) if targets_file else None, "child_timeout_s": child_timeout,
+                 "child_pending_limit_s": child_pending_limit}
         request = MatrixRequest(**{k: v for k, v in given.items() if v not in (None, [])})
         request.check_targets()
     except TrtfarmError as e:
         raise fail(e) from e
     except ValueError as e:  # pydantic: an unknown precision and the like
         problems = [f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()] if hasattr(e, "errors") else []
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise fail(f"invalid parameters: {'; '.join(problems) or first}") from e
+        raise fail(f"invalid parameters: {'; '.join(problems) or first_line(e)}") from e
     rows = None if force or refit else _published_already(request)
     if rows is not None:  # nothing to build: answer from the store, start no run, wait on no worker
         _print_run(None, "COMPLETED", "every target is published already: no run started", rows, as_json)
         return
-    api = need_server(server_wait)
+    need_server(server_wait)
+    from flows.client import submit_matrix
+
     try:
         run_id, state, message, rows = asyncio.run(submit_matrix(deployment, request, wait))
-    except TrtfarmError as e:
+    except TrtfarmError as e:  # a deployment the server lacks (exit 2), the server refused (3), the store failed
         raise fail(e) from e
-    except _server_errors() as e:  # the server went away or refused the run: say which server, in one line
-        from prefect.exceptions import ObjectNotFound
-
-        if isinstance(e, ObjectNotFound):
-            raise fail(f"deployment {deployment!r} is not on the Prefect server at {api}: deploy it (`prefect deploy "
-                       "--all` in the trtfarm checkout) or name another with --deployment") from e
-        raise fail(server_failure(api, "start the run", e)) from e
     _print_run(run_id, state, message, rows, as_json)
     if wait and state != "COMPLETED":
         raise typer.Exit(1)
@@ -281,77 +271,6 @@ def _print_run(run_id: str | None, state: str, message: str, rows: list[dict], a
             for r in rows:
                 if r["reason"]:
                     out.print(message_text(f"  {r['target']}: {r['reason']}"), highlight=False)
-
-
-def _server_errors() -> tuple[type[BaseException], ...]:
-    """What a Prefect client raises when its server fails or refuses: HTTP status errors, transport errors."""
-    import httpx
-    from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
-
-    return ObjectNotFound, PrefectHTTPStatusError, httpx.HTTPError, OSError
-
-
-async def sync_work_pools(desired: list, apply: bool = True, templates: dict[str, dict] | None = None) -> list:
-    """Create missing pools, fix concurrency limits, add the toolchain queues; ``apply=False`` only reports drift.
-
-    ``templates[pool]`` is the base job template for a new pool (Kubernetes); else the worker type's default.
-    """
-    from prefect import get_client
-    from prefect.client.schemas.actions import WorkPoolCreate, WorkPoolUpdate
-    from prefect.workers.utilities import get_default_base_job_template_for_infrastructure_type
-
-    from trtfarm.workers.pools import PoolState, pool_drift
-
-    templates = templates or {}
-    async with get_client() as client:
-        server = [PoolState(p.name, p.type, p.concurrency_limit,
-                            tuple(q.name for q in await client.read_work_queues(work_pool_name=p.name)))
-                  for p in await client.read_work_pools()]
-        drift = pool_drift(desired, server)
-        if not apply:
-            return drift
-        specs = {d.name: d for d in desired}
-        have = {p.name: p for p in server}
-        for row in drift:
-            spec = specs.get(row.pool)
-            if row.action == "create":
-                template = templates.get(spec.name) or await get_default_base_job_template_for_infrastructure_type(
-                    spec.type) or {}
-                await client.create_work_pool(WorkPoolCreate(
-                    name=spec.name, type=spec.type, description=spec.description,
-                    concurrency_limit=spec.concurrency_limit, base_job_template=template))
-            elif row.action.startswith("update"):
-                await client.update_work_pool(spec.name, WorkPoolUpdate(concurrency_limit=spec.concurrency_limit,
-                                                                        description=spec.description))
-            if spec is not None and (row.action == "create" or row.action.startswith("update")):
-                existing = set(have[spec.name].queues) if spec.name in have else set()
-                for queue in sorted(set(spec.queues) - existing):
-                    await client.create_work_queue(name=queue, work_pool_name=spec.name,
-                                                   description=f"builds with {queue}")
-    return drift
-
-
-async def submit_matrix(deployment: str, request, wait: bool) -> tuple[str, str, str, list[dict]]:
-    """``(flow run id, state, state message, outcome rows)``; rows come from the run's reports in the store.
-
-    Only the fields set on ``request`` are sent: the rest take the farm's defaults (the workers' environment).
-    """
-    from prefect.deployments import run_deployment
-    from prefect.flow_runs import wait_for_flow_run
-
-    from trtfarm.reports.outcomes import run_outcomes
-    from trtfarm.store import open_store
-    from trtfarm.vocabulary.outcome import RunRow
-
-    run = await run_deployment(deployment, parameters={"request": request.model_dump(mode="json", exclude_unset=True)},
-                               timeout=0, as_subflow=False)
-    if not wait:
-        return str(run.id), run.state.type.value if run.state else "SCHEDULED", "", []
-    final = await wait_for_flow_run(run.id, timeout=None)
-    store = open_store(request.store)  # yours (--store / $TRTFARM_STORE) must be the farm's to read its reports
-    rows = [RunRow(m, o).to_json() for m, outcomes in run_outcomes(store, str(run.id)).items() for o in outcomes]
-    state = final.state
-    return str(run.id), state.type.value if state else "UNKNOWN", (state.message or "") if state else "", rows
 
 
 @farm_app.command("deploy")
