@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from trtfarm.reports.report import run_outcomes
+from trtfarm.reports.outcomes import run_outcomes
 from trtfarm.store import open_store
 
 from ..farm_server import TRTFARM, Farm, processes_of_flow_run
@@ -153,6 +153,6 @@ def test_a_child_whose_worker_dies_while_it_is_pending_is_crashed_resubmitted_an
         assert f"on pool {POOL} (limit 20 s" in first.state.message
         assert sorted(children) == ["1", "2"] and children["2"].state.is_completed()  # the slot was freed
     rows = run_outcomes(open_store(farm.env["TRTFARM_STORE"]), parent)["encoder"]
-    assert [(r["target"], r["status"]) for r in rows] == [("rtx4090-rtx1.7", "built")]
-    assert "resubmitted once after a crash" in rows[0]["reason"]
+    assert [(o.target, o.status) for o in rows] == [("rtx4090-rtx1.7", "built")]
+    assert "resubmitted once after a crash" in rows[0].reason
 
