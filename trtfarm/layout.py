@@ -26,6 +26,7 @@ from trtfarm.errors import UserInputError
 
 PLAN_NAME, MANIFEST_NAME = "model.plan", "manifest.json"
 ONNX_NAME, EXPORT_NAME = "model.onnx", "export.json"
+CONVERTED_REPORT = "report.json"  # a precision step's gate report, beside its converted model.onnx
 PLANS, RELEASES, TIMING_CACHES, CONVERTED, MODELS, REPORTS, RUNS = (
     "plans", "releases", "timing-caches", "converted", "models", "reports", "runs")
 PROVENANCE_PREFIX, SIGNATURE_PREFIX, SIGNATURE_SUFFIX = "provenance-", "signature-", ".sigstore.json"
@@ -200,9 +201,6 @@ def timing_cache_flavour(key: str) -> str:
 def converted_prefix(model: str, onnx_digest: str, step_digest: str) -> str:
     """``converted/<model>/<onnx_digest:12>/<precision_step:12>``: a stored precision conversion and its report."""
     return f"{CONVERTED}/{check_name('model name', model)}/{onnx_digest[:12]}/{step_digest[:12]}"
-
-
-CONVERTED_REPORT = "report.json"
 
 
 def converted_model_key(prefix: str) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from trtfarm.errors import UserInputError
+from trtfarm.errors import UserInputError, first_line
 from trtfarm.identity import onnx_digest
 from trtfarm.precision.recipe import Recipe
 from trtfarm.scratch import scratch_dir
@@ -138,7 +138,7 @@ def convert_onnx(src: Path, recipe: Recipe, out: Path, *, calibration_path: Path
     except UserInputError:
         raise
     except _CONVERSION_ERRORS as err:  # what ModelOpt and onnx raise when a model/recipe does not convert
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        first = first_line(err)
         raise ConversionError(f"{src}: {recipe.mode} conversion failed ({type(err).__name__}: {first}). Fix: check "
                               "the model runs in onnxruntime, the calibration data matches its inputs, or keep the "
                               "failing nodes in FP32 (--keep-fp32 REGEX).") from err

@@ -15,7 +15,7 @@ import onnx
 from pydantic import BaseModel, ConfigDict
 
 from trtfarm import layout
-from trtfarm.errors import UserInputError
+from trtfarm.errors import UserInputError, first_line
 from trtfarm.identity import files_digest, graph_digest, model_files, sha256_file
 from trtfarm.precision.recipe import Recipe
 
@@ -79,7 +79,7 @@ def model_source(path: Path, name: str) -> ModelSource:
     try:
         onnx.checker.check_model(str(path))
     except (onnx.checker.ValidationError, ValueError, OSError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        first = first_line(err)
         raise UserInputError(f"{path}: not a valid ONNX model ({type(err).__name__}: {first}). "
                              "Fix: re-export the model; check the file was copied completely.") from err
     layout.check_name("model name", name)

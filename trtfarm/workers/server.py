@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import httpx
 
-from trtfarm.errors import InfrastructureError
+from trtfarm.errors import InfrastructureError, first_line
 
 
 class ServerUnavailable(InfrastructureError):
@@ -30,7 +30,7 @@ class ServerFailed(InfrastructureError):
 
 def server_failure(api_url: str, doing: str, err: Exception) -> InfrastructureError:
     """The one translation of a Prefect client's failure: no answer is ``ServerUnavailable``, else ``ServerFailed``."""
-    first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    first = first_line(err)
     if isinstance(err, (httpx.TransportError, OSError)):  # no answer: connection refused or dropped, a timeout
         return ServerUnavailable(f"the Prefect server at {api_url} did not answer to {doing}: "
                                  f"{type(err).__name__}: {first}")
