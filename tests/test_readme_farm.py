@@ -9,19 +9,32 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from .conftest import REPO
+from .farm_server import free_port
 
 pytestmark = pytest.mark.integration
-DB = "/var/tmp/trtfarm-db"  # what the README names
+DOCS_DB, DOCS_PORT = "/var/tmp/trtfarm-db", "4200"  # what the README tells users to use: the test never touches them
 LOGS = ["prefect-server.log", "worker-trtfarm-control.log", "worker-rtx-4090.log", "worker-rtx-5090.log"]
 
 
 def farm_block() -> str:
     section = (REPO / "README.md").read_text().split("## A farm", 1)[1]
     return re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.fixture
+def private_db():
+    """A cluster folder of the test's own (searchable by the postgres user), never the one the README names."""
+    folder = Path(tempfile.mkdtemp(prefix="trtfarm-readme-db-", dir="/var/tmp"))
+    folder.chmod(0o755)
+    yield folder / "db"
+    subprocess.run(["bash", "infra/local-farm/postgres.sh", "stop", str(folder / "db")], cwd=REPO, capture_output=True)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
@@ -38,16 +51,18 @@ def readme_farm():
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    subprocess.run(["bash", "infra/local-farm/postgres.sh", "stop", DB], cwd=REPO, capture_output=True)
-    shutil.rmtree(DB, ignore_errors=True)
     shutil.rmtree(REPO / "farm-store", ignore_errors=True)
     for log in LOGS:
         (REPO / log).unlink(missing_ok=True)
 
 
-def test_the_readme_farm_runs_as_written(readme_farm, tmp_path):
+def test_the_readme_farm_runs_as_written(readme_farm, private_db, tmp_path):
+    block = farm_block()
+    assert DOCS_DB in block and f"--port {DOCS_PORT}" in block, "the README's block changed: update DOCS_DB/DOCS_PORT"
+    # the block as written, on a port and a cluster folder of the test's own (a farm set up from the docs survives)
+    block = block.replace(DOCS_DB, str(private_db)).replace(DOCS_PORT, str(free_port()))
     script = tmp_path / "farm.sh"
-    script.write_text("set -euo pipefail\n" + farm_block())
+    script.write_text("set -euo pipefail\n" + block)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "TRTFARM_"))}
     env["PREFECT_HOME"] = str(tmp_path / "prefect-home")  # everything else exactly as the README exports it
     # files, not pipes: the block's background jobs (server, workers) keep what they inherit open until killed
