@@ -59,8 +59,8 @@ gpus:
   rtx-3090: {nvml_name: "NVIDIA GeForce RTX 3090", compute_capability: "8.6", memory_gib: 24, pool: rtx-3090}
   h100: {nvml_name: "NVIDIA H100 80GB HBM3", compute_capability: "9.0", memory_gib: 80, pool: gpu-h100}
 targets:
-  - {id: rtx4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7}
-  - {id: rtx5090-rtx1.7, gpu: rtx-5090, toolchain: rtx-1.7}
+  - {id: rtx-4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7}
+  - {id: rtx-5090-rtx1.7, gpu: rtx-5090, toolchain: rtx-1.7}
   - {id: rtx3090-rtx1.7-o5, gpu: rtx-3090, toolchain: rtx-1.7, settings: {optimization_level: 5}}
   - {id: h100-trt11.4, gpu: h100, toolchain: trt-11.4}
 """

@@ -37,14 +37,14 @@ def test_build_then_rebuild_show_and_plans(workdir, example_dir):
     onnx = str(example_dir / "model.onnx")
     first = json.loads(cli(["build", onnx, "--json"], workdir).stdout)
     status = {r["target"]: r["status"] for r in first}
-    assert status["rtx4090-rtx1.7"] == status["rtx5090-rtx1.7"] == "built"
+    assert status["rtx-4090-rtx1.7"] == status["rtx-5090-rtx1.7"] == "built"
     assert {status[t] for t in status if "trt" in t and "rtx" not in t} == {"skipped"}
     assert set(first[0]) >= {"target", "status", "reason", "manifest"}
 
     table = cli(["build", onnx], workdir).stdout
     assert table.count("│ up-to-date") == 2 and "│ built" not in table and "2 up-to-date, 4 skipped" in table
 
-    manifest_url = next(r["manifest"] for r in first if r["target"] == "rtx5090-rtx1.7")
+    manifest_url = next(r["manifest"] for r in first if r["target"] == "rtx-5090-rtx1.7")
     shown = json.loads(cli(["show", manifest_url, "--json"], workdir).stdout)
     plan = workdir / "trtfarm-store" / shown["plan"]["key"]
     assert sha256_file(plan) == shown["plan"]["sha256"]
@@ -52,7 +52,7 @@ def test_build_then_rebuild_show_and_plans(workdir, example_dir):
     assert shown["plan"]["sha256"] in human and "engine: pending on NVIDIA GeForce RTX 5090" in human
 
     listed = json.loads(cli(["plans", "--json"], workdir).stdout)
-    assert sorted(m["target"]["target_id"] for m in listed) == ["rtx4090-rtx1.7", "rtx5090-rtx1.7"]
+    assert sorted(m["target"]["target_id"] for m in listed) == ["rtx-4090-rtx1.7", "rtx-5090-rtx1.7"]
 
 
 def test_corrupt_onnx_exits_nonzero_with_the_reason_and_publishes_nothing(workdir, example_onnx):
@@ -73,7 +73,7 @@ def test_unsupported_operator_exits_nonzero_with_the_parsers_message(workdir):
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])])
     path = workdir / "unique.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
-    proc = cli(["build", str(path), "--target", "rtx4090-rtx1.7", "--json"], workdir, check=False)
+    proc = cli(["build", str(path), "--target", "rtx-4090-rtx1.7", "--json"], workdir, check=False)
     assert proc.returncode == 1
     row = json.loads(proc.stdout)[0]
     assert row["status"] == "failed" and "UNSUPPORTED_NODE" in row["reason"] and "'dedupe' (Unique)" in row["reason"]
@@ -92,12 +92,12 @@ def test_bad_profile_flag_and_bad_fleet_are_clear_errors(workdir, example_onnx):
 def test_targets_json_says_what_this_machine_serves(workdir):
     doc = json.loads(cli(["targets", "--json"], workdir).stdout)
     servable = {t["target"]: t["servable"] for t in doc["targets"]}
-    assert servable["rtx4090-rtx1.7"] and not servable["h100-trt11.4"]
+    assert servable["rtx-4090-rtx1.7"] and not servable["h100-trt11.4"]
     api = {t["target"]: (t["api_checked"], t["api_check"]) for t in doc["targets"]}
     assert api["h100-trt10.16"] == (True, "code path checked against the tensorrt 10.16.1.11 bindings API "
                                           "(tensorrt-cu12-bindings==10.16.1.11): names and signatures, not "
                                           "TensorRT's behaviour")
-    assert api["rtx4090-rtx1.7"][0] is False
+    assert api["rtx-4090-rtx1.7"][0] is False
     assert doc["machine"]["toolchains"]["tensorrt_rtx"] == "1.7.1.116"
 
 
@@ -121,7 +121,7 @@ def test_derive_profiles_then_build_with_them(workdir, example_onnx, textbook_lo
     table = cli(["profiles", "derive", str(textbook_log)], workdir).stdout
     assert "98.0%" in table and "input_ids 1x129 : 8x384 : 16x512" in table
 
-    rows = json.loads(cli(["build", str(example_onnx), "--profiles", str(out), "--target", "rtx4090-rtx1.7",
+    rows = json.loads(cli(["build", str(example_onnx), "--profiles", str(out), "--target", "rtx-4090-rtx1.7",
                            "--json"], workdir).stdout)
     assert rows[0]["status"] == "built"
     shown = json.loads(cli(["show", rows[0]["manifest"], "--json"], workdir).stdout)
@@ -158,7 +158,7 @@ def test_release_pull_verify_cache_and_gc_from_the_command_line(workdir, example
     missing = cli(["pull", "encoder", "--gpu", "h100", "--toolchain", "tensorrt-11.4.0.106"], workdir, check=False)
     assert missing.returncode == 2 and "Released: rtx-4090 / tensorrt_rtx-1.7.1.116" in missing.stderr
 
-    manifest = next(r["manifest"] for r in rows if r["target"] == "rtx4090-rtx1.7")
+    manifest = next(r["manifest"] for r in rows if r["target"] == "rtx-4090-rtx1.7")
     moved = json.loads(cli(["release", manifest, "--reason", "hand-checked on a 4090", "--json"], workdir).stdout)
     assert len(moved["history"]) == 1 and moved["history"][0]["reason"].startswith("built by run local-")  # no-op
     assert cli(["gc", "--json"], workdir).stdout.count('"manifest_key"') == 0
@@ -194,16 +194,16 @@ def test_precision_command_fails_naive_fp16_and_auto_pins(workdir, tmp_path):
 
 def test_determinism_option_and_report_command(workdir, example_onnx):
     fleet = (REPO / "gpu_targets.yaml").read_text().replace(
-        "{id: rtx4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7, release_on: built}",
-        "{id: rtx4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7, release_on: built, determinism_check: true}")
+        "{id: rtx-4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7, release_on: built}",
+        "{id: rtx-4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7, release_on: built, determinism_check: true}")
     (workdir / "gpu_targets.yaml").write_text(fleet)
-    rows = json.loads(cli(["build", str(example_onnx), "--target", "rtx4090-rtx1.7", "--json"], workdir).stdout)
+    rows = json.loads(cli(["build", str(example_onnx), "--target", "rtx-4090-rtx1.7", "--json"], workdir).stdout)
     shown = json.loads(cli(["show", rows[0]["manifest"], "--json"], workdir).stdout)
     assert shown["verification"]["built"]["figures"]["determinism"] == "identical plan bytes in two builds"
     doc = json.loads(cli(["report", "encoder", "--json"], workdir).stdout)
     (row,) = doc["rows"]
-    assert row["target"] == "rtx4090-rtx1.7" and row["engine"] == "pending on NVIDIA GeForce RTX 4090"
+    assert row["target"] == "rtx-4090-rtx1.7" and row["engine"] == "pending on NVIDIA GeForce RTX 4090"
     assert row["p50_ms"] is None and row["build_s"] > 0  # no fabricated latency without the GPU
     report = (workdir / "trtfarm-report" / "report.md").read_text()
-    assert "| rtx4090-rtx1.7 | built | pending on NVIDIA GeForce RTX 4090 |" in report
+    assert "| rtx-4090-rtx1.7 | built | pending on NVIDIA GeForce RTX 4090 |" in report
     assert (workdir / "trtfarm-store" / "reports" / "encoder" / "latest" / "build_time.png").is_file()

@@ -26,10 +26,10 @@ def test_repository_fleet_has_datacenter_and_rtx_targets():
 
 def test_rtx_targets_share_one_portable_class_and_trt_targets_key_on_the_gpu(tmp_path):
     targets = {t.id: t for t in select_targets(load_fleet(write(tmp_path, RTX_FLEET)))}
-    assert targets["rtx4090-rtx1.7"].compat_class == targets["rtx5090-rtx1.7"].compat_class == "rtx-portable"
+    assert targets["rtx-4090-rtx1.7"].compat_class == targets["rtx-5090-rtx1.7"].compat_class == "rtx-portable"
     assert targets["h100-trt11.4"].compat_class == "h100"
     assert targets["rtx3090-rtx1.7-o5"].settings.optimization_level == 5
-    assert targets["rtx4090-rtx1.7"].settings.optimization_level == 3
+    assert targets["rtx-4090-rtx1.7"].settings.optimization_level == 3
 
 
 def test_same_compute_capability_puts_h100_and_h200_in_one_class(tmp_path):
@@ -46,8 +46,8 @@ targets:
 @pytest.mark.parametrize("mutate, line, words", [
     (lambda t: t.replace("memory_gib: 24, pool: rtx-4090}", "memory_gib: 24, pool: rtx-4090, colour: red}"),
      6, ["gpus.rtx-4090.colour", "unknown key"]),
-    (lambda t: t.replace("{id: rtx5090-rtx1.7,", "{id: rtx4090-rtx1.7,"), 12, ["duplicate target id"]),
-    (lambda t: t.replace("{id: rtx5090-rtx1.7, gpu: rtx-5090,", "{id: x, gpu: rtx-5080,"), 12,
+    (lambda t: t.replace("{id: rtx-5090-rtx1.7,", "{id: rtx-4090-rtx1.7,"), 12, ["duplicate target id"]),
+    (lambda t: t.replace("{id: rtx-5090-rtx1.7, gpu: rtx-5090,", "{id: x, gpu: rtx-5080,"), 12,
      ["unknown GPU 'rtx-5080'", "declare it under gpus"]),
     (lambda t: t.replace("{id: rtx3090-rtx1.7-o5, gpu: rtx-3090,", "{id: dup, gpu: rtx-4090,"), 13,
      ["same GPU and toolchain", "remove one"]),
@@ -75,5 +75,5 @@ def test_rtx_toolchain_on_a_hopper_gpu_is_refused_with_the_reason(tmp_path):
 
 
 def test_unknown_target_id_lists_the_known_ones(tmp_path):
-    with pytest.raises(UserInputError, match="unknown target.*rtx5090-rtx1.7"):
+    with pytest.raises(UserInputError, match="unknown target.*rtx-5090-rtx1.7"):
         select_targets(load_fleet(write(tmp_path, RTX_FLEET)), ["nope"])

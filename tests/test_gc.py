@@ -14,8 +14,8 @@ def test_gc_keeps_newest_and_released_and_is_a_dry_run_until_applied(fleet_file,
     store = open_store((tmp_path / "store").as_uri())
     keys = []
     for i in range(4):
-        _, out = publish_export(store, fleet_file, tmp_path / f"e{i}", i, 1_700_000_000 + i, ["rtx4090-rtx1.7"])
-        keys.append(out["rtx4090-rtx1.7"].manifest.removeprefix(store.uri + "/"))
+        _, out = publish_export(store, fleet_file, tmp_path / f"e{i}", i, 1_700_000_000 + i, ["rtx-4090-rtx1.7"])
+        keys.append(out["rtx-4090-rtx1.7"].manifest.removeprefix(store.uri + "/"))
     move_release(store, keys[0], read_manifest(store, keys[0]), release_on="built", reason="pin the oldest",
                  rollback=True)
     doomed = plans_to_delete(store, keep=2)

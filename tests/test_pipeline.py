@@ -24,13 +24,13 @@ def test_builds_every_rtx_target_once_per_class_then_everything_is_up_to_date(
         example_onnx, fleet_file, store_uri, tmp_path):
     first = run(example_onnx, fleet_file, store_uri)
     assert {t: r["status"] for t, r in first.items()} == {
-        "rtx4090-rtx1.7": "built", "rtx5090-rtx1.7": "built", "rtx3090-rtx1.7-o5": "built", "h100-trt11.4": "skipped"}
+        "rtx-4090-rtx1.7": "built", "rtx-5090-rtx1.7": "built", "rtx3090-rtx1.7-o5": "built", "h100-trt11.4": "skipped"}
     assert "tensorrt" in first["h100-trt11.4"]["reason"] and "not importable" in first["h100-trt11.4"]["reason"]
-    assert "shares the rtx-portable build of rtx4090-rtx1.7" in first["rtx5090-rtx1.7"]["reason"]
+    assert "shares the rtx-portable build of rtx-4090-rtx1.7" in first["rtx-5090-rtx1.7"]["reason"]
 
     store = open_store(store_uri)
     manifests = {}
-    for target in ("rtx4090-rtx1.7", "rtx5090-rtx1.7", "rtx3090-rtx1.7-o5"):
+    for target in ("rtx-4090-rtx1.7", "rtx-5090-rtx1.7", "rtx3090-rtx1.7-o5"):
         key = first[target]["manifest"].split(f"{store.uri}/", 1)[1] if store.uri.startswith("s3") else \
             first[target]["manifest"].split("/store/", 1)[1]
         m = read_manifest(store, key)
@@ -43,30 +43,30 @@ def test_builds_every_rtx_target_once_per_class_then_everything_is_up_to_date(
         assert m.build.profiles == [{n: {"min": [1, 16], "opt": [16, 128], "max": [32, 512]}
                                      for n in ("attention_mask", "input_ids")}]
         manifests[target] = m
-    assert manifests["rtx4090-rtx1.7"].build.build_digest == manifests["rtx5090-rtx1.7"].build.build_digest
-    assert manifests["rtx4090-rtx1.7"].plan.sha256 == manifests["rtx5090-rtx1.7"].plan.sha256
-    assert manifests["rtx3090-rtx1.7-o5"].build.build_digest != manifests["rtx4090-rtx1.7"].build.build_digest
-    assert "--target rtx4090-rtx1.7" in manifests["rtx5090-rtx1.7"].build.reproduce
+    assert manifests["rtx-4090-rtx1.7"].build.build_digest == manifests["rtx-5090-rtx1.7"].build.build_digest
+    assert manifests["rtx-4090-rtx1.7"].plan.sha256 == manifests["rtx-5090-rtx1.7"].plan.sha256
+    assert manifests["rtx3090-rtx1.7-o5"].build.build_digest != manifests["rtx-4090-rtx1.7"].build.build_digest
+    assert "--target rtx-4090-rtx1.7" in manifests["rtx-5090-rtx1.7"].build.reproduce
 
     reports = [k for k in store.list("reports/encoder/") if k.endswith("/report.md")]
-    assert len(reports) == 1 and "| rtx5090-rtx1.7 | built | pending on NVIDIA GeForce RTX 5090 |" in \
+    assert len(reports) == 1 and "| rtx-5090-rtx1.7 | built | pending on NVIDIA GeForce RTX 5090 |" in \
         store.get(reports[0]).data.decode()
 
     second = run(example_onnx, fleet_file, store_uri)
     assert {t: r["status"] for t, r in second.items() if t != "h100-trt11.4"} == {
-        "rtx4090-rtx1.7": "up-to-date", "rtx5090-rtx1.7": "up-to-date", "rtx3090-rtx1.7-o5": "up-to-date"}
+        "rtx-4090-rtx1.7": "up-to-date", "rtx-5090-rtx1.7": "up-to-date", "rtx3090-rtx1.7-o5": "up-to-date"}
     assert len([k for k in store.list("plans/") if k.endswith("manifest.json")]) == 3
 
 
 def test_new_weights_are_a_new_build(example_dir, fleet_file, tmp_path):
     store = (tmp_path / "store").as_uri()
-    run(example_dir / "model.onnx", fleet_file, store, targets=["rtx4090-rtx1.7"])
+    run(example_dir / "model.onnx", fleet_file, store, targets=["rtx-4090-rtx1.7"])
     other = tmp_path / "encoder" / "model.onnx"
     other.parent.mkdir()
     other.write_bytes(make_model.encoder_model(7).SerializeToString(deterministic=True))
-    rows = run(other, fleet_file, store, targets=["rtx4090-rtx1.7"],
+    rows = run(other, fleet_file, store, targets=["rtx-4090-rtx1.7"],
                profiles=[{"input_ids": "1x16:16x128:32x512", "attention_mask": "1x16:16x128:32x512"}])
-    assert rows["rtx4090-rtx1.7"]["status"] == "built"
+    assert rows["rtx-4090-rtx1.7"]["status"] == "built"
 
 
 def test_a_profile_violating_the_model_is_refused_before_any_build_and_publishes_nothing(
@@ -96,9 +96,9 @@ def test_shapes_log_beside_the_model_becomes_two_profiles_in_a_real_build(
     (export / "model.onnx").write_bytes(example_onnx.read_bytes())
     (export / "shapes.jsonl").write_bytes(textbook_log.read_bytes())
     store = (tmp_path / "store").as_uri()
-    rows = run(export / "model.onnx", fleet_file, store, targets=["rtx4090-rtx1.7"])
-    assert rows["rtx4090-rtx1.7"]["status"] == "built"
-    m = read_manifest(open_store(store), rows["rtx4090-rtx1.7"]["manifest"].split("/store/", 1)[1])
+    rows = run(export / "model.onnx", fleet_file, store, targets=["rtx-4090-rtx1.7"])
+    assert rows["rtx-4090-rtx1.7"]["status"] == "built"
+    m = read_manifest(open_store(store), rows["rtx-4090-rtx1.7"]["manifest"].split("/store/", 1)[1])
     assert [p["input_ids"] for p in m.build.profiles] == [
         {"min": [1, 16], "opt": [32, 64], "max": [32, 128]}, {"min": [1, 129], "opt": [8, 384], "max": [16, 512]}]
 
@@ -109,7 +109,7 @@ def test_fp16_recipe_is_converted_once_gated_and_built_for_every_rtx_target(
     rows = run(example_onnx, fleet_file, store, precision="fp16")
     assert {r["status"] for t, r in rows.items() if t != "h100-trt11.4"} == {"built"}
     s = open_store(store)
-    m = read_manifest(s, rows["rtx5090-rtx1.7"]["manifest"].split("/store/", 1)[1])
+    m = read_manifest(s, rows["rtx-5090-rtx1.7"]["manifest"].split("/store/", 1)[1])
     assert m.precision.recipe == "fp16" and m.precision.converted_onnx_digest != m.model.onnx_digest
     assert m.verification.onnx.status == "passed" and m.verification.onnx.figures["embeddings"]["cosine_mean"] > 0.9999
     assert "--precision fp16" in m.build.reproduce

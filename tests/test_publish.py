@@ -74,7 +74,7 @@ def test_a_plan_that_fails_verification_is_published_as_failed_and_not_released(
 
     monkeypatch.setattr(build_mod, "engine_result", failing_engine)
     store = open_store((tmp_path / "store").as_uri())
-    _, outcomes = publish_export(store, fleet_file, tmp_path / "e", 0, 1_700_000_000, ["rtx4090-rtx1.7"])
-    out = outcomes["rtx4090-rtx1.7"]
+    _, outcomes = publish_export(store, fleet_file, tmp_path / "e", 0, 1_700_000_000, ["rtx-4090-rtx1.7"])
+    out = outcomes["rtx-4090-rtx1.7"]
     assert out.status == "failed" and "cosine mean 0.91" in out.reason and out.manifest
     assert "not released: verification failed (engine)" in out.release and not list(store.list("releases/"))

@@ -73,14 +73,14 @@ def test_refit_flags_are_in_the_manifest_and_only_same_graph_refittable_plans_ar
     assert m.target.refittable and "REFIT_INDIVIDUAL" in m.target.builder_flags
 
     _, _, new_weights = _decisions(tmp_path, store, targets, "v2", make_model.encoder_model(7))
-    assert new_weights["rtx4090-rtx1.7"].action == "refit"
-    assert new_weights["rtx4090-rtx1.7"].parent_manifest == pointer.manifest
+    assert new_weights["rtx-4090-rtx1.7"].action == "refit"
+    assert new_weights["rtx-4090-rtx1.7"].parent_manifest == pointer.manifest
     assert new_weights["rtx3090-rtx1.7"].action == "build"
     assert "built without a refit flag" in new_weights["rtx3090-rtx1.7"].reason
 
     _, _, new_graph = _decisions(tmp_path, store, targets, "v3", _changed_graph(7))
     assert {d.action for d in new_graph.values()} == {"build"}
-    assert "graph changed since the released plan" in new_graph["rtx4090-rtx1.7"].reason
+    assert "graph changed since the released plan" in new_graph["rtx-4090-rtx1.7"].reason
 
 
 def test_the_refit_seam_refuses_on_a_machine_where_the_engine_cannot_load(released):
@@ -95,7 +95,7 @@ def test_the_refit_seam_refuses_on_a_machine_where_the_engine_cannot_load(releas
 def test_a_refitted_plan_is_published_with_its_parent_and_the_parents_tactics(released, tmp_path):
     _, store, targets = released
     model, plans, decisions = _decisions(tmp_path, store, targets, "v2", make_model.encoder_model(7))
-    plan = next(p for p in plans if p.target.id == "rtx4090-rtx1.7")
+    plan = next(p for p in plans if p.target.id == "rtx-4090-rtx1.7")
     parent_key = decisions[plan.target.id].parent_manifest
     parent = read_manifest(store, parent_key)
 
@@ -119,7 +119,7 @@ def test_the_refit_flow_falls_back_to_a_full_build_where_workers_cannot_refit_an
     model = _export(tmp_path / "v2", make_model.encoder_model(7))
     rows = run_local(MatrixRequest(model=str(model), store=store.uri, targets_file=str(fleet), refit=True))
     by = {r.outcome.target: r.to_json() for r in rows}
-    assert {t: r["status"] for t, r in by.items()} == {"rtx4090-rtx1.7": "built", "rtx3090-rtx1.7": "built"}
-    assert "full build: refit not possible on this machine" in by["rtx4090-rtx1.7"]["reason"]
-    assert "cannot be refitted here" in by["rtx4090-rtx1.7"]["reason"]
+    assert {t: r["status"] for t, r in by.items()} == {"rtx-4090-rtx1.7": "built", "rtx3090-rtx1.7": "built"}
+    assert "full build: refit not possible on this machine" in by["rtx-4090-rtx1.7"]["reason"]
+    assert "cannot be refitted here" in by["rtx-4090-rtx1.7"]["reason"]
     assert "full build: the released plan was built without a refit flag" in by["rtx3090-rtx1.7"]["reason"]

@@ -21,9 +21,9 @@ def key_of(store, url):
 def two_exports(store_uri, fleet_file, tmp_path):
     """The same target built from an older and a newer export (the test fleet keeps the default policy)."""
     store = open_store(store_uri)
-    _, old = publish_export(store, fleet_file, tmp_path / "old", 1, 1_700_000_000, ["rtx4090-rtx1.7"])
-    _, new = publish_export(store, fleet_file, tmp_path / "new", 2, 1_800_000_000, ["rtx4090-rtx1.7"])
-    keys = [key_of(store, o["rtx4090-rtx1.7"].manifest) for o in (old, new)]
+    _, old = publish_export(store, fleet_file, tmp_path / "old", 1, 1_700_000_000, ["rtx-4090-rtx1.7"])
+    _, new = publish_export(store, fleet_file, tmp_path / "new", 2, 1_800_000_000, ["rtx-4090-rtx1.7"])
+    keys = [key_of(store, o["rtx-4090-rtx1.7"].manifest) for o in (old, new)]
     return store, keys, [read_manifest(store, k) for k in keys]
 
 

@@ -87,7 +87,7 @@ def test_the_prefect_ui_shows_the_reports_charts_and_every_target(ui, chromium, 
     charts = charts_of(store, run)
     assert charts == ["build_time", "plan_size"]  # RTX builds here: timed and sized; latency waits for a GPU worker
     assert len(artifact["data"]) < ARTIFACT_BUDGET and artifact["data"].count("](data:image/png;base64,") == 2
-    assert {"rtx4090-rtx1.7", "rtx5090-rtx1.7", "rtx3090-rtx1.7-o5", "h100-trt11.4"} <= set(targets)
+    assert {"rtx-4090-rtx1.7", "rtx-5090-rtx1.7", "rtx3090-rtx1.7-o5", "h100-trt11.4"} <= set(targets)
 
     page = chromium.new_page()
     try:
@@ -152,5 +152,5 @@ def test_an_html_report_with_a_regression_shows_latency_and_the_regression(chrom
     assert regressed == ["h100-trt11.4"]
     for line in ("Regressions: 1", "h100-trt11.4: p99 2.100 -> 2.600 ms (+23.8%, limit +5%) REGRESSION",
                  "h100-trt11.4: 1 tactic(s) changed, 1 layer(s) fused away", "Pending checks: 1",
-                 "rtx4090-rtx1.7: engine check pending on NVIDIA H100 80GB HBM3"):
+                 "rtx-4090-rtx1.7: engine check pending on NVIDIA H100 80GB HBM3"):
         assert line in text, (line, text)

@@ -95,7 +95,7 @@ def test_build_targets_plans_and_report_keep_every_word_whole_at_80_columns(farm
     for name, (narrow, wide) in screens.items():
         assert max(len(line) for line in narrow.splitlines()) <= 80, (name, narrow)
         assert split_words(narrow, wide) == [], (name, split_words(narrow, wide), narrow, wide)
-    assert "rtx4090-rtx1.7" in screens["build"][0] and "built" in screens["build"][0]
+    assert "rtx-4090-rtx1.7" in screens["build"][0] and "built" in screens["build"][0]
     assert "precision" in screens["plans"][0] and "fp32" in screens["plans"][0]
     assert "released" in screens["plans"][0] and "yes" in screens["plans"][0]
     assert "tensorrt==11.4.0.106" in screens["targets"][0]  # the reason a target is not servable, whole

@@ -67,10 +67,10 @@ def signed_store(store_uri: str, root: Path, signer, seed: int = 0, mtime: float
     fleet = root / "gpu_targets.yaml"
     fleet.write_text(RELEASED_FLEET)
     store = open_store(store_uri)
-    model, outcomes = publish_export(store, fleet, root / f"export{seed}", seed, mtime, ["rtx4090-rtx1.7"],
+    model, outcomes = publish_export(store, fleet, root / f"export{seed}", seed, mtime, ["rtx-4090-rtx1.7"],
                                      signer=signer)
-    key = outcomes["rtx4090-rtx1.7"].manifest.removeprefix(store.uri + "/")
-    assert outcomes["rtx4090-rtx1.7"].release.startswith("released")
+    key = outcomes["rtx-4090-rtx1.7"].manifest.removeprefix(store.uri + "/")
+    assert outcomes["rtx-4090-rtx1.7"].release.startswith("released")
     return store, fleet, model, key
 
 
@@ -95,7 +95,7 @@ def test_a_local_build_signs_and_every_consumer_checks_the_signature(store_uri, 
     private, public = keys["old"]
     fleet = tmp_path / "gpu_targets.yaml"
     fleet.write_text(RELEASED_FLEET)
-    built = trtfarm("build", str(example_dir / "model.onnx"), "--target", "rtx4090-rtx1.7", "--store", store_uri,
+    built = trtfarm("build", str(example_dir / "model.onnx"), "--target", "rtx-4090-rtx1.7", "--store", store_uri,
                     "--targets-file", str(fleet), "--json", env={"TRTFARM_SIGNING_KEY": str(private)})
     assert built.returncode == 0, built.stderr
     store = open_store(store_uri)

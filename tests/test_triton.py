@@ -48,13 +48,13 @@ def fleet(tmp_path, targets: str, serving_version: str = "1.7.1.116"):
 
 
 ONE_CLASS = """\
-  - {id: rtx4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7, release_on: built}
-  - {id: rtx5090-rtx1.7, gpu: rtx-5090, toolchain: rtx-1.7, release_on: built}
+  - {id: rtx-4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7, release_on: built}
+  - {id: rtx-5090-rtx1.7, gpu: rtx-5090, toolchain: rtx-1.7, release_on: built}
 """
 # an RTX 4080 is 8.9 like the 4090; strict FP32 (tf32 off) there makes a second build with other bytes (an
 # optimization level alone does not change a TensorRT-RTX plan), so 8.9 needs two plans
 SHARED_CC = """\
-  - {id: rtx4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7, release_on: built}
+  - {id: rtx-4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7, release_on: built}
   - {id: rtx4080-rtx1.7, gpu: rtx-4080, toolchain: rtx-1.7, release_on: built, settings: {tf32: false}}
 """
 
@@ -115,7 +115,7 @@ def test_two_profiles_give_two_instance_groups_dims_warmups_and_cc_filenames(sto
 def test_two_gpus_of_one_capability_with_two_plans_get_two_repositories_and_the_reason(tmp_path):
     store, fleet_file = open_store((tmp_path / "store").as_uri()), fleet(tmp_path, SHARED_CC)
     outcomes = publish(store, fleet_file, tmp_path / "export")
-    assert plan_sha(store, outcomes["rtx4080-rtx1.7"]) != plan_sha(store, outcomes["rtx4090-rtx1.7"])
+    assert plan_sha(store, outcomes["rtx4080-rtx1.7"]) != plan_sha(store, outcomes["rtx-4090-rtx1.7"])
 
     result = write(store, fleet_file, tmp_path / "repo")
 
@@ -134,7 +134,7 @@ def test_a_rollback_is_a_new_version_and_keep_bounds_the_older_ones(tmp_path):
     store, fleet_file = open_store((tmp_path / "store").as_uri()), fleet(tmp_path, ONE_CLASS)
     old = publish(store, fleet_file, tmp_path / "old", seed=1, mtime=1_700_000_000)
     publish(store, fleet_file, tmp_path / "new", seed=2, mtime=1_800_000_000)
-    for target in ("rtx4090-rtx1.7", "rtx5090-rtx1.7"):
+    for target in ("rtx-4090-rtx1.7", "rtx-5090-rtx1.7"):
         key = old[target].manifest_key
         move_release(store, key, read_manifest(store, key), release_on="built", reason="p99", rollback=True)
 
@@ -145,7 +145,7 @@ def test_a_rollback_is_a_new_version_and_keep_bounds_the_older_ones(tmp_path):
     assert sorted(p.name for p in model_dir.iterdir()) == ["1", "2", "3", "config.pbtxt"]
     plan = "model.rtx-4090.plan"
     assert sha256_file(model_dir / "3" / plan) == sha256_file(model_dir / "1" / plan) == plan_sha(
-        store, old["rtx4090-rtx1.7"])
+        store, old["rtx-4090-rtx1.7"])
     assert sha256_file(model_dir / "2" / plan) != sha256_file(model_dir / "3" / plan)
 
     again = write(store, fleet_file, tmp_path / "repo", keep=1)  # rewritten in place: version 1 goes

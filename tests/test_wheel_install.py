@@ -50,7 +50,7 @@ def test_a_base_install_pulls_verifies_and_loads_with_neither_torch_nor_prefect(
     # a plan to pull, built by the development install into a store the fresh one reads
     store = tmp_path / "store"
     subprocess.run([sys.executable, "-m", "trtfarm", "build", str(example_dir / "model.onnx"), "--store", str(store),
-                    "--targets-file", str(REPO / "gpu_targets.yaml"), "--target", "rtx4090-rtx1.7"], check=True,
+                    "--targets-file", str(REPO / "gpu_targets.yaml"), "--target", "rtx-4090-rtx1.7"], check=True,
                    capture_output=True, cwd=tmp_path)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)

@@ -100,6 +100,6 @@ def build_digest(*, converted_onnx_digest: str, profiles: list[dict], settings: 
 
 def model_name_from_path(path: Path) -> str:
     """Default model name: the file stem, or the folder name for a ``model.onnx`` inside a model export folder."""
-    path = Path(path)
+    path = Path(path).absolute()  # `model.onnx` given from inside its folder is named after that folder too
     stem = path.parent.name if path.stem == "model" and path.parent.name else path.stem
     return re.sub(r"[^A-Za-z0-9._-]", "-", stem).strip("-.") or "model"

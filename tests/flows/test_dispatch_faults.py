@@ -30,13 +30,13 @@ toolchains:
 gpus:
   rtx-4090: {nvml_name: "NVIDIA GeForce RTX 4090", compute_capability: "8.9", memory_gib: 24, pool: rtx-4090, count: 1}
 targets:
-  - {id: rtx4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7, release_on: built}
+  - {id: rtx-4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7, release_on: built}
 """
 # the same fleet plus a GPU whose pool was never created on the server (no `trtfarm pools sync` after adding it)
 WITH_A_POOL_THE_SERVER_LACKS = ONE_GPU_FLEET.replace("targets:\n", """\
   rtx-5090: {nvml_name: "NVIDIA GeForce RTX 5090", compute_capability: "12.0", memory_gib: 32, pool: gpu-nowhere}
 targets:
-  - {id: rtx5090-rtx1.7, gpu: rtx-5090, toolchain: rtx-1.7, release_on: built, settings: {optimization_level: 1}}
+  - {id: rtx-5090-rtx1.7, gpu: rtx-5090, toolchain: rtx-1.7, release_on: built, settings: {optimization_level: 1}}
 """)
 # Loaded by every Python the GPU worker starts: a child's process (it has PREFECT__FLOW_RUN_ID) waits while the hold
 # file exists, before Prefect is even imported. So a child held this way stays Pending until the test kills it.
@@ -118,8 +118,8 @@ def test_a_pool_missing_on_the_server_skips_only_its_targets_and_the_report_is_w
 
     assert done["state"] == "COMPLETED", done["message"]
     rows = {r["target"]: r for r in done["outcomes"]}  # read back from the run's report in the store
-    assert {t: r["status"] for t, r in rows.items()} == {"rtx4090-rtx1.7": "built", "rtx5090-rtx1.7": "skipped"}
-    why = rows["rtx5090-rtx1.7"]["reason"]
+    assert {t: r["status"] for t, r in rows.items()} == {"rtx-4090-rtx1.7": "built", "rtx-5090-rtx1.7": "skipped"}
+    why = rows["rtx-5090-rtx1.7"]["reason"]
     assert "work pool gpu-nowhere is not on the Prefect server" in why and "trtfarm pools sync" in why
     assert "gpu_targets.yaml" in why
 
@@ -128,7 +128,7 @@ def test_a_child_whose_worker_dies_while_it_is_pending_is_crashed_resubmitted_an
     with _client(farm) as client:
         assert client.read_work_pool(POOL).concurrency_limit == 1  # the stuck child would hold the only slot
         (farm.home / "hold").touch()  # the worker's next child process holds before it can set its run Running
-        started = farm.trtfarm_json("farm", "run", "encoder", "--target", "rtx4090-rtx1.7", "--force",
+        started = farm.trtfarm_json("farm", "run", "encoder", "--target", "rtx-4090-rtx1.7", "--force",
                                     "--child-pending-limit", "20")
         parent = started["flow_run_id"]
         held = _wait_for(lambda: [r for r in _children_of(client, parent) if r.state.is_pending()
@@ -153,6 +153,6 @@ def test_a_child_whose_worker_dies_while_it_is_pending_is_crashed_resubmitted_an
         assert f"on pool {POOL} (limit 20 s" in first.state.message
         assert sorted(children) == ["1", "2"] and children["2"].state.is_completed()  # the slot was freed
     rows = run_outcomes(open_store(farm.env["TRTFARM_STORE"]), parent)["encoder"]
-    assert [(o.target, o.status) for o in rows] == [("rtx4090-rtx1.7", "built")]
+    assert [(o.target, o.status) for o in rows] == [("rtx-4090-rtx1.7", "built")]
     assert "resubmitted once after a crash" in rows[0].reason
 

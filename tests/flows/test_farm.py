@@ -34,17 +34,17 @@ gpus:
   rtx-5090: {nvml_name: "NVIDIA GeForce RTX 5090", compute_capability: "12.0", memory_gib: 32, pool: rtx-5090, count: 2}
   rtx-5080: {nvml_name: "NVIDIA GeForce RTX 5080", compute_capability: "12.0", memory_gib: 16, pool: rtx-5090}
 targets:
-  - {id: rtx4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7, release_on: built}
+  - {id: rtx-4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7, release_on: built}
   - {id: rtx4080-rtx1.7, gpu: rtx-4080, toolchain: rtx-1.7, release_on: built}
-  - {id: rtx5090-rtx1.7, gpu: rtx-5090, toolchain: rtx-1.7, release_on: built}
+  - {id: rtx-5090-rtx1.7, gpu: rtx-5090, toolchain: rtx-1.7, release_on: built}
   - {id: rtx5080-rtx1.7, gpu: rtx-5080, toolchain: rtx-1.7, release_on: built, settings: {optimization_level: 5}}
 """
-POOL = {"rtx4090-rtx1.7": "rtx-4090", "rtx4080-rtx1.7": "rtx-4090", "rtx5090-rtx1.7": "rtx-5090",
+POOL = {"rtx-4090-rtx1.7": "rtx-4090", "rtx4080-rtx1.7": "rtx-4090", "rtx-5090-rtx1.7": "rtx-5090",
         "rtx5080-rtx1.7": "rtx-5090"}
 # Two builds: the portable class of the first three targets spans both pools and is built once, on the first pool
 # with an online worker; the 5080's own settings make a second build that only its pool serves.
 WORKER_IMAGE = "registry.test/trtfarm-worker:rtx-1.7.1.116@sha256:" + "5e" * 32
-BUILT_ON = {"rtx4090-rtx1.7": "rtx-4090", "rtx4080-rtx1.7": "rtx-4090", "rtx5090-rtx1.7": "rtx-4090",
+BUILT_ON = {"rtx-4090-rtx1.7": "rtx-4090", "rtx4080-rtx1.7": "rtx-4090", "rtx-5090-rtx1.7": "rtx-4090",
             "rtx5080-rtx1.7": "rtx-5090"}
 
 
@@ -152,7 +152,7 @@ def test_a_matrix_over_two_pools_survives_a_killed_child_then_builds_nothing(far
         assert m.model.source_uri == f"{pushed['uri']}/model.onnx"
         assert row["release"].startswith("released: releases/encoder/")
     # the portable class spans both pools and was built once: one child, one plan, published for all three targets
-    portable = [manifests[t] for t in ("rtx4090-rtx1.7", "rtx4080-rtx1.7", "rtx5090-rtx1.7")]
+    portable = [manifests[t] for t in ("rtx-4090-rtx1.7", "rtx4080-rtx1.7", "rtx-5090-rtx1.7")]
     assert len({m.build.flow_run_id for m in portable}) == 1 and len({m.plan.sha256 for m in portable}) == 1
     assert {m.target.gpu for m in portable} == {"rtx-4090", "rtx-4080", "rtx-5090"}
     assert manifests["rtx5080-rtx1.7"].build.build_digest != portable[0].build.build_digest
@@ -229,8 +229,8 @@ def test_a_local_build_with_record_runs_the_same_flow_on_the_configured_server(f
     before = {r.id for r in matrix_runs()}
     store = tmp_path / "recorded-store"
     rows = farm.trtfarm_json("build", str(example_dir / "model.onnx"), "--record", "--store", str(store),
-                             "--target", "rtx4090-rtx1.7")
-    assert [(r["target"], r["status"]) for r in rows] == [("rtx4090-rtx1.7", "built")]
+                             "--target", "rtx-4090-rtx1.7")
+    assert [(r["target"], r["status"]) for r in rows] == [("rtx-4090-rtx1.7", "built")]
     new = [r for r in matrix_runs() if r.id not in before]
     assert len(new) == 1 and new[0].state.is_completed() and new[0].deployment_id is None  # in-process, recorded
     assert any(str(new[0].id) in k for k in open_store(str(store)).list("reports/encoder/"))
@@ -257,7 +257,7 @@ def test_invalid_parameters_are_rejected_before_any_run_starts(farm, client):
                 run_deployment("build-matrix/build-matrix", parameters={"request": {"model": "encoder", **bad}},
                                timeout=0)
     cli = farm.trtfarm("farm", "run", "encoder", "--target", "h100-trt99", check=False)
-    assert cli.returncode == 2 and "unknown target(s) ['h100-trt99']" in cli.stderr and "rtx4090-rtx1.7" in cli.stderr
+    assert cli.returncode == 2 and "unknown target(s) ['h100-trt99']" in cli.stderr and "rtx-4090-rtx1.7" in cli.stderr
     assert len(client.read_flow_runs()) == before
 
 
@@ -373,9 +373,9 @@ def test_a_pool_without_workers_is_skipped_an_overdue_child_cancelled_and_cancel
     skipped = farm.trtfarm_json("farm", "run", "encoder", "--force", "--wait")
     rows = {r["target"]: r for r in skipped["outcomes"]}
     # the portable class goes to the pool that still has a worker; the 5080's own build has nowhere to go
-    assert {t: rows[t]["status"] for t in POOL} == {"rtx4090-rtx1.7": "built", "rtx4080-rtx1.7": "built",
-                                                    "rtx5090-rtx1.7": "built", "rtx5080-rtx1.7": "skipped"}
-    assert "built on rtx-4090" in rows["rtx5090-rtx1.7"]["reason"]
+    assert {t: rows[t]["status"] for t in POOL} == {"rtx-4090-rtx1.7": "built", "rtx4080-rtx1.7": "built",
+                                                    "rtx-5090-rtx1.7": "built", "rtx5080-rtx1.7": "skipped"}
+    assert "built on rtx-4090" in rows["rtx-5090-rtx1.7"]["reason"]
     assert "no worker is online for pool rtx-5090" in rows["rtx5080-rtx1.7"]["reason"]
     assert "trtfarm worker --pool rtx-5090" in rows["rtx5080-rtx1.7"]["reason"]
     assert "--wait-for-workers" in rows["rtx5080-rtx1.7"]["reason"]

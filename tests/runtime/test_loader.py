@@ -30,7 +30,7 @@ def pulled(tmp_path_factory):
     fleet.write_text(RTX_FLEET)
     store = open_store((root / "store").as_uri())
     model, outcomes = publish_export(store, fleet, root / "export", 0, 1_700_000_000,
-                                     ["rtx4090-rtx1.7", "rtx3090-rtx1.7-o5"])
+                                     ["rtx-4090-rtx1.7", "rtx3090-rtx1.7-o5"])
     from trtfarm.publishing.publish import read_manifest
 
     for o in outcomes.values():

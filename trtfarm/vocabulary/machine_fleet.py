@@ -4,55 +4,91 @@ Its GPUs come from NVML and its toolchains from what imports here. Each GPU gets
 TensorRT-RTX runs on it, and a TensorRT target where TensorRT is installed (or the GPU is one TensorRT-RTX does not
 serve). With no GPU, the fleet is the portable TensorRT-RTX targets (one ahead-of-time build serves every RTX GPU).
 A toolchain that is not installed keeps the version trtfarm's extras pin, so ``trtfarm targets`` says how to get it.
+
+One naming: a GPU that the fleet template (``trtfarm init``'s gpu_targets.yaml) declares keeps the template's key
+and pool, toolchains are keyed ``rtx-1.7`` / ``trt-11.4`` as there, and every target id is ``target_id(gpu,
+toolchain)``, the rule the template's ids follow. So a plan built before ``trtfarm init`` has the same store keys,
+target id and ``reproduce`` command after it.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from importlib import resources
 
 from trtfarm.vocabulary.fleet import RTX_COMPUTE_CAPABILITIES, Flavour, Fleet, Gpu, Target, Toolchain
 
 RTX_VERSION = "1.7.1.116"  # the [rtx] extra's tensorrt-rtx-cu13
 TENSORRT_VERSION = "11.4.0.106"  # the [tensorrt] extra's
-# With no GPU: one RTX GPU per architecture the portable plan serves (Ada, Blackwell), as NVML names them
-PORTABLE_RTX = {
-    "rtx-4090": Gpu(nvml_name="NVIDIA GeForce RTX 4090", compute_capability="8.9", memory_gib=24, pool="rtx-4090"),
-    "rtx-5090": Gpu(nvml_name="NVIDIA GeForce RTX 5090", compute_capability="12.0", memory_gib=32, pool="rtx-5090"),
-}
+PORTABLE_RTX_NAMES = ("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 5090")  # with no GPU: Ada and Blackwell
+SHORT_FLAVOUR = {Flavour.tensorrt: "trt", Flavour.tensorrt_rtx: "rtx"}
 
 
 def gpu_key(nvml_name: str) -> str:
-    """``NVIDIA GeForce RTX 4090`` -> ``rtx-4090``; ``NVIDIA H100 80GB HBM3`` -> ``h100-80gb-hbm3``."""
+    """The fleet template's key for a GPU it declares (``NVIDIA H100 80GB HBM3`` -> ``h100``), else one from its name.
+
+    ``NVIDIA GeForce RTX 4090`` -> ``rtx-4090``; ``NVIDIA H200`` -> ``h200``; ``NVIDIA A100-SXM4-80GB`` ->
+    ``a100-sxm4-80gb``.
+    """
+    known = {g.nvml_name: key for key, g in template_fleet().gpus.items()}
+    if nvml_name in known:
+        return known[nvml_name]
     name = re.sub(r"^(nvidia\s+)?(geforce\s+)?", "", nvml_name.strip().lower())
     return re.sub(r"[^a-z0-9.]+", "-", name).strip("-.") or "gpu"
+
+
+def toolchain_key(flavour: Flavour, version: str) -> str:
+    """``rtx-1.7`` / ``trt-11.4``: the short flavour and the major.minor version, as the template keys them."""
+    return f"{SHORT_FLAVOUR[flavour]}-{'.'.join(version.split('.')[:2])}"
+
+
+def target_id(gpu: str, toolchain: str) -> str:
+    """``rtx-4090`` x ``rtx-1.7`` -> ``rtx-4090-rtx1.7``: the GPU key, then the toolchain key without its dash."""
+    return f"{gpu}-{toolchain.replace('-', '', 1)}"
+
+
+@functools.cache
+def template_fleet() -> Fleet:
+    """The fleet template the wheel carries (what ``trtfarm init`` writes as gpu_targets.yaml)."""
+    import yaml
+
+    text = resources.files("trtfarm").joinpath("templates", "gpu_targets.yaml").read_text(encoding="utf-8")
+    return Fleet.model_validate(yaml.safe_load(text))
 
 
 def _rtx_capable(cc: str) -> bool:
     return cc in RTX_COMPUTE_CAPABILITIES or cc.startswith("12.")
 
 
-def machine_fleet(gpus: list[tuple[str, str, float]], versions: dict[str, str | None]) -> Fleet:
-    """The fleet of a machine with these GPUs (NVML name, compute capability, GiB) and toolchain versions."""
-    rtx = Toolchain(flavour=Flavour.tensorrt_rtx, version=versions.get("tensorrt_rtx") or RTX_VERSION)
-    trt = Toolchain(flavour=Flavour.tensorrt, version=versions.get("tensorrt") or TENSORRT_VERSION)
+def _machine_gpus(gpus: list[tuple[str, str, float]]) -> dict[str, Gpu]:
+    """This machine's GPUs by key, counted; a GPU the template declares keeps its pool there."""
+    pools = {g.nvml_name: g.pool for g in template_fleet().gpus.values()}
     found: dict[str, Gpu] = {}
     for name, cc, gib in gpus:
         key = gpu_key(name)
         count = found[key].count + 1 if key in found else 1
-        found[key] = Gpu(nvml_name=name, compute_capability=cc, memory_gib=round(gib, 1), pool=key, count=count)
+        found[key] = Gpu(nvml_name=name, compute_capability=cc, memory_gib=round(gib, 1), pool=pools.get(name, key),
+                         count=count)
+    return found
+
+
+def machine_fleet(gpus: list[tuple[str, str, float]], versions: dict[str, str | None]) -> Fleet:
+    """The fleet of a machine with these GPUs (NVML name, compute capability, GiB) and toolchain versions."""
+    rtx = Toolchain(flavour=Flavour.tensorrt_rtx, version=versions.get("tensorrt_rtx") or RTX_VERSION)
+    trt = Toolchain(flavour=Flavour.tensorrt, version=versions.get("tensorrt") or TENSORRT_VERSION)
+    rtx_key, trt_key = toolchain_key(rtx.flavour, rtx.version), toolchain_key(trt.flavour, trt.version)
+    found = _machine_gpus(gpus)
+    portable = {key: g for key, g in template_fleet().gpus.items() if g.nvml_name in PORTABLE_RTX_NAMES}
     targets = []
-    for key, gpu in (found or PORTABLE_RTX).items():
+    for key, gpu in (found or portable).items():
         if _rtx_capable(gpu.compute_capability):
-            targets.append(Target(id=f"{key}-rtx{_short(rtx.version)}", gpu=key, toolchain="rtx", release_on="built"))
+            targets.append(Target(id=target_id(key, rtx_key), gpu=key, toolchain=rtx_key, release_on="built"))
         if found and (versions.get("tensorrt") or not _rtx_capable(gpu.compute_capability)):
-            targets.append(Target(id=f"{key}-trt{_short(trt.version)}", gpu=key, toolchain="trt"))
+            targets.append(Target(id=target_id(key, trt_key), gpu=key, toolchain=trt_key))
     used = {t.toolchain for t in targets}
-    return Fleet(toolchains={k: v for k, v in (("rtx", rtx), ("trt", trt)) if k in used},
-                 gpus=found or PORTABLE_RTX, targets=targets)
-
-
-def _short(version: str) -> str:
-    return ".".join(version.split(".")[:2])
+    return Fleet(toolchains={k: v for k, v in ((rtx_key, rtx), (trt_key, trt)) if k in used},
+                 gpus=found or portable, targets=targets)
 
 
 def this_machine_fleet() -> Fleet:
@@ -61,4 +97,3 @@ def this_machine_fleet() -> Fleet:
 
     caps = local_capabilities()
     return machine_fleet([(g.name, g.compute_capability, g.memory_gib) for g in caps.gpus.gpus], caps.versions)
-
