@@ -198,11 +198,18 @@ def check_profiles_against_inputs(profiles: list[Profile], inputs: Mapping[str, 
                                   model: str = "the model") -> None:
     """Refuse profiles that cannot build: unknown input names, dynamic inputs left out, wrong ranks, static dims.
 
-    ``inputs`` maps each graph input to its dims (``onnx_inputs`` reads them). No profiles: nothing to check.
+    ``inputs`` maps each graph input to its dims (``onnx_inputs`` reads them). No profiles is right only for a
+    model whose inputs are all static.
     Raises ``UserInputError``: one line naming each input and the fix.
     """
     problems = []
     dynamic = [n for n, dims in inputs.items() if dims is None or any(_fixed(d) is None for d in dims)]
+    if dynamic and not profiles:
+        shapes = ", ".join(f"{n!r} ({_shape_text(inputs[n])})" for n in dynamic)
+        example = " ".join(f"--profile {n}=MIN:OPT:MAX" for n in dynamic)
+        raise UserInputError(f"{model}: no profile for its dynamic input{'s' * (len(dynamic) > 1)} {shapes}; give "
+                             f"{example}, profiles in farm.yaml beside the model (`trtfarm init` writes one "
+                             "that names them), or a shapes.jsonl of logged request shapes beside it")
     for i, profile in enumerate(profiles):
         for name, r in profile.root.items():
             if name not in inputs:
