@@ -48,7 +48,7 @@ def test_a_local_build_runs_where_prefect_cannot_be_imported(workdir, example_di
     (shadow / "__init__.py").write_text("raise ImportError('prefect is not allowed in a local build')\n")
     env = env_for(workdir, PYTHONPATH=os.pathsep.join([str(shadow.parent), os.environ.get("PYTHONPATH", "")]))
     rows = json.loads(build(workdir, example_dir / "model.onnx", env=env).stdout)
-    assert [(r["target"], r["status"]) for r in rows] == [("rtx4090-rtx1.7", "built")]
+    assert [(r["target"], r["status"]) for r in rows] == [("rtx-4090-rtx1.7", "built")]
     rerun = json.loads(build(workdir, example_dir / "model.onnx", env=env).stdout)
     assert [r["status"] for r in rerun] == ["up-to-date"]
     assert not (workdir / ".prefect").exists() and not list((workdir / "tmp").glob("trtfarm-build-*"))
@@ -182,9 +182,10 @@ def test_verify_store_rehashes_and_rebuilds_a_plan_whose_bytes_changed_but_not_i
 
 def test_a_store_in_a_folder_called_plans_builds_lists_and_reports(workdir, example_dir):
     """Keys come from the run, never from cutting URLs at '/plans/' (a bucket or folder may be called plans)."""
+    (workdir / "plans").mkdir()  # a store is made in a folder that exists (a missing one is a typo, refused)
     store_uri = (workdir / "plans" / "store").as_uri()
     first = json.loads(build(workdir, example_dir / "model.onnx", "--store", store_uri).stdout)
-    assert [(r["target"], r["status"]) for r in first] == [("rtx4090-rtx1.7", "built")]
+    assert [(r["target"], r["status"]) for r in first] == [("rtx-4090-rtx1.7", "built")]
     table = subprocess.run([*TRTFARM, "build", str(example_dir / "model.onnx"), "--store", store_uri], cwd=workdir,
                            env=env_for(workdir), capture_output=True, text=True, timeout=300)
     assert table.returncode == 0, table.stderr
@@ -199,4 +200,4 @@ def test_a_store_in_a_folder_called_plans_builds_lists_and_reports(workdir, exam
                              "--json"], cwd=workdir, env=env_for(workdir), capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stderr
     (row,) = json.loads(report.stdout)["rows"]
-    assert row["target"] == "rtx4090-rtx1.7" and row["build_s"] is not None
+    assert row["target"] == "rtx-4090-rtx1.7" and row["build_s"] is not None

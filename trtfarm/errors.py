@@ -62,6 +62,13 @@ def scratch_failure(err: OSError, what: str, where: object = None) -> ScratchSpa
                              "there or point TMPDIR at a disk with room, then run again")
 
 
+class OutputRefused(TrtfarmError):
+    """A local file or folder the command writes refused the write: read-only, no permission, full.
+
+    ``--repo``, ``--out``, ``--to``, ``init DIR``; exit 1, like a store that refuses a write.
+    """
+
+
 class CorruptObject(TrtfarmError):
     """A store object trtfarm wrote is not what it should be (not JSON, fields missing); the message names the key.
 

@@ -15,6 +15,7 @@ from trtfarm.store import open_store
 from trtfarm.vocabulary.manifest import Check
 from trtfarm.vocabulary.outcome import TargetOutcome
 
+from ..conftest import REPO
 from ..test_manifest import sample
 
 
@@ -47,7 +48,7 @@ def every_status_outcomes(store, tmp_path) -> list[TargetOutcome]:
     pending = Check(status="pending", detail="engine: pending on NVIDIA GeForce RTX 4090")
     return [
         built(store, publish(store, "plans/a", "h100-trt11.4", tmp_path, validated), "h100-trt11.4"),
-        built(store, publish(store, "plans/b", "rtx4090-rtx1.7", tmp_path, pending, 0.4), "rtx4090-rtx1.7"),
+        built(store, publish(store, "plans/b", "rtx-4090-rtx1.7", tmp_path, pending, 0.4), "rtx-4090-rtx1.7"),
         TargetOutcome("l4-trt11.4", "failed", "the ONNX parser rejected the model\nmore"),
         TargetOutcome("h100-trt10.16", "skipped", "`tensorrt` is not importable here"),
     ]
@@ -60,7 +61,7 @@ def test_report_with_every_status_and_a_flagged_regression(tmp_path):
     md = path.read_text()
     for text in ("| h100-trt11.4 | built | failed | cos min 0.99991 (engine) | 1.900 | 2.600 |",
                  "⚠️ p99 2.100 -> 2.600 ms (+23.8%, limit +5%) REGRESSION; 1 tactic(s) changed",
-                 "| rtx4090-rtx1.7 | built | pending on NVIDIA H100 80GB HBM3", "| l4-trt11.4 | **failed** |",
+                 "| rtx-4090-rtx1.7 | built | pending on NVIDIA H100 80GB HBM3", "| l4-trt11.4 | **failed** |",
                  "the ONNX parser rejected the model |", "| h100-trt10.16 | skipped |", "**Regressions: 1**",
                  "![latency](latency.png)", "![build_time](build_time.png)"):
         assert text in md, (text, md)
@@ -80,7 +81,7 @@ def test_the_html_report_is_one_page_with_every_chart_inline_and_every_section(t
     for alt, src in sources:  # inline, byte for byte the chart beside report.md: nothing to fetch
         assert base64.b64decode(src.removeprefix("data:image/png;base64,")) == (path.parent / f"{alt}.png").read_bytes()
     assert "http" not in html.replace(store.uri, "") and "<script" not in html
-    assert re.findall(r'data-target="([^"]+)"', html) == ["h100-trt11.4", "rtx4090-rtx1.7", "l4-trt11.4",
+    assert re.findall(r'data-target="([^"]+)"', html) == ["h100-trt11.4", "rtx-4090-rtx1.7", "l4-trt11.4",
                                                          "h100-trt10.16"]
     for text in ('<tr class="regressed" data-target="h100-trt11.4">', "Regressions: 1</h2>",
                  "<li>h100-trt11.4: p99 2.100 -&gt; 2.600 ms (+23.8%, limit +5%) REGRESSION</li>",
@@ -116,3 +117,30 @@ def test_charts_over_the_budget_point_to_the_store(kind, tmp_path, request):
         link = re.search(r"\[build_time.png \(link valid 7 days\)\]\((http[^)]+)\)", md).group(1)
         with urllib.request.urlopen(link, timeout=10) as r:
             assert r.read() == (path.parent / "build_time.png").read_bytes()
+
+
+def test_without_matplotlib_the_report_is_written_without_charts_and_names_the_extra(tmp_path):
+    """A farm control worker has [farm], which does not bring matplotlib: its run's report must not fail the run
+    (it did: `ModuleNotFoundError: No module named 'matplotlib'` after the plans were published)."""
+    import subprocess
+    import sys
+
+    script = f"""
+import sys
+sys.modules["matplotlib"] = None  # as in an install without the [reports] extra
+from tests.validate.test_report import every_status_outcomes
+from trtfarm.reports.report import write_report
+from trtfarm.store import open_store
+from pathlib import Path
+tmp = Path({str(tmp_path)!r})
+store = open_store((tmp / "store").as_uri())
+written = write_report(store, "encoder", "run-1", every_status_outcomes(store, tmp), tmp / "out")
+print(written.note)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "pip install 'trtfarm[reports]'" in done.stdout
+    md = (tmp_path / "out/report.md").read_text()
+    assert "pip install 'trtfarm[reports]'" in md and ".png" not in md and "rtx-4090-rtx1.7" in md
+    assert "pip install &#x27;trtfarm[reports]&#x27;" in (tmp_path / "out/report.html").read_text()
+    assert not list((tmp_path / "out").glob("*.png"))

@@ -54,18 +54,18 @@ def build(
     """Build MODEL for the fleet in this process; targets already published are up to date and skipped."""
     from trtfarm.planning.requests import MatrixRequest
 
+    if not model.is_file():
+        raise fail(f"{model}: " + ("is a folder, not an ONNX file" if model.is_dir() else "no such ONNX file"))
     request = MatrixRequest(model=str(model), name=name, targets=target, precision=_mode(precision),
-                            profiles=_profile_texts(profile, profiles), store=store_uri(store),
+                            profiles=_profile_texts(profile, profiles), store=store_uri(store, creates=True),
                             targets_file=targets_path(targets_file), dispatch="local", verify_store=verify_store,
                             calibration=str(calibration) if calibration else None,
                             heldout=str(heldout) if heldout else None, release=release)
-    if not model.is_file():
-        raise fail(f"{model}: no such ONNX file")
     rows = _record(request, verbose) if record else _run_here(request)
     if as_json:
         print(json.dumps([r.to_json() for r in rows], indent=2))
     else:
-        outcome_table([r.outcome for r in rows], store_uri(store), wide)
+        outcome_table([r.outcome for r in rows], store_uri(store, check=False), wide)
     failed = [r.outcome for r in rows if r.outcome.status == "failed"]
     for o in failed:
         err.print(f"[bold red]{escape(o.target)} failed:[/] {message_text(o.reason)}", highlight=False,
@@ -263,7 +263,7 @@ def show(manifest: str = typer.Argument(..., help="manifest: a store key, file:/
     from trtfarm.publishing.catalog import load_attested
 
     try:
-        url, m, prov = load_attested(manifest, store_uri(store))
+        url, m, prov = load_attested(manifest, store_uri(store, check=False))
     except TrtfarmError as e:
         raise fail(e) from e
     if as_json and provenance:

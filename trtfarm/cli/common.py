@@ -24,11 +24,34 @@ TARGETS_OPT = typer.Option(None, "--targets-file", metavar="PATH", help="the fle
 JSON_OPT = typer.Option(False, "--json", help="machine-readable output on stdout")
 
 
-def store_uri(store: str | None) -> str:
-    """``--store``, else ``$TRTFARM_STORE``, else ``trtfarm-store`` under the working directory."""
+def store_uri(store: str | None, *, creates: bool = False, check: bool = True) -> str:
+    """``--store``, else ``$TRTFARM_STORE``, else ``trtfarm-store`` under the working directory.
+
+    A local store is checked (``check``): a command that reads one needs its folder; one that ``creates`` it (a
+    build, a registration) needs the folder it goes in, so a typo is named instead of read as an empty store or
+    created somewhere new. An ``s3://`` store is checked by its first request.
+    """
+    from urllib.parse import unquote, urlparse
+
+    from trtfarm.errors import UserInputError
     from trtfarm.store import default_store_uri
 
-    return store or default_store_uri()
+    uri = store or default_store_uri()
+    try:
+        parsed = urlparse(uri) if "://" in uri else None
+    except ValueError:  # open_store says what is wrong with it
+        return uri
+    if not check or (parsed is not None and parsed.scheme != "file"):
+        return uri
+    root = Path(unquote(parsed.path)) if parsed is not None else Path(uri)
+    source = "--store" if store else "$TRTFARM_STORE" if os.environ.get("TRTFARM_STORE") else "the default store"
+    if root.exists() or (creates and root.absolute().parent.is_dir()):
+        return uri
+    if creates:
+        raise UserInputError(f"store {uri} ({source}): the folder it goes in, {root.absolute().parent}, does not "
+                             "exist; create that folder first, or fix the path")
+    raise UserInputError(f"store {uri} ({source}) does not exist; fix the path, or publish there first "
+                         "(`trtfarm build MODEL.onnx --store ...` creates it)")
 
 
 def targets_path(path: Path | None) -> str:
@@ -44,6 +67,33 @@ def targets_path(path: Path | None) -> str:
                                "installed toolchains); `trtfarm init` writes one to edit"), highlight=False,
                   soft_wrap=not err.is_terminal)
     return found
+
+
+def output_path(path: Path, flag: str, *, folder: bool = True) -> Path:
+    """Check a path the command writes before any work: a folder (``folder``) or a file, made where missing.
+
+    A file where a folder is wanted (or a folder where a file is) is bad input (exit 2); a place that cannot be
+    written (read-only, no permission) is ``OutputRefused`` (exit 1). Each is one line naming the path.
+    """
+    from trtfarm.errors import OutputRefused, UserInputError
+
+    where = f"{flag} {path}" if flag else str(path)
+    if path.exists() and folder and not path.is_dir():
+        raise UserInputError(f"{where}: is a file, not a folder; give a folder (a missing one is created)")
+    if path.is_dir() and not folder:
+        raise UserInputError(f"{where}: is a folder; give a file name")
+    existing = next(p for p in (path, *path.absolute().parents) if p.exists())
+    if not existing.is_dir() and existing != path:
+        raise UserInputError(f"{where}: {existing} is a file, not a folder; give a path under a folder")
+    writable = existing if existing.is_dir() else existing.parent
+    if not os.access(writable, os.W_OK | os.X_OK):
+        reason = "a read-only file system" if _read_only(writable) else "no write permission"
+        raise OutputRefused(f"{where}: cannot write in {writable} ({reason}); choose a folder you can write to")
+    return path
+
+
+def _read_only(folder: Path) -> bool:
+    return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
 
 
 def message_text(message: str) -> str:

@@ -22,6 +22,7 @@ from trtfarm.cli.common import (
     fail,
     message_text,
     out,
+    output_path,
     project_root,
     targets_path,
 )
@@ -161,6 +162,7 @@ def pools_k8s(out_dir: Path = typer.Option(Path("infra/k8s"), "--out", help="whe
     from trtfarm.workers.k8s import job_template, worker_values
     from trtfarm.workers.pools import desired_pools
 
+    output_path(out_dir, "--out")
     try:
         fleet = load_fleet(targets_path(targets_file))
     except TrtfarmError as e:

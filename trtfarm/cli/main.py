@@ -10,6 +10,9 @@ from __future__ import annotations
 import signal
 import sys
 
+import typer
+from typer.exceptions import TyperException
+
 from trtfarm import interrupt, scratch
 from trtfarm.cli import build, farm, images, models, profiles, project, quality, serving, store_ops, webhook  # noqa: F401
 from trtfarm.cli.common import app, err, message_text, plain_metavars
@@ -24,7 +27,15 @@ def main() -> None:
     signal.signal(signal.SIGTERM, interrupt.stop)
     signal.signal(signal.SIGINT, interrupt.stop)  # Ctrl-C unwinds the same way (exit 130)
     try:
-        app()
+        code = app(standalone_mode=False)
+    except TyperException as e:  # click's usage errors, as typer carries them: one line, as every other bad input
+        if type(e).__name__ != "NoArgsIsHelpError":  # (that one has shown the help already)
+            where = getattr(getattr(e, "ctx", None), "command_path", None) or "trtfarm"
+            text = f"{where}: {e.format_message().rstrip('.')}; see `{where} --help`"
+            err.print(f"[bold red]error:[/] {message_text(text)}", highlight=False, soft_wrap=not err.is_terminal)
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        sys.exit(1)
     except interrupt.Interrupted:
         scratch.remove_all()  # what the signal caught mid-way (between creating a temporary and its cleanup)
         raise
@@ -37,3 +48,4 @@ def main() -> None:
             raise
         err.print(f"[bold red]error:[/] {message_text(str(extra))}", highlight=False, soft_wrap=not err.is_terminal)
         sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -25,7 +25,7 @@ def models_push(folder: Path = typer.Argument(..., help="export folder: model.on
     from trtfarm.store import open_store
 
     try:
-        ref = register_export(open_store(store_uri(store)), folder, name)
+        ref = register_export(open_store(store_uri(store, creates=True)), folder, name)
     except TrtfarmError as e:
         raise fail(e) from e
     if as_json:

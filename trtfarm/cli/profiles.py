@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from trtfarm.cli.common import JSON_OPT, app, err, fail
+from trtfarm.cli.common import JSON_OPT, app, err, fail, output_path
 from trtfarm.errors import TrtfarmError
 
 profiles_app = typer.Typer(no_args_is_help=True, help="Optimization profiles from logged request shapes.")
@@ -39,6 +39,8 @@ def profiles_derive(
     from trtfarm.profiles.profile import profile_texts
     from trtfarm.profiles.shapelog import read_shape_log
 
+    if out:
+        output_path(out, "--out", folder=False)
     try:
         constraints = Constraints(caps=dict(parse_cap(c) for c in cap), max_batch=max_batch,
                                   granularity=granularity, max_profiles=max_profiles, max_tokens=max_tokens)

@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from trtfarm.cli.common import JSON_OPT, STORE_OPT, app, fail, message_text, out, store_uri
+from trtfarm.cli.common import JSON_OPT, STORE_OPT, app, err, fail, message_text, out, output_path, store_uri
 from trtfarm.errors import TrtfarmError
 
 
@@ -111,6 +111,7 @@ def report(ref: str = typer.Argument(..., help="a run id (reports/<model>/<run>/
     from trtfarm.reports.report import write_report
     from trtfarm.store import open_store
 
+    output_path(out_dir, "--out")
     try:
         s = open_store(store_uri(store))
         model, run, outcomes = outcomes_for(s, ref)
@@ -143,3 +144,5 @@ def report(ref: str = typer.Argument(..., help="a run id (reports/<model>/<run>/
                       + message_text(f"  {r.target}: {'; '.join(notes)}"), highlight=False)
     out.print(message_text(f"report: {path}"), highlight=False)
     out.print(message_text(f"html:   {path.with_name('report.html')} (open it in a browser)"), highlight=False)
+    if written.note:
+        err.print(message_text(written.note), highlight=False)

@@ -8,7 +8,18 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from trtfarm.cli.common import JSON_OPT, STORE_OPT, TARGETS_OPT, app, err, fail, out, store_uri, targets_path
+from trtfarm.cli.common import (
+    JSON_OPT,
+    STORE_OPT,
+    TARGETS_OPT,
+    app,
+    err,
+    fail,
+    out,
+    output_path,
+    store_uri,
+    targets_path,
+)
 from trtfarm.errors import TrtfarmError
 
 
@@ -37,6 +48,7 @@ def triton(
     from trtfarm.store import open_store
     from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 
+    output_path(repo, "--repo")
     try:
         trust = signing_settings(targets_path(targets_file), only="trust").trusted_keys()
         req = TritonRequest(model, repo, tuple(gpu), toolchain, keep, instances,

@@ -17,6 +17,7 @@ from trtfarm.cli.common import (
     fail,
     message_text,
     out,
+    output_path,
     store_uri,
     targets_path,
 )
@@ -149,6 +150,8 @@ def pull(model: str = typer.Argument(..., help="model name"),
     from trtfarm.store import open_store
     from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 
+    if to is not None:
+        output_path(to, "--to", folder=to.is_dir())
     try:
         caps = local_capabilities()
         fleet = load_fleet(targets_path(targets_file))

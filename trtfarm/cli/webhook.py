@@ -39,7 +39,8 @@ def webhook_serve(host: str = typer.Option("127.0.0.1", "--host"), port: int = t
     secret = os.environ.get(secret_env)
     if not secret and not topic:
         raise fail(f"nothing to accept: set {secret_env} for signed posts and/or give --topic ARN for SNS")
-    cfg = WebhookConfig(store_uri(store), api, secret, set(topic), replay_window, max_body, sns_verify, allow_root)
+    cfg = WebhookConfig(store_uri(store, creates=True), api, secret, set(topic), replay_window, max_body, sns_verify,
+                        allow_root)
     try:
         create_app(cfg)  # refuses a malformed --allow-root before the server starts
     except UserInputError as e:

@@ -57,15 +57,15 @@ def _items(items: list[str], none: str) -> str:
     return "<ul>" + "".join(f"<li>{escape(i)}</li>" for i in items) + "</ul>"
 
 
-def _charts(charts: list[Path]) -> str:
+def _charts(charts: list[Path], note: str = "") -> str:
     if not charts:
-        return "<p>No chart: no target of this run was built or timed.</p>"
+        return f"<p>{escape(note or 'No chart: no target of this run was built or timed.')}</p>"
     figures = [f'<figure><img alt="{escape(c.stem)}" src="{data_uri(c)}">'
                f'<figcaption>{escape(c.stem.replace("_", " "))} per target</figcaption></figure>' for c in charts]
     return f'<div class="charts">{"".join(figures)}</div>'
 
 
-def render_html(title: str, rows: list[ReportRow], charts: list[Path], store_uri: str = "") -> str:
+def render_html(title: str, rows: list[ReportRow], charts: list[Path], store_uri: str = "", note: str = "") -> str:
     """The report as one HTML page, every chart inlined (``<img src="data:image/png;base64,...">``)."""
     counts = {s: sum(r.status == s for r in rows) for s in dict.fromkeys(r.status for r in rows)}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no targets"
@@ -86,4 +86,4 @@ def render_html(title: str, rows: list[ReportRow], charts: list[Path], store_uri
         f'<h2 id="regressions">Regressions: {len(regressions)}</h2>', _items(regressions, "None."),
         f'<h2 id="tactics">Tactic changes: {len(tactics)}</h2>', _items(tactics, "None since the last release."),
         f'<h2 id="pending">Pending checks: {len(pending)}</h2>', _items(pending, "None: every check ran."),
-        '<h2 id="charts">Charts</h2>', _charts(charts), "</body></html>", ""])
+        '<h2 id="charts">Charts</h2>', _charts(charts, note), "</body></html>", ""])

@@ -58,8 +58,8 @@ def row_for(store: Store, outcome: TargetOutcome) -> ReportRow:
     return row
 
 
-def render_markdown(title: str, rows: list[ReportRow], charts: list[str]) -> str:
-    """The report as markdown: the table, flagged regressions, and the charts."""
+def render_markdown(title: str, rows: list[ReportRow], charts: list[str], note: str = "") -> str:
+    """The report as markdown: the table, flagged regressions, and the charts (or ``note`` on why there are none)."""
     def fmt(v, spec):
         return format(v, spec) if v is not None else "–"
 
@@ -76,7 +76,7 @@ def render_markdown(title: str, rows: list[ReportRow], charts: list[str]) -> str
     flagged = [r for r in rows if r.regressed]
     lines += ["", f"**Regressions: {len(flagged)}**" + ("".join(f"\n- {r.target}: {r.changes}" for r in flagged)
                                                         if flagged else " — none.")]
-    lines += [""] + [f"![{Path(c).stem}]({Path(c).name})" for c in charts]
+    lines += [""] + [f"![{Path(c).stem}]({Path(c).name})" for c in charts] + ([note] if note else [])
     return "\n".join(lines) + "\n"
 
 
@@ -86,8 +86,26 @@ def _save(fig, path: Path, charts: list[str]) -> None:
     charts.append(str(path))
 
 
+NO_CHARTS = "Charts are not drawn here: matplotlib is not installed (pip install 'trtfarm[reports]' draws them)."
+
+
+def charts_available() -> bool:
+    """Whether matplotlib imports here: the ``[reports]`` extra, which ``[farm]`` does not bring."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("matplotlib") is not None
+    except ValueError:  # set to None in sys.modules: not importable
+        return False
+
+
 def render_charts(rows: list[ReportRow], out: Path) -> list[str]:
-    """PNG bar charts: p50/p99 per target (where measured), build time and plan size per target (where built)."""
+    """PNG bar charts: p50/p99 per target (where measured), build time and plan size per target (where built).
+
+    None without matplotlib (the report then says which extra draws them): a run never fails for its charts.
+    """
+    if not charts_available():
+        return []
     import matplotlib
 
     matplotlib.use("Agg")
@@ -123,10 +141,11 @@ def render_charts(rows: list[ReportRow], out: Path) -> list[str]:
 
 @dataclass(frozen=True)
 class WrittenReport:
-    """A rendered report: where its ``report.md`` is, and its rows."""
+    """A rendered report: where its ``report.md`` is, its rows, and why it has no charts (empty when it has)."""
 
     path: Path
     rows: list[ReportRow]
+    note: str = ""
 
 
 def outcomes_json(outcomes: list[TargetOutcome]) -> bytes:
@@ -141,11 +160,13 @@ def write_report(store: Store, model: str, run: str, outcomes: list[TargetOutcom
     the store in any browser), ``outcomes.json`` and ``rows.json``.
     """
     rows = [row_for(store, o) for o in outcomes]
+    out.mkdir(parents=True, exist_ok=True)
     charts = render_charts(rows, out)
+    note = "" if charts_available() else NO_CHARTS
     title = f"trtfarm report: {model}, run {run}"
     path = out / "report.md"
-    path.write_text(render_markdown(title, rows, charts))
-    (out / "report.html").write_text(render_html(title, rows, [Path(c) for c in charts], store.uri))
+    path.write_text(render_markdown(title, rows, charts, note))
+    (out / "report.html").write_text(render_html(title, rows, [Path(c) for c in charts], store.uri, note))
     (out / "outcomes.json").write_bytes(outcomes_json(outcomes))
     (out / "rows.json").write_text(json.dumps([asdict(r) for r in rows], indent=2))
     for f in [path, out / "report.html", out / "outcomes.json", out / "rows.json", *map(Path, charts)]:
@@ -153,4 +174,4 @@ def write_report(store: Store, model: str, run: str, outcomes: list[TargetOutcom
             store.upload_file(layout.report_key(model, run, f.name), f)
         except AlreadyExists:  # this run's report was stored before (a rerun of its flow): the first copy stays
             continue
-    return WrittenReport(path, rows)
+    return WrittenReport(path, rows, note)

@@ -109,6 +109,9 @@ def find_pair(ref: Path) -> tuple[Path, Manifest]:
 
 def _locate(ref: Path) -> tuple[Path, Path]:
     """(plan, manifest path) of a plan or a manifest."""
+    if not ref.exists() or ref.is_dir():
+        raise UserInputError(f"{ref}: " + ("is a folder; give the plan file or its manifest" if ref.is_dir() else
+                                           "no such file; give the plan that `trtfarm pull` wrote, or its manifest"))
     if ref.name.endswith(".json"):
         if not ref.is_file():
             raise UserInputError(f"{ref}: no such manifest")

@@ -36,9 +36,13 @@ def load_fleet(path: str | Path = DEFAULT_TARGETS_FILE) -> Fleet:
     """
     if str(path) == BUILTIN_FLEET:
         return this_machine_fleet()
+    if Path(path).is_dir():
+        raise UserInputError(f"{path}: is a folder, not a fleet file; give the gpu_targets.yaml in it "
+                             f"({Path(path) / DEFAULT_TARGETS_FILE}) or another file")
     if not Path(path).is_file():
-        raise UserInputError(f"{path}: no such fleet file. Fix: `trtfarm init` writes a gpu_targets.yaml to edit; "
-                             "without one (and without $TRTFARM_TARGETS) trtfarm uses this machine's built-in fleet")
+        raise UserInputError(f"{path}: no such fleet file (it does not exist). Fix: `trtfarm init` writes a "
+                             "gpu_targets.yaml to edit; without one (and without $TRTFARM_TARGETS) trtfarm uses "
+                             "this machine's built-in fleet")
     return model_from_yaml(Path(path), Fleet, hint="`trtfarm init` writes a commented gpu_targets.yaml with every key.")
 
 
