@@ -42,9 +42,16 @@ def missing_extra(err: ModuleNotFoundError) -> MissingExtra | None:
                         "(or 'trtfarm[all]' for everything)")
 
 
-def require(module: str) -> None:
-    """Raise ``MissingExtra`` when ``module`` (a key of ``EXTRAS``) does not import."""
+def require(*modules: str, extra: str | None = None, purpose: str = "") -> None:
+    """Raise ``MissingExtra`` when one of ``modules`` (keys of ``EXTRAS``) does not import.
+
+    ``extra`` names the extra a command documents when a module is in several (httpx: ``[farm]`` and ``[webhook]``).
+    """
     import importlib.util
 
-    if importlib.util.find_spec(module) is None:
-        raise missing_extra(ModuleNotFoundError(name=module)) or ModuleNotFoundError(name=module)
+    for module in modules:
+        if importlib.util.find_spec(module) is None:
+            if extra is None:
+                raise missing_extra(ModuleNotFoundError(name=module)) or ModuleNotFoundError(name=module)
+            raise MissingExtra(f"{module} is not installed ({purpose or EXTRAS[module][1]}): pip install "
+                               f"'trtfarm[{extra}]' (or 'trtfarm[all]' for everything)")

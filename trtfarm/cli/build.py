@@ -20,7 +20,7 @@ from trtfarm.cli.common import (
     store_uri,
     targets_path,
 )
-from trtfarm.cli.tables import Column, fitted_table
+from trtfarm.cli.tables import Column, fitted_table, labelled, notes
 from trtfarm.errors import TrtfarmError
 from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
 
@@ -49,7 +49,8 @@ def build(
                                       "up to date; a damaged one is rebuilt (default: its size is checked)"),
     record: bool = typer.Option(False, "--record", help="run as a build-matrix flow recorded on the Prefect server "
                                 "at $PREFECT_API_URL (never an ephemeral server)"),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="with --record: show Prefect's logs"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="each skipped target's whole reason; with --record: "
+                                 "Prefect's logs"),
 ) -> None:
     """Build MODEL for the fleet in this process; targets already published are up to date and skipped."""
     from trtfarm.planning.requests import MatrixRequest
@@ -65,13 +66,16 @@ def build(
     if as_json:
         print(json.dumps([r.to_json() for r in rows], indent=2))
     else:
-        outcome_table([r.outcome for r in rows], store_uri(store, check=False), wide)
+        outcome_table([r.outcome for r in rows], store_uri(store, check=False), wide, verbose)
     failed = [r.outcome for r in rows if r.outcome.status == "failed"]
     for o in failed:
         err.print(f"[bold red]{escape(o.target)} failed:[/] {message_text(o.reason)}", highlight=False,
                   soft_wrap=not err.is_terminal)  # one line for logs and pipes; wrapped by words on a terminal
     if failed:
         raise typer.Exit(1)
+    if rows and all(r.outcome.status == "skipped" for r in rows):  # a CI job on this host must not pass
+        fixes = "; ".join(f"{', '.join(ids)}: {fix}" for fix, ids in skip_fixes([r.outcome for r in rows]).items())
+        raise fail(f"nothing was built: this machine can build none of the {len(rows)} target(s); {fixes}")
 
 
 def _run_here(request) -> list[RunRow]:
@@ -124,12 +128,25 @@ STYLE = {"built": "green", "up-to-date": "cyan", "skipped": "yellow", "failed": 
 MARK = {"passed": "[green]✓[/]", "failed": "[red]✗[/]", "pending": "[yellow]…[/]", "not_run": "-"}
 
 
+def skip_fixes(rows: list[TargetOutcome]) -> dict[str, list[str]]:
+    """What each skipped target needs (the reason after its first clause), and the targets that need it."""
+    fixes: dict[str, list[str]] = {}
+    for o in rows:
+        if o.status == "skipped":
+            first = o.reason.splitlines()[0] if o.reason else ""
+            fixes.setdefault(first.split("; ", 1)[1] if "; " in first else first, []).append(o.target)
+    return fixes
+
+
 def _note(o: TargetOutcome) -> str:
-    """The first clause of the reason, and for a published plan its ``MODEL/GPU/BUILD`` (what `trtfarm show` takes)."""
+    """The first clause of the reason, and for a published plan its ``MODEL/GPU/BUILD`` (what `trtfarm show` takes).
+
+    A skip's fix (what to install) is left to ``skip_fixes``: said once for the targets that share it.
+    """
     from trtfarm.layout import short_ref
 
     first = o.reason.splitlines()[0] if o.reason else ""
-    note = first if o.status == "skipped" else first.split(";")[0]  # a skip's reason ends with its fix
+    note = first.split("; ")[0]
     if o.status in ("built", "up-to-date") and o.manifest_key:
         ref = short_ref(o.manifest_key)
         note = f"{note} · {ref}" if note and o.status == "built" else ref
@@ -142,7 +159,7 @@ def _releases(rows: list[TargetOutcome]) -> None:
 
     for o in rows:
         if o.release.startswith("released: ") and "->" in o.release:
-            out.print(message_text(o.release), highlight=False)
+            labelled(out, "released:", message_text(o.release.removeprefix("released: ")))
     kept = [m.groups() for o in rows if (m := re.match(r"not released \((.*)\): (\S+) stays at (\S+)$",
                                                          o.release))]
     for why in dict.fromkeys(k[0] for k in kept):
@@ -151,8 +168,11 @@ def _releases(rows: list[TargetOutcome]) -> None:
             out.print(message_text(f"  {key}: {ref}"), highlight=False)
 
 
-def outcome_table(rows: list[TargetOutcome], store: str, wide: bool = False) -> None:
-    """The outcome of each target; the notes go under the table when they do not fit beside it."""
+def outcome_table(rows: list[TargetOutcome], store: str, wide: bool = False, verbose: bool = False) -> None:
+    """The outcome of each target; the notes go under the table when they do not fit beside it, one line each.
+
+    What the skipped targets need is said once per fix with ``verbose`` (else ``trtfarm targets`` says it).
+    """
     columns = [Column("target"), Column("status"), Column("build s", 3, "right"), Column("plan", 2, "right"),
                Column("checks", 4), Column("note", 1)]
     cells = [{"target": escape(o.target), "status": f"[{STYLE[o.status]}]{o.status}[/]",
@@ -165,12 +185,13 @@ def outcome_table(rows: list[TargetOutcome], store: str, wide: bool = False) -> 
                                   "checked against the version's bindings API)")
     out.print(table)
     if "note" in dropped:
-        for o in rows:
-            out.print(message_text(f"  {o.target}: {_note(o)}"), highlight=False)
+        notes(out, [(o.target, _note(o)) for o in rows])
+    if verbose:
+        notes(out, [(f"to build {', '.join(ids)}", fix) for fix, ids in skip_fixes(rows).items()])
     _releases(rows)
     counts = {s: sum(o.status == s for o in rows) for s in STYLE}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-    hint = " (`trtfarm targets` says what each skipped target needs)" if counts["skipped"] else ""
+    hint = " (--verbose or `trtfarm targets`: what they need)" if counts["skipped"] and not verbose else ""
     out.print(message_text(f"{summary}{hint}"), highlight=False)
 
 
@@ -208,10 +229,13 @@ def targets(targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
                                   caption="api: the code path was checked against this TensorRT version's own "
                                   "bindings API (names and signatures; not built, not run on a GPU)")
     out.print(table)
-    if "why not" in dropped:  # the reasons on their own lines, wrapped by words, so the table stays one line a row
-        for r in rows:
-            if not r["servable"]:
-                out.print(message_text(f"  {r['target']}: {r['reason']}"), highlight=False)
+    if "why not" in dropped:  # the reasons on their own lines, one a target, so the table stays one line a row
+        notes(out, [(r["target"], r["reason"].split("; ")[0]) for r in rows if not r["servable"]])
+    fixes: dict[str, list[str]] = {}
+    for r in rows:
+        if not r["servable"] and "; " in r["reason"]:
+            fixes.setdefault(r["reason"].split("; ", 1)[1], []).append(r["target"])
+    notes(out, [(f"to build {', '.join(ids)}", fix) for fix, ids in fixes.items()])
     if dropped:
         out.print(f"(--wide adds {', '.join(dropped)})", highlight=False)
 

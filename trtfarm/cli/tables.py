@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from rich.console import Console
 from rich.measure import Measurement
+from rich.padding import Padding
 from rich.table import Table
 
 KEEP = 99  # a column that is never dropped
@@ -47,3 +48,27 @@ def fitted_table(console: Console, columns: list[Column], rows: list[dict], *, t
             return table, [c.header for c in columns if c not in chosen]
         lowest = min(c.rank for c in droppable)
         chosen.remove([c for c in droppable if c.rank == lowest][-1])
+
+
+def notes(console: Console, items: list[tuple[str, str]], indent: int = 2) -> None:
+    """``label: text`` lines under a table, each wrapped by words with its indent kept on every line it takes.
+
+    The text is a message (``message_text``: escaped, backticks bold); the label is user text, printed as text.
+    """
+    from rich.markup import escape
+
+    from trtfarm.cli.common import message_text
+
+    for label, text in items:
+        console.print(Padding(f"{escape(label)}: {message_text(text)}", (0, 0, 0, indent)), highlight=False)
+
+
+def labelled(console: Console, label: str, text: str) -> None:
+    """``label text`` with the text wrapped by words beside the label (a hanging indent), never under it."""
+    from rich.table import Table as Grid
+
+    grid = Grid.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    grid.add_row(label, text)
+    console.print(grid, highlight=False)

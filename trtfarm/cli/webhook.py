@@ -30,6 +30,9 @@ def webhook_serve(host: str = typer.Option("127.0.0.1", "--host"), port: int = t
                   store: str = STORE_OPT) -> None:
     """Serve POST /sns (S3 notifications through SNS) and POST /hook (HMAC-signed {"model_uri": ...})."""
     from trtfarm.errors import UserInputError
+    from trtfarm.extras import require
+
+    require("fastapi", "uvicorn", "httpx", extra="webhook", purpose="the webhook receiver")
     from trtfarm.triggers.receiver import WebhookConfig, create_app, serve
 
     api = os.environ.get("PREFECT_API_URL")

@@ -10,8 +10,8 @@ from trtfarm.errors import UserInputError
 
 MODULES = {"tensorrt": "tensorrt", "tensorrt_rtx": "tensorrt_rtx"}
 INSTALL_HINT = {
-    "tensorrt": "install it on a GPU worker (pip install tensorrt==VERSION, which downloads NVIDIA's libraries at "
-                "install time, or run in NVIDIA's TensorRT container of that version)",
+    "tensorrt": "install tensorrt==VERSION on a GPU host (pip downloads NVIDIA's libraries), or use NVIDIA's "
+                "TensorRT container of that version",
     "tensorrt_rtx": "pip install tensorrt-rtx-cu13==VERSION (trtfarm's [rtx] extra pins one: pip install "
                     "'trtfarm[rtx]')",
 }

@@ -24,7 +24,7 @@ def serve_check(target: ResolvedTarget, caps: Capabilities) -> str | None:
     flavour, want = target.toolchain.flavour.value, target.toolchain.version
     have = caps.versions.get(flavour)
     if have is None:
-        return f"`{flavour}` is not importable here; {INSTALL_HINT[flavour].replace('VERSION', want)}"
+        return f"`{flavour}` {want} is not installed here; {INSTALL_HINT[flavour].replace('VERSION', want)}"
     if not version_matches(have, want):
         return f"installed {flavour} is {have}, the target needs {want}"
     if target.toolchain.flavour is Flavour.tensorrt_rtx:
