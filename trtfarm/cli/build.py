@@ -31,13 +31,16 @@ def build(
     name: str = typer.Option(None, "--name", help="model name in the store"),
     profile: list[str] = typer.Option([], "--profile",
                                       help="INPUT=MIN:OPT:MAX, e.g. input_ids=1x16:16x128:32x512; repeat per input"),
-    profiles: Path = typer.Option(None, "--profiles", help="a profiles YAML (`trtfarm profiles derive` writes one)"),
+    profiles: Path = typer.Option(None, "--profiles", exists=True, dir_okay=False,
+                                  help="a profiles YAML (`trtfarm profiles derive` writes one)"),
     target: list[str] = typer.Option([], "--target", help="target id (repeat); default: every target"),
     precision: str = typer.Option(None, "--precision", help="fp32|fp16|bf16|int8|fp8 \\[default: farm.yaml's, else "
                                   "fp32]; another recipe than farm.yaml's is a trial build: it moves no pointer"),
-    calibration: Path = typer.Option(None, "--calibration", help="calibration .npz keyed by input name (int8/fp8) "
+    calibration: Path = typer.Option(None, "--calibration", exists=True, dir_okay=False,
+                                     help="calibration .npz keyed by input name (int8/fp8) "
                                      "\\[default: farm.yaml's, else calib.npz beside the model]"),
-    heldout: Path = typer.Option(None, "--heldout", help="held-out .npz for the accuracy gate \\[default: farm.yaml's, "
+    heldout: Path = typer.Option(None, "--heldout", exists=True, dir_okay=False,
+                                 help="held-out .npz for the accuracy gate \\[default: farm.yaml's, "
                                  "else heldout.npz beside the model, else generated inputs]"),
     release: bool = typer.Option(None, "--release/--trial", help="move the release pointers for this recipe (--release)"
                                  " or for none (--trial) \\[default: only for the model's declared recipe]"),
@@ -287,7 +290,7 @@ def show(manifest: str = typer.Argument(..., help="manifest: a store key, file:/
     from trtfarm.publishing.catalog import load_attested
 
     try:
-        url, m, prov = load_attested(manifest, store_uri(store, check=False))
+        url, m, prov = load_attested(manifest, store_uri(store, check=store is not None))
     except TrtfarmError as e:
         raise fail(e) from e
     if as_json and provenance:

@@ -19,7 +19,8 @@ err = Console(stderr=True)
 # help text is Rich markup: a literal "[...]" must be escaped ("\\["), or Rich eats it
 STORE_OPT = typer.Option(None, "--store", metavar="URI", help="artifact store: a path, file:///abs or "
                          "s3://bucket/prefix \\[default: $TRTFARM_STORE or ./trtfarm-store]")
-TARGETS_OPT = typer.Option(None, "--targets-file", metavar="PATH", help="the fleet's gpu_targets.yaml \\[default: "
+TARGETS_OPT = typer.Option(None, "--targets-file", metavar="PATH", exists=True, dir_okay=False,
+                           help="the fleet's gpu_targets.yaml \\[default: "
                            "$TRTFARM_TARGETS, else ./gpu_targets.yaml, else this machine's built-in fleet]")
 JSON_OPT = typer.Option(False, "--json", help="machine-readable output on stdout")
 

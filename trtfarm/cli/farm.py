@@ -24,6 +24,7 @@ from trtfarm.cli.common import (
     out,
     output_path,
     project_root,
+    store_uri,
     targets_path,
 )
 from trtfarm.errors import TrtfarmError, first_line
@@ -109,8 +110,9 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
                worker_type: str = typer.Option("process", "--type", help="worker type of new pools (process, "
                                                "docker, kubernetes)"),
                control_limit: int = typer.Option(2, "--control-limit", min=1, help="concurrent build-matrix runs"),
-               prefect_file: Path = typer.Option(Path("prefect.yaml"), "--prefect-file",
-                                                 help="deployments to check against the pools"),
+               prefect_file: Path = typer.Option(None, "--prefect-file", exists=True, dir_okay=False,
+                                                 help="deployments to check against the pools \\[default: "
+                                                 "./prefect.yaml when there is one]"),
                as_json: bool = JSON_OPT, server_wait: int = SERVER_WAIT_OPT) -> None:
     """Create or update one work pool per GPU model (limit = its GPU count) and the control pool; report drift."""
     from trtfarm.vocabulary.fleet_file import load_fleet
@@ -119,7 +121,8 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
     try:
         fleet = load_fleet(targets_path(targets_file))
         desired = desired_pools(fleet, worker_type, control_limit)
-        missing = deployment_drift(prefect_file, desired) if prefect_file.is_file() else []
+        deployments = prefect_file or Path("prefect.yaml")
+        missing = deployment_drift(deployments, desired) if deployments.is_file() else []
     except TrtfarmError as e:
         raise fail(e) from e
     need_server(server_wait)
@@ -203,6 +206,8 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
     """Start a build-matrix run on the farm (as the Prefect UI does); bad parameters are refused before it starts."""
     from trtfarm.planning.requests import MatrixRequest
 
+    if store:
+        store_uri(store)  # a local store that is not there is named now, not by the run
     try:
         given = {"model": model, "targets": target, "precision": precision, "force": force or None,
                  "refit": refit or None, "wait_for_workers": wait_for_workers or None, "store": store,
@@ -276,7 +281,8 @@ def _print_run(run_id: str | None, state: str, message: str, rows: list[dict], a
 
 
 @farm_app.command("deploy")
-def farm_deploy(prefect_file: Path = typer.Option(None, "--prefect-file", help="the deployments \\[default: "
+def farm_deploy(prefect_file: Path = typer.Option(None, "--prefect-file", exists=True, dir_okay=False,
+                                                  help="the deployments \\[default: "
                                                   "./prefect.yaml, else the one trtfarm ships]"),
                 targets_file: Path = TARGETS_OPT, server_wait: int = SERVER_WAIT_OPT, as_json: bool = JSON_OPT) -> None:
     """Deploy prefect.yaml's deployments (prefect deploy --all, from trtfarm's flows) and say what was deployed."""
@@ -284,17 +290,15 @@ def farm_deploy(prefect_file: Path = typer.Option(None, "--prefect-file", help="
 
     import yaml
 
+    fleet = targets_path(targets_file)
     api = need_server(server_wait)
     path = prefect_file or Path("prefect.yaml")
     if not path.is_file():
-        if prefect_file:
-            raise fail(f"{path}: no such file (`trtfarm init` writes one)")
         from importlib import resources
 
         path = Path(str(resources.files("trtfarm").joinpath("templates", "prefect.yaml")))
     deployments = (yaml.safe_load(path.read_text()) or {}).get("deployments") or []
     env = {**os.environ, "PREFECT_API_URL": api}
-    fleet = targets_path(targets_file)
     if Path(fleet).is_file():  # the parameter form offers the fleet's target ids
         env["TRTFARM_TARGETS"] = str(Path(fleet).resolve())
     cmd = [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all", "--prefect-file", str(path.resolve())]

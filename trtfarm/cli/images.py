@@ -19,7 +19,8 @@ app.add_typer(images_app, name="images")
 def images_build(toolchain: list[str] = typer.Option([], "--toolchain", help="toolchain key (repeatable; default: "
                                                      "every toolchain with an image)"),
                  push: bool = typer.Option(False, "--push", help="push each image that passed its probe"),
-                 context: Path = typer.Option(None, "--context", help="build context [default: the trtfarm checkout]"),
+                 context: Path = typer.Option(None, "--context", exists=True, file_okay=False,
+                                              help="build context [default: the trtfarm checkout]"),
                  dockerfile: str = typer.Option(None, "--dockerfile", help="Dockerfile inside the context [default: "
                                                 "infra/docker/Dockerfile, or Dockerfile.rtx for TensorRT-RTX]"),
                  build_network: str = typer.Option(None, "--build-network", help="network for RUN steps (e.g. none)"),

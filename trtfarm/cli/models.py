@@ -16,7 +16,8 @@ app.add_typer(models_app, name="models")
 
 
 @models_app.command("push")
-def models_push(folder: Path = typer.Argument(..., help="export folder: model.onnx + farm.yaml [+ calib.npz, "
+def models_push(folder: Path = typer.Argument(..., exists=True, file_okay=False,
+                                              help="export folder: model.onnx + farm.yaml [+ calib.npz, "
                                               "heldout.npz, shapes.jsonl]"),
                 name: str = typer.Option(None, "--name", help="model name (default: farm.yaml's, else the folder)"),
                 store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:

@@ -17,13 +17,15 @@ app.add_typer(profiles_app, name="profiles")
 
 @profiles_app.command("derive")
 def profiles_derive(
-    log: Path = typer.Argument(..., help="shape log: JSONL ({\"input_ids\": [16, 87], ...} per line) or CSV"),
+    log: Path = typer.Argument(..., exists=True, dir_okay=False,
+                               help="shape log: JSONL ({\"input_ids\": [16, 87], ...} per line) or CSV"),
     cap: list[str] = typer.Option([], "--cap", help="hard cap INPUT:DIM=N, e.g. input_ids:1=512 (repeat)"),
     max_batch: int = typer.Option(None, "--max-batch", min=1, help="largest batch the server forms"),
     granularity: int = typer.Option(16, "--granularity", min=1, help="bucket size for non-batch dimensions"),
     max_profiles: int = typer.Option(2, "--max-profiles", min=1, max=4, help="most profiles to consider"),
     max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="per-context budget: batch x length"),
-    model: Path = typer.Option(None, "--model", help="the ONNX, for activation-memory estimates"),
+    model: Path = typer.Option(None, "--model", exists=True, dir_okay=False,
+                               help="the ONNX, for activation-memory estimates"),
     out: Path = typer.Option(None, "--out", help="write the profiles YAML here"),
     as_json: bool = JSON_OPT,
 ) -> None:

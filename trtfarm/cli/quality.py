@@ -15,10 +15,12 @@ from trtfarm.errors import TrtfarmError
 
 @app.command()
 def precision(
-    model: Path = typer.Argument(..., help="the FP32 ONNX export"),
+    model: Path = typer.Argument(..., exists=True, dir_okay=False, help="the FP32 ONNX export"),
     mode: str = typer.Option(..., "--mode", help="fp32 | fp16 | bf16 | int8 | fp8"),
-    calibration: Path = typer.Option(None, "--calibration", help=".npz keyed by input name (int8/fp8: required)"),
-    heldout: Path = typer.Option(None, "--heldout", help=".npz for the gate (default: generated, realistic masks)"),
+    calibration: Path = typer.Option(None, "--calibration", exists=True, dir_okay=False,
+                                     help=".npz keyed by input name (int8/fp8: required)"),
+    heldout: Path = typer.Option(None, "--heldout", exists=True, dir_okay=False,
+                                 help=".npz for the gate (default: generated, realistic masks)"),
     keep_fp32: list[str] = typer.Option([], "--keep-fp32", help="node-name regex kept in FP32 (repeat)"),
     keep_fp32_op: list[str] = typer.Option([], "--keep-fp32-op", help="op type kept in FP32 (repeat)"),
     data_max: float = typer.Option(512, "--data-max", help="AutoCast: keep nodes with |x| above this in FP32 "
@@ -42,6 +44,8 @@ def precision(
 
     if mode not in get_args(Mode):
         raise fail(f"--mode {mode!r}: use one of {', '.join(get_args(Mode))}")
+    if out_path is not None:
+        output_path(out_path, "--out", folder=False)
     try:
         recipe = Recipe(mode=mode, keep_fp32=keep_fp32, keep_fp32_ops=keep_fp32_op, data_max=data_max,
                         auto_pin=auto_pin, task=task, output_ranges=dict(_output_range(r) for r in output_range),

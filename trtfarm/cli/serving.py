@@ -35,7 +35,8 @@ def triton(
                                   "engine check's context memory, else 1]"),
     dynamic_batching: bool = typer.Option(False, "--dynamic-batching", help="make the first dim Triton's batch dim "
                                           "(max_batch_size > 0) and add dynamic_batching"),
-    profiles: Path = typer.Option(None, "--profiles", help="the profiles file `trtfarm profiles derive` wrote: its "
+    profiles: Path = typer.Option(None, "--profiles", exists=True, dir_okay=False,
+                                  help="the profiles file `trtfarm profiles derive` wrote: its "
                                   "traffic buckets give the preferred batch sizes"),
     targets_file: Path = TARGETS_OPT,
     store: str = STORE_OPT,

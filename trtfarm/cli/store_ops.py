@@ -152,12 +152,13 @@ def pull(model: str = typer.Argument(..., help="model name"),
 
     if to is not None:
         output_path(to, "--to", folder=to.is_dir())
+    uri = store_uri(store)
     try:
         caps = local_capabilities()
         fleet = load_fleet(targets_path(targets_file))
         trust = signing_settings(targets_path(targets_file), only="trust").trusted_keys()
         gpu_key = local_gpu_key(fleet, caps.gpus, gpu)
-        pulled = pull_release(open_store(store_uri(store)), model, gpu_key,
+        pulled = pull_release(open_store(uri), model, gpu_key,
                               local_toolchains(caps.versions, toolchain), to, fleet=fleet, trust=trust)
     except SignatureRefused as e:
         raise fail(f"refused: {e}", code=1) from e
