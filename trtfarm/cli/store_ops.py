@@ -165,10 +165,13 @@ def pull(model: str = typer.Argument(..., help="model name"),
     except TrtfarmError as e:  # a serving image that does not carry the plan's TensorRT (exit 1) among them
         raise fail(e) from e
     doc = {"plan": str(pulled.plan), "manifest": str(pulled.manifest_path), "release": pulled.pointer_key,
-           "bytes": pulled.bytes, "signature": pulled.verdict.status, "signature_detail": pulled.verdict.detail}
+           "bytes": pulled.bytes, "transfer": pulled.transfer,
+           "signature": pulled.verdict.status, "signature_detail": pulled.verdict.detail}
     if as_json:
         print(json.dumps(doc, indent=2))
     else:
+        if pulled.transfer:
+            err.print(message_text(pulled.transfer), highlight=False)
         out.print(message_text(f"pulled {pulled.pointer_key} -> {pulled.plan} ({pulled.bytes:,} bytes, sha256 "
                                "checked)"), highlight=False)
         (out if pulled.verdict.ok else err).print(message_text(f"signature: {pulled.verdict.detail}"),

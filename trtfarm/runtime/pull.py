@@ -21,6 +21,7 @@ from trtfarm.signing.keys import TrustedKeys
 from trtfarm.signing.verdict import TrustVerdict
 from trtfarm.store import Store
 from trtfarm.store.base import Progress
+from trtfarm.store.resume import download_resumable
 from trtfarm.vocabulary.fleet import Fleet
 
 
@@ -33,6 +34,7 @@ class Pulled:
     pointer_key: str
     bytes: int
     verdict: TrustVerdict
+    transfer: str = ""  # how the download began when not afresh: resumed, started over, a stale part removed
 
 
 def local_gpu_key(fleet: Fleet, gpus: GpuScan, override: str | None) -> str:
@@ -85,7 +87,8 @@ def pull_release(store: Store, model: str, gpu: str, toolchains: list[str], dest
         dest = Path(dest or f"{model}.plan")
         if dest.is_dir():  # --to a folder: the plan goes in it, named after the model
             dest = dest / f"{model}.plan"
-        size = store.download_file(manifest.plan.key, dest, sha256=manifest.plan.sha256, progress=progress)
+        got = download_resumable(store, manifest.plan.key, dest, manifest.plan.sha256, progress)  # a killed pull's
+        size = got.size  # part file is resumed (ranged read) or removed: nothing is left beside dest
         mpath = manifest_beside(dest)
         mpath.write_bytes(stored.manifest_bytes)
         for path, data in ((signature_beside(dest), stored.signature), (provenance_beside(dest), stored.provenance)):
@@ -93,7 +96,7 @@ def pull_release(store: Store, model: str, gpu: str, toolchains: list[str], dest
                 path.unlink(missing_ok=True)  # never leave an older pull's attestation beside this plan
             else:
                 path.write_bytes(data)
-        return Pulled(dest, mpath, key, size, verdict)
+        return Pulled(dest, mpath, key, size, verdict, got.note)
     existing = [f"{p.gpu} / {p.toolchain}" for p in list_pointers(store, model)]
     raise UserInputError(f"no released plan of {model!r} for GPU {gpu!r} with {' or '.join(toolchains)}. "
                          + (f"Released: {', '.join(existing)}." if existing else f"{model!r} has no releases in "

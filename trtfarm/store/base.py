@@ -101,6 +101,14 @@ class Store(ABC):
     def download_file(self, key: str, dest: Path, sha256: str | None = None, progress: Progress | None = None) -> int:
         """Stream an object to ``dest`` atomically; with ``sha256``, refuse (``IntegrityError``) on a mismatch."""
 
+    def read_from(self, key: str, offset: int):
+        """A readable stream of the object from byte ``offset`` on, and whether the store honoured the offset.
+
+        ``(stream, False)`` means the stream starts at byte 0 (a store that does not do ranged reads). Used to
+        resume a download (store/resume.py).
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no ranged reads")
+
     @abstractmethod
     def list(self, prefix: str = "") -> Iterator[str]:
         """Yield the keys under ``prefix``, in order."""

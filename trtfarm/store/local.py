@@ -123,6 +123,16 @@ class LocalStore(Store):
             os.fsync(f.fileno())
 
     @_os_errors("read")
+    def read_from(self, key: str, offset: int):
+        """The object's file, opened at ``offset`` (a file seeks: always honoured)."""
+        src = self._path(key)
+        if not src.is_file():
+            raise StoreError(f"{self.url(key)} does not exist")
+        f = open(src, "rb")
+        f.seek(offset)
+        return f, True
+
+    @_os_errors("read")
     def get(self, key: str) -> Blob | None:
         """Return the object and its ETag (content sha256), or None."""
         try:

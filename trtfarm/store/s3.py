@@ -134,6 +134,22 @@ def _is_missing(err: Exception) -> bool:
     return _code(err) in {"NoSuchKey", "404", "NotFound"}
 
 
+class _TranslatedBody:
+    """A streaming body whose read errors (a timeout mid-stream) come out as the store's error."""
+
+    def __init__(self, body, store: S3Store, key: str) -> None:
+        self._body, self._store, self._key = body, store, key
+
+    def read(self, n: int = -1) -> bytes:
+        try:
+            return self._body.read(n)
+        except _BOTO_ERRORS as err:
+            raise self._store._failed(err, self._key, "read") from err
+
+    def close(self) -> None:
+        self._body.close()
+
+
 class S3Store(Store):
     """A store under ``s3://bucket/prefix``."""
 
@@ -170,6 +186,15 @@ class S3Store(Store):
     def _k(self, key: str) -> str:
         validate_key(key)
         return f"{self.prefix}/{key}" if self.prefix else key
+
+    def read_from(self, key: str, offset: int):
+        """A ranged GET (``Range: bytes=offset-``); an answer without ``Content-Range`` is the whole object."""
+        try:
+            resp = self.client.get_object(Bucket=self.bucket, Key=self._k(key),
+                                          **({"Range": f"bytes={offset}-"} if offset else {}))
+        except _BOTO_ERRORS as err:
+            raise self._failed(err, key, "read") from err
+        return _TranslatedBody(resp["Body"], self, key), bool(offset) and "ContentRange" in resp
 
     def get(self, key: str) -> Blob | None:
         """Return the object and its ETag, or None."""
