@@ -213,12 +213,33 @@ def verify(ref: Path = typer.Argument(..., help="a plan (manifest beside it) or 
     else:
         _verify_table(plan, checks)
     if not ok:
-        err.print("refused: " + "; ".join(c.detail for c in checks if c.ok is False), highlight=False,
+        err.print("refused: " + "; ".join(condensed(c.detail) for c in checks if c.ok is False), highlight=False,
                   soft_wrap=True, markup=False)
         raise typer.Exit(1)
     if sig.ok is None:
         err.print(f"ok, unsigned-checked: {sig.detail.removeprefix('unsigned-checked: ')}", style="yellow",
                   highlight=False, soft_wrap=True, markup=False)
+
+
+def condensed(text: str) -> str:
+    """A runtime's error chain as a person reads it: each CUDA error once, with what raised it, no source paths.
+
+    ``--json`` keeps the whole text. ``"deserialize_cuda_engine refused it: IRuntime::...: Error Code 1: Cuda Runtime
+    (In ScopedCudaStream at /_src/...:25 (cudaError 35: CUDA driver version is insufficient ...))"`` becomes
+    ``"deserialize_cuda_engine refused it: CUDA driver version is insufficient ... (cudaError 35)"``.
+    """
+    import re
+
+    parts, seen = [], set()
+    for part in text.split("; "):
+        found = re.search(r"cudaError (\d+): ([^)]+)", part)
+        if not found:
+            parts.append(part)
+        elif found.groups() not in seen:
+            seen.add(found.groups())
+            lead = "CUDA runtime" if part.startswith("[") else part.split(": ", 1)[0]
+            parts.append(f"{lead}: {found.group(2)} (cudaError {found.group(1)})")
+    return "; ".join(parts)
 
 
 def _verify_table(plan: Path, checks) -> None:
@@ -228,7 +249,7 @@ def _verify_table(plan: Path, checks) -> None:
     for c in checks:
         unsigned = "[yellow]unsigned-checked[/]" if c.name == "signature" else "[yellow]skipped[/]"
         mark = "[green]ok[/]" if c.ok else unsigned if c.ok is None else "[red]MISMATCH[/]"
-        table.add_row(message_text(c.name), mark, message_text(c.detail))
+        table.add_row(message_text(c.name), mark, message_text(condensed(c.detail)))
     out.print(table)
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.measure import Measurement
 from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
 KEEP = 99  # a column that is never dropped
 
@@ -35,15 +36,39 @@ def _table(title: str | None, caption: str | None, columns: list[Column], rows: 
     return table
 
 
+def _records(title: str | None, caption: str | None, columns: list[Column], rows: list[dict]) -> Group:
+    """``--wide`` on a terminal too narrow for the table: each row as a block of ``header  value`` lines.
+
+    A value wraps beside its header, by words, never cut (the plan id ``show`` takes stays whole).
+    """
+    parts: list = [Text.from_markup(title, style="bold")] if title else []
+    for row in rows:
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(no_wrap=True, style="bold")
+        grid.add_column()
+        for c in columns:
+            if row.get(c.header, ""):
+                grid.add_row(c.header, row[c.header])
+        parts += [Text(""), grid]
+    if caption:
+        parts += [Text(""), Text.from_markup(caption, style="dim")]
+    return Group(*parts)
+
+
 def fitted_table(console: Console, columns: list[Column], rows: list[dict], *, title: str | None = None,
-                 caption: str | None = None, wide: bool = False) -> tuple[Table, list[str]]:
-    """The table with every column that fits ``console`` (all with ``wide``), and the headers it left out."""
+                 caption: str | None = None, wide: bool = False) -> tuple[Table | Group, list[str]]:
+    """The table with every column that fits ``console``, and the headers it left out.
+
+    ``wide``: every column; as a table where it fits, else as one record per row (``_records``).
+    """
     chosen = list(columns)
     while True:
         table = _table(title, caption, chosen, rows)
         natural = Measurement.get(console, console.options.update_width(10_000), table).maximum
         fits = natural <= console.width
         droppable = [c for c in chosen if c.rank < KEEP]
+        if wide and not fits:  # every value whole: one record per row, one line per field
+            return _records(title, caption, columns, rows), []
         if wide or fits or not droppable:
             return table, [c.header for c in columns if c not in chosen]
         lowest = min(c.rank for c in droppable)

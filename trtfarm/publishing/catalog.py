@@ -148,11 +148,19 @@ def _by_short_ref(store, ref: str) -> str:
 
 
 def manifest_table(url: str, m: Manifest) -> Table:
-    """A two-column table of the fields people look for first."""
-    t = Table(title=escape(url), show_header=False)
-    t.add_column("field", style="bold")
+    """A two-column table of the fields people look for first.
+
+    Its title is the plan's ``MODEL/GPU/BUILD`` (short: a title never splits a word); the URL is a row, where a
+    path longer than the column folds.
+    """
+    from trtfarm.layout import short_ref
+
+    t = Table(title=escape(f"manifest {short_ref(m.plan.key.rsplit('/', 1)[0] + '/' + MANIFEST_NAME)}"),
+              show_header=False)
+    t.add_column("field", style="bold", no_wrap=True)
     t.add_column("value", overflow="fold")
     rows = [
+        ("manifest", url),
         ("model", f"{m.model.name}  onnx {m.model.onnx_digest[:12]}  graph {m.model.graph_digest[:12]}"),
         ("precision", f"{m.precision.recipe} (converted {m.precision.converted_onnx_digest[:12]})"),
         ("target", f"{m.target.target_id}: {m.target.gpu_name} (cc {m.target.compute_capability}), "
