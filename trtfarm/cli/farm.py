@@ -46,7 +46,7 @@ def need_server(wait_s: float) -> str:
         raise fail("PREFECT_API_URL is not set: point it at the farm's Prefect server, e.g. "
                    "PREFECT_API_URL=http://127.0.0.1:4200/api (trtfarm never starts an ephemeral one)")
     try:
-        wait_for_server(api, wait_s, lambda line: err.print(line, highlight=False, soft_wrap=True))
+        wait_for_server(api, wait_s, lambda line: err.print(line, highlight=False, soft_wrap=not err.is_terminal))
     except ServerUnavailable as e:
         raise fail(e) from e
     return api
@@ -148,7 +148,7 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
                           ("[yellow]" if d.changes else "") + message_text(d.action))
         out.print(table)
     for problem in missing:
-        err.print(f"[yellow]drift:[/] {message_text(problem)}", highlight=False, soft_wrap=True)
+        err.print(f"[yellow]drift:[/] {message_text(problem)}", highlight=False, soft_wrap=not err.is_terminal)
     if check and (missing or any(d.changes for d in drift)):
         raise typer.Exit(1)
 
@@ -262,7 +262,8 @@ def _print_run(run_id: str | None, state: str, message: str, rows: list[dict], a
         print(json.dumps({"flow_run_id": run_id, "state": state, "message": message, "outcomes": rows}, indent=2))
         return
     name = f"build-matrix run {run_id}" if run_id else "build-matrix"
-    out.print(message_text(f"{name}: {state}" + (f" ({message})" if message else "")), highlight=False, soft_wrap=True)
+    out.print(message_text(f"{name}: {state}" + (f" ({message})" if message else "")), highlight=False,
+              soft_wrap=not out.is_terminal)
     if rows:
         from trtfarm.cli.tables import Column, fitted_table
 

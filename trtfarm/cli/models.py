@@ -33,7 +33,7 @@ def models_push(folder: Path = typer.Argument(..., exists=True, file_okay=False,
         print(json.dumps(ref.to_json()))
     else:
         out.print(message_text(f"registered {ref.name} export {ref.export_id}: {ref.uri}"), highlight=False,
-                  soft_wrap=True)
+                  soft_wrap=not out.is_terminal)
 
 
 @models_app.command("ls")

@@ -15,11 +15,13 @@ from trtfarm.cli.common import (
     app,
     err,
     fail,
+    message_text,
     out,
     output_path,
     store_uri,
     targets_path,
 )
+from trtfarm.cli.tables import notes
 from trtfarm.errors import TrtfarmError
 
 
@@ -64,15 +66,20 @@ def triton(
         print(json.dumps(result.to_json(), indent=2))
         return
     for reason in result.split:
-        out.print(f"one repository per GPU model: {escape(reason)}", highlight=False, soft_wrap=True)
+        out.print(f"one repository per GPU model: {escape(reason)}", highlight=False, soft_wrap=not out.is_terminal)
     for r in result.repositories:
         config = r.path / model / "config.pbtxt"
         out.print(f"wrote {escape(str(r.path))} for {escape(', '.join(r.gpus))}: versions "
-                  f"{', '.join(map(str, r.versions))}; {escape(str(config))}", highlight=False, soft_wrap=True)
-        for note in r.notes:
-            out.print(f"  {escape(note)}", highlight=False, soft_wrap=True)
+                  f"{', '.join(map(str, r.versions))}; {escape(str(config))}", highlight=False,
+                      soft_wrap=not out.is_terminal)
+        notes(out, [(f"{', '.join(r.gpus)}", note) for note in r.notes])
     for note in result.notes:
-        out.print(escape(note), highlight=False, soft_wrap=True)
+        out.print(escape(note), highlight=False, soft_wrap=not out.is_terminal)
     if len(result.repositories) == 1:
-        out.out(result.repositories[0].config, highlight=False, end="")
-    err.print(escape(result.unverified), style="yellow", highlight=False, soft_wrap=True)
+        config = result.repositories[0].config
+        if out.is_terminal and max(map(len, config.splitlines())) > out.width:  # a file's lines are not rewrapped
+            out.print(message_text("(config.pbtxt is wider than this terminal: `cat` it to read it)"),
+                      highlight=False)
+        else:
+            out.out(config, highlight=False, end="")
+    err.print(escape(result.unverified), style="yellow", highlight=False, soft_wrap=not err.is_terminal)

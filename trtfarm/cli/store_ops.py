@@ -214,11 +214,11 @@ def verify(ref: Path = typer.Argument(..., help="a plan (manifest beside it) or 
         _verify_table(plan, checks)
     if not ok:
         err.print("refused: " + "; ".join(condensed(c.detail) for c in checks if c.ok is False), highlight=False,
-                  soft_wrap=True, markup=False)
+                  soft_wrap=not err.is_terminal, markup=False)
         raise typer.Exit(1)
     if sig.ok is None:
         err.print(f"ok, unsigned-checked: {sig.detail.removeprefix('unsigned-checked: ')}", style="yellow",
-                  highlight=False, soft_wrap=True, markup=False)
+                  highlight=False, soft_wrap=not err.is_terminal, markup=False)
 
 
 def condensed(text: str) -> str:
@@ -244,8 +244,9 @@ def condensed(text: str) -> str:
 
 def _verify_table(plan: Path, checks) -> None:
     table = Table(title=message_text(f"verify {plan}"))
-    for col in ("check", "result", "detail"):
-        table.add_column(col, overflow="fold")
+    table.add_column("check", no_wrap=True)
+    table.add_column("result", no_wrap=True)
+    table.add_column("detail", overflow="fold")  # by words; only a token longer than the column folds
     for c in checks:
         unsigned = "[yellow]unsigned-checked[/]" if c.name == "signature" else "[yellow]skipped[/]"
         mark = "[green]ok[/]" if c.ok else unsigned if c.ok is None else "[red]MISMATCH[/]"
@@ -266,7 +267,7 @@ def gc(keep: int = typer.Option(3, "--keep", min=1, help="newest plans to keep p
     doomed = plans_to_delete(s, keep, skipped)
     freed = delete_plans(s, doomed) if apply else 0
     for line in skipped:
-        err.print(f"skipped: {line}", highlight=False, soft_wrap=True, markup=False)
+        err.print(f"skipped: {line}", highlight=False, soft_wrap=not err.is_terminal, markup=False)
     if as_json:
         print(json.dumps({"applied": apply, "freed_bytes": freed, "plans": [d.__dict__ for d in doomed],
                           "skipped": skipped}, indent=2))
