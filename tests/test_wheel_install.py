@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -18,7 +17,6 @@ import zipfile
 import pytest
 
 from .conftest import REPO
-from .docblocks import blocks
 
 pytestmark = pytest.mark.integration
 
@@ -78,23 +76,3 @@ def test_a_base_install_pulls_verifies_and_loads_with_neither_torch_nor_prefect(
     assert [line for line in farm.stderr.splitlines() if "error" in line] == [
         "error: prefect is not installed (the farm commands): pip install 'trtfarm[farm]' (or 'trtfarm[all]' for "
         "everything)"]
-
-
-
-def test_the_readme_project_block_builds_inits_and_shows_the_written_fleet(tmp_path, example_dir):
-    """README.md's "Your own project" block as written, with a home folder of its own and an export in it."""
-    block = next(b for b in blocks(REPO / "README.md") if "~/myproject" in b.text)
-    project = tmp_path / "myproject"
-    project.mkdir()
-    shutil.copy(example_dir / "model.onnx", project / "model.onnx")
-    shutil.copy(example_dir / "farm.yaml", project / "farm.yaml")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRTFARM_", "PREFECT_", "VIRTUAL_ENV"))}
-    env["HOME"] = str(tmp_path)
-    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block.text], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "built-in fleet" in proc.stderr and "2 built" in proc.stdout
-    assert "wrote" in proc.stdout and "kept" in proc.stdout  # init keeps the project's farm.yaml
-    assert "h100-trt11.4" in proc.stdout.rsplit("targets (", 1)[1]  # the written fleet, not the built-in one
-    assert not (project / ".venv/bin/torch").exists() and "editable" not in subprocess.run(
-        [str(project / ".venv/bin/pip"), "show", "trtfarm"], capture_output=True, text=True).stdout.lower()

@@ -1,0 +1,107 @@
+"""Run the docs' blocks as a user would: from the wheel, in a clone outside the repository, in venvs that hold
+exactly what the text installs.
+
+A block's install set is what its own ``pip install`` lines name (``'.[farm]'``, ``"$(ls ~/dist/trtfarm-*.whl)[rtx]"``)
+and, for a block that does not make its own venv, what the quick start installed into ``.venv`` before it (the README
+says each section follows the quick start). One venv per distinct set is made per test session, from the wheel built
+from this checkout; a block's ``pip install -e '.[X]'`` is read as the wheel with ``[X]`` (already there: pip says so).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from .docblocks import REPO, Block
+
+PIP_EXTRAS = re.compile(r"""pip install (?:-q )?(?:-e )?['"]?(?:\.|\$\(ls [^)]*\))\[(?P<extras>[a-z,]+)\]['"]?""")
+EDITABLE = re.compile(r"""pip install (?P<q>-q )?-e '\.\[(?P<extras>[a-z,]+)\]'""")
+
+
+def own_venv(block: Block) -> bool:
+    """The block makes the venv it runs in (the quick start, the wheel block)."""
+    return "python3 -m venv" in block.text
+
+
+def installs(block: Block) -> frozenset[str]:
+    """The extras the block's own pip lines install."""
+    return frozenset(x for m in PIP_EXTRAS.finditer(block.text) for x in m.group("extras").split(","))
+
+
+def install_set(block: Block, quick_start: Block) -> frozenset[str]:
+    """What the venv a block runs in holds: its own installs, on top of the quick start's unless it makes its own."""
+    return installs(block) if own_venv(block) else installs(quick_start) | installs(block)
+
+
+def from_wheel(text: str, wheel: Path) -> str:
+    """``pip install -e '.[X]'`` read as the wheel built from this checkout, with ``[X]``."""
+    return EDITABLE.sub(lambda m: f"pip install {m.group('q') or ''}'{wheel}[{m.group('extras')}]'", text)
+
+
+def build_wheel(out: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "-q", "-w", str(out)], check=True,
+                   capture_output=True)
+    return next(out.glob("trtfarm-*.whl"))
+
+
+class Venvs:
+    """One venv per install set, made once per session from the wheel, outside the repository."""
+
+    def __init__(self, root: Path, wheel: Path) -> None:
+        self.root, self.wheel, self.made = root, wheel, {}
+
+    def get(self, extras: frozenset[str]) -> Path:
+        if extras not in self.made:
+            venv = self.root / ("-".join(sorted(extras)) or "base")
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            spec = f"{self.wheel}[{','.join(sorted(extras))}]" if extras else str(self.wheel)
+            done = subprocess.run([str(venv / "bin/pip"), "install", "-q", spec], capture_output=True, text=True,
+                                  timeout=1800)
+            assert done.returncode == 0, f"pip install {spec}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+            self.made[extras] = venv
+        return self.made[extras]
+
+    def freeze(self, extras: frozenset[str]) -> set[str]:
+        done = subprocess.run([str(self.get(extras) / "bin/pip"), "freeze"], capture_output=True, text=True,
+                              check=True)
+        return {line.split("==")[0].split(" @ ")[0].lower() for line in done.stdout.splitlines()}
+
+
+def clone(dest: Path) -> Path:
+    """The repository's tracked files in a git repository of their own, as ``git clone`` leaves them."""
+    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    for name in files:
+        if (REPO / name).is_file() or (REPO / name).is_symlink():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, dest / name, follow_symlinks=False)
+    git = ["git", "-c", "user.name=docs", "-c", "user.email=docs@localhost"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "clone"]):
+        subprocess.run([*git, *args], cwd=dest, check=True, capture_output=True)
+    return dest
+
+
+def user_env(home: Path) -> dict[str, str]:
+    """A user's environment: no trtfarm or Prefect settings of ours, a home of its own, pip's cache kept warm."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRTFARM_", "PREFECT_", "VIRTUAL_ENV"))}
+    env.update(HOME=str(home), PREFECT_HOME=str(home / ".prefect"), COLUMNS="80",
+               PIP_CACHE_DIR=os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache/pip")))
+    return env
+
+
+def link_venv(folder: Path, venv: Path) -> None:
+    """Make ``folder/.venv`` the given venv: a bind mount, so a block's own ``python3 -m venv .venv`` finds a folder
+    (a symlink it refuses) and its scripts keep the venv's own paths."""
+    link = folder / ".venv"
+    unlink_venv(folder)
+    link.mkdir(exist_ok=True)
+    subprocess.run(["mount", "--bind", str(venv), str(link)], check=True)
+
+
+def unlink_venv(folder: Path) -> None:
+    link = folder / ".venv"
+    if link.is_mount():
+        subprocess.run(["umount", str(link)], check=True)
