@@ -1,7 +1,8 @@
 """A stand-in for nvidia-ml-py's ``pynvml`` (the calls trtfarm/machine/gpu.py makes), for GPU hosts in tests.
 
 Put this folder first on ``PYTHONPATH`` and list the GPUs in ``FAKE_NVML_GPUS`` as ``NAME:CC:GIB`` joined by ``;``
-(``NVIDIA H200:9.0:139.8``). Names and values are NVML's as a real driver reports them (checked on an H200).
+(``NVIDIA H200:9.0:140.4``). The values are what NVML reported on an H200 host (driver 580.159.04: name
+"NVIDIA H200" as a str, compute capability (9, 0), 140.4 GiB), so the built-in fleet sees what it would there.
 """
 
 import os
@@ -24,7 +25,7 @@ def nvmlShutdown():
 
 
 def nvmlSystemGetDriverVersion():
-    return "580.95.05"
+    return "580.159.04"
 
 
 def nvmlDeviceGetCount():
