@@ -76,3 +76,31 @@ def test_a_base_install_pulls_verifies_and_loads_with_neither_torch_nor_prefect(
     assert [line for line in farm.stderr.splitlines() if "error" in line] == [
         "error: prefect is not installed (the farm commands): pip install 'trtfarm[farm]' (or 'trtfarm[all]' for "
         "everything)"]
+
+
+def test_in_a_base_install_each_command_names_the_extra_the_readme_table_gives_it(wheel, tmp_path, example_dir):
+    """The README's "What to install" table is the referee: a command of an extra's row, run in a base install, says
+    in one line (exit 2) to install that extra."""
+    import re
+
+    readme = (REPO / "README.md").read_text().split("### What to install", 1)[1].split("Each row is", 1)[0]
+    rows = {m.group(1): re.findall(r"`([a-z][a-z ]*)`", m.group(2).split(":", 1)[1])
+            for m in re.finditer(r"^\| `trtfarm\[(\w+)\]` \| ([^|]*) \|", readme, re.M) if ":" in m.group(2)}
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    run(venv, [str(venv / "bin/pip"), "install", "-q", str(wheel)], tmp_path)
+    (tmp_path / "s.jsonl").write_text('{"x": [1, 2]}\n')
+    args = {"webhook serve": [], "triton": ["encoder", "--repo", "repo"], "precision": [
+        str(example_dir / "model.onnx"), "--mode", "fp16"], "profiles derive": ["s.jsonl"], "pools": ["sync"],
+        "farm": ["run", "encoder"], "images": ["build"]}
+    checked = 0
+    for extra, commands in rows.items():
+        for command in commands:
+            if command not in args:
+                continue
+            done = run(venv, [str(venv / "bin/trtfarm"), *command.split(), *args[command]], tmp_path, check=False)
+            errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+            assert done.returncode == 2 and len(errors) == 1, (command, done.stderr[-2000:])
+            assert f"pip install 'trtfarm[{extra}]'" in errors[0], (command, extra, errors[0])
+            checked += 1
+    assert checked >= 7, rows
