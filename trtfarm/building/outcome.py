@@ -23,6 +23,7 @@ from trtfarm.publishing.release import (
     repair_pointer,
     seen_pointer,
 )
+from trtfarm.signing.bundle import SignatureRefused
 from trtfarm.store import Store
 from trtfarm.vocabulary.manifest import Manifest
 from trtfarm.vocabulary.outcome import Status, TargetOutcome
@@ -44,13 +45,15 @@ def outcome_from_manifest(store: Store, plan: TargetPlan, manifest: Manifest, st
 
 
 def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, release_on: str,
-                       run_id: str | None, trial: str | None = None, seen: SeenPointer | None = None) -> str:
+                       run_id: str | None, trial: str | None = None, seen: SeenPointer | None = None,
+                       signer=None) -> str:
     """Move the release pointer when the target's policy allows (and the build is no trial); say what happened.
 
     ``released: KEY: OLD -> NEW`` names the pointer and where it moved from and to (``MODEL/GPU/BUILD`` references,
     what ``trtfarm show`` takes); a trial names where the pointer stays. A damaged pointer (not JSON, fields missing)
     is trtfarm's own object: it is repaired first, and the answer says so. ``seen``: the pointer as planning read it
     (its ETag starts the compare-and-swap; a stale one conflicts and the pointer is read afresh), else it is read.
+    ``signer`` (the worker's key) signs the release claim.
     """
     key = pointer_key(manifest)
     note = ""
@@ -67,8 +70,9 @@ def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, rele
         return f"{note}released: {key} (already at {old})"
     try:
         moved = move_release(store, manifest_key, manifest, release_on=release_on, by="trtfarm",
-                             reason=f"built by run {run_id}" if run_id else "built by trtfarm", seen=seen)
-    except ReleaseRefused as refused:
+                             reason=f"built by run {run_id}" if run_id else "built by trtfarm", seen=seen,
+                             signer=signer)
+    except (ReleaseRefused, SignatureRefused) as refused:  # a tampered pointer is left for a person to look at
         return f"{note}{refused}"
     if len(moved.history) > 1:  # where it moved from, also when a concurrent writer moved it since planning
         old = short_ref(moved.history[-2].manifest)

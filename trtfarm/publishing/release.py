@@ -8,15 +8,19 @@ person rolls it back on purpose. Every move is recorded in the pointer's history
 from __future__ import annotations
 
 import getpass
+import hashlib
 import json
 import socket
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from pydantic import ValidationError
 
 from trtfarm.errors import CorruptObject, UserInputError
 from trtfarm.layout import PLAN_NAME, manifest_key, parse_plan_key, release_key, releases_prefix
 from trtfarm.publishing.publish import plan_intact, read_manifest
+from trtfarm.signing.accepted import check_not_rolled_back
+from trtfarm.signing.bundle import SignatureRefused
+from trtfarm.signing.release_claim import DEFAULT_EXPIRY, ReleaseClaim, now_utc, sign_release
 from trtfarm.store import Conflict, Store
 from trtfarm.vocabulary.manifest import Manifest, validation_problems
 from trtfarm.vocabulary.pointer import ReleaseEvent, ReleasePointer, SeenPointer
@@ -172,22 +176,70 @@ def _older(m: Manifest, current: ReleasePointer) -> bool:
     return bool(m.model.exported_at and current.exported_at and m.model.exported_at < current.exported_at)
 
 
+def _checked_current(store: Store, key: str, current: ReleasePointer | None, trust, accepted) -> None:
+    """Refuse to move a pointer that names another identity or carries a bad or older claim (``--force`` skips)."""
+    if current is None:
+        return
+    from trtfarm.publishing.attest import read_stored
+    from trtfarm.publishing.release_check import asked_identity, check_claim, check_identity
+
+    stored = read_stored(store, current.manifest)
+    try:
+        if stored is None:  # what it named is gone (deleted by hand): nothing to protect, only the key to match
+            if current.identity != asked_identity(key):
+                raise SignatureRefused("other identity", f"{store.url(key)} asks for {asked_identity(key)}, but the "
+                                       f"pointer there names {current.identity}")
+            return
+        check_identity(store, key, current, stored)
+        if trust is not None and current.claim is not None:
+            _, claim = check_claim(store, key, current, stored, trust)
+            check_not_rolled_back(claim, accepted.get(store.uri, claim.identity) if accepted else None)
+    except SignatureRefused as err:
+        raise SignatureRefused(err.reason, f"not released: {err.detail}; `--force` replaces it") from err
+
+
+def _signed(pointer: ReleasePointer, m: Manifest, manifest_sha256: str, signer,
+            expiry: timedelta) -> tuple[ReleasePointer, ReleaseClaim | None]:
+    """``pointer`` with its release claim signed by ``signer``, and the claim (unchanged and None without one)."""
+    if signer is None:
+        return pointer, None
+    ev, issued = pointer.current, now_utc()
+    claim = ReleaseClaim(model=pointer.model, gpu=pointer.gpu, toolchain=pointer.toolchain, manifest=pointer.manifest,
+                         manifest_sha256=manifest_sha256, plan_sha256=m.plan.sha256, exported_at=m.model.exported_at,
+                         version=pointer.version, action=ev.action, by=ev.by, reason=ev.reason,
+                         issued_at=issued.isoformat(), expires_at=(issued + expiry).isoformat())
+    return pointer.model_copy(update={"claim": sign_release(signer, claim)}), claim
+
+
+def _next_version(store: Store, current: ReleasePointer | None, accepted) -> int:
+    seen = accepted.get(store.uri, current.identity) if accepted is not None and current else None
+    return max(current.version if current else 0, seen.version if seen else 0) + 1
+
+
 def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: str = "engine", reason: str,
                  by: str | None = None, rollback: bool = False, force: bool = False,
-                 max_attempts: int = 20, trust=None, seen: SeenPointer | None = None) -> ReleasePointer:
+                 max_attempts: int = 20, trust=None, seen: SeenPointer | None = None, signer=None,
+                 accepted=None, expiry: timedelta = DEFAULT_EXPIRY) -> ReleasePointer:
     """Point (model, GPU, toolchain) at ``manifest_key``; ``ReleaseRefused`` when policy or ordering forbid it.
 
     With ``trust`` (the fleet's ``TrustedKeys``), a plan that serving hosts would refuse is not released
     (``SignatureRefused``; ``force`` does not override it): a rotation keeps every plan signed by a still-trusted key.
+    A manifest whose key is another identity's folder is refused too; so is moving a pointer that names another
+    identity or carries a bad claim, unless ``force``. ``signer`` signs the move (a release claim with the next
+    version, expiring after ``expiry``); ``accepted``, this machine's memory of releases, keeps versions growing.
     ``seen``: the pointer as the run read it before; the first swap names its ETag (a stale one conflicts, and the
     pointer is read afresh).
     """
     if not reason.strip():
         raise ReleaseRefused("not released: the reason is empty; say why the pointer moves (it goes in its history)")
-    if trust is not None:
-        from trtfarm.publishing.attest import read_stored
+    from trtfarm.publishing.attest import read_stored
+    from trtfarm.publishing.release_check import manifest_identity_problem
 
-        stored = read_stored(store, manifest_key)
+    stored = read_stored(store, manifest_key)
+    problem = manifest_identity_problem(manifest_key, stored.manifest if stored else m)
+    if problem:
+        raise SignatureRefused("other identity", f"not released: {problem}")
+    if trust is not None:
         if stored is None:
             raise ReleaseRefused(f"not released: no manifest at {store.url(manifest_key)}")
         stored.verdict(trust).raise_if_refused(f"not released: {store.url(manifest_key)}")
@@ -195,10 +247,13 @@ def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: st
     if blocker:
         raise ReleaseRefused(f"not released: {blocker}")
     key = pointer_key(m)
+    msha = stored.manifest_sha256 if stored else hashlib.sha256(m.to_json()).hexdigest()
     for attempt in range(max_attempts):
         current, etag = (seen.pointer, seen.etag) if seen and seen.key == key and not attempt else \
             read_pointer(store, key)
-        if current and current.manifest == manifest_key:
+        if not force:
+            _checked_current(store, key, current, trust, accepted)
+        if current and current.manifest == manifest_key and not force:
             return current
         if current and _older(m, current) and not rollback:
             raise ReleaseRefused(
@@ -213,7 +268,41 @@ def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: st
                                  manifest=manifest_key, plan_key=m.plan.key, plan_sha256=m.plan.sha256,
                                  onnx_digest=m.model.onnx_digest, build_digest=m.build.build_digest,
                                  exported_at=m.model.exported_at,
-                                 history=[*(current.history if current else []), event][-HISTORY:])
+                                 history=[*(current.history if current else []), event][-HISTORY:],
+                                 version=_next_version(store, current, accepted))
+        pointer, claim = _signed(pointer, m, msha, signer, expiry)
+        try:
+            store.compare_and_swap(key, pointer.model_dump_json(indent=2).encode(), etag)
+        except Conflict:
+            continue
+        if accepted is not None and claim is not None:
+            accepted.remember(store.uri, claim)
+        return pointer
+    raise ReleaseRefused(f"{key}: {max_attempts} concurrent writers in a row; try again")
+
+
+def refresh_release(store: Store, key: str, signer, *, reason: str, by: str | None = None,
+                    expiry: timedelta = DEFAULT_EXPIRY, max_attempts: int = 20) -> ReleasePointer | None:
+    """Sign the current release at ``key`` again (next version, new expiry; the same manifest); None if absent.
+
+    ``trtfarm sign`` runs it for pointers with no claim or one near its expiry; the pointer must name one identity
+    (``SignatureRefused`` otherwise: a tampered pointer is never signed).
+    """
+    from trtfarm.publishing.attest import read_stored
+    from trtfarm.publishing.release_check import check_identity
+
+    for _ in range(max_attempts):
+        current, etag = read_pointer(store, key)
+        if current is None:
+            return None
+        stored = read_stored(store, current.manifest)
+        m = check_identity(store, key, current, stored)
+        event = ReleaseEvent(action="refresh", manifest=current.manifest, onnx_digest=m.model.onnx_digest,
+                             exported_at=m.model.exported_at, by=by or _who(), reason=reason,
+                             at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        pointer = current.model_copy(update={"history": [*current.history, event][-HISTORY:],
+                                             "version": current.version + 1})
+        pointer, _ = _signed(pointer, m, stored.manifest_sha256, signer, expiry)
         try:
             store.compare_and_swap(key, pointer.model_dump_json(indent=2).encode(), etag)
             return pointer

@@ -15,7 +15,7 @@ class ReleaseEvent(BaseModel):
     """One move of a pointer."""
 
     model_config = ConfigDict(extra="forbid")
-    action: Literal["release", "rollback", "forced"]
+    action: Literal["release", "rollback", "forced", "refresh"]
     manifest: str
     onnx_digest: str
     exported_at: str | None
@@ -39,6 +39,14 @@ class ReleasePointer(BaseModel):
     build_digest: str
     exported_at: str | None
     history: list[ReleaseEvent] = Field(default_factory=list)
+    version: int = Field(0, description="the release version: each move takes the last plus one")
+    claim: dict | None = Field(None, description="the signed release (a bundle; signing/release_claim.py), or None "
+                                                 "when the move was not signed")
+
+    @property
+    def identity(self) -> str:
+        """``model/gpu/toolchain``, as messages name a release."""
+        return f"{self.model}/{self.gpu}/{self.toolchain}"
 
     @property
     def current(self) -> ReleaseEvent:
