@@ -48,6 +48,18 @@ def test_a_signed_recent_post_passes_and_anything_else_is_401():
         assert rejected.value.status == 401
 
 
+def test_the_replay_window_is_both_ways_and_its_edge_is_inside():
+    body = b'{"model_uri": "s3://exports/encoder/"}'
+    for skew in (-300, 0, 300):  # exactly the window, either way, is accepted
+        ts = str(NOW + skew)
+        check_signature("s3cret", ts, sign("s3cret", ts, body), body, NOW, 300)
+    for skew in (-301, 301, 86_400):  # a post dated in the future is as stale as one from the past
+        ts = str(NOW + skew)
+        with pytest.raises(Rejected, match="replay window") as rejected:
+            check_signature("s3cret", ts, sign("s3cret", ts, body), body, NOW, 300)
+        assert rejected.value.status == 401
+
+
 def test_a_generic_post_must_name_an_export_folder_that_exists():
     etags = {"s3://exports/team/encoder": '"abc"'}
     export = export_from_json(b'{"model_uri": "s3://exports/team/encoder/model.onnx"}', etags.get, ROOTS)

@@ -105,6 +105,18 @@ def load_attested(ref: str, store_uri: str) -> tuple[str, Manifest, dict | None]
     return url, manifest, provenance_from_json(prov, f"{url}: provenance") if prov else None
 
 
+def provenance_mismatch(doc: dict, m: Manifest) -> str | None:
+    """Why a provenance statement is not the one of this manifest's plan (its subject names other bytes), or None."""
+    subjects = doc.get("subject")
+    digests = [s.get("digest", {}).get("sha256") for s in subjects if isinstance(s, dict)] \
+        if isinstance(subjects, list) else []
+    if digests != [m.plan.sha256]:
+        shown = ", ".join(str(d)[:16] for d in digests) or "nothing"
+        return (f"the provenance's subject is sha256 {shown}, not this manifest's plan ({m.plan.sha256[:16]}): it "
+                "describes another plan, so it says nothing about how this one was built")
+    return None
+
+
 def provenance_table(doc: dict) -> Table:
     """The provenance statement in rows: what came out, what went in, who built it."""
     pred = doc["predicate"]

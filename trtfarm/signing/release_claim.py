@@ -12,6 +12,7 @@ docs/signing.md maps each of The Update Framework's attacks to the check that an
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import datetime, timedelta, timezone
 from typing import Literal
@@ -108,3 +109,14 @@ def _problem(err: Exception) -> str:
         first = err.errors()[0]
         return f"{'.'.join(map(str, first['loc'])) or 'claim'}: {first['msg']}"
     return f"{type(err).__name__}: {err}"
+
+
+def unverified_claim(bundle: object) -> ReleaseClaim | None:
+    """The claim inside a release bundle, read without checking who signed it (to decide on a refresh only)."""
+    try:
+        payload = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"]))  # type: ignore[index]
+        claim = ReleaseClaim.model_validate(payload["predicate"])
+        claim.expires()
+    except (ValueError, KeyError, TypeError, SignatureRefused):
+        return None
+    return claim
