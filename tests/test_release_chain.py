@@ -22,27 +22,14 @@ from trtfarm.signing.keys import PemKeySigner, load_trusted_keys
 from trtfarm.store import open_store
 
 from .conftest_builds import publish_export
-from .test_signing import RELEASED_FLEET, TOOLCHAIN, key_pair, one_line, trtfarm
-
-GPU = "rtx-4090"
-T0, T1 = 1_700_000_000, 1_700_100_000
+from .signed_farm import GPU, OTHER_GPU, T0, build_farm
+from .test_signing import TOOLCHAIN, one_line, trtfarm
 
 
 @pytest.fixture(scope="module")
 def farm(tmp_path_factory):
-    """The template: enc released twice (v1 at T0, v2 at T1) on two GPUs, mlp once; keys; v1's pointer bytes."""
-    root = tmp_path_factory.mktemp("chain")
-    keys = {name: key_pair(root, name) for name in ("worker", "stranger")}
-    fleet = root / "gpu_targets.yaml"
-    fleet.write_text(RELEASED_FLEET)
-    store = open_store((root / "store").as_uri())
-    signer = PemKeySigner(keys["worker"][0])
-    targets = ["rtx4090-rtx1.7", "rtx5090-rtx1.7"]
-    publish_export(store, fleet, root / "enc0", 0, T0, targets, signer=signer, name="enc")
-    v1 = store.get(layout.release_key("enc", GPU, TOOLCHAIN)).data
-    publish_export(store, fleet, root / "enc1", 1, T1, targets, signer=signer, name="enc")
-    publish_export(store, fleet, root / "mlp", 2, T1, targets, signer=signer, name="mlp")
-    return {"root": root, "keys": keys, "fleet": fleet, "v1": v1}
+    """The template (tests/signed_farm.py): enc released twice on two GPUs, mlp once, all signed."""
+    return build_farm(tmp_path_factory.mktemp("chain"))
 
 
 @pytest.fixture
@@ -112,7 +99,7 @@ def test_1_a_copied_signed_folder_is_another_identitys_folder(farm, host):
 
 def test_1_triton_refuses_swapped_pointers_and_writes_nothing(farm, host):
     store, env, tmp = host
-    for gpu in (GPU, "rtx-5090"):
+    for gpu in (GPU, OTHER_GPU):
         enc, _ = pointer_of(store, "enc", gpu)
         mlp, _ = pointer_of(store, "mlp", gpu)
         write_pointer(store, "enc", mlp.model_dump_json().encode(), gpu)
@@ -182,13 +169,13 @@ def test_2_an_operators_signed_rollback_goes_through_and_is_recorded(farm, host)
 def test_3_signing_an_existing_store(farm, tmp_path):
     fleet = farm["fleet"]
     store = open_store((tmp_path / "store").as_uri())
-    publish_export(store, fleet, tmp_path / "e", 0, T0, ["rtx4090-rtx1.7", "rtx5090-rtx1.7"], name="enc")
+    publish_export(store, fleet, tmp_path / "e", 0, T0, ["rtx4090-rtx1.7", "rtx3090-rtx1.7-o5"], name="enc")
     env = {"TRTFARM_TRUSTED_KEYS": str(farm["keys"]["worker"][1]),
            "TRTFARM_RELEASE_STATE": str(tmp_path / "accepted.json")}
     line = refused(pull(store, env, tmp_path / "a" / "enc.plan", fleet=fleet), "unsigned release")
     assert "`trtfarm sign`" in line or "trtfarm sign" in line
     # a plan someone replaced is re-hashed and refused, never signed
-    enc5090, _ = pointer_of(store, "enc", "rtx-5090")
+    enc5090, _ = pointer_of(store, "enc", OTHER_GPU)
     damaged = store.get(enc5090.plan_key).data
     store.delete(enc5090.plan_key)
     store.put_if_absent(enc5090.plan_key, damaged[:-1] + bytes([damaged[-1] ^ 1]))

@@ -101,6 +101,7 @@ def release(manifest: str = typer.Argument(..., help="the plan's manifest: store
     from trtfarm.signing.bundle import SignatureRefused
     from trtfarm.store import open_store
     from trtfarm.vocabulary.fleet_file import signing_settings
+    from trtfarm.vocabulary.manifest import ManifestInvalid
 
     if not reason.strip():
         raise fail("--reason is empty: say why the pointer moves (it is recorded in the pointer's history)")
@@ -119,6 +120,8 @@ def release(manifest: str = typer.Argument(..., help="the plan's manifest: store
                                rollback=rollback, force=force, trust=trust, signer=signer, accepted=accepted)
     except SignatureRefused as e:
         raise fail(f"refused: {e}", code=1) from e
+    except ManifestInvalid as e:  # a store's manifest that is not one is a damaged object; a local file, bad input
+        raise fail(e, code=None if Path(manifest).is_file() else 1) from e
     except TrtfarmError as e:
         raise fail(e) from e
     if as_json:

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from trtfarm.errors import CorruptObject, UserInputError
 from trtfarm.layout import PLAN_NAME, manifest_key, parse_plan_key, release_key, releases_prefix
-from trtfarm.publishing.publish import plan_intact, read_manifest
+from trtfarm.publishing.publish import plan_intact, plan_rehash, read_manifest
 from trtfarm.signing.accepted import check_not_rolled_back
 from trtfarm.signing.bundle import SignatureRefused
 from trtfarm.signing.release_claim import DEFAULT_EXPIRY, ReleaseClaim, now_utc, sign_release
@@ -140,6 +140,20 @@ def repair_pointer(store: Store, key: str, release_on: str = "engine") -> str | 
 
 
 def stored_manifest_key(store: Store, m: Manifest, source: str) -> str:
+    """The store key of ``m`` (see ``_stored_key``); a manifest read from a store key must be the one at that key.
+
+    A manifest of another identity copied to a key is refused (``SignatureRefused``), not released where it came from.
+    """
+    from trtfarm.publishing.release_check import manifest_identity_problem
+
+    asked = source.removeprefix(store.uri + "/") if source.startswith(store.uri + "/") else None
+    problem = manifest_identity_problem(asked, m) if asked else None
+    if problem:
+        raise SignatureRefused("other identity", f"not released: {problem}")
+    return _stored_key(store, m, source)
+
+
+def _stored_key(store: Store, m: Manifest, source: str) -> str:
     """The key under which ``store`` holds the manifest ``m`` (read from ``source``: a key, URL or a local copy).
 
     A release names a manifest in the store, never a local copy: ``ReleaseRefused`` unless the store holds this
@@ -160,7 +174,7 @@ def stored_manifest_key(store: Store, m: Manifest, source: str) -> str:
                              f"{m.plan.sha256[:12]} vs {stored.plan.sha256[:12]}); release the store's manifest")
     damaged = plan_intact(store, stored)
     if damaged:
-        raise ReleaseRefused(f"not released: {store.url(key)}: {damaged}; rebuild it (`trtfarm build`)")
+        raise CorruptObject(f"not released: {store.url(key)}: {damaged}; rebuild it (`trtfarm build`)")
     return key
 
 
@@ -243,6 +257,9 @@ def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: st
         if stored is None:
             raise ReleaseRefused(f"not released: no manifest at {store.url(manifest_key)}")
         stored.verdict(trust).raise_if_refused(f"not released: {store.url(manifest_key)}")
+        damaged = plan_rehash(store, stored.manifest)  # what hosts would download, hashed before it is released
+        if damaged:
+            raise SignatureRefused("other bytes", f"not released: {damaged}")
     blocker = None if force else policy_blocker(m, release_on)
     if blocker:
         raise ReleaseRefused(f"not released: {blocker}")
@@ -325,11 +342,16 @@ def release_note(store: Store, manifest_key: str, m: Manifest, release_on: str) 
 
 def list_pointers(store: Store, model: str | None = None, problems: list[str] | None = None) -> list[ReleasePointer]:
     """Every release pointer (of one model); with ``problems``, damaged ones are skipped and described there."""
+    from trtfarm.publishing.release_check import asked_identity
+
     out = []
     for key in store.list(releases_prefix(model)):
         try:
             pointer, _ = read_pointer(store, key)
-        except CorruptObject as damaged:
+            if pointer and pointer.identity != asked_identity(key):
+                raise SignatureRefused("other identity", f"{store.url(key)} asks for {asked_identity(key)}, but the "
+                                       f"pointer there names {pointer.identity}: it was copied from another release")
+        except (CorruptObject, SignatureRefused) as damaged:
             if problems is None:
                 raise
             problems.append(str(damaged))
