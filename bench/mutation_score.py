@@ -1,0 +1,102 @@
+"""Mutation score of the modules that refuse: how many of mutmut's mutants each module's own fast tests kill.
+
+    .venv/bin/python bench/mutation_score.py                      # the signing package and the webhook's window
+    .venv/bin/python bench/mutation_score.py --all                # also loader, pull, release, publish (slow:
+                                                                  # their tests build real plans, minutes a mutant)
+    .venv/bin/python bench/mutation_score.py trtfarm/signing/accepted.py
+
+Each module runs in a copy of the checkout (tracked files) with mutmut 3 told to mutate that module alone and to
+run only its tests (``SUITES``), on this machine's cores. Prints one row per module (mutants, killed, survived,
+timed out, score) and writes each survivor's diff to ``mutation-survivors.txt`` for the triage docs/signing.md
+records. mutmut is a test dependency (``pip install -e '.[test]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MUTMUT = Path(sys.executable).with_name("mutmut")
+FAST = {
+    "trtfarm/signing/bundle.py": ["tests/test_refusals.py"],
+    "trtfarm/signing/verdict.py": ["tests/test_refusals.py"],
+    "trtfarm/signing/release_claim.py": ["tests/test_refusals.py"],
+    "trtfarm/signing/accepted.py": ["tests/test_refusals.py"],
+    "trtfarm/triggers/webhook.py": ["tests/test_webhook.py"],
+}
+SLOW = {
+    "trtfarm/runtime/loader.py": ["tests/runtime/test_loader.py", "tests/test_release_chain.py"],
+    "trtfarm/runtime/pull.py": ["tests/test_release_chain.py", "tests/test_release.py"],
+    "trtfarm/publishing/release.py": ["tests/test_release.py", "tests/test_release_chain.py"],
+    "trtfarm/publishing/release_check.py": ["tests/test_release_chain.py"],
+    "trtfarm/publishing/publish.py": ["tests/test_publish.py"],
+}
+STATUS = re.compile(r"^\s*(\S+): (killed|survived|timeout|no tests|suspicious|skipped|not checked|segfault)\s*$")
+
+
+def _copy(dest: Path) -> None:
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout.split(b"\0")
+    for name in filter(None, (f.decode() for f in files)):
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, dest / name)
+
+
+def score(module: str, tests: list[str], survivors: list[str]) -> dict:
+    """Run mutmut on ``module`` with ``tests``; the counts by status."""
+    with tempfile.TemporaryDirectory(prefix="trtfarm-mutation-") as tmp:
+        work = Path(tmp)
+        _copy(work)
+        others = [str(p.relative_to(work)) for p in sorted((work / "trtfarm").rglob("*.py"))
+                  if str(p.relative_to(work)) != module]
+        (work / "setup.cfg").write_text(
+            "[mutmut]\npaths_to_mutate=trtfarm/\nalso_copy=examples\n"
+            f"pytest_add_cli_args_test_selection={' '.join(tests)}\n"
+            "do_not_mutate=\n" + "".join(f"    {o}\n" for o in others))
+        started = time.perf_counter()
+        run = subprocess.run([str(MUTMUT), "run"], cwd=work, capture_output=True, text=True)
+        listed = subprocess.run([str(MUTMUT), "results", "--all", "true"], cwd=work, capture_output=True, text=True)
+        counts: dict[str, int] = {}
+        for line in listed.stdout.splitlines():
+            m = STATUS.match(line)
+            if m:
+                counts[m.group(2)] = counts.get(m.group(2), 0) + 1
+                if m.group(2) == "survived":
+                    diff = subprocess.run([str(MUTMUT), "show", m.group(1)], cwd=work, capture_output=True,
+                                          text=True).stdout
+                    survivors.append(f"## {m.group(1)}\n" + "\n".join(
+                        d for d in diff.splitlines() if d.startswith(("-", "+")) and not d.startswith(("---", "+++"))))
+        counts["seconds"] = round(time.perf_counter() - started)
+        if not counts.get("killed") and run.returncode:
+            print(f"{module}: mutmut failed: {run.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+        return counts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("modules", nargs="*", help="modules (paths) to mutate [default: the fast set]")
+    parser.add_argument("--all", action="store_true", help="the slow modules too")
+    parser.add_argument("--survivors", type=Path, default=Path("mutation-survivors.txt"))
+    args = parser.parse_args()
+    suites = {**FAST, **SLOW}
+    modules = args.modules or [*FAST, *(SLOW if args.all else [])]
+    survivors: list[str] = []
+    print(f"{'module':34} {'mutants':>7} {'killed':>6} {'surv.':>5} {'t/o':>4} {'score':>6} {'s':>5}")
+    for module in modules:
+        c = score(module, suites.get(module, ["tests/test_refusals.py"]), survivors)
+        total = sum(v for k, v in c.items() if k != "seconds")
+        killed = c.get("killed", 0) + c.get("timeout", 0)
+        print(f"{module.removeprefix('trtfarm/'):34} {total:>7} {c.get('killed', 0):>6} {c.get('survived', 0):>5} "
+              f"{c.get('timeout', 0):>4} {100 * killed / max(total, 1):>5.1f}% {c['seconds']:>5}", flush=True)
+    args.survivors.write_text("\n\n".join(survivors) + "\n")
+    print(f"survivors' diffs: {args.survivors}")
+
+
+if __name__ == "__main__":
+    main()
