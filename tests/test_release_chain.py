@@ -21,6 +21,7 @@ from trtfarm.signing.bundle import SignatureRefused, verify_resources
 from trtfarm.signing.keys import PemKeySigner, load_trusted_keys
 from trtfarm.store import open_store
 
+from .conftest import ENCODER_PROFILE
 from .conftest_builds import publish_export
 from .signed_farm import GPU, OTHER_GPU, T0, build_farm
 from .test_signing import TOOLCHAIN, one_line, trtfarm
@@ -174,6 +175,14 @@ def test_3_signing_an_existing_store(farm, tmp_path):
            "TRTFARM_RELEASE_STATE": str(tmp_path / "accepted.json")}
     line = refused(pull(store, env, tmp_path / "a" / "enc.plan", fleet=fleet), "unsigned release")
     assert "`trtfarm sign`" in line or "trtfarm sign" in line
+    # turning the key on: the build finds the plans up to date and says they are unsigned, and what signs them
+    built = trtfarm("build", str(tmp_path / "e" / "model.onnx"), "--name", "enc", "--target", "rtx4090-rtx1.7",
+                    *[a for p in ENCODER_PROFILE for a in ("--profile", p)], "--store", store.uri,
+                    "--targets-file", str(fleet), "--json", env={"TRTFARM_SIGNING_KEY": str(farm["keys"]["worker"][0])})
+    assert built.returncode == 0, built.stderr
+    [row] = json.loads(built.stdout)
+    assert row["status"] == "up-to-date" and "unsigned (published before signing was on): `trtfarm sign`" in \
+        row["reason"]
     # a plan someone replaced is re-hashed and refused, never signed
     enc5090, _ = pointer_of(store, "enc", OTHER_GPU)
     damaged = store.get(enc5090.plan_key).data

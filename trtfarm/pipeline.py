@@ -131,6 +131,17 @@ def sweep_stale_work(root: Path | None = None, now: float | None = None) -> int:
     return removed
 
 
+def _note_unsigned(store, rows: list[RunRow]) -> None:
+    """Say which up-to-date plans a signing run leaves unsigned (published before the key), and what signs them."""
+    from trtfarm.publishing.attest import read_stored
+
+    for row in rows:
+        o = row.outcome
+        if o.status == "up-to-date" and o.manifest_key and (stored := read_stored(store, o.manifest_key)) \
+                and stored.signature is None:
+            o.reason = f"{o.reason}; unsigned (published before signing was on): `trtfarm sign` signs it"
+
+
 def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress] | None = None,
               upload: Callable[[str], Progress] | None = None, report: str = "full") -> list[RunRow]:
     """Plan and build in this process (``trtfarm build``); returns one row per target.
@@ -152,6 +163,8 @@ def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress
     fallback = refit_fallbacks(jobs, results, lambda job: "this machine")
     results += _run_jobs(store, fallback, run, progress, upload, signer)
     rows = rows_for(plans, results)
+    if signer is not None:
+        _note_unsigned(store, rows)
     if report != "none" and jobs:
         with scratch_dir("trtfarm-report-") as out:
             store_reports(store, run, rows, out, full=report == "full")
