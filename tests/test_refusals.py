@@ -110,6 +110,7 @@ def test_only_a_trusted_key_and_an_unaltered_envelope_pass(keys):
     (lambda d: d["dsseEnvelope"].update(payload=5), "dsseEnvelope.payload is a int"),
     (lambda d: d["dsseEnvelope"]["signatures"][0].update(sig=[1]), r"signatures\[0\].sig is a list"),
     (lambda d: d["dsseEnvelope"].update(payload="%%%"), "not a valid bundle"),
+    (lambda d: d["dsseEnvelope"]["signatures"][0].update(sig="%%%%"), "not a valid bundle"),
     (lambda d: d.pop("dsseEnvelope"), "not a valid bundle"),
     (lambda d: d.update(verificationMaterial=5), "not a valid bundle"),
 ])
