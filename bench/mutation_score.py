@@ -1,14 +1,13 @@
 """Mutation score of the modules that refuse: how many of mutmut's mutants each module's own fast tests kill.
 
-    .venv/bin/python bench/mutation_score.py                      # the signing package and the webhook's window
-    .venv/bin/python bench/mutation_score.py --all                # also loader, pull, release, publish (slow:
-                                                                  # their tests build real plans, minutes a mutant)
+    .venv/bin/python bench/mutation_score.py                      # every module that refuses (about 40 min)
     .venv/bin/python bench/mutation_score.py trtfarm/signing/accepted.py
 
 Each module runs in a copy of the checkout (tracked files) with mutmut 3 told to mutate that module alone and to
-run only its tests (``SUITES``), on this machine's cores. Prints one row per module (mutants, killed, survived,
-timed out, score) and writes each survivor's diff to ``mutation-survivors.txt`` for the triage docs/signing.md
-records. mutmut is a test dependency (``pip install -e '.[test]'``).
+run only its tests (``SUITES``). mutmut runs, for each mutant, the tests that call the mutated function, so the
+suites are fast in-process tests (tests that go through a subprocess would not count). Prints one row per module
+(mutants, killed, survived, timed out, score) and writes each survivor's diff to ``mutation-survivors.txt`` for
+the triage docs/signing.md records. mutmut is a test dependency (``pip install -e '.[test]'``).
 """
 
 from __future__ import annotations
@@ -24,19 +23,19 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 MUTMUT = Path(sys.executable).with_name("mutmut")
-FAST = {
+CHAIN = ["tests/test_chain_fast.py"]
+SUITES = {
     "trtfarm/signing/bundle.py": ["tests/test_refusals.py"],
     "trtfarm/signing/verdict.py": ["tests/test_refusals.py"],
     "trtfarm/signing/release_claim.py": ["tests/test_refusals.py"],
     "trtfarm/signing/accepted.py": ["tests/test_refusals.py"],
     "trtfarm/triggers/webhook.py": ["tests/test_webhook.py"],
-}
-SLOW = {
-    "trtfarm/runtime/loader.py": ["tests/runtime/test_loader.py", "tests/test_release_chain.py"],
-    "trtfarm/runtime/pull.py": ["tests/test_release_chain.py", "tests/test_release.py"],
-    "trtfarm/publishing/release.py": ["tests/test_release.py", "tests/test_release_chain.py"],
-    "trtfarm/publishing/release_check.py": ["tests/test_release_chain.py"],
-    "trtfarm/publishing/publish.py": ["tests/test_publish.py"],
+    "trtfarm/publishing/release_check.py": CHAIN,
+    "trtfarm/publishing/release.py": [*CHAIN, "tests/test_release.py"],
+    "trtfarm/publishing/sign_store.py": CHAIN,
+    "trtfarm/publishing/publish.py": [*CHAIN, "tests/test_publish.py"],
+    "trtfarm/runtime/pull.py": [*CHAIN, "tests/test_release.py"],
+    "trtfarm/runtime/loader.py": [*CHAIN, "tests/runtime/test_loader.py"],
 }
 STATUS = re.compile(r"^\s*(\S+): (killed|survived|timeout|no tests|suspicious|skipped|not checked|segfault)\s*$")
 
@@ -81,15 +80,13 @@ def score(module: str, tests: list[str], survivors: list[str]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("modules", nargs="*", help="modules (paths) to mutate [default: the fast set]")
-    parser.add_argument("--all", action="store_true", help="the slow modules too")
     parser.add_argument("--survivors", type=Path, default=Path("mutation-survivors.txt"))
     args = parser.parse_args()
-    suites = {**FAST, **SLOW}
-    modules = args.modules or [*FAST, *(SLOW if args.all else [])]
+    modules = args.modules or list(SUITES)
     survivors: list[str] = []
     print(f"{'module':34} {'mutants':>7} {'killed':>6} {'surv.':>5} {'t/o':>4} {'score':>6} {'s':>5}")
     for module in modules:
-        c = score(module, suites.get(module, ["tests/test_refusals.py"]), survivors)
+        c = score(module, SUITES.get(module, ["tests/test_refusals.py"]), survivors)
         total = sum(v for k, v in c.items() if k != "seconds")
         killed = c.get("killed", 0) + c.get("timeout", 0)
         print(f"{module.removeprefix('trtfarm/'):34} {total:>7} {c.get('killed', 0):>6} {c.get('survived', 0):>5} "
