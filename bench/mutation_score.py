@@ -13,7 +13,7 @@ the triage docs/signing.md records. mutmut is a test dependency (``pip install -
 from __future__ import annotations
 
 import argparse
-import re
+import json
 import shutil
 import subprocess
 import sys
@@ -37,7 +37,20 @@ SUITES = {
     "trtfarm/runtime/pull.py": [*CHAIN, "tests/test_release.py"],
     "trtfarm/runtime/loader.py": [*CHAIN, "tests/runtime/test_loader.py"],
 }
-STATUS = re.compile(r"^\s*(\S+): (killed|survived|timeout|no tests|suspicious|skipped|not checked|segfault)\s*$")
+COLLECT = """
+import json
+from mutmut.__main__ import SourceFileMutationData, status_by_exit_code
+from mutmut.mutation.diff_apply import get_diff_for_mutant
+from mutmut.utils.file_utils import walk_mutatable_files
+out = {}
+for path in walk_mutatable_files():
+    m = SourceFileMutationData(path=path)
+    m.load()
+    for name, code in m.exit_code_by_key.items():
+        status = status_by_exit_code[code]
+        out[name] = [status, get_diff_for_mutant(name, path=m.path) if status == "survived" else ""]
+print(json.dumps(out))
+"""  # every mutant's status, and each survivor's diff, read in one process (``mutmut show`` is one per call)
 
 
 def _copy(dest: Path) -> None:
@@ -55,22 +68,18 @@ def score(module: str, tests: list[str], survivors: list[str]) -> dict:
         others = [str(p.relative_to(work)) for p in sorted((work / "trtfarm").rglob("*.py"))
                   if str(p.relative_to(work)) != module]
         (work / "setup.cfg").write_text(
-            "[mutmut]\npaths_to_mutate=trtfarm/\nalso_copy=examples\n"
+            "[mutmut]\nsource_paths=trtfarm/\nalso_copy=examples\n"
             f"pytest_add_cli_args_test_selection={' '.join(tests)}\n"
             "do_not_mutate=\n" + "".join(f"    {o}\n" for o in others))
         started = time.perf_counter()
         run = subprocess.run([str(MUTMUT), "run"], cwd=work, capture_output=True, text=True)
-        listed = subprocess.run([str(MUTMUT), "results", "--all", "true"], cwd=work, capture_output=True, text=True)
+        listed = subprocess.run([sys.executable, "-c", COLLECT], cwd=work, capture_output=True, text=True)
         counts: dict[str, int] = {}
-        for line in listed.stdout.splitlines():
-            m = STATUS.match(line)
-            if m:
-                counts[m.group(2)] = counts.get(m.group(2), 0) + 1
-                if m.group(2) == "survived":
-                    diff = subprocess.run([str(MUTMUT), "show", m.group(1)], cwd=work, capture_output=True,
-                                          text=True).stdout
-                    survivors.append(f"## {m.group(1)}\n" + "\n".join(
-                        d for d in diff.splitlines() if d.startswith(("-", "+")) and not d.startswith(("---", "+++"))))
+        for name, (status, diff) in (json.loads(listed.stdout) if listed.returncode == 0 else {}).items():
+            counts[status] = counts.get(status, 0) + 1
+            if status == "survived":
+                survivors.append(f"## {name}\n" + "\n".join(
+                    d for d in diff.splitlines() if d.startswith(("-", "+")) and not d.startswith(("---", "+++"))))
         counts["seconds"] = round(time.perf_counter() - started)
         if not counts.get("killed") and run.returncode:
             print(f"{module}: mutmut failed: {run.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
