@@ -225,6 +225,9 @@ def test_a_claim_is_frozen_after_its_expiry_or_the_hosts_age(keys):
              claim.issued() + age + timedelta(seconds=1), age)
     naive = _claim(issued_at="2026-05-01T00:00:00", expires_at="2026-06-01T00:00:00")
     assert naive.expires() == claim.expires()
+    east = _claim(expires_at="2026-06-01T02:00:00+02:00")  # the same instant, written with its offset
+    assert east.expires() == claim.expires()
+    _refused("frozen", "expired", check_not_frozen, east, claim.expires() + timedelta(seconds=1), None)
 
 
 def test_a_host_refuses_an_older_version_and_an_unmarked_rollback():
@@ -243,8 +246,10 @@ def test_a_host_refuses_an_older_version_and_an_unmarked_rollback():
     check_not_rolled_back(_claim(exported_at=None), later)
 
 
-def test_the_hosts_memory_only_grows_and_survives_a_restart(tmp_path):
-    path = tmp_path / "s" / "accepted.json"
+def test_the_hosts_memory_only_grows_and_survives_a_restart(tmp_path, monkeypatch):
+    path = tmp_path / "a" / "b" / "accepted.json"
+    monkeypatch.setenv("TRTFARM_RELEASE_STATE", str(path))
+    assert AcceptedReleases().path == path
     memory = AcceptedReleases(path)
     assert memory.get("s3://b", "enc/rtx-4090/t") is None
     memory.remember("s3://b", _claim(version=3))
@@ -272,6 +277,9 @@ def test_ages_and_where_the_memory_lives(tmp_path):
             parse_age(bad)
     assert configured_max_age({}) is None and configured_max_age({"TRTFARM_RELEASE_MAX_AGE": " 2h "}) == \
         timedelta(hours=2)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRTFARM_RELEASE_MAX_AGE", "3d")
+        assert configured_max_age() == timedelta(days=3)
     assert state_path({"TRTFARM_RELEASE_STATE": str(tmp_path / "x.json")}) == tmp_path / "x.json"
     assert state_path({"XDG_STATE_HOME": str(tmp_path)}) == tmp_path / "trtfarm" / "accepted-releases.json"
     assert state_path({"HOME": "/nonexistent"}).name == "accepted-releases.json"

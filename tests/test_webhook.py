@@ -129,6 +129,13 @@ def test_sns_signatures_are_checked_against_the_signing_certificate(version, alg
         with pytest.raises(Rejected) as rejected:
             check_sns_signature({**msg, **change}, lambda url: pem)
         assert rejected.value.status == 401
+    unsigned = {k: v for k, v in msg.items() if k != "Signature"}
+    for bad, cert, why in ((unsigned, pem, "does not verify"), ({k: v for k, v in msg.items() if k !=
+                                                                 "SigningCertURL"}, pem, "not an SNS certificate"),
+                           (msg, b"not a certificate", "could not be checked")):
+        with pytest.raises(Rejected, match=why) as rejected:
+            check_sns_signature(bad, lambda url, cert=cert: cert)
+        assert rejected.value.status == 401
 
 
 def test_an_export_is_claimed_once(tmp_path):
