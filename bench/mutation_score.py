@@ -100,7 +100,7 @@ def main() -> None:
         killed = c.get("killed", 0) + c.get("timeout", 0)
         print(f"{module.removeprefix('trtfarm/'):34} {total:>7} {c.get('killed', 0):>6} {c.get('survived', 0):>5} "
               f"{c.get('timeout', 0):>4} {100 * killed / max(total, 1):>5.1f}% {c['seconds']:>5}", flush=True)
-    args.survivors.write_text("\n\n".join(survivors) + "\n")
+        args.survivors.write_text("\n\n".join(survivors) + "\n")  # after each module: a long run shows its way
     print(f"survivors' diffs: {args.survivors}")
 
 
