@@ -69,13 +69,14 @@ class Farm:
                 self.store, self.keys[name, gpu, exported]).manifest, release_on="built", reason="built",
                 signer=signer)
 
-    def publish(self, name: str, gpu: str, exported: str, seed: int, signer) -> str:
+    def publish(self, name: str, gpu: str, exported: str, seed: int, signer, build: str = "") -> str:
         t = manifest_from_json(TEMPLATE.read_bytes())
         onnx = hashlib.sha256(f"{name}{exported}".encode()).hexdigest()
+        digest = hashlib.sha256(f"{onnx}{gpu}{build}".encode()).hexdigest()
         m = t.model_copy(update={
             "model": t.model.model_copy(update={"name": name, "exported_at": exported, "onnx_digest": onnx}),
             "target": t.target.model_copy(update={"gpu": gpu}),
-            "build": t.build.model_copy(update={"build_digest": hashlib.sha256(f"{onnx}{gpu}".encode()).hexdigest()})})
+            "build": t.build.model_copy(update={"build_digest": digest})})
         prefix = layout.plan_prefix(name, onnx, gpu, TC, m.build.build_digest)
         plan = self.root / f"{name}-{seed}.plan"
         plan.write_bytes(bytes([seed]) * (1000 + seed))
@@ -381,3 +382,53 @@ def test_damaged_store_objects_are_corrupt_not_bad_input(farm):
     farm.store.put_if_absent(enc.manifest, b'{"schema_version": 2, "plan": 5}')
     with pytest.raises(CorruptObject, match="not what trtfarm published there"):
         read_stored(farm.store, enc.manifest)
+
+
+def test_pull_hashes_the_plan_it_downloads_and_says_what_it_pulled(farm):
+    from trtfarm.errors import IntegrityError, UserInputError
+
+    (farm.root / "host").mkdir()  # --to a folder: the plan is named after the model in it
+    got = pull_release(farm.store, "enc", "rtx-4090", ["tensorrt_rtx-9.9.9.9", TC], farm.root / "host",
+                       trust=farm.trust, accepted=farm.memory)
+    assert got.plan == farm.root / "host" / "enc.plan" and got.manifest_path == farm.root / "host" / \
+        "enc.plan.manifest.json"
+    assert got.pointer_key == layout.release_key("enc", "rtx-4090", TC) and got.bytes == got.plan.stat().st_size
+    assert got.release.key.hint == farm.signer.hint
+    enc, _ = farm.pointer()
+    plan_key = read_stored(farm.store, enc.manifest).manifest.plan.key
+    size = len(farm.store.get(plan_key).data)
+    farm.store.delete(plan_key)
+    farm.store.put_if_absent(plan_key, b"\xff" * size)  # the same size: only the hash tells
+    with pytest.raises(IntegrityError):
+        farm.pull("other")
+    assert not (farm.root / "other" / "enc.plan").exists()
+    with pytest.raises(UserInputError, match=r"no released plan of 'enc' for GPU 'rtx-2080'.*Released: rtx-3090 / "):
+        pull_release(farm.store, "enc", "rtx-2080", [TC], farm.root / "x")
+    with pytest.raises(UserInputError, match="'nope' has no releases in"):
+        pull_release(farm.store, "nope", "rtx-4090", [TC], farm.root / "x")
+
+
+def test_an_unsigned_pull_leaves_no_release_file_beside_the_plan(tmp_path):
+    farm = Farm(tmp_path / "u", signed=False)
+    (farm.root / "host").mkdir()
+    (farm.root / "host" / "enc.plan.release.json").write_text("{}")  # an older pull's
+    farm.pull(trust=False, memory=False)
+    assert not (farm.root / "host" / "enc.plan.release.json").exists()
+
+
+def test_a_manifest_of_the_same_identity_from_another_folder_is_refused(farm):
+    enc, _ = farm.pointer()
+    for other in (farm.keys["enc", "rtx-4090", T0],
+                  farm.publish("enc", "rtx-4090", T1, 9, farm.signer, build="profiles changed")):
+        copied = read_stored(farm.store, other)
+        farm.store.delete(enc.manifest)
+        farm.store.put_if_absent(enc.manifest, copied.manifest_bytes)
+        farm.put_pointer(enc.model_copy(update={"plan_sha256": copied.manifest.plan.sha256}))
+        err = _refused("other identity", "it was copied from elsewhere", farm.pull, trust=False)
+        assert str(err).startswith("other identity: file://") and "asks for enc/rtx-4090/" in str(err)
+
+
+def test_sign_goes_on_past_a_release_that_needs_nothing(farm):
+    enc, _ = farm.pointer()
+    farm.put_pointer(enc.model_copy(update={"claim": None}))
+    assert sign_store(farm.store, farm.signer, ["enc"]).releases == [layout.release_key("enc", "rtx-4090", TC)]
