@@ -432,3 +432,66 @@ def test_sign_goes_on_past_a_release_that_needs_nothing(farm):
     enc, _ = farm.pointer()
     farm.put_pointer(enc.model_copy(update={"claim": None}))
     assert sign_store(farm.store, farm.signer, ["enc"]).releases == [layout.release_key("enc", "rtx-4090", TC)]
+
+
+def test_the_policy_decides_unless_forced(farm):
+    from trtfarm.publishing.release import policy_blocker
+
+    key = farm.keys["enc", "rtx-4090", T1]
+    m = read_stored(farm.store, key).manifest
+    v = m.verification
+    assert policy_blocker(m, "built") is None
+    assert "the engine check is pending" in policy_blocker(m, "engine")
+    passed = m.model_copy(update={"verification": v.model_copy(update={"engine": v.engine.model_copy(
+        update={"status": "passed"})})})
+    assert policy_blocker(passed, "engine") is None
+    failed = m.model_copy(update={"verification": v.model_copy(update={"engine": v.engine.model_copy(
+        update={"status": "failed", "detail": "cosine 0.91"})})})
+    assert policy_blocker(failed, "built") == "verification failed (engine): cosine 0.91"
+    unbuilt = m.model_copy(update={"verification": v.model_copy(update={"built": v.built.model_copy(
+        update={"status": "pending"})})})
+    assert policy_blocker(unbuilt, "built") == "the build check is pending"
+    other = farm.publish("enc", "rtx-4090", T1, 8, farm.signer, build="another build of the same export")
+    with pytest.raises(ReleaseRefused, match="not released: the engine check is pending"):
+        move_release(farm.store, other, read_stored(farm.store, other).manifest, release_on="engine", reason="x")
+    moved = move_release(farm.store, other, read_stored(farm.store, other).manifest, release_on="engine",
+                         reason="x", force=True, signer=farm.signer)  # the same export time: not older
+    assert moved.current.action == "forced" and len(moved.history) == 3 and moved.history[-1].reason == "x"
+    assert moved.history[-1].exported_at == T1
+
+
+def test_a_release_host_remembers_versions_and_refuses_an_older_current_pointer(farm):
+    key = farm.keys["enc", "rtx-4090", T1]
+    m = read_stored(farm.store, key).manifest
+    pointer, _ = farm.pointer()
+    farm.memory.remember(farm.store.uri, unverified_claim(pointer.claim).model_copy(update={"version": 9}))
+    _refused("rollback", "is version 2, and this host already accepted version 9", move_release, farm.store,
+             farm.keys["enc", "rtx-4090", T0], read_stored(farm.store, farm.keys["enc", "rtx-4090", T0]).manifest,
+             release_on="built", reason="x", rollback=True, trust=farm.trust, accepted=farm.memory,
+             signer=farm.signer)
+    forced = move_release(farm.store, key, m, release_on="built", reason="x", force=True, trust=farm.trust,
+                          accepted=farm.memory, signer=farm.signer)
+    assert forced.version == 10 and unverified_claim(forced.claim).version == 10
+    assert farm.memory.get(farm.store.uri, "enc/rtx-4090/" + TC).version == 10
+
+
+def test_a_current_pointer_whose_manifest_is_gone_is_replaced_only_under_its_own_name(farm):
+    key = farm.keys["enc", "rtx-4090", T1]
+    m = read_stored(farm.store, key).manifest
+    pointer, _ = farm.pointer()
+    farm.put_pointer(pointer.model_copy(update={"manifest": "plans/enc/gone/manifest.json"}))
+    moved = move_release(farm.store, key, m, release_on="built", reason="repoint", signer=farm.signer)
+    assert moved.manifest == key and moved.version == 3
+    mlp, _ = farm.pointer("mlp")
+    farm.put_pointer(mlp.model_copy(update={"manifest": "plans/mlp/gone/manifest.json"}))
+    _refused("other identity", "but the pointer there names mlp/rtx-4090/", move_release, farm.store, key, m,
+             release_on="built", reason="x")
+
+
+def test_release_judges_the_manifest_the_store_holds_not_the_one_it_was_handed(farm):
+    key = farm.keys["enc", "rtx-4090", T0]
+    mine = read_stored(farm.store, key).manifest
+    farm.store.delete(key)
+    farm.store.put_if_absent(key, read_stored(farm.store, farm.keys["mlp", "rtx-4090", T1]).manifest_bytes)
+    _refused("other identity", "is of mlp", move_release, farm.store, key, mine, release_on="built", reason="x",
+             rollback=True)
