@@ -5,9 +5,10 @@
 
 Each module runs in a copy of the checkout (tracked files) with mutmut 3 told to mutate that module alone and to
 run only its tests (``SUITES``). mutmut runs, for each mutant, the tests that call the mutated function, so the
-suites are fast in-process tests (tests that go through a subprocess would not count). Prints one row per module
-(mutants, killed, survived, timed out, score) and writes each survivor's diff to ``mutation-survivors.txt`` for
-the triage docs/signing.md records. mutmut is a test dependency (``pip install -e '.[test]'``).
+suites are fast in-process tests (tests that go through a subprocess would not count). Prints one row per module:
+mutants, killed (or timed out), survived, untested (no test of the set calls the function), and the score (killed
+over all); writes each survivor's diff to ``mutation-survivors.txt`` for the triage docs/signing.md records.
+mutmut is a test dependency (``pip install -e '.[test]'``).
 """
 
 from __future__ import annotations
@@ -93,13 +94,13 @@ def main() -> None:
     args = parser.parse_args()
     modules = args.modules or list(SUITES)
     survivors: list[str] = []
-    print(f"{'module':34} {'mutants':>7} {'killed':>6} {'surv.':>5} {'t/o':>4} {'score':>6} {'s':>5}")
+    print(f"{'module':30} {'mutants':>7} {'killed':>6} {'surv.':>5} {'untested':>8} {'score':>6} {'s':>5}")
     for module in modules:
         c = score(module, SUITES.get(module, ["tests/test_refusals.py"]), survivors)
         total = sum(v for k, v in c.items() if k != "seconds")
         killed = c.get("killed", 0) + c.get("timeout", 0)
-        print(f"{module.removeprefix('trtfarm/'):34} {total:>7} {c.get('killed', 0):>6} {c.get('survived', 0):>5} "
-              f"{c.get('timeout', 0):>4} {100 * killed / max(total, 1):>5.1f}% {c['seconds']:>5}", flush=True)
+        print(f"{module.removeprefix('trtfarm/'):30} {total:>7} {killed:>6} {c.get('survived', 0):>5} "
+              f"{c.get('no tests', 0):>8} {100 * killed / max(total, 1):>5.1f}% {c['seconds']:>5}", flush=True)
         args.survivors.write_text("\n\n".join(survivors) + "\n")  # after each module: a long run shows its way
     print(f"survivors' diffs: {args.survivors}")
 
