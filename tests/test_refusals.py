@@ -165,7 +165,9 @@ def test_the_verdict_of_each_configuration(keys):
     files = {"model.plan": A}
     bundle = sign_resources(keys["worker"], "f", files)
     assert check_signature(keys["trust"], bundle, files).ok is True
-    assert check_signature(keys["trust"], bundle, files).status == "signed"
+    signed = check_signature(keys["trust"], bundle, files)
+    assert signed.status == "signed" and signed.key.hint == keys["worker"].hint
+    assert signed.detail.startswith(f"signed by trusted key {keys['worker'].hint[:12]}")
     none = check_signature(None, bundle, files)
     assert none.ok is None and none.status == "unsigned-checked" and "carries a signature, not checked" in none.detail
     assert "it is not signed" in check_signature(None, None, files).detail
