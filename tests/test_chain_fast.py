@@ -374,6 +374,14 @@ def test_the_loader_checks_the_signed_release_beside_a_plan(farm):
     assert next(c for c in static_checks(plan, mine.manifest, expected_model="enc", installed={},
                                          files=None) if c.name == "identity").ok is True
     assert not any(c.name == "identity" for c in static_checks(plan, mine.manifest, installed={}))
+    sig = next(c for c in static_checks(plan, mine.manifest, installed={}, files=files(claim_bytes), trust=farm.trust)
+               if c.name == "signature")
+    assert sig.ok is True and sig.detail.startswith("signed by trusted key")
+    vc = mine.manifest.model_copy(update={"target": mine.manifest.target.model_copy(update={
+        "version_compatible": True})})
+    host_code = signature_check(PlanFiles(plan, got.manifest_path, vc, mine.manifest_bytes, mine.signature,
+                                          mine.provenance, None), None, sha)
+    assert host_code.ok is False and "carries host code" in host_code.detail
 
 
 def test_damaged_store_objects_are_corrupt_not_bad_input(farm):
