@@ -250,8 +250,8 @@ def test_a_host_refuses_an_older_version_and_an_unmarked_rollback():
 
 def test_the_hosts_memory_only_grows_and_survives_a_restart(tmp_path, monkeypatch):
     path = tmp_path / "a" / "b" / "accepted.json"
-    monkeypatch.setenv("TRTFARM_RELEASE_STATE", str(path))
-    assert AcceptedReleases().path == path
+    monkeypatch.setenv("TRTFARM_RELEASE_STATE", str(tmp_path / "env.json"))
+    assert AcceptedReleases().path == tmp_path / "env.json" and AcceptedReleases(path).path == path
     memory = AcceptedReleases(path)
     assert memory.get("s3://b", "enc/rtx-4090/t") is None
     memory.remember("s3://b", _claim(version=3))
@@ -284,4 +284,4 @@ def test_ages_and_where_the_memory_lives(tmp_path):
         assert configured_max_age() == timedelta(days=3)
     assert state_path({"TRTFARM_RELEASE_STATE": str(tmp_path / "x.json")}) == tmp_path / "x.json"
     assert state_path({"XDG_STATE_HOME": str(tmp_path)}) == tmp_path / "trtfarm" / "accepted-releases.json"
-    assert state_path({"HOME": "/nonexistent"}).name == "accepted-releases.json"
+    assert state_path({}) == Path.home() / ".local" / "state" / "trtfarm" / "accepted-releases.json"
