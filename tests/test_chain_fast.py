@@ -503,3 +503,70 @@ def test_release_judges_the_manifest_the_store_holds_not_the_one_it_was_handed(f
     farm.store.put_if_absent(key, read_stored(farm.store, farm.keys["mlp", "rtx-4090", T1]).manifest_bytes)
     _refused("other identity", "is of mlp", move_release, farm.store, key, mine, release_on="built", reason="x",
              rollback=True)
+
+
+def test_the_publish_protocol_is_idempotent_adopts_and_repairs(farm):
+    from trtfarm.errors import StoreError
+
+    key = farm.keys["enc", "rtx-4090", T1]
+    stored = read_stored(farm.store, key)
+    prefix = layout.folder_of(key)
+    plan = farm.root / "again.plan"
+    plan.write_bytes(farm.store.get(stored.manifest.plan.key).data)
+    attest = Attestation(lambda man, sha: json.dumps({"subject": man.plan.sha256}).encode(), farm.signer)
+    same = publish_plan(farm.store, prefix, plan, lambda info: stored.manifest.model_copy(update={"plan": info}),
+                        attest=attest)
+    assert (same.manifest_key, same.created, same.manifest) == (key, False, stored.manifest)
+    other_build = stored.manifest.model_copy(update={"build": stored.manifest.build.model_copy(update={
+        "build_digest": "f" * 64})})
+    farm.store.delete(stored.manifest.plan.key)  # the plan goes up again, the manifest there is another build's
+    with pytest.raises(StoreError, match="holds a different build"):
+        publish_plan(farm.store, prefix, plan, lambda info: other_build.model_copy(update={"plan": info}),
+                     attest=attest, absent=True)
+    assert {k.rsplit("/", 1)[1] for k in farm.store.list(f"{prefix}/")} == {
+        "model.plan", "manifest.json", layout.provenance_name(stored.manifest_sha256),
+        layout.signature_name(stored.manifest_sha256)}  # the loser's attestations are gone
+    # a damaged plan object (another size): the folder is withdrawn and published afresh, signed again
+    farm.store.delete(stored.manifest.plan.key)
+    farm.store.put_if_absent(stored.manifest.plan.key, b"short")
+    fresh = publish_plan(farm.store, prefix, plan, lambda info: stored.manifest.model_copy(update={"plan": info}),
+                         attest=attest)
+    assert fresh.created and read_stored(farm.store, key).verdict(farm.trust).ok is True
+    # a plan left without its manifest (a worker died between the steps) is adopted with its own digest
+    farm.store.delete(key)
+    mine = farm.root / "mine.plan"
+    mine.write_bytes(b"another worker's bytes of the same build")
+    adopted = publish_plan(farm.store, prefix, mine, lambda info: stored.manifest.model_copy(update={"plan": info}),
+                           attest=attest)
+    assert adopted.created and adopted.manifest.plan.sha256 == stored.manifest.plan.sha256
+    assert adopted.manifest.plan.bytes == stored.manifest.plan.bytes
+
+
+def test_a_publisher_that_loses_the_race_leaves_only_the_winners_attestations(farm):
+    key = farm.keys["mlp", "rtx-4090", T1]
+    stored = read_stored(farm.store, key)
+    plan = farm.root / "race.plan"
+    plan.write_bytes(farm.store.get(stored.manifest.plan.key).data)
+    prefix = "plans/mlp/race/rtx-4090/" + TC + "/x"
+    attest = Attestation(lambda man, sha: json.dumps({"by": man.build.worker_host}).encode(), farm.signer)
+    inner = []
+
+    def loser(info):
+        inner.append(publish_plan(farm.store, prefix, plan, lambda i: stored.manifest.model_copy(update={
+            "plan": i, "build": stored.manifest.build.model_copy(update={"worker_host": "winner"})}),
+            attest=attest, absent=True))
+        return stored.manifest.model_copy(update={"plan": info, "build": stored.manifest.build.model_copy(
+            update={"worker_host": "loser"})})
+
+    lost = publish_plan(farm.store, prefix, plan, loser, attest=attest, absent=True)
+    assert inner[0].created and not lost.created and lost.manifest.build.worker_host == "winner"
+    won = read_stored(farm.store, layout.manifest_key(prefix))
+    names = {k.rsplit("/", 1)[1] for k in farm.store.list(f"{prefix}/")}
+    assert names == {"model.plan", "manifest.json", layout.provenance_name(won.manifest_sha256),
+                     layout.signature_name(won.manifest_sha256)}
+    # the same bytes from both: the pair is shared and stays
+    twin = "plans/mlp/twin/rtx-4090/" + TC + "/x"
+    publish_plan(farm.store, twin, plan, lambda info: (publish_plan(farm.store, twin, plan, lambda i: stored.manifest
+                 .model_copy(update={"plan": i}), attest=attest, absent=True), stored.manifest.model_copy(update={
+                     "plan": info}))[1], attest=attest, absent=True)
+    assert read_stored(farm.store, layout.manifest_key(twin)).verdict(farm.trust).ok is True
