@@ -2,112 +2,38 @@
 
 The plans are not TensorRT plans (the chain never parses one: it hashes it); the manifest is a real one
 (tests/data/manifest_encoder_rtx4090.json) with model, GPU, export time and plan changed, published through the
-real publish protocol with real signatures, released with real signed claims. tests/test_release_chain.py does the
-same through the command line on real builds; this file is what the mutation bench runs for the publishing and
-runtime modules.
+real publish protocol with real signatures, released with real signed claims (tests/chain_farm.py).
+tests/test_release_chain.py does the same through the command line on real builds; this file is what the mutation
+bench runs for the publishing and runtime modules.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 
 from trtfarm import layout
 from trtfarm.errors import CorruptObject
 from trtfarm.publishing.attest import Attestation, read_stored
 from trtfarm.publishing.gc import plans_to_delete
 from trtfarm.publishing.publish import publish_plan
-from trtfarm.publishing.release import ReleaseRefused, move_release, read_pointer, refresh_release
+from trtfarm.publishing.release import ReleaseRefused, move_release, refresh_release
 from trtfarm.publishing.release_check import check_release, manifest_identity_problem
 from trtfarm.publishing.sign_store import sign_store
 from trtfarm.runtime.loader import PlanFiles, signature_check, static_checks
 from trtfarm.runtime.pull import pull_release
 from trtfarm.signing.accepted import AcceptedReleases
-from trtfarm.signing.bundle import SignatureRefused
-from trtfarm.signing.keys import PemKeySigner, load_trusted_keys
 from trtfarm.signing.release_claim import sign_release, unverified_claim
-from trtfarm.store import open_store
 from trtfarm.vocabulary.manifest import manifest_from_json
 
-TEMPLATE = Path(__file__).parent / "data" / "manifest_encoder_rtx4090.json"
-TC = "tensorrt_rtx-1.7.1.116"
-T0, T1 = "2026-01-01T00:00:00+00:00", "2026-02-01T00:00:00+00:00"
-
-
-def _key(folder: Path, name: str):
-    key = ec.generate_private_key(ec.SECP256R1())
-    (folder / f"{name}.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                                           serialization.PrivateFormat.PKCS8,
-                                                           serialization.NoEncryption()))
-    (folder / f"{name}.pub").write_bytes(key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
-    return PemKeySigner(folder / f"{name}.pem"), load_trusted_keys([folder / f"{name}.pub"], "TEST")
-
-
-class Farm:
-    """enc v1 (T0) and v2 (T1) on rtx-4090, enc v2 on rtx-3090, mlp on rtx-4090; all signed and released."""
-
-    def __init__(self, root: Path, signed: bool = True) -> None:
-        root.mkdir(parents=True, exist_ok=True)
-        self.root = root
-        self.signer, self.trust = _key(root, "worker")
-        self.stranger, _ = _key(root, "stranger")
-        self.store = open_store((root / "store").as_uri())
-        self.memory = AcceptedReleases(root / "accepted.json")
-        signer = self.signer if signed else None
-        self.keys = {}
-        for name, gpu, exported, seed in (("enc", "rtx-4090", T0, 1), ("enc", "rtx-4090", T1, 2),
-                                          ("enc", "rtx-3090", T1, 3), ("mlp", "rtx-4090", T1, 4)):
-            self.keys[name, gpu, exported] = self.publish(name, gpu, exported, seed, signer)
-            move_release(self.store, self.keys[name, gpu, exported], read_stored(
-                self.store, self.keys[name, gpu, exported]).manifest, release_on="built", reason="built",
-                signer=signer)
-
-    def publish(self, name: str, gpu: str, exported: str, seed: int, signer, build: str = "") -> str:
-        t = manifest_from_json(TEMPLATE.read_bytes())
-        onnx = hashlib.sha256(f"{name}{exported}".encode()).hexdigest()
-        digest = hashlib.sha256(f"{onnx}{gpu}{build}".encode()).hexdigest()
-        m = t.model_copy(update={
-            "model": t.model.model_copy(update={"name": name, "exported_at": exported, "onnx_digest": onnx}),
-            "target": t.target.model_copy(update={"gpu": gpu}),
-            "build": t.build.model_copy(update={"build_digest": digest})})
-        prefix = layout.plan_prefix(name, onnx, gpu, TC, m.build.build_digest)
-        plan = self.root / f"{name}-{seed}.plan"
-        plan.write_bytes(bytes([seed]) * (1000 + seed))
-        prov = Attestation(lambda man, sha: json.dumps({"subject": man.plan.sha256}).encode(), signer)
-        return publish_plan(self.store, prefix, plan, lambda info: m.model_copy(update={"plan": info}),
-                            attest=prov).manifest_key
-
-    def pointer(self, model: str = "enc", gpu: str = "rtx-4090"):
-        return read_pointer(self.store, layout.release_key(model, gpu, TC))
-
-    def put_pointer(self, pointer, model: str = "enc", gpu: str = "rtx-4090") -> None:
-        key = layout.release_key(model, gpu, TC)
-        data = pointer if isinstance(pointer, bytes) else pointer.model_dump_json().encode()
-        self.store.compare_and_swap(key, data, self.store.get(key).etag)
-
-    def pull(self, to: str = "host", trust=True, memory=True, max_age=None, model: str = "enc"):
-        return pull_release(self.store, model, "rtx-4090", [TC], self.root / to / f"{model}.plan",
-                            trust=self.trust if trust else None, accepted=self.memory if memory else None,
-                            max_age=max_age)
+from .chain_farm import T0, T1, TC, Farm, refused
 
 
 @pytest.fixture
 def farm(tmp_path):
     return Farm(tmp_path / "farm")
-
-
-def _refused(why: str, match: str, call, /, *args, **kwargs) -> SignatureRefused:
-    with pytest.raises(SignatureRefused, match=match) as err:
-        call(*args, **kwargs)
-    assert err.value.reason == why, str(err.value)
-    return err.value
 
 
 def test_a_genuine_release_is_pulled_remembered_and_written_beside_the_plan(farm):
@@ -128,13 +54,13 @@ def test_the_pointer_manifest_and_folder_must_name_what_was_asked(farm):
     mlp, _ = farm.pointer("mlp")
     farm.put_pointer(enc.model_copy(update={"manifest": mlp.manifest, "plan_sha256": mlp.plan_sha256}))
     for trust in (True, False):
-        _refused("other identity", r"asks for enc/rtx-4090/.*, but the manifest it names .* is of mlp/rtx-4090/",
+        refused("other identity", r"asks for enc/rtx-4090/.*, but the manifest it names .* is of mlp/rtx-4090/",
                  farm.pull, trust=trust)
     farm.put_pointer(mlp)
-    _refused("other identity", r"asks for enc/rtx-4090/.*, but the pointer there names mlp/rtx-4090/", farm.pull)
+    refused("other identity", r"asks for enc/rtx-4090/.*, but the pointer there names mlp/rtx-4090/", farm.pull)
     other, _ = farm.pointer("enc", "rtx-3090")
     farm.put_pointer(other)
-    _refused("other identity", "but the pointer there names enc/rtx-3090/", farm.pull)
+    refused("other identity", "but the pointer there names enc/rtx-3090/", farm.pull)
     assert not (farm.root / "host").exists()
 
 
@@ -149,39 +75,39 @@ def test_a_folder_copied_under_another_identity_and_a_replaced_manifest(farm):
     farm.store.delete(enc.manifest)
     farm.store.put_if_absent(enc.manifest, theirs.manifest_bytes)
     farm.put_pointer(enc.model_copy(update={"plan_sha256": mlp.plan_sha256}))
-    _refused("other identity", "is of mlp/rtx-4090/", farm.pull, trust=False)
+    refused("other identity", "is of mlp/rtx-4090/", farm.pull, trust=False)
     same_identity = mine.manifest.model_copy(update={"plan": mine.manifest.plan.model_copy(update={
         "key": theirs.manifest.plan.key.replace("mlp", "enc", 1)})})
     assert "it was copied from elsewhere" in manifest_identity_problem(enc.manifest, same_identity)
     farm.store.delete(enc.manifest)
     farm.store.put_if_absent(enc.manifest, mine.manifest_bytes)
     farm.put_pointer(enc.model_copy(update={"plan_sha256": "0" * 64}))
-    err = _refused("tampered", "names plan sha256 0000000000000000, but the manifest it points at", farm.pull,
+    err = refused("tampered", "names plan sha256 0000000000000000, but the manifest it points at", farm.pull,
                    trust=False)
     assert "re-release" not in str(err)
     farm.store.delete(enc.manifest)
-    _refused("tampered", "which is not in the store", farm.pull, trust=False)
+    refused("tampered", "which is not in the store", farm.pull, trust=False)
 
 
 def test_with_trusted_keys_the_release_must_be_signed_for_this_identity_and_these_bytes(farm):
     enc, _ = farm.pointer()
     mlp, _ = farm.pointer("mlp")
     farm.put_pointer(enc.model_copy(update={"claim": None}))
-    err = _refused("unsigned release", "carries no signed release, and verification is on", farm.pull)
+    err = refused("unsigned release", "carries no signed release, and verification is on", farm.pull)
     assert "`trtfarm sign`" in str(err)
     assert farm.pull("plain", trust=False).release.claim is None
     claim = unverified_claim(enc.claim)
     farm.put_pointer(enc.model_copy(update={"claim": sign_release(farm.stranger, claim)}))
-    _refused("untrusted key", "not among", farm.pull)
+    refused("untrusted key", "not among", farm.pull)
     farm.put_pointer(enc.model_copy(update={"claim": mlp.claim}))
-    _refused("other identity", "but its signed release is of mlp/rtx-4090/", farm.pull)
+    refused("other identity", "but its signed release is of mlp/rtx-4090/", farm.pull)
     for change, reason, match in (({"manifest": "plans/enc/x/manifest.json"}, "other identity", "names plans/enc/x"),
                                   ({"manifest_sha256": "1" * 64}, "other bytes", "manifest sha256 1111"),
                                   ({"plan_sha256": "2" * 64}, "other bytes", r"\(plan 2222")):
         farm.put_pointer(enc.model_copy(update={"claim": sign_release(farm.signer, claim.model_copy(update=change))}))
-        _refused(reason, match, farm.pull)
+        refused(reason, match, farm.pull)
     farm.put_pointer(enc.model_copy(update={"claim": {"mediaType": 5}}))
-    _refused("malformed", "not a model-signing bundle", farm.pull)
+    refused("malformed", "not a model-signing bundle", farm.pull)
     farm.put_pointer(json.dumps({**json.loads(enc.model_dump_json()), "claim": 5}).encode())
     with pytest.raises(CorruptObject, match="claim: Input should be"):
         farm.pull()
@@ -199,11 +125,11 @@ def test_a_host_refuses_a_rollback_and_a_freeze(farm):
             "exported_at": T0}))})
     v1 = v1.model_copy(update={"plan_sha256": unverified_claim(v1.claim).plan_sha256})
     farm.put_pointer(v1)
-    _refused("rollback", "is version 1, and this host already accepted version 2", farm.pull, to="old")
+    refused("rollback", "is version 1, and this host already accepted version 2", farm.pull, to="old")
     assert farm.pull("fresh-host", memory=False).release.claim.version == 1  # a host that never saw v2
     up = unverified_claim(v1.claim).model_copy(update={"version": 7})
     farm.put_pointer(v1.model_copy(update={"claim": sign_release(farm.signer, up)}))
-    _refused("rollback", "goes back to an export of", farm.pull, to="old")
+    refused("rollback", "goes back to an export of", farm.pull, to="old")
     farm.put_pointer(v1.model_copy(update={"claim": sign_release(farm.signer, up.model_copy(update={
         "action": "rollback"}))}))
     assert farm.pull("back").release.claim.version == 7
@@ -212,11 +138,11 @@ def test_a_host_refuses_a_rollback_and_a_freeze(farm):
     past = datetime.now(timezone.utc) - timedelta(days=1)
     farm.put_pointer(v2.model_copy(update={"claim": sign_release(farm.signer, claim.model_copy(update={
         "version": 9, "expires_at": past.isoformat()}))}))
-    _refused("frozen", "expired at", farm.pull, to="frozen")
+    refused("frozen", "expired at", farm.pull, to="frozen")
     farm.put_pointer(v2.model_copy(update={"claim": sign_release(farm.signer, claim.model_copy(update={
         "version": 9, "issued_at": (past - timedelta(days=20)).isoformat(),
         "expires_at": (past + timedelta(days=60)).isoformat()}))}))
-    _refused("frozen", "older than this host's", farm.pull, to="frozen", max_age=timedelta(days=14))
+    refused("frozen", "older than this host's", farm.pull, to="frozen", max_age=timedelta(days=14))
     assert farm.pull("ok", max_age=timedelta(days=30)).release.claim.version == 9
 
 
@@ -241,7 +167,7 @@ def test_release_signs_versions_that_grow_and_refuses_what_it_cannot_vouch_for(f
     enc, _ = farm.pointer()
     farm.put_pointer(enc.model_copy(update={"manifest": mlp, "plan_sha256": read_stored(
         farm.store, mlp).manifest.plan.sha256}))
-    err = _refused("other identity", "not released: .*; `--force` replaces it", move_release, farm.store, key, m,
+    err = refused("other identity", "not released: .*; `--force` replaces it", move_release, farm.store, key, m,
                    release_on="built", reason="x", signer=farm.signer)
     assert "mlp" in str(err)
     forced = move_release(farm.store, key, m, release_on="built", reason="repair", force=True, rollback=True,
@@ -250,25 +176,25 @@ def test_release_signs_versions_that_grow_and_refuses_what_it_cannot_vouch_for(f
     stranger = enc.model_copy(update={"manifest": key, "plan_sha256": m.plan.sha256, "claim": sign_release(
         farm.stranger, unverified_claim(forced.claim))})
     farm.put_pointer(stranger)
-    _refused("untrusted key", "`--force` replaces it", move_release, farm.store, farm.keys["enc", "rtx-4090", T1],
+    refused("untrusted key", "`--force` replaces it", move_release, farm.store, farm.keys["enc", "rtx-4090", T1],
              read_stored(farm.store, farm.keys["enc", "rtx-4090", T1]).manifest, release_on="built", reason="x",
              trust=farm.trust, signer=farm.signer)
     plan_key = m.plan.key
     farm.store.delete(plan_key)
     farm.store.put_if_absent(plan_key, b"\x00" * m.plan.bytes)
-    _refused("other bytes", "not released: .*sha256", move_release, farm.store, key, m, release_on="built",
+    refused("other bytes", "not released: .*sha256", move_release, farm.store, key, m, release_on="built",
              reason="x", trust=farm.trust, force=True, signer=farm.signer)
 
 
 def test_release_refuses_an_unsigned_plan_and_a_manifest_in_another_folder(tmp_path):
     farm = Farm(tmp_path / "u", signed=False)
     key = farm.keys["enc", "rtx-4090", T0]
-    _refused("unsigned", "not released: .*no signature", move_release, farm.store, key,
+    refused("unsigned", "not released: .*no signature", move_release, farm.store, key,
              read_stored(farm.store, key).manifest, release_on="built", reason="x", trust=farm.trust, rollback=True)
     mlp = read_stored(farm.store, farm.keys["mlp", "rtx-4090", T1])
     farm.store.delete(key)
     farm.store.put_if_absent(key, mlp.manifest_bytes)
-    _refused("other identity", "not released: .* is of mlp", move_release, farm.store, key, mlp.manifest,
+    refused("other identity", "not released: .* is of mlp", move_release, farm.store, key, mlp.manifest,
              release_on="built", reason="x")
 
 
@@ -309,7 +235,7 @@ def test_refresh_signs_the_same_manifest_again_and_never_a_tampered_pointer(farm
     assert refresh_release(farm.store, layout.release_key("nope", "rtx-4090", TC), farm.signer, reason="x") is None
     mlp, _ = farm.pointer("mlp")
     farm.put_pointer(mlp)
-    _refused("other identity", "names mlp", refresh_release, farm.store, key, farm.signer, reason="x")
+    refused("other identity", "names mlp", refresh_release, farm.store, key, farm.signer, reason="x")
 
 
 def test_gc_keeps_what_a_tampered_pointer_or_a_copied_manifest_touches(farm):
@@ -335,10 +261,10 @@ def test_check_release_without_freshness_still_refuses_a_rollback(farm):
     pointer, _ = farm.pointer()
     stored = read_stored(farm.store, pointer.manifest)
     late = datetime(2999, 1, 1, tzinfo=timezone.utc)
-    _refused("frozen", "expired", check_release, farm.store, key, pointer, stored, farm.trust, now=late)
+    refused("frozen", "expired", check_release, farm.store, key, pointer, stored, farm.trust, now=late)
     assert check_release(farm.store, key, pointer, stored, farm.trust, now=late, freshness=False).claim.version == 2
     farm.memory.remember(farm.store.uri, unverified_claim(pointer.claim).model_copy(update={"version": 5}))
-    _refused("rollback", "already accepted version 5", check_release, farm.store, key, pointer, stored, farm.trust,
+    refused("rollback", "already accepted version 5", check_release, farm.store, key, pointer, stored, farm.trust,
              farm.memory, freshness=False)
 
 
@@ -424,7 +350,7 @@ def test_an_unsigned_pull_leaves_no_release_file_beside_the_plan(tmp_path):
     assert not (farm.root / "host" / "enc.plan.release.json").exists()
 
 
-def test_a_manifest_of_the_same_identity_from_another_folder_is_refused(farm):
+def test_a_manifest_of_the_same_identity_from_another_folder_isrefused(farm):
     enc, _ = farm.pointer()
     for other in (farm.keys["enc", "rtx-4090", T0],
                   farm.publish("enc", "rtx-4090", T1, 9, farm.signer, build="profiles changed")):
@@ -432,7 +358,7 @@ def test_a_manifest_of_the_same_identity_from_another_folder_is_refused(farm):
         farm.store.delete(enc.manifest)
         farm.store.put_if_absent(enc.manifest, copied.manifest_bytes)
         farm.put_pointer(enc.model_copy(update={"plan_sha256": copied.manifest.plan.sha256}))
-        err = _refused("other identity", "it was copied from elsewhere", farm.pull, trust=False)
+        err = refused("other identity", "it was copied from elsewhere", farm.pull, trust=False)
         assert str(err).startswith("other identity: file://") and "asks for enc/rtx-4090/" in str(err)
 
 
@@ -473,7 +399,7 @@ def test_a_release_host_remembers_versions_and_refuses_an_older_current_pointer(
     m = read_stored(farm.store, key).manifest
     pointer, _ = farm.pointer()
     farm.memory.remember(farm.store.uri, unverified_claim(pointer.claim).model_copy(update={"version": 9}))
-    _refused("rollback", "is version 2, and this host already accepted version 9", move_release, farm.store,
+    refused("rollback", "is version 2, and this host already accepted version 9", move_release, farm.store,
              farm.keys["enc", "rtx-4090", T0], read_stored(farm.store, farm.keys["enc", "rtx-4090", T0]).manifest,
              release_on="built", reason="x", rollback=True, trust=farm.trust, accepted=farm.memory,
              signer=farm.signer)
@@ -492,7 +418,7 @@ def test_a_current_pointer_whose_manifest_is_gone_is_replaced_only_under_its_own
     assert moved.manifest == key and moved.version == 3
     mlp, _ = farm.pointer("mlp")
     farm.put_pointer(mlp.model_copy(update={"manifest": "plans/mlp/gone/manifest.json"}))
-    _refused("other identity", "but the pointer there names mlp/rtx-4090/", move_release, farm.store, key, m,
+    refused("other identity", "but the pointer there names mlp/rtx-4090/", move_release, farm.store, key, m,
              release_on="built", reason="x")
 
 
@@ -501,7 +427,7 @@ def test_release_judges_the_manifest_the_store_holds_not_the_one_it_was_handed(f
     mine = read_stored(farm.store, key).manifest
     farm.store.delete(key)
     farm.store.put_if_absent(key, read_stored(farm.store, farm.keys["mlp", "rtx-4090", T1]).manifest_bytes)
-    _refused("other identity", "is of mlp", move_release, farm.store, key, mine, release_on="built", reason="x",
+    refused("other identity", "is of mlp", move_release, farm.store, key, mine, release_on="built", reason="x",
              rollback=True)
 
 
