@@ -22,8 +22,8 @@ from trtfarm.signing.accepted import check_not_rolled_back
 from trtfarm.signing.bundle import SignatureRefused
 from trtfarm.signing.release_claim import DEFAULT_EXPIRY, ReleaseClaim, now_utc, sign_release
 from trtfarm.store import Conflict, Store
-from trtfarm.vocabulary.manifest import Manifest, validation_problems
-from trtfarm.vocabulary.pointer import ReleaseEvent, ReleasePointer, SeenPointer
+from trtfarm.vocabulary.manifest import Manifest
+from trtfarm.vocabulary.pointer import PointerInvalid, ReleaseEvent, ReleasePointer, SeenPointer, pointer_from_json
 
 HISTORY = 50
 
@@ -56,14 +56,18 @@ def policy_blocker(m: Manifest, release_on: str) -> str | None:
 
 
 def read_pointer(store: Store, key: str) -> tuple[ReleasePointer | None, str | None]:
-    """The pointer and its ETag (both None when there is none); ``CorruptObject`` naming the key when it is damaged."""
+    """The pointer and its ETag (both None when there is none); ``CorruptObject`` naming the key when it is damaged.
+
+    A schema 1 pointer reads as an unsigned release of version 0; a newer schema than this trtfarm knows is
+    ``PointerTooNew`` (upgrade trtfarm), never damage to repair.
+    """
     blob = store.get(key)
     if blob is None:
         return None, None
     try:
-        return ReleasePointer.model_validate_json(blob.data), blob.etag
-    except ValidationError as err:
-        raise CorruptObject(f"{store.url(key)}: not a release pointer ({validation_problems(err)}); rerun "
+        return pointer_from_json(blob.data, store.url(key)), blob.etag
+    except PointerInvalid as err:
+        raise CorruptObject(f"{store.url(key)}: not a release pointer ({err}); rerun "
                             "`trtfarm build` for the model (it repairs the pointer) or `trtfarm release MANIFEST "
                             "--reason ...`") from err
 
@@ -80,63 +84,75 @@ def seen_pointer(store: Store, key: str) -> SeenPointer | None:
     return SeenPointer(key=key, pointer=pointer, etag=etag)
 
 
-def _salvaged_history(data: bytes) -> list[ReleaseEvent]:
-    """The events of a damaged pointer that still parse (none when it is not JSON at all)."""
+def _salvaged(data: bytes) -> tuple[list[ReleaseEvent], int]:
+    """The events of a damaged pointer that still parse, and its version (none, 0 when it is not JSON at all)."""
     try:
         doc = json.loads(data)
     except ValueError:
-        return []
-    events = doc.get("history") if isinstance(doc, dict) else None
+        return [], 0
+    doc = doc if isinstance(doc, dict) else {}
+    events, version = doc.get("history"), doc.get("version")
     good = []
     for event in events if isinstance(events, list) else []:
         try:
             good.append(ReleaseEvent.model_validate(event))
         except ValidationError:
             continue
-    return good
+    return good, version if type(version) is int and version > 0 else 0
 
 
-def _newest_releasable(store: Store, key: str, release_on: str) -> Manifest | None:
+def _newest_releasable(store: Store, key: str, release_on: str) -> str | None:
+    """The key of the newest manifest of the pointer's identity, in its own folder, that the policy accepts."""
     from trtfarm.publishing.catalog import manifests_in
+    from trtfarm.publishing.release_check import manifest_identity_problem
 
     model = key.split("/")[1]
-    found = [m for _, _, m in manifests_in(store, model, problems=[]) if pointer_key(m) == key
-             and policy_blocker(m, release_on) is None]
-    return max(found, key=lambda m: (m.model.exported_at or "", m.created_at), default=None)
+    found = [x for x in manifests_in(store, model, problems=[]) if pointer_key(x.manifest) == key
+             and policy_blocker(x.manifest, release_on) is None and not manifest_identity_problem(x.key, x.manifest)]
+    newest = max(found, key=lambda x: (x.manifest.model.exported_at or "", x.manifest.created_at), default=None)
+    return newest.key if newest else None
 
 
-def repair_pointer(store: Store, key: str, release_on: str = "engine") -> str | None:
+def repair_pointer(store: Store, key: str, release_on: str = "engine", signer=None) -> str | None:
     """Rewrite a damaged pointer trtfarm owns; None when it is intact (or absent), else what was done.
 
-    From its history when its last parseable move names a manifest still in the store; else from the newest
-    manifest of its (model, GPU, toolchain) that the policy accepts; else it is removed (nothing to point at).
+    Unsigned, from its history when its last parseable move names a manifest still in the store; else from the
+    newest manifest of its (model, GPU, toolchain) that the policy accepts; else it is removed (nothing to point
+    at). With ``signer`` the repair is a signed release (the next version after the one the damaged bytes still
+    say), and it names only what the signer can vouch for: the newest such manifest, never one read from damaged
+    bytes (a bucket writer could otherwise have a worker sign a rollback).
     """
+    from trtfarm.publishing.attest import read_stored
+
     try:
         read_pointer(store, key)
         return None
     except CorruptObject as damaged:
         why = str(damaged).split(": ", 1)[-1].split("; rerun", 1)[0]
         blob = store.get(key)
-    history = _salvaged_history(blob.data)
-    last = next((e for e in reversed(history) if read_manifest(store, e.manifest) is not None), None)
-    m = read_manifest(store, last.manifest) if last else _newest_releasable(store, key, release_on)
-    if m is None:
+    history, version = _salvaged(blob.data)
+    last = None if signer else next((e for e in reversed(history) if read_manifest(store, e.manifest)), None)
+    manifest = last.manifest if last else _newest_releasable(store, key, release_on)
+    stored = read_stored(store, manifest) if manifest else None
+    if stored is None:
         store.delete(key)
         return f"removed the damaged pointer {key} ({why}): no manifest in the store to point it at"
-    manifest = last.manifest if last else manifest_key(m.plan.key.rsplit("/", 1)[0])
+    m = stored.manifest
     event = ReleaseEvent(action="release", manifest=manifest, onnx_digest=m.model.onnx_digest,
                          exported_at=m.model.exported_at, by=f"trtfarm repair ({_who()})", reason=f"repaired: {why}",
                          at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     pointer = ReleasePointer(model=m.model.name, gpu=m.target.gpu, toolchain=toolchain_label(m), manifest=manifest,
                              plan_key=m.plan.key, plan_sha256=m.plan.sha256, onnx_digest=m.model.onnx_digest,
                              build_digest=m.build.build_digest, exported_at=m.model.exported_at,
-                             history=[*history, event][-HISTORY:])
+                             history=[*history, event][-HISTORY:], version=version + 1)
+    pointer, _ = _signed(pointer, m, stored.manifest_sha256, signer, DEFAULT_EXPIRY)
     try:
         store.compare_and_swap(key, pointer.model_dump_json(indent=2).encode(), blob.etag)
     except Conflict:
         return None  # someone rewrote it meanwhile: theirs stands
     source = "its history" if last else "the newest manifest"
-    return f"repaired the damaged pointer {key} ({why}): rewritten from {source} to {manifest}"
+    signed = f", signed as version {pointer.version}" if pointer.claim else ""
+    return f"repaired the damaged pointer {key} ({why}): rewritten from {source} to {manifest}{signed}"
 
 
 def stored_manifest_key(store: Store, m: Manifest, source: str) -> str:
