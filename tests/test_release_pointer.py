@@ -8,16 +8,18 @@ key every move carries a signed claim; without one the move is unsigned, and `tr
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from trtfarm import layout
-from trtfarm.building.outcome import triage
+from trtfarm.building.outcome import triage, triage_listed
 from trtfarm.errors import CorruptObject, UserInputError
 from trtfarm.publishing.attest import read_stored
 from trtfarm.publishing.release import list_pointers, move_release, read_pointer, repair_pointer, seen_pointer
+from trtfarm.publishing.release_check import check_release
 from trtfarm.publishing.sign_store import sign_store
-from trtfarm.signing.release_claim import verify_release
+from trtfarm.signing.release_claim import unverified_claim, verify_release
 from trtfarm.vocabulary.fleet import select_targets
 from trtfarm.vocabulary.fleet_file import load_fleet
 from trtfarm.vocabulary.pointer import POINTER_SCHEMA, PointerInvalid, PointerTooNew, pointer_from_json
@@ -89,7 +91,7 @@ def test_a_newer_pointer_schema_is_one_line_naming_the_upgrade_and_is_never_repa
     for call in (lambda: read_pointer(farm.store, KEY), farm.pull, lambda: repair_pointer(farm.store, KEY, "built",
                                                                                           farm.signer),
                  lambda: seen_pointer(farm.store, KEY), lambda: list_pointers(farm.store, "enc", problems=[]),
-                 lambda: triage(farm.store, [_plan(farm, tmp_path)])):
+                 lambda: triage(farm.store, [_plan(farm, tmp_path)], signer=farm.signer)):
         with pytest.raises(PointerTooNew) as err:
             call()
         text = str(err.value)
@@ -121,3 +123,71 @@ def test_a_pointer_of_a_known_schema_with_wrong_fields_is_damaged(farm, doc, why
     for data, why in ((b"[1]", "not a JSON object"), (b"\xff{", "not a JSON object"), (b"{}", "no schema_version")):
         with pytest.raises(PointerInvalid, match=why):
             pointer_from_json(data)
+
+
+def test_planning_signs_the_release_of_a_plan_a_killed_run_left_unreleased(farm, tmp_path):
+    farm.store.delete(KEY)  # published, then killed before the release
+    plan = _plan(farm, tmp_path)
+    done, todo = triage(farm.store, [plan], signer=farm.signer)
+    assert todo == [] and done[plan.target.id].release.startswith(f"released: {KEY}: nothing -> enc/")
+    pointer, _ = farm.pointer()
+    assert pointer.manifest == plan.manifest_key and _signed_by(farm, pointer) == pointer.version == 1
+    assert farm.pull().release.claim.version == 1
+    farm.store.delete(KEY)  # the farm's path: the listings say there is no pointer
+    done, todo = triage_listed(farm.store, [replace(plan, pointer=None)], signer=farm.signer)
+    assert todo == [] and done[plan.target.id].release.startswith("released: ")
+    again, _ = farm.pointer()
+    assert _signed_by(farm, again) == again.version == 1 and again.manifest == plan.manifest_key
+
+
+def test_planning_without_a_key_releases_unsigned_and_sign_signs_it_later(farm, tmp_path):
+    farm.store.delete(KEY)
+    plan = _plan(farm, tmp_path)
+    done, _ = triage_listed(farm.store, [plan])
+    assert done[plan.target.id].release.startswith("released: ")
+    pointer, _ = farm.pointer()
+    assert (pointer.claim, pointer.version) == (None, 1)
+    assert "`trtfarm sign`" in str(refused("unsigned release", "carries no signed release", farm.pull))
+    sign_store(farm.store, farm.signer, ["enc"])
+    signed, _ = farm.pointer()
+    assert _signed_by(farm, signed) == 2 and farm.pull().release.claim.action == "refresh"
+
+
+def test_a_damaged_pointer_is_repaired_signed_by_a_process_with_a_key(farm, tmp_path):
+    farm.store.compare_and_swap(KEY, b"{not json", farm.store.get(KEY).etag)
+    done, _ = triage(farm.store, [_plan(farm, tmp_path)], signer=farm.signer)
+    note = next(iter(done.values())).release
+    assert note.startswith(f"repaired the damaged pointer {KEY}") and "signed as version 1" in note, note
+    pointer, _ = farm.pointer()
+    assert _signed_by(farm, pointer) == 1 and pointer.manifest == farm.keys["enc", "rtx-4090", T1]
+    assert farm.pull(memory=False).verdict.ok is True
+    farm.store.compare_and_swap(KEY, b"{not json", farm.store.get(KEY).etag)
+    unsigned = repair_pointer(farm.store, KEY, "built")
+    assert "signed" not in unsigned and farm.pointer()[0].claim is None
+
+
+def test_a_signed_repair_names_only_what_the_signer_vouches_for_never_the_damaged_history(farm):
+    enc, _ = farm.pointer()
+    old = farm.keys["enc", "rtx-4090", T0]
+    doc = json.loads(enc.model_dump_json())
+    doc["history"][-1]["manifest"] = old  # a bucket writer's "damaged" pointer whose history goes back a month
+    del doc["model"]
+    damaged = json.dumps({**doc, "version": 7}).encode()
+    farm.put_pointer(damaged)
+    assert "rewritten from its history to " + old in repair_pointer(farm.store, KEY, "built")  # unsigned: history
+    farm.put_pointer(damaged)
+    note = repair_pointer(farm.store, KEY, "built", farm.signer)
+    assert "rewritten from the newest manifest" in note and "signed as version 8" in note, note
+    pointer, _ = farm.pointer()
+    assert pointer.manifest == farm.keys["enc", "rtx-4090", T1] and _signed_by(farm, pointer) == 8
+    assert pointer.history[-2].manifest == old and pointer.current.reason.startswith("repaired: ")
+    verdict = check_release(farm.store, KEY, pointer, read_stored(farm.store, pointer.manifest), farm.trust)
+    assert unverified_claim(pointer.claim) == verdict.claim
+    newest = farm.keys["enc", "rtx-4090", T1]
+    copied = read_stored(farm.store, newest).manifest_bytes
+    for key in (newest, old):  # the newest manifest, copied over the older one's: in a folder not its own
+        farm.store.delete(key)
+    farm.store.put_if_absent(old, copied)
+    farm.put_pointer(damaged)
+    assert repair_pointer(farm.store, KEY, "built", farm.signer).startswith(f"removed the damaged pointer {KEY}")
+    assert farm.store.get(KEY) is None
