@@ -1,6 +1,7 @@
 """A farm of made-up plan bytes, really signed, in a file:// store: the fast chain tests' fixture.
 
-The plans are not TensorRT plans (the chain never parses one: it hashes it); the manifest is a real one
+The plans are not TensorRT plans: a TensorRT-RTX 1.7.1.116 header (what the loader reads without a GPU) and made-up
+bytes (the chain never parses a plan: it hashes it; a runtime refuses it). The manifest is a real one
 (tests/data/manifest_encoder_rtx4090.json) with model, GPU, export time and plan changed, published through the
 real publish protocol with real signatures, released with real signed claims.
 """
@@ -29,6 +30,11 @@ from trtfarm.vocabulary.manifest import manifest_from_json
 TEMPLATE = Path(__file__).parent / "data" / "manifest_encoder_rtx4090.json"
 TC = "tensorrt_rtx-1.7.1.116"
 T0, T1 = "2026-01-01T00:00:00+00:00", "2026-02-01T00:00:00+00:00"
+
+
+def rtx_header(version: tuple[int, int, int, int] = (1, 7, 1, 116), magic: bytes = b"vtrt") -> bytes:
+    """The 28 bytes a TensorRT-RTX plan starts with (trtfarm/machine/header.py): magic, then the version at 24."""
+    return magic + bytes(20) + bytes(version)
 
 
 def make_key(folder: Path, name: str):
@@ -70,7 +76,7 @@ class Farm:
             "build": t.build.model_copy(update={"build_digest": digest})})
         prefix = layout.plan_prefix(name, onnx, gpu, TC, m.build.build_digest)
         plan = self.root / f"{name}-{seed}.plan"
-        plan.write_bytes(bytes([seed]) * (1000 + seed))
+        plan.write_bytes(rtx_header() + bytes([seed]) * (1000 + seed))
         prov = Attestation(lambda man, sha: json.dumps({"subject": man.plan.sha256}).encode(), signer)
         return publish_plan(self.store, prefix, plan, lambda info: m.model_copy(update={"plan": info}),
                             attest=prov).manifest_key

@@ -119,8 +119,9 @@ def _locate(ref: Path) -> tuple[Path, Path]:
     if ref.name.endswith(".json"):
         if not ref.is_file():
             raise UserInputError(f"{ref}: no such manifest")
-        candidates = [ref.with_name(ref.name.removesuffix(".manifest.json")), ref.with_name("model.plan")]
-        return next((c for c in candidates if c.is_file() and c != ref), candidates[-1]), ref
+        candidates = [c for c in (ref.with_name(ref.name.removesuffix(".manifest.json")), ref.with_name("model.plan"))
+                      if c != ref]  # X.plan.manifest.json names X.plan (pull's), any manifest model.plan (a store's)
+        return next((c for c in candidates if c.is_file()), candidates[0]), ref
     mpath = manifest_beside(ref)
     if not mpath.is_file() and ref.with_name("manifest.json").is_file():
         mpath = ref.with_name("manifest.json")
