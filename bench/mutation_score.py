@@ -24,7 +24,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 MUTMUT = Path(sys.executable).with_name("mutmut")
-CHAIN = ["tests/test_chain_fast.py"]
+CHAIN = ["tests/test_chain_fast.py", "tests/test_chain_loader.py", "tests/test_chain_pull.py",
+         "tests/test_chain_publish.py", "tests/test_release_pointer.py"]  # the chain's fast tests (tests/chain_farm.py)
 SUITES = {
     "trtfarm/signing/bundle.py": ["tests/test_refusals.py"],
     "trtfarm/signing/verdict.py": ["tests/test_refusals.py"],
