@@ -71,7 +71,7 @@ def score(module: str, tests: list[str], survivors: list[str]) -> dict:
                   if str(p.relative_to(work)) != module]
         (work / "setup.cfg").write_text(
             "[mutmut]\nsource_paths=trtfarm/\nalso_copy=examples\n"
-            f"pytest_add_cli_args_test_selection={' '.join(tests)}\n"
+            "pytest_add_cli_args_test_selection=\n" + "".join(f"    {t}\n" for t in tests) +
             "do_not_mutate=\n" + "".join(f"    {o}\n" for o in others))
         started = time.perf_counter()
         run = subprocess.run([str(MUTMUT), "run"], cwd=work, capture_output=True, text=True)
