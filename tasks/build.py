@@ -30,9 +30,11 @@ def retry_infrastructure_only(task, task_run, state) -> bool:
 def plan_models(request: MatrixRequest, exports: list[ExportRef], farm: bool, fleet: Fleet) -> list[ExportPlan]:
     """Everything decided before any build, for every model of the run: outcomes known now, and the jobs to run.
 
-    One task for the whole run: the core plans the models together (one store listing, models on threads).
+    One task for the whole run: the core plans the models together (one store listing, models on threads). A plan
+    that a killed run published but never released is released here, signed when this process has a key.
     """
-    return plan_run(request, open_store(request.store), exports, farm, fleet)
+    signer = signing_settings(request.targets_file, only="key").signer()
+    return plan_run(request, open_store(request.store), exports, farm, fleet, signer)
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)

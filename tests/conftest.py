@@ -165,3 +165,9 @@ def encoder_calib(tmp_path_factory, example_onnx):
     path = tmp_path_factory.mktemp("calib") / "calib.npz"
     np.savez(path, **generate_inputs(onnx.load(str(example_onnx)), samples=64, seq=64, seed=3))
     return path
+
+
+@pytest.fixture(autouse=True)
+def _private_release_memory(tmp_path_factory, monkeypatch):
+    """Each test's serving host remembers accepted releases in a folder of its own, never ~/.local/state."""
+    monkeypatch.setenv("TRTFARM_RELEASE_STATE", str(tmp_path_factory.mktemp("host-state") / "accepted.json"))

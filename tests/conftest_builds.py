@@ -16,13 +16,15 @@ from trtfarm.vocabulary.targets import plan_targets
 from .conftest import ENCODER_PROFILE, make_model
 
 
-def publish_export(store, fleet_file: Path, folder: Path, seed: int, mtime: float, targets: list[str], signer=None):
-    """Write the encoder with weights ``seed`` (exported at ``mtime``), build and publish it for ``targets``."""
+def publish_export(store, fleet_file: Path, folder: Path, seed: int, mtime: float, targets: list[str], signer=None,
+                   name: str = "encoder"):
+    """Write the encoder with weights ``seed`` (exported at ``mtime``) as ``name``, build and publish it for
+    ``targets``."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "model.onnx"
     path.write_bytes(make_model.encoder_model(seed).SerializeToString(deterministic=True))
     os.utime(path, (mtime, mtime))
-    model = model_source(path, "encoder")
+    model = model_source(path, name)
     profiles = [profile_from_args(ENCODER_PROFILE)]
     plans = plan_targets(model, model.onnx_digest, select_targets(load_fleet(fleet_file), targets), profiles,
                          local_capabilities())

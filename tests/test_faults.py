@@ -242,7 +242,9 @@ def test_verify_of_a_manifest_without_fields_names_it(work, released, content):
     bad = work / "enc.plan.manifest.json"
     bad.write_text(content)
     (work / "enc.plan").write_bytes(b"plan")
-    one_error(trtfarm(work, "verify", str(work / "enc.plan")), 2, str(bad), "manifest")
+    # the manifest beside a pulled plan is damaged or replaced: the plan is refused (exit 1), as verify refuses any
+    # mismatch (a manifest path that is not there at all is bad input, exit 2: below)
+    one_error(trtfarm(work, "verify", str(work / "enc.plan")), 1, "refused: ", str(bad), "manifest")
 
 
 def test_verify_of_a_missing_manifest_path_names_it(work):

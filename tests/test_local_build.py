@@ -16,6 +16,7 @@ from trtfarm.publishing.publish import read_manifest
 from trtfarm.store import open_store
 
 from .fleets import ONE_RTX_TARGET
+from .test_signing import key_pair
 
 pytestmark = pytest.mark.integration
 TRTFARM = [sys.executable, "-m", "trtfarm"]
@@ -71,19 +72,44 @@ def test_eight_builds_of_one_model_at_once_all_succeed_and_publish_once(workdir,
     assert pointer["manifest"] == manifests[0] and len(pointer["history"]) == 1
 
 
-def test_a_plan_published_but_never_released_is_released_by_the_rerun(workdir, example_dir):
-    """The state a build killed between its manifest and its release pointer leaves behind."""
-    first = json.loads(build(workdir, example_dir / "model.onnx").stdout)[0]
+def test_a_plan_published_but_never_released_is_released_by_the_rerun_signed(workdir, example_dir):
+    """The state a build killed between its manifest and its release pointer leaves behind, on a signing farm.
+
+    The rerun finds the plan up to date and releases it: with the worker's key in the environment that release is
+    a signed claim like any build's (a serving host with trusted keys pulls it), and so is the repair of a damaged
+    pointer; the same rerun without a key releases it unsigned, and `trtfarm sign` signs it.
+    """
+    private, public = key_pair(workdir, "worker")
+    signing = env_for(workdir, TRTFARM_SIGNING_KEY=str(private))
+    first = json.loads(build(workdir, example_dir / "model.onnx", env=signing).stdout)[0]
     assert first["release"].startswith("released:")
     store = open_store(str(workdir / "trtfarm-store"))
     pointer = "releases/encoder/rtx-4090/tensorrt_rtx-1.7.1.116.json"
-    store.delete(pointer)
-    rerun = json.loads(build(workdir, example_dir / "model.onnx").stdout)[0]
-    assert rerun["status"] == "up-to-date" and rerun["release"].startswith(f"released: {pointer}: nothing -> encoder/")
-    pulled = subprocess.run([*TRTFARM, "pull", "encoder", "--gpu", "rtx-4090", "--toolchain",
-                             "tensorrt_rtx-1.7.1.116", "--to", "host/enc.plan", "--json"], cwd=workdir,
-                            env=env_for(workdir), capture_output=True, text=True, timeout=120)
-    assert pulled.returncode == 0, pulled.stderr
+    pull = [*TRTFARM, "pull", "encoder", "--gpu", "rtx-4090", "--toolchain", "tensorrt_rtx-1.7.1.116", "--json"]
+    serving = env_for(workdir, TRTFARM_TRUSTED_KEYS=str(public), TRTFARM_RELEASE_STATE=str(workdir / "host.json"))
+    for n, (damage, key, signed) in enumerate((("delete", signing, True), (b"{not json", signing, True),
+                                               ("delete", None, False))):
+        if damage == "delete":
+            store.delete(pointer)
+        else:
+            store.compare_and_swap(pointer, damage, store.get(pointer).etag)
+        rerun = json.loads(build(workdir, example_dir / "model.onnx", env=key).stdout)[0]
+        assert rerun["status"] == "up-to-date" and "released: " in rerun["release"], rerun
+        claim = json.loads(store.get(pointer).data)["claim"]
+        assert (claim is not None) == signed, (damage, rerun["release"])
+        pulled = subprocess.run([*pull, "--to", f"host/{n}.plan"], cwd=workdir, env=serving,
+                                capture_output=True, text=True, timeout=120)
+        if signed:
+            assert pulled.returncode == 0 and json.loads(pulled.stdout)["signature"] == "signed", pulled.stderr
+        else:
+            assert pulled.returncode == 1 and "unsigned release" in pulled.stderr and "trtfarm sign" in \
+                pulled.stderr, pulled.stderr
+    signed_later = subprocess.run([*TRTFARM, "sign", "encoder"], cwd=workdir, env=signing, capture_output=True,
+                                  text=True, timeout=120)
+    assert signed_later.returncode == 0, signed_later.stderr
+    again = subprocess.run([*pull, "--to", "host/signed.plan"], cwd=workdir, env=serving, capture_output=True,
+                           text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
 
 
 def test_a_damaged_plan_object_is_rebuilt_not_reported_up_to_date(workdir, example_dir):

@@ -149,7 +149,7 @@ def test_a_plan_and_manifest_replaced_together_are_refused_by_verify_pull_and_lo
 
     pulled = pull_cli(store, fleet, tmp_path / "host" / "encoder.plan", str(public))
     assert pulled.returncode == 1
-    assert "refused: unsigned: " in one_line(pulled) and "no signature for this manifest" in one_line(pulled)
+    assert "refused: other bytes: " in one_line(pulled) and "replaced after it was released" in one_line(pulled)
     assert not (tmp_path / "host" / "encoder.plan").exists()  # refused before any plan byte came down
 
     # the attacker also copies the old signature to the forged manifest's name: it covers other bytes
@@ -197,7 +197,8 @@ def test_a_rotation_keeps_old_plans_while_the_old_key_is_trusted_and_refuses_the
 
     # during the rotation: roll back to the old-key plan, pull it, then release the newest again
     rolled = trtfarm("release", old_manifest, "--reason", "rotation drill", "--rollback", "--store", store.uri,
-                     "--targets-file", str(fleet), env={"TRTFARM_TRUSTED_KEYS": f"{old_pub},{new_pub}"})
+                     "--targets-file", str(fleet), env={"TRTFARM_TRUSTED_KEYS": f"{old_pub},{new_pub}",
+                                                        "TRTFARM_SIGNING_KEY": str(new_key)})
     assert rolled.returncode == 0, rolled.stderr
     pulled = pull_cli(store, fleet, tmp_path / "host" / "encoder.plan", f"{old_pub},{new_pub}")
     assert pulled.returncode == 0 and f"({old_pub})" in pulled.stdout
@@ -217,7 +218,8 @@ def test_a_rotation_keeps_old_plans_while_the_old_key_is_trusted_and_refuses_the
     # the old key is removed: its plans are refused by release, pull, verify and load_plan; the new ones pass
     only_new = load_trusted_keys([new_pub], "TRTFARM_TRUSTED_KEYS")
     again = trtfarm("release", old_manifest, "--reason", "after rotation", "--rollback", "--store", store.uri,
-                    "--targets-file", str(fleet), env={"TRTFARM_TRUSTED_KEYS": str(new_pub)})
+                    "--targets-file", str(fleet), env={"TRTFARM_TRUSTED_KEYS": str(new_pub),
+                                                       "TRTFARM_SIGNING_KEY": str(new_key)})
     assert again.returncode == 1 and one_line(again).startswith("error: refused: untrusted key: ")
     refused = pull_cli(store, fleet, tmp_path / "old-host" / "encoder.plan", str(new_pub))
     assert refused.returncode == 1 and "refused: untrusted key: " in one_line(refused)
@@ -225,7 +227,7 @@ def test_a_rotation_keeps_old_plans_while_the_old_key_is_trusted_and_refuses_the
     with pytest.raises(UntrustedPlan, match="untrusted key: "):
         load_plan(tmp_path / "host" / "encoder.plan", installed=RTX, gpus=RTX4090, trust=only_new)
     move_release(store, new_manifest, read_manifest(store, new_manifest), release_on="built", reason="rotated",
-                 trust=only_new)
+                 trust=only_new, signer=PemKeySigner(new_key))
     assert pull_cli(store, fleet, tmp_path / "new-host" / "encoder.plan", str(new_pub)).returncode == 0
 
 

@@ -48,6 +48,18 @@ def test_a_signed_recent_post_passes_and_anything_else_is_401():
         assert rejected.value.status == 401
 
 
+def test_the_replay_window_is_both_ways_and_its_edge_is_inside():
+    body = b'{"model_uri": "s3://exports/encoder/"}'
+    for skew in (-300, 0, 300):  # exactly the window, either way, is accepted
+        ts = str(NOW + skew)
+        check_signature("s3cret", ts, sign("s3cret", ts, body), body, NOW, 300)
+    for skew in (-301, 301, 86_400):  # a post dated in the future is as stale as one from the past
+        ts = str(NOW + skew)
+        with pytest.raises(Rejected, match="replay window") as rejected:
+            check_signature("s3cret", ts, sign("s3cret", ts, body), body, NOW, 300)
+        assert rejected.value.status == 401
+
+
 def test_a_generic_post_must_name_an_export_folder_that_exists():
     etags = {"s3://exports/team/encoder": '"abc"'}
     export = export_from_json(b'{"model_uri": "s3://exports/team/encoder/model.onnx"}', etags.get, ROOTS)
@@ -116,6 +128,13 @@ def test_sns_signatures_are_checked_against_the_signing_certificate(version, alg
                    {"SignatureVersion": "3"}):
         with pytest.raises(Rejected) as rejected:
             check_sns_signature({**msg, **change}, lambda url: pem)
+        assert rejected.value.status == 401
+    unsigned = {k: v for k, v in msg.items() if k != "Signature"}
+    for bad, cert, why in ((unsigned, pem, "does not verify"), ({k: v for k, v in msg.items() if k !=
+                                                                 "SigningCertURL"}, pem, "not an SNS certificate"),
+                           (msg, b"not a certificate", "could not be checked")):
+        with pytest.raises(Rejected, match=why) as rejected:
+            check_sns_signature(bad, lambda url, cert=cert: cert)
         assert rejected.value.status == 401
 
 
@@ -193,3 +212,90 @@ def test_a_deep_or_overlong_post_is_400(body):
     with pytest.raises(Rejected) as rejected:
         parse_sns(body, {TOPIC})
     assert rejected.value.status in (400, 403)
+
+
+def test_each_refusal_of_a_request_has_its_status_and_names_its_cause():
+    from trtfarm.triggers.webhook import location
+
+    for body in (b"[1]", b'{"model_uri": 5}', b'{"model_uri": "http://exports/encoder/"}',
+                 b'{"model_uri": "s3://exports/"}'):
+        with pytest.raises(Rejected, match="body must be") as rejected:
+            export_from_json(body, lambda uri: '"abc"', ROOTS)
+        assert rejected.value.status == 400
+    named = export_from_json(b'{"model_uri": "s3://exports/team/encoder/", "name": "enc-v2", "refit": true}',
+                             lambda uri: '"abc"', ROOTS)
+    assert (named.name, named.version, named.refit) == ("enc-v2", "abc", True)
+    for msg in ({"Type": "Notification"}, {"TopicArn": TOPIC}):
+        with pytest.raises(Rejected, match="not an SNS message") as rejected:
+            parse_sns(json.dumps(msg).encode(), {TOPIC})
+        assert rejected.value.status == 400
+    with pytest.raises(Rejected, match="unknown SNS message Type 'Other'") as rejected:
+        sns_string_to_sign({"Type": "Other"})
+    assert rejected.value.status == 400
+    for message, why in (("[1]", "not an S3 event notification"),
+                         (json.dumps({"Records": [{"eventName": "ObjectCreated:Put", "s3": {}}]}), "without s3")):
+        with pytest.raises(Rejected, match=why) as rejected:
+            exports_from_s3_event(message, ROOTS)
+        assert rejected.value.status == 400
+    edge = "s3://exports/" + "a" * 255
+    assert location(edge).parts == ("a" * 255,)
+    longest = "s3://exports/" + "/".join(["b" * 254] * 4) + "/" + "c" * (1024 - 4 * 255 - 1)
+    assert len(location(longest).parts) == 5
+    for uri in (edge + "a", longest + "c"):
+        with pytest.raises(Rejected, match="longer than 255 bytes or the path longer than 1024") as rejected:
+            location(uri)
+        assert rejected.value.status == 400
+
+
+def test_s3_records_keep_going_past_what_they_skip_and_carry_the_upload_version():
+    records = [_record("team/encoder/model.onnx", "ObjectRemoved:Delete"), {"s3": {}},
+               _record("store/models/encoder/x/model.onnx", etag='"e1"'),
+               _record("store/models/encoder/x/export.json", etag='"e2"'),
+               _record("team/decoder/model.onnx", etag="")]
+    records[-1]["s3"]["object"]["sequencer"] = "0055AED6DCD90281E5"
+    exports = exports_from_s3_event(json.dumps({"Records": records}), ROOTS)
+    assert [(e.uri, e.version) for e in exports] == [("s3://exports/store/models/encoder/x", "e2"),
+                                                     ("s3://exports/team/decoder", "0055AED6DCD90281E5")]
+
+
+def test_an_unreadable_export_is_400_and_a_store_that_does_not_answer_is_502():
+    from trtfarm.errors import StoreError
+
+    class Answered(Exception):
+        def __init__(self, status):
+            self.response = {"ResponseMetadata": {"HTTPStatusCode": status}}
+
+    def failing(cause, text="boom\nsecond line"):
+        def etag(uri):
+            raise StoreError(text) from cause
+        return etag
+
+    body = b'{"model_uri": "s3://exports/team/encoder/"}'
+    for status, code in ((400, 400), (403, 400), (499, 400), (500, 502), (503, 502)):
+        with pytest.raises(Rejected, match=f"HTTP {status}" if code == 400 else "did not answer: boom$") as rejected:
+            export_from_json(body, failing(Answered(status)), ROOTS)
+        assert rejected.value.status == code
+    for cause in (None, OSError("refused")):
+        with pytest.raises(Rejected, match="did not answer: boom$") as rejected:
+            export_from_json(body, failing(cause), ROOTS)
+        assert rejected.value.status == 502
+    with pytest.raises(Rejected, match="did not answer: StoreError$"):
+        export_from_json(body, failing(None, ""), ROOTS)
+
+
+def test_an_export_becomes_one_event_and_one_claim_record(tmp_path):
+    import uuid
+
+    export = Export("s3://exports/encoder", "encoder", "abc", refit=False)
+    event = export.event("sns:7")
+    assert event["id"] == str(uuid.UUID(export.claim_id[:32])) and event["event"] == "trtfarm.model.exported"
+    assert event["resource"] == {"prefect.resource.id": "trtfarm.model.encoder", "prefect.resource.name": "encoder"}
+    assert event["payload"] == {"model_uri": "s3://exports/encoder", "version": "abc", "source": "sns:7"}
+    assert datetime.fromisoformat(event["occurred"]).tzinfo is not None
+    store = LocalStore(tmp_path)
+    assert claim(store, export, "sns:7") is True
+    [key] = store.list("")
+    record = json.loads(store.get(key).data)
+    assert {k: record[k] for k in ("uri", "name", "version", "source")} == {
+        "uri": "s3://exports/encoder", "name": "encoder", "version": "abc", "source": "sns:7"}
+    assert datetime.fromisoformat(record["claimed_at"]).tzinfo is not None

@@ -141,6 +141,14 @@ def release_key(model: str, gpu: str, toolchain_label: str) -> str:
            f"{_segment('toolchain', toolchain_label)}.json"
 
 
+def parse_release_key(key: str) -> tuple[str, str, str] | None:
+    """``releases/<model>/<gpu>/<toolchain>.json`` -> (model, GPU, toolchain label); None for any other key."""
+    parts = key.split("/")
+    if len(parts) != 4 or parts[0] != RELEASES or not parts[3].endswith(".json"):
+        return None
+    return parts[1], parts[2], parts[3].removesuffix(".json")
+
+
 def releases_prefix(model: str | None = None) -> str:
     """Where every release pointer (of ``model``) lives."""
     return f"{RELEASES}/{check_name('model name', model)}/" if model else f"{RELEASES}/"

@@ -46,22 +46,24 @@ def find_exports(store: Store, model: str | None) -> list[ExportRef]:
 
 
 def plan_run(request: MatrixRequest, store: Store, exports: Iterable[ExportRef], farm: bool,
-             fleet: Fleet | None = None) -> list[ExportPlan]:
+             fleet: Fleet | None = None, signer=None) -> list[ExportPlan]:
     """Plan every model of the run; the fleet is parsed, its targets resolved and this machine scanned once per run.
 
     A farm run over several models lists the store's plans and release pointers once and plans the models on a
-    few threads (their store requests overlap; the store client is shared).
+    few threads (their store requests overlap; the store client is shared). Planning releases a published plan
+    that a killed run left unreleased: ``signer`` (this process's key) signs those releases.
     """
     fleet = fleet or load_fleet(request.targets_file)
     targets = select_targets(fleet, request.targets or None)  # an unknown target id fails the run before any work
     exports = list(exports)
     if not farm:
         caps = local_capabilities()
-        return [plan_export(request, e, store, farm=False, fleet=fleet, caps=caps, targets=targets) for e in exports]
+        return [plan_export(request, e, store, farm=False, fleet=fleet, caps=caps, targets=targets, signer=signer)
+                for e in exports]
     index = StoreIndex(store) if len(exports) > 1 else None
     with ThreadPoolExecutor(max_workers=min(PLAN_THREADS, max(len(exports), 1))) as pool:
         return list(pool.map(lambda e: plan_export(request, e, store, farm=True, fleet=fleet, index=index,
-                                                   targets=targets), exports))
+                                                   targets=targets, signer=signer), exports))
 
 
 def refit_fallbacks(jobs: list[BuildJob], results: list[JobResult], where: Callable[[BuildJob], str]) -> list[BuildJob]:
@@ -131,6 +133,17 @@ def sweep_stale_work(root: Path | None = None, now: float | None = None) -> int:
     return removed
 
 
+def _note_unsigned(store, rows: list[RunRow]) -> None:
+    """Say which up-to-date plans a signing run leaves unsigned (published before the key), and what signs them."""
+    from trtfarm.publishing.attest import read_stored
+
+    for row in rows:
+        o = row.outcome
+        if o.status == "up-to-date" and o.manifest_key and (stored := read_stored(store, o.manifest_key)) \
+                and stored.signature is None:
+            o.reason = f"{o.reason}; unsigned (published before signing was on): `trtfarm sign` signs it"
+
+
 def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress] | None = None,
               upload: Callable[[str], Progress] | None = None, report: str = "full") -> list[RunRow]:
     """Plan and build in this process (``trtfarm build``); returns one row per target.
@@ -141,7 +154,7 @@ def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress
     """
     store = open_store(request.store)
     signer = signing_settings(request.targets_file, only="key").signer()  # a bad key fails before any build
-    plans = plan_run(request, store, find_exports(store, request.model), farm=False)
+    plans = plan_run(request, store, find_exports(store, request.model), farm=False, signer=signer)
     jobs = [job for plan in plans for job in plan.jobs]
     sweep_stale_work()
     for job in jobs:  # what a killed build of these plans left in the store
@@ -152,6 +165,8 @@ def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress
     fallback = refit_fallbacks(jobs, results, lambda job: "this machine")
     results += _run_jobs(store, fallback, run, progress, upload, signer)
     rows = rows_for(plans, results)
+    if signer is not None:
+        _note_unsigned(store, rows)
     if report != "none" and jobs:
         with scratch_dir("trtfarm-report-") as out:
             store_reports(store, run, rows, out, full=report == "full")

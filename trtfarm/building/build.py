@@ -298,7 +298,7 @@ def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], p
             note = shared if pub.created else _already_published_note(pub.manifest, result)
             outcome = outcome_from_manifest(store, plan, pub.manifest, status="built", reason=note)
             outcome.release = release_if_allowed(store, pub.manifest_key, pub.manifest, plan.target.release_on, run_id,
-                                                 model.trial, plan.pointer)
+                                                 model.trial, plan.pointer, signer)
             return outcome
 
         if len(group) == 1:

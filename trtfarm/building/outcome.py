@@ -23,6 +23,7 @@ from trtfarm.publishing.release import (
     repair_pointer,
     seen_pointer,
 )
+from trtfarm.signing.bundle import SignatureRefused
 from trtfarm.store import Store
 from trtfarm.vocabulary.manifest import Manifest
 from trtfarm.vocabulary.outcome import Status, TargetOutcome
@@ -44,18 +45,21 @@ def outcome_from_manifest(store: Store, plan: TargetPlan, manifest: Manifest, st
 
 
 def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, release_on: str,
-                       run_id: str | None, trial: str | None = None, seen: SeenPointer | None = None) -> str:
+                       run_id: str | None, trial: str | None = None, seen: SeenPointer | None = None,
+                       signer=None) -> str:
     """Move the release pointer when the target's policy allows (and the build is no trial); say what happened.
 
     ``released: KEY: OLD -> NEW`` names the pointer and where it moved from and to (``MODEL/GPU/BUILD`` references,
     what ``trtfarm show`` takes); a trial names where the pointer stays. A damaged pointer (not JSON, fields missing)
     is trtfarm's own object: it is repaired first, and the answer says so. ``seen``: the pointer as planning read it
     (its ETag starts the compare-and-swap; a stale one conflicts and the pointer is read afresh), else it is read.
+    ``signer`` (the worker's key) signs the release claim, and the repair of a damaged pointer; only a process
+    without a key writes an unsigned one (``trtfarm sign`` signs it later).
     """
     key = pointer_key(manifest)
     note = ""
     if seen is None or seen.key != key:
-        repaired = repair_pointer(store, key, release_on)
+        repaired = repair_pointer(store, key, release_on, signer)
         note = f"{repaired}; " if repaired else ""
         before, etag = read_pointer(store, key)
         seen = SeenPointer(key=key, pointer=before, etag=etag)
@@ -67,8 +71,9 @@ def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, rele
         return f"{note}released: {key} (already at {old})"
     try:
         moved = move_release(store, manifest_key, manifest, release_on=release_on, by="trtfarm",
-                             reason=f"built by run {run_id}" if run_id else "built by trtfarm", seen=seen)
-    except ReleaseRefused as refused:
+                             reason=f"built by run {run_id}" if run_id else "built by trtfarm", seen=seen,
+                             signer=signer)
+    except (ReleaseRefused, SignatureRefused) as refused:  # a tampered pointer is left for a person to look at
         return f"{note}{refused}"
     if len(moved.history) > 1:  # where it moved from, also when a concurrent writer moved it since planning
         old = short_ref(moved.history[-2].manifest)
@@ -76,13 +81,14 @@ def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, rele
 
 
 def triage(store: Store, plans: Sequence[TargetPlan], force: bool = False, verify: bool = False,
-           trial: str | None = None) -> tuple[dict[str, TargetOutcome], list[TargetPlan]]:
+           trial: str | None = None, signer=None) -> tuple[dict[str, TargetOutcome], list[TargetPlan]]:
     """Split a run into finished outcomes (skipped, up to date) and the plans that still need a build.
 
     ``force`` rebuilds published targets too (their manifests are kept: see ``build_group``). A damaged plan object
     (its size, or with ``verify`` its sha256) is rebuilt; a published but unreleased plan is released when policy
     allows (never for a ``trial``: the reason no pointer moves). Each plan still to build carries its release pointer
     as read here (with its ETag) and whether its manifest was absent, so the build does not read them again.
+    ``signer``: this process's signing key; the releases it makes here are signed with it.
     """
     done: dict[str, TargetOutcome] = {}
     todo = []
@@ -105,7 +111,7 @@ def triage(store: Store, plans: Sequence[TargetPlan], force: bool = False, verif
         outcome = outcome_from_manifest(store, p, existing)
         if outcome.status != "failed":
             outcome.release = release_if_allowed(store, p.manifest_key, existing, p.target.release_on, None, trial,
-                                                 p.pointer)
+                                                 p.pointer, signer)
         done[p.target.id] = outcome
     return done, todo
 
@@ -121,13 +127,14 @@ class StoreIndex:
         self.pointers = set(store.list(layout.releases_prefix()))
 
 
-def triage_listed(store: Store, plans: Sequence[TargetPlan],
-                  index: StoreIndex | None = None) -> tuple[dict[str, TargetOutcome], list[TargetPlan]]:
+def triage_listed(store: Store, plans: Sequence[TargetPlan], index: StoreIndex | None = None,
+                  signer=None) -> tuple[dict[str, TargetOutcome], list[TargetPlan]]:
     """``triage`` at the floor for runs over many models: listings instead of a manifest read per target.
 
     A target is up to date when its manifest and a non-empty plan object are listed (its manifest is not read). A
     target without a release pointer gets the full treatment (its manifest read, released if policy allows), so a
-    killed run's release still completes. ``index``: the run's listings; without it, this model's are listed.
+    killed run's release still completes (signed by ``signer``, when this process has a key). ``index``: the run's
+    listings; without it, this model's are listed.
     """
     if not plans:
         return {}, []
@@ -149,7 +156,7 @@ def triage_listed(store: Store, plans: Sequence[TargetPlan],
             todo.append(replace(p, manifest_absent=p.manifest_key not in sizes, pointer=unreleased))
         elif p.release_key not in pointers:  # listed as absent: the release swaps it in from nothing
             more_done, more_todo = triage(store, [replace(p, pointer=SeenPointer(key=p.release_key, pointer=None,
-                                                                                 etag=None))])
+                                                                                 etag=None))], signer=signer)
             done.update(more_done)
             todo += more_todo
         else:

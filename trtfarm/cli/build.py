@@ -293,17 +293,24 @@ def show(manifest: str = typer.Argument(..., help="manifest: a store key, file:/
         url, m, prov = load_attested(manifest, store_uri(store, check=store is not None))
     except TrtfarmError as e:
         raise fail(e) from e
+    from trtfarm.publishing.catalog import manifest_table, provenance_mismatch, provenance_table
+
+    try:
+        mismatch = provenance_mismatch(prov, m) if prov else None
+        table = provenance_table(prov) if prov else None
+    except (KeyError, TypeError, AttributeError, IndexError) as e:  # untrusted JSON whose fields have other types
+        raise fail(f"{url}: the provenance beside it is not a readable SLSA statement ({type(e).__name__}: {e})",
+                   code=1) from e
     if as_json and provenance:
         if prov is None:
             raise fail(f"{url}: no provenance beside this manifest (published before trtfarm recorded it)", code=1)
         print(json.dumps(prov, indent=2))
-        return
-    if as_json:
+    elif as_json:
         print(m.to_json().decode(), end="")
-        return
-    from trtfarm.publishing.catalog import manifest_table, provenance_table
-
-    out.print(manifest_table(url, m))
-    out.print(provenance_table(prov) if prov else "provenance: none beside this manifest (published before trtfarm "
-              "recorded it)", highlight=False)
+    else:
+        out.print(manifest_table(url, m))
+        out.print(table or "provenance: none beside this manifest (published before trtfarm recorded it)",
+                  highlight=False)
+    if mismatch:
+        raise fail(f"{url}: {mismatch}", code=1)
 

@@ -245,12 +245,13 @@ def _published_already(request) -> list[dict] | None:
     from trtfarm.pipeline import find_exports, rows_for
     from trtfarm.planning.plan import up_to_date_export
     from trtfarm.store import open_store
-    from trtfarm.vocabulary.fleet_file import load_fleet
+    from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 
     try:
         store, fleet = open_store(request.store), load_fleet(request.targets_file)
+        signer = signing_settings(request.targets_file, only="key").signer()  # an unreleased plan is released here
         exports, index = find_exports(store, request.model), StoreIndex(store)
-        checks = (up_to_date_export(request, e, store, fleet, index) for e in exports)  # lazily, in order:
+        checks = (up_to_date_export(request, e, store, fleet, index, signer) for e in exports)  # lazily, in order:
         plans = list(iter(lambda: next(checks, None), None))  # the first model with work ends it (the run plans it)
     except TrtfarmError:  # this shell's store is not the farm's (or cannot say): let the farm decide
         return None

@@ -14,7 +14,19 @@ import typer
 from typer.exceptions import TyperException
 
 from trtfarm import interrupt, scratch
-from trtfarm.cli import build, farm, images, models, profiles, project, quality, serving, store_ops, webhook  # noqa: F401
+from trtfarm.cli import (  # noqa: F401
+    build,
+    farm,
+    images,
+    models,
+    profiles,
+    project,
+    quality,
+    serving,
+    signing,
+    store_ops,
+    webhook,
+)
 from trtfarm.cli.common import app, err, message_text, plain_metavars
 from trtfarm.errors import TrtfarmError, one_line
 from trtfarm.extras import missing_extra

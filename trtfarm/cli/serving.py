@@ -47,6 +47,7 @@ def triton(
     """Write a Triton model repository (config.pbtxt checked with Triton's schema) from MODEL's released plans."""
     from trtfarm.profiles.profile import load_profiles_file
     from trtfarm.serving.triton import TritonRequest, triton_repositories
+    from trtfarm.signing.accepted import AcceptedReleases, configured_max_age
     from trtfarm.signing.bundle import SignatureRefused
     from trtfarm.store import open_store
     from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
@@ -54,9 +55,10 @@ def triton(
     output_path(repo, "--repo")
     try:
         trust = signing_settings(targets_path(targets_file), only="trust").trusted_keys()
+        accepted, max_age = (AcceptedReleases(), configured_max_age()) if trust else (None, None)
         req = TritonRequest(model, repo, tuple(gpu), toolchain, keep, instances,
                             "dynamic" if dynamic_batching else "explicit",
-                            load_profiles_file(profiles) if profiles else None, trust)
+                            load_profiles_file(profiles) if profiles else None, trust, accepted, max_age)
         result = triton_repositories(open_store(store_uri(store)), load_fleet(targets_path(targets_file)), req)
     except SignatureRefused as e:
         raise fail(f"refused: {e}", code=1) from e

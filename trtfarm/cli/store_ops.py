@@ -102,6 +102,7 @@ def release(manifest: str = typer.Argument(..., help="the plan's manifest: store
     from trtfarm.signing.bundle import SignatureRefused
     from trtfarm.store import open_store
     from trtfarm.vocabulary.fleet_file import signing_settings
+    from trtfarm.vocabulary.manifest import ManifestInvalid
 
     if not reason.strip():
         raise fail("--reason is empty: say why the pointer moves (it is recorded in the pointer's history)")
@@ -109,19 +110,28 @@ def release(manifest: str = typer.Argument(..., help="the plan's manifest: store
         url, m = load_manifest(manifest, store_uri(store))
         s = open_store(store_uri(store))
         key = stored_manifest_key(s, m, url)
-        trust = signing_settings(targets_path(targets_file), only="trust").trusted_keys()
+        settings = signing_settings(targets_path(targets_file))
+        trust, signer = settings.trusted_keys(), settings.signer()
+        if trust is not None and signer is None:
+            raise fail("verification is on, and serving hosts refuse a release no trusted key signed: set "
+                       "TRTFARM_SIGNING_KEY (or signing.key in gpu_targets.yaml) to a key whose public half is "
+                       "trusted")
+        accepted, _ = _host_memory(trust)
         pointer = move_release(s, key, m, release_on=_release_on(targets_file, m.target.target_id), reason=reason,
-                               rollback=rollback, force=force, trust=trust)
+                               rollback=rollback, force=force, trust=trust, signer=signer, accepted=accepted)
     except SignatureRefused as e:
         raise fail(f"refused: {e}", code=1) from e
+    except ManifestInvalid as e:  # a store's manifest that is not one is a damaged object; a local file, bad input
+        raise fail(e, code=None if Path(manifest).is_file() else 1) from e
     except TrtfarmError as e:
         raise fail(e) from e
     if as_json:
         print(pointer.model_dump_json(indent=2))
         return
     ev = pointer.current
+    signed = f", version {pointer.version} signed" if pointer.claim else f", version {pointer.version} unsigned"
     out.print(message_text(f"{pointer.model}/{pointer.gpu}/{pointer.toolchain} -> {pointer.manifest} "
-                           f"({ev.action} by {ev.by}: {ev.reason})"), highlight=False)
+                           f"({ev.action} by {ev.by}: {ev.reason}{signed})"), highlight=False)
 
 
 def _release_on(targets_file: Path | None, target_id: str) -> str:
@@ -158,15 +168,19 @@ def pull(model: str = typer.Argument(..., help="model name"),
         fleet = load_fleet(targets_path(targets_file))
         trust = signing_settings(targets_path(targets_file), only="trust").trusted_keys()
         gpu_key = local_gpu_key(fleet, caps.gpus, gpu)
+        accepted, max_age = _host_memory(trust)
         pulled = pull_release(open_store(uri), model, gpu_key,
-                              local_toolchains(caps.versions, toolchain), to, fleet=fleet, trust=trust)
+                              local_toolchains(caps.versions, toolchain), to, fleet=fleet, trust=trust,
+                              accepted=accepted, max_age=max_age)
     except SignatureRefused as e:
         raise fail(f"refused: {e}", code=1) from e
     except TrtfarmError as e:  # a serving image that does not carry the plan's TensorRT (exit 1) among them
         raise fail(e) from e
+    claim = pulled.release.claim
     doc = {"plan": str(pulled.plan), "manifest": str(pulled.manifest_path), "release": pulled.pointer_key,
            "bytes": pulled.bytes, "transfer": pulled.transfer,
-           "signature": pulled.verdict.status, "signature_detail": pulled.verdict.detail}
+           "signature": pulled.verdict.status, "signature_detail": pulled.verdict.detail,
+           "release_version": claim.version if claim else None, "release_detail": pulled.release.detail}
     if as_json:
         print(json.dumps(doc, indent=2))
     else:
@@ -176,6 +190,14 @@ def pull(model: str = typer.Argument(..., help="model name"),
                                "checked)"), highlight=False)
         (out if pulled.verdict.ok else err).print(message_text(f"signature: {pulled.verdict.detail}"),
                                                   highlight=False)
+        (out if claim else err).print(message_text(f"release: {pulled.release.detail}"), highlight=False)
+
+
+def _host_memory(trust):
+    """This host's accepted releases and freeze limit (only with trusted keys: an unsigned claim proves nothing)."""
+    from trtfarm.signing.accepted import AcceptedReleases, configured_max_age
+
+    return (AcceptedReleases(), configured_max_age()) if trust is not None else (None, None)
 
 
 @app.command()
@@ -183,11 +205,14 @@ def verify(ref: Path = typer.Argument(..., help="a plan (manifest beside it) or 
            onnx_digest: str = typer.Option(None, "--onnx-digest", help="the model digest this host expects"),
            gpu_name: str = typer.Option(None, "--gpu-name", help="check against this GPU instead of the local one"),
            compute_capability: str = typer.Option(None, "--compute-capability", help="with --gpu-name"),
+           model: str = typer.Option(None, "--model", help="the model this host serves: a plan of another model "
+                                     "is refused"),
            targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
     """Check a plan against its manifest, this host and the fleet's trusted keys, then load it."""
     from trtfarm.machine.gpu import GpuScan, LocalGpu
     from trtfarm.runtime.loader import Check, find_files, runtime_check, static_checks
     from trtfarm.vocabulary.fleet_file import signing_settings
+    from trtfarm.vocabulary.manifest import ManifestInvalid
 
     try:
         files = find_files(ref)
@@ -195,11 +220,15 @@ def verify(ref: Path = typer.Argument(..., help="a plan (manifest beside it) or 
         trust = signing_settings(targets_path(targets_file), only="trust").trusted_keys()
         gpus = GpuScan((LocalGpu(0, gpu_name, compute_capability or m.target.compute_capability, 0),), None) \
             if gpu_name else None
-        checks = static_checks(plan, m, expected_onnx_digest=onnx_digest, gpus=gpus, files=files, trust=trust)
+        checks = static_checks(plan, m, expected_onnx_digest=onnx_digest, expected_model=model, gpus=gpus,
+                               files=files, trust=trust)
+    except ManifestInvalid as e:  # the manifest beside a plan is damaged or replaced: a refusal, not bad input
+        raise fail(f"refused: {e}", code=1) from e
     except TrtfarmError as e:
         raise fail(e) from e
     # an untrusted plan is never deserialised: a version-compatible one would run its host code
-    intact = all(c.ok is not False for c in checks if c.name in ("sha256", "header", "toolchain", "signature"))
+    intact = all(c.ok is not False for c in checks if c.name in ("sha256", "header", "toolchain", "signature",
+                                                                 "identity"))
     if intact and gpus is None:  # ask the runtime too, so a GPU mismatch also shows the runtime's own reason
         checks.append(runtime_check(plan, m))
     elif intact:

@@ -58,14 +58,16 @@ def _profiles(request: MatrixRequest, path: Path, spec) -> list[Profile]:
 
 def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm: bool,
                 fleet: Fleet | None = None, caps: Capabilities | None = None,
-                index: StoreIndex | None = None, targets: list[ResolvedTarget] | None = None) -> ExportPlan:
+                index: StoreIndex | None = None, targets: list[ResolvedTarget] | None = None,
+                signer=None) -> ExportPlan:
     """Decide what to build for ``export``; a refused precision recipe fails every target (nothing is built).
 
     ``fleet``, ``caps`` and ``targets`` (the request's targets, resolved) come once per run from the caller;
     ``caps`` is ignored in farm mode (each job goes to a pool whose workers check themselves). The first stage
     (``listed_stage``) answers a registered export from its recorded digests and two store listings, without
     fetching the model: when every target is published, that is the plan; else the model is fetched and only the
-    targets the listings did not settle are looked at again.
+    targets the listings did not settle are looked at again. A published plan that was never released is released
+    here (policy permitting), signed by ``signer`` when this process has a key.
     """
     if farm and "://" not in export.uri:
         raise UserInputError(f"{export.uri}: a farm run builds registered models or export URIs that every worker "
@@ -73,7 +75,7 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
     fleet = fleet or load_fleet(request.targets_file)
     first = None
     if farm and not (request.force or request.refit or request.verify_store):
-        first = listed_stage(request, export, store, fleet, index, targets)
+        first = listed_stage(request, export, store, fleet, index, targets, signer)
         if first is not None and not first.todo:
             return first.plan
     path = local_copy(export, first.record if first else None)
@@ -101,7 +103,7 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
     plans = plan_targets(model, model.plan_digest, resolved, profiles,
                          None if farm else (caps or local_capabilities()))
     known, plans = first.settled(plans) if first else ({}, plans)
-    outcomes, todo = triage(store, plans, request.force, request.verify_store, model.trial)
+    outcomes, todo = triage(store, plans, request.force, request.verify_store, model.trial, signer)
     jobs = _jobs(store, request, model, "://" in export.uri and export.uri or str(path), texts, todo)
     return ExportPlan(name=model.name, model=model, profiles=texts, targets=ids, outcomes={**known, **outcomes},
                       jobs=jobs)
@@ -167,14 +169,18 @@ class ListedStage:
 
 
 def up_to_date_export(request: MatrixRequest, export: ExportRef, store: Store, fleet: Fleet,
-                      index: StoreIndex | None = None) -> ExportPlan | None:
-    """The plan of a registered export whose every target is published, or None when anything needs more."""
-    first = listed_stage(request, export, store, fleet, index)
+                      index: StoreIndex | None = None, signer=None) -> ExportPlan | None:
+    """The plan of a registered export whose every target is published, or None when anything needs more.
+
+    A published target without a release pointer is released on the way (signed by ``signer``, when given).
+    """
+    first = listed_stage(request, export, store, fleet, index, signer=signer)
     return first.plan if first is not None and not first.todo else None
 
 
 def listed_stage(request: MatrixRequest, export: ExportRef, store: Store, fleet: Fleet,
-                 index: StoreIndex | None = None, targets: list[ResolvedTarget] | None = None) -> ListedStage | None:
+                 index: StoreIndex | None = None, targets: list[ResolvedTarget] | None = None,
+                 signer=None) -> ListedStage | None:
     """The first stage of planning a registered export: what its record and two listings settle, or None.
 
     Trusts the digests recorded at registration (``export.json``) and reads only the build spec; the model bytes
@@ -202,7 +208,7 @@ def listed_stage(request: MatrixRequest, export: ExportRef, store: Store, fleet:
                         exported_at=record.registered_at)
     profiles = _profiles(request, path, spec)
     plans = plan_targets(model, model.onnx_digest, resolved, profiles, None)
-    outcomes, todo = triage_listed(store, plans, index)
+    outcomes, todo = triage_listed(store, plans, index, signer)
     return ListedStage(record, resolved, profiles, ExportPlan(
         name=name, model=model, profiles=profile_texts(profiles), targets=[t.id for t in resolved],
         outcomes=outcomes), todo)

@@ -16,11 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from trtfarm import layout
+from trtfarm.errors import CorruptObject
 from trtfarm.signing.bundle import sign_resources
 from trtfarm.signing.keys import Signer, TrustedKeys
 from trtfarm.signing.verdict import TrustVerdict, check_signature
 from trtfarm.store import Store
-from trtfarm.vocabulary.manifest import Manifest, manifest_from_json
+from trtfarm.vocabulary.manifest import Manifest, ManifestInvalid, manifest_from_json
 
 ProvenanceFor = Callable[[Manifest, str], bytes]  # (manifest, its sha256) -> the provenance statement's bytes
 
@@ -87,11 +88,15 @@ class StoredPlan:
 
 
 def read_stored(store: Store, manifest_key: str) -> StoredPlan | None:
-    """The manifest at ``manifest_key`` with its attestations, or None when there is no manifest."""
+    """The manifest at ``manifest_key`` with its attestations, or None; ``CorruptObject`` when it is not a manifest."""
     blob = store.get(manifest_key)
     if blob is None:
         return None
-    manifest = manifest_from_json(blob.data, store.url(manifest_key))
+    try:
+        manifest = manifest_from_json(blob.data, store.url(manifest_key))
+    except ManifestInvalid as err:
+        raise CorruptObject(f"{err} It is not what trtfarm published there: find who changed it (`trtfarm build` "
+                            "republishes a damaged manifest of its own build).") from err
     msha, prefix = sha256_bytes(blob.data), layout.folder_of(manifest_key)
     prov, sig = store.get(layout.provenance_key(prefix, msha)), store.get(layout.signature_key(prefix, msha))
     return StoredPlan(manifest_key, manifest, blob.data, prov.data if prov else None, sig.data if sig else None)

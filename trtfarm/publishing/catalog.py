@@ -57,7 +57,7 @@ def manifests_in(store, model: str | None = None, problems: list[str] | None = N
 
 def load_manifest(ref: str, store_uri: str) -> tuple[str, Manifest]:
     """Load a manifest from an ``s3://``/``file://`` URL, a local path, or a key in ``store_uri``."""
-    url, m, _ = load_attested(ref, store_uri)
+    url, m, _ = load_attested(ref, store_uri, provenance=False)
     return url, m
 
 
@@ -75,8 +75,8 @@ def _local(path: Path) -> tuple[str, bytes, Callable[[str], bytes | None]]:
     return path.as_uri() if path.is_absolute() else str(path), data, sibling
 
 
-def load_attested(ref: str, store_uri: str) -> tuple[str, Manifest, dict | None]:
-    """``load_manifest`` with the provenance statement beside the manifest (None when there is none)."""
+def load_attested(ref: str, store_uri: str, provenance: bool = True) -> tuple[str, Manifest, dict | None]:
+    """``load_manifest`` with the provenance statement beside the manifest (None when there is none, or not asked)."""
     parsed = urlparse(ref)
     if parsed.scheme == "file" or (parsed.scheme != "s3" and Path(ref).is_file()):
         url, data, sibling = _local(Path(parsed.path) if parsed.scheme == "file" else Path(ref))
@@ -98,11 +98,25 @@ def load_attested(ref: str, store_uri: str) -> tuple[str, Manifest, dict | None]
             got = store.get(f"{folder_of(key)}/{name}")
             return got.data if got else None
     manifest = manifest_from_json(data, url)
+    if not provenance:
+        return url, manifest, None
     names = [provenance_name(hashlib.sha256(data).hexdigest())]
     if url.endswith(".manifest.json"):  # pulled: model.plan.manifest.json beside model.plan.provenance.json
         names.insert(0, url.rsplit("/", 1)[-1].removesuffix(".manifest.json") + ".provenance.json")
     prov = next((d for d in map(sibling, names) if d is not None), None)
     return url, manifest, provenance_from_json(prov, f"{url}: provenance") if prov else None
+
+
+def provenance_mismatch(doc: dict, m: Manifest) -> str | None:
+    """Why a provenance statement is not the one of this manifest's plan (its subject names other bytes), or None."""
+    subjects = doc.get("subject")
+    digests = [s.get("digest", {}).get("sha256") for s in subjects if isinstance(s, dict)] \
+        if isinstance(subjects, list) else []
+    if digests != [m.plan.sha256]:
+        shown = ", ".join(str(d)[:16] for d in digests) or "nothing"
+        return (f"the provenance's subject is sha256 {shown}, not this manifest's plan ({m.plan.sha256[:16]}): it "
+                "describes another plan, so it says nothing about how this one was built")
+    return None
 
 
 def provenance_table(doc: dict) -> Table:

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 
 from trtfarm.errors import CorruptObject
 from trtfarm.layout import folder_of, release_key, releases_prefix
-from trtfarm.publishing.attest import folder_attestations
+from trtfarm.publishing.attest import folder_attestations, read_stored
 from trtfarm.publishing.catalog import manifests_in
 from trtfarm.publishing.release import read_pointer, toolchain_label
+from trtfarm.publishing.release_check import asked_identity, check_identity, manifest_identity_problem
+from trtfarm.signing.bundle import SignatureRefused
 from trtfarm.store import Store
 
 
@@ -31,11 +33,21 @@ class Doomed:
     attestations: tuple[str, ...] = ()  # the provenance and signature objects that go with the plan
 
 
+def _identity_problem(store: Store, key: str, pointer) -> str | None:
+    """Why a pointer does not name one identity with its manifest (a copied or edited pointer), or None."""
+    try:
+        check_identity(store, key, pointer, read_stored(store, pointer.manifest))
+    except (SignatureRefused, CorruptObject) as err:
+        return str(err)
+    return None
+
+
 def plans_to_delete(store: Store, keep: int, skipped: list[str] | None = None) -> list[Doomed]:
     """What ``trtfarm gc`` would delete, newest kept first, pointer targets always kept.
 
     A damaged release pointer or manifest is skipped and described in ``skipped``: every plan of a (model, GPU,
-    toolchain) whose pointer is damaged is kept (what it references is unknown), and so is a plan whose manifest is.
+    toolchain) whose pointer is damaged, or names another identity's manifest, is kept (what it references is
+    unknown), and so is a plan whose manifest is damaged or sits in another identity's folder.
     """
     skipped = [] if skipped is None else skipped
     referenced, unknown = set(), set()
@@ -48,9 +60,17 @@ def plans_to_delete(store: Store, keep: int, skipped: list[str] | None = None) -
             continue
         if pointer:
             referenced.add(pointer.manifest)
+            problem = _identity_problem(store, key, pointer)
+            if problem:
+                unknown.add(key)
+                skipped.append(f"{problem}; gc keeps every plan of {asked_identity(key)}.")
     groups: dict[tuple[str, str, str], list] = defaultdict(list)
     damaged_manifests: list[str] = []
     for key, _, m in manifests_in(store, problems=damaged_manifests):
+        problem = manifest_identity_problem(key, m)
+        if problem:
+            skipped.append(f"{problem}; gc keeps it.")
+            continue
         groups[m.model.name, m.target.gpu, toolchain_label(m)].append((key, m))
     skipped.extend(f"{d} gc keeps it." for d in damaged_manifests)
     doomed = []

@@ -8,18 +8,22 @@ person rolls it back on purpose. Every move is recorded in the pointer's history
 from __future__ import annotations
 
 import getpass
+import hashlib
 import json
 import socket
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from pydantic import ValidationError
 
 from trtfarm.errors import CorruptObject, UserInputError
 from trtfarm.layout import PLAN_NAME, manifest_key, parse_plan_key, release_key, releases_prefix
-from trtfarm.publishing.publish import plan_intact, read_manifest
+from trtfarm.publishing.publish import plan_intact, plan_rehash, read_manifest
+from trtfarm.signing.accepted import check_not_rolled_back
+from trtfarm.signing.bundle import SignatureRefused
+from trtfarm.signing.release_claim import DEFAULT_EXPIRY, ReleaseClaim, now_utc, sign_release
 from trtfarm.store import Conflict, Store
-from trtfarm.vocabulary.manifest import Manifest, validation_problems
-from trtfarm.vocabulary.pointer import ReleaseEvent, ReleasePointer, SeenPointer
+from trtfarm.vocabulary.manifest import Manifest
+from trtfarm.vocabulary.pointer import PointerInvalid, ReleaseEvent, ReleasePointer, SeenPointer, pointer_from_json
 
 HISTORY = 50
 
@@ -52,14 +56,18 @@ def policy_blocker(m: Manifest, release_on: str) -> str | None:
 
 
 def read_pointer(store: Store, key: str) -> tuple[ReleasePointer | None, str | None]:
-    """The pointer and its ETag (both None when there is none); ``CorruptObject`` naming the key when it is damaged."""
+    """The pointer and its ETag (both None when there is none); ``CorruptObject`` naming the key when it is damaged.
+
+    A schema 1 pointer reads as an unsigned release of version 0; a newer schema than this trtfarm knows is
+    ``PointerTooNew`` (upgrade trtfarm), never damage to repair.
+    """
     blob = store.get(key)
     if blob is None:
         return None, None
     try:
-        return ReleasePointer.model_validate_json(blob.data), blob.etag
-    except ValidationError as err:
-        raise CorruptObject(f"{store.url(key)}: not a release pointer ({validation_problems(err)}); rerun "
+        return pointer_from_json(blob.data, store.url(key)), blob.etag
+    except PointerInvalid as err:
+        raise CorruptObject(f"{store.url(key)}: not a release pointer ({err}); rerun "
                             "`trtfarm build` for the model (it repairs the pointer) or `trtfarm release MANIFEST "
                             "--reason ...`") from err
 
@@ -76,66 +84,92 @@ def seen_pointer(store: Store, key: str) -> SeenPointer | None:
     return SeenPointer(key=key, pointer=pointer, etag=etag)
 
 
-def _salvaged_history(data: bytes) -> list[ReleaseEvent]:
-    """The events of a damaged pointer that still parse (none when it is not JSON at all)."""
+def _salvaged(data: bytes) -> tuple[list[ReleaseEvent], int]:
+    """The events of a damaged pointer that still parse, and its version (none, 0 when it is not JSON at all)."""
     try:
         doc = json.loads(data)
     except ValueError:
-        return []
-    events = doc.get("history") if isinstance(doc, dict) else None
+        return [], 0
+    doc = doc if isinstance(doc, dict) else {}
+    events, version = doc.get("history"), doc.get("version")
     good = []
     for event in events if isinstance(events, list) else []:
         try:
             good.append(ReleaseEvent.model_validate(event))
         except ValidationError:
             continue
-    return good
+    return good, version if type(version) is int and version > 0 else 0
 
 
-def _newest_releasable(store: Store, key: str, release_on: str) -> Manifest | None:
+def _newest_releasable(store: Store, key: str, release_on: str) -> str | None:
+    """The key of the newest manifest of the pointer's identity, in its own folder, that the policy accepts."""
     from trtfarm.publishing.catalog import manifests_in
+    from trtfarm.publishing.release_check import manifest_identity_problem
 
     model = key.split("/")[1]
-    found = [m for _, _, m in manifests_in(store, model, problems=[]) if pointer_key(m) == key
-             and policy_blocker(m, release_on) is None]
-    return max(found, key=lambda m: (m.model.exported_at or "", m.created_at), default=None)
+    found = [x for x in manifests_in(store, model, problems=[]) if pointer_key(x.manifest) == key
+             and policy_blocker(x.manifest, release_on) is None and not manifest_identity_problem(x.key, x.manifest)]
+    newest = max(found, key=lambda x: (x.manifest.model.exported_at or "", x.manifest.created_at), default=None)
+    return newest.key if newest else None
 
 
-def repair_pointer(store: Store, key: str, release_on: str = "engine") -> str | None:
+def repair_pointer(store: Store, key: str, release_on: str = "engine", signer=None) -> str | None:
     """Rewrite a damaged pointer trtfarm owns; None when it is intact (or absent), else what was done.
 
-    From its history when its last parseable move names a manifest still in the store; else from the newest
-    manifest of its (model, GPU, toolchain) that the policy accepts; else it is removed (nothing to point at).
+    Unsigned, from its history when its last parseable move names a manifest still in the store; else from the
+    newest manifest of its (model, GPU, toolchain) that the policy accepts; else it is removed (nothing to point
+    at). With ``signer`` the repair is a signed release (the next version after the one the damaged bytes still
+    say), and it names only what the signer can vouch for: the newest such manifest, never one read from damaged
+    bytes (a bucket writer could otherwise have a worker sign a rollback).
     """
+    from trtfarm.publishing.attest import read_stored
+
     try:
         read_pointer(store, key)
         return None
     except CorruptObject as damaged:
         why = str(damaged).split(": ", 1)[-1].split("; rerun", 1)[0]
         blob = store.get(key)
-    history = _salvaged_history(blob.data)
-    last = next((e for e in reversed(history) if read_manifest(store, e.manifest) is not None), None)
-    m = read_manifest(store, last.manifest) if last else _newest_releasable(store, key, release_on)
-    if m is None:
+    history, version = _salvaged(blob.data)
+    last = None if signer else next((e for e in reversed(history) if read_manifest(store, e.manifest)), None)
+    manifest = last.manifest if last else _newest_releasable(store, key, release_on)
+    stored = read_stored(store, manifest) if manifest else None
+    if stored is None:
         store.delete(key)
         return f"removed the damaged pointer {key} ({why}): no manifest in the store to point it at"
-    manifest = last.manifest if last else manifest_key(m.plan.key.rsplit("/", 1)[0])
+    m = stored.manifest
     event = ReleaseEvent(action="release", manifest=manifest, onnx_digest=m.model.onnx_digest,
                          exported_at=m.model.exported_at, by=f"trtfarm repair ({_who()})", reason=f"repaired: {why}",
                          at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     pointer = ReleasePointer(model=m.model.name, gpu=m.target.gpu, toolchain=toolchain_label(m), manifest=manifest,
                              plan_key=m.plan.key, plan_sha256=m.plan.sha256, onnx_digest=m.model.onnx_digest,
                              build_digest=m.build.build_digest, exported_at=m.model.exported_at,
-                             history=[*history, event][-HISTORY:])
+                             history=[*history, event][-HISTORY:], version=version + 1)
+    pointer, _ = _signed(pointer, m, stored.manifest_sha256, signer, DEFAULT_EXPIRY)
     try:
         store.compare_and_swap(key, pointer.model_dump_json(indent=2).encode(), blob.etag)
     except Conflict:
         return None  # someone rewrote it meanwhile: theirs stands
     source = "its history" if last else "the newest manifest"
-    return f"repaired the damaged pointer {key} ({why}): rewritten from {source} to {manifest}"
+    signed = f", signed as version {pointer.version}" if pointer.claim else ""
+    return f"repaired the damaged pointer {key} ({why}): rewritten from {source} to {manifest}{signed}"
 
 
 def stored_manifest_key(store: Store, m: Manifest, source: str) -> str:
+    """The store key of ``m`` (see ``_stored_key``); a manifest read from a store key must be the one at that key.
+
+    A manifest of another identity copied to a key is refused (``SignatureRefused``), not released where it came from.
+    """
+    from trtfarm.publishing.release_check import manifest_identity_problem
+
+    asked = source.removeprefix(store.uri + "/") if source.startswith(store.uri + "/") else None
+    problem = manifest_identity_problem(asked, m) if asked else None
+    if problem:
+        raise SignatureRefused("other identity", f"not released: {problem}")
+    return _stored_key(store, m, source)
+
+
+def _stored_key(store: Store, m: Manifest, source: str) -> str:
     """The key under which ``store`` holds the manifest ``m`` (read from ``source``: a key, URL or a local copy).
 
     A release names a manifest in the store, never a local copy: ``ReleaseRefused`` unless the store holds this
@@ -156,7 +190,7 @@ def stored_manifest_key(store: Store, m: Manifest, source: str) -> str:
                              f"{m.plan.sha256[:12]} vs {stored.plan.sha256[:12]}); release the store's manifest")
     damaged = plan_intact(store, stored)
     if damaged:
-        raise ReleaseRefused(f"not released: {store.url(key)}: {damaged}; rebuild it (`trtfarm build`)")
+        raise CorruptObject(f"not released: {store.url(key)}: {damaged}; rebuild it (`trtfarm build`)")
     return key
 
 
@@ -172,33 +206,87 @@ def _older(m: Manifest, current: ReleasePointer) -> bool:
     return bool(m.model.exported_at and current.exported_at and m.model.exported_at < current.exported_at)
 
 
+def _checked_current(store: Store, key: str, current: ReleasePointer | None, trust, accepted) -> None:
+    """Refuse to move a pointer that names another identity or carries a bad or older claim (``--force`` skips)."""
+    if current is None:
+        return
+    from trtfarm.publishing.attest import read_stored
+    from trtfarm.publishing.release_check import asked_identity, check_claim, check_identity
+
+    stored = read_stored(store, current.manifest)
+    try:
+        if stored is None:  # what it named is gone (deleted by hand): nothing to protect, only the key to match
+            if current.identity != asked_identity(key):
+                raise SignatureRefused("other identity", f"{store.url(key)} asks for {asked_identity(key)}, but the "
+                                       f"pointer there names {current.identity}")
+            return
+        check_identity(store, key, current, stored)
+        if trust is not None and current.claim is not None:
+            _, claim = check_claim(store, key, current, stored, trust)
+            check_not_rolled_back(claim, accepted.get(store.uri, claim.identity) if accepted else None)
+    except SignatureRefused as err:
+        raise SignatureRefused(err.reason, f"not released: {err.detail}; `--force` replaces it") from err
+
+
+def _signed(pointer: ReleasePointer, m: Manifest, manifest_sha256: str, signer,
+            expiry: timedelta) -> tuple[ReleasePointer, ReleaseClaim | None]:
+    """``pointer`` with its release claim signed by ``signer``, and the claim (unchanged and None without one)."""
+    if signer is None:
+        return pointer, None
+    ev, issued = pointer.current, now_utc()
+    claim = ReleaseClaim(model=pointer.model, gpu=pointer.gpu, toolchain=pointer.toolchain, manifest=pointer.manifest,
+                         manifest_sha256=manifest_sha256, plan_sha256=m.plan.sha256, exported_at=m.model.exported_at,
+                         version=pointer.version, action=ev.action, by=ev.by, reason=ev.reason,
+                         issued_at=issued.isoformat(), expires_at=(issued + expiry).isoformat())
+    return pointer.model_copy(update={"claim": sign_release(signer, claim)}), claim
+
+
+def _next_version(store: Store, current: ReleasePointer | None, accepted) -> int:
+    seen = accepted.get(store.uri, current.identity) if accepted is not None and current else None
+    return max(current.version if current else 0, seen.version if seen else 0) + 1
+
+
 def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: str = "engine", reason: str,
                  by: str | None = None, rollback: bool = False, force: bool = False,
-                 max_attempts: int = 20, trust=None, seen: SeenPointer | None = None) -> ReleasePointer:
+                 max_attempts: int = 20, trust=None, seen: SeenPointer | None = None, signer=None,
+                 accepted=None, expiry: timedelta = DEFAULT_EXPIRY) -> ReleasePointer:
     """Point (model, GPU, toolchain) at ``manifest_key``; ``ReleaseRefused`` when policy or ordering forbid it.
 
     With ``trust`` (the fleet's ``TrustedKeys``), a plan that serving hosts would refuse is not released
     (``SignatureRefused``; ``force`` does not override it): a rotation keeps every plan signed by a still-trusted key.
+    A manifest whose key is another identity's folder is refused too; so is moving a pointer that names another
+    identity or carries a bad claim, unless ``force``. ``signer`` signs the move (a release claim with the next
+    version, expiring after ``expiry``); ``accepted``, this machine's memory of releases, keeps versions growing.
     ``seen``: the pointer as the run read it before; the first swap names its ETag (a stale one conflicts, and the
     pointer is read afresh).
     """
     if not reason.strip():
         raise ReleaseRefused("not released: the reason is empty; say why the pointer moves (it goes in its history)")
-    if trust is not None:
-        from trtfarm.publishing.attest import read_stored
+    from trtfarm.publishing.attest import read_stored
+    from trtfarm.publishing.release_check import manifest_identity_problem
 
-        stored = read_stored(store, manifest_key)
+    stored = read_stored(store, manifest_key)
+    problem = manifest_identity_problem(manifest_key, stored.manifest if stored else m)
+    if problem:
+        raise SignatureRefused("other identity", f"not released: {problem}")
+    if trust is not None:
         if stored is None:
             raise ReleaseRefused(f"not released: no manifest at {store.url(manifest_key)}")
         stored.verdict(trust).raise_if_refused(f"not released: {store.url(manifest_key)}")
+        damaged = plan_rehash(store, stored.manifest)  # what hosts would download, hashed before it is released
+        if damaged:
+            raise SignatureRefused("other bytes", f"not released: {damaged}")
     blocker = None if force else policy_blocker(m, release_on)
     if blocker:
         raise ReleaseRefused(f"not released: {blocker}")
     key = pointer_key(m)
+    msha = stored.manifest_sha256 if stored else hashlib.sha256(m.to_json()).hexdigest()
     for attempt in range(max_attempts):
         current, etag = (seen.pointer, seen.etag) if seen and seen.key == key and not attempt else \
             read_pointer(store, key)
-        if current and current.manifest == manifest_key:
+        if not force:
+            _checked_current(store, key, current, trust, accepted)
+        if current and current.manifest == manifest_key and not force:
             return current
         if current and _older(m, current) and not rollback:
             raise ReleaseRefused(
@@ -213,7 +301,41 @@ def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: st
                                  manifest=manifest_key, plan_key=m.plan.key, plan_sha256=m.plan.sha256,
                                  onnx_digest=m.model.onnx_digest, build_digest=m.build.build_digest,
                                  exported_at=m.model.exported_at,
-                                 history=[*(current.history if current else []), event][-HISTORY:])
+                                 history=[*(current.history if current else []), event][-HISTORY:],
+                                 version=_next_version(store, current, accepted))
+        pointer, claim = _signed(pointer, m, msha, signer, expiry)
+        try:
+            store.compare_and_swap(key, pointer.model_dump_json(indent=2).encode(), etag)
+        except Conflict:
+            continue
+        if accepted is not None and claim is not None:
+            accepted.remember(store.uri, claim)
+        return pointer
+    raise ReleaseRefused(f"{key}: {max_attempts} concurrent writers in a row; try again")
+
+
+def refresh_release(store: Store, key: str, signer, *, reason: str, by: str | None = None,
+                    expiry: timedelta = DEFAULT_EXPIRY, max_attempts: int = 20) -> ReleasePointer | None:
+    """Sign the current release at ``key`` again (next version, new expiry; the same manifest); None if absent.
+
+    ``trtfarm sign`` runs it for pointers with no claim or one near its expiry; the pointer must name one identity
+    (``SignatureRefused`` otherwise: a tampered pointer is never signed).
+    """
+    from trtfarm.publishing.attest import read_stored
+    from trtfarm.publishing.release_check import check_identity
+
+    for _ in range(max_attempts):
+        current, etag = read_pointer(store, key)
+        if current is None:
+            return None
+        stored = read_stored(store, current.manifest)
+        m = check_identity(store, key, current, stored)
+        event = ReleaseEvent(action="refresh", manifest=current.manifest, onnx_digest=m.model.onnx_digest,
+                             exported_at=m.model.exported_at, by=by or _who(), reason=reason,
+                             at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        pointer = current.model_copy(update={"history": [*current.history, event][-HISTORY:],
+                                             "version": current.version + 1})
+        pointer, _ = _signed(pointer, m, stored.manifest_sha256, signer, expiry)
         try:
             store.compare_and_swap(key, pointer.model_dump_json(indent=2).encode(), etag)
             return pointer
@@ -236,11 +358,16 @@ def release_note(store: Store, manifest_key: str, m: Manifest, release_on: str) 
 
 def list_pointers(store: Store, model: str | None = None, problems: list[str] | None = None) -> list[ReleasePointer]:
     """Every release pointer (of one model); with ``problems``, damaged ones are skipped and described there."""
+    from trtfarm.publishing.release_check import asked_identity
+
     out = []
     for key in store.list(releases_prefix(model)):
         try:
             pointer, _ = read_pointer(store, key)
-        except CorruptObject as damaged:
+            if pointer and pointer.identity != asked_identity(key):
+                raise SignatureRefused("other identity", f"{store.url(key)} asks for {asked_identity(key)}, but the "
+                                       f"pointer there names {pointer.identity}: it was copied from another release")
+        except (CorruptObject, SignatureRefused) as damaged:
             if problems is None:
                 raise
             problems.append(str(damaged))

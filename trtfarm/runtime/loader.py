@@ -62,6 +62,11 @@ def signature_beside(plan: Path) -> Path:
     return plan.with_name(plan.name + layout.SIGNATURE_SUFFIX)
 
 
+def release_beside(plan: Path) -> Path:
+    """Where ``pull`` puts the signed release it pulled by: ``model.plan`` -> ``model.plan.release.json``."""
+    return plan.with_name(plan.name + ".release.json")
+
+
 def provenance_beside(plan: Path) -> Path:
     """Where ``pull`` puts a plan's provenance statement: ``model.plan`` -> ``model.plan.provenance.json``."""
     return plan.with_name(plan.name + ".provenance.json")
@@ -77,6 +82,7 @@ class PlanFiles:
     manifest_bytes: bytes
     signature: bytes | None
     provenance: bytes | None
+    release: bytes | None = None  # the signed release claim ``pull`` wrote beside the plan
 
 
 def _first(*paths: Path) -> bytes | None:
@@ -98,7 +104,8 @@ def find_files(ref: Path) -> PlanFiles:
     folder = mpath.parent
     return PlanFiles(plan, mpath, manifest, data,
                      _first(signature_beside(plan), folder / layout.signature_name(msha)),
-                     _first(provenance_beside(plan), folder / layout.provenance_name(msha)))
+                     _first(provenance_beside(plan), folder / layout.provenance_name(msha)),
+                     _first(release_beside(plan)))
 
 
 def find_pair(ref: Path) -> tuple[Path, Manifest]:
@@ -115,8 +122,9 @@ def _locate(ref: Path) -> tuple[Path, Path]:
     if ref.name.endswith(".json"):
         if not ref.is_file():
             raise UserInputError(f"{ref}: no such manifest")
-        candidates = [ref.with_name(ref.name.removesuffix(".manifest.json")), ref.with_name("model.plan")]
-        return next((c for c in candidates if c.is_file() and c != ref), candidates[-1]), ref
+        candidates = [c for c in (ref.with_name(ref.name.removesuffix(".manifest.json")), ref.with_name("model.plan"))
+                      if c != ref]  # X.plan.manifest.json names X.plan (pull's), any manifest model.plan (a store's)
+        return next((c for c in candidates if c.is_file()), candidates[0]), ref
     mpath = manifest_beside(ref)
     if not mpath.is_file() and ref.with_name("manifest.json").is_file():
         mpath = ref.with_name("manifest.json")
@@ -131,8 +139,36 @@ def configured_trust():
     return signing_settings(only="trust").trusted_keys()
 
 
+def _identity(m: Manifest) -> str:
+    return f"{m.model.name}/{m.target.gpu}/{m.target.flavour}-{m.target.toolchain_version}"
+
+
+def release_problem(files: PlanFiles, trust, msha: str) -> str | None:
+    """Why the signed release beside a pulled plan does not release this manifest, or None (none beside, or fine)."""
+    import json
+
+    from trtfarm.signing.bundle import SignatureRefused
+    from trtfarm.signing.release_claim import verify_release
+
+    if files.release is None or trust is None:
+        return None
+    try:
+        _, claim = verify_release(json.loads(files.release), trust)
+    except ValueError:
+        return "malformed: the release beside the plan is not JSON"
+    except SignatureRefused as err:
+        return f"{err.reason}: the release beside the plan: {err.detail}"
+    if claim.identity != _identity(files.manifest) or claim.manifest_sha256 != msha:
+        return (f"other identity: the signed release beside the plan is of {claim.identity} (manifest sha256 "
+                f"{claim.manifest_sha256[:16]}), the manifest is of {_identity(files.manifest)} (sha256 {msha[:16]})")
+    return None
+
+
 def signature_check(files: PlanFiles, trust, plan_sha256: str) -> Check:
-    """The ``signature`` check: signed by a trusted key (ok), unsigned-checked (None: no trust), or refused."""
+    """The ``signature`` check: signed by a trusted key (ok), unsigned-checked (None: no trust), or refused.
+
+    With a signed release beside the plan (what ``pull`` writes), it must name this manifest and its identity.
+    """
     from trtfarm.signing.verdict import check_signature
 
     msha = hashlib.sha256(files.manifest_bytes).hexdigest()
@@ -140,7 +176,8 @@ def signature_check(files: PlanFiles, trust, plan_sha256: str) -> Check:
     if files.provenance is not None:
         actual[layout.provenance_name(msha)] = hashlib.sha256(files.provenance).hexdigest()
     verdict = check_signature(trust, files.signature, actual, host_code=files.manifest.target.version_compatible)
-    return Check("signature", verdict.ok, verdict.detail)
+    problem = release_problem(files, trust, msha) if verdict.ok is not False else None
+    return Check("signature", False if problem else verdict.ok, problem or verdict.detail)
 
 
 def _gpu_fits(m: Manifest, gpu: LocalGpu) -> bool:
@@ -155,6 +192,7 @@ def _gpu_fits(m: Manifest, gpu: LocalGpu) -> bool:
 
 
 def static_checks(plan: Path, m: Manifest, *, expected_onnx_digest: str | None = None,
+                  expected_model: str | None = None,
                   installed: Mapping[str, str | None] | None = None, gpus: GpuScan | None = None,
                   files: PlanFiles | None = None, trust=None) -> list[Check]:
     """Everything that can be checked without running the engine; with ``files``, the signature against ``trust``."""
@@ -170,6 +208,9 @@ def static_checks(plan: Path, m: Manifest, *, expected_onnx_digest: str | None =
     if not header_ok and h.magic_ok:
         checks[-1] = Check("header", False, f"header says {h.flavour} {h.version}, the manifest says "
                            f"{m.target.flavour} {m.target.toolchain_version}")
+    if expected_model:
+        checks.append(Check("identity", expected_model == m.model.name, f"plan is of {_identity(m)}, expected "
+                            f"model {expected_model}"))
     if expected_onnx_digest:
         same = expected_onnx_digest == m.model.onnx_digest
         checks.append(Check("model", same, f"plan is of {m.model.name} onnx {m.model.onnx_digest[:12]}, expected "
@@ -187,19 +228,20 @@ def static_checks(plan: Path, m: Manifest, *, expected_onnx_digest: str | None =
     return checks
 
 
-def load_plan(ref: str | Path, *, expected_onnx_digest: str | None = None,
+def load_plan(ref: str | Path, *, expected_onnx_digest: str | None = None, expected_model: str | None = None,
               installed: Mapping[str, str | None] | None = None, gpus: GpuScan | None = None, trust=None):
     """Check the plan against its manifest, this host and the fleet's trusted keys, then deserialise it.
 
+    ``expected_model``: the model this server asked for (a manifest of another model is ``UntrustedPlan``).
     ``trust`` (``TrustedKeys``) overrides the configured keys (``TRTFARM_TRUSTED_KEYS``, else gpu_targets.yaml).
     Without trusted keys a plan loads unsigned-checked, except a version-compatible one. Returns the engine.
     """
     files = find_files(Path(ref))
     plan, m = files.plan, files.manifest
-    checks = static_checks(plan, m, expected_onnx_digest=expected_onnx_digest, installed=installed, gpus=gpus,
-                           files=files, trust=trust or configured_trust())
+    checks = static_checks(plan, m, expected_onnx_digest=expected_onnx_digest, expected_model=expected_model,
+                           installed=installed, gpus=gpus, files=files, trust=trust or configured_trust())
     bad = [c.detail for c in checks if c.ok is False]
-    if any(c.name == "signature" and c.ok is False for c in checks):
+    if any(c.name in ("signature", "identity") and c.ok is False for c in checks):
         raise UntrustedPlan(plan, bad)
     if bad:
         raise PlanMismatch(plan, bad)

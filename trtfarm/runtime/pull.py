@@ -1,13 +1,16 @@
 """``trtfarm pull``: on a serving host, fetch the released plan for this GPU and toolchain, checked.
 
-The signature is checked against the trusted keys before any plan byte is downloaded; the plan is then checked
-against the manifest's sha256 on the way. The manifest, its provenance and its signature land beside the plan
-byte for byte, so ``trtfarm verify`` and ``load_plan`` check the same signature again on the host.
+The release (pointer, manifest and signed claim name the asked model, GPU and toolchain; no rollback, no freeze) and
+the signature are checked against the trusted keys before any plan byte is downloaded; the plan is then checked
+against the manifest's sha256 on the way. The manifest, its provenance, its signature and the signed release land beside
+the plan byte for byte, so ``trtfarm verify`` and ``load_plan`` check the same signature again on the host.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 from trtfarm.errors import UserInputError
@@ -15,8 +18,10 @@ from trtfarm.layout import release_key
 from trtfarm.machine.gpu import GpuScan
 from trtfarm.publishing.attest import read_stored
 from trtfarm.publishing.release import list_pointers, read_pointer
+from trtfarm.publishing.release_check import ReleaseVerdict, check_release
 from trtfarm.publishing.serving_pin import check_serving_images
-from trtfarm.runtime.loader import manifest_beside, provenance_beside, signature_beside
+from trtfarm.runtime.loader import manifest_beside, provenance_beside, release_beside, signature_beside
+from trtfarm.signing.accepted import AcceptedReleases
 from trtfarm.signing.keys import TrustedKeys
 from trtfarm.signing.verdict import TrustVerdict
 from trtfarm.store import Store
@@ -34,6 +39,7 @@ class Pulled:
     pointer_key: str
     bytes: int
     verdict: TrustVerdict
+    release: ReleaseVerdict
     transfer: str = ""  # how the download began when not afresh: resumed, started over, a stale part removed
 
 
@@ -64,12 +70,16 @@ def local_toolchains(installed: dict[str, str | None], override: str | None) -> 
 
 def pull_release(store: Store, model: str, gpu: str, toolchains: list[str], dest: Path | None = None,
                  progress: Progress | None = None, fleet: Fleet | None = None,
-                 trust: TrustedKeys | None = None) -> Pulled:
+                 trust: TrustedKeys | None = None, accepted: AcceptedReleases | None = None,
+                 max_age: timedelta | None = None) -> Pulled:
     """Download the plan released for (model, gpu, one of toolchains) to ``dest``, sha256-checked.
 
-    A plan whose TensorRT differs from its declared serving image (in the manifest, or in ``fleet`` now) is refused
-    before any byte is downloaded (``ServingImageMismatch``); so is a plan not signed by one of ``trust``'s keys
-    (``SignatureRefused``; without ``trust`` the pull is unsigned-checked, and a version-compatible plan refused).
+    Before any plan byte: the pointer, its manifest and that manifest's folder must name this (model, GPU,
+    toolchain) (``SignatureRefused``: ``other identity``, or ``tampered`` when the pointer and manifest disagree); a
+    plan whose TensorRT differs from its declared serving image is refused (``ServingImageMismatch``); with ``trust``,
+    the release must carry a claim signed by a trusted key, not older than what ``accepted`` (this host's memory)
+    holds and not frozen (``max_age``), and the plan folder must be signed (``SignatureRefused``). Without ``trust``
+    the pull is unsigned-checked, and a version-compatible plan refused. The accepted release is remembered.
     """
     for label in toolchains:
         key = release_key(model, gpu, label)
@@ -77,9 +87,7 @@ def pull_release(store: Store, model: str, gpu: str, toolchains: list[str], dest
         if pointer is None:
             continue
         stored = read_stored(store, pointer.manifest)
-        if stored is None or stored.manifest.plan.sha256 != pointer.plan_sha256:
-            raise UserInputError(f"{store.url(key)} points at {pointer.manifest}, which is missing or does not "
-                                 "match the pointer; re-release the plan (`trtfarm release`)")
+        released = check_release(store, key, pointer, stored, trust, accepted, max_age=max_age)
         manifest = stored.manifest
         check_serving_images(manifest, store.url(pointer.manifest), fleet)
         verdict = stored.verdict(trust)
@@ -91,12 +99,16 @@ def pull_release(store: Store, model: str, gpu: str, toolchains: list[str], dest
         size = got.size  # part file is resumed (ranged read) or removed: nothing is left beside dest
         mpath = manifest_beside(dest)
         mpath.write_bytes(stored.manifest_bytes)
-        for path, data in ((signature_beside(dest), stored.signature), (provenance_beside(dest), stored.provenance)):
+        claim = json.dumps(pointer.claim, indent=2).encode() if pointer.claim is not None else None
+        for path, data in ((signature_beside(dest), stored.signature), (provenance_beside(dest), stored.provenance),
+                           (release_beside(dest), claim)):
             if data is None:
                 path.unlink(missing_ok=True)  # never leave an older pull's attestation beside this plan
             else:
                 path.write_bytes(data)
-        return Pulled(dest, mpath, key, size, verdict, got.note)
+        if accepted is not None and released.claim is not None:
+            accepted.remember(store.uri, released.claim)
+        return Pulled(dest, mpath, key, size, verdict, released, got.note)
     existing = [f"{p.gpu} / {p.toolchain}" for p in list_pointers(store, model)]
     raise UserInputError(f"no released plan of {model!r} for GPU {gpu!r} with {' or '.join(toolchains)}. "
                          + (f"Released: {', '.join(existing)}." if existing else f"{model!r} has no releases in "

@@ -16,18 +16,24 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
 from trtfarm.errors import UserInputError
+from trtfarm.layout import release_key
 from trtfarm.profiles.profile import ProfilesFile, profiles_json
 from trtfarm.publishing.attest import StoredPlan, read_stored
 from trtfarm.publishing.release import ReleasePointer, list_pointers
+from trtfarm.publishing.release_check import check_release, identity_of, manifest_identity_problem
 from trtfarm.publishing.serving_pin import check_serving_images
 from trtfarm.scratch import scratch_dir
 from trtfarm.serving.triton_config import ConfigSpec, config_text
 from trtfarm.serving.versions import Version, capability_collisions, model_versions
+from trtfarm.signing.accepted import AcceptedReleases
+from trtfarm.signing.bundle import SignatureRefused
 from trtfarm.signing.keys import TrustedKeys
+from trtfarm.signing.release_claim import ReleaseClaim
 from trtfarm.store import Store
 from trtfarm.vocabulary.fleet import Fleet
 from trtfarm.vocabulary.manifest import Manifest
@@ -52,6 +58,8 @@ class TritonRequest:
     batching: Literal["explicit", "dynamic"] = "explicit"
     traffic: ProfilesFile | None = None  # the profiles file derived from traffic (its buckets: preferred sizes)
     trust: TrustedKeys | None = None  # the fleet's trusted keys (None: unsigned-checked)
+    accepted: AcceptedReleases | None = None  # this host's memory of accepted releases (rollback)
+    max_age: timedelta | None = None  # this host's freeze limit on release claims
 
 
 @dataclass
@@ -125,9 +133,16 @@ class _Manifests:
             self.seen[key] = self.stored[key].manifest if self.stored[key] else None
         return self.seen[key]
 
-    def signed(self, key: str, trust: TrustedKeys | None) -> str:
-        """The plan's signature verdict; ``SignatureRefused`` when serving hosts would refuse it."""
-        self.get(key)
+    def signed(self, key: str, trust: TrustedKeys | None, asked: str) -> str:
+        """The plan's signature verdict; ``SignatureRefused`` when serving hosts would refuse it.
+
+        ``asked``: the ``model/gpu/toolchain`` this version serves it as; a manifest of another is refused.
+        """
+        m = self.get(key)
+        problem = manifest_identity_problem(key, m)
+        if identity_of(m) != asked or problem:
+            raise SignatureRefused("other identity", f"{self.store.url(key)}: released as {asked}, but "
+                                   + (problem or f"the manifest is of {identity_of(m)}"))
         stored: StoredPlan = self.stored[key]
         verdict = stored.verdict(trust)
         verdict.raise_if_refused(self.store.url(key))
@@ -143,6 +158,27 @@ class _Manifests:
             else:
                 kept.append(v)
         return kept
+
+
+def _checked_releases(store: Store, pointers: Sequence[ReleasePointer], manifests: _Manifests,
+                      req: TritonRequest) -> list[ReleaseClaim]:
+    """Check each GPU's current release (identity, signed claim, rollback, freeze) before any plan is fetched.
+
+    The versions come from the pointers' histories, which are not signed: the newest version must be what each
+    pointer names now, so a history edited to end elsewhere is refused.
+    """
+    claims = []
+    for p in pointers:
+        key = release_key(req.model, p.gpu, p.toolchain)
+        manifests.get(p.manifest)
+        verdict = check_release(store, key, p, manifests.stored[p.manifest], req.trust, req.accepted,
+                                max_age=req.max_age)
+        claims += [verdict.claim] if verdict.claim else []
+        if not p.history or p.history[-1].manifest != p.manifest:
+            raise SignatureRefused("tampered", f"{store.url(key)}: its history ends at "
+                                   f"{p.history[-1].manifest if p.history else 'nothing'}, the pointer names "
+                                   f"{p.manifest}: the pointer was edited outside trtfarm")
+    return claims
 
 
 def _same_plan_shape(ms: Sequence[Manifest]) -> bool:
@@ -235,10 +271,11 @@ def _repository(store: Store, req: TritonRequest, root: Path, pointers: Sequence
                              "in the store; release the model again")
     newest = _newest(versions[-1], manifests, req.model)
     versions = _matching(versions, newest, manifests, notes)
+    toolchain = {p.gpu: p.toolchain for p in pointers}
     for v in versions:
-        for key in v.manifests.values():
+        for gpu, key in v.manifests.items():
             check_serving_images(manifests.get(key), store.url(key), fleet)
-            manifests.signed(key, req.trust)
+            manifests.signed(key, req.trust, f"{req.model}/{gpu}/{toolchain[gpu]}")
     notes.append(f"signatures: every plan signed by a trusted key ({req.trust.describe()})" if req.trust else
                  "signatures: unsigned-checked (no trusted keys configured: TRTFARM_TRUSTED_KEYS or signing."
                  "trusted_keys in gpu_targets.yaml), so nothing proves who built these plans")
@@ -271,6 +308,7 @@ def triton_repositories(store: Store, fleet: Fleet, req: TritonRequest) -> Trito
     notes: list[str] = []
     pointers = _pointers(store, fleet, req, notes)
     manifests = _Manifests(store)
+    claims = _checked_releases(store, pointers, manifests, req)
     combined = manifests.complete(model_versions(pointers), [])[-(req.keep + 1):]
     splits = capability_collisions(combined, manifests.seen) if len(pointers) > 1 else []
     if splits:
@@ -278,6 +316,8 @@ def triton_repositories(store: Store, fleet: Fleet, req: TritonRequest) -> Trito
     else:
         groups = [(req.repo, list(pointers))]
     repos = [_repository(store, req, root, group, manifests, fleet) for root, group in groups]
+    for claim in claims if req.accepted is not None else []:
+        req.accepted.remember(store.uri, claim)
     flavours = {m.target.flavour for m in manifests.seen.values() if m}
     if "tensorrt_rtx" in flavours:
         notes.append("these are TensorRT-RTX plans: Triton's stock TensorRT backend loads plans with its image's "

@@ -23,7 +23,8 @@ BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 INTOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 MODEL_SIGNING_PREDICATE = "https://model_signing/signature/v1.0"
-Reason = Literal["unsigned", "untrusted key", "bad signature", "other bytes", "malformed"]
+Reason = Literal["unsigned", "untrusted key", "bad signature", "other bytes", "malformed", "other identity",
+                 "unsigned release", "rollback", "frozen", "tampered"]
 
 
 class SignatureRefused(TrtfarmError):
@@ -87,20 +88,30 @@ class Verified:
     resources: dict[str, str]
 
 
+def _text(value: object, what: str) -> str:
+    """``value`` when it is a string; ``malformed`` naming the field otherwise (a bundle is untrusted until checked)."""
+    if not isinstance(value, str):
+        raise SignatureRefused("malformed", f"the bundle's {what} is a {type(value).__name__}, not a string")
+    return value
+
+
 def _envelope(bundle: bytes) -> tuple[str | None, bytes, bytes]:
     """(key hint, payload, signature) of a bundle; ``malformed`` when it is not one."""
     try:
         doc = json.loads(bundle)
-        if doc.get("mediaType") != BUNDLE_MEDIA_TYPE:
-            raise SignatureRefused("malformed", f"not a model-signing bundle (mediaType {doc.get('mediaType')!r}, "
-                                   f"expected {BUNDLE_MEDIA_TYPE})")
+        if not isinstance(doc, dict) or doc.get("mediaType") != BUNDLE_MEDIA_TYPE:
+            kind = doc.get("mediaType") if isinstance(doc, dict) else type(doc).__name__
+            raise SignatureRefused("malformed", f"not a model-signing bundle (mediaType {kind!r}, expected "
+                                   f"{BUNDLE_MEDIA_TYPE})")
         env = doc["dsseEnvelope"]
         if env.get("payloadType") != INTOTO_PAYLOAD_TYPE or len(env.get("signatures") or []) != 1:
             raise SignatureRefused("malformed", "the DSSE envelope must carry one signature over an in-toto payload")
         hint = ((doc.get("verificationMaterial") or {}).get("publicKey") or {}).get("hint") or None
-        return hint, base64.b64decode(env["payload"], validate=True), base64.b64decode(env["signatures"][0]["sig"],
-                                                                                       validate=True)
-    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        payload = _text(env["payload"], "dsseEnvelope.payload")
+        sig = _text(env["signatures"][0]["sig"], "dsseEnvelope.signatures[0].sig")
+        return (None if hint is None else _text(hint, "publicKey.hint"), base64.b64decode(payload, validate=True),
+                base64.b64decode(sig, validate=True))
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as err:
         raise SignatureRefused("malformed", f"the signature file is not a valid bundle ({type(err).__name__}: "
                                f"{err})") from err
 
@@ -111,12 +122,14 @@ def _signed_resources(payload: bytes) -> dict[str, str]:
         if doc["_type"] != STATEMENT_TYPE or doc["predicateType"] != MODEL_SIGNING_PREDICATE:
             raise SignatureRefused("malformed", f"the signed statement is a {doc.get('predicateType')!r}, not a "
                                    "model-signing v1.0 signature")
-        resources = {r["name"]: r["digest"] for r in doc["predicate"]["resources"] if r["algorithm"] == "sha256"}
+        resources = {_text(r["name"], "resource name"): _text(r["digest"], "resource digest")
+                     for r in doc["predicate"]["resources"] if r["algorithm"] == "sha256"}
         subject = doc["subject"][0]["digest"]["sha256"]
-    except (ValueError, KeyError, TypeError, IndexError) as err:
+        root = root_digest(resources)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
         raise SignatureRefused("malformed", f"the signed statement is not a model-signing statement "
                                f"({type(err).__name__}: {err})") from err
-    if root_digest(resources) != subject:
+    if root != subject:
         raise SignatureRefused("malformed", "the signed statement's root digest does not cover its resources")
     return resources
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from trtfarm.signing.bundle import SignatureRefused, verify_resources
 from trtfarm.signing.keys import TrustedKey, TrustedKeys
 
+SIGN_FIX = "`trtfarm sign` (with TRTFARM_SIGNING_KEY set to a worker key) signs what is published unsigned"
 HOW_TO_TRUST = ("set TRTFARM_TRUSTED_KEYS=PATH[,PATH...] (PEM public keys) or signing.trusted_keys in "
                 "gpu_targets.yaml")
 
@@ -50,7 +51,7 @@ def check_signature(trust: TrustedKeys | None, signature: bytes | None, actual: 
                                   f"this plan ({present}); {HOW_TO_TRUST}")
     if signature is None:
         return TrustVerdict(False, f"unsigned: no signature for this manifest, and verification is on "
-                                   f"({trust.describe()})", "unsigned")
+                                   f"({trust.describe()}); {SIGN_FIX}", "unsigned")
     try:
         verified = verify_resources(signature, trust, actual)
     except SignatureRefused as err:

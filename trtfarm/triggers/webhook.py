@@ -171,7 +171,7 @@ def check_signature(secret: str, timestamp: str | None, signature: str | None, b
         ts = int(timestamp)
     except ValueError:
         raise Rejected(401, f"X-Trtfarm-Timestamp {timestamp[:32]!r} is not unix seconds") from None
-    if abs(now - ts) > window_s:
+    if abs(now - ts) > window_s:  # both ways: a post dated in the future is a replay waiting to happen
         raise Rejected(401, f"timestamp {ts} is outside the {window_s} s replay window (replayed or clock skew)")
     if not hmac.compare_digest(sign(secret, timestamp, body), signature):
         raise Rejected(401, "signature does not match (wrong secret, or the body was changed)")

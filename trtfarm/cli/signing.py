@@ -1,0 +1,55 @@
+"""``sign``: sign the plans and releases a store already holds unsigned."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from trtfarm.cli.common import (
+    JSON_OPT,
+    STORE_OPT,
+    TARGETS_OPT,
+    app,
+    err,
+    fail,
+    message_text,
+    out,
+    store_uri,
+    targets_path,
+)
+from trtfarm.errors import TrtfarmError
+
+
+@app.command()
+def sign(models: list[str] = typer.Argument(None, help="model names [default: every model in the store]"),
+         targets_file: Path = TARGETS_OPT, store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
+    """Sign the published plans and releases that have no signature, with the worker key (TRTFARM_SIGNING_KEY).
+
+    Each plan is re-hashed against its manifest first; one that does not match, or whose manifest sits in another
+    model's folder, is refused and listed (exit 1), never signed. Releases with no signed claim, or one that expires
+    within 10 days, are signed again (next version, same plan).
+    """
+    from trtfarm.publishing.sign_store import sign_store
+    from trtfarm.store import open_store
+    from trtfarm.vocabulary.fleet_file import signing_settings
+
+    try:
+        signer = signing_settings(targets_path(targets_file), only="key").signer()
+        if signer is None:
+            raise fail("no signing key: set TRTFARM_SIGNING_KEY=PATH (the workers' PEM key) or signing.key in "
+                       "gpu_targets.yaml")
+        done = sign_store(open_store(store_uri(store)), signer, models or (),
+                          note=None if as_json else lambda line: out.print(message_text(line), highlight=False))
+    except TrtfarmError as e:
+        raise fail(e) from e
+    if as_json:
+        print(json.dumps(done.to_json(), indent=2))
+    else:
+        out.print(f"{len(done.plans)} plan(s) and {len(done.releases)} release(s) signed, {done.already} already "
+                  f"signed, {len(done.refused)} refused", highlight=False)
+    if done.refused:
+        if not as_json:
+            err.print(message_text(f"refused: {done.refused[0]}"), highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
