@@ -84,6 +84,8 @@ def session(path: Path, extra: tuple[str, ...] | str = (), keep: bool = True):
     import onnxruntime as ort
     from polygraphy.backend.onnxrt import SessionFromOnnx
 
+    ort.set_default_logger_severity(3)  # its warnings (unused initializers, ...) are not the user's to read
+
     def make():
         source = with_outputs(path, extra) if extra else str(path)
         return SessionFromOnnx(source, providers=["cpu"],
