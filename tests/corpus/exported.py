@@ -31,7 +31,9 @@ from tests.corpus.sources import cache_dir
 
 REPO = Path(__file__).resolve().parents[2]
 ARCHS = ("bert", "resnet", "gpt2", "wav2vec2", "vit", "t5enc", "distilbert")
-EXPORTS = tuple(f"{a}-{e}" for a in ARCHS for e in ("ts", "dynamo"))
+# torch.export cannot trace T5's relative-attention view with a dynamic batch and sequence (torch 2.13:
+# "Cannot view a tensor with shape (64*s50, 32, 32*s50, 1)"): its encoder goes through TorchScript only
+EXPORTS = tuple(f"{a}-{e}" for a in ARCHS for e in ("ts", "dynamo") if f"{a}-{e}" != "t5enc-dynamo")
 MADE_BY = {"bert": "BertModel", "resnet": "ResNetModel", "gpt2": "GPT2LMHeadModel with past key values",
            "wav2vec2": "Wav2Vec2Model, scalar sample rate", "vit": "ViTModel", "t5enc": "T5EncoderModel",
            "distilbert": "DistilBertModel"}

@@ -240,13 +240,12 @@ def calibration_for(path: Path, out: Path) -> Path:
     import numpy as np
     import onnx
 
-    from trtfarm.precision.inputs import fixed_batch, generate_inputs
+    from trtfarm.precision.inputs import generated_inputs, probe_sizes
+    from trtfarm.precision.runs import infer
 
     model = onnx.load(str(path), load_external_data=False)
-    data = generate_inputs(model, samples=32, seed=7)
-    if fixed_batch(model):
-        data = {k: v[: (len(v) // fixed_batch(model)) * fixed_batch(model)] for k, v in data.items()}
-    np.savez(out, **data)
+    sizes = probe_sizes(model, lambda feed: infer(path, [feed]), path=str(path))
+    np.savez(out, **generated_inputs(model, samples=32, seed=7, sizes=sizes, path=str(path)).data)
     return out
 
 

@@ -17,7 +17,8 @@ import onnx
 
 FLOATS = {onnx.TensorProto.FLOAT: "fp32", onnx.TensorProto.FLOAT16: "fp16", onnx.TensorProto.BFLOAT16: "bf16",
           onnx.TensorProto.DOUBLE: "fp64"}
-NOT_COMPUTE = {"Constant", "ConstantOfShape", "Cast", "QuantizeLinear", "DequantizeLinear", "Identity", "Shape", "Range",
+NOT_COMPUTE = {"Constant", "ConstantOfShape", "Cast", "QuantizeLinear", "DequantizeLinear", "Identity", "Shape",
+               "Range",
                "EyeLike", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike"}
 
 
