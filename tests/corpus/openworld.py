@@ -119,7 +119,7 @@ def profile_for(model: CorpusModel, data: dict[str, np.ndarray] | None) -> list[
         def text(name):
             v = data[name]
             return ",".join(str(int(x)) for x in v.reshape(-1)) if name in shapes else \
-                "x".join(str(d) for d in v.shape) or "1"
+                "x".join(str(max(d, 1)) for d in v.shape) or "1"  # a profile dimension is at least 1
         return [f"{n}={':'.join([text(n)] * 3)}" for n in [*dynamic, *shapes] if n in data]
     return _generated_profile(model, dynamic)
 
@@ -166,7 +166,8 @@ if not parser.parse_from_file(sys.argv[1]):
 config = builder.create_builder_config()
 if len(sys.argv) > 2:
     profile = builder.create_optimization_profile()
-    shape_inputs = {network.get_input(i).name for i in range(network.num_inputs) if network.get_input(i).is_shape_tensor}
+    tensors = [network.get_input(i) for i in range(network.num_inputs)]
+    shape_inputs = {t.name for t in tensors if t.is_shape_tensor}
     for arg in sys.argv[2:]:
         name, spec = arg.split("=")
         if name in shape_inputs:
@@ -257,7 +258,6 @@ def onnxruntime_runs(model: CorpusModel, data: dict | None) -> Cell:
 
 def _precision(model: CorpusModel, mode: str, data: dict | None, work: Path) -> Cell:
     from tests.corpus.matrix import calibration_for
-
     from trtfarm.errors import UserInputError
 
     args = ["precision", str(model.path), "--mode", mode, "--out", str(work / f"{mode}.onnx"), "--json"]
@@ -284,7 +284,7 @@ def _precision(model: CorpusModel, mode: str, data: dict | None, work: Path) -> 
 
 def run_model(model: CorpusModel, work: Path, steps: tuple[str, ...] = STEPS) -> dict[str, Cell]:
     """Every step of ``steps`` for one model, in a folder of its own under ``work``."""
-    folder = work / model.key.replace("/", "+")
+    folder = work / model.key.replace("/", "__")
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     (folder / "gpu_targets.yaml").write_text(ONE_RTX_TARGET)
@@ -381,7 +381,7 @@ def main() -> None:
                                                 set(filter(None, args.names.split(","))) or None):
             print(json.dumps({"family": model.family, "model": model.name, "seconds": round(seconds, 1),
                               "cells": {s: asdict(c) for s, c in cells.items()}, "wrong": judge(cells)}), flush=True)
-            shutil.rmtree(Path(tmp) / model.key.replace("/", "+"), ignore_errors=True)
+            shutil.rmtree(Path(tmp) / model.key.replace("/", "__"), ignore_errors=True)
 
 
 if __name__ == "__main__":

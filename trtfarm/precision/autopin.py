@@ -91,6 +91,11 @@ def auto_pin(src: Path, recipe: Recipe, work: Path, feeds: list[dict], progress:
         if tries < MAX_TRIES and (found := attempt(trial))[1].passed:
             pins, best = trial, found
     conv = best[0]
+    default = convert_onnx(src, recipe.model_copy(update={"auto_pin": False}), work / "default.onnx", feeds=feeds)
+    if default.digest == conv.digest:  # the pins changed nothing AutoCast's own rules would not have done
+        return Pinned(default, best[1], [], tries + 1, [
+            f"auto-pin: the smallest FP32 set it found is the one AutoCast's default rules keep (data_max "
+            f"{recipe.data_max:g}); nothing pinned"])
     reasons = dict(conv.nodes.fp32_nodes)
     reasons.update({n: "auto-pin: the gate fails without it" for n in pins if n in reasons})
     nodes = replace(conv.nodes, fp32_nodes=reasons)

@@ -76,7 +76,8 @@ def _rule_text(why: str) -> str:
         found = f" |x| up to {float(absmax[1]):.4g}" if absmax else ""
         return f"AutoCast data_max:{found} beyond {limit[1] if limit else 'data_max'} on the reference run"
     if why.startswith("initializer"):
-        return f"AutoCast init_max: {why.split(':', 1)[0]} holds values beyond FP16's range"
+        name = why.split(":", 1)[0].removesuffix(" out of range")
+        return f"AutoCast init_max: {name} holds values beyond FP16's range"
     return {"DisabledNodeNameRegexRule": "pinned: matches --keep-fp32", "DisabledOpTypes": "pinned: --keep-fp32-op",
             "DepthOfReductionRule": "AutoCast: reduction too deep for FP16"}.get(why.strip(), f"AutoCast: {why}")
 
@@ -188,9 +189,11 @@ def _translated(err: Exception, recipe: Recipe, src: Path, logged: list[str], da
                                f"{what}: onnxruntime refused it ({(ort or reason).strip()[:300]}). Fix: {fix}")
     if "valid ONNX" in reason or where.startswith("onnx/"):
         fix = "re-export the model at opset 13 or later with a current exporter, or keep it fp32"
+    elif re.search(r"node|op type|operator", reason, re.IGNORECASE):
+        fix = ("keep the node or op type it names in FP32 (--keep-fp32 REGEX, --keep-fp32-op OP), or keep the "
+               "model fp32")
     else:
-        fix = ("keep the node it names in FP32 (--keep-fp32 REGEX, --keep-fp32-op OP), or keep the model fp32; "
-               "report the model to ModelOpt")
+        fix = f"keep this model fp32 (ModelOpt cannot {recipe.mode}-convert it), and report the model to ModelOpt"
     detail = f" ({logged[-1].splitlines()[0][:200]})" if logged and "See log" in reason else ""
     return ConversionError(f"{src}: {recipe.mode} conversion failed in {library} ({type(err).__name__} at {where}: "
                            f"{reason[:300]}{detail}). Fix: {fix}")

@@ -231,8 +231,9 @@ def inputs_for_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]],
     return out
 
 
-MAX_GENERATED_VALUES = 1 << 22  # per input set: 16 MiB of float32; a static 800x608 image gets 3 samples
+MAX_GENERATED_VALUES = 1 << 22  # per input set: 16 MiB of float32; a static 800x608 image gets 2 samples
 MIN_SAMPLES = 2
+MAX_RUNS = 8  # batches per model run: a static batch-1 export gets 8 samples, not 64 runs of one
 
 
 def _refuse_shape_tensors(model: onnx.ModelProto, path: str) -> None:
@@ -268,11 +269,15 @@ def generated_inputs(model: onnx.ModelProto, samples: int = 64, seq: int = 64, s
     per_sample = sum(int(np.prod(s)) for n, s in one.items() if n in rows_of) or 1
     fixed = fixed_batch(model) or 1
     wanted = samples - samples % fixed or fixed
-    count = max(MIN_SAMPLES * fixed, min(wanted, MAX_GENERATED_VALUES // per_sample // fixed * fixed))
+    by_values = MAX_GENERATED_VALUES // per_sample // fixed * fixed
+    by_runs = MAX_RUNS * (fixed if fixed_batch(model) else 16)
+    count = max(MIN_SAMPLES * fixed, min(wanted, by_values, by_runs))
     notes = []
     if count < wanted:
-        notes.append(f"generated {count} samples instead of {wanted}: one sample holds {per_sample:,} values, "
-                     f"and the step keeps to {MAX_GENERATED_VALUES:,} per input set")
+        why = (f"one sample holds {per_sample:,} values, and the step keeps to {MAX_GENERATED_VALUES:,} per input set"
+               if by_values <= by_runs else f"the export fixes its batch at {fixed}, and the step keeps to {MAX_RUNS} "
+               "runs of each model")
+        notes.append(f"generated {count} samples instead of {wanted}: {why}")
     shapes = {n: _shape(spec[n][1], sizes, count, batch, n in rows_of) for n in spec}
     return Generated(inputs_for_shapes(model, shapes, seed), set(spec) - rows_of, sizes, notes)
 

@@ -21,18 +21,19 @@ import onnx
 
 def _ir3_inputs(model: onnx.ModelProto) -> list[str]:
     """Notes for (and the removal of) initializers listed as graph inputs, IR version below 4 only."""
-    if model.ir_version >= 4:
+    if model.ir_version >= 4 or not model.graph.initializer:
         return []
     weights = {i.name for i in model.graph.initializer}
     listed = [i for i in model.graph.input if i.name in weights]
-    if not listed:
-        return []
     kept = [i for i in model.graph.input if i.name not in weights]
     del model.graph.input[:]
     model.graph.input.extend(kept)
     opsets = [o for o in model.opset_import if o.domain in ("", "ai.onnx")] or list(model.opset_import)
     before = model.ir_version
     model.ir_version = max(4, onnx.helper.find_min_ir_version_for(opsets, ignore_unknown=True))
+    if not listed:
+        return [f"IR version {before} with initializers that are not graph inputs (IR 4 allows that): the IR "
+                f"version was raised to {model.ir_version}, as TensorRT's parser and onnxruntime read it"]
     return [f"IR version {before} lists its {len(listed)} initializers as graph inputs too: they were taken as "
             f"weights (as TensorRT and onnxruntime take them) and the IR version raised to {model.ir_version}, "
             "which ModelOpt's converters need"]
@@ -75,11 +76,4 @@ def normalised_for_checker(model: onnx.ModelProto) -> tuple[onnx.ModelProto, lis
         return model, []
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    notes = _ir3_inputs(copy)
-    if not notes:
-        before = copy.ir_version
-        opsets = [o for o in copy.opset_import if o.domain in ("", "ai.onnx")] or list(copy.opset_import)
-        copy.ir_version = max(4, onnx.helper.find_min_ir_version_for(opsets, ignore_unknown=True))
-        notes = [f"IR version {before} with initializers that are not graph inputs: checked as IR "
-                 f"{copy.ir_version}, as TensorRT's parser and onnxruntime read it"]
-    return copy, notes
+    return copy, _ir3_inputs(copy)
