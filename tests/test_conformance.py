@@ -6,9 +6,13 @@ TensorRT-RTX builder is the referee of the build: trtfarm builds what it builds 
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from .corpus.families import FAMILIES
 from .corpus.matrix import ROWS, run_row
+from .corpus.openworld import judge, run_family
 
 pytestmark = pytest.mark.integration
 
@@ -26,3 +30,23 @@ def test_every_step_gives_what_the_matrix_expects(row, work):
     assert not wrong, wrong
     plain, build = cells["plain"], cells["build"]
     assert (plain.outcome == "built") == (build.outcome == "built"), (plain, build)
+
+
+# The suite's share of each generated family (1: every model; 4: a quarter, drawn by a digest of the names), so the
+# suite stays within its time; bench/conformance.py runs every model of every family with the same code.
+SUITE_SHARE = {"onnx-light": 9, "onnx-simple": 1, "onnx-pytorch-converted": 6, "onnx-pytorch-operator": 3,
+               "onnxruntime-samples": 1, "transformers-ts": 2, "transformers-dynamo": 2}
+SHARE_SCALE = int(os.environ.get("TRTFARM_CORPUS_SHARE_SCALE", "1"))  # 0: every model of every family
+
+
+@pytest.mark.parametrize("family", sorted(SUITE_SHARE), ids=sorted(SUITE_SHARE))
+def test_every_model_of_a_generated_family_gets_a_verdict_from_every_step(family, work):
+    assert family in FAMILIES
+    share = SUITE_SHARE[family] * SHARE_SCALE
+    wrong, seen = {}, 0
+    for model, cells, _ in run_family(family, work, share):
+        seen += 1
+        if problems := judge(cells):
+            wrong[model.name] = problems
+    assert seen, f"the suite's share of {family} drew no model"
+    assert not wrong, wrong

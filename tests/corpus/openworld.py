@@ -132,15 +132,20 @@ def _generated_profile(model: CorpusModel, dynamic: list[str]) -> list[str]:
     from trtfarm.precision.runs import infer
 
     proto = onnx.load(str(model.path), load_external_data=False)
-    points = []
-    for rows, seq in ((1, 8), (2, 32), (4, 64)):
+
+    def point(rows: int, seq: int) -> dict[str, list[int]]:
+        sizes = probe_sizes(proto, lambda feed: infer(model.path, [feed]), seq=seq)
+        made = generated_inputs(proto, samples=rows, seq=seq, sizes=sizes)
+        return {n: list(v.shape if n not in batched(proto) else (rows, *v.shape[1:])) for n, v in made.data.items()}
+
+    for smallest in (8, 16, 32, 64, 128, 256, 512, 1024):  # the least size the model runs with (a conv stack)
         try:
-            sizes = probe_sizes(proto, lambda feed: infer(model.path, [feed]), seq=seq)
-            made = generated_inputs(proto, samples=rows, seq=seq, sizes=sizes)
+            points = [point(1, smallest), point(2, 2 * smallest), point(4, 4 * smallest)]
+            break
         except UserInputError:
-            return []
-        points.append({n: list(v.shape if n not in batched(proto) else (rows, *v.shape[1:]))
-                       for n, v in made.data.items()})
+            continue
+    else:
+        return []
     return [f"{n}={':'.join('x'.join(map(str, p[n])) for p in points)}" for n in dynamic]
 
 
