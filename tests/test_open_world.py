@@ -75,17 +75,17 @@ def test_1_a_model_zoo_net_of_the_onnx_wheel_gets_fp16_and_int8_verdicts(tmp_pat
 
 @pytest.mark.parametrize("exporter", ["ts", "dynamo"])
 def test_2_a_decoder_with_past_key_values_gets_inputs_its_mask_fits(tmp_path, exporter):
+    path = exported_model(f"gpt2-{exporter}")
+    verdict(run(tmp_path, "precision", str(path), "--mode", "fp16", "--out", str(tmp_path / "16.onnx"), "--json"))
     from trtfarm.precision.inputs import generated_inputs, probe_sizes
     from trtfarm.precision.runs import infer
 
-    path = exported_model(f"gpt2-{exporter}")
     model = onnx.load(str(path), load_external_data=False)
     sizes = probe_sizes(model, lambda feed: infer(path, [feed]))
     data = generated_inputs(model, samples=4, sizes=sizes).data
     past = data["past_key_values.0.key"].shape[2]
     assert data["attention_mask"].shape[1] == past + data["input_ids"].shape[1], {k: v.shape for k, v in data.items()}
     assert data["input_ids"].max() < 1000  # below the vocabulary the embedding Gather reads
-    verdict(run(tmp_path, "precision", str(path), "--mode", "fp16", "--out", str(tmp_path / "16.onnx"), "--json"))
 
 
 def test_3_a_scalar_input_is_a_scalar_generated_and_in_an_npz(tmp_path):
@@ -170,10 +170,11 @@ def test_7_the_result_names_every_fp32_node_and_auto_pin_only_what_changed_the_m
 
 
 def test_8_generated_samples_are_sized_to_the_input_and_say_so():
-    from trtfarm.precision.inputs import generated_inputs
+    from trtfarm.precision import inputs
 
     graph = helper.make_graph([helper.make_node("Sigmoid", ["image"], ["prob"], name="s")], "det",
                               [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 800, 608])],
                               [helper.make_tensor_value_info("prob", TensorProto.FLOAT, [1, 3, 800, 608])])
-    made = generated_inputs(helper.make_model(graph), samples=64)
-    assert made.data["image"].shape[0] == 2 and "instead of 64" in made.notes[0], made.notes
+    assert inputs.generate_inputs(helper.make_model(graph), samples=64)["image"].shape[0] == 2
+    made = inputs.generated_inputs(helper.make_model(graph), samples=64)
+    assert "generated 2 samples instead of 64: one sample holds 1,459,200 values" in made.notes[0], made.notes

@@ -263,10 +263,11 @@ def _add_profiles(builder, config, network, profiles: Sequence[Profile]) -> None
     dynamic_names = [t.name for t in dynamic if any(d < 0 for d in t.shape)]
     shape_names = [t.name for t in dynamic if t.is_shape_tensor]
     if (dynamic_names or shape_names) and not profiles:
-        values = f"; shape tensors {shape_names} need their values: --profile NAME=1,4:3,4:3,4" if shape_names else ""
-        raise UserInputError(f"inputs {dynamic_names + shape_names} have dynamic dimensions or values but no "
-                             "optimization profile was given; add --profile INPUT=MIN:OPT:MAX for each (or profiles: "
-                             f"in farm.yaml){values}")
+        said = [f"inputs {dynamic_names} have dynamic dimensions"] if dynamic_names else []
+        said += [f"shape tensors {shape_names} need the min/opt/max of their values"] if shape_names else []
+        raise UserInputError(f"{' and '.join(said)} but no optimization profile was given; add --profile "
+                             "INPUT=MIN:OPT:MAX for each (a shape tensor's values: NAME=1,4:3,4:3,4), or profiles: in "
+                             "farm.yaml")
     known = {t.name: t for t in dynamic}
     for index, profile in enumerate(profiles):
         p = builder.create_optimization_profile()
