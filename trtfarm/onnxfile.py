@@ -106,8 +106,8 @@ def dim_size(label: str, sizes: dict[str, int]) -> int | None:
     sequence_length`` (a decoder's mask, as Optimum and the TorchScript exporter write it), ``2*s0``, ``s1 - 1``.
     Returns None when the label uses a name ``sizes`` does not give or an operator other than + - * // (floor).
     """
-    if label in sizes:
-        return sizes[label]
+    if label in sizes or not is_expression(label):
+        return sizes.get(label)
     import ast
 
     try:
@@ -132,11 +132,18 @@ def dim_size(label: str, sizes: dict[str, int]) -> int | None:
     return value(tree)
 
 
+def is_expression(label: str) -> bool:
+    """True for a label computed from other names (``past + seq``, ``2*s0``); ``p2o.D1`` or ``?`` are plain names."""
+    import re
+
+    return bool(re.search(r"[-+*/() ]", label.strip()))
+
+
 def dim_names(label: str) -> set[str]:
     """The names a dimension label refers to (``past + seq`` -> {past, seq}); a plain name refers to itself."""
     import re
 
-    if label.isidentifier():
+    if not is_expression(label):
         return {label}
     return {n for n in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", label) if n not in ("floor", "ceiling")}
 

@@ -128,12 +128,13 @@ def _generated_profile(model: CorpusModel, dynamic: list[str]) -> list[str]:
     import onnx
 
     from trtfarm.errors import UserInputError
-    from trtfarm.precision.inputs import batched, generated_inputs, probe_sizes
+    from trtfarm.precision.inputs import batched, fixed_batch, generated_inputs, probe_sizes
     from trtfarm.precision.runs import infer
 
     proto = onnx.load(str(model.path), load_external_data=False)
 
     def point(rows: int, seq: int) -> dict[str, list[int]]:
+        rows = fixed_batch(proto) or rows  # a static export's batch stays its own
         sizes = probe_sizes(proto, lambda feed: infer(model.path, [feed]), seq=seq)
         made = generated_inputs(proto, samples=rows, seq=seq, sizes=sizes)
         return {n: list(v.shape if n not in batched(proto) else (rows, *v.shape[1:])) for n, v in made.data.items()}

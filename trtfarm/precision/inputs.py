@@ -24,7 +24,7 @@ import onnx
 from onnx import helper
 
 from trtfarm.errors import UserInputError
-from trtfarm.onnxfile import dim_label, dim_names, dim_size, shape_tensor_inputs
+from trtfarm.onnxfile import dim_label, dim_names, dim_size, is_expression, shape_tensor_inputs
 
 DATA_FIX = ("pass real inputs: --calibration calib.npz / --heldout heldout.npz (numpy.savez keyed by input name, "
             "samples along the batch axis)")
@@ -179,10 +179,10 @@ def symbol_sizes(model: onnx.ModelProto, seq: int) -> tuple[dict[str, int], list
         for axis, d in enumerate(dims):
             if isinstance(d, str) and d != batch:
                 uses.setdefault(d, []).append((name, axis))
-    sizes = {d: seq for d in uses if d.isidentifier() or d == "?"}
+    sizes = {d: seq for d in uses if not is_expression(d)}
     for d in [d for d in uses if d not in sizes]:  # expressions: their names get the common size
         sizes.update({n: seq for n in dim_names(d) if n not in sizes and n != batch})
-    lone = [(u[0][0], u[0][1], d) for d, u in uses.items() if len(u) == 1 and d.isidentifier()
+    lone = [(u[0][0], u[0][1], d) for d, u in uses.items() if len(u) == 1 and not is_expression(d) and d != "?"
             and not any(d in dim_names(o) for o in uses if o != d)]
     return sizes, lone
 
