@@ -30,6 +30,7 @@ from trtfarm.precision.recipe import Recipe
 from trtfarm.scratch import scratch_dir
 
 AUTOCAST = {"fp16", "bf16"}
+REFERENCE_BATCHES = 4
 QUANTIZE = {"int8", "fp8"}
 
 
@@ -115,7 +116,8 @@ def _autocast(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, wo
               named: Path) -> dict[str, str]:
     from modelopt.onnx.autocast import convert_to_mixed_precision
 
-    data = str(_write_feeds(feeds, work / "reference")) if feeds else None
+    # AutoCast marks every tensor as an output of its reference run: a few batches give its ranges
+    data = str(_write_feeds(feeds[:REFERENCE_BATCHES], work / "reference")) if feeds else None
     with _modelopt_log() as log:
         try:
             model = convert_to_mixed_precision(
