@@ -8,7 +8,8 @@ agree with it; refusals carrying the builder's reason; models onnxruntime runs; 
 failed / refused; tracebacks; models judged wrong), the date and the machine. --markdown prints the README's table;
 --json every cell. The hand-written matrix of tests/corpus/matrix.py is bench/conformance_matrix.py.
 
-    python bench/conformance.py [--families NAME,...] [--share N] [--markdown | --json]
+    python bench/conformance.py [--families NAME,...] [--share N] [--save FILE | --from FILE]
+                                [--markdown | --json]
 """
 
 from __future__ import annotations
@@ -41,15 +42,23 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
-def run_family(family: str, share: int, work: str) -> list[dict]:
-    """One process for the family (a crash loses that family's rest, and says so)."""
+def run_family(family: str, share: int, work: str, save: Path | None) -> list[dict]:
+    """One process for the family (a crash loses that family's rest, and says so); each model's line is saved
+    to ``save`` as it comes, so a run cut short still has what it measured (``--from`` renders it)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore"}
-    done = subprocess.run([sys.executable, "-m", "tests.corpus.openworld", family, "--share", str(share), "--work",
-                           work], cwd=REPO, env=env, capture_output=True, text=True)
-    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode:
+    proc = subprocess.Popen([sys.executable, "-m", "tests.corpus.openworld", family, "--share", str(share), "--work",
+                             work], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rows = []
+    for line in proc.stdout:
+        if line.startswith("{"):
+            rows.append(json.loads(line))
+            if save is not None:
+                with open(save, "a") as f:
+                    f.write(line)
+    err = proc.stderr.read()
+    if proc.wait():
         rows.append({"family": family, "model": "(process)", "cells": {}, "seconds": 0,
-                     "wrong": [f"the family's process exited {done.returncode}: {done.stderr[-400:]}"]})
+                     "wrong": [f"the family's process exited {proc.returncode}: {err[-400:]}"]})
     return rows
 
 
@@ -84,16 +93,27 @@ def main() -> int:
     parser.add_argument("--share", type=int, default=1, help="run 1/N of each family (default: all)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--markdown", action="store_true", help="the README's table")
+    parser.add_argument("--save", type=Path, help="append each model's JSON line to this file as it is measured")
+    parser.add_argument("--from", dest="source", type=Path, help="render the table from a --save file")
     args = parser.parse_args()
     families = [f for f in FAMILIES if not args.families or f in args.families.split(",")]
     by_family, start = {}, time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="trtfarm-conformance-") as work:
-        for i, family in enumerate(families, 1):
-            t = time.perf_counter()
-            by_family[family] = run_family(family, args.share, work)
-            print(f"[{i}/{len(families)}] {family}: {len(by_family[family])} models, {time.perf_counter() - t:.0f} s",
-                  file=sys.stderr, flush=True)
-    when = (f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {machine()}, {time.perf_counter() - start:.0f} s"
+    if args.source:
+        for line in args.source.read_text().splitlines():
+            row = json.loads(line)
+            by_family.setdefault(row["family"], []).append(row)
+        by_family = {f: by_family[f] for f in FAMILIES if f in by_family}
+        seconds = sum(r["seconds"] for rows in by_family.values() for r in rows)
+        stamp = datetime.fromtimestamp(args.source.stat().st_mtime, timezone.utc)
+    else:
+        with tempfile.TemporaryDirectory(prefix="trtfarm-conformance-") as work:
+            for i, family in enumerate(families, 1):
+                t = time.perf_counter()
+                by_family[family] = run_family(family, args.share, work, args.save)
+                print(f"[{i}/{len(families)}] {family}: {len(by_family[family])} models, "
+                      f"{time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
+        seconds, stamp = time.perf_counter() - start, datetime.now(timezone.utc)
+    when = (f"{stamp:%Y-%m-%d %H:%M} UTC on {machine()}, {seconds:.0f} s"
             + (f", 1/{args.share} of each family" if args.share > 1 else ""))
     table = {f: totals(rows) for f, rows in by_family.items()}
     wrong = sum(t["wrong"] for t in table.values())
