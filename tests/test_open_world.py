@@ -71,6 +71,7 @@ def test_1_a_model_zoo_net_of_the_onnx_wheel_gets_fp16_and_int8_verdicts(tmp_pat
     int8 = verdict(run(tmp_path, "precision", str(net), "--mode", "int8", "--calibration", str(calib), "--out",
                        str(tmp_path / "8.onnx"), "--json"))
     assert int8["nodes"]["by_precision"].get("int8", 0) > 0, int8["nodes"]
+    assert not list(tmp_path.glob("sym_shape_infer_temp*")), "a library's scratch file was left where the user ran"
 
 
 @pytest.mark.parametrize("exporter", ["ts", "dynamo"])

@@ -95,13 +95,30 @@ def _modelopt_log() -> Iterator[_Reasons]:
         lg.handlers, lg.propagate = [reasons], False
         lg.setLevel(logging.DEBUG)
     try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), _no_stray_file():
             yield reasons
     finally:
         for lg, level, propagate, handlers in saved:
             lg.handlers, lg.propagate = handlers, propagate
             lg.setLevel(level)
         logging.disable(previous)
+
+
+STRAY = "sym_shape_infer_temp.onnx"  # onnxruntime's symbolic shape inference, which ModelOpt calls, writes this
+# into the working directory when it cannot infer every shape, then raises (ModelOpt carries on without it)
+
+
+@contextlib.contextmanager
+def _no_stray_file() -> Iterator[None]:
+    """Remove the file onnxruntime's shape inference leaves in the user's working directory during a conversion."""
+    stray = Path.cwd() / STRAY
+    before = stray.stat().st_mtime_ns if stray.exists() else None
+    try:
+        yield
+    finally:
+        if stray.exists() and (before is None or stray.stat().st_mtime_ns != before):
+            with contextlib.suppress(OSError):
+                stray.unlink()
 
 
 def _write_feeds(feeds: list[dict], folder: Path) -> Path:
