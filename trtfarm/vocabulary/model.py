@@ -99,7 +99,12 @@ def _valid_as_the_parser_reads_it(path: Path) -> bool:
     """An IR-3 model whose initializers are not all graph inputs passes once read as TensorRT's parser reads it."""
     from trtfarm.precision.normalise import normalised_for_checker
 
-    model, notes = normalised_for_checker(onnx.load(str(path), load_external_data=False))
+    from google.protobuf.message import DecodeError
+
+    try:
+        model, notes = normalised_for_checker(onnx.load(str(path), load_external_data=False))
+    except (DecodeError, ValueError, OSError):  # not a model at all: the checker's own message says so
+        return False
     if not notes:
         return False
     try:
