@@ -97,9 +97,9 @@ def model_source(path: Path, name: str) -> ModelSource:
 
 def _valid_as_the_parser_reads_it(path: Path) -> bool:
     """An IR-3 model whose initializers are not all graph inputs passes once read as TensorRT's parser reads it."""
-    from trtfarm.precision.normalise import normalised_for_checker
-
     from google.protobuf.message import DecodeError
+
+    from trtfarm.precision.normalise import normalised_for_checker
 
     try:
         model, notes = normalised_for_checker(onnx.load(str(path), load_external_data=False))
