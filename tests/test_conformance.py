@@ -34,8 +34,11 @@ def test_every_step_gives_what_the_matrix_expects(row, work):
 
 # The suite's share of each generated family (1: every model; 4: a quarter, drawn by a digest of the names), so the
 # suite stays within its time; bench/conformance.py runs every model of every family with the same code.
-SUITE_SHARE = {"onnx-light": 9, "onnx-simple": 1, "onnx-pytorch-converted": 6, "onnx-pytorch-operator": 3,
-               "onnxruntime-samples": 1, "transformers-ts": 2, "transformers-dynamo": 2}
+# Measured on the 2-core machine at load 12 (bench/conformance.py): onnx-simple 136 s for all 23, the PyTorch
+# families 6-9 s a model, a transformers export 40-60 s, a model-zoo net 1-28 min (ModelOpt's cleanup is quadratic
+# in the nodes): the model-zoo draw is squeezenet alone, and tests/test_open_world.py converts it too.
+SUITE_SHARE = {"onnx-light": 29, "onnx-simple": 1, "onnx-pytorch-converted": 6, "onnx-pytorch-operator": 3,
+               "onnxruntime-samples": 1, "transformers-ts": 3, "transformers-dynamo": 3}
 SHARE_SCALE = int(os.environ.get("TRTFARM_CORPUS_SHARE_SCALE", "1"))  # 0: every model of every family
 
 
