@@ -265,9 +265,10 @@ def _add_profiles(builder, config, network, profiles: Sequence[Profile]) -> None
     if (dynamic_names or shape_names) and not profiles:
         said = [f"inputs {dynamic_names} have dynamic dimensions"] if dynamic_names else []
         said += [f"shape tensors {shape_names} need the min/opt/max of their values"] if shape_names else []
-        raise UserInputError(f"{' and '.join(said)} but no optimization profile was given; add --profile "
-                             "INPUT=MIN:OPT:MAX for each (a shape tensor's values: NAME=1,4:3,4:3,4), or profiles: in "
-                             "farm.yaml")
+        raise UserInputError(f"{' and '.join(said)} but no optimization profile was given (the builder: \"Network "
+                             "has dynamic or shape inputs, but no optimization profile has been defined\"); add "
+                             "--profile INPUT=MIN:OPT:MAX for each (a shape tensor's values: NAME=1,4:3,4:3,4), or "
+                             "profiles: in farm.yaml")
     known = {t.name: t for t in dynamic}
     for index, profile in enumerate(profiles):
         p = builder.create_optimization_profile()
