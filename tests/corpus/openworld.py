@@ -329,6 +329,8 @@ def _builder_reason(plain: Cell) -> str:
     text = first.removeprefix("REASON:").removeprefix("LOG:").strip()
     if first.startswith("REASON:"):
         text = text.split(" ", 1)[-1]  # the operator, then the parser's description
+    elif found := re.search(r"Error Code \d+: [^(]*\((.*)", text):  # the builder's reason, not its API's name
+        text = found[1]
     return re.sub(r"\s+", " ", text)[:60]
 
 
