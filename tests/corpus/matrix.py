@@ -44,7 +44,7 @@ OPS = "ConvInteger"  # the onnxruntime-only operator TensorRT's parser rejects f
 CLASSIFIER_INT8 = "of its scale 1 (output of Softmax), above 0.1"
 QUANTIZED = "already quantized with onnxruntime's operators (ConvInteger x21"
 # ModelOpt's INT8 calibrator on the dynamo BERT: the additive mask's finfo.min range cannot be binned
-MASK_BINS = "int8 conversion failed (ValueError: Too many bins for data range"
+MASK_BINS = "int8 conversion failed in ModelOpt (ValueError at numpy/lib/_histograms_impl.py:449: Too many bins"
 
 
 @dataclass(frozen=True)

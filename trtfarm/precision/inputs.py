@@ -177,12 +177,13 @@ def symbol_sizes(model: onnx.ModelProto, seq: int) -> tuple[dict[str, int], list
     uses: dict[str, list[tuple[str, int]]] = {}
     for name, (_, dims) in model_inputs(model).items():
         for axis, d in enumerate(dims):
-            if isinstance(d, str) and d != batch:
+            if isinstance(d, str) and (d != batch or axis > 0):  # the batch's name elsewhere: a size like others
                 uses.setdefault(d, []).append((name, axis))
     sizes = {d: seq for d in uses if not is_expression(d)}
     for d in [d for d in uses if d not in sizes]:  # expressions: their names get the common size
         sizes.update({n: seq for n in dim_names(d) if n not in sizes and n != batch})
     lone = [(u[0][0], u[0][1], d) for d, u in uses.items() if len(u) == 1 and not is_expression(d) and d != "?"
+            and d != batch
             and not any(d in dim_names(o) for o in uses if o != d)]
     return sizes, lone
 
