@@ -5,7 +5,8 @@ normalised first (``normalise``: what its converters cannot take), both converte
 gate's feeds for AutoCast's reference run, the calibration feeds for quantization), and whatever ModelOpt, or a
 library it calls (onnxruntime, onnx, ONNX-GraphSurgeon), raises is turned here into one line naming that library,
 where it raised, its reason, and a fix that fits the reason. An error raised in trtfarm's own code keeps its
-traceback. AutoCast's reasons for each node it keeps in FP32 are read from its log as it converts.
+traceback. AutoCast's reasons for each node it keeps in FP32 are read from its log as it converts. Two of
+ModelOpt's costs that grow with the model are worked around while it converts (``workarounds``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from trtfarm.identity import onnx_digest
 from trtfarm.precision.nodes import NodePrecision, node_precision
 from trtfarm.precision.normalise import normalised_for_converters
 from trtfarm.precision.recipe import Recipe
+from trtfarm.precision.workarounds import modelopt_workarounds
 from trtfarm.scratch import scratch_dir
 
 AUTOCAST = {"fp16", "bf16"}
@@ -135,7 +137,7 @@ def _autocast(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, wo
 
     # AutoCast marks every tensor as an output of its reference run: a few batches give its ranges
     data = str(_write_feeds(feeds[:REFERENCE_BATCHES], work / "reference")) if feeds else None
-    with _modelopt_log() as log:
+    with _modelopt_log() as log, modelopt_workarounds():
         try:
             model = convert_to_mixed_precision(
                 onnx_path=str(src), low_precision_type=recipe.mode, nodes_to_exclude=recipe.keep_fp32 or None,
@@ -178,7 +180,7 @@ def _quantize(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, na
     from onnxruntime.quantization import CalibrationDataReader
 
     reader = type("CalibrationFeeds", (_Feeds, CalibrationDataReader), {})(feeds)
-    with _modelopt_log() as log:
+    with _modelopt_log() as log, modelopt_workarounds():
         try:
             quantize(onnx_path=str(src), quantize_mode=recipe.mode, calibration_data_reader=reader,
                      calibration_eps=["cpu"], output_path=str(out), nodes_to_exclude=recipe.keep_fp32 or None,
