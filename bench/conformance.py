@@ -1,12 +1,15 @@
-"""The conformance matrix: which real third-party exports build and pass which gates, and how long each step took.
+"""The open-world conformance bench: every model of every generated family through every step, per-family totals.
 
-Runs tests/corpus/matrix.py's rows (ONNX files from pinned PyPI wheels, and exports made here by torch.onnx from
-random-initialised transformers models) through every step a user runs: the plain TensorRT-RTX builder (the
-referee), the profile pre-check, `trtfarm build` and its rerun, `trtfarm verify`, and `trtfarm precision` fp16 and
-int8. Prints a table (outcome and seconds per cell, with whether it matches the row's expectation) and, with
---markdown, the README's table; --json prints every cell.
+Runs tests/corpus/openworld.py (the code the suite's sample runs) on every model of every family of
+tests/corpus/families.py, one process per family: the plain TensorRT-RTX builder (the referee of build), `trtfarm
+build`, its rerun, `verify`, a weight change, onnxruntime on the FP32 model (the referee of precision), and
+`trtfarm precision` fp16 and int8. Prints one row per family (models; the plain builder's builds; how many builds
+agree with it; refusals carrying the builder's reason; models onnxruntime runs; fp16 and int8 verdicts: passed /
+failed / refused; tracebacks; models judged wrong), the date and the machine. --markdown prints the README's table;
+--json every cell. The hand-written matrix of tests/corpus/matrix.py is bench/conformance_matrix.py.
 
-    python bench/conformance.py [--rows NAME,...] [--json] [--markdown]
+    python bench/conformance.py [--families NAME,...] [--share N] [--save FILE | --from FILE]
+                                [--markdown | --json]
 """
 
 from __future__ import annotations
@@ -15,19 +18,21 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.corpus.matrix import ROWS, STEPS, run_row  # noqa: E402
+from tests.corpus.families import FAMILIES  # noqa: E402
 
-SHORT = {"built": "built", "up-to-date": "up to date", "passed": "passed", "ok": "ok", "refused": "refused",
-         "failed": "failed", "-": "–"}
+COLUMNS = ("family", "models", "plain built", "agree", "refused, builder's reason", "ort runs", "fp16 p/f/r",
+           "int8 p/f/r", "tracebacks", "wrong")
 
 
 def machine() -> str:
@@ -37,48 +42,105 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
+def run_family(family: str, share: int, work: str, save: Path | None) -> list[dict]:
+    """One process for the family (a crash loses that family's rest, and says so); each model's line is saved
+    to ``save`` as it comes, so a run cut short still has what it measured (``--from`` renders it)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.Popen([sys.executable, "-m", "tests.corpus.openworld", family, "--share", str(share), "--work",
+                             work], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rows = []
+    for line in proc.stdout:
+        if line.startswith("{"):
+            rows.append(json.loads(line))
+            if save is not None:
+                with open(save, "a") as f:
+                    f.write(line)
+    err = proc.stderr.read()
+    if proc.wait():
+        rows.append({"family": family, "model": "(process)", "cells": {}, "seconds": 0,
+                     "wrong": [f"the family's process exited {proc.returncode}: {err[-400:]}"]})
+    return rows
+
+
+def totals(rows: list[dict]) -> dict:
+    """The family's row of the table."""
+    t = Counter()
+    for r in rows:
+        c = {s: v["outcome"] for s, v in r["cells"].items()}
+        if not c:
+            t["wrong"] += 1
+            continue
+        t["models"] += 1
+        t["plain built"] += c.get("plain") == "built"
+        agree = (c.get("plain") == "built") == (c.get("build") == "built")
+        t["agree"] += agree
+        t["refused, builder's reason"] += agree and c.get("plain") != "built" and not any(
+            w.startswith("build refused without") for w in r["wrong"])
+        t["ort runs"] += c.get("ort") == "runs"
+        for mode in ("fp16", "int8"):
+            t[f"{mode} {c.get(mode)}"] += 1
+        t["tracebacks"] += any(v.get("traceback") for s, v in r["cells"].items() if s != "plain")
+        t["wrong"] += bool(r["wrong"])
+    return {"models": t["models"], "plain built": t["plain built"], "agree": t["agree"],
+            "refused, builder's reason": t["refused, builder's reason"], "ort runs": t["ort runs"],
+            **{f"{m} p/f/r": f"{t[f'{m} passed']}/{t[f'{m} failed']}/{t[f'{m} refused']}" for m in ("fp16", "int8")},
+            "tracebacks": t["tracebacks"], "wrong": t["wrong"]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", default="", help="comma-separated row names (default: every row)")
+    parser.add_argument("--families", default="", help="comma-separated families (default: every family)")
+    parser.add_argument("--share", type=int, default=1, help="run 1/N of each family (default: all)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--markdown", action="store_true", help="the README's table")
+    parser.add_argument("--save", type=Path, help="append each model's JSON line to this file as it is measured")
+    parser.add_argument("--from", dest="source", type=Path, help="render the table from a --save file")
     args = parser.parse_args()
-    wanted = [r for r in ROWS if not args.rows or r.name in args.rows.split(",")]
-    results = {}
-    with tempfile.TemporaryDirectory(prefix="trtfarm-conformance-") as tmp:
-        for i, row in enumerate(wanted, 1):
-            start = time.perf_counter()
-            cells = run_row(row, Path(tmp))
-            results[row.name] = (row, cells)
-            print(f"[{i}/{len(wanted)}] {row.name}: {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
-    when = f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {machine()}"
-    mismatches = sum(not c.matches(row.expect[s]) for row, cells in results.values() for s, c in cells.items())
+    families = [f for f in FAMILIES if not args.families or f in args.families.split(",")]
+    by_family, start = {}, time.perf_counter()
+    if args.source:
+        for line in args.source.read_text().splitlines():
+            row = json.loads(line)
+            by_family.setdefault(row["family"], []).append(row)
+        by_family = {f: by_family[f] for f in FAMILIES if f in by_family}
+        seconds = sum(r["seconds"] for rows in by_family.values() for r in rows)
+        stamp = datetime.fromtimestamp(args.source.stat().st_mtime, timezone.utc)
+    else:
+        with tempfile.TemporaryDirectory(prefix="trtfarm-conformance-") as work:
+            for i, family in enumerate(families, 1):
+                t = time.perf_counter()
+                by_family[family] = run_family(family, args.share, work, args.save)
+                print(f"[{i}/{len(families)}] {family}: {len(by_family[family])} models, "
+                      f"{time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
+        seconds, stamp = time.perf_counter() - start, datetime.now(timezone.utc)
+    when = (f"{stamp:%Y-%m-%d %H:%M} UTC on {machine()}, {seconds:.0f} s"
+            + (f", 1/{args.share} of each family" if args.share > 1 else ""))
+    table = {f: totals(rows) for f, rows in by_family.items()}
+    wrong = sum(t["wrong"] for t in table.values())
     if args.json:
-        print(json.dumps({"when": when, "mismatches": mismatches, "rows": {
-            name: {"source": row.source, "profile": row.profile,
-                   "cells": {s: {**c.to_json(), "expected": row.expect[s], "matches": c.matches(row.expect[s])}
-                             for s, c in cells.items()}} for name, (row, cells) in results.items()}}, indent=2))
+        print(json.dumps({"when": when, "families": table, "models": by_family}, indent=2))
     elif args.markdown:
-        print(f"| model | made by | {' | '.join(STEPS)} |")
-        print(f"|---|---|{'---|' * len(STEPS)}")
-        for name, (row, cells) in results.items():
-            cols = [f"{SHORT.get(c.outcome, c.outcome)}" + (f" {c.seconds:.1f} s" if c.outcome != "-" else "")
-                    + ("" if c.matches(row.expect[s]) else " (unexpected)") for s, c in cells.items()]
-            print(f"| {name} | {row.source} | {' | '.join(cols)} |")
-        print(f"\n{len(results)} models x {len(STEPS)} steps, {mismatches} cells off their expectation; {when}.")
+        print(f"| {' | '.join(COLUMNS)} |\n|{'---|' * len(COLUMNS)}")
+        for family, t in table.items():
+            print(f"| {family} | {' | '.join(str(t[c]) for c in COLUMNS[1:])} |")
+        total = {c: sum(t[c] for t in table.values()) for c in COLUMNS[1:] if "/" not in c}
+        print(f"| all | {' | '.join(str(total.get(c, '')) for c in COLUMNS[1:])} |")
+        print(f"\n{sum(t['models'] for t in table.values())} models, {wrong} judged wrong; {when}.")
     else:
         from rich.console import Console
         from rich.table import Table
 
-        table = Table(title=f"conformance: {when}")
-        for col in ("model", *STEPS):
-            table.add_column(col, overflow="fold")
-        for name, (row, cells) in results.items():
-            table.add_row(name, *(f"{SHORT.get(c.outcome, c.outcome)} {c.seconds:.1f}s"
-                                  + ("" if c.matches(row.expect[s]) else " [red]≠[/]") for s, c in cells.items()))
-        Console().print(table)
-        print(f"{mismatches} cells off their expectation")
-    return 1 if mismatches else 0
+        out = Table(title=f"open-world conformance: {when}")
+        for col in COLUMNS:
+            out.add_column(col, overflow="fold")
+        for family, t in table.items():
+            out.add_row(family, *(str(t[c]) for c in COLUMNS[1:]))
+        Console().print(out)
+        for rows in by_family.values():
+            for r in rows:
+                for w in r["wrong"]:
+                    print(f"{r['family']}/{r['model']}: {w}")
+    return 1 if wrong else 0
 
 
 if __name__ == "__main__":

@@ -88,3 +88,37 @@ def first_line(err: Exception) -> str:
     """The first line of an exception's text (a library's multi-line message), else its type's name."""
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
+
+
+# The libraries trtfarm drives whose failures it translates at their adapter, by top-level package
+LIBRARIES = {"modelopt": "ModelOpt", "onnxruntime": "onnxruntime", "polygraphy": "Polygraphy", "onnx": "onnx",
+             "onnx_graphsurgeon": "ONNX-GraphSurgeon", "onnxslim": "onnxslim", "onnxconverter_common":
+             "onnxconverter-common", "onnxscript": "onnxscript", "numpy": "numpy", "torch": "torch"}
+
+
+def _library_of(filename: str) -> tuple[str, str] | None:
+    path = filename.replace("\\", "/")
+    if "/site-packages/" not in path and "/dist-packages/" not in path:
+        return None
+    rel = path.split("-packages/", 1)[1]
+    top = rel.split("/", 1)[0]
+    return (LIBRARIES[top], rel) if top in LIBRARIES else None
+
+
+def library_failure(err: BaseException) -> tuple[str, str] | None:
+    """Which library's code raised ``err``: (the library trtfarm called, ``file.py:line`` where it raised), or None.
+
+    The raising frame is the innermost Python frame of the traceback (a C++ extension's error surfaces in the
+    Python code that called it); it must be in one of ``LIBRARIES``. The library named is the first one the stack
+    entered (ModelOpt, when ModelOpt's call of onnx.checker raised). An error raised in trtfarm's own code, or
+    anywhere else, gives None: a bug keeps its traceback. Adapters use this to turn what a library raises (ModelOpt's
+    bare ``Exception`` included) into one line naming that library, and nothing else.
+    """
+    import traceback
+
+    frames = traceback.extract_tb(err.__traceback__)
+    raised = _library_of(frames[-1].filename) if frames else None
+    if raised is None:
+        return None
+    entered = next(found for f in frames if (found := _library_of(f.filename)) is not None)
+    return entered[0], f"{raised[1]}:{frames[-1].lineno}"

@@ -12,7 +12,7 @@ One row per model (``ROWS``), one cell per step (``STEPS``), each cell's expecte
 
 An expectation is an outcome (``built``, ``up-to-date``, ``ok``, ``passed``, ``refused``, ``failed``, or ``-`` for a
 step that has nothing to run on), optionally followed by ``: words`` that the outcome's message must contain.
-``bench/conformance.py`` prints the matrix; ``tests/test_conformance.py`` compares it with the expectations.
+``bench/conformance_matrix.py`` prints the matrix; ``tests/test_conformance.py`` compares it with the expectations.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ OPS = "ConvInteger"  # the onnxruntime-only operator TensorRT's parser rejects f
 CLASSIFIER_INT8 = "of its scale 1 (output of Softmax), above 0.1"
 QUANTIZED = "already quantized with onnxruntime's operators (ConvInteger x21"
 # ModelOpt's INT8 calibrator on the dynamo BERT: the additive mask's finfo.min range cannot be binned
-MASK_BINS = "int8 conversion failed (ValueError: Too many bins for data range"
+MASK_BINS = "int8 conversion failed in ModelOpt (ValueError at numpy/lib/_histograms_impl.py:449: Too many bins"
 
 
 @dataclass(frozen=True)
@@ -240,13 +240,12 @@ def calibration_for(path: Path, out: Path) -> Path:
     import numpy as np
     import onnx
 
-    from trtfarm.precision.inputs import fixed_batch, generate_inputs
+    from trtfarm.precision.inputs import generated_inputs, probe_sizes
+    from trtfarm.precision.runs import infer
 
     model = onnx.load(str(path), load_external_data=False)
-    data = generate_inputs(model, samples=32, seed=7)
-    if fixed_batch(model):
-        data = {k: v[: (len(v) // fixed_batch(model)) * fixed_batch(model)] for k, v in data.items()}
-    np.savez(out, **data)
+    sizes = probe_sizes(model, lambda feed: infer(path, [feed]), path=str(path))
+    np.savez(out, **generated_inputs(model, samples=32, seed=7, sizes=sizes, path=str(path)).data)
     return out
 
 

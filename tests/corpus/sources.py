@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -18,11 +19,12 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Wheel:
-    """A pinned wheel and the sha256 of the file pip downloads."""
+    """A pinned wheel and the sha256 of the file pip downloads (``platform``: for a binary wheel, its tag)."""
 
     requirement: str  # name==version
     filename: str
     sha256: str
+    platform: str = ""
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,11 @@ class Member:
 
 DDDDOCR = Wheel("ddddocr==1.6.1", "ddddocr-1.6.1-py3-none-any.whl",
                 "c7c70f4ae2d0335440ae8b272eea48c9f6888ecef46785fe2311f0c97a133935")
+# binary wheels: the ONNX files they ship are the same on every platform; this one is pinned for every machine
+ONNX = Wheel("onnx==1.23.2", "onnx-1.23.2-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl",
+             "c03ecf6b835d136108eeaeeafbd0026fc7b3cf98661409fbc6b63d5a29361348", "manylinux_2_28_x86_64")
+ONNXRUNTIME = Wheel("onnxruntime==1.32.0", "onnxruntime-1.32.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+                    "5a34fc4dfeb5a7b4a74c95dcba1e773d722abda720b474edf1b0c419dc6d163d", "manylinux_2_28_x86_64")
 RAPIDOCR = Wheel("rapidocr-onnxruntime==1.4.4", "rapidocr_onnxruntime-1.4.4-py3-none-any.whl",
                  "971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf")
 
@@ -79,7 +86,9 @@ def fetch_wheel(wheel: Wheel) -> Path:
     path = folder / wheel.filename
     if not path.is_file():
         folder.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+        platform = ["--platform", wheel.platform, "--python-version", "3.11", "--implementation", "cp"] \
+            if wheel.platform else []
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", *platform,
                         "--quiet", "--dest", str(folder), wheel.requirement], check=True)
     got = _sha256(path)
     if got != wheel.sha256:
@@ -103,3 +112,23 @@ def corpus_file(name: str) -> Path:
     tmp.write_bytes(data)
     os.replace(tmp, out)
     return out
+
+
+def wheel_members(wheel: Wheel, under: str, suffix: str = ".onnx") -> dict[str, Path]:
+    """Every member of ``wheel`` under the folder ``under`` whose name ends in ``suffix``: member path -> file.
+
+    The folder is taken out of the wheel once into the cache (the pinned wheel's sha256 pins every member), with
+    the files beside each model (``test_data_set_0/input_0.pb`` and the like).
+    """
+    root = cache_dir() / "members" / wheel.filename.removesuffix(".whl") / under.strip("/").replace("/", "+")
+    if not (root / ".complete").is_file():
+        tmp = root.with_name(f".{root.name}.{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        with zipfile.ZipFile(fetch_wheel(wheel)) as z:
+            for name in z.namelist():
+                if name.startswith(under) and not name.endswith("/"):
+                    z.extract(name, tmp)
+        (tmp / ".complete").write_text(wheel.sha256)
+        shutil.rmtree(root, ignore_errors=True)
+        os.replace(tmp, root)
+    return {str(p.relative_to(root)): p for p in sorted(root.rglob(f"*{suffix}"))}

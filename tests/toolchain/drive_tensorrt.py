@@ -23,7 +23,8 @@ from trtfarm.vocabulary.fleet import BuilderSettings, HardwareCompatibility, Ref
 
 REPO = Path(__file__).resolve().parents[2]
 INSPECTOR = (REPO / "tests" / "data" / "inspector_11x_release1.json").read_text()
-ONE_INPUT = {"INetworkDefinition.num_inputs": 1, "ITensor.name": "x", "ITensor.shape": (-1, 8)}
+ONE_INPUT = {"INetworkDefinition.num_inputs": 1, "ITensor.name": "x", "ITensor.shape": (-1, 8),
+             "ITensor.is_shape_tensor": False}
 SETTINGS = [BuilderSettings(), BuilderSettings(tf32=False, refit=RefitMode.refit_identical, strip_plan=True,
                                                hardware_compatibility=HardwareCompatibility.same_compute_capability),
             BuilderSettings(refit=RefitMode.refit, hardware_compatibility=HardwareCompatibility.ampere_plus,
@@ -107,6 +108,7 @@ def _build_group(trt, tmp: Path, store, shared: bytes | None) -> tuple[list, str
     if shared is not None:
         store.put_if_absent(key, shared)
     trt.returns.update({"INetworkDefinition.num_inputs": 1, "ITensor.name": "x", "ITensor.shape": (-1, 4),
+                        "ITensor.is_shape_tensor": False,
                         "Builder.build_serialized_network": lambda: buffer_standin(
                             trt, trt._real.IHostMemory, _plan_bytes(trt, trt.__version__)),
                         "ITimingCache.serialize": lambda: buffer_standin(trt, trt._real.IHostMemory, b"ours")})

@@ -60,8 +60,7 @@ def precision(
     except TrtfarmError as e:
         raise fail(e) from e
     if as_json:
-        print(json.dumps({"converted": str(result.path), "digest": result.digest, "pinned_fp32_nodes": result.pinned,
-                          "gate": result.report.to_json()}, indent=2))
+        print(json.dumps(result.to_json(), indent=2))
     else:
         table = Table(title=message_text(f"{mode} accuracy gate: {model.name} -> {result.path.name}"))
         for col in ("output", "max error / scale", "cosine (signal)", "cosine mean/min (all)", "task figure"):

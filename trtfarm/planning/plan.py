@@ -25,7 +25,14 @@ from trtfarm.identity import model_name_from_path
 from trtfarm.machine.capabilities import Capabilities, local_capabilities
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.precision.recipe import GateFailed
-from trtfarm.profiles.profile import Profile, check_profiles_against_inputs, onnx_inputs, profile_texts, profiles_json
+from trtfarm.profiles.profile import (
+    Profile,
+    check_profiles_against_inputs,
+    onnx_inputs,
+    onnx_shape_tensors,
+    profile_texts,
+    profiles_json,
+)
 from trtfarm.publishing.registry import export_record, fetch_export, local_copy
 from trtfarm.store import Store
 from trtfarm.vocabulary.buildspec import spec_for_model, spec_precision, spec_profiles
@@ -86,7 +93,7 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
                              "out to use farm.yaml's name or the file name")
     model = model_source(path, request.name or export.name or spec.name or model_name_from_path(path))
     profiles = first.profiles if first else _profiles(request, path, spec)
-    check_profiles_against_inputs(profiles, onnx_inputs(path), str(path))
+    check_profiles_against_inputs(profiles, onnx_inputs(path), str(path), onnx_shape_tensors(path))
     if "://" in export.uri:
         model = model.model_copy(update={"source_uri": f"{export.uri}/{layout.ONNX_NAME}"})
     recipe, calibration, heldout = spec_precision(path, spec, request.precision, request.calibration,

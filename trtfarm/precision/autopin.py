@@ -4,13 +4,14 @@ Start from the naive conversion (every node converted). Candidates, in graph ord
 outputs exceed the low-precision range on the held-out data, then the nodes the layer-wise report names. Pin
 candidates one at a time until the gate passes, then try removing each pin again: what is left is needed. The FP32
 model's session, outputs and all-tensor run are computed once and shared by every attempt; only the first attempt
-runs the layer-wise search.
+runs the layer-wise search. A pin is reported only when it changed the model: one whose removal converts to the
+same bytes (the node stays FP32 for another reason) is dropped, and the report gives each FP32 node its reason.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,7 @@ class Pinned:
     report: GateReport
     pinned: list[str]
     conversions: int
+    notes: list[str] = field(default_factory=list)
 
 
 def overflow_candidates(fp32: Path, feed: dict, limit: float = FP16_MAX) -> list[str]:
@@ -44,12 +46,13 @@ def _exact(names: list[str]) -> list[str]:
     return [f"^{re.escape(n)}$" for n in names]
 
 
-def auto_pin(src: Path, recipe: Recipe, work: Path, feeds: list[dict], calibration_path: Path | None,
-             progress: Progress | None = None) -> Pinned:
+def auto_pin(src: Path, recipe: Recipe, work: Path, feeds: list[dict], progress: Progress | None = None) -> Pinned:
     """Search the minimal FP32 node set (on top of the recipe's own keep lists)."""
     naive = recipe.model_copy(update={"data_max": float("inf"), "auto_pin": False})
     progress = progress or Progress()
     tries = 0
+
+    gated: dict[str, GateReport] = {}  # converted digest -> its verdict: the same bytes are gated once
 
     def attempt(pins: list[str]) -> tuple[Converted, GateReport]:
         nonlocal tries
@@ -57,13 +60,16 @@ def auto_pin(src: Path, recipe: Recipe, work: Path, feeds: list[dict], calibrati
         r = naive.model_copy(update={"keep_fp32": [*recipe.keep_fp32, *_exact(pins)]})
         label = f"auto-pin {tries}: {len(pins)} node(s) in FP32"
         with progress.stage(f"{label}, converting"):
-            conv = convert_onnx(src, r, work / f"try-{tries}.onnx", calibration_path=calibration_path)
-        with progress.stage(f"{label}, comparing", 2 * len(feeds)) as step:
-            return conv, accuracy_gate(src, conv.path, feeds, r, diagnose=tries == 1, step=step)
+            conv = convert_onnx(src, r, work / f"try-{tries}.onnx", feeds=feeds)
+        if conv.digest not in gated:
+            with progress.stage(f"{label}, comparing", 2 * len(feeds)) as step:
+                gated[conv.digest] = accuracy_gate(src, conv.path, feeds, r, diagnose=tries == 1, step=step)
+        return conv, gated[conv.digest]
 
     conv, report = attempt([])
     if report.passed is not False:
-        return Pinned(conv, report, [], tries)
+        return Pinned(conv, report, [], tries, [f"auto-pin: the naive conversion (every node in {recipe.mode}) "
+                                                "passes; nothing pinned"])
     limit = FP16_MAX if recipe.mode == "fp16" else float(np.finfo(np.float32).max) / 2
     candidates = list(dict.fromkeys(overflow_candidates(src, feeds[0], limit)
                                     + [d["node"] for d in report.diverging_nodes]))
@@ -80,8 +86,18 @@ def auto_pin(src: Path, recipe: Recipe, work: Path, feeds: list[dict], calibrati
                               f"still fails the gate: {'; '.join(report.failures)}. Keep larger regions with "
                               "--keep-fp32 REGEX, or use fp32.")
     best = (conv, report)
-    for name in list(pins):  # minimality: drop every pin the gate does not need
+    for name in list(pins):  # minimality: drop every pin the gate does not need, or that changes nothing
         trial = [p for p in pins if p != name]
         if tries < MAX_TRIES and (found := attempt(trial))[1].passed:
             pins, best = trial, found
-    return Pinned(best[0], best[1], pins, tries)
+    conv = best[0]
+    default = convert_onnx(src, recipe.model_copy(update={"auto_pin": False}), work / "default.onnx", feeds=feeds)
+    if default.digest == conv.digest:  # the pins changed nothing AutoCast's own rules would not have done
+        return Pinned(default, best[1], [], tries + 1, [
+            f"auto-pin: the smallest FP32 set it found is the one AutoCast's default rules keep (data_max "
+            f"{recipe.data_max:g}); nothing pinned"])
+    reasons = dict(conv.nodes.fp32_nodes)
+    reasons.update({n: "auto-pin: the gate fails without it" for n in pins if n in reasons})
+    nodes = replace(conv.nodes, fp32_nodes=reasons)
+    notes = [f"auto-pin searched from the naive conversion (every node in {recipe.mode}) in {tries} conversion(s)"]
+    return Pinned(replace(conv, nodes=nodes), best[1], pins, tries, notes)

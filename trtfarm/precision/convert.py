@@ -1,6 +1,12 @@
 """Conversion with ModelOpt, on CPU: AutoCast for FP16/BF16, ONNX quantization (Q/DQ) for INT8/FP8.
 
-ModelOpt and torch are imported only here, when a conversion runs.
+ModelOpt and torch are imported only here, when a conversion runs. This is ModelOpt's adapter: the model is
+normalised first (``normalise``: what its converters cannot take), both converters get the step's own inputs (the
+gate's feeds for AutoCast's reference run, the calibration feeds for quantization), and whatever ModelOpt, or a
+library it calls (onnxruntime, onnx, ONNX-GraphSurgeon), raises is turned here into one line naming that library,
+where it raised, its reason, and a fix that fits the reason. An error raised in trtfarm's own code keeps its
+traceback. AutoCast's reasons for each node it keeps in FP32 are read from its log as it converts. Two of
+ModelOpt's costs that grow with the model are worked around while it converts (``workarounds``).
 """
 
 from __future__ import annotations
@@ -8,26 +14,26 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import re
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import onnx
 
-from trtfarm.errors import UserInputError, first_line
+from trtfarm.errors import UserInputError, first_line, library_failure
 from trtfarm.identity import onnx_digest
+from trtfarm.precision.nodes import NodePrecision, node_precision
+from trtfarm.precision.normalise import normalised_for_converters
 from trtfarm.precision.recipe import Recipe
+from trtfarm.precision.workarounds import modelopt_workarounds
 from trtfarm.scratch import scratch_dir
 
 AUTOCAST = {"fp16", "bf16"}
+REFERENCE_BATCHES = 4
 QUANTIZE = {"int8", "fp8"}
-
-
-# ModelOpt reports an unconvertible model with these; anything else (TypeError, KeyError, ...) is a bug and keeps
-# its traceback
-_CONVERSION_ERRORS = (ValueError, RuntimeError, AssertionError, NotImplementedError, onnx.checker.ValidationError,
-                      onnx.shape_inference.InferenceError)
 
 
 class ConversionError(UserInputError):
@@ -36,70 +42,182 @@ class ConversionError(UserInputError):
 
 @dataclass(frozen=True)
 class Converted:
-    """A converted ONNX file and its content address."""
+    """A converted ONNX file, its content address, what was normalised, and AutoCast's reasons per FP32 node."""
 
     path: Path
     digest: str
     seconds: float
+    notes: tuple[str, ...] = ()
+    nodes: NodePrecision = field(default_factory=NodePrecision)
 
 
-def _strip_value_info(src: Path, dest: Path) -> Path:
-    """AutoCast defect: value_info from dynamo exports carries 'unk' dims that break onnxruntime. Drop it."""
-    model = onnx.load(str(src))
-    del model.graph.value_info[:]
-    onnx.save(model, str(dest))
-    return dest
+class _Reasons(logging.Handler):
+    """AutoCast's log lines that say why a node stays in high precision (``Skipping node X: ...``)."""
+
+    SKIP = re.compile(r"^Skipping node (?P<node>.+?): (?P<why>.+)$", re.S)
+    MOVED = re.compile(r"^Node (?P<node>.+?) \(op type: (?P<op>\w+)\) is not supported in low precision")
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.kept: dict[str, str] = {}
+        self.errors: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:  # noqa: D102 - logging's callback
+        text = record.getMessage()
+        if m := self.SKIP.match(text):
+            self.kept.setdefault(m["node"], _rule_text(m["why"]))
+        elif m := self.MOVED.match(text):
+            self.kept.setdefault(m["node"], f"AutoCast: {m['op']} has no FP16 form at this opset")
+        elif record.levelno >= logging.ERROR:
+            self.errors.append(text)
+
+
+def _rule_text(why: str) -> str:
+    if why.startswith("reference IO out of range"):
+        absmax = re.search(r"absmax=([-0-9.e+inf]+)", why)
+        limit = re.search(r"range=\[-?([0-9.e+inf]+)", why)
+        found = f" |x| up to {float(absmax[1]):.4g}" if absmax else ""
+        return f"AutoCast data_max:{found} beyond {limit[1] if limit else 'data_max'} on the reference run"
+    if why.startswith("initializer"):
+        name = why.split(":", 1)[0].removesuffix(" out of range")
+        return f"AutoCast init_max: {name} holds values beyond FP16's range"
+    return {"DisabledNodeNameRegexRule": "pinned: matches --keep-fp32", "DisabledOpTypes": "pinned: --keep-fp32-op",
+            "DepthOfReductionRule": "AutoCast: reduction too deep for FP16"}.get(why.strip(), f"AutoCast: {why}")
 
 
 @contextlib.contextmanager
-def _quiet():
-    """ModelOpt logs and prints a lot (INFO per node); keep the user's terminal for trtfarm's own output."""
+def _modelopt_log() -> Iterator[_Reasons]:
+    """ModelOpt prints and logs a lot (INFO per node): keep the terminal for trtfarm, and read its reasons."""
     previous = logging.root.manager.disable
-    logging.disable(logging.WARNING)
+    logging.disable(logging.NOTSET)
+    reasons = _Reasons()
+    loggers = [logging.getLogger(n) for n in ("modelopt.onnx", "modelopt.onnx.autocast")]
+    saved = [(lg, lg.level, lg.propagate, list(lg.handlers)) for lg in loggers]
+    for lg in loggers:
+        lg.handlers, lg.propagate = [reasons], False
+        lg.setLevel(logging.DEBUG)
     try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            yield
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), _no_stray_file():
+            yield reasons
     finally:
+        for lg, level, propagate, handlers in saved:
+            lg.handlers, lg.propagate = handlers, propagate
+            lg.setLevel(level)
         logging.disable(previous)
 
 
-def _generated_calibration(src: Path, dest: Path) -> Path:
-    """Inputs with realistic structure (padding masks, ids in the vocabulary) for AutoCast's reference run.
-
-    Without them AutoCast draws its own random inputs: an all-ones attention mask hides the -3.4e38 that a padded
-    one adds before the softmax, so ``data_max`` converts that Add to FP16, where it overflows to -inf.
-    """
-    from trtfarm.precision.inputs import generate_inputs
-
-    np.savez(dest, **generate_inputs(onnx.load(str(src), load_external_data=False), samples=16, seed=11))
-    return dest
+STRAY = "sym_shape_infer_temp.onnx"  # onnxruntime's symbolic shape inference, which ModelOpt calls, writes this
+# into the working directory when it cannot infer every shape, then raises (ModelOpt carries on without it)
 
 
-def _autocast(src: Path, out: Path, recipe: Recipe, calibration: Path | None) -> None:
+@contextlib.contextmanager
+def _no_stray_file() -> Iterator[None]:
+    """Remove the file onnxruntime's shape inference leaves in the user's working directory during a conversion."""
+    stray = Path.cwd() / STRAY
+    before = stray.stat().st_mtime_ns if stray.exists() else None
+    try:
+        yield
+    finally:
+        if stray.exists() and (before is None or stray.stat().st_mtime_ns != before):
+            with contextlib.suppress(OSError):
+                stray.unlink()
+
+
+def _write_feeds(feeds: list[dict], folder: Path) -> Path:
+    """AutoCast's reference inputs: one ``.npz`` per batch in a folder (its multi-batch form)."""
+    folder.mkdir()
+    for i, feed in enumerate(feeds):
+        np.savez(folder / f"{i:05d}.npz", **feed)
+    return folder
+
+
+def _autocast(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, work: Path,
+              named: Path) -> dict[str, str]:
     from modelopt.onnx.autocast import convert_to_mixed_precision
 
-    with scratch_dir("trtfarm-convert-") as tmp, _quiet():
-        calibration = calibration or _generated_calibration(src, tmp / "calib.npz")
-        clean = _strip_value_info(src, tmp / "model.onnx")
-        model = convert_to_mixed_precision(
-            onnx_path=str(clean), low_precision_type=recipe.mode, nodes_to_exclude=recipe.keep_fp32 or None,
-            op_types_to_exclude=recipe.keep_fp32_ops or None, data_max=recipe.data_max, init_max=recipe.init_max,
-            keep_io_types=True, calibration_data=str(calibration) if calibration else None, providers=["cpu"])
+    # AutoCast marks every tensor as an output of its reference run: a few batches give its ranges
+    data = str(_write_feeds(feeds[:REFERENCE_BATCHES], work / "reference")) if feeds else None
+    with _modelopt_log() as log, modelopt_workarounds():
+        try:
+            model = convert_to_mixed_precision(
+                onnx_path=str(src), low_precision_type=recipe.mode, nodes_to_exclude=recipe.keep_fp32 or None,
+                op_types_to_exclude=recipe.keep_fp32_ops or None, data_max=recipe.data_max,
+                init_max=recipe.init_max, keep_io_types=True, calibration_data=data, providers=["cpu"])
+        except Exception as err:  # only what ModelOpt's (or its libraries') code raised is translated
+            if (said := _translated(err, recipe, named, log.errors, bool(feeds))) is err:
+                raise
+            raise said from err
     onnx.save(model, str(out))
+    return log.kept
 
 
-def _quantize(src: Path, out: Path, recipe: Recipe, calibration: dict[str, np.ndarray] | None) -> None:
-    if calibration is None:
+class _Feeds:
+    """onnxruntime's ``CalibrationDataReader`` over the calibration feeds (scalars given whole with each batch)."""
+
+    def __init__(self, feeds: list[dict]) -> None:
+        self.feeds, self.at = feeds, 0
+
+    def get_next(self) -> dict | None:  # noqa: D102 - onnxruntime's interface
+        self.at += 1
+        return self.feeds[self.at - 1] if self.at <= len(self.feeds) else None
+
+    def get_first(self) -> dict:  # noqa: D102 - ModelOpt's addition to it
+        return self.feeds[0]
+
+    def rewind(self) -> None:  # noqa: D102
+        self.at = 0
+
+    def set_range(self, start_index: int, end_index: int) -> None:  # noqa: D102
+        self.at = start_index
+
+
+def _quantize(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, named: Path) -> None:
+    if not feeds:
         raise ConversionError(f"{recipe.mode} quantization needs calibration data: pass --calibration calib.npz "
                               "(a numpy .npz keyed by input name, a few hundred realistic samples), or put calib.npz "
                               "beside the model")
     from modelopt.onnx.quantization import quantize
+    from onnxruntime.quantization import CalibrationDataReader
 
-    with scratch_dir("trtfarm-convert-") as tmp, _quiet():  # quantize() rewrites its input file: give it a copy
-        copy = _strip_value_info(src, tmp / "model.onnx")
-        quantize(onnx_path=str(copy), quantize_mode=recipe.mode, calibration_data=calibration,
-                 calibration_eps=["cpu"], output_path=str(out), nodes_to_exclude=recipe.keep_fp32 or None,
-                 op_types_to_exclude=recipe.keep_fp32_ops or None, log_level="WARNING")
+    reader = type("CalibrationFeeds", (_Feeds, CalibrationDataReader), {})(feeds)
+    with _modelopt_log() as log, modelopt_workarounds():
+        try:
+            quantize(onnx_path=str(src), quantize_mode=recipe.mode, calibration_data_reader=reader,
+                     calibration_eps=["cpu"], output_path=str(out), nodes_to_exclude=recipe.keep_fp32 or None,
+                     op_types_to_exclude=recipe.keep_fp32_ops or None, log_level="WARNING")
+        except Exception as err:  # only what ModelOpt's (or its libraries') code raised is translated
+            if (said := _translated(err, recipe, named, log.errors, True, calibration=True)) is err:
+                raise
+            raise said from err
+
+
+def _translated(err: Exception, recipe: Recipe, src: Path, logged: list[str], data: bool,
+                calibration: bool = False) -> Exception:
+    """``err`` as one line naming the library that raised it and a fix for its reason; a trtfarm bug unchanged."""
+    if isinstance(err, UserInputError):
+        return err
+    found = library_failure(err)
+    if found is None:
+        return err
+    library, where = found
+    reason = first_line(err)
+    ort = next((line for text in logged for line in text.splitlines() if "[ONNXRuntimeError]" in line), "")
+    if ort or where.startswith("onnxruntime/"):  # its reference or calibration run on the step's inputs
+        what = "the calibration data" if calibration else "the held-out data" if data else "the generated inputs"
+        fix = ("check calib.npz against the model's inputs (names, shapes, value ranges)" if calibration else
+               "pass real inputs (--heldout heldout.npz; int8/fp8: --calibration calib.npz)")
+        return ConversionError(f"{src}: {recipe.mode} conversion stopped in {library}'s run of the FP32 model on "
+                               f"{what}: onnxruntime refused it ({(ort or reason).strip()[:300]}). Fix: {fix}")
+    if "valid ONNX" in reason or where.startswith("onnx/"):
+        fix = "re-export the model at opset 13 or later with a current exporter, or keep it fp32"
+    elif re.search(r"node|op type|operator", reason, re.IGNORECASE):
+        fix = ("keep the node or op type it names in FP32 (--keep-fp32 REGEX, --keep-fp32-op OP), or keep the "
+               "model fp32")
+    else:
+        fix = f"keep this model fp32 (ModelOpt cannot {recipe.mode}-convert it), and report the model to ModelOpt"
+    detail = f" ({logged[-1].splitlines()[0][:200]})" if logged and "See log" in reason else ""
+    return ConversionError(f"{src}: {recipe.mode} conversion failed in {library} ({type(err).__name__} at {where}: "
+                           f"{reason[:300]}{detail}). Fix: {fix}")
 
 
 # onnxruntime's integer quantization: its own operators, which neither ModelOpt nor TensorRT's parser takes
@@ -121,25 +239,29 @@ def _refuse_quantized(src: Path, recipe: Recipe) -> None:
                               "operators. Fix: give the FP32 export (the model before quantize_dynamic)")
 
 
-def convert_onnx(src: Path, recipe: Recipe, out: Path, *, calibration_path: Path | None = None,
-                 calibration: dict[str, np.ndarray] | None = None) -> Converted:
-    """Convert ``src`` by ``recipe`` into ``out`` (checked with onnx.checker); fp32 returns ``src`` itself."""
+def convert_onnx(src: Path, recipe: Recipe, out: Path, *, feeds: list[dict] | None = None) -> Converted:
+    """Convert ``src`` by ``recipe`` into ``out`` (checked with onnx.checker); fp32 returns ``src`` itself.
+
+    ``feeds``: AutoCast's reference inputs (the gate's), or the calibration batches for int8/fp8.
+    """
     start = time.perf_counter()
     if recipe.mode == "fp32":
         return Converted(Path(src), onnx_digest(Path(src)), 0.0)
     _refuse_quantized(Path(src), recipe)
     out.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    kept: dict[str, str] = {}
+    with scratch_dir("trtfarm-convert-") as tmp:  # quantize() rewrites its input file: it gets this copy
+        clean, notes = normalised_for_converters(Path(src), tmp / "model.onnx")
         if recipe.mode in AUTOCAST:
-            _autocast(Path(src), out, recipe, calibration_path)
+            kept = _autocast(clean, out, recipe, feeds, tmp, Path(src))
         else:
-            _quantize(Path(src), out, recipe, calibration)
-        onnx.checker.check_model(str(out))
-    except UserInputError:
-        raise
-    except _CONVERSION_ERRORS as err:  # what ModelOpt and onnx raise when a model/recipe does not convert
-        first = first_line(err)
-        raise ConversionError(f"{src}: {recipe.mode} conversion failed ({type(err).__name__}: {first}). Fix: check "
-                              "the model runs in onnxruntime, the calibration data matches its inputs, or keep the "
-                              "failing nodes in FP32 (--keep-fp32 REGEX).") from err
-    return Converted(out, onnx_digest(out), time.perf_counter() - start)
+            _quantize(clean, out, recipe, feeds, Path(src))
+        try:
+            onnx.checker.check_model(str(out))
+        except onnx.checker.ValidationError as err:
+            raise ConversionError(f"{src}: ModelOpt's {recipe.mode} conversion wrote a model that fails onnx.checker "
+                                  f"({first_line(err)[:300]}). Fix: keep the model fp32, and report it to ModelOpt") \
+                from err
+        nodes = node_precision(clean, out, recipe.mode, kept, keep_fp32=recipe.keep_fp32,
+                               keep_fp32_ops=recipe.keep_fp32_ops)
+    return Converted(out, onnx_digest(out), time.perf_counter() - start, tuple(notes), nodes)

@@ -61,8 +61,10 @@ def _not_finite(values: dict[str, np.ndarray], outputs: set[str], watched: set[s
         if name in outputs:
             out[name] = v
         elif (name in watched) if watched is not None else v.dtype == np.float16:
-            negative = int(np.isneginf(v).sum())
-            out[f"nonfinite:{name}"] = np.array(int((~np.isfinite(v)).sum()) - negative)
+            finite = np.isfinite(v)
+            bad = 0 if finite.all() else int(finite.size - np.count_nonzero(finite))  # one pass when all finite
+            negative = int(np.isneginf(v).sum()) if bad else 0
+            out[f"nonfinite:{name}"] = np.array(bad - negative)
             out[f"neginf:{name}"] = np.array(negative)
     return out
 

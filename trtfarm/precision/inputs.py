@@ -1,7 +1,22 @@
-"""Model inputs for calibration and the gate: ``.npz`` files checked against the model, or generated ones."""
+"""Model inputs for calibration and the gate: ``.npz`` files checked against the model, or generated ones.
+
+Generated inputs follow the model's own shape rules, as the export wrote them:
+
+- samples run along the batch axis: the first dimension the inputs share (a name, or a fixed batch); an input
+  without it (a rank-0 scalar such as an audio model's sample rate, a rank-1 table) is one value given with every
+  batch, in an ``.npz`` too;
+- dimensions that share a name share a size; a name that is an expression of others (``past_sequence_length +
+  sequence_length``, as a decoder's mask is written) gets that size; a dimension named once, by no rule, is
+  tried as the other sizes the graph names (a decoder's ``present`` length) in a one-row onnxruntime run;
+- integer inputs stay inside the table they index (token ids below the vocabulary, type ids below their table),
+  masks are 0/1 with realistic padding, ids zero beyond it;
+- an input whose values are shapes (a shape tensor) cannot be made up: the message names it and asks for data.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -9,11 +24,14 @@ import onnx
 from onnx import helper
 
 from trtfarm.errors import UserInputError
-from trtfarm.onnxfile import dim_label
+from trtfarm.onnxfile import dim_label, dim_names, dim_size, is_expression, shape_tensor_inputs
+
+DATA_FIX = ("pass real inputs: --calibration calib.npz / --heldout heldout.npz (numpy.savez keyed by input name, "
+            "samples along the batch axis)")
 
 
 def model_inputs(model: onnx.ModelProto) -> dict[str, tuple[np.dtype, list]]:
-    """Graph inputs (initializers excluded): name -> (numpy dtype, dims with names for dynamic ones)."""
+    """Graph inputs (initializers excluded): name -> (numpy dtype, dims with names for dynamic ones, "?" unnamed)."""
     inits = {i.name for i in model.graph.initializer}
     out = {}
     for i in model.graph.input:
@@ -25,14 +43,33 @@ def model_inputs(model: onnx.ModelProto) -> dict[str, tuple[np.dtype, list]]:
     return out
 
 
+def batch_dim(model: onnx.ModelProto) -> int | str | None:
+    """The first dimension the inputs share: a name (dynamic batch) or a size (a static export's batch)."""
+    firsts = Counter(dims[0] for _, dims in model_inputs(model).values() if dims)
+    if not firsts:
+        return None
+    label, count = firsts.most_common(1)[0]
+    return label if count > 1 or len(firsts) == 1 else None
+
+
+def batched(model: onnx.ModelProto) -> set[str]:
+    """Inputs whose first dimension is the batch: their samples run along axis 0 (the rest are one value)."""
+    batch = batch_dim(model)
+    return {n for n, (_, dims) in model_inputs(model).items() if dims and batch is not None and dims[0] == batch}
+
+
 def fixed_batch(model: onnx.ModelProto) -> int | None:
-    """The batch size every input fixes in its first dimension (a static export), or None when it is dynamic."""
-    firsts = {dims[0] if dims and isinstance(dims[0], int) else None for _, dims in model_inputs(model).values()}
-    return firsts.pop() if len(firsts) == 1 else None
+    """The batch size every batched input fixes in its first dimension (a static export), or None when dynamic."""
+    batch = batch_dim(model)
+    return batch if isinstance(batch, int) and batch > 0 else None
 
 
 def load_npz(path: Path, model: onnx.ModelProto, what: str) -> dict[str, np.ndarray]:
-    """Read an ``.npz`` keyed by input name; refuse wrong names, ranks or fixed dimensions with the fix."""
+    """Read an ``.npz`` keyed by input name; refuse wrong names, ranks or fixed dimensions with the fix.
+
+    A batched input holds its samples along axis 0; any other input (a rank-0 scalar included) holds one value of
+    its own shape, given with every batch.
+    """
     fix = "write it with numpy.savez(path, **inputs): one numeric array per input name, samples along axis 0"
     try:
         loaded = np.load(path, allow_pickle=False)
@@ -42,8 +79,8 @@ def load_npz(path: Path, model: onnx.ModelProto, what: str) -> dict[str, np.ndar
             data = {k: npz[k] for k in npz.files}
     except (OSError, ValueError, EOFError) as err:
         raise UserInputError(f"{path}: cannot read {what} ({err}); {fix}") from err
-    _check_arrays(path, what, data, fix)
-    spec = model_inputs(model)
+    spec, rows = model_inputs(model), batched(model)
+    _check_arrays(path, what, data, rows, fix)
     unknown, missing = sorted(set(data) - set(spec)), sorted(set(spec) - set(data))
     if unknown or missing:
         detail = (f"; unknown: {unknown}" if unknown else "") + (f"; missing: {missing}" if missing else "")
@@ -52,12 +89,14 @@ def load_npz(path: Path, model: onnx.ModelProto, what: str) -> dict[str, np.ndar
     for name, arr in data.items():
         dtype, dims = spec[name]
         if arr.ndim != len(dims):
+            one = "" if name in rows else " (one value given with every batch: a scalar is shape [])"
             raise UserInputError(f"{path}: {what} input {name!r} has shape {list(arr.shape)}, the model takes rank "
-                                 f"{len(dims)} ({dims})")
-        if dims and isinstance(dims[0], int) and dims[0] > 0 and arr.shape[0] % dims[0]:
+                                 f"{len(dims)} ({dims}){one}")
+        if name in rows and isinstance(dims[0], int) and dims[0] > 0 and arr.shape[0] % dims[0]:
             raise UserInputError(f"{path}: {what} input {name!r} has {arr.shape[0]} rows; the model takes batches "
                                  f"of {dims[0]}, so give a multiple of {dims[0]} rows (samples run along axis 0)")
-        fixed = [(i, d) for i, d in enumerate(dims) if i and isinstance(d, int) and d > 0 and arr.shape[i] != d]
+        fixed = [(i, d) for i, d in enumerate(dims) if (i or name not in rows) and isinstance(d, int) and d >= 0
+                 and arr.shape[i] != d]
         if fixed:
             raise UserInputError(f"{path}: {what} input {name!r} has shape {list(arr.shape)}; dimension "
                                  f"{fixed[0][0]} must be {fixed[0][1]}")
@@ -65,72 +104,221 @@ def load_npz(path: Path, model: onnx.ModelProto, what: str) -> dict[str, np.ndar
     return data
 
 
-def _check_arrays(path: Path, what: str, data: dict[str, np.ndarray], fix: str) -> None:
-    """Numbers only, at least one sample, and one sample count for every input."""
+def _check_arrays(path: Path, what: str, data: dict[str, np.ndarray], rows: set[str], fix: str) -> None:
+    """Numbers only, at least one sample, and one sample count for every batched input."""
     for name, arr in data.items():
         if arr.dtype.kind not in "biuf":
             raise UserInputError(f"{path}: {what} input {name!r} holds {arr.dtype} values, not numbers; {fix}")
-        if arr.ndim == 0 or arr.shape[0] == 0:
+        if name in rows and (arr.ndim == 0 or arr.shape[0] == 0):
             raise UserInputError(f"{path}: {what} input {name!r} has no samples (shape {list(arr.shape)}); {fix}")
-    rows = {name: arr.shape[0] for name, arr in data.items()}
-    if len(set(rows.values())) > 1:
-        raise UserInputError(f"{path}: {what} inputs disagree on the number of samples along axis 0 ({rows}); "
-                             "give every input the same number of rows")
+    counts = {name: arr.shape[0] for name, arr in data.items() if name in rows and arr.ndim}
+    if len(set(counts.values())) > 1:
+        raise UserInputError(f"{path}: {what} inputs disagree on the number of samples along axis 0 ({counts}); "
+                             "give every batched input the same number of rows")
 
 
-def _vocab_size(model: onnx.ModelProto, name: str) -> int:
-    """For token ids: the row count of the embedding table a Gather reads with them."""
-    inits = {i.name: i for i in model.graph.initializer}
+# --- generated inputs ------------------------------------------------------------------------------------------
+
+_PASSING = {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand"}
+
+
+def index_bound(model: onnx.ModelProto, name: str) -> int | None:
+    """For integer ids: the row count of the table a ``Gather`` reads with them (through casts and reshapes)."""
+    tables = {i.name: tuple(i.dims) for i in model.graph.initializer}
+    tables.update({n.output[0]: tuple(n.attribute[0].t.dims) for n in model.graph.node
+                   if n.op_type == "Constant" and n.attribute and n.attribute[0].HasField("t")})
+    consumers: dict[str, list[onnx.NodeProto]] = {}
     for node in model.graph.node:
-        if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == name and node.input[0] in inits:
-            return int(inits[node.input[0]].dims[0])
-    return 100
+        for i in node.input:
+            consumers.setdefault(i, []).append(node)
+    todo, seen, bounds = [name], set(), []
+    while todo:
+        tensor = todo.pop()
+        for node in consumers.get(tensor, []):
+            if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == tensor:
+                axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                dims = tables.get(node.input[0])
+                if dims and len(dims) > axis:
+                    bounds.append(int(dims[axis]))
+            elif node.op_type in _PASSING and node.input[0] == tensor and id(node) not in seen:
+                seen.add(id(node))
+                todo += list(node.output)
+    return min(bounds) if bounds else None
+
+
+@dataclass
+class Generated:
+    """Generated samples: arrays by input name, the inputs given whole with every batch, and what was decided."""
+
+    data: dict[str, np.ndarray]
+    unbatched: set[str] = field(default_factory=set)
+    sizes: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _shape(dims: list, sizes: dict[str, int], rows: int, batch, is_batched: bool) -> list[int] | None:
+    shape = []
+    for i, d in enumerate(dims):
+        if i == 0 and is_batched:
+            shape.append(rows)
+        elif isinstance(d, int) and d >= 0:
+            shape.append(d)
+        else:
+            size = dim_size(d, sizes) if d != "?" else sizes.get("?")
+            if size is None:
+                return None
+            shape.append(size)
+    return shape
+
+
+def symbol_sizes(model: onnx.ModelProto, seq: int) -> tuple[dict[str, int], list[tuple[str, int, str]]]:
+    """Sizes for the named dimensions, and the lone ones: ``(input, axis, name)`` named once, by no rule."""
+    batch = batch_dim(model)
+    uses: dict[str, list[tuple[str, int]]] = {}
+    for name, (_, dims) in model_inputs(model).items():
+        for axis, d in enumerate(dims):
+            if isinstance(d, str) and (d != batch or axis > 0):  # the batch's name elsewhere: a size like others
+                uses.setdefault(d, []).append((name, axis))
+    sizes = {d: seq for d in uses if not is_expression(d)}
+    for d in [d for d in uses if d not in sizes]:  # expressions: their names get the common size
+        sizes.update({n: seq for n in dim_names(d) if n not in sizes and n != batch})
+    lone = [(u[0][0], u[0][1], d) for d, u in uses.items() if len(u) == 1 and not is_expression(d) and d != "?"
+            and d != batch
+            and not any(d in dim_names(o) for o in uses if o != d)]
+    return sizes, lone
+
+
+def _candidates(model: onnx.ModelProto, sizes: dict[str, int], lone: str) -> list[int]:
+    """Sizes to try for a dimension named once: the common size, then each size the graph's outputs name."""
+    found = [sizes[lone]]
+    for vi in list(model.graph.output) + list(model.graph.value_info):
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_param") and lone not in dim_names(d.dim_param):
+                size = dim_size(d.dim_param, sizes)
+                if size is not None and size > 0 and size not in found:
+                    found.append(size)
+    return found[:8]
 
 
 def inputs_for_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]],
                       seed: int = 0) -> dict[str, np.ndarray]:
     """Inputs of exactly these shapes with realistic structure.
 
-    One set of padding lengths per batch (so masks and ids agree): masks of varied lengths, ids in the vocabulary
-    and zero beyond each length, normal floats.
+    One set of padding lengths per batch (so masks and ids agree): masks of varied lengths, ids inside the table
+    they index and zero beyond each length, normal floats; other integers are 1 (a count, a size, a rate).
     """
     rng = np.random.default_rng(seed)
-    two_d = next((s for s in shapes.values() if len(s) == 2), None)
+    two_d = next((s for s in shapes.values() if len(s) == 2 and s[1] > 0), None)
     lengths = rng.integers(max(1, two_d[1] // 8), two_d[1] + 1, two_d[0]) if two_d else None
     out = {}
     for name, (dtype, _) in model_inputs(model).items():
         shape = shapes[name]
         padded = lengths is not None and len(shape) == 2 and shape == two_d
-        if np.issubdtype(dtype, np.integer) and "mask" in name.lower() and padded:
-            out[name] = (np.arange(shape[1])[None, :] < lengths[:, None]).astype(dtype)
-        elif np.issubdtype(dtype, np.integer):
-            arr = rng.integers(0, _vocab_size(model, name), shape)
+        if dtype.kind in "iub" and "mask" in name.lower():
             if padded:
+                out[name] = (np.arange(shape[1])[None, :] < lengths[:, None]).astype(dtype)
+            else:
+                out[name] = np.ones(shape, dtype)
+        elif dtype.kind in "iu":
+            bound = index_bound(model, name)
+            arr = rng.integers(0, bound, shape) if bound else np.ones(shape, np.int64)
+            if padded and bound:
                 arr[np.arange(shape[1])[None, :] >= lengths[:, None]] = 0
             out[name] = arr.astype(dtype)
+        elif dtype.kind == "b":
+            out[name] = rng.integers(0, 2, shape).astype(dtype)
         else:
             out[name] = rng.standard_normal(shape).astype(dtype)
     return out
 
 
-MAX_GENERATED_VALUES = 1 << 24  # per input: 64 MiB of float32, so a static 416x416 image model gets 32 samples
+MAX_GENERATED_VALUES = 1 << 22  # per input set: 16 MiB of float32; a static 800x608 image gets 2 samples
+MIN_SAMPLES = 2
+MAX_RUNS = 8  # batches per model run: a static batch-1 export gets 8 samples, not 64 runs of one
 
 
-def generate_inputs(model: onnx.ModelProto, samples: int = 64, seq: int = 64,
-                    seed: int = 0) -> dict[str, np.ndarray]:
-    """``samples`` rows of generated inputs, dynamic dimensions after the batch set to ``seq``.
+def _refuse_shape_tensors(model: onnx.ModelProto, path: str) -> None:
+    weights = {i.name for i in model.graph.initializer}
+    shapes = shape_tensor_inputs([i for i in model.graph.input if i.name not in weights], list(model.graph.node))
+    if shapes:
+        named = "; ".join(f"{n!r} is {what}" for n, what in list(shapes.items())[:3]) + \
+            (f" (and {len(shapes) - 3} more)" if len(shapes) > 3 else "")
+        raise UserInputError(f"{path}: cannot generate inputs for the precision step: {named}, a shape tensor whose "
+                             f"values decide the model's shapes, and trtfarm does not guess them. Fix: {DATA_FIX}")
 
-    The rows run along the first axis; an input whose other dimensions are large gets fewer rows (at most
-    ``MAX_GENERATED_VALUES`` values per input, at least 8 rows).
+
+def generate_inputs(model: onnx.ModelProto, samples: int = 64, seq: int = 64, seed: int = 0) -> dict[str, np.ndarray]:
+    """``generated_inputs``' arrays alone (for tests and scripts that write an ``.npz``)."""
+    return generated_inputs(model, samples, seq, seed).data
+
+
+def generated_inputs(model: onnx.ModelProto, samples: int = 64, seq: int = 64, seed: int = 0,
+                     sizes: dict[str, int] | None = None, path: str = "the model") -> Generated:
+    """``samples`` rows of generated inputs (fewer for large inputs: at most ``MAX_GENERATED_VALUES`` values).
+
+    ``sizes``: the named dimensions' sizes (``symbol_sizes``, or what the probe found); dynamic dimensions get
+    ``seq`` by default.
     """
-    spec = model_inputs(model)
-    rows = {name: [d if isinstance(d, int) and d > 0 else seq for d in dims[1:]] for name, (_, dims) in spec.items()}
-    largest = max((int(np.prod(r)) for r in rows.values()), default=1)
-    samples = max(8, min(samples, MAX_GENERATED_VALUES // max(largest, 1)))
-    return inputs_for_shapes(model, {name: [samples, *r] for name, r in rows.items()}, seed)
+    _refuse_shape_tensors(model, path)
+    spec, rows_of, batch = model_inputs(model), batched(model), batch_dim(model)
+    sizes = dict(sizes) if sizes is not None else symbol_sizes(model, seq)[0]
+    one = {n: _shape(dims, sizes, 1, batch, n in rows_of) for n, (_, dims) in spec.items()}
+    unknown = [n for n, s in one.items() if s is None]
+    if unknown:
+        raise UserInputError(f"{path}: cannot size input(s) {unknown}: their dimension names follow no rule trtfarm "
+                             f"can evaluate. Fix: {DATA_FIX}")
+    per_sample = sum(int(np.prod(s)) for n, s in one.items() if n in rows_of) or 1
+    fixed = fixed_batch(model) or 1
+    wanted = samples - samples % fixed or fixed
+    by_values = MAX_GENERATED_VALUES // per_sample // fixed * fixed
+    by_runs = MAX_RUNS * (fixed if fixed_batch(model) else 16)
+    count = max(MIN_SAMPLES * fixed, min(wanted, by_values, by_runs))
+    notes = []
+    if count < wanted:
+        why = (f"one sample holds {per_sample:,} values, and the step keeps to {MAX_GENERATED_VALUES:,} per input set"
+               if by_values <= by_runs else f"the export fixes its batch at {fixed}, and the step keeps to {MAX_RUNS} "
+               "runs of each model")
+        notes.append(f"generated {count} samples instead of {wanted}: {why}")
+    shapes = {n: _shape(spec[n][1], sizes, count, batch, n in rows_of) for n in spec}
+    return Generated(inputs_for_shapes(model, shapes, seed), set(spec) - rows_of, sizes, notes)
 
 
-def batches(data: dict[str, np.ndarray], size: int = 16) -> list[dict[str, np.ndarray]]:
-    """Split samples (first axis) into feed dicts of ``size`` rows (a model with a fixed batch: that batch)."""
-    n = len(next(iter(data.values())))
-    return [{k: v[i:i + size] for k, v in data.items()} for i in range(0, n, size)]
+def batches(data: dict[str, np.ndarray], size: int = 16, unbatched: set[str] = frozenset()) -> list[dict]:
+    """Split samples (first axis) into feed dicts of ``size`` rows; ``unbatched`` inputs go whole into each."""
+    rows = [k for k in data if k not in unbatched]
+    if not rows:
+        return [dict(data)]
+    n = len(data[rows[0]])
+    return [{k: (v if k in unbatched else v[i:i + size]) for k, v in data.items()} for i in range(0, n, size)]
+
+
+def probe_sizes(model: onnx.ModelProto, run, seq: int = 64, path: str = "the model") -> dict[str, int]:
+    """Sizes that onnxruntime runs the model with: one row through ``run(feed)`` per candidate, the first that runs.
+
+    ``run`` raises on failure. A dimension named once is tried as the common size, then as each size the graph's
+    outputs name. When none runs, ``UserInputError`` names the input and asks for real data.
+    """
+    sizes, lone = symbol_sizes(model, seq)
+    trials = [dict(sizes)]
+    for _, _, label in lone:
+        for size in _candidates(model, sizes, label)[1:]:
+            trials.append({**sizes, label: size})
+    error = None
+    for trial in trials:
+        feed = batches(generated_inputs(model, samples=1, seed=1, sizes=trial, path=path).data, 1 << 30,
+                       set(model_inputs(model)) - batched(model))[0]
+        feed = {k: v[: fixed_batch(model) or 1] if k in batched(model) else v for k, v in feed.items()}
+        try:
+            run(feed)
+            return trial
+        except UserInputError as err:
+            error = error or err
+    where = "; ".join(f"input {n!r} dimension {a} is named {label!r} by no other input and by no rule"
+                      for n, a, label in lone)
+    raise UserInputError(f"{path}: onnxruntime cannot run the model on generated inputs ({_reason(error)})"
+                         f"{'; ' + where if where else ''}. Fix: {DATA_FIX}") from error
+
+
+def _reason(err: Exception | None) -> str:
+    text = str(err or "")
+    return text.split("(", 1)[1].rsplit(")", 1)[0][:300] if "(" in text else text[:300]

@@ -84,6 +84,9 @@ def session(path: Path, extra: tuple[str, ...] | str = (), keep: bool = True):
     import onnxruntime as ort
     from polygraphy.backend.onnxrt import SessionFromOnnx
 
+    ort.set_default_logger_severity(4)  # its log (unused initializers, a failed run) is not the user's to
+    # read: a failure reaches the user as GateError's one line
+
     def make():
         source = with_outputs(path, extra) if extra else str(path)
         return SessionFromOnnx(source, providers=["cpu"],

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import onnx
@@ -21,9 +21,18 @@ from trtfarm.identity import onnx_digest as digest_of
 from trtfarm.layout import converted_model_key, converted_prefix, converted_report_key
 from trtfarm.onnxfile import external_files
 from trtfarm.precision.autopin import auto_pin
-from trtfarm.precision.convert import ConversionError, Converted, convert_onnx
+from trtfarm.precision.convert import QUANTIZE, ConversionError, Converted, convert_onnx
 from trtfarm.precision.gate import GateReport, OutputFigures, accuracy_gate
-from trtfarm.precision.inputs import batches, fixed_batch, generate_inputs, load_npz
+from trtfarm.precision.inputs import (
+    batched,
+    batches,
+    fixed_batch,
+    generated_inputs,
+    load_npz,
+    model_inputs,
+    probe_sizes,
+)
+from trtfarm.precision.nodes import NodePrecision
 from trtfarm.precision.progress import precision_progress
 from trtfarm.precision.recipe import GateFailed, Recipe, Thresholds
 from trtfarm.scratch import scratch_dir
@@ -43,6 +52,14 @@ class PrecisionResult:
     report: GateReport
     pinned: list[str]
     reused: bool = False
+    nodes: NodePrecision | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        """``precision --json``: the converted model, its node precision, what was normalised, and the gate."""
+        return {"converted": str(self.path), "digest": self.digest, "pinned_fp32_nodes": self.pinned,
+                "nodes": self.nodes.to_json() if self.nodes else None, "notes": self.notes,
+                "gate": self.report.to_json()}
 
     def summary(self) -> str:
         """One paragraph for people: pass/fail, the failing outputs, the first diverging nodes, warnings."""
@@ -50,13 +67,15 @@ class PrecisionResult:
         if r.passed is None:
             return r.note
         warnings = "".join(f" Warning: {w}." for w in r.warnings)
+        nodes = f" {self.nodes.text(self.recipe.mode)}." if self.nodes and self.nodes.compute_nodes else ""
+        notes = "".join(f" Note: {n}." for n in self.notes)
         if r.passed:
             figs = "; ".join(_figure_text(f) for f in r.figures)
-            return f"{self.recipe.mode} gate passed ({figs or r.note})" + (
-                f"; kept in FP32: {', '.join(self.pinned)}" if self.pinned else "") + warnings
-        nodes = "; ".join(f"{d['node']} ({d['op']}): {d['issue']}" for d in r.diverging_nodes) or "none found"
-        return (f"{self.recipe.mode} accuracy gate failed: {'; '.join(r.failures)}. First diverging nodes: {nodes}. "
-                "Fix: --auto-pin, or keep those nodes in FP32 with --keep-fp32 REGEX." + warnings)
+            return f"{self.recipe.mode} gate passed ({figs or r.note}).{nodes}{notes}{warnings}"
+        diverging = "; ".join(f"{d['node']} ({d['op']}): {d['issue']}" for d in r.diverging_nodes) or "none found"
+        return (f"{self.recipe.mode} accuracy gate failed: {'; '.join(r.failures)}. First diverging nodes: "
+                f"{diverging}.{nodes} Fix: --auto-pin, or keep those nodes in FP32 with --keep-fp32 REGEX."
+                + notes + warnings)
 
 
 def _figure_text(f: OutputFigures) -> str:
@@ -69,11 +88,32 @@ def _figure_text(f: OutputFigures) -> str:
     return f"{f.output}: max error {f.max_abs:.3g} = {scale}; {cosine}"
 
 
-def gate_inputs(model_path: Path, heldout: Path | None) -> list[dict]:
-    """Held-out inputs from ``heldout.npz``, else generated ones with realistic masks."""
+def gate_inputs(model_path: Path, heldout: Path | None, notes: list[str] | None = None) -> list[dict]:
+    """Held-out inputs from ``heldout.npz``, else generated ones that follow the model's shape rules.
+
+    Generated sizes are checked with a one-row onnxruntime run first (``probe_sizes``); ``notes`` receives what
+    was decided (fewer samples for a large input).
+    """
     model = onnx.load(str(model_path), load_external_data=False)
-    data = load_npz(heldout, model, "held-out data") if heldout else generate_inputs(model)
-    return batches(data, fixed_batch(model) or 16)
+    unbatched = set(model_inputs(model)) - batched(model)
+    if heldout:
+        data = load_npz(heldout, model, "held-out data")
+    else:
+        from trtfarm.precision.runs import infer
+
+        sizes = probe_sizes(model, lambda feed: infer(model_path, [feed]), path=str(model_path))
+        made = generated_inputs(model, sizes=sizes, path=str(model_path))
+        data = made.data
+        if notes is not None:
+            notes += made.notes
+    return batches(data, fixed_batch(model) or 16, unbatched)
+
+
+def calibration_feeds(model_path: Path, calibration: Path) -> list[dict]:
+    """The calibration ``.npz`` as batches (a static export's own batch; scalars given whole with each)."""
+    model = onnx.load(str(model_path), load_external_data=False)
+    data = load_npz(calibration, model, "calibration data")
+    return batches(data, fixed_batch(model) or 16, set(model_inputs(model)) - batched(model))
 
 
 def convert_and_gate(src: Path, recipe: Recipe, out: Path, *, calibration: Path | None = None,
@@ -88,21 +128,26 @@ def convert_and_gate(src: Path, recipe: Recipe, out: Path, *, calibration: Path 
         model = onnx.load(str(src), load_external_data=False)
     except (DecodeError, OSError, ValueError) as err:  # protobuf could not parse it, or the file is unreadable
         raise ConversionError(f"{src}: not a valid ONNX model ({type(err).__name__}); re-export it") from err
-    calib = load_npz(calibration, model, "calibration data") if calibration else None
-    feeds = gate_inputs(src, heldout)
+    del model
+    calib = calibration_feeds(src, calibration) if calibration else None
+    notes: list[str] = []
+    feeds = gate_inputs(src, heldout, notes)
     with precision_progress() as progress:
         if recipe.auto_pin and recipe.mode in ("fp16", "bf16"):
             with scratch_dir("trtfarm-autopin-") as tmp:
-                found = auto_pin(src, recipe, tmp, feeds, calibration, progress)
+                found = auto_pin(src, recipe, tmp, feeds, progress)
                 out.parent.mkdir(parents=True, exist_ok=True)
                 out.write_bytes(found.converted.path.read_bytes())
-            return PrecisionResult(recipe, out, found.converted.digest, found.report, found.pinned)
+            conv = found.converted
+            return PrecisionResult(recipe, out, conv.digest, found.report, found.pinned, nodes=conv.nodes,
+                                   notes=[*conv.notes, *notes, *found.notes])
         with progress.stage(f"{recipe.mode}: converting with ModelOpt"):
-            conv: Converted = convert_onnx(src, recipe, out, calibration_path=calibration, calibration=calib)
+            conv: Converted = convert_onnx(src, recipe, out, feeds=calib if recipe.mode in QUANTIZE else feeds)
         runs = 2 * len(feeds) if recipe.mode not in ("fp32", "bf16") else 0
         with progress.stage(f"{recipe.mode}: comparing with FP32 on {len(feeds)} batches", runs) as step:
             report = accuracy_gate(src, conv.path, feeds, recipe, step=step)
-    return PrecisionResult(recipe, conv.path, conv.digest, report, [])
+    return PrecisionResult(recipe, conv.path, conv.digest, report, [], nodes=conv.nodes,
+                           notes=[*conv.notes, *notes])
 
 
 def _refuse_overwriting_inputs(src: Path, out: Path, **data: Path | None) -> None:
@@ -144,7 +189,9 @@ def prepare_precision(store, model_name: str, src: Path, onnx_digest: str, recip
     if stored is not None:
         doc = json.loads(stored.data)
         report = GateReport(**{**doc["report"], "figures": [OutputFigures(**f) for f in doc["report"]["figures"]]})
-        result = PrecisionResult(recipe, work / "model.onnx", doc["digest"], report, doc["pinned"], reused=True)
+        nodes = NodePrecision(**doc["nodes"]) if doc.get("nodes") else None
+        result = PrecisionResult(recipe, work / "model.onnx", doc["digest"], report, doc["pinned"], reused=True,
+                                 nodes=nodes, notes=doc.get("notes", []))
         if result.report.passed is False:
             raise GateFailed(result.summary())
         store.download_file(converted_model_key(prefix), result.path, sha256=doc["sha256"])
@@ -162,7 +209,8 @@ def prepare_precision(store, model_name: str, src: Path, onnx_digest: str, recip
             store.download_file(converted_model_key(prefix), result.path)
             result = replace(result, digest=digest_of(result.path))
     doc = {"digest": result.digest, "sha256": sha256_file(result.path), "pinned": result.pinned,
-           "recipe": recipe.model_dump(mode="json"), "report": result.report.to_json()}
+           "recipe": recipe.model_dump(mode="json"), "report": result.report.to_json(),
+           "nodes": result.nodes.to_json() if result.nodes else None, "notes": result.notes}
     if not store.put_if_absent(converted_report_key(prefix), json.dumps(doc, indent=2).encode()):
         stored = json.loads(store.get(converted_report_key(prefix)).data)
         if result.report.passed is not False and stored["sha256"] != doc["sha256"]:

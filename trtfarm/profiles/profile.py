@@ -34,13 +34,31 @@ def format_shape(shape: list[int]) -> str:
     return "x".join(str(d) for d in shape)
 
 
+def parse_values(text: str) -> list[int]:
+    """``"1,4"`` or ``"[1,4]"`` -> ``[1, 4]``: a shape tensor's values (``[3]`` for a single one)."""
+    text = text.strip().removeprefix("[").removesuffix("]")
+    try:
+        return [int(v) for v in text.split(",") if v.strip()] or _no_values(text)
+    except ValueError:
+        raise ValueError(f"values {text!r} are not integers joined by ',', e.g. 1,4 (or [3] for one value)") from None
+
+
+def _no_values(text: str) -> list[int]:
+    raise ValueError(f"values {text!r}: give at least one integer, e.g. 1,4")
+
+
 class InputRange(BaseModel):
-    """The min/opt/max shapes of one input."""
+    """The min/opt/max shapes of one input, or, for a shape tensor (``values``), the min/opt/max of its values.
+
+    Shapes are written ``1x16:16x128:32x512``; a shape tensor's values ``1,4:3,4:3,4`` (or ``[1,4]:[3,4]:[3,4]``,
+    ``[3]:[5]:[8]`` for one value), as TensorRT's ``set_shape_input`` takes them.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     min: list[int]
     opt: list[int]
     max: list[int]
+    values: bool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -48,14 +66,21 @@ class InputRange(BaseModel):
         if isinstance(value, str):
             parts = value.split(":")
             if len(parts) != 3:
-                raise ValueError(f"{value!r} must be MIN:OPT:MAX shapes, e.g. 1x16:16x128:32x512")
-            return dict(zip(("min", "opt", "max"), (parse_shape(p) for p in parts), strict=True))
+                raise ValueError(f"{value!r} must be MIN:OPT:MAX shapes, e.g. 1x16:16x128:32x512 (a shape tensor's "
+                                 "values: 1,4:3,4:3,4)")
+            values = any("," in p or "[" in p for p in parts)
+            parse = parse_values if values else parse_shape
+            return {**dict(zip(("min", "opt", "max"), (parse(p) for p in parts), strict=True)), "values": values}
         return value
 
     @model_validator(mode="after")
     def _ordered(self) -> InputRange:
         if not len(self.min) == len(self.opt) == len(self.max):
-            raise ValueError(f"min/opt/max have different ranks: {self.text()}")
+            raise ValueError(f"min/opt/max have different {'lengths' if self.values else 'ranks'}: {self.text()}")
+        if self.values:
+            if not all(a <= b <= c for a, b, c in zip(self.min, self.opt, self.max, strict=True)):
+                raise ValueError(f"need min <= opt <= max for every value, got {self.text()}")
+            return self
         if any(d < 1 for d in self.min + self.opt + self.max):
             raise ValueError(f"{self.text()} has a dimension below 1; every dimension must be at least 1")
         big = max(self.min + self.opt + self.max, default=0)
@@ -67,7 +92,10 @@ class InputRange(BaseModel):
         return self
 
     def text(self) -> str:
-        """``1x16:16x128:32x512``."""
+        """``1x16:16x128:32x512``, or a shape tensor's values ``1,4:3,4:3,4`` (``[3]:[5]:[8]`` for one value)."""
+        if self.values:
+            return ":".join(",".join(map(str, v)) if len(v) > 1 else f"[{v[0]}]"
+                            for v in (self.min, self.opt, self.max))
         return ":".join(format_shape(s) for s in (self.min, self.opt, self.max))
 
     def contains(self, shape: list[int] | tuple[int, ...]) -> bool:
@@ -81,8 +109,8 @@ class Profile(RootModel[dict[str, InputRange]]):
     """One optimization profile: input name -> range."""
 
     def to_json(self) -> dict:
-        """Plain JSON form, inputs in name order."""
-        return {name: r.model_dump() for name, r in sorted(self.root.items())}
+        """Plain JSON form, inputs in name order (``values`` only for a shape tensor's range)."""
+        return {name: r.model_dump(exclude_defaults=True) for name, r in sorted(self.root.items())}
 
 
 def profile_from_args(args: list[str]) -> Profile:
@@ -155,8 +183,27 @@ def _shape_text(dims: InputDims) -> str:
     return "rank unknown" if dims is None else "x".join(str(d) if isinstance(d, int) else "?" for d in dims) or "scalar"
 
 
+def _values_problems(i: int, name: str, r: InputRange, dims: InputDims, shaping: str | None) -> list[str]:
+    """A shape tensor's profile gives its values (as many as it holds); any other input's gives shapes."""
+    where = f"profile {i}, input {name!r}"
+    if shaping is None and r.values:
+        return [f"{where}: {r.text()} gives values, but {name!r} is not a shape tensor; give its shapes "
+                "MIN:OPT:MAX, e.g. 1x16:16x128:32x512"]
+    if shaping is None:
+        return []
+    example = ":".join([",".join(["1"] * (dims[0] if dims and isinstance(dims[0], int) else 1))] * 3)
+    if not r.values:
+        return [f"{where}: {name!r} is a shape tensor ({shaping}), so its profile gives its values, not a shape; "
+                f"write them with commas, e.g. --profile {name}={example}"]
+    count = 1 if not dims else dims[0] if isinstance(dims[0], int) else None
+    if count is not None and len(r.min) != count:
+        return [f"{where}: {r.text()} gives {len(r.min)} value(s), but {name!r} holds {count}; e.g. "
+                f"--profile {name}={example}"]
+    return []
+
+
 def _range_problems(i: int, name: str, r: InputRange, dims: InputDims) -> list[str]:
-    if dims is None:
+    if dims is None or r.values:
         return []
     where = f"profile {i}, input {name!r}"
     if len(r.min) != len(dims):
@@ -178,7 +225,7 @@ def _named_dim_problems(i: int, profile: Profile, inputs: Mapping[str, InputDims
     problems = []
     for name, r in profile.root.items():
         dims = inputs.get(name)
-        if dims is None or len(dims) != len(r.opt):
+        if dims is None or len(dims) != len(r.opt) or r.values:
             continue
         for d, label in enumerate(dims):
             if not isinstance(label, str):
@@ -195,13 +242,20 @@ def _named_dim_problems(i: int, profile: Profile, inputs: Mapping[str, InputDims
 
 
 def check_profiles_against_inputs(profiles: list[Profile], inputs: Mapping[str, InputDims],
-                                  model: str = "the model") -> None:
+                                  model: str = "the model", shape_tensors: Mapping[str, str] | None = None) -> None:
     """Refuse profiles that cannot build: unknown input names, dynamic inputs left out, wrong ranks, static dims.
 
-    ``inputs`` maps each graph input to its dims (``onnx_inputs`` reads them). No profiles is right only for a
-    model whose inputs are all static.
-    Raises ``UserInputError``: one line naming each input and the fix.
+    ``inputs`` maps each graph input to its dims (``onnx_inputs`` reads them); ``shape_tensors`` names the inputs
+    whose values are shapes (``onnx_shape_tensors``) and what they shape: their profiles give values, and every
+    profile needs them, as every profile needs every dynamic input. No profiles is right only for a model whose
+    inputs are all static. Raises ``UserInputError``: one line naming each input and the fix.
     """
+    shape_tensors = shape_tensors or {}
+    if shape_tensors and not profiles:
+        named = ", ".join(f"{n!r} ({what})" for n, what in shape_tensors.items())
+        raise UserInputError(f"{model}: input(s) {named} are shape tensors: TensorRT needs the min/opt/max of their "
+                             f"values in an optimization profile; add --profile NAME=MIN:OPT:MAX values, e.g. "
+                             f"--profile {next(iter(shape_tensors))}=1,4:3,4:3,4 (or profiles: in farm.yaml)")
     problems = []
     dynamic = [n for n, dims in inputs.items() if dims is None or any(_fixed(d) is None for d in dims)]
     if dynamic and not profiles:
@@ -210,17 +264,22 @@ def check_profiles_against_inputs(profiles: list[Profile], inputs: Mapping[str, 
         raise UserInputError(f"{model}: no profile for its dynamic input{'s' * (len(dynamic) > 1)} {shapes}; give "
                              f"{example}, profiles in farm.yaml beside the model (`trtfarm init` writes one "
                              "that names them), or a shapes.jsonl of logged request shapes beside it")
+    dynamic += [n for n in shape_tensors if n not in dynamic]
     for i, profile in enumerate(profiles):
         for name, r in profile.root.items():
             if name not in inputs:
                 problems.append(f"profile {i}: {name!r} is not an input of {model} (its inputs: "
                                 f"{', '.join(inputs) or 'none'}); fix the name in --profile or the profiles file")
             else:
+                problems += _values_problems(i, name, r, inputs[name], shape_tensors.get(name))
                 problems += _range_problems(i, name, r, inputs[name])
         problems += _named_dim_problems(i, profile, inputs)
         problems += [f"profile {i}: no range for dynamic input {name!r} ({_shape_text(inputs[name])}); add "
                      f"--profile {name}=MIN:OPT:MAX (every profile needs every dynamic input)"
-                     for name in dynamic if name not in profile.root]
+                     for name in dynamic if name not in profile.root and name not in shape_tensors]
+        problems += [f"profile {i}: no values for shape tensor input {name!r} ({what}); add --profile "
+                     f"{name}=MIN:OPT:MAX values, e.g. {name}=1,4:3,4:3,4 (every profile needs every shape tensor)"
+                     for name, what in shape_tensors.items() if name not in profile.root]
     if problems:
         raise UserInputError("; ".join(problems))
 
@@ -284,6 +343,38 @@ def _graph_inputs(buf) -> dict[str, InputDims]:
         shape = tensor.shape if tensor is not None and tensor.HasField("shape") else None
         found[vi.name] = None if shape is None else tuple(dim_label(d) for d in shape.dim)
     return found
+
+
+def _shape_tensors(buf) -> dict[str, str]:
+    import onnx
+
+    from trtfarm.onnxfile import shape_tensor_inputs
+
+    graph = next(((s, e) for f, w, s, e in _fields(buf, 0, len(buf)) if f == 7 and w == 2), None)
+    if graph is None:
+        raise ValueError("no graph")
+    nodes, inputs, weights = [], [], set()
+    for field, wire, s, e in _fields(buf, *graph):
+        if field == 1 and wire == 2:  # GraphProto.node
+            nodes.append(onnx.NodeProto.FromString(bytes(buf[s:e])))
+        elif field == 11 and wire == 2:
+            inputs.append(onnx.ValueInfoProto.FromString(bytes(buf[s:e])))
+        elif field == 5 and wire == 2:
+            weights.add(_tensor_name(buf, s, e))
+    return shape_tensor_inputs([i for i in inputs if i.name not in weights], nodes)
+
+
+def onnx_shape_tensors(path: str | Path) -> dict[str, str]:
+    """The graph inputs whose values are shapes (TensorRT's shape tensors): name -> what they shape.
+
+    Reads the graph's nodes and inputs from a memory map, skipping the weights.
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            return _shape_tensors(buf)
+    except (OSError, ValueError, IndexError, UnicodeDecodeError) as err:
+        raise UserInputError(f"{path}: not a valid ONNX model ({err}); export it again") from err
 
 
 def onnx_inputs(path: str | Path) -> dict[str, InputDims]:

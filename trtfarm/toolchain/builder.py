@@ -261,9 +261,14 @@ def _configure(trt: ModuleType, builder, config, settings: BuilderSettings) -> l
 def _add_profiles(builder, config, network, profiles: Sequence[Profile]) -> None:
     dynamic = [network.get_input(i) for i in range(network.num_inputs)]
     dynamic_names = [t.name for t in dynamic if any(d < 0 for d in t.shape)]
-    if dynamic_names and not profiles:
-        raise UserInputError(f"inputs {dynamic_names} have dynamic dimensions but no optimization profile was "
-                             "given; add --profile INPUT=MIN:OPT:MAX for each (or profiles: in farm.yaml)")
+    shape_names = [t.name for t in dynamic if t.is_shape_tensor]
+    if (dynamic_names or shape_names) and not profiles:
+        said = [f"inputs {dynamic_names} have dynamic dimensions"] if dynamic_names else []
+        said += [f"shape tensors {shape_names} need the min/opt/max of their values"] if shape_names else []
+        raise UserInputError(f"{' and '.join(said)} but no optimization profile was given (the builder: \"Network "
+                             "has dynamic or shape inputs, but no optimization profile has been defined\"); add "
+                             "--profile INPUT=MIN:OPT:MAX for each (a shape tensor's values: NAME=1,4:3,4:3,4), or "
+                             "profiles: in farm.yaml")
     known = {t.name: t for t in dynamic}
     for index, profile in enumerate(profiles):
         p = builder.create_optimization_profile()
@@ -271,7 +276,14 @@ def _add_profiles(builder, config, network, profiles: Sequence[Profile]) -> None
             if name not in known:
                 raise UserInputError(f"profile {index}: the model has no input {name!r}; its inputs are "
                                      f"{sorted(known)}")
-            p.set_shape(name, r.min, r.opt, r.max)
+            if r.values != (name in shape_names):
+                raise UserInputError(f"profile {index}: input {name!r} " + (
+                    "is a shape tensor: give its values, e.g. --profile {name}=1,4:3,4:3,4" if not r.values else
+                    "is not a shape tensor: give its shapes MIN:OPT:MAX, e.g. 1x16:16x128:32x512"))
+            if r.values:  # a shape tensor's min/opt/max values (TensorRT: setShapeValues)
+                p.set_shape_input(name, r.min, r.opt, r.max)
+            else:
+                p.set_shape(name, r.min, r.opt, r.max)
         if config.add_optimization_profile(p) < 0:
             raise UserInputError(f"profile {index} was rejected as invalid: {profile.to_json()}")
 
@@ -287,6 +299,24 @@ def _timing_cache(config, blob: bytes | None, use: bool, flavour: str) -> tuple[
         config.set_timing_cache(cache, False)
         return cache, "the shared cache did not match this toolchain/GPU and was ignored"
     return cache, None
+
+
+_PROFILE_WORDS = re.compile(r"profile|kOPT|kMIN|kMAX|shape constraint|dimensions with name|must be equal|"
+                            r"reshap|broadcast|shape input|dynamic", re.IGNORECASE)
+_INTERNAL_WORDS = re.compile(r"assert|internal error|unexpected|should never|Error Code 1\b|Error Code 2\b",
+                             re.IGNORECASE)
+
+
+def build_fix(errors: Sequence[str]) -> str:
+    """The fix that fits what the builder logged: a profile against the model's shapes, or its own failure."""
+    if any(_PROFILE_WORDS.search(m) for m in errors):
+        return ("check the optimization profiles against the model's shape constraints named above (min/opt/max "
+                "of each input, and of each shape tensor's values)")
+    if any(_INTERNAL_WORDS.search(m) for m in errors):
+        return ("the builder stopped on its own internal error, not on an input trtfarm can name; the plain builder "
+                "fails the same way. Try another optimization_level or toolchain version for this target, and "
+                "report the model to NVIDIA")
+    return "the builder's messages above name what it could not build; change the model or the settings they name"
 
 
 def plan_from_onnx(trt: ModuleType, flavour: str, onnx_path: Path, profiles: Sequence[Profile],
@@ -316,9 +346,7 @@ def _build(trt, flavour, logger, log: Capture, onnx_path, profiles, settings, pl
         if oom := out_of_memory(onnx_path, flavour, "builder", log.errors):
             raise oom
         reasons = "\n".join(f"  - {m}" for m in log.errors) or "  - (no error was logged)"
-        raise BuildFailed(f"{onnx_path}: the {flavour} builder failed:\n{reasons}\n"
-                          "Fix: check the optimization profiles against the model's shape constraints "
-                          "and the builder settings named above.")
+        raise BuildFailed(f"{onnx_path}: the {flavour} builder failed:\n{reasons}\nFix: {build_fix(log.errors)}")
     try:
         plan_path.parent.mkdir(parents=True, exist_ok=True)
         with open(plan_path, "wb") as f:

@@ -78,7 +78,11 @@ def model_source(path: Path, name: str) -> ModelSource:
         raise UserInputError(f"{path}: no such ONNX file")
     try:
         onnx.checker.check_model(str(path))
-    except (onnx.checker.ValidationError, ValueError, OSError) as err:
+    except onnx.checker.ValidationError as err:
+        if not _valid_as_the_parser_reads_it(path):
+            raise UserInputError(f"{path}: not a valid ONNX model ({type(err).__name__}: {first_line(err)}). "
+                                 "Fix: re-export the model; check the file was copied completely.") from err
+    except (ValueError, OSError) as err:
         first = first_line(err)
         raise UserInputError(f"{path}: not a valid ONNX model ({type(err).__name__}: {first}). "
                              "Fix: re-export the model; check the file was copied completely.") from err
@@ -89,6 +93,25 @@ def model_source(path: Path, name: str) -> ModelSource:
     exported = datetime.fromtimestamp(newest, timezone.utc).isoformat(timespec="microseconds")
     return ModelSource(name=name, path=path, source_uri=path.resolve().as_uri(), onnx_digest=files_digest(files),
                        graph_digest=graph_digest(path, proto), exported_at=exported, files=tuple(files))
+
+
+def _valid_as_the_parser_reads_it(path: Path) -> bool:
+    """An IR-3 model whose initializers are not all graph inputs passes once read as TensorRT's parser reads it."""
+    from google.protobuf.message import DecodeError
+
+    from trtfarm.precision.normalise import normalised_for_checker
+
+    try:
+        model, notes = normalised_for_checker(onnx.load(str(path), load_external_data=False))
+    except (DecodeError, ValueError, OSError):  # not a model at all: the checker's own message says so
+        return False
+    if not notes:
+        return False
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError:
+        return False
+    return True
 
 
 def with_precision(store, model: ModelSource, recipe: Recipe, calibration: Path | None,
@@ -111,6 +134,7 @@ def with_precision(store, model: ModelSource, recipe: Recipe, calibration: Path 
                          converted_key=layout.converted_model_key(key) if converted else None,
                          converted_sha256=sha256_file(result.path) if converted else None,
                          pinned_fp32_nodes=result.pinned,
-                         accuracy=result.report.to_json() if recipe.mode != "fp32" else None,
+                         accuracy={**result.report.to_json(), "nodes": result.nodes.to_json() if result.nodes else None,
+                                   "normalised": result.notes} if recipe.mode != "fp32" else None,
                          gate=gate, gate_detail=result.summary())
     return model.model_copy(update={"build_path": result.path if converted else None, "precision": step})

@@ -1,0 +1,85 @@
+"""trtfarm's two ModelOpt workarounds give the model ModelOpt gives, byte for byte, on real models.
+
+Each conversion runs twice through trtfarm's ModelOpt adapter: with the workarounds, and with ModelOpt's own
+functions (the workarounds switched off as on a ModelOpt version they were not checked against). The referee is
+ModelOpt itself: the two converted files must be the same bytes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from trtfarm.precision import workarounds
+from trtfarm.precision.convert import convert_onnx
+from trtfarm.precision.inputs import batches, fixed_batch, generated_inputs
+from trtfarm.precision.recipe import Recipe
+from trtfarm.precision.workarounds import _declared_shapes_hold, modelopt_workarounds
+
+from ..corpus.exported import exported_model
+from ..corpus.families import family_models
+from ..corpus.sources import corpus_file
+
+pytestmark = pytest.mark.integration
+
+
+def _stale_output_model(path):
+    """A model whose output is declared rank 0 though its MatMul gives rank 2 (ModelOpt's own stale case)."""
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"), helper.make_node("Relu", ["h"], ["y"], name="r")],
+        "stale", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+MODELS = {
+    "ppocr-cls": lambda tmp: corpus_file("ppocr-cls"),  # Paddle2ONNX: dynamic dims, many unnamed nodes
+    "gpt2-past-ts": lambda tmp: exported_model("gpt2-ts"),  # a decoder with past key values: expression dims
+    "squeezenet": lambda tmp: next(m.path for m in family_models("onnx-light") if m.name == "squeezenet"),
+    "stale-output": lambda tmp: _stale_output_model(tmp / "stale.onnx"),
+}
+
+
+def _feeds(path):
+    model = onnx.load(str(path), load_external_data=False)
+    made = generated_inputs(model, samples=8, seq=16)
+    return batches(made.data, fixed_batch(model) or 4, made.unbatched)  # as the precision step batches
+
+
+@pytest.mark.parametrize("mode", ["fp16", "int8"])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_the_workarounds_give_modelopts_own_bytes(name, mode, tmp_path, monkeypatch):
+    src = MODELS[name](tmp_path)
+    feeds = _feeds(src)
+    with modelopt_workarounds() as applied:
+        assert applied, "the installed ModelOpt is not one the workarounds were checked against"
+    fast = convert_onnx(src, Recipe(mode=mode), tmp_path / "fast.onnx", feeds=feeds)
+    monkeypatch.setattr(workarounds, "CHECKED", ())
+    with modelopt_workarounds() as applied:
+        assert not applied
+    own = convert_onnx(src, Recipe(mode=mode), tmp_path / "own.onnx", feeds=feeds)
+    assert fast.path.read_bytes() == own.path.read_bytes()
+
+
+def test_a_stale_output_declaration_is_left_to_modelopt(tmp_path):
+    stale = onnx.load(str(_stale_output_model(tmp_path / "stale.onnx")))
+    assert not _declared_shapes_hold(stale)
+    assert list(stale.graph.output[0].type.tensor_type.shape.dim) == []  # the check puts the declaration back
+    healthy = onnx.load(str(corpus_file("ppocr-det")), load_external_data=False)  # the detector the workaround is for
+    assert _declared_shapes_hold(healthy)
+
+
+def test_modelopts_functions_are_back_after_the_block():
+    from modelopt.onnx import utils
+    from modelopt.onnx.autocast.precisionconverter import PrecisionConverter
+
+    before = (utils._reconcile_stale_output_shapes, PrecisionConverter.__dict__["_cleanup_no_consumer_nodes"])
+    with modelopt_workarounds(), modelopt_workarounds():
+        assert utils._reconcile_stale_output_shapes is not before[0]
+    assert (utils._reconcile_stale_output_shapes, PrecisionConverter.__dict__["_cleanup_no_consumer_nodes"]) == before

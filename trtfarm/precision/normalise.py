@@ -1,0 +1,79 @@
+"""What ModelOpt's converters cannot take, made right before they see the model, and said.
+
+Every change here keeps what the model computes (onnxruntime and TensorRT's parser read the original the same way):
+
+- IR version 3 lists every initializer as a graph input too. ModelOpt rewrites the graph (an opset upgrade, its
+  sanitizer) and the result is no longer a valid IR-3 model (``W in initializer but not in graph input``). Those
+  inputs are dropped, the initializers stay weights (as TensorRT and onnxruntime take them when nothing feeds them),
+  and the IR version is raised to the lowest one that allows it for the model's opset.
+- Nodes without a name get one (``Conv_12``: op type and position), so AutoCast's rules, ``--keep-fp32`` and the
+  report can name every node.
+- ``value_info`` is dropped: a dynamo export's intermediate shapes carry ``unk`` dimensions that break onnxruntime
+  after AutoCast (a ModelOpt defect); ONNX shape inference gives them again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+
+
+def _ir3_inputs(model: onnx.ModelProto) -> list[str]:
+    """Notes for (and the removal of) initializers listed as graph inputs, IR version below 4 only."""
+    if model.ir_version >= 4 or not model.graph.initializer:
+        return []
+    weights = {i.name for i in model.graph.initializer}
+    listed = [i for i in model.graph.input if i.name in weights]
+    kept = [i for i in model.graph.input if i.name not in weights]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    opsets = [o for o in model.opset_import if o.domain in ("", "ai.onnx")] or list(model.opset_import)
+    before = model.ir_version
+    model.ir_version = max(4, onnx.helper.find_min_ir_version_for(opsets, ignore_unknown=True))
+    if not listed:
+        return [f"IR version {before} with initializers that are not graph inputs (IR 4 allows that): the IR "
+                f"version was raised to {model.ir_version}, as TensorRT's parser and onnxruntime read it"]
+    return [f"IR version {before} lists its {len(listed)} initializers as graph inputs too: they were taken as "
+            f"weights (as TensorRT and onnxruntime take them) and the IR version raised to {model.ir_version}, "
+            "which ModelOpt's converters need"]
+
+
+def _name_nodes(model: onnx.ModelProto) -> list[str]:
+    taken = {n.name for n in model.graph.node if n.name}
+    unnamed = [(i, n) for i, n in enumerate(model.graph.node) if not n.name]
+    for i, node in unnamed:
+        name = f"{node.op_type}_{i}"
+        while name in taken:
+            name += "_"
+        node.name = name
+        taken.add(name)
+    if not unnamed:
+        return []
+    return [f"{len(unnamed)} of its {len(model.graph.node)} nodes had no name: each was named by op type and "
+            "position (Conv_12), as the report and --keep-fp32 name them"]
+
+
+def normalised_for_converters(src: Path, dest: Path) -> tuple[Path, list[str]]:
+    """Write ``src`` to ``dest`` in the form ModelOpt's converters take; return it and what was changed.
+
+    Weights kept in external data files are read and written inline (the copy is scratch, for the converter).
+    """
+    model = onnx.load(str(src))
+    notes = _ir3_inputs(model) + _name_nodes(model)
+    del model.graph.value_info[:]
+    onnx.save(model, str(dest))
+    return dest, notes
+
+
+def normalised_for_checker(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    """The model as ``onnx.checker`` judges it once IR-3 initializer inputs are read as TensorRT reads them.
+
+    An IR-3 model whose initializers are not all graph inputs (onnxruntime's own ``mul_1.onnx``) fails the checker,
+    though TensorRT's parser and onnxruntime load it. The IR version is raised in a copy for the check only.
+    """
+    if model.ir_version >= 4 or not model.graph.initializer:
+        return model, []
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy, _ir3_inputs(copy)

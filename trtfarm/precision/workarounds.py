@@ -1,0 +1,139 @@
+"""Two costs inside ModelOpt that grow with the model, worked around while trtfarm's conversion runs.
+
+Measured on PP-OCRv4's detector (672 nodes, three dynamic input dimensions) on the 2-core machine, they were most of
+the precision step's CPU time (bench/precision_speed.py prints the step with and without them):
+
+1. **Output-shape reconciliation.** Before AutoCast's reference run, and before quantizing, ModelOpt re-derives the
+   graph outputs' shapes with onnxruntime's symbolic shape inference (``modelopt.onnx.utils.
+   _reconcile_stale_output_shapes``) to repair an output declared with a stale rank. On symbolic input sizes its sympy
+   simplification of what a strided Conv stack and a Resize compute grows with the model's depth (8-9 s of CPU on
+   that detector, 0.1 s with the same sizes given as numbers). ONNX's own shape inference (C++, milliseconds) is
+   asked first: when it infers every output with the rank its declaration has, and confirms each declared size, no
+   declaration is stale and ModelOpt's function would change nothing, so it is not called. Otherwise (an output
+   ONNX cannot infer, a rank or size that differs) ModelOpt's function runs as it is.
+2. **Dead-end casts.** AutoCast's cleanup (also run by int8/fp8 quantization, which converts the rest of the model
+   to FP16) looks for nodes whose outputs nothing reads by scanning every node's inputs for every output of every
+   node (``PrecisionConverter._cleanup_no_consumer_nodes``): quadratic in the nodes (7 s of CPU on that detector's
+   fp16 conversion, 12 s on its int8 one). The replacement collects the tensor names the nodes read once, and
+   removes the same nodes in the same order.
+
+Both replace ModelOpt's function only while a conversion runs (``modelopt_workarounds``), only on the ModelOpt
+versions they were checked against (``CHECKED``; another version runs unchanged), and give the model ModelOpt
+gives, byte for byte (tests/precision/test_workarounds.py compares them on real models).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from importlib import metadata
+
+CHECKED = ("0.47.",)  # nvidia-modelopt versions whose functions these replace were read and compared
+_LOCK = threading.Lock()
+_ACTIVE = {"count": 0, "saved": []}
+
+
+def applies() -> bool:
+    """Whether the installed ModelOpt is one the workarounds were checked against."""
+    try:
+        version = metadata.version("nvidia-modelopt")
+    except metadata.PackageNotFoundError:
+        return False
+    return version.startswith(CHECKED)
+
+
+def _declared_shapes_hold(model) -> bool:
+    """ONNX's shape inference confirms every declared graph output: same rank, and each declared size.
+
+    The outputs' shapes are cleared for the inference (as ModelOpt clears them, so that a declaration does not bias
+    it) and put back as they were.
+    """
+    import onnx
+    from modelopt.onnx.utils import infer_shapes
+
+    outputs = list(model.graph.output)
+    if not outputs or not all(o.type.tensor_type.HasField("shape") for o in outputs):
+        return False
+    declared = []
+    for o in outputs:
+        snapshot = onnx.TensorShapeProto()
+        snapshot.CopyFrom(o.type.tensor_type.shape)
+        declared.append(snapshot)
+        o.type.tensor_type.ClearField("shape")
+    try:
+        inferred = {o.name: o.type.tensor_type.shape for o in infer_shapes(model, strict_mode=False,
+                                                                            data_prop=True).graph.output
+                    if o.type.tensor_type.HasField("shape")}
+    except Exception:  # noqa: BLE001 - ONNX cannot infer this model: ModelOpt's own inference decides
+        inferred = {}
+    finally:
+        for o, snapshot in zip(outputs, declared, strict=True):
+            o.type.tensor_type.shape.CopyFrom(snapshot)
+    for o, decl in zip(outputs, declared, strict=True):
+        got = inferred.get(o.name)
+        if got is None or len(got.dim) != len(decl.dim):
+            return False
+        if any(d.HasField("dim_value") and not (i.HasField("dim_value") and i.dim_value == d.dim_value)
+               for d, i in zip(decl.dim, got.dim, strict=True)):
+            return False
+    return True
+
+
+def _reconcile(original):
+    def reconcile_stale_output_shapes(model) -> int:
+        """ModelOpt's reconciliation, skipped when ONNX's inference confirms every declared output shape."""
+        return 0 if _declared_shapes_hold(model) else original(model)
+
+    return reconcile_stale_output_shapes
+
+
+def _cleanup_no_consumer_nodes(self) -> None:
+    """ModelOpt's ``PrecisionConverter._cleanup_no_consumer_nodes`` with the consumed names collected once."""
+    from modelopt.onnx.autocast.precisionconverter import logger
+
+    graph = self.model.graph
+    network_outputs = {o.name for o in graph.output}
+    consumed = {name for node in graph.node for name in node.input}
+    nodes_to_remove = [node for node in graph.node
+                       if not any(out in network_outputs or out in consumed for out in node.output)]
+    for node in nodes_to_remove:
+        if node.op_type != "Cast":
+            logger.debug(f"Removing non-cast node with no consumers: {node.name} (type: {node.op_type})")
+        graph.node.remove(node)
+
+
+def _install() -> list[tuple[object, str, object]]:
+    from modelopt.onnx import utils
+    from modelopt.onnx.autocast.precisionconverter import PrecisionConverter
+
+    saved = [(utils, "_reconcile_stale_output_shapes", utils._reconcile_stale_output_shapes),
+             (PrecisionConverter, "_cleanup_no_consumer_nodes", PrecisionConverter.__dict__[
+                 "_cleanup_no_consumer_nodes"])]
+    utils._reconcile_stale_output_shapes = _reconcile(saved[0][2])
+    PrecisionConverter._cleanup_no_consumer_nodes = _cleanup_no_consumer_nodes
+    return saved
+
+
+@contextlib.contextmanager
+def modelopt_workarounds(enabled: bool = True) -> Iterator[bool]:
+    """Within the block, ModelOpt runs with the two replacements (when ``enabled`` and its version was checked).
+
+    Yields whether they are in place. Threads share one installation, removed when the last block ends.
+    """
+    if not (enabled and applies()):
+        yield False
+        return
+    with _LOCK:
+        if _ACTIVE["count"] == 0:
+            _ACTIVE["saved"] = _install()
+        _ACTIVE["count"] += 1
+    try:
+        yield True
+    finally:
+        with _LOCK:
+            _ACTIVE["count"] -= 1
+            if _ACTIVE["count"] == 0:
+                for owner, name, value in _ACTIVE["saved"]:
+                    setattr(owner, name, value)
+                _ACTIVE["saved"] = []
