@@ -22,7 +22,17 @@ from typing import TypeVar
 
 from trtfarm.errors import IntegrityError, StoreError
 from trtfarm.scratch import scratch_file
-from trtfarm.store.base import AlreadyExists, Blob, Conflict, HashingReader, Progress, Store, Uploaded, validate_key
+from trtfarm.store.base import (
+    AlreadyExists,
+    Blob,
+    Conflict,
+    HashingReader,
+    ListedObject,
+    Progress,
+    Store,
+    Uploaded,
+    validate_key,
+)
 
 CHUNK = 1 << 20
 F = TypeVar("F", bound=Callable)
@@ -201,7 +211,13 @@ class LocalStore(Store):
         with self.translated("list", prefix or "(root)"):
             yield from self._walk(prefix)
 
-    def _walk(self, prefix: str) -> Iterator[tuple[str, int]]:
+    def list_versions(self, prefix: str = "") -> Iterator[ListedObject]:
+        """Yield each object under ``prefix`` with its size, version (size and mtime in ns) and mtime."""
+        with self.translated("list", prefix or "(root)"):
+            for key, stat in self._walk(prefix, stats=True):
+                yield ListedObject(key, stat.st_size, f"{stat.st_size}-{stat.st_mtime_ns}", stat.st_mtime)
+
+    def _walk(self, prefix: str, stats: bool = False) -> Iterator[tuple[str, int]]:
         self._check_root()
         start = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root
         if ".." in Path(prefix).parts or not start.is_dir():
@@ -215,9 +231,10 @@ class LocalStore(Store):
                 key = path.relative_to(self.root).as_posix()
                 if key.startswith(prefix):
                     try:
-                        yield key, path.stat().st_size
+                        stat = path.stat()
                     except FileNotFoundError:  # deleted while we walked
                         continue
+                    yield key, stat if stats else stat.st_size
 
     @_os_errors("delete")
     def delete(self, key: str) -> None:
