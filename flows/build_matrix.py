@@ -51,7 +51,7 @@ def _result_of(request: MatrixRequest, job: BuildJob, child: ChildRun, parent: s
         status = "skipped" if child.state == SKIPPED else "failed"
         why = child.message or f"child run ended {child.state} without a result"
         return JobResult(job_id=job.job_id, model=job.model.name,
-                         outcomes=[TargetOutcome(t, status, why) for t in job.targets])
+                         outcomes=[TargetOutcome(t, status, why, build_digest=job.build_digest) for t in job.targets])
     result = JobResult.model_validate_json(blob.data)
     note = f"built on {child.pool} by child run {child.flow_run_id}" + \
         (" (resubmitted once after a crash)" if child.attempts > 1 else "")
