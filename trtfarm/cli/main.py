@@ -11,7 +11,19 @@ import signal
 import sys
 
 from trtfarm import interrupt, scratch
-from trtfarm.cli import build, farm, images, models, profiles, project, quality, serving, store_ops, webhook  # noqa: F401
+from trtfarm.cli import (  # noqa: F401
+    build,
+    farm,
+    fleet,
+    images,
+    models,
+    profiles,
+    project,
+    quality,
+    serving,
+    store_ops,
+    webhook,
+)
 from trtfarm.cli.common import app, err, message_text, plain_metavars
 from trtfarm.errors import TrtfarmError, one_line
 from trtfarm.extras import missing_extra

@@ -47,8 +47,8 @@ class Estimator:
     def _published(self, model: str, gpus: set[str]) -> list[Folder]:
         return [f for f in self.survey.by_model.get(model, []) if f.gpu in gpus and self.survey.published(f.prefix)]
 
-    def estimates(self, wants: list[Want]) -> list[tuple[float | None, str]]:
-        """``(seconds, basis)`` for each want, in order."""
+    def estimates(self, wants: list[Want]) -> list[tuple[float | None, str, str]]:
+        """``(seconds, basis, kind of basis)`` for each want, in order."""
         same = [w.previous if w.previous and w.previous.gpu == w.target.gpu_key and not w.previous.refit else None
                 for w in wants]
         sibling = {}
@@ -64,13 +64,16 @@ class Estimator:
         for i, w in enumerate(wants):
             m = same[i]
             if m is not None:
-                out.append((m.wall_s, f"recorded: this model on {m.gpu} ({m.toolchain_label}) took {m.wall_s:.1f} s"))
+                out.append((m.wall_s, f"recorded: this model on {m.gpu} ({m.toolchain_label}) took {m.wall_s:.1f} s",
+                            "this GPU"))
                 continue
             near = read.get(sibling[i].prefix) if sibling.get(i) else None
             if near is not None and not near.refit:
-                how = "same compute capability" if near.compute_capability == w.target.gpu.compute_capability else \
+                same_cc = near.compute_capability == w.target.gpu.compute_capability
+                how = "same compute capability" if same_cc else \
                     f"compute capability {near.compute_capability}, none recorded on {w.target.gpu.compute_capability}"
-                out.append((near.wall_s, f"recorded: this model on {near.gpu} ({how}) took {near.wall_s:.1f} s"))
+                out.append((near.wall_s, f"recorded: this model on {near.gpu} ({how}) took {near.wall_s:.1f} s",
+                            "same compute capability" if same_cc else "other GPU"))
                 continue
             out.append(self._by_size(w, rates.get(w.target.gpu_key)))
         return out
@@ -99,11 +102,11 @@ class Estimator:
         return rates
 
     @staticmethod
-    def _by_size(w: Want, rate: tuple[float, int] | None) -> tuple[float | None, str]:
+    def _by_size(w: Want, rate: tuple[float, int] | None) -> tuple[float | None, str, str]:
         gpu = w.target.gpu_key
         if rate is None or not w.size_bytes:
             why = "its size is not known" if not w.size_bytes else f"no build on {gpu} to scale by size"
-            return None, f"nothing recorded: no build of this model on any GPU, and {why}"
+            return None, f"nothing recorded: no build of this model on any GPU, and {why}", "none"
         mib = w.size_bytes / MIB
         return round(mib * rate[0], 1), (f"model size: {mib:.1f} MiB x {rate[0]:.2f} s/MiB (median of {rate[1]} "
-                                         f"build(s) of other models on {gpu})")
+                                         f"build(s) of other models on {gpu})"), "model size"

@@ -63,7 +63,7 @@ def decide_fleet(survey: StoreSurvey, expected: dict[str, ExpectedExport], curre
             if t is None:
                 decisions[model, tid] = TargetDecision(model, tid, "drop", ("target removed from the fleet: its "
                                                        "released plans stay in the store until `trtfarm gc`",),
-                                                       0.0, "nothing to build", c.gpu.pool)
+                                                       0.0, "nothing to build", "nothing to build", c.gpu.pool)
                 continue
             digest = x.digest(t, settings[tid])
             published = digest is not None and survey.published(x.prefix(t, digest))
@@ -71,7 +71,7 @@ def decide_fleet(survey: StoreSurvey, expected: dict[str, ExpectedExport], curre
             keep = _kept(survey, x, t, published, changes, force)
             if keep is not None:
                 decisions[model, tid] = TargetDecision(model, tid, "keep", keep, 0.0, "nothing to build",
-                                                       t.gpu.pool, digest)
+                                                       "nothing to build", t.gpu.pool, digest, published)
             else:
                 pending.append(_Open(model, t, c, digest, _closest(survey, x, t, c), changes))
     decisions.update(_open_decisions(survey, expected, pending, current, proposed, force))
@@ -120,7 +120,7 @@ def _open_decisions(survey: StoreSurvey, expected: dict[str, ExpectedExport], pe
                   previous.get(p.previous.prefix) if p.previous else None) for p in pending]
     estimates = Estimator(survey, capabilities, sizes).estimates(wants)
     out = {}
-    for p, w, (seconds, basis) in zip(pending, wants, estimates, strict=True):
+    for p, w, (seconds, basis, kind) in zip(pending, wants, estimates, strict=True):
         x, gained = expected[p.model], current is not None and p.current is None
         if gained:
             action, reasons = "new", [_gained(p.target, current)]
@@ -134,7 +134,7 @@ def _open_decisions(survey: StoreSurvey, expected: dict[str, ExpectedExport], pe
             reasons.append(x.unknown)
         if force and action == "rebuild":
             reasons = ["--force: published targets are rebuilt", *[r for r in reasons if r != SAME_INPUTS]]
-        out[p.model, p.target.id] = TargetDecision(p.model, p.target.id, action, tuple(reasons), seconds, basis,
+        out[p.model, p.target.id] = TargetDecision(p.model, p.target.id, action, tuple(reasons), seconds, basis, kind,
                                                    p.target.gpu.pool, p.digest)
     return out
 
@@ -178,7 +178,7 @@ def _share_builds(decisions: list[TargetDecision]) -> list[TargetDecision]:
             if key in lead:
                 d = TargetDecision(d.model, d.target, d.action, d.reasons, 0.0,
                                    f"built once with {lead[key]} (same build digest {d.build_digest[:12]})",
-                                   d.pool, d.build_digest)
+                                   "shared", d.pool, d.build_digest)
             else:
                 lead[key] = d.target
         out.append(d)

@@ -31,8 +31,10 @@ class TargetDecision:
     reasons: tuple[str, ...] = ()
     estimate_s: float | None = None
     basis: str = ""
+    basis_kind: str = ""  # this GPU, same compute capability, other GPU, model size, none, shared, nothing to build
     pool: str | None = None  # the work pool the build runs on (the proposed fleet's; the current one's for drop)
     build_digest: str | None = None  # the proposed build (None: dropped, or not computable before the precision step)
+    published: bool = False  # whether that build is in the store now
 
     def to_json(self) -> dict:
         """``{model, target, action, reasons, estimate_s, basis}`` (``trtfarm plan --json``, one per pair)."""
@@ -56,7 +58,7 @@ class FleetDecisions:
         """Estimated build seconds per work pool (GPU time the builds hold), largest first."""
         per: dict[str, float] = {}
         for d in self.decisions:
-            if d.action in ("rebuild", "new") and d.pool:
+            if d.action in ("rebuild", "new") and d.pool and d.basis_kind != "shared":
                 per[d.pool] = per.get(d.pool, 0.0) + (d.estimate_s or 0.0)
         return dict(sorted(per.items(), key=lambda kv: (-kv[1], kv[0])))
 
@@ -67,6 +69,23 @@ class FleetDecisions:
     def counts(self) -> dict[str, int]:
         """How many (model, target) pairs take each action."""
         return {a: sum(d.action == a for d in self.decisions) for a in ACTIONS}
+
+    def kept(self) -> dict[str, tuple[int, int, int]]:
+        """Target -> (models whose published plan it keeps, models it leaves unbuilt as it is, models it covers)."""
+        out: dict[str, tuple[int, int, int]] = {}
+        for d in self.decisions:
+            keep, unbuilt, total = out.get(d.target, (0, 0, 0))
+            out[d.target] = (keep + (d.action == "keep" and d.published),
+                             unbuilt + (d.action == "keep" and not d.published), total + 1)
+        return out
+
+    def bases(self) -> dict[str, int]:
+        """How many builds each kind of estimate basis covers."""
+        out: dict[str, int] = {}
+        for d in self.decisions:
+            if d.action in ("rebuild", "new"):
+                out[d.basis_kind] = out.get(d.basis_kind, 0) + 1
+        return out
 
 
 @dataclass(frozen=True)
@@ -121,6 +140,15 @@ class FleetStatus:
     def counts(self) -> dict[str, int]:
         """How many pairs are in each state."""
         return {s: sum(c.state == s for c in self.cells) for s in STATES}
+
+
+def duration_text(seconds: float | None) -> str:
+    """``40 s``, ``3.2 min``, ``1.5 h``: an estimate that fits a table cell (``?``: none)."""
+    if seconds is None:
+        return "?"
+    if seconds < 60:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.1f} h"
 
 
 def age_text(seconds: float | None) -> str:
