@@ -236,6 +236,6 @@ def _runs(listed: list[ListedObject]) -> dict[str, list[tuple[str, ListedObject]
     found: dict[str, list[tuple[str, ListedObject]]] = {}
     for obj in listed:
         parsed = layout.parse_report_key(obj.key)
-        if parsed and parsed[2] == "outcomes.json":
+        if parsed and parsed[2] == layout.OUTCOMES_NAME:
             found.setdefault(parsed[0], []).append((parsed[1], obj))
     return {m: sorted(v, key=lambda r: (r[1].modified, r[0]), reverse=True) for m, v in found.items()}

@@ -8,7 +8,9 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
+from trtfarm import layout
 from trtfarm.reports.html import data_uri
+from trtfarm.store import Conflict, Store
 from trtfarm.vocabulary.fleetview import STATES, FleetDecisions, FleetStatus, TargetStatus, age_text
 
 _CSS = """
@@ -87,6 +89,43 @@ def status_html(status: FleetStatus) -> str:
         f'<p class="legend">{legend}</p>',
         f'<table id="matrix"><thead><tr><th scope="col">model</th>{head}</tr></thead><tbody>',
         *rows, "</tbody></table>", *details, *problems])
+
+
+def store_status_page(store: Store, page: str, attempts: int = 5) -> str:
+    """Replace ``status/status.html`` in the store with ``page`` (compare-and-swap); returns its URL.
+
+    Two nightly runs that finish together each write a whole page; the later swap wins, neither leaves half of one.
+    """
+    key, data = layout.status_page_key(), page.encode()
+    for _ in range(attempts):
+        try:
+            store.compare_and_swap(key, data, store.etag(key))
+            return store.url(key)
+        except Conflict:
+            continue
+    raise Conflict(f"{store.url(key)}: {attempts} concurrent writers in a row; the next nightly run writes it")
+
+
+def status_markdown(status: FleetStatus, page: str, link: str | None, max_models: int = 200) -> str:
+    """The matrix as markdown for a Prefect artifact (models beyond ``max_models`` are on the page only)."""
+    counts = ", ".join(f"{n} {s}" for s, n in status.counts().items() if n) or "nothing"
+    where = f"[status.html]({link})" if link else f"`{page}`"
+    lines = ["# trtfarm fleet status", "", f"{len(status.models)} models x {len(status.targets)} targets: {counts}. "
+             f"The whole page: {where}.", "",
+             "| model | " + " | ".join(status.targets) + " |", "|---|" + "---|" * len(status.targets)]
+    for model in status.models[:max_models]:
+        cells = [status.cell(model, t) for t in status.targets]
+        lines.append(f"| {model} | " + " | ".join(
+            ("**FAIL**" if c.state == "failed" else cell_text(c)) if c else "·" for c in cells) + " |")
+    if len(status.models) > max_models:
+        lines.append(f"\n_{len(status.models) - max_models} more models on the page._")
+    failed = [c for c in status.cells if c.state == "failed"]
+    if failed:
+        lines += ["", f"**Failed: {len(failed)}**", *(f"- {c.model} / {c.target}: {c.reason} (since {c.since})"
+                                                     for c in failed[:100])]
+    lines += ["", "ok AGE: released (* engine check pending), pend: waiting for its GPU's engine check, stale: an "
+              "older build is released, FAIL: failed, —: nothing released, ·: not a target of the model"]
+    return "\n".join(lines) + "\n"
 
 
 def pool_chart(decisions: FleetDecisions, out: Path) -> Path | None:
