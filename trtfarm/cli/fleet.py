@@ -71,6 +71,8 @@ def print_decisions(decisions, title: str, wide: bool = False) -> None:
                                + ", ".join(unbuilt)), highlight=False)
     for line in decisions.serving:
         out.print(message_text(f"serving: {line}"), highlight=False)
+    for line in decisions.refused:
+        out.print("[bold red]refused:[/] " + message_text(line), highlight=False)
     if decisions.triton:
         names = list(decisions.triton)
         shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
@@ -137,7 +139,7 @@ def plan(models: list[str] = typer.Argument(None, help="models to plan (default:
     if as_json:
         print(json.dumps([d.to_json() for d in decisions.decisions], indent=2))
     else:
-        print_decisions(decisions, f"plan {fleet}", wide)
+        print_decisions(decisions, f"plan {fleet.name}", wide)
     if written:
         err.print(message_text(f"html: {written} (open it in a browser)"), highlight=False)
 

@@ -68,8 +68,9 @@ def fleet_status(survey: StoreSurvey, expected: dict[str, ExpectedExport], fleet
     wanted = {p.prefix for p in pairs if p.prefix and survey.published(p.prefix)}
     wanted |= {layout.folder_of(ptr.manifest) for ptr in pointers.values()}
     manifests = survey.manifests(wanted)
-    failures = _failures(survey, [p for p in pairs if not (p.prefix and p.prefix in manifests)])
-    cells = [_cell(survey, p, pointers.get(p.pointer_key), manifests, failures, now) for p in pairs]
+    latest = _latest(survey, [p for p in pairs if not (p.prefix and p.prefix in manifests)])
+    cells = [_cell(p, pointers.get(p.pointer_key), manifests, latest.get((p.model, p.target.id)), now)
+             for p in pairs]
     released = {c.manifest and layout.folder_of(c.manifest): manifests[layout.folder_of(c.manifest)]
                 for c in cells if c.state == "released"}
     verdicts = survey.verdicts(released, trust)
@@ -85,8 +86,8 @@ def _signed(c: TargetStatus, verdicts) -> TargetStatus:
     return TargetStatus(**{**c.__dict__, "signed": v.status if v else None})
 
 
-def _cell(survey: StoreSurvey, p: _Pair, ptr: PointerSummary | None, manifests: dict[str, ManifestSummary],
-          failures: dict[tuple[str, str], tuple[OutcomeSummary, str]], now: datetime) -> TargetStatus:
+def _cell(p: _Pair, ptr: PointerSummary | None, manifests: dict[str, ManifestSummary],
+          latest: tuple[OutcomeSummary, str | None] | None, now: datetime) -> TargetStatus:
     x, t = p.export, p.target
     base = {"model": p.model, "target": t.id, "export": x.label}
     current = manifests.get(p.prefix) if p.prefix else None
@@ -106,17 +107,23 @@ def _cell(survey: StoreSurvey, p: _Pair, ptr: PointerSummary | None, manifests: 
         why = f"engine check pending on {current.gpu_name} (release_on: {t.release_on})" \
             if current.engine == "pending" else f"published, not released ({t.release_on} policy)"
         return TargetStatus(**facts, state="pending", reason=why, since=current.created_at)
-    failed = failures.get((p.model, t.id))
-    if failed:
-        outcome, since = failed
-        return TargetStatus(**base, state="failed", reason=outcome.reason.splitlines()[0] if outcome.reason else
-                            "failed", since=since)
+    outcome, since = latest or (None, None)
+    if since is not None:  # the newest run failed the build this target needs now
+        return TargetStatus(**base, state="failed", reason=_one_line(outcome.reason) or "failed", since=since)
     if ptr is not None:
         released = manifests.get(layout.folder_of(ptr.manifest))
         facts = {**base, "manifest": ptr.manifest, "released_at": ptr.at, "age_s": _age(ptr.at, now),
                  "precision": released.recipe if released else None, "engine": released.engine if released else None}
         return TargetStatus(**facts, state="stale", reason=_stale_reason(p, released))
-    return TargetStatus(**base, state="missing", reason=x.unknown or "no plan released for this target")
+    skipped = f"skipped by the latest run: {_one_line(outcome.reason)}" if outcome and outcome.status == "skipped" \
+        else None
+    return TargetStatus(**base, state="missing", reason=x.unknown or skipped or "no plan released for this target")
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    """A multi-line reason (a parser's list of errors under its summary) as one line, at most ``limit`` long."""
+    joined = " ".join(part.strip() for part in text.splitlines() if part.strip())
+    return joined if len(joined) <= limit else joined[:limit - 1].rstrip() + "…"
 
 
 def _stale_reason(p: _Pair, released: ManifestSummary | None) -> str:
@@ -138,23 +145,28 @@ def _applies(o: OutcomeSummary, p: _Pair, run_time: float) -> bool:
     return registered is None or registered >= 0  # a record without its digest: a failure since the export
 
 
-def _failures(survey: StoreSurvey, pairs: list[_Pair]) -> dict[tuple[str, str], tuple[OutcomeSummary, str]]:
-    """Pairs whose newest stored outcome is a failure of the build they need: (that outcome, since when)."""
+def _latest(survey: StoreSurvey, pairs: list[_Pair]) -> dict[tuple[str, str], tuple[OutcomeSummary, str | None]]:
+    """Each pair's newest stored outcome, and for a failure of the build it needs now, since when it fails."""
     runs = {p.model: survey.runs.get(p.model, [])[:RUNS_BACK] for p in pairs}
     newest = survey.outcomes((r[0][1].key, r[0][1]) for r in runs.values() if r)
 
-    def failed(p: _Pair, obj, outcomes: dict) -> OutcomeSummary | None:
-        o = next((o for o in outcomes.get(obj.key, []) if o.target == p.target.id), None)
-        return o if o is not None and o.status == "failed" and _applies(o, p, obj.modified) else None
+    def outcome(p: _Pair, obj, outcomes: dict) -> OutcomeSummary | None:
+        return next((o for o in outcomes.get(obj.key, []) if o.target == p.target.id), None)
 
-    failing = [(p, o) for p in pairs if runs[p.model] and (o := failed(p, runs[p.model][0][1], newest))]
-    older = survey.outcomes((obj.key, obj) for m in {p.model for p, _ in failing} for _, obj in runs[m][1:])
-    out = {}
-    for p, first in failing:
+    def failed(p: _Pair, obj, outcomes: dict) -> bool:
+        o = outcome(p, obj, outcomes)
+        return o is not None and o.status == "failed" and _applies(o, p, obj.modified)
+
+    found = {(p.model, p.target.id): o for p in pairs if runs[p.model]
+             and (o := outcome(p, runs[p.model][0][1], newest)) is not None}
+    failing = [p for p in pairs if runs[p.model] and failed(p, runs[p.model][0][1], newest)]
+    older = survey.outcomes((obj.key, obj) for m in {p.model for p in failing} for _, obj in runs[m][1:])
+    out: dict[tuple[str, str], tuple[OutcomeSummary, str | None]] = {k: (o, None) for k, o in found.items()}
+    for p in failing:
         since = runs[p.model][0][1].modified
         for _, obj in runs[p.model][1:]:
-            if failed(p, obj, older) is None:
+            if not failed(p, obj, older):
                 break
             since = obj.modified
-        out[p.model, p.target.id] = (first, _iso(since))
+        out[p.model, p.target.id] = (found[p.model, p.target.id], _iso(since))
     return out

@@ -76,7 +76,20 @@ def decide_fleet(survey: StoreSurvey, expected: dict[str, ExpectedExport], curre
                 pending.append(_Open(model, t, c, digest, _closest(survey, x, t, c), changes))
     decisions.update(_open_decisions(survey, expected, pending, current, proposed, force))
     ordered = [decisions[m, t] for m in sorted(expected) for t in order if (m, t) in decisions]
-    return FleetDecisions(_share_builds(ordered), serving_changes(current, proposed), _triton(ordered))
+    return FleetDecisions(_share_builds(ordered), serving_changes(current, proposed), _triton(ordered),
+                          _refused(expected, proposed))
+
+
+def _refused(expected: dict[str, ExpectedExport], proposed: Fleet) -> list[str]:
+    """Models whose build spec names a target the proposed fleet lacks: a run refuses them (exit 2)."""
+    ids = _ids(proposed)
+    lines = []
+    for model, x in sorted(expected.items()):
+        gone = [t for t in x.targets or () if t not in ids]
+        if gone:
+            lines.append(f"{model}: its farm.yaml names {', '.join(gone)}, which the proposed fleet lacks: a run "
+                         f"refuses {model} until farm.yaml's targets or the fleet change")
+    return lines
 
 
 def _kept(survey: StoreSurvey, x: ExpectedExport, t: ResolvedTarget, published: bool,

@@ -176,5 +176,7 @@ def plan_html(title: str, decisions: FleetDecisions, chart: Path | None) -> str:
         '<table id="decisions"><thead><tr><th>model</th><th>target</th><th>action</th><th>est. min</th><th>pool</th>'
         "<th>what changes</th><th>basis of the estimate</th></tr></thead><tbody>", *rows, "</tbody></table>",
         f'<h2 id="keep">Targets that keep their plans: {len(keep)}</h2>', _list(keep, "None."),
+        *([f'<h2 id="refused">Models a run would refuse: {len(decisions.refused)}</h2>',
+           _list(decisions.refused, "None.")] if decisions.refused else []),
         f'<h2 id="serving">Serving images: {len(decisions.serving)}</h2>', _list(decisions.serving, "No change."),
         f'<h2 id="triton">Triton repositories that change: {len(triton)}</h2>', _list(triton, "None.")])

@@ -49,6 +49,7 @@ class FleetDecisions:
     decisions: list[TargetDecision]
     serving: list[str] = field(default_factory=list)  # serving images declared differently, or left behind
     triton: dict[str, list[str]] = field(default_factory=dict)  # model -> targets whose plan its repository changes
+    refused: list[str] = field(default_factory=list)  # models a run would refuse under the proposed fleet, and why
 
     def changed(self) -> list[TargetDecision]:
         """The decisions that build or drop something (everything but keep)."""
