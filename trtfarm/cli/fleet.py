@@ -26,7 +26,7 @@ from trtfarm.cli.common import (
 )
 from trtfarm.cli.tables import Column, fitted_table
 from trtfarm.errors import TrtfarmError
-from trtfarm.vocabulary.fleetview import duration_text
+from trtfarm.vocabulary.fleetview import NOTHING_RELEASED, duration_text
 
 WIDE_OPT = typer.Option(False, "--wide", help="every column, however wide the terminal")
 FOLD = 40  # more changes than this: the table groups them by target (``--json`` lists each pair)
@@ -218,8 +218,13 @@ def print_status(found, wide: bool = False) -> None:
                                "the model"), highlight=False)
         _why(found)
         return
+    width = 2 + max(map(len, found.targets), default=0)
     for model in found.models:
         out.print(message_text(model), style="bold", highlight=False)
+        block = Table.grid(padding=(0, 2))
+        block.add_column(no_wrap=True, min_width=width)
+        block.add_column(no_wrap=True, min_width=8)
+        block.add_column()
         for target in found.targets:
             c = found.cell(model, target)
             if c is None:
@@ -230,15 +235,15 @@ def print_status(found, wide: bool = False) -> None:
             else:
                 detail = c.reason + (f" (since {c.since[:16].replace('T', ' ')})" if c.since and c.state ==
                                      "failed" else "")
-            out.print(f"  {escape(target)}  [{STATE_STYLE[c.state]}]{c.state}[/]  {message_text(detail)}",
-                      highlight=False)
+            block.add_row(f"  {escape(target)}", f"[{STATE_STYLE[c.state]}]{c.state}[/]", message_text(detail))
+        out.print(block)
 
 
 def _why(found) -> None:
-    """Why each target is failed, stale or pending: one line per (target, state, reason), naming its models."""
+    """Why targets are failed, stale, pending (or missing, where a run said why): a line per target, state, reason."""
     groups: dict[tuple[str, str, str], list] = {}
     for c in found.cells:
-        if c.state in ("failed", "stale", "pending"):
+        if c.state in ("failed", "stale", "pending") or (c.state == "missing" and c.reason != NOTHING_RELEASED):
             groups.setdefault((c.target, c.state, c.reason), []).append(c)
     for (target, state, reason), cells in groups.items():
         since = min((c.since for c in cells if c.since), default=None) if state == "failed" else None

@@ -21,7 +21,7 @@ from trtfarm.publishing.summaries import ManifestSummary, OutcomeSummary, Pointe
 from trtfarm.publishing.survey import StoreSurvey
 from trtfarm.signing.keys import TrustedKeys
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
-from trtfarm.vocabulary.fleetview import FleetStatus, TargetStatus
+from trtfarm.vocabulary.fleetview import NOTHING_RELEASED, FleetStatus, TargetStatus
 
 RUNS_BACK = 20  # older runs read to find since when a target fails
 
@@ -117,7 +117,7 @@ def _cell(p: _Pair, ptr: PointerSummary | None, manifests: dict[str, ManifestSum
         return TargetStatus(**facts, state="stale", reason=_stale_reason(p, released))
     skipped = f"skipped by the latest run: {_one_line(outcome.reason)}" if outcome and outcome.status == "skipped" \
         else None
-    return TargetStatus(**base, state="missing", reason=x.unknown or skipped or "no plan released for this target")
+    return TargetStatus(**base, state="missing", reason=x.unknown or skipped or NOTHING_RELEASED)
 
 
 def _one_line(text: str, limit: int = 300) -> str:

@@ -14,6 +14,7 @@ Action = Literal["rebuild", "keep", "new", "drop"]
 State = Literal["released", "stale", "failed", "missing", "pending"]
 ACTIONS: tuple[Action, ...] = ("rebuild", "new", "drop", "keep")
 STATES: tuple[State, ...] = ("released", "pending", "stale", "failed", "missing")
+NOTHING_RELEASED = "no plan released for this target"  # a missing target's reason when no run said more
 
 
 @dataclass(frozen=True)
