@@ -9,7 +9,6 @@ each (model, target) gets under a fleet and whether it is published: what a run 
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import onnx
@@ -45,11 +44,12 @@ targets:
 DEDUPE_TARGETS = ["rtx4090-rtx1.7", "h100-trt11.4"]
 
 
-def encoder_export(folder: Path, seed: int) -> Path:
-    """The example encoder with weights ``seed`` and its farm.yaml."""
+def encoder_export(folder: Path, seed: int, name: str = "encoder") -> Path:
+    """The example encoder with weights ``seed`` and its farm.yaml (naming the model ``name``)."""
     folder.mkdir(parents=True)
     (folder / "model.onnx").write_bytes(make_model.encoder_model(seed).SerializeToString(deterministic=True))
-    shutil.copy(REPO / "examples/encoder/farm.yaml", folder / "farm.yaml")
+    spec = (REPO / "examples/encoder/farm.yaml").read_text()
+    (folder / "farm.yaml").write_text(spec.replace("name: encoder", f"name: {name}"))
     return folder
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from trtfarm import layout
 from trtfarm.reports.html import data_uri
 from trtfarm.store import Conflict, Store
-from trtfarm.vocabulary.fleetview import STATES, FleetDecisions, FleetStatus, TargetStatus, age_text
+from trtfarm.vocabulary.fleetview import STATES, FleetDecisions, FleetStatus, TargetStatus, age_text, duration_text
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem;color:#1f2328}
@@ -139,11 +139,13 @@ def pool_chart(decisions: FleetDecisions, out: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     pools = list(per)[::-1]
+    top = max(per.values())
+    unit, size = ("s", 1) if top < 120 else ("min", 60) if top < 7200 else ("h", 3600)
     fig, ax = plt.subplots(figsize=(7, max(1.6, 0.45 * len(pools) + 0.8)))
-    ax.barh(pools, [per[p] / 60 for p in pools], color="tab:blue")
-    ax.set_xlabel("estimated GPU-minutes (builds)")
+    ax.barh(pools, [per[p] / size for p in pools], color="tab:blue")
+    ax.set_xlabel(f"estimated GPU time of the builds ({unit})")
     for i, p in enumerate(pools):
-        ax.text(per[p] / 60, i, f" {per[p] / 60:.1f}", va="center")
+        ax.text(per[p] / size, i, f" {per[p] / size:.1f}", va="center")
     fig.tight_layout()
     out.mkdir(parents=True, exist_ok=True)
     path = out / "gpu_minutes.png"
@@ -155,27 +157,29 @@ def pool_chart(decisions: FleetDecisions, out: Path) -> Path | None:
 def plan_html(title: str, decisions: FleetDecisions, chart: Path | None) -> str:
     """The what-if as one page: totals, the GPU-minutes chart, each change with its reasons and estimate."""
     counts = ", ".join(f"{n} {a}" for a, n in decisions.counts().items() if n) or "nothing"
-    total = sum(decisions.pool_seconds().values()) / 60
+    total = sum(decisions.pool_seconds().values())
     rows = [f'<tr class="{d.action}" data-model="{escape(d.model)}" data-target="{escape(d.target)}">'
             f"<td>{escape(d.model)}</td><td>{escape(d.target)}</td><td>{d.action}</td>"
-            f'<td class="num">{"–" if d.estimate_s is None else f"{d.estimate_s / 60:.1f}"}</td>'
+            f'<td class="num">{"shared" if d.basis_kind == "shared" else duration_text(d.estimate_s)}</td>'
             f"<td>{escape(d.pool or '')}</td><td>{escape('; '.join(d.reasons))}</td><td>{escape(d.basis)}</td></tr>"
             for d in decisions.changed()]
-    pools = "".join(f'<tr><td>{escape(p)}</td><td class="num">{s / 60:.1f}</td></tr>'
+    pools = "".join(f'<tr><td>{escape(p)}</td><td class="num">{duration_text(s)}</td></tr>'
                     for p, s in decisions.pool_seconds().items())
-    figure = (f'<figure><img alt="gpu_minutes" src="{data_uri(chart)}"><figcaption>estimated GPU-minutes per work '
-              "pool</figcaption></figure>") if chart else "<p>No build to estimate.</p>"
-    keep = sorted({d.target for d in decisions.decisions if d.action == "keep"})
+    figure = f'<figure><img alt="gpu_minutes" src="{data_uri(chart)}"></figure>' if chart else \
+        "<p>No build to estimate.</p>"
+    kept = decisions.kept()
+    keep = [f"{t}: keeps its plan for {k} of {n} models" + (f"; unchanged but not built yet for {u}" if u else "")
+            for t, (k, u, n) in kept.items() if k or u]
     triton = [f"{m}: {', '.join(ts)}" for m, ts in decisions.triton.items()]
     return _page(title, [
-        f'<p class="meta">{escape(counts)} · estimated {total:.1f} GPU-minutes'
+        f'<p class="meta">{escape(counts)} · estimated {duration_text(total)} of GPU time'
         + (f" ({decisions.unestimated()} build(s) without an estimate)" if decisions.unestimated() else "") + "</p>",
-        '<h2 id="pools">GPU-minutes per pool</h2>', figure,
-        f'<table id="pool-table"><thead><tr><th>pool</th><th>GPU-min</th></tr></thead><tbody>{pools}</tbody></table>',
+        '<h2 id="pools">GPU time per work pool</h2>', figure,
+        f'<table id="pool-table"><thead><tr><th>pool</th><th>GPU time</th></tr></thead><tbody>{pools}</tbody></table>',
         f'<h2 id="changes">Changes: {len(rows)}</h2>',
-        '<table id="decisions"><thead><tr><th>model</th><th>target</th><th>action</th><th>est. min</th><th>pool</th>'
+        '<table id="decisions"><thead><tr><th>model</th><th>target</th><th>action</th><th>estimate</th><th>pool</th>'
         "<th>what changes</th><th>basis of the estimate</th></tr></thead><tbody>", *rows, "</tbody></table>",
-        f'<h2 id="keep">Targets that keep their plans: {len(keep)}</h2>', _list(keep, "None."),
+        f'<h2 id="keep">Targets the change leaves as they are: {len(keep)}</h2>', _list(keep, "None."),
         *([f'<h2 id="refused">Models a run would refuse: {len(decisions.refused)}</h2>',
            _list(decisions.refused, "None.")] if decisions.refused else []),
         f'<h2 id="serving">Serving images: {len(decisions.serving)}</h2>', _list(decisions.serving, "No change."),
