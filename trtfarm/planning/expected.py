@@ -14,11 +14,12 @@ import hashlib
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from trtfarm import layout
 from trtfarm.errors import UserInputError
-from trtfarm.identity import build_digest
+from trtfarm.identity import build_digest_of, model_digest_part, target_digest_part
 from trtfarm.precision.recipe import Recipe
 from trtfarm.precision.step import precision_key_of
 from trtfarm.profiles.profile import profiles_json
@@ -54,18 +55,27 @@ class ExpectedExport:
         """True when the model builds for this target (farm.yaml's ``targets``, else every one)."""
         return self.targets is None or target_id in self.targets
 
-    def digest(self, target: ResolvedTarget, settings: dict | None = None) -> str | None:
-        """The build digest ``target`` would get (``settings``: its settings as JSON, when the caller has them)."""
+    @cached_property
+    def _digest_part(self) -> bytes | None:
         if self.converted_digest is None or self.profiles is None:
             return None
-        return build_digest(converted_onnx_digest=self.converted_digest, profiles=self.profiles,
-                            settings=settings if settings is not None else target.settings.model_dump(mode="json"),
-                            flavour=target.toolchain.flavour.value, toolchain_version=target.toolchain.version,
-                            compat_class=target.compat_class)
+        return model_digest_part(self.converted_digest, self.profiles)
+
+    def digest(self, target: ResolvedTarget, part: tuple[bytes, bytes] | None = None) -> str | None:
+        """The build digest ``target`` would get, as a run computes it (``part``: its ``digest_part``, if kept)."""
+        if self._digest_part is None:
+            return None
+        return build_digest_of(self._digest_part, part or digest_part(target))
 
     def prefix(self, target: ResolvedTarget, digest: str) -> str:
         """The plan folder of ``target``'s build of this export."""
         return layout.plan_prefix(self.model, self.onnx_digest, target.gpu_key, target.toolchain_label, digest)
+
+
+def digest_part(target: ResolvedTarget) -> tuple[bytes, bytes]:
+    """The target's half of its build digests (``identity.target_digest_part``)."""
+    return target_digest_part(target.settings.model_dump(mode="json"), target.toolchain.flavour.value,
+                              target.toolchain.version, target.compat_class)
 
 
 def expected_exports(survey: StoreSurvey, models: list[str], precision: str | None = None,

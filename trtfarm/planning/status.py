@@ -12,11 +12,12 @@ For each model's next build (``planning/expected.py``) and each target it builds
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from trtfarm import layout
-from trtfarm.planning.expected import SAME_INPUTS, ExpectedExport, build_changes
+from trtfarm.planning.expected import SAME_INPUTS, ExpectedExport, build_changes, digest_part
 from trtfarm.publishing.summaries import ManifestSummary, OutcomeSummary, PointerSummary
 from trtfarm.publishing.survey import StoreSurvey
 from trtfarm.signing.keys import TrustedKeys
@@ -57,13 +58,68 @@ def fleet_status(survey: StoreSurvey, expected: dict[str, ExpectedExport], fleet
     now = now or datetime.now(timezone.utc)
     targets = select_targets(fleet, target_ids or None)
     pairs = []
+    parts = {t.id: digest_part(t) for t in targets}
     for model in sorted(expected):
         x = expected[model]
         for t in targets:
             if x.covers(t.id):
-                digest = x.digest(t)
+                digest = x.digest(t, parts[t.id])
                 pairs.append(_Pair(model, t, x, digest, x.prefix(t, digest) if digest else None,
                                    layout.release_key(model, t.gpu_key, t.toolchain_label)))
+    stamp = ",".join(sorted(k.hint for k in trust.keys)) if trust else "-"
+    by_model: dict[str, list[_Pair]] = {}
+    for p in pairs:
+        by_model.setdefault(p.model, []).append(p)
+    found: dict[str, list[TargetStatus]] = {}
+    prints = {m: _fingerprint(survey, ps, stamp) for m, ps in by_model.items()}
+    for model, print_ in prints.items():
+        rows = survey.cache.get("cells", model, print_)
+        if rows is not None:
+            found[model] = [_from_row(model, row, now) for row in rows]
+    todo = [p for m, ps in by_model.items() if m not in found for p in ps]
+    for c in _cells(survey, todo, trust, now):
+        found.setdefault(c.model, []).append(c)
+    for model in {p.model for p in todo}:  # what changed since the last view, for the next one
+        survey.cache.put("cells", model, prints[model], [_to_row(c) for c in found[model]])
+    cells = [c for m in by_model for c in found[m]]
+    return FleetStatus(sorted(expected), [t.id for t in targets], cells, now.isoformat(timespec="seconds"),
+                       survey.store.uri, list(dict.fromkeys(survey.problems)))
+
+
+_CELL_FIELDS = ("target", "state", "reason", "released_at", "precision", "engine", "signed", "since", "manifest",
+                "export")  # TargetStatus's fields in order, less the model and the age (computed when read)
+
+
+def _to_row(c: TargetStatus) -> list:
+    return [getattr(c, f) for f in _CELL_FIELDS]
+
+
+def _from_row(model: str, row: list, now: datetime) -> TargetStatus:
+    target, state, reason, released_at, *rest = row
+    return TargetStatus(model, target, state, reason, released_at, _age(released_at, now), *rest)
+
+
+def _fingerprint(survey: StoreSurvey, pairs: list[_Pair], trust: str) -> str:
+    """What a model's cells depend on, from the listings alone; equal prints, equal cells.
+
+    Its export, each target's build, release policy, release pointer and plan folder (by version), its newest run's
+    outcomes, and the trusted keys.
+    """
+    x = pairs[0].export
+    runs = survey.runs.get(pairs[0].model)
+    parts = [x.label, x.onnx_digest, x.recipe, x.unknown or "", trust,
+             f"{runs[0][1].key}@{runs[0][1].version}" if runs else ""]
+    for p in pairs:
+        pointer = survey.pointers.get(p.pointer_key)
+        objects = survey.folders.get(p.prefix, {}) if p.prefix else {}
+        manifest, plan = objects.get(layout.MANIFEST_NAME), objects.get(layout.PLAN_NAME)
+        parts += [p.target.id, p.target.release_on, p.digest or "", pointer.version if pointer else "",
+                  manifest.version if manifest else "", str(plan.size) if plan else ""]
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+def _cells(survey: StoreSurvey, pairs: list[_Pair], trust: TrustedKeys | None, now: datetime) -> list[TargetStatus]:
+    """The cells of ``pairs``, from their pointers, manifests and runs (read once per version, many at once)."""
     pointers = survey.pointer_summaries({p.pointer_key for p in pairs})
     wanted = {p.prefix for p in pairs if p.prefix and survey.published(p.prefix)}
     wanted |= {layout.folder_of(ptr.manifest) for ptr in pointers.values()}
@@ -71,12 +127,10 @@ def fleet_status(survey: StoreSurvey, expected: dict[str, ExpectedExport], fleet
     latest = _latest(survey, [p for p in pairs if not (p.prefix and p.prefix in manifests)])
     cells = [_cell(p, pointers.get(p.pointer_key), manifests, latest.get((p.model, p.target.id)), now)
              for p in pairs]
-    released = {c.manifest and layout.folder_of(c.manifest): manifests[layout.folder_of(c.manifest)]
-                for c in cells if c.state == "released"}
+    released = {layout.folder_of(c.manifest): manifests[layout.folder_of(c.manifest)]
+                for c in cells if c.state == "released" and c.manifest}
     verdicts = survey.verdicts(released, trust)
-    cells = [_signed(c, verdicts) for c in cells]
-    return FleetStatus(sorted(expected), [t.id for t in targets], cells, now.isoformat(timespec="seconds"),
-                       survey.store.uri, list(dict.fromkeys(survey.problems)))
+    return [_signed(c, verdicts) for c in cells]
 
 
 def _signed(c: TargetStatus, verdicts) -> TargetStatus:

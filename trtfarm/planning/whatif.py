@@ -15,7 +15,7 @@ from typing import Literal
 
 from trtfarm import layout
 from trtfarm.planning.estimate import Estimator, Want
-from trtfarm.planning.expected import SAME_INPUTS, ExpectedExport, build_changes
+from trtfarm.planning.expected import SAME_INPUTS, ExpectedExport, build_changes, digest_part
 from trtfarm.publishing.survey import Folder, StoreSurvey
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 from trtfarm.vocabulary.fleetview import FleetDecisions, TargetDecision
@@ -50,7 +50,7 @@ def decide_fleet(survey: StoreSurvey, expected: dict[str, ExpectedExport], curre
         select_targets(proposed, unknown)  # the user's error, naming the known targets
     now = {t.id: t for t in select_targets(proposed) if not target_ids or t.id in target_ids}
     was = {t.id: t for t in select_targets(current) if not target_ids or t.id in target_ids} if current else {}
-    settings = {t.id: t.settings.model_dump(mode="json") for t in now.values()}
+    parts = {t.id: digest_part(t) for t in now.values()}
     order = list(now) + [i for i in was if i not in now]
     decisions: dict[tuple[str, str], TargetDecision] = {}
     pending: list[_Open] = []
@@ -65,7 +65,7 @@ def decide_fleet(survey: StoreSurvey, expected: dict[str, ExpectedExport], curre
                                                        "released plans stay in the store until `trtfarm gc`",),
                                                        0.0, "nothing to build", "nothing to build", c.gpu.pool)
                 continue
-            digest = x.digest(t, settings[tid])
+            digest = x.digest(t, parts[tid])
             published = digest is not None and survey.published(x.prefix(t, digest))
             changes = tuple(target_changes(c, t)) if baseline == "fleet" and c is not None else None
             keep = _kept(survey, x, t, published, changes, force)

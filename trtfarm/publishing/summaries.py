@@ -16,6 +16,7 @@ import json
 import os
 import tempfile
 import threading
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -23,17 +24,40 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from trtfarm.vocabulary.manifest import Manifest
 from trtfarm.vocabulary.pointer import ReleasePointer
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 
 
-class _Summary(BaseModel):
-    model_config = ConfigDict(frozen=True)
+class _Row:
+    """A summary stored as one row of values.
+
+    Its ``SHARED`` fields (big, and repeated across many rows: a target's settings, a model's profiles and digests)
+    are stored once in the cache and referenced by their digest.
+    """
+
+    SHARED: tuple[str, ...] = ()
+
+    def to_row(self, intern) -> list:
+        """The row for the cache: each shared field by ``intern(value)``."""
+        return [intern(getattr(self, f.name)) if f.name in self.SHARED else getattr(self, f.name) for f in fields(self)]
+
+    @classmethod
+    def from_row(cls, row: list, shared: dict):
+        """The summary of a cached row (``shared``: the cache's shared values); ``TypeError`` for another layout."""
+        marks = _SHARED_MARKS.get(cls)
+        if marks is None:
+            marks = _SHARED_MARKS.setdefault(cls, tuple(f.name in cls.SHARED for f in fields(cls)))
+        if len(row) != len(marks):
+            raise TypeError(f"a cached {cls.__name__} of {len(row)} fields, not {len(marks)}")
+        return cls(*[shared[v][1] if mark else v for mark, v in zip(marks, row, strict=True)])
 
 
-class ManifestSummary(_Summary):
+_SHARED_MARKS: dict[type, tuple[bool, ...]] = {}  # per summary class: which of its fields are shared
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestSummary(_Row):
     """The fields of one manifest that fleet views use."""
 
-    target_id: str
     gpu: str
     gpu_name: str
     compute_capability: str
@@ -44,17 +68,16 @@ class ManifestSummary(_Summary):
     recipe: str
     converted_digest: str
     onnx_digest: str
-    exported_at: str | None = None
+    exported_at: str | None
     created_at: str
     wall_s: float
-    plan_bytes: int
-    profiles: list[dict]
-    build_digest: str
+    profiles: list
     engine: str
-    failed: list[str] = []  # "check: detail" of each failed verification
-    refit: bool = False  # refitted from a parent plan (its wall time is not a build's)
-    version_compatible: bool = False
+    failed: list  # "check: detail" of each failed verification
+    refit: bool  # refitted from a parent plan (its wall time is not a build's)
+    version_compatible: bool
     manifest_sha256: str
+    SHARED = ("settings", "converted_digest", "onnx_digest", "profiles")
 
     @property
     def toolchain_label(self) -> str:
@@ -64,50 +87,52 @@ class ManifestSummary(_Summary):
     @classmethod
     def of(cls, m: Manifest, data: bytes) -> ManifestSummary:
         """The summary of manifest ``m`` (stored as ``data``)."""
-        return cls(target_id=m.target.target_id, gpu=m.target.gpu, gpu_name=m.target.gpu_name,
-                   compute_capability=m.target.compute_capability, compat_class=m.target.compat_class,
-                   flavour=m.target.flavour, toolchain_version=m.target.toolchain_version, settings=m.build.settings,
-                   recipe=m.precision.recipe, converted_digest=m.precision.converted_onnx_digest,
-                   onnx_digest=m.model.onnx_digest, exported_at=m.model.exported_at, created_at=m.created_at,
-                   wall_s=m.build.wall_s, plan_bytes=m.plan.bytes, profiles=m.build.profiles,
-                   build_digest=m.build.build_digest, engine=m.verification.engine.status,
-                   failed=[f"{k}: {c.detail}" for k, c in m.verification if c.status == "failed"],
-                   refit=m.lineage.parent_manifest is not None, version_compatible=m.target.version_compatible,
-                   manifest_sha256=hashlib.sha256(data).hexdigest())
+        return cls(m.target.gpu, m.target.gpu_name, m.target.compute_capability, m.target.compat_class,
+                   m.target.flavour, m.target.toolchain_version, m.build.settings, m.precision.recipe,
+                   m.precision.converted_onnx_digest, m.model.onnx_digest, m.model.exported_at, m.created_at,
+                   m.build.wall_s, m.build.profiles, m.verification.engine.status,
+                   [f"{k}: {c.detail}" for k, c in m.verification if c.status == "failed"],
+                   m.lineage.parent_manifest is not None, m.target.version_compatible,
+                   hashlib.sha256(data).hexdigest())
 
 
-class PointerSummary(_Summary):
+@dataclass(frozen=True, slots=True)
+class PointerSummary(_Row):
     """A release pointer: the manifest it names and its current move."""
 
     manifest: str
-    onnx_digest: str
-    build_digest: str
-    exported_at: str | None = None
+    exported_at: str | None
     action: str
     at: str
     by: str
     reason: str
+    SHARED = ("by", "reason")  # a run's pointers share who moved them and why
 
     @classmethod
     def of(cls, p: ReleasePointer) -> PointerSummary:
         """The summary of pointer ``p``."""
         e = p.current
-        return cls(manifest=p.manifest, onnx_digest=p.onnx_digest, build_digest=p.build_digest,
-                   exported_at=p.exported_at, action=e.action, at=e.at, by=e.by, reason=e.reason)
+        return cls(p.manifest, p.exported_at, e.action, e.at, e.by, e.reason)
 
 
-class OutcomeSummary(_Summary):
-    """One target's outcome in a stored run (``reports/<model>/<run>/outcomes.json``)."""
+@dataclass(frozen=True, slots=True)
+class OutcomeSummary(_Row):
+    """One target's outcome in a stored run (``reports/<model>/<run>/outcomes.json``).
+
+    Only failures and skips are kept: a target a run built or found up to date is neither failed nor skipped.
+    """
 
     target: str
     status: str
-    reason: str = ""
-    build_digest: str | None = None
+    reason: str
+    build_digest: str | None
+    SHARED = ("reason",)
 
 
-class SpecSummary(_Summary):
+class SpecSummary(BaseModel):
     """What a registered export's build spec says for planning: recipe, profiles (None: derived), target ids."""
 
+    model_config = ConfigDict(frozen=True)
     recipe: dict
     profiles: list[dict] | None = None
     targets: list[str] = []
@@ -118,71 +143,91 @@ class SpecSummary(_Summary):
 class SummaryCache:
     """Summaries by (kind, key), each valid while the store's listing shows the version it was read at.
 
-    One file per store: ``$TMPDIR/trtfarm/survey/<sha256(store URI):16>.json``, written whole by rename. Two views
-    running at once each write what they read; the last write wins, and either is a correct cache.
+    One folder per store: ``$TMPDIR/trtfarm/survey/<sha256(store URI):16>/``, one JSON file per kind of summary
+    (and one of the values summaries share), each read the first time a view asks for that kind and written whole
+    by rename. Two views running at once each write what they read; the last write wins, and either is a correct
+    cache. A missing or damaged file is an empty cache of its kind.
     """
 
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-        self._entries: dict[str, dict[str, list]] = {}
-        self._dirty = False
-        if path is not None and path.is_file():
-            try:
-                doc = json.loads(path.read_bytes())
-                if doc.get("format") == CACHE_FORMAT:
-                    self._entries = doc["entries"]
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
-                self._entries = {}  # a damaged cache is an empty one
+    def __init__(self, folder: Path | None) -> None:
+        self.folder = folder
+        self._lock = threading.RLock()
+        self._kinds: dict[str, dict[str, list]] = {}
+        self._dirty: set[str] = set()
 
     @classmethod
     def for_store(cls, store_uri: str) -> SummaryCache:
-        """The cache file of the store at ``store_uri``."""
+        """The cache of the store at ``store_uri`` on this machine."""
         name = hashlib.sha256(store_uri.encode()).hexdigest()[:16]
-        return cls(Path(tempfile.gettempdir()) / "trtfarm" / "survey" / f"{name}.json")
+        return cls(Path(tempfile.gettempdir()) / "trtfarm" / "survey" / name)
 
-    def get(self, kind: str, key: str, version: str, model: type[_Summary] | None = None):
-        """The cached value of ``key`` if it was read at ``version`` (parsed as ``model``), else None."""
-        entry = self._entries.get(kind, {}).get(key)
+    def _kind(self, kind: str) -> dict[str, list]:
+        with self._lock:
+            if kind not in self._kinds:
+                found: dict = {}
+                path = self.folder / f"{kind}.json" if self.folder else None
+                try:
+                    doc = json.loads(path.read_bytes()) if path and path.is_file() else {}
+                    found = doc["entries"] if doc.get("format") == CACHE_FORMAT else {}
+                except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                    found = {}
+                self._kinds[kind] = found if isinstance(found, dict) else {}
+            return self._kinds[kind]
+
+    def get(self, kind: str, key: str, version: str, model=None):
+        """The cached value of ``key`` if it was read at ``version`` (a ``model`` or a list of them), else None."""
+        entry = self._kind(kind).get(key)
         if entry is None or entry[0] != version:
             return None
-        if model is None:
-            return entry[1]
+        value = entry[1]
         try:
-            return model.model_validate(entry[1]) if isinstance(entry[1], dict) else \
-                [model.model_validate(v) for v in entry[1]]
-        except ValidationError:
-            return None
+            if model is None:
+                return value
+            if isinstance(model, type) and issubclass(model, BaseModel):
+                return model.model_validate(value)
+            shared = self._kind("shared")
+            if value and isinstance(value[0], list):
+                return [model.from_row(v, shared) for v in value]
+            return model.from_row(value, shared) if value else []
+        except (ValidationError, KeyError, TypeError, ValueError):
+            return None  # an entry this version cannot read: read the object again
 
     def put(self, kind: str, key: str, version: str, value) -> None:
         """Remember ``value`` (a summary, a list of them, or plain JSON) for ``key`` at ``version``."""
         if isinstance(value, BaseModel):
             value = value.model_dump(mode="json")
+        elif isinstance(value, _Row):
+            value = value.to_row(self._intern)
         elif isinstance(value, list):
-            value = [v.model_dump(mode="json") if isinstance(v, BaseModel) else v for v in value]
+            value = [v.to_row(self._intern) if isinstance(v, _Row) else v for v in value]
         with self._lock:
-            self._entries.setdefault(kind, {})[key] = [version, value]
-            self._dirty = True
+            self._kind(kind)[key] = [version, value]
+            self._dirty.add(kind)
 
-    def forget_missing(self, kind: str, keys: set[str]) -> None:
-        """Drop the entries of ``kind`` whose keys the store no longer lists."""
+    def _intern(self, value) -> str:
+        """The id under which ``value`` is stored once (the digest of its canonical JSON)."""
+        ref = hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
         with self._lock:
-            entries = self._entries.get(kind, {})
-            gone = [k for k in entries if k not in keys]
-            for k in gone:
-                del entries[k]
-            self._dirty = self._dirty or bool(gone)
+            shared = self._kind("shared")
+            if ref not in shared:
+                shared[ref] = [ref, value]
+                self._dirty.add("shared")
+        return ref
 
     def save(self) -> None:
-        """Write the cache (when something changed); a machine that cannot write it just keeps no cache."""
-        if self.path is None or not self._dirty:
+        """Write the kinds that changed; a machine that cannot write them just keeps no cache."""
+        if self.folder is None:
             return
-        tmp = self.path.with_name(f".tmp-{os.getpid()}-{threading.get_ident()}-{self.path.name}")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps({"format": CACHE_FORMAT, "entries": self._entries}, separators=(",", ":")))
-            os.replace(tmp, self.path)
-            self._dirty = False
-        except OSError:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
+        with self._lock:
+            for kind in sorted(self._dirty):
+                path = self.folder / f"{kind}.json"
+                tmp = path.with_name(f".tmp-{os.getpid()}-{threading.get_ident()}-{path.name}")
+                try:
+                    self.folder.mkdir(parents=True, exist_ok=True)
+                    tmp.write_text(json.dumps({"format": CACHE_FORMAT, "entries": self._kinds[kind]},
+                                              separators=(",", ":")))
+                    os.replace(tmp, path)
+                except OSError:
+                    with contextlib.suppress(OSError):
+                        tmp.unlink(missing_ok=True)
+            self._dirty.clear()

@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 
 from trtfarm import layout
 from trtfarm.errors import CorruptObject, UserInputError
@@ -60,11 +61,20 @@ class StoreSurvey:
         with ThreadPoolExecutor(max_workers=len(prefixes)) as pool:
             listed = list(pool.map(lambda p: list(store.list_versions(p)), prefixes))
         self.exports = _exports(listed[0])
-        self.folders, self.by_model = _folders(listed[1])
+        self.folders = _folders(listed[1])
         self.pointers = {o.key: o for o in listed[2]}
         self.runs = _runs(listed[3]) if runs else {}
 
     # --- what the listings say -------------------------------------------------------------------------------------
+    @cached_property
+    def by_model(self) -> dict[str, list[Folder]]:
+        """``model -> its plan folders``, in listing order."""
+        out: dict[str, list[Folder]] = {}
+        for prefix in self.folders:
+            parsed = layout.parse_plan_key(layout.manifest_key(prefix))
+            out.setdefault(parsed.model, []).append(Folder(prefix, *parsed[:5]))
+        return out
+
     def models(self) -> list[str]:
         """Every model the store knows: registered, or with plans or release pointers."""
         named = set(self.exports) | set(self.by_model)
@@ -128,8 +138,8 @@ class StoreSurvey:
         def parse(data: bytes, key: str) -> list[OutcomeSummary]:
             try:
                 records = json.loads(data)
-                return [OutcomeSummary(target=r["target"], status=r["status"], reason=r.get("reason") or "",
-                                       build_digest=r.get("build_digest")) for r in records]
+                return [OutcomeSummary(r["target"], r["status"], r.get("reason") or "", r.get("build_digest"))
+                        for r in records if r["status"] in ("failed", "skipped")]
             except (ValueError, KeyError, TypeError) as err:
                 raise CorruptObject(f"{self.store.url(key)}: not a run's outcomes ({err})") from err
 
@@ -216,19 +226,15 @@ def _exports(listed: list[ListedObject]) -> dict[str, list[tuple[str, ListedObje
     return {m: sorted(v, key=lambda e: e[0]) for m, v in found.items()}
 
 
-def _folders(listed: list[ListedObject]) -> tuple[dict[str, dict[str, ListedObject]], dict[str, list[Folder]]]:
+def _folders(listed: list[ListedObject]) -> dict[str, dict[str, ListedObject]]:
+    """``plan folder -> {file name: object}`` of every object under ``plans/`` whose key has a plan folder's shape."""
     folders: dict[str, dict[str, ListedObject]] = {}
-    by_model: dict[str, list[Folder]] = {}
+    depth = layout.manifest_key(layout.plan_prefix("m", "o", "g", "t", "b")).count("/")
     for obj in listed:
-        parsed = layout.parse_plan_key(obj.key)
-        if parsed is None:
-            continue
-        prefix = layout.folder_of(obj.key)
-        if prefix not in folders:
-            folders[prefix] = {}
-            by_model.setdefault(parsed.model, []).append(Folder(prefix, *parsed[:5]))
-        folders[prefix][parsed.leaf] = obj
-    return folders, by_model
+        if obj.key.count("/") == depth:
+            prefix, _, leaf = obj.key.rpartition("/")
+            folders.setdefault(prefix, {})[leaf] = obj
+    return folders
 
 
 def _runs(listed: list[ListedObject]) -> dict[str, list[tuple[str, ListedObject]]]:
