@@ -83,7 +83,8 @@ def expected_exports(survey: StoreSurvey, models: list[str], precision: str | No
     """Each model's next build: its newest registered export (or ``refs[model]``), else its newest released plan."""
     refs = dict(refs or {})
     registered = [m for m in models if m not in refs and survey.exports.get(m)]
-    records = survey.records(registered)
+    named = {m: r.export_id for m, r in refs.items() if r.export_id}  # name@export_id, or a registered name
+    records = survey.records([*registered, *named], named)
     for m in registered:
         export_id, _ = survey.exports[m][-1]
         refs[m] = ExportRef(survey.store.url(layout.export_prefix(m, export_id)), m, export_id)

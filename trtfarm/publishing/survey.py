@@ -119,13 +119,14 @@ class StoreSurvey:
         return self._read("pointer", {k: self.pointers[k] for k in keys if k in self.pointers}, parse,
                           PointerSummary)
 
-    def records(self, models: Iterable[str]) -> dict[str, ExportRecord]:
-        """The newest registered export's record of each model (models without one are left out)."""
+    def records(self, models: Iterable[str], export_ids: dict[str, str] | None = None) -> dict[str, ExportRecord]:
+        """Each model's registered export record: its newest, or the one ``export_ids`` names (when listed)."""
         items = {}
         for model in models:
-            if self.exports.get(model):
-                export_id, obj = self.exports[model][-1]
-                items[obj.key] = obj
+            listed = dict(self.exports.get(model, []))
+            export_id = (export_ids or {}).get(model) or (max(listed) if listed else None)
+            if export_id in listed:
+                items[listed[export_id].key] = listed[export_id]
 
         def parse(data: bytes, key: str) -> dict:
             return ExportRecord.from_bytes(data, self.store.url(key)).model_dump(mode="json")
