@@ -51,6 +51,8 @@ def decide_fleet(survey: StoreSurvey, expected: dict[str, ExpectedExport], curre
     now = {t.id: t for t in select_targets(proposed) if not target_ids or t.id in target_ids}
     was = {t.id: t for t in select_targets(current) if not target_ids or t.id in target_ids} if current else {}
     parts = {t.id: digest_part(t) for t in now.values()}
+    fleet_changes = {i: tuple(target_changes(was[i], t)) for i, t in now.items() if i in was} \
+        if baseline == "fleet" else {}  # what the proposal changes for each target: the same for every model
     order = list(now) + [i for i in was if i not in now]
     decisions: dict[tuple[str, str], TargetDecision] = {}
     pending: list[_Open] = []
@@ -67,7 +69,7 @@ def decide_fleet(survey: StoreSurvey, expected: dict[str, ExpectedExport], curre
                 continue
             digest = x.digest(t, parts[tid])
             published = digest is not None and survey.published(x.prefix(t, digest))
-            changes = tuple(target_changes(c, t)) if baseline == "fleet" and c is not None else None
+            changes = fleet_changes.get(tid)
             keep = _kept(survey, x, t, published, changes, force)
             if keep is not None:
                 decisions[model, tid] = TargetDecision(model, tid, "keep", keep, 0.0, "nothing to build",
