@@ -45,7 +45,7 @@ def runnable() -> list:
 def test_the_readme_runs_these_blocks_in_order():
     first = [b.text.split("\n", 1)[0][:40] for b in runnable()]
     assert first[0].startswith("python3 -m venv .venv && .venv/bin/pip")  # the quick start makes the venv
-    assert len(first) == 6, first
+    assert len(first) == 7, first
 
 
 @pytest.mark.integration
@@ -70,5 +70,9 @@ def test_the_readme_blocks_run_as_written(tmp_path):
     written = (copy / "triton-repo/encoder/config.pbtxt").read_text()
     shown = next(b.text for b in blocks(REPO / "README.md") if b.text.startswith("# Written by `trtfarm triton"))
     assert written == shown  # the README shows the config this command writes
+    fleet = next(i for i, b in enumerate(runnable()) if "trtfarm plan --fleet" in b.text)
+    assert "toolchain: tensorrt 11.4.0.106 -> tensorrt 11.5.0.20" in " ".join(outputs[fleet].split())
+    assert "fleet status:" in outputs[fleet] and "released" in outputs[fleet]  # the quick start's RTX plans
+    assert (copy / "status.html").read_text().count('data-model="encoder"') == 1
     signed = next(i for i, b in enumerate(runnable()) if "TRTFARM_TRUSTED_KEYS" in b.text)
     assert "signature: signed by trusted key" in outputs[signed]  # the signed build, pulled with its public key

@@ -67,7 +67,8 @@ def print_decisions(decisions, title: str, wide: bool = False) -> None:
     if keeps:
         out.print(message_text("keep their plans: " + ", ".join(keeps)), highlight=False)
     if unbuilt:
-        out.print(message_text("unchanged but not built yet (the next run builds them anyway): "
+        out.print(message_text("unchanged by this fleet, not built yet for the current exports (the next run builds "
+                               "them anyway): "
                                + ", ".join(unbuilt)), highlight=False)
     for line in decisions.serving:
         out.print(message_text(f"serving: {line}"), highlight=False)

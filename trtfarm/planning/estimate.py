@@ -106,7 +106,7 @@ class Estimator:
         gpu = w.target.gpu_key
         if rate is None or not w.size_bytes:
             why = "its size is not known" if not w.size_bytes else f"no build on {gpu} to scale by size"
-            return None, f"nothing recorded: no build of this model on any GPU, and {why}", "none"
+            return None, f"nothing recorded: no build of this model on any GPU, and {why}", "nothing recorded"
         mib = w.size_bytes / MIB
         return round(mib * rate[0], 1), (f"model size: {mib:.1f} MiB x {rate[0]:.2f} s/MiB (median of {rate[1]} "
                                          f"build(s) of other models on {gpu})"), "model size"

@@ -11,7 +11,15 @@ from pathlib import Path
 from trtfarm import layout
 from trtfarm.reports.html import data_uri
 from trtfarm.store import Conflict, Store
-from trtfarm.vocabulary.fleetview import STATES, FleetDecisions, FleetStatus, TargetStatus, age_text, duration_text
+from trtfarm.vocabulary.fleetview import (
+    NOTHING_RELEASED,
+    STATES,
+    FleetDecisions,
+    FleetStatus,
+    TargetStatus,
+    age_text,
+    duration_text,
+)
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem;color:#1f2328}
@@ -75,12 +83,15 @@ def status_html(status: FleetStatus) -> str:
                 cells.append(f'<td class="c {c.state}" data-target="{escape(target)}" data-state="{c.state}" '
                              f'title="{escape(_title(c))}">{escape(cell_text(c))}</td>')
         rows.append(f'<tr data-model="{escape(model)}"><th scope="row">{escape(model)}</th>{"".join(cells)}</tr>')
-    legend = "".join(f'<span class="{s}">{escape(CELL_TEXT[s])}</span>{escape(LEGEND[s])} ' for s in STATES)
+    legend = "".join(f'<span class="{s}">{escape(CELL_TEXT[s])}</span>{escape(LEGEND[s])} ' for s in STATES) + \
+        '<span class="none">·</span>not a target of the model (its farm.yaml)'
+
     details = []
-    for state in ("failed", "stale", "pending"):
+    for state in ("failed", "stale", "pending", "missing"):
         items = [f"{c.model} / {c.target}: {c.reason}" + (f" (since {c.since})" if c.since else "")
-                 for c in status.cells if c.state == state]
-        details += [f'<h2 id="{state}">{state.capitalize()}: {len(items)}</h2>', _list(items, "None.")]
+                 for c in status.cells if c.state == state and c.reason != NOTHING_RELEASED]
+        details += [f'<h2 id="{state}">{state.capitalize()}{" (with a reason)" if state == "missing" else ""}: '
+                    f'{len(items)}</h2>', _list(items, "None.")]
     problems = [f'<h2 id="problems">Skipped objects: {len(status.problems)}</h2>', _list(status.problems, "None.")] \
         if status.problems else []
     return _page("trtfarm fleet status", [
@@ -168,7 +179,7 @@ def plan_html(title: str, decisions: FleetDecisions, chart: Path | None) -> str:
     figure = f'<figure><img alt="gpu_minutes" src="{data_uri(chart)}"></figure>' if chart else \
         "<p>No build to estimate.</p>"
     kept = decisions.kept()
-    keep = [f"{t}: keeps its plan for {k} of {n} models" + (f"; unchanged but not built yet for {u}" if u else "")
+    keep = [f"{t}: keeps its plan for {k} of {n} models" + (f"; unchanged, not built yet for {u}" if u else "")
             for t, (k, u, n) in kept.items() if k or u]
     triton = [f"{m}: {', '.join(ts)}" for m, ts in decisions.triton.items()]
     return _page(title, [

@@ -32,7 +32,7 @@ class TargetDecision:
     reasons: tuple[str, ...] = ()
     estimate_s: float | None = None
     basis: str = ""
-    basis_kind: str = ""  # this GPU, same compute capability, other GPU, model size, none, shared, nothing to build
+    basis_kind: str = ""  # this GPU, same compute capability, other GPU, model size, nothing recorded, shared, ...
     pool: str | None = None  # the work pool the build runs on (the proposed fleet's; the current one's for drop)
     build_digest: str | None = None  # the proposed build (None: dropped, or not computable before the precision step)
     published: bool = False  # whether that build is in the store now
