@@ -13,8 +13,10 @@ from prefect.runtime import deployment, flow_run
 from flows.dispatch import SKIPPED, ChildJob, ChildRun, cancel_children, run_children
 from tasks.build import build_job, plan_models
 from tasks.report import report_run
+from tasks.status import publish_status
 from trtfarm import layout
 from trtfarm.building.job import JobResult
+from trtfarm.errors import TrtfarmError
 from trtfarm.pipeline import find_exports, refit_fallbacks, rows_for
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.store import open_store
@@ -51,7 +53,7 @@ def _result_of(request: MatrixRequest, job: BuildJob, child: ChildRun, parent: s
         status = "skipped" if child.state == SKIPPED else "failed"
         why = child.message or f"child run ended {child.state} without a result"
         return JobResult(job_id=job.job_id, model=job.model.name,
-                         outcomes=[TargetOutcome(t, status, why) for t in job.targets])
+                         outcomes=[TargetOutcome(t, status, why, build_digest=job.build_digest) for t in job.targets])
     result = JobResult.model_validate_json(blob.data)
     note = f"built on {child.pool} by child run {child.flow_run_id}" + \
         (" (resubmitted once after a crash)" if child.attempts > 1 else "")
@@ -96,4 +98,9 @@ async def build_matrix(request: MatrixRequest) -> list[RunRow]:
     results += await _dispatch(fallback, farm, request)
     rows = rows_for(plans, results)
     report_run(rows, request.store)
+    if request.model is None:  # the nightly (every registered model): the fleet's matrix, in the store and the UI
+        try:
+            publish_status(request.store, request.targets_file)
+        except TrtfarmError as e:  # the builds stand; the next nightly writes the page
+            logger.warning("fleet status not written: %s", e)
     return rows

@@ -20,13 +20,13 @@ import onnx
 
 import trtfarm.store
 from trtfarm.store import Store
-from trtfarm.store.base import Blob, Progress, Uploaded
+from trtfarm.store.base import Blob, ListedObject, Progress, Uploaded
 
 from .fleets import REFIT_FLEET
 
 REPO = Path(__file__).resolve().parents[1]
 REQUESTS = ("get", "etag", "size", "put_if_absent", "compare_and_swap", "upload_file", "download_file", "list",
-            "list_sizes", "delete")
+            "list_sizes", "list_versions", "delete")
 # three release_on: built targets: rtx4090 and rtx5090 share one build (rtx-portable), rtx3090 (-O5) builds its own
 THREE_TARGETS = """\
 version: 1
@@ -90,6 +90,10 @@ class CountingStore(Store):
     def list_sizes(self, prefix: str = "") -> Iterator[tuple[str, int]]:  # noqa: D102
         self._count("list_sizes", prefix)
         return self.inner.list_sizes(prefix)
+
+    def list_versions(self, prefix: str = "") -> Iterator[ListedObject]:  # noqa: D102
+        self._count("list_versions", prefix)
+        return self.inner.list_versions(prefix)
 
     def delete(self, key: str) -> None:  # noqa: D102
         self._count("delete", key)

@@ -39,6 +39,7 @@ def _npy(array) -> bytes:
 
 IDS = np.ones((4, 16), np.int64)
 PRECISION = ["precision", "{export}/model.onnx", "--mode", "fp16"]
+VIEW = ["--targets-file", "{fleet}", "--store", "{store}"]  # every fleet-view row's store and fleet
 
 
 def _closed_port() -> int:
@@ -143,6 +144,24 @@ CATALOGUE = [
      ["'/etc/passwd' is outside the export folder"]),
     ("webhook-dot-dot-root", ["webhook", "serve", "--allow-root", "s3://bucket/a/%2e%2e/b", "--store", "{store}"],
      {}, 2, ["'..' segments"]),
+    # the fleet views (issue 36): they read the store and write nothing, whatever the input
+    ("plan-fleet-missing", ["plan", "--fleet", "nope.yaml", *VIEW], {}, 2, ["nope.yaml", "no such fleet file"]),
+    ("plan-fleet-key-twice", ["plan", "--fleet", "p.yaml", *VIEW],
+     {"p.yaml": RTX_FLEET + "defaults:\n  tf32: true\n  tf32: false\n"}, 2,
+     [f"p.yaml:{len(RTX_FLEET.splitlines()) + 3}", "key 'tf32' is given twice"]),
+    ("plan-unknown-model", ["plan", "nope", "--fleet", "{fleet}", *VIEW], {}, 2, ["'nope'", "known models: none"]),
+    ("plan-html-is-a-file", ["plan", "--fleet", "{fleet}", "--html", "{fleet}", *VIEW], {}, 2,
+     ["--html", "cannot write there"]),
+    ("status-unknown-model", ["status", "nope", *VIEW], {}, 2, ["'nope'", "known models: none"]),
+    ("status-html-folder-missing", ["status", "--html", "no/such/folder/status.html", *VIEW], {}, 2,
+     ["--html no/such/folder/status.html", "cannot write it"]),
+    ("status-store-is-a-file", ["status", "--targets-file", "{fleet}", "--store", "{export}/farm.yaml"], {}, 1,
+     ["farm.yaml", "is a file, not a folder"]),
+    ("status-trusted-key-missing", ["status", *VIEW], {"fleet.yaml": RTX_FLEET + "signing:\n  trusted_keys: [k.pub]\n"},
+     2, ["k.pub"]),
+    ("farm-dry-run-refit", ["farm", "run", "--dry-run", "--refit", *VIEW], {}, 2, ["--dry-run with --refit"]),
+    ("farm-dry-run-unknown-model", ["farm", "run", "nope", "--dry-run", *VIEW], {}, 2, ["'nope' is not registered"]),
+    ("farm-dry-run-unknown-target", ["farm", "run", "--dry-run", "--target", "nope-1", *VIEW], {}, 2, ["nope-1"]),
 ]
 
 

@@ -169,3 +169,7 @@ def check_outputs(outputs: dict[str, list[str]], work: Path, home: Path) -> None
     assert "ProcessWorker" not in farm[0] and "telemetry" not in (work / "prefect-server.log").read_text().lower()
     manifests = list((work / "farm-store").rglob("manifest.json"))
     assert len(manifests) == 2 and len({p.parent.name for p in manifests}) == 1  # one portable build, two targets
+    for fleet in outputs[readme("trtfarm plan --fleet").where]:  # read-only: the same both times
+        assert "toolchain: tensorrt 11.4.0.106 -> tensorrt 11.5.0.20" in " ".join(fleet.split())
+        assert "fleet status:" in fleet and "released" in fleet  # the quick start's RTX plans
+    assert (work / "status.html").read_text().count('data-model="encoder"') == 1

@@ -63,11 +63,14 @@ BASE = dict(converted_onnx_digest="a" * 64, profiles=[{"x": {"min": [1], "opt": 
             settings={"workspace_mib": 4096}, flavour="tensorrt", toolchain_version="11.4.0.106", compat_class="h100")
 
 
-@pytest.mark.parametrize("field, value", [
+CHANGES = [
     ("converted_onnx_digest", "b" * 64), ("profiles", [{"x": {"min": [1], "opt": [3], "max": [4]}}]),
     ("settings", {"workspace_mib": 2048}), ("flavour", "tensorrt_rtx"), ("toolchain_version", "10.16.1.11"),
     ("compat_class", "l4"),
-])
+]
+
+
+@pytest.mark.parametrize("field, value", CHANGES)
 def test_every_plan_input_changes_the_build_digest(field, value):
     assert build_digest(**{**BASE, field: value}) != build_digest(**BASE)
 
@@ -84,3 +87,17 @@ def test_keys_follow_the_design_layout_and_refuse_traversal():
     for bad in ("..", "a/b", "", "x" * 200):
         with pytest.raises(UserInputError, match="not a valid name"):
             plan_prefix(bad, "0" * 64, "h100", "t", "f" * 64)
+
+
+@pytest.mark.parametrize("field,value", [(None, None), *CHANGES])
+def test_the_build_digest_is_the_sha256_of_its_canonical_json_document(field, value):
+    import hashlib
+
+    from trtfarm.identity import canonical_json
+
+    given = {**BASE, **({field: value} if field else {})}
+    given["settings"] = {"ü": "é", **given["settings"]}  # keys sorted, text as UTF-8 (not escaped)
+    doc = {"onnx": given["converted_onnx_digest"], "profiles": given["profiles"], "settings": given["settings"],
+           "toolchain": {"flavour": given["flavour"], "version": given["toolchain_version"]},
+           "compat_class": given["compat_class"]}
+    assert build_digest(**given) == hashlib.sha256(canonical_json(doc)).hexdigest()

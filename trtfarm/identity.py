@@ -87,15 +87,31 @@ def canonical_json(obj: Any) -> bytes:
 
 def build_digest(*, converted_onnx_digest: str, profiles: list[dict], settings: dict, flavour: str,
                  toolchain_version: str, compat_class: str) -> str:
-    """Sha256 of canonical JSON of every input that changes the plan."""
-    doc = {
-        "onnx": converted_onnx_digest,
-        "profiles": profiles,
-        "settings": settings,
-        "toolchain": {"flavour": flavour, "version": toolchain_version},
-        "compat_class": compat_class,
-    }
-    return hashlib.sha256(canonical_json(doc)).hexdigest()
+    """Sha256 of canonical JSON of every input that changes the plan.
+
+    The document is ``{"compat_class", "onnx", "profiles", "settings", "toolchain": {"flavour", "version"}}``;
+    ``build_digest_of`` computes the same digest from its two halves serialised once (``model_digest_part``,
+    ``target_digest_part``), for views that digest a model for many targets.
+    """
+    return build_digest_of(model_digest_part(converted_onnx_digest, profiles),
+                           target_digest_part(settings, flavour, toolchain_version, compat_class))
+
+
+def model_digest_part(converted_onnx_digest: str, profiles: list[dict]) -> bytes:
+    """The model's half of the build digest's canonical JSON: ``"onnx":...,"profiles":...``."""
+    return b'"onnx":' + canonical_json(converted_onnx_digest) + b',"profiles":' + canonical_json(profiles)
+
+
+def target_digest_part(settings: dict, flavour: str, toolchain_version: str, compat_class: str) -> tuple[bytes, bytes]:
+    """The target's half: ``"compat_class":...`` (before the model's keys) and ``"settings":...,"toolchain":...``."""
+    return (b'"compat_class":' + canonical_json(compat_class),
+            b'"settings":' + canonical_json(settings) + b',"toolchain":'
+            + canonical_json({"flavour": flavour, "version": toolchain_version}))
+
+
+def build_digest_of(model: bytes, target: tuple[bytes, bytes]) -> str:
+    """The build digest from its halves: the canonical JSON's keys in sorted order, as ``canonical_json`` writes."""
+    return hashlib.sha256(b"{" + target[0] + b"," + model + b"," + target[1] + b"}").hexdigest()
 
 
 def model_name_from_path(path: Path) -> str:

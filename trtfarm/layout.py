@@ -10,6 +10,7 @@ models/<model>/<export_id>/{model.onnx,farm.yaml,...,export.json}
 reports/<model>/<run>/{report.md,outcomes.json,rows.json,*.png}
 runs/<run>/jobs/<job_id>.json
 webhook/exports/<claim>.json
+status/status.html                       (the fleet's matrix, rewritten by each nightly run)
 ```
 A manifest's provenance and signature are named by the manifest's own sha256: each publisher writes its pair before
 its manifest, and whichever manifest wins the create-only write finds its own pair beside it.
@@ -27,8 +28,9 @@ from trtfarm.errors import UserInputError
 PLAN_NAME, MANIFEST_NAME = "model.plan", "manifest.json"
 ONNX_NAME, EXPORT_NAME = "model.onnx", "export.json"
 CONVERTED_REPORT = "report.json"  # a precision step's gate report, beside its converted model.onnx
-PLANS, RELEASES, TIMING_CACHES, CONVERTED, MODELS, REPORTS, RUNS = (
-    "plans", "releases", "timing-caches", "converted", "models", "reports", "runs")
+PLANS, RELEASES, TIMING_CACHES, CONVERTED, MODELS, REPORTS, RUNS, STATUS = (
+    "plans", "releases", "timing-caches", "converted", "models", "reports", "runs", "status")
+OUTCOMES_NAME = "outcomes.json"  # a run's outcomes of one model, in its report folder
 PROVENANCE_PREFIX, SIGNATURE_PREFIX, SIGNATURE_SUFFIX = "provenance-", "signature-", ".sigstore.json"
 TEMP_PREFIX = ".tmp-"  # in-flight writes of the file store; never a key
 
@@ -268,3 +270,8 @@ def job_result_key(run: str, job_id: str) -> str:
 def webhook_claim_key(claim_id: str) -> str:
     """``webhook/exports/<claim>.json``: the create-only marker that makes one event per export."""
     return f"webhook/exports/{_segment('claim', claim_id)}.json"
+
+
+def status_page_key() -> str:
+    """``status/status.html``: the fleet's status page, which each nightly run replaces (compare-and-swap)."""
+    return f"{STATUS}/status.html"

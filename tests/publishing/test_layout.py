@@ -33,6 +33,7 @@ def test_every_key_has_the_documented_shape():
     assert layout.job_result_key("6f1c2d3e-0000-4000-8000-000000000000", "fedcba9876540000-1") == \
         "runs/6f1c2d3e-0000-4000-8000-000000000000/jobs/fedcba9876540000-1.json"
     assert layout.webhook_claim_key("ab" * 32) == f"webhook/exports/{'ab' * 32}.json"
+    assert layout.status_page_key() == "status/status.html"
 
 
 def test_a_plan_key_parses_back_into_its_fields():
@@ -63,8 +64,8 @@ def test_no_module_outside_layout_spells_a_key():
     from pathlib import Path
 
     folders = "|".join(re.escape(f) for f in (layout.PLANS, layout.RELEASES, layout.TIMING_CACHES, layout.CONVERTED,
-                                              layout.MODELS, layout.REPORTS, layout.RUNS, "webhook"))
-    constants = "PLANS|RELEASES|TIMING_CACHES|CONVERTED|MODELS|REPORTS|RUNS"
+                                              layout.MODELS, layout.REPORTS, layout.RUNS, layout.STATUS, "webhook"))
+    constants = "PLANS|RELEASES|TIMING_CACHES|CONVERTED|MODELS|REPORTS|RUNS|STATUS"
     spelled = re.compile(rf"""f?["'](?:{folders})/|f["'][^"']*\{{[^}}]*\}}/(?:report\.json|model\.onnx|export\.json)"""
                          rf"|\{{(?:layout\.)?(?:{constants})\}}/")
     root = Path(layout.__file__).parent

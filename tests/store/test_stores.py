@@ -88,6 +88,21 @@ def test_list_yields_keys_under_a_prefix(store_uri):
     assert list(s.list("plans/a/")) == ["plans/a/2"]
 
 
+def test_a_listing_gives_each_objects_version_which_changes_when_it_is_rewritten(store_uri):
+    s = open_store(store_uri)
+    s.put_if_absent("releases/a.json", b"one")
+    s.put_if_absent("releases/b.json", b"two")
+    first = {o.key: o for o in s.list_versions("releases/")}
+    assert sorted(first) == ["releases/a.json", "releases/b.json"]
+    assert first["releases/a.json"].size == 3 and first["releases/a.json"].modified > 1.6e9
+    etag = s.get("releases/a.json").etag
+    s.compare_and_swap("releases/a.json", b"three", etag)
+    again = {o.key: o for o in s.list_versions("releases/")}
+    assert again["releases/a.json"].version != first["releases/a.json"].version
+    assert again["releases/b.json"].version == first["releases/b.json"].version
+    assert [(k, n) for k, n in s.list_sizes("releases/")] == [("releases/a.json", 5), ("releases/b.json", 3)]
+
+
 @pytest.mark.parametrize("key", ["../escape", "/abs", "a/../../b", "a//b", ".tmp-x/y", "a\\b"])
 def test_keys_that_could_escape_are_refused(store_uri, key):
     with pytest.raises(StoreError, match="invalid store key"):

@@ -77,7 +77,7 @@ def _digest(path: Path, planned: ModelSource) -> str:
 
 def _failed(job: BuildJob, why: str) -> JobResult:
     return JobResult(job_id=job.job_id, model=job.model.name,
-                     outcomes=[TargetOutcome(t, "failed", why) for t in job.targets])
+                     outcomes=[TargetOutcome(t, "failed", why, build_digest=job.build_digest) for t in job.targets])
 
 
 def run_job(store: Store, job: BuildJob, work: Path, *, run_id: str | None = None,

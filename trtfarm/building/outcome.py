@@ -41,7 +41,7 @@ def outcome_from_manifest(store: Store, plan: TargetPlan, manifest: Manifest, st
         reason = f"build {plan.build_digest[:12]} already published"
     return TargetOutcome(plan.target.id, status, reason, store.url(plan.manifest_key), manifest.build.wall_s,
                          manifest.plan.bytes, {k: v.status for k, v in manifest.verification},
-                         manifest_key=plan.manifest_key, published=manifest)
+                         manifest_key=plan.manifest_key, published=manifest, build_digest=plan.build_digest)
 
 
 def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, release_on: str,
@@ -94,7 +94,7 @@ def triage(store: Store, plans: Sequence[TargetPlan], force: bool = False, verif
     todo = []
     for p in plans:
         if p.skip_reason:
-            done[p.target.id] = TargetOutcome(p.target.id, "skipped", p.skip_reason)
+            done[p.target.id] = TargetOutcome(p.target.id, "skipped", p.skip_reason, build_digest=p.build_digest)
             continue
         p = replace(p, pointer=p.pointer or seen_pointer(store, p.release_key))  # the build's release starts here
         try:
@@ -149,7 +149,7 @@ def triage_listed(store: Store, plans: Sequence[TargetPlan], index: StoreIndex |
     for p in plans:
         t = p.target
         if p.skip_reason:
-            done[t.id] = TargetOutcome(t.id, "skipped", p.skip_reason)
+            done[t.id] = TargetOutcome(t.id, "skipped", p.skip_reason, build_digest=p.build_digest)
         elif p.manifest_key not in sizes or not sizes.get(layout.plan_key(p.prefix)):
             unreleased = SeenPointer(key=p.release_key, pointer=None, etag=None) if p.release_key not in pointers \
                 else None  # what the listings said travels with the plan: neither is read again
@@ -162,5 +162,5 @@ def triage_listed(store: Store, plans: Sequence[TargetPlan], index: StoreIndex |
         else:
             done[t.id] = TargetOutcome(t.id, "up-to-date", f"build {p.build_digest[:12]} already published",
                                        store.url(p.manifest_key), plan_bytes=sizes[layout.plan_key(p.prefix)],
-                                       manifest_key=p.manifest_key)
+                                       manifest_key=p.manifest_key, build_digest=p.build_digest)
     return done, todo

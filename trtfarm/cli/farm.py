@@ -201,9 +201,14 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
                                                      help="crash and resubmit a child left Pending longer (seconds) "
                                                      "by a worker that is gone [default: 120]"),
              deployment: str = typer.Option("build-matrix/build-matrix", "--deployment"),
+             dry_run: bool = typer.Option(False, "--dry-run", help="say what the run would build, keep and skip "
+                                          "(from the store, with estimates); start nothing"),
              store: str = STORE_OPT, targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
              server_wait: int = SERVER_WAIT_OPT) -> None:
-    """Start a build-matrix run on the farm (as the Prefect UI does); bad parameters are refused before it starts."""
+    """Start a build-matrix run on the farm (as the Prefect UI does); bad parameters are refused before it starts.
+
+    With --dry-run nothing starts and no server is needed: the decisions come from the store (as `trtfarm plan`'s).
+    """
     from trtfarm.planning.requests import MatrixRequest
 
     if store:
@@ -220,6 +225,9 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
     except ValueError as e:  # pydantic: an unknown precision and the like
         problems = [f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()] if hasattr(e, "errors") else []
         raise fail(f"invalid parameters: {'; '.join(problems) or first_line(e)}") from e
+    if dry_run:
+        _dry_run(request, as_json)
+        return
     rows = None if force or refit else _published_already(request)
     if rows is not None:  # nothing to build: answer from the store, start no run, wait on no worker
         _print_run(None, "COMPLETED", "every target is published already: no run started", rows, as_json)
@@ -234,6 +242,28 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
     _print_run(run_id, state, message, rows, as_json)
     if wait and state != "COMPLETED":
         raise typer.Exit(1)
+
+
+def _dry_run(request, as_json: bool) -> None:
+    """What the run would do, decided from the store (``planning.overview.dry_run``): nothing starts."""
+    from trtfarm.cli.fleet import print_decisions
+    from trtfarm.planning.overview import dry_run, run_exports
+    from trtfarm.store import open_store
+    from trtfarm.vocabulary.fleet_file import load_fleet
+
+    if request.refit:
+        raise fail("--dry-run with --refit: a dry run does not decide refits (they depend on each released plan's "
+                   "refit flags); drop --refit to see what a full run would build")
+    try:
+        store = open_store(request.store)
+        decisions = dry_run(store, load_fleet(request.targets_file), run_exports(store, request.model),
+                            targets=request.targets, precision=request.precision, force=request.force)
+    except TrtfarmError as e:
+        raise fail(e) from e
+    if as_json:
+        print(json.dumps([d.to_json() for d in decisions.decisions], indent=2))
+    else:
+        print_decisions(decisions, "farm run --dry-run (nothing started)")
 
 
 def _published_already(request) -> list[dict] | None:

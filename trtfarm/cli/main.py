@@ -17,6 +17,7 @@ from trtfarm import interrupt, scratch
 from trtfarm.cli import (  # noqa: F401
     build,
     farm,
+    fleet,
     images,
     models,
     profiles,

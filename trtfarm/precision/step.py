@@ -167,9 +167,15 @@ def _refuse_overwriting_inputs(src: Path, out: Path, **data: Path | None) -> Non
 
 def precision_key(recipe: Recipe, onnx_digest: str, calibration: Path | None, heldout: Path | None) -> str:
     """Content address of one precision step: export, full recipe, calibration and held-out data."""
-    doc = {"onnx": onnx_digest, "recipe": recipe.model_dump(mode="json"),
-           "calibration": sha256_file(calibration) if calibration else None,
-           "heldout": sha256_file(heldout) if heldout else None}
+    return precision_key_of(recipe, onnx_digest, sha256_file(calibration) if calibration else None,
+                            sha256_file(heldout) if heldout else None)
+
+
+def precision_key_of(recipe: Recipe, onnx_digest: str, calibration_sha256: str | None,
+                     heldout_sha256: str | None) -> str:
+    """``precision_key`` from the data files' sha256s (as a registered export's record lists them)."""
+    doc = {"onnx": onnx_digest, "recipe": recipe.model_dump(mode="json"), "calibration": calibration_sha256,
+           "heldout": heldout_sha256}
     return hashlib.sha256(canonical_json(doc)).hexdigest()
 
 

@@ -34,6 +34,22 @@ class Blob:
 
 
 @dataclass(frozen=True)
+class ListedObject:
+    """One object as a listing describes it: its key, size, a version stamp and when it was last written.
+
+    ``version`` changes whenever the object is rewritten (S3: its ETag; the file store: size and mtime), so a reader
+    may keep what it derived from an object for as long as the listing shows the same version. It is not the ETag a
+    compare-and-swap names (the file store's ETag is the content's sha256, which a listing cannot know).
+    ``modified`` is seconds since the epoch.
+    """
+
+    key: str
+    size: int
+    version: str
+    modified: float
+
+
+@dataclass(frozen=True)
 class Uploaded:
     """A finished streaming upload."""
 
@@ -143,6 +159,16 @@ class Store(ABC):
             size = self.size(key)
             if size is not None:
                 yield key, size
+
+    def list_versions(self, prefix: str = "") -> Iterator[ListedObject]:
+        """Yield each object under ``prefix`` with its size, version and time (backends answer from their listing).
+
+        This default asks one request per object; both backends override it with their own listing.
+        """
+        for key, size in self.list_sizes(prefix):
+            etag = self.etag(key)
+            if etag is not None:
+                yield ListedObject(key, size, etag, 0.0)
 
     def sweep_temporaries(self, prefix: str, older_than_s: float) -> int:
         """Remove in-flight write files that a killed writer left under ``prefix``; returns how many.

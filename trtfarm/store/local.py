@@ -22,7 +22,17 @@ from typing import TypeVar
 
 from trtfarm.errors import IntegrityError, StoreError
 from trtfarm.scratch import scratch_file
-from trtfarm.store.base import AlreadyExists, Blob, Conflict, HashingReader, Progress, Store, Uploaded, validate_key
+from trtfarm.store.base import (
+    AlreadyExists,
+    Blob,
+    Conflict,
+    HashingReader,
+    ListedObject,
+    Progress,
+    Store,
+    Uploaded,
+    validate_key,
+)
 
 CHUNK = 1 << 20
 F = TypeVar("F", bound=Callable)
@@ -41,11 +51,6 @@ def _os_errors(doing: str) -> Callable[[F], F]:
                 return method(self, key, *args, **kwargs)
         return translated  # type: ignore[return-value]
     return wrap
-
-
-def _raise(err: OSError) -> None:
-    """``os.walk``'s ``onerror``: a folder that cannot be read is a failure, never a silently shorter listing."""
-    raise err
 
 
 class LocalStore(Store):
@@ -211,23 +216,49 @@ class LocalStore(Store):
         with self.translated("list", prefix or "(root)"):
             yield from self._walk(prefix)
 
-    def _walk(self, prefix: str) -> Iterator[tuple[str, int]]:
+    def list_versions(self, prefix: str = "") -> Iterator[ListedObject]:
+        """Yield each object under ``prefix`` with its size, version (size and mtime in ns) and mtime."""
+        with self.translated("list", prefix or "(root)"):
+            for key, stat in self._walk(prefix, stats=True):
+                yield ListedObject(key, stat.st_size, f"{stat.st_size}-{stat.st_mtime_ns}", stat.st_mtime)
+
+    def _walk(self, prefix: str, stats: bool = False) -> Iterator[tuple[str, int]]:
+        """``(key, size)`` (or ``(key, stat)``) under ``prefix``, in key order: a folder's files, then its folders.
+
+        One ``scandir`` per folder and one ``stat`` per file, on plain strings: a listing of 60,000 objects in
+        20,000 folders (a fleet of 1,000 models x 20 targets) is a scan of the tree, not of pathlib objects.
+        """
         self._check_root()
-        start = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root
-        if ".." in Path(prefix).parts or not start.is_dir():
+        folder = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        if ".." in Path(prefix).parts or not (self.root / folder).is_dir():
             return
-        for dirpath, dirnames, filenames in os.walk(start, onerror=_raise):
-            dirnames[:] = sorted(d for d in dirnames if d != ".locks")
-            for name in sorted(filenames):
-                if name.startswith(".tmp-"):
-                    continue
-                path = Path(dirpath, name)
-                key = path.relative_to(self.root).as_posix()
-                if key.startswith(prefix):
-                    try:
-                        yield key, path.stat().st_size
-                    except FileNotFoundError:  # deleted while we walked
-                        continue
+        yield from self._scan(os.path.join(str(self.root), folder) if folder else str(self.root),
+                              f"{folder}/" if folder else "", prefix, stats)
+
+    def _scan(self, path: str, rel: str, prefix: str, stats: bool) -> Iterator[tuple[str, int]]:
+        try:
+            with os.scandir(path) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except FileNotFoundError:  # a folder deleted while we walked (gc): as if it was never there
+            return
+        folders = []
+        for entry in entries:
+            if entry.is_dir():
+                if entry.name != ".locks" and not entry.is_symlink():
+                    folders.append(entry)
+                continue
+            key = rel + entry.name
+            if entry.name.startswith(".tmp-") or not key.startswith(prefix):
+                continue
+            try:
+                stat = entry.stat()
+            except FileNotFoundError:  # deleted while we walked
+                continue
+            yield key, stat if stats else stat.st_size
+        for entry in folders:
+            sub = f"{rel}{entry.name}/"
+            if sub.startswith(prefix) or prefix.startswith(sub):
+                yield from self._scan(entry.path, sub, prefix, stats)
 
     @_os_errors("delete")
     def delete(self, key: str) -> None:

@@ -33,7 +33,17 @@ from botocore.exceptions import (
 
 from trtfarm.errors import IntegrityError, StoreError, StoreUnavailable, UserInputError
 from trtfarm.scratch import scratch_file
-from trtfarm.store.base import AlreadyExists, Blob, Conflict, HashingReader, Progress, Store, Uploaded, validate_key
+from trtfarm.store.base import (
+    AlreadyExists,
+    Blob,
+    Conflict,
+    HashingReader,
+    ListedObject,
+    Progress,
+    Store,
+    Uploaded,
+    validate_key,
+)
 
 T = TypeVar("T")
 MULTIPART_THRESHOLD = 64 << 20
@@ -299,6 +309,11 @@ class S3Store(Store):
 
     def list_sizes(self, prefix: str = "") -> Iterator[tuple[str, int]]:
         """Yield ``(key, size)`` under ``prefix``: one paginated listing, no request per object."""
+        for obj in self.list_versions(prefix):
+            yield obj.key, obj.size
+
+    def list_versions(self, prefix: str = "") -> Iterator[ListedObject]:
+        """Yield each object under ``prefix`` with its size, ETag and LastModified: one paginated listing."""
         full = self._k(prefix.rstrip("/")) if prefix else self.prefix
         strip = len(self.prefix) + 1 if self.prefix else 0
         pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full)
@@ -307,7 +322,7 @@ class S3Store(Store):
                 for obj in page.get("Contents", []):
                     key = obj["Key"][strip:]
                     if key.startswith(prefix):
-                        yield key, int(obj["Size"])
+                        yield ListedObject(key, int(obj["Size"]), obj["ETag"], obj["LastModified"].timestamp())
         except _BOTO_ERRORS as err:
             raise self._failed(err, prefix, "list") from err
 

@@ -34,6 +34,7 @@ class TargetOutcome:
     release: str = ""
     manifest_key: str | None = None
     published: Manifest | None = None
+    build_digest: str | None = None  # the build this outcome is of (None: not known, e.g. the precision gate refused)
 
     def to_json(self) -> dict:
         """``{target, status, reason, manifest, build_s, plan_bytes, verification, release}``."""
@@ -42,8 +43,11 @@ class TargetOutcome:
                 "release": self.release}
 
     def to_record(self) -> dict:
-        """The stored form: ``to_json`` and the manifest's store key."""
-        return {**self.to_json(), "manifest_key": self.manifest_key}
+        """The stored form: ``to_json``, the manifest's store key and the build digest.
+
+        ``trtfarm status`` ties a failure to the build it was of by the digest.
+        """
+        return {**self.to_json(), "manifest_key": self.manifest_key, "build_digest": self.build_digest}
 
     @classmethod
     def from_record(cls, record: dict, store_uri: str) -> TargetOutcome:
@@ -55,7 +59,8 @@ class TargetOutcome:
         if key is None and url and url.startswith(store_uri.rstrip("/") + "/"):
             key = url[len(store_uri.rstrip("/")) + 1:]
         return cls(record["target"], record["status"], record.get("reason") or "", url, record.get("build_s"),
-                   record.get("plan_bytes"), record.get("verification") or {}, record.get("release") or "", key)
+                   record.get("plan_bytes"), record.get("verification") or {}, record.get("release") or "", key,
+                   build_digest=record.get("build_digest"))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,282 @@
+"""`trtfarm status` and `trtfarm plan` on a big fleet: 1,000 models x 20 targets, store requests counted.
+
+Setup (not timed): a synthetic store as a nightly leaves it, on the file store and on moto's S3 server (127.0.0.1, its
+own process, as bench/nightly_up_to_date.py runs it). MODELS registered exports (an export record and farm.yaml each;
+the model bytes are left out: no view reads them), each published and released for 20 targets (12 TensorRT targets on
+six datacenter GPUs x two TensorRT versions, validated on their GPU; 8 TensorRT-RTX targets on RTX cards, released on
+build). Each manifest is a real one (a TensorRT-RTX build of the example encoder on this CPU) with its model, target,
+digests and build time rewritten, so every key and digest is the one the planner computes. 5% of the models have a
+newer export registered and not built; for those, the latest run failed two targets.
+
+Timed, each with the store wrapped to count every request (tests/store_requests.py):
+- `status` (all models x targets): cold (this machine has no summary cache: every pointer, manifest and run read) and
+  warm (the cache the cold run left: only listings);
+- `plan` what-ifs: a TensorRT version bump (6 targets of every model rebuild), a new GPU model (2 new targets), no
+  change; each cold and warm;
+- `farm run --dry-run` (the same decisions against the store).
+Goal (issue 36): status under 3 s and a what-if under 5 s.
+
+    python bench/fleet_views.py [--models 1000] [--backend both|file|s3] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+DATACENTER = [("h100", "NVIDIA H100 80GB HBM3", "9.0", 80), ("h200", "NVIDIA H200", "9.0", 141),
+              ("a100", "NVIDIA A100-SXM4-80GB", "8.0", 80), ("l40s", "NVIDIA L40S", "8.9", 48),
+              ("l4", "NVIDIA L4", "8.9", 24), ("a10", "NVIDIA A10", "8.6", 24)]
+RTX = [("rtx-3060", "NVIDIA GeForce RTX 3060", "8.6"), ("rtx-3080", "NVIDIA GeForce RTX 3080", "8.6"),
+       ("rtx-3090", "NVIDIA GeForce RTX 3090", "8.6"), ("rtx-4070", "NVIDIA GeForce RTX 4070", "8.9"),
+       ("rtx-4080", "NVIDIA GeForce RTX 4080", "8.9"), ("rtx-4090", "NVIDIA GeForce RTX 4090", "8.9"),
+       ("rtx-5080", "NVIDIA GeForce RTX 5080", "12.0"), ("rtx-5090", "NVIDIA GeForce RTX 5090", "12.0")]
+FARM_YAML = "name: {name}\nprecision: fp32\nprofiles:\n  - input_ids: 1x16:16x128:32x512\n" \
+            "    attention_mask: 1x16:16x128:32x512\n"
+STALE_EVERY = 20  # one model in 20 has a newer export registered (and two failed targets)
+
+
+def fleet_doc() -> dict:
+    gpus = {k: {"nvml_name": n, "compute_capability": cc, "memory_gib": mem, "pool": k} for k, n, cc, mem in DATACENTER}
+    gpus.update({k: {"nvml_name": n, "compute_capability": cc, "memory_gib": 24, "pool": k} for k, n, cc in RTX})
+    targets = [{"id": f"{k}-trt{v}", "gpu": k, "toolchain": f"trt-{v}"} for k, *_ in DATACENTER for v in ("10", "11")]
+    targets += [{"id": f"{k}-rtx", "gpu": k, "toolchain": "rtx-1.7", "release_on": "built"} for k, *_ in RTX]
+    return {"version": 1, "toolchains": {"trt-10": {"flavour": "tensorrt", "version": "10.16.1.11"},
+                                         "trt-11": {"flavour": "tensorrt", "version": "11.4.0.106"},
+                                         "rtx-1.7": {"flavour": "tensorrt_rtx", "version": "1.7.1.116"}},
+            "gpus": gpus, "targets": targets}
+
+
+def template_manifest(work: Path) -> dict:
+    """A real manifest: the example encoder built for one RTX target on this machine."""
+    import yaml
+
+    from examples.encoder import make_model
+    from trtfarm.pipeline import run_local
+    from trtfarm.planning.requests import MatrixRequest
+    from trtfarm.store import open_store
+
+    doc = fleet_doc()
+    one = {**doc, "targets": [t for t in doc["targets"] if t["id"] == "rtx-4090-rtx"]}
+    (work / "one.yaml").write_text(yaml.safe_dump(one))
+    (work / "encoder").mkdir()
+    (work / "encoder/model.onnx").write_bytes(make_model.encoder_model(0).SerializeToString(deterministic=True))
+    (work / "encoder/farm.yaml").write_text(FARM_YAML.format(name="encoder"))
+    store = (work / "template-store").as_uri()
+    run_local(MatrixRequest(model=str(work / "encoder/model.onnx"), store=store, targets_file=str(work / "one.yaml"),
+                            dispatch="local"), report="none")
+    s = open_store(store)
+    return json.loads(s.get(next(k for k in s.list("plans/") if k.endswith("manifest.json"))).data)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def synthetic_objects(models: int, template: dict, fleet) -> dict[str, bytes]:
+    """Every object of the store: key -> bytes (registry, plans, manifests, release pointers, run outcomes)."""
+    from trtfarm import layout
+    from trtfarm.profiles.profile import profile_from_args
+    from trtfarm.vocabulary.exports import ExportFile, ExportRecord
+    from trtfarm.vocabulary.fleet import select_targets
+    from trtfarm.vocabulary.model import ModelSource
+    from trtfarm.vocabulary.pointer import ReleaseEvent, ReleasePointer
+    from trtfarm.vocabulary.targets import plan_targets
+
+    targets = select_targets(fleet)
+    profiles = [profile_from_args(["input_ids=1x16:16x128:32x512", "attention_mask=1x16:16x128:32x512"])]
+    objects: dict[str, bytes] = {}
+
+    def export(name: str, i: int, generation: int) -> ModelSource:
+        onnx = _digest(f"{name}/{generation}")
+        export_id = f"2026{generation + 1:02d}01T000000{i:06d}Z-{onnx[:12]}"
+        prefix = layout.export_prefix(name, export_id)
+        spec = FARM_YAML.format(name=name).encode()
+        objects[layout.export_file_key(prefix, "farm.yaml")] = spec
+        registered = f"2026-{generation + 1:02d}-01T00:00:00+00:00"
+        record = ExportRecord(name=name, export_id=export_id, registered_at=registered,
+                              onnx_digest=onnx, graph_digest=_digest(f"{name}/graph"), model_files=["model.onnx"],
+                              files={"model.onnx": ExportFile(sha256=onnx, bytes=(20 + i % 200) << 20),
+                                     "farm.yaml": ExportFile(sha256=hashlib.sha256(spec).hexdigest(),
+                                                             bytes=len(spec))})
+        objects[layout.export_file_key(prefix, layout.EXPORT_NAME)] = record.to_bytes()
+        return ModelSource(name=name, path=Path("/absent/model.onnx"), source_uri=f"s3://bench/{prefix}/model.onnx",
+                           onnx_digest=onnx, graph_digest=record.graph_digest, exported_at=record.registered_at)
+
+    for i in range(models):
+        name = f"m{i:04d}"
+        model = export(name, i, 0)
+        outcomes = []
+        for p in plan_targets(model, model.onnx_digest, targets, profiles, None):
+            t = p.target
+            doc = json.loads(json.dumps(template))
+            doc["model"].update(name=name, source_uri=model.source_uri, onnx_digest=model.onnx_digest,
+                                graph_digest=model.graph_digest, exported_at=model.exported_at, files=[])
+            doc["precision"]["converted_onnx_digest"] = model.onnx_digest
+            doc["target"].update(target_id=t.id, gpu=t.gpu_key, gpu_name=t.gpu.nvml_name,
+                                 compute_capability=t.gpu.compute_capability, compat_class=t.compat_class,
+                                 flavour=t.toolchain.flavour.value, toolchain_version=t.toolchain.version)
+            doc["build"].update(build_digest=p.build_digest, settings=t.settings.model_dump(mode="json"),
+                                wall_s=float(60 + (i * 7 + len(t.id) * 13) % 900), built_for_target=t.id)
+            doc["plan"].update(key=layout.plan_key(p.prefix), bytes=1024)
+            if t.toolchain.flavour.value == "tensorrt":
+                doc["verification"]["engine"] = {"status": "passed", "detail": "validated on its GPU", "figures": {}}
+            manifest = json.dumps(doc, indent=2).encode()
+            objects[layout.plan_key(p.prefix)] = b"\0" * 1024
+            objects[layout.manifest_key(p.prefix)] = manifest
+            at = "2026-01-02T00:00:00+00:00"
+            pointer = ReleasePointer(model=name, gpu=t.gpu_key, toolchain=t.toolchain_label,
+                                     manifest=layout.manifest_key(p.prefix), plan_key=layout.plan_key(p.prefix),
+                                     plan_sha256=doc["plan"]["sha256"], onnx_digest=model.onnx_digest,
+                                     build_digest=p.build_digest, exported_at=model.exported_at,
+                                     history=[ReleaseEvent(action="release", manifest=layout.manifest_key(p.prefix),
+                                                           onnx_digest=model.onnx_digest, exported_at=model.exported_at,
+                                                           at=at, by="bench", reason="built by the nightly")])
+            objects[p.release_key] = pointer.model_dump_json(indent=2).encode()
+            outcomes.append({"target": t.id, "status": "up-to-date", "reason": "", "build_digest": p.build_digest})
+        objects[layout.report_key(name, "nightly-1", layout.OUTCOMES_NAME)] = json.dumps(outcomes).encode()
+        if i % STALE_EVERY == 0:  # a newer export, registered; the latest run failed two of its targets
+            newer = export(name, i, 1)
+            failed = [{"target": p.target.id, "status": "failed", "reason": "the tensorrt builder failed: out of "
+                       "memory", "build_digest": p.build_digest}
+                      for p in plan_targets(newer, newer.onnx_digest, targets[:2], profiles, None)]
+            objects[layout.report_key(name, "nightly-2", layout.OUTCOMES_NAME)] = json.dumps(failed).encode()
+    return objects
+
+
+def write_file_store(root: Path, objects: dict[str, bytes]) -> None:
+    """The file store's layout, written directly (the file store is a folder of these keys)."""
+    for key, data in objects.items():
+        path = root / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    reports = sorted(k for k in objects if k.endswith("/nightly-2/outcomes.json"))
+    for key in reports:  # the second run after the first
+        t = time.time() + 60
+        os.utime(root / key, (t, t))
+
+
+def write_s3_store(bucket: str, prefix: str, objects: dict[str, bytes]) -> None:
+    import boto3
+
+    client = boto3.client("s3")
+    second = [k for k in objects if k.endswith("/nightly-2/outcomes.json")]
+    first = [k for k in objects if k not in set(second)]
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(lambda k: client.put_object(Bucket=bucket, Key=f"{prefix}/{k}", Body=objects[k]), first))
+    time.sleep(1.1)  # the second run's outcomes are later (S3's LastModified has one-second resolution)
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(lambda k: client.put_object(Bucket=bucket, Key=f"{prefix}/{k}", Body=objects[k]), second))
+
+
+def timed(name: str, backend: str, run) -> dict:
+    """Run ``run(open)`` once with every store request counted; the figures of one row."""
+    from tests.store_requests import Tally, _open, counting
+
+    tally = Tally()
+    with counting(tally):
+        t, cpu = time.perf_counter(), time.process_time()
+        result = run(_open)
+        wall, cpu = time.perf_counter() - t, time.process_time() - cpu
+    methods = tally.by_method()
+    return {"scenario": name, "backend": backend, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+            "load": round(os.getloadavg()[0], 1), "requests": tally.total,
+            "listings": methods.get("list_versions", 0) + methods.get("list", 0) + methods.get("list_sizes", 0),
+            "gets": methods.get("get", 0), "writes": sum(methods.get(m, 0) for m in (
+                "put_if_absent", "compare_and_swap", "upload_file", "delete")), "result": result}
+
+
+def scenarios(uri: str, backend: str, fleet_file: Path, cache_dir: Path) -> list[dict]:
+    """Every view, cold then warm, on the store at ``uri``."""
+    from trtfarm.planning.overview import dry_run, plan_fleet, run_exports, status
+    from trtfarm.vocabulary.fleet import Fleet
+    from trtfarm.vocabulary.fleet_file import load_fleet
+
+    current = load_fleet(fleet_file)
+    bump = fleet_doc()
+    bump["toolchains"]["trt-11"]["version"] = "11.5.0.20"
+    gpu = fleet_doc()
+    gpu["gpus"]["b200"] = {"nvml_name": "NVIDIA B200", "compute_capability": "10.0", "memory_gib": 180, "pool": "b200"}
+    gpu["targets"] += [{"id": f"b200-trt{v}", "gpu": "b200", "toolchain": f"trt-{v}"} for v in ("10", "11")]
+    proposals = {"bump TensorRT 11.4 -> 11.5": Fleet.model_validate(bump),
+                 "add a GPU model (B200)": Fleet.model_validate(gpu), "no change": current}
+    views = {f"plan: {n}": (lambda o, p=p: plan_fleet(o(uri), current, p).counts()) for n, p in proposals.items()}
+    views["status"] = lambda o: status(o(uri), current).counts()
+    views["farm run --dry-run"] = lambda o: dry_run(o(uri), current, run_exports(o(uri), None)).counts()
+    rows = []
+    for cache in ("cold", "warm"):  # warm: each view again, with the summary cache its cold run left
+        for i, (name, run) in enumerate(views.items()):
+            tempfile.tempdir = str(cache_dir / backend / str(i))
+            Path(tempfile.tempdir).mkdir(parents=True, exist_ok=True)
+            rows.append(timed(f"{name}, {cache}", backend, run))
+    tempfile.tempdir = None
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", type=int, default=1000)
+    parser.add_argument("--backend", choices=["both", "file", "s3"], default="file",
+                        help="s3: moto's server, whose own listing is slow beyond a few thousand keys")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    import yaml
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(stderr=args.json)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="trtfarm-fleet-views-") as tmp:
+        work = Path(tmp)
+        fleet_file = work / "gpu_targets.yaml"
+        fleet_file.write_text(yaml.safe_dump(fleet_doc()))
+        from trtfarm.vocabulary.fleet_file import load_fleet
+
+        t = time.perf_counter()
+        objects = synthetic_objects(args.models, template_manifest(work), load_fleet(fleet_file))
+        console.print(f"setup: {len(objects):,} objects for {args.models} models x 20 targets in "
+                      f"{time.perf_counter() - t:.1f} s")
+        if args.backend in ("both", "file"):
+            write_file_store(work / "store", objects)
+            rows += scenarios((work / "store").as_uri(), "file", fleet_file, work / "caches")
+        if args.backend in ("both", "s3"):
+            from bench._moto import start_moto_bucket
+
+            server, _ = start_moto_bucket("fleet")
+            try:
+                t = time.perf_counter()
+                write_s3_store("fleet", "farm", objects)
+                console.print(f"setup: moto S3 store written in {time.perf_counter() - t:.1f} s")
+                rows += scenarios("s3://fleet/farm", "s3", fleet_file, work / "caches")
+            finally:
+                server.stop()
+    if args.json:
+        print(json.dumps({"models": args.models, "targets": 20, "objects": len(objects), "cores": os.cpu_count(),
+                          "rows": rows}, indent=2))
+        return
+    table = Table(title=f"fleet views: {args.models} models x 20 targets ({os.cpu_count()} cores)")
+    for col in ("scenario", "store", "wall s", "CPU s", "load", "listings", "GETs", "writes"):
+        table.add_column(col, justify="left" if col in ("scenario", "store") else "right")
+    for r in rows:
+        table.add_row(r["scenario"], r["backend"], f"{r['wall_s']:.2f}", f"{r['cpu_s']:.2f}", f"{r['load']:.1f}",
+                      str(r["listings"]), str(r["gets"]), str(r["writes"]))
+    console.print(table)
+    console.print("load: the machine's 1-minute load average as the row ran (other work on the same cores)")
+    for r in rows:
+        if r["scenario"].endswith("warm"):
+            console.print(f"{r['scenario'].rsplit(',', 1)[0]}: " + ", ".join(f"{n} {k}" for k, n in
+                                                                           r["result"].items() if n))
+
+
+if __name__ == "__main__":
+    main()

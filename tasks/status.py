@@ -1,0 +1,32 @@
+"""The fleet's status as a nightly run ends: ``status/status.html`` in the store and a Prefect artifact."""
+
+from __future__ import annotations
+
+from prefect import get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from tasks.build import retry_infrastructure_only
+from tasks.report import SHARE_S
+from trtfarm import layout
+from trtfarm.planning.overview import status
+from trtfarm.reports.fleet_html import status_html, status_markdown, store_status_page
+from trtfarm.store import open_store
+from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
+
+
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
+def publish_status(store_uri: str, targets_file: str) -> str:
+    """Write the matrix of every model x target to the store (``status.html``) and post it as an artifact.
+
+    The artifact (key ``fleet-status``) holds the matrix as markdown and a link to the page: a presigned one for an
+    S3 store, the page's URL for a file store. Returns the page's URL.
+    """
+    store = open_store(store_uri)
+    found = status(store, load_fleet(targets_file), trust=signing_settings(targets_file, only="trust").trusted_keys())
+    url = store_status_page(store, status_html(found))
+    create_markdown_artifact(status_markdown(found, url, store.share_url(layout.status_page_key(), SHARE_S)),
+                             key="fleet-status", description="trtfarm fleet status: " + ", ".join(
+                                 f"{n} {s}" for s, n in found.counts().items() if n))
+    get_run_logger().info("fleet status: %s", url)
+    return url

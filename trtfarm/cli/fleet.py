@@ -1,0 +1,256 @@
+"""The fleet at a glance: ``trtfarm plan`` (what a proposed fleet would cost) and ``trtfarm status`` (the matrix).
+
+Both read the store and write nothing to it. ``farm run --dry-run`` prints its decisions with ``print_decisions``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from trtfarm.cli.common import (
+    JSON_OPT,
+    STORE_OPT,
+    TARGETS_OPT,
+    app,
+    err,
+    fail,
+    message_text,
+    out,
+    store_uri,
+    targets_path,
+)
+from trtfarm.cli.tables import Column, fitted_table
+from trtfarm.errors import TrtfarmError
+from trtfarm.vocabulary.fleetview import NOTHING_RELEASED, duration_text
+
+WIDE_OPT = typer.Option(False, "--wide", help="every column, however wide the terminal")
+FOLD = 40  # more changes than this: the table groups them by target (``--json`` lists each pair)
+ACTION_STYLE = {"rebuild": "yellow", "new": "cyan", "drop": "magenta", "keep": "green"}
+STATE_STYLE = {"released": "green", "pending": "yellow", "stale": "dark_orange", "failed": "bold red",
+               "missing": "dim"}
+
+
+def print_decisions(decisions, title: str, wide: bool = False) -> None:
+    """The decisions of a what-if (or a dry run) for a terminal: the changes, the cost per pool, what keeps."""
+    counts = ", ".join(f"{n} {a}" for a, n in decisions.counts().items() if n) or "nothing in scope"
+    total = sum(decisions.pool_seconds().values())
+    out.print(message_text(f"{title}: {counts}; estimated {duration_text(total)} of GPU time"), highlight=False)
+    changed = decisions.changed()
+    if not changed:
+        out.print("no (model, target) changes: every plan in scope stays as it is", highlight=False)
+    elif len(changed) <= FOLD or wide:
+        _changes_table(changed, wide)
+    else:
+        _grouped_table(changed)
+    pools = decisions.pool_seconds()
+    if pools:
+        out.print("estimated build time per work pool:", highlight=False)
+        table = Table()
+        for col, justify in (("pool", "left"), ("builds", "right"), ("GPU time", "right")):
+            table.add_column(col, justify=justify, no_wrap=True)
+        for pool, seconds in pools.items():
+            builds = sum(d.pool == pool and d.action in ("rebuild", "new") and d.basis_kind != "shared"
+                         for d in decisions.decisions)
+            table.add_row(escape(pool), str(builds), duration_text(seconds))
+        out.print(table)
+        bases = ", ".join(f"{n} {k}" for k, n in decisions.bases().items())
+        out.print(message_text(f"estimates from: {bases} (--json and --html give each basis)"), highlight=False)
+    kept = decisions.kept()
+    keeps = [f"{t} ({'all ' if k == n else ''}{k}{'' if k == n else f' of {n}'})" for t, (k, _, n) in kept.items()
+             if k]
+    unbuilt = [f"{t} ({u} of {n})" for t, (_, u, n) in kept.items() if u]
+    if keeps:
+        out.print(message_text("keep their plans: " + ", ".join(keeps)), highlight=False)
+    if unbuilt:
+        out.print(message_text("unchanged by this fleet, not built yet for the current exports (the next run builds "
+                               "them anyway): "
+                               + ", ".join(unbuilt)), highlight=False)
+    for line in decisions.serving:
+        out.print(message_text(f"serving: {line}"), highlight=False)
+    for line in decisions.refused:
+        out.print("[bold red]refused:[/] " + message_text(line), highlight=False)
+    if decisions.triton:
+        names = list(decisions.triton)
+        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        out.print(message_text(f"Triton repositories that change: {len(names)} ({shown}); rerun `trtfarm triton "
+                               "MODEL` after the builds"), highlight=False)
+
+
+def _changes_table(changed, wide: bool) -> None:
+    columns = [Column("model", 4), Column("target"), Column("action"), Column("estimate", 3, "right"),
+               Column("what changes", 1)]
+    cells = [{"model": escape(d.model), "target": escape(d.target),
+              "action": f"[{ACTION_STYLE[d.action]}]{d.action}[/]", "estimate": duration_text(d.estimate_s)
+              if d.basis_kind != "shared" else "shared", "what changes": message_text("; ".join(d.reasons))}
+             for d in changed]
+    table, dropped = fitted_table(out, columns, cells, wide=wide)
+    out.print(table)
+    if "what changes" in dropped or "model" in dropped:
+        for d in changed:
+            out.print(message_text(f"  {d.model}/{d.target}: {'; '.join(d.reasons)}"), highlight=False)
+
+
+def _grouped_table(changed) -> None:
+    groups: dict[tuple, list] = {}
+    for d in changed:
+        groups.setdefault((d.target, d.action, d.reasons[0] if d.reasons else ""), []).append(d)
+    columns = [Column("target"), Column("action"), Column("models", 3, "right"), Column("GPU time", 2, "right"),
+               Column("what changes", 1)]
+    cells = [{"target": escape(t), "action": f"[{ACTION_STYLE[a]}]{a}[/]", "models": str(len(ds)),
+              "GPU time": duration_text(sum(d.estimate_s or 0 for d in ds)), "what changes": message_text(why)}
+             for (t, a, why), ds in groups.items()]
+    table, dropped = fitted_table(out, columns, cells)
+    out.print(table)
+    if "what changes" in dropped:
+        for (t, a, why), _ in groups.items():
+            out.print(message_text(f"  {t} ({a}): {why}"), highlight=False)
+    out.print(message_text(f"{len(changed)} (model, target) changes in {len(groups)} groups; --json lists each pair "
+                           "with its reasons and estimate"), highlight=False)
+
+
+@app.command("plan")
+def plan(models: list[str] = typer.Argument(None, help="models to plan (default: every model in the store)"),
+         fleet: Path = typer.Option(..., "--fleet", metavar="PROPOSED.yaml", help="the proposed fleet file"),
+         html: Path = typer.Option(None, "--html", metavar="DIR", help="also write plan.html (with a chart of "
+                                   "GPU-minutes per pool) into DIR"),
+         store: str = STORE_OPT, targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
+         wide: bool = WIDE_OPT) -> None:
+    """What a proposed fleet would cost before it runs: which plans rebuild, keep, are new or dropped, and why.
+
+    Compares the fleet as it is (--targets-file) with PROPOSED.yaml against the store, and estimates each build from
+    the build times manifests record. Reads the store; writes nothing to it.
+    """
+    from trtfarm.planning.overview import plan_fleet
+    from trtfarm.store import open_store
+    from trtfarm.vocabulary.fleet_file import load_fleet
+
+    try:
+        current = load_fleet(targets_path(targets_file))
+        proposed = load_fleet(fleet)
+        with err.status("reading the store's listings and manifests", spinner="dots"):
+            decisions = plan_fleet(open_store(store_uri(store)), current, proposed, models or [])
+    except TrtfarmError as e:
+        raise fail(e) from e
+    written = _plan_page(decisions, fleet, html) if html else None
+    if as_json:
+        print(json.dumps([d.to_json() for d in decisions.decisions], indent=2))
+    else:
+        print_decisions(decisions, f"plan {fleet.name}", wide)
+    if written:
+        err.print(message_text(f"html: {written} (open it in a browser)"), highlight=False)
+
+
+def _plan_page(decisions, fleet: Path, folder: Path) -> Path:
+    from trtfarm.reports.fleet_html import plan_html, pool_chart
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        chart = pool_chart(decisions, folder)
+        page = folder / "plan.html"
+        page.write_text(plan_html(f"trtfarm plan: {fleet.name}", decisions, chart))
+    except OSError as e:
+        raise fail(f"--html {folder}: cannot write there ({e.strerror}); give a folder you can write to") from e
+    return page
+
+
+@app.command("status")
+def status(models: list[str] = typer.Argument(None, help="models to show (default: every model in the store)"),
+           html: Path = typer.Option(None, "--html", metavar="FILE", help="also write the matrix as one "
+                                     "self-contained HTML page (e.g. status.html)"),
+           store: str = STORE_OPT, targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
+           wide: bool = WIDE_OPT) -> None:
+    """Every model x target at a glance: released (age, precision, engine check, signature), stale, failed, missing.
+
+    Reads the store; writes nothing to it.
+    """
+    from trtfarm.planning.overview import status as fleet_status
+    from trtfarm.store import open_store
+    from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
+
+    try:
+        path = targets_path(targets_file)
+        fleet = load_fleet(path)
+        trust = signing_settings(path, only="trust").trusted_keys()
+        with err.status("reading the store's listings and manifests", spinner="dots"):
+            found = fleet_status(open_store(store_uri(store)), fleet, models or [], trust=trust)
+    except TrtfarmError as e:
+        raise fail(e) from e
+    if html:
+        from trtfarm.reports.fleet_html import status_html
+
+        try:
+            html.write_text(status_html(found))
+        except OSError as e:
+            raise fail(f"--html {html}: cannot write it ({e.strerror}); give a file you can write") from e
+    for problem in found.problems:
+        err.print(message_text(f"skipped: {problem}"), highlight=False, soft_wrap=True)
+    if as_json:
+        print(json.dumps([c.to_json() for c in found.cells], indent=2))
+    else:
+        print_status(found, wide)
+    if html:
+        err.print(message_text(f"html: {html} (open it in a browser)"), highlight=False)
+
+
+def print_status(found, wide: bool = False) -> None:
+    """The matrix for a terminal, folded into one block per model when the targets do not fit across."""
+    from trtfarm.reports.fleet_html import CELL_TEXT, cell_text
+    from trtfarm.vocabulary.fleetview import age_text
+
+    counts = ", ".join(f"{n} {s}" for s, n in found.counts().items() if n) or "nothing"
+    out.print(message_text(f"fleet status: {len(found.models)} models x {len(found.targets)} targets in "
+                           f"{found.store}: {counts}"), highlight=False)
+    table = Table("model", *(escape(t) for t in found.targets), show_lines=False)
+    for model in found.models:
+        cells = [found.cell(model, t) for t in found.targets]
+        table.add_row(escape(model), *(f"[{STATE_STYLE[c.state]}]{cell_text(c)}[/]" if c else "[dim]·[/]"
+                                       for c in cells))
+    from rich.measure import Measurement
+
+    if wide or Measurement.get(out, out.options.update_width(10_000), table).maximum <= out.width:
+        out.print(table)
+        out.print(message_text(f"{CELL_TEXT['released']} AGE released (* engine check pending on its GPU), "
+                               "pend waiting for its engine check, stale, FAIL failed, — missing, · not a target of "
+                               "the model"), highlight=False)
+        _why(found)
+        return
+    width = 2 + max(map(len, found.targets), default=0)
+    for model in found.models:
+        out.print(message_text(model), style="bold", highlight=False)
+        block = Table.grid(padding=(0, 2))
+        block.add_column(no_wrap=True, min_width=width)
+        block.add_column(no_wrap=True, min_width=8)
+        block.add_column()
+        for target in found.targets:
+            c = found.cell(model, target)
+            if c is None:
+                continue
+            if c.state == "released":
+                facts = [f"{age_text(c.age_s)} ago", c.precision, f"engine {c.engine}", c.signed]
+                detail = ", ".join(f for f in facts if f)
+            else:
+                detail = c.reason + (f" (since {c.since[:16].replace('T', ' ')})" if c.since and c.state ==
+                                     "failed" else "")
+            block.add_row(f"  {escape(target)}", f"[{STATE_STYLE[c.state]}]{c.state}[/]", message_text(detail))
+        out.print(block)
+
+
+def _why(found) -> None:
+    """Why targets are failed, stale, pending (or missing, where a run said why): a line per target, state, reason."""
+    groups: dict[tuple[str, str, str], list] = {}
+    for c in found.cells:
+        if c.state in ("failed", "stale", "pending") or (c.state == "missing" and c.reason != NOTHING_RELEASED):
+            groups.setdefault((c.target, c.state, c.reason), []).append(c)
+    for (target, state, reason), cells in groups.items():
+        since = min((c.since for c in cells if c.since), default=None) if state == "failed" else None
+        names = [c.model for c in cells]
+        who = names[0] if len(names) == 1 else f"{len(names)} models ({', '.join(names[:5])}" + (
+            ", ...)" if len(names) > 5 else ")")
+        out.print(f"  [{STATE_STYLE[state]}]{state}[/] " + message_text(
+            f"{target} of {who}: {reason}" + (f" (since {since[:16].replace('T', ' ')})" if since else "")),
+            highlight=False)

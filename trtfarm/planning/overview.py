@@ -1,0 +1,76 @@
+"""The fleet views' entry points: ``trtfarm plan``, ``farm run --dry-run`` and ``trtfarm status`` call these.
+
+Each opens one ``StoreSurvey`` (listings, and a summary cache on this machine), finds each model's next build, and
+returns typed results. None writes to the store.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from trtfarm.errors import UserInputError
+from trtfarm.planning.expected import expected_exports
+from trtfarm.planning.status import fleet_status
+from trtfarm.planning.whatif import decide_fleet
+from trtfarm.publishing.registry import resolve_model
+from trtfarm.publishing.summaries import SummaryCache
+from trtfarm.publishing.survey import StoreSurvey
+from trtfarm.signing.keys import TrustedKeys
+from trtfarm.store import Store
+from trtfarm.vocabulary.exports import ExportRef
+from trtfarm.vocabulary.fleet import Fleet
+from trtfarm.vocabulary.fleetview import FleetDecisions, FleetStatus
+
+
+def survey_of(store: Store, *, runs: bool = False, cache: bool = True) -> StoreSurvey:
+    """The store's survey, with this machine's summary cache of it (``cache=False``: read everything afresh)."""
+    return StoreSurvey(store, SummaryCache.for_store(store.uri) if cache else None, runs=runs)
+
+
+def _models(survey: StoreSurvey, names: list[str]) -> list[str]:
+    """The models a view covers: those named (each must be known to the store), else every one."""
+    known = survey.models()
+    unknown = [m for m in names if m not in known]
+    if unknown:
+        shown = ", ".join(known[:20]) + (f" (and {len(known) - 20} more)" if len(known) > 20 else "")
+        raise UserInputError(f"no export, plan or release of {', '.join(map(repr, unknown))} in {survey.store.uri}; "
+                             f"known models: {shown or 'none'}. Fix: check the name (`trtfarm models ls`, "
+                             "`trtfarm plans`) and --store")
+    return list(dict.fromkeys(names)) or known
+
+
+def plan_fleet(store: Store, current: Fleet | None, proposed: Fleet, models: list[str] | None = None, *,
+               targets: list[str] | None = None, cache: bool = True) -> FleetDecisions:
+    """What ``proposed`` would build, keep and drop for ``models`` (all by default), against ``current``."""
+    survey = survey_of(store, cache=cache)
+    expected = expected_exports(survey, _models(survey, models or []))
+    decisions = decide_fleet(survey, expected, current, proposed, target_ids=targets)
+    survey.save()
+    return decisions
+
+
+def dry_run(store: Store, fleet: Fleet, exports: list[ExportRef], *, targets: list[str] | None = None,
+            precision: str | None = None, force: bool = False) -> FleetDecisions:
+    """What a run of ``exports`` would do now (``farm run --dry-run``): the fleet as it is, against the store."""
+    survey = survey_of(store)
+    expected = expected_exports(survey, [e.name for e in exports], precision, {e.name: e for e in exports})
+    decisions = decide_fleet(survey, expected, fleet, fleet, baseline="store", target_ids=targets, force=force)
+    survey.save()
+    return decisions
+
+
+def run_exports(store: Store, model: str | None) -> list[ExportRef]:
+    """The exports a farm run of ``model`` builds: the named one (name, name@id or a URI), else every latest."""
+    from trtfarm.publishing.registry import latest_exports
+
+    return [resolve_model(store, model)] if model else latest_exports(store)
+
+
+def status(store: Store, fleet: Fleet, models: list[str] | None = None, *, targets: list[str] | None = None,
+           trust: TrustedKeys | None = None, now: datetime | None = None, cache: bool = True) -> FleetStatus:
+    """The matrix of ``models`` (all by default) x the fleet's targets (``targets``: only those)."""
+    survey = survey_of(store, runs=True, cache=cache)
+    expected = expected_exports(survey, _models(survey, models or []))
+    found = fleet_status(survey, expected, fleet, trust=trust, target_ids=targets, now=now)
+    survey.save()
+    return found

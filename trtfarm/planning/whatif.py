@@ -1,0 +1,226 @@
+"""What a run under a proposed fleet would do, decided from the store without writing to it.
+
+``decide_fleet`` takes the fleet as it is and a proposed one and returns one ``TargetDecision`` per (model, target):
+``keep`` when the build the proposed fleet gives is published already, ``rebuild`` when it is not and the target
+had plans, ``new`` for a target the fleet gains (or one never built), ``drop`` for a target it loses. Each rebuild
+names what changed in the build digest against the closest published build (toolchain, GPU, builder setting,
+precision recipe, export, profiles) and carries an estimate of its build time. A run with the fleet unchanged is
+``farm run --dry-run``: the same function, the same fleet twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from trtfarm import layout
+from trtfarm.planning.estimate import Estimator, Want
+from trtfarm.planning.expected import SAME_INPUTS, ExpectedExport, build_changes, digest_part
+from trtfarm.publishing.survey import Folder, StoreSurvey
+from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
+from trtfarm.vocabulary.fleetview import FleetDecisions, TargetDecision
+
+
+@dataclass(frozen=True)
+class _Open:
+    """A pair that needs a build: what the decision is made of before reasons and estimates are known."""
+
+    model: str
+    target: ResolvedTarget
+    current: ResolvedTarget | None
+    digest: str | None
+    previous: Folder | None
+    changes: tuple[str, ...] | None = None  # what the proposed fleet changes for it (None: judged by the store)
+
+
+Baseline = Literal["fleet", "store"]
+
+
+def decide_fleet(survey: StoreSurvey, expected: dict[str, ExpectedExport], current: Fleet | None, proposed: Fleet,
+                 *, baseline: Baseline = "fleet", target_ids: list[str] | None = None,
+                 force: bool = False) -> FleetDecisions:
+    """Every (model, target) decision of a run under ``proposed``.
+
+    ``baseline="fleet"`` (``trtfarm plan``): what the change from ``current`` costs; a pair whose build the proposal
+    leaves as it is keeps, built or not. ``baseline="store"`` (``farm run --dry-run``): what a run would do now; a
+    pair keeps only when its build is published.
+    """
+    unknown = [i for i in target_ids or [] if i not in _ids(proposed) | _ids(current)]
+    if unknown:
+        select_targets(proposed, unknown)  # the user's error, naming the known targets
+    now = {t.id: t for t in select_targets(proposed) if not target_ids or t.id in target_ids}
+    was = {t.id: t for t in select_targets(current) if not target_ids or t.id in target_ids} if current else {}
+    parts = {t.id: digest_part(t) for t in now.values()}
+    fleet_changes = {i: tuple(target_changes(was[i], t)) for i, t in now.items() if i in was} \
+        if baseline == "fleet" else {}  # what the proposal changes for each target: the same for every model
+    order = list(now) + [i for i in was if i not in now]
+    decisions: dict[tuple[str, str], TargetDecision] = {}
+    pending: list[_Open] = []
+    for model in sorted(expected):
+        x = expected[model]
+        for tid in order:
+            if not x.covers(tid):
+                continue
+            t, c = now.get(tid), was.get(tid)
+            if t is None:
+                decisions[model, tid] = TargetDecision(model, tid, "drop", ("target removed from the fleet: its "
+                                                       "released plans stay in the store until `trtfarm gc`",),
+                                                       0.0, "nothing to build", "nothing to build", c.gpu.pool)
+                continue
+            digest = x.digest(t, parts[tid])
+            published = digest is not None and survey.published(x.prefix(t, digest))
+            changes = fleet_changes.get(tid)
+            keep = _kept(survey, x, t, published, changes, force)
+            if keep is not None:
+                decisions[model, tid] = TargetDecision(model, tid, "keep", keep, 0.0, "nothing to build",
+                                                       "nothing to build", t.gpu.pool, digest, published)
+            else:
+                pending.append(_Open(model, t, c, digest, _closest(survey, x, t, c), changes))
+    decisions.update(_open_decisions(survey, expected, pending, current, proposed, force))
+    ordered = [decisions[m, t] for m in sorted(expected) for t in order if (m, t) in decisions]
+    return FleetDecisions(_share_builds(ordered), serving_changes(current, proposed), _triton(ordered),
+                          _refused(expected, proposed))
+
+
+def _refused(expected: dict[str, ExpectedExport], proposed: Fleet) -> list[str]:
+    """Models whose build spec names a target the proposed fleet lacks: a run refuses them (exit 2)."""
+    ids = _ids(proposed)
+    lines = []
+    for model, x in sorted(expected.items()):
+        gone = [t for t in x.targets or () if t not in ids]
+        if gone:
+            lines.append(f"{model}: its farm.yaml names {', '.join(gone)}, which the proposed fleet lacks: a run "
+                         f"refuses {model} until farm.yaml's targets or the fleet change")
+    return lines
+
+
+def _kept(survey: StoreSurvey, x: ExpectedExport, t: ResolvedTarget, published: bool,
+          changes: tuple[str, ...] | None, force: bool) -> tuple[str, ...] | None:
+    """Why the pair keeps (its notes), or None when it builds."""
+    if force:
+        return None
+    if changes == ():  # the proposal leaves every input of its build as it is
+        return () if published else ("not built under the current fleet either: the next run builds it anyway",)
+    if published:
+        unreleased = layout.release_key(x.model, t.gpu_key, t.toolchain_label) not in survey.pointers
+        return ("published already",) + (("published, not released yet: the run releases it when the target's "
+                                          "policy allows",) if unreleased else ())
+    return None
+
+
+def _ids(fleet: Fleet | None) -> set[str]:
+    return {t.id for t in fleet.targets} if fleet else set()
+
+
+def _closest(survey: StoreSurvey, x: ExpectedExport, t: ResolvedTarget, c: ResolvedTarget | None) -> Folder | None:
+    """The published build a rebuild replaces: this target's GPU (as the fleet has it now), its toolchain first."""
+    gpu, label = (c or t).gpu_key, (c or t).toolchain_label
+    flavour = label.rsplit("-", 1)[0]
+    rank = survey.export_rank(x.model)
+    found = [f for f in survey.by_model.get(x.model, []) if f.gpu == gpu and survey.published(f.prefix)]
+    if not found:
+        return None
+    return max(found, key=lambda f: (f.onnx12 == x.onnx_digest[:12], f.toolchain == label,
+                                     f.toolchain.rsplit("-", 1)[0] == flavour, rank.get(f.onnx12, -1)))
+
+
+def _open_decisions(survey: StoreSurvey, expected: dict[str, ExpectedExport], pending: list[_Open],
+                    current: Fleet | None, proposed: Fleet, force: bool) -> dict[tuple[str, str], TargetDecision]:
+    """Reasons and estimates of the pairs that build: their closest published manifests are read together."""
+    previous = survey.manifests({p.previous.prefix for p in pending if p.previous})
+    capabilities = {k: g.compute_capability for fleet in (current, proposed) if fleet for k, g in fleet.gpus.items()}
+    sizes = {m: x.size_bytes for m, x in expected.items() if x.size_bytes}
+    sizes.update(_other_sizes(survey, sizes))
+    wants = [Want(p.model, expected[p.model].size_bytes, p.target,
+                  previous.get(p.previous.prefix) if p.previous else None) for p in pending]
+    estimates = Estimator(survey, capabilities, sizes).estimates(wants)
+    out = {}
+    for p, w, (seconds, basis, kind) in zip(pending, wants, estimates, strict=True):
+        x, gained = expected[p.model], current is not None and p.current is None
+        if gained:
+            action, reasons = "new", [_gained(p.target, current)]
+        elif p.changes:
+            action, reasons = "rebuild", list(p.changes)
+        elif w.previous is None:
+            action, reasons = "new", ["nothing published for this target yet"]
+        else:
+            action, reasons = "rebuild", build_changes(w.previous, x, p.target)
+        if x.unknown:
+            reasons.append(x.unknown)
+        if force and action == "rebuild":
+            reasons = ["--force: published targets are rebuilt", *[r for r in reasons if r != SAME_INPUTS]]
+        out[p.model, p.target.id] = TargetDecision(p.model, p.target.id, action, tuple(reasons), seconds, basis, kind,
+                                                   p.target.gpu.pool, p.digest)
+    return out
+
+
+def _other_sizes(survey: StoreSurvey, known: dict[str, int]) -> dict[str, int]:
+    """Sizes of registered models outside this view, from their records (size-based estimates scale by them)."""
+    others = [m for m in survey.exports if m not in known]
+    return {m: sum(f.bytes for n, f in r.files.items() if n in (r.model_files or [layout.ONNX_NAME]))
+            for m, r in survey.records(others).items()}
+
+
+def target_changes(c: ResolvedTarget, t: ResolvedTarget) -> list[str]:
+    """What a fleet change does to one target's build: toolchain, GPU, compatibility class, builder settings."""
+    reasons = []
+    if (c.toolchain.flavour, c.toolchain.version) != (t.toolchain.flavour, t.toolchain.version):
+        reasons.append(f"toolchain: {c.toolchain.flavour.value} {c.toolchain.version} -> "
+                       f"{t.toolchain.flavour.value} {t.toolchain.version}")
+    if c.gpu_key != t.gpu_key:
+        reasons.append(f"GPU: {c.gpu_key} -> {t.gpu_key}")
+    elif c.compat_class != t.compat_class:
+        reasons.append(f"GPU class: {c.compat_class} -> {t.compat_class}")
+    was, now = c.settings.model_dump(mode="json"), t.settings.model_dump(mode="json")
+    reasons += [f"builder setting: {k} {was.get(k)} -> {now.get(k)}" for k in sorted(set(was) | set(now))
+                if was.get(k) != now.get(k)]
+    return reasons
+
+
+def _gained(t: ResolvedTarget, current: Fleet) -> str:
+    what = "new GPU model" if t.gpu_key not in current.gpus else "new target"
+    return (f"{what}: {t.gpu_key} ({t.gpu.nvml_name}, pool {t.gpu.pool}) x {t.toolchain.flavour.value} "
+            f"{t.toolchain.version}")
+
+
+def _share_builds(decisions: list[TargetDecision]) -> list[TargetDecision]:
+    """Targets of one model with one build digest are built once: the first carries the estimate, the rest none."""
+    lead: dict[tuple[str, str], str] = {}
+    out = []
+    for d in decisions:
+        key = (d.model, d.build_digest or "")
+        if d.action in ("rebuild", "new") and d.build_digest:
+            if key in lead:
+                d = TargetDecision(d.model, d.target, d.action, d.reasons, 0.0,
+                                   f"built once with {lead[key]} (same build digest {d.build_digest[:12]})",
+                                   "shared", d.pool, d.build_digest)
+            else:
+                lead[key] = d.target
+        out.append(d)
+    return out
+
+
+def _triton(decisions: list[TargetDecision]) -> dict[str, list[str]]:
+    """Model -> the targets whose plan its Triton repository would change (built, or dropped)."""
+    out: dict[str, list[str]] = {}
+    for d in decisions:
+        if d.action != "keep":
+            out.setdefault(d.model, []).append(d.target)
+    return out
+
+
+def serving_changes(current: Fleet | None, proposed: Fleet) -> list[str]:
+    """Serving images declared differently, and images left carrying a TensorRT the toolchain no longer builds."""
+    lines = []
+    for key in sorted(set(current.toolchains if current else {}) | set(proposed.toolchains)):
+        before = current.toolchains.get(key) if current else None
+        after = proposed.toolchains.get(key)
+        was = {(s.image, s.tensorrt_version) for s in before.serving_images} if before else set()
+        now = {(s.image, s.tensorrt_version) for s in after.serving_images} if after else set()
+        lines += [f"{key}: serving image {img} (TensorRT {v}) added" for img, v in sorted(now - was)]
+        lines += [f"{key}: serving image {img} (TensorRT {v}) removed" for img, v in sorted(was - now)]
+        if after and before and after.version != before.version:
+            lines += [f"{key}: serving image {s.image} carries TensorRT {s.tensorrt_version}, but the toolchain now "
+                      f"builds {after.version}: `trtfarm triton` and `pull` refuse its new plans; update serving_images"
+                      for s in after.serving_images if s.tensorrt_version != after.version]
+    return lines

@@ -1,0 +1,233 @@
+"""What fleet views need of each stored object, and a cache of it on this machine keyed by the object's version.
+
+A ``ManifestSummary`` keeps the fields ``trtfarm plan`` and ``trtfarm status`` read (target, toolchain, settings,
+recipe, profiles, build time, checks); a ``PointerSummary`` the release pointer's current move; an ``OutcomeSummary``
+one target's outcome in a run. ``SummaryCache`` holds them in one JSON file per store under the temporary folder, each
+beside the version a listing showed when it was read (``Store.list_versions``): a later view reads only the objects
+whose version changed. The cache never decides anything the store does not say: an entry is used only while the
+listing shows the same version, and a missing or unreadable cache file is an empty cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+import threading
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from trtfarm.vocabulary.manifest import Manifest
+from trtfarm.vocabulary.pointer import ReleasePointer
+
+CACHE_FORMAT = 2
+
+
+class _Row:
+    """A summary stored as one row of values.
+
+    Its ``SHARED`` fields (big, and repeated across many rows: a target's settings, a model's profiles and digests)
+    are stored once in the cache and referenced by their digest.
+    """
+
+    SHARED: tuple[str, ...] = ()
+
+    def to_row(self, intern) -> list:
+        """The row for the cache: each shared field by ``intern(value)``."""
+        return [intern(getattr(self, f.name)) if f.name in self.SHARED else getattr(self, f.name) for f in fields(self)]
+
+    @classmethod
+    def from_row(cls, row: list, shared: dict):
+        """The summary of a cached row (``shared``: the cache's shared values); ``TypeError`` for another layout."""
+        marks = _SHARED_MARKS.get(cls)
+        if marks is None:
+            marks = _SHARED_MARKS.setdefault(cls, tuple(f.name in cls.SHARED for f in fields(cls)))
+        if len(row) != len(marks):
+            raise TypeError(f"a cached {cls.__name__} of {len(row)} fields, not {len(marks)}")
+        return cls(*[shared[v][1] if mark else v for mark, v in zip(marks, row, strict=True)])
+
+
+_SHARED_MARKS: dict[type, tuple[bool, ...]] = {}  # per summary class: which of its fields are shared
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestSummary(_Row):
+    """The fields of one manifest that fleet views use."""
+
+    gpu: str
+    gpu_name: str
+    compute_capability: str
+    compat_class: str
+    flavour: str
+    toolchain_version: str
+    settings: dict
+    recipe: str
+    converted_digest: str
+    onnx_digest: str
+    exported_at: str | None
+    created_at: str
+    wall_s: float
+    profiles: list
+    engine: str
+    failed: list  # "check: detail" of each failed verification
+    refit: bool  # refitted from a parent plan (its wall time is not a build's)
+    version_compatible: bool
+    manifest_sha256: str
+    SHARED = ("settings", "converted_digest", "onnx_digest", "profiles")
+
+    @property
+    def toolchain_label(self) -> str:
+        """``tensorrt-11.4.0.106``."""
+        return f"{self.flavour}-{self.toolchain_version}"
+
+    @classmethod
+    def of(cls, m: Manifest, data: bytes) -> ManifestSummary:
+        """The summary of manifest ``m`` (stored as ``data``)."""
+        return cls(m.target.gpu, m.target.gpu_name, m.target.compute_capability, m.target.compat_class,
+                   m.target.flavour, m.target.toolchain_version, m.build.settings, m.precision.recipe,
+                   m.precision.converted_onnx_digest, m.model.onnx_digest, m.model.exported_at, m.created_at,
+                   m.build.wall_s, m.build.profiles, m.verification.engine.status,
+                   [f"{k}: {c.detail}" for k, c in m.verification if c.status == "failed"],
+                   m.lineage.parent_manifest is not None, m.target.version_compatible,
+                   hashlib.sha256(data).hexdigest())
+
+
+@dataclass(frozen=True, slots=True)
+class PointerSummary(_Row):
+    """A release pointer: the manifest it names and its current move."""
+
+    manifest: str
+    exported_at: str | None
+    action: str
+    at: str
+    by: str
+    reason: str
+    SHARED = ("by", "reason")  # a run's pointers share who moved them and why
+
+    @classmethod
+    def of(cls, p: ReleasePointer) -> PointerSummary:
+        """The summary of pointer ``p``."""
+        e = p.current
+        return cls(p.manifest, p.exported_at, e.action, e.at, e.by, e.reason)
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeSummary(_Row):
+    """One target's outcome in a stored run (``reports/<model>/<run>/outcomes.json``).
+
+    Only failures and skips are kept: a target a run built or found up to date is neither failed nor skipped.
+    """
+
+    target: str
+    status: str
+    reason: str
+    build_digest: str | None
+    SHARED = ("reason",)
+
+
+class SpecSummary(BaseModel):
+    """What a registered export's build spec says for planning: recipe, profiles (None: derived), target ids."""
+
+    model_config = ConfigDict(frozen=True)
+    recipe: dict
+    profiles: list[dict] | None = None
+    targets: list[str] = []
+    calibration: str | None = None  # the data files the precision step hashes, as the export names them
+    heldout: str | None = None
+
+
+class SummaryCache:
+    """Summaries by (kind, key), each valid while the store's listing shows the version it was read at.
+
+    One folder per store: ``$TMPDIR/trtfarm/survey/<sha256(store URI):16>/``, one JSON file per kind of summary
+    (and one of the values summaries share), each read the first time a view asks for that kind and written whole
+    by rename. Two views running at once each write what they read; the last write wins, and either is a correct
+    cache. A missing or damaged file is an empty cache of its kind.
+    """
+
+    def __init__(self, folder: Path | None) -> None:
+        self.folder = folder
+        self._lock = threading.RLock()
+        self._kinds: dict[str, dict[str, list]] = {}
+        self._dirty: set[str] = set()
+
+    @classmethod
+    def for_store(cls, store_uri: str) -> SummaryCache:
+        """The cache of the store at ``store_uri`` on this machine."""
+        name = hashlib.sha256(store_uri.encode()).hexdigest()[:16]
+        return cls(Path(tempfile.gettempdir()) / "trtfarm" / "survey" / name)
+
+    def _kind(self, kind: str) -> dict[str, list]:
+        with self._lock:
+            if kind not in self._kinds:
+                found: dict = {}
+                path = self.folder / f"{kind}.json" if self.folder else None
+                try:
+                    doc = json.loads(path.read_bytes()) if path and path.is_file() else {}
+                    found = doc["entries"] if doc.get("format") == CACHE_FORMAT else {}
+                except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                    found = {}
+                self._kinds[kind] = found if isinstance(found, dict) else {}
+            return self._kinds[kind]
+
+    def get(self, kind: str, key: str, version: str, model=None):
+        """The cached value of ``key`` if it was read at ``version`` (a ``model`` or a list of them), else None."""
+        entry = self._kind(kind).get(key)
+        if entry is None or entry[0] != version:
+            return None
+        value = entry[1]
+        try:
+            if model is None:
+                return value
+            if isinstance(model, type) and issubclass(model, BaseModel):
+                return model.model_validate(value)
+            shared = self._kind("shared")
+            if value and isinstance(value[0], list):
+                return [model.from_row(v, shared) for v in value]
+            return model.from_row(value, shared) if value else []
+        except (ValidationError, KeyError, TypeError, ValueError):
+            return None  # an entry this version cannot read: read the object again
+
+    def put(self, kind: str, key: str, version: str, value) -> None:
+        """Remember ``value`` (a summary, a list of them, or plain JSON) for ``key`` at ``version``."""
+        if isinstance(value, BaseModel):
+            value = value.model_dump(mode="json")
+        elif isinstance(value, _Row):
+            value = value.to_row(self._intern)
+        elif isinstance(value, list):
+            value = [v.to_row(self._intern) if isinstance(v, _Row) else v for v in value]
+        with self._lock:
+            self._kind(kind)[key] = [version, value]
+            self._dirty.add(kind)
+
+    def _intern(self, value) -> str:
+        """The id under which ``value`` is stored once (the digest of its canonical JSON)."""
+        ref = hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+        with self._lock:
+            shared = self._kind("shared")
+            if ref not in shared:
+                shared[ref] = [ref, value]
+                self._dirty.add("shared")
+        return ref
+
+    def save(self) -> None:
+        """Write the kinds that changed; a machine that cannot write them just keeps no cache."""
+        if self.folder is None:
+            return
+        with self._lock:
+            for kind in sorted(self._dirty):
+                path = self.folder / f"{kind}.json"
+                tmp = path.with_name(f".tmp-{os.getpid()}-{threading.get_ident()}-{path.name}")
+                try:
+                    self.folder.mkdir(parents=True, exist_ok=True)
+                    tmp.write_text(json.dumps({"format": CACHE_FORMAT, "entries": self._kinds[kind]},
+                                              separators=(",", ":")))
+                    os.replace(tmp, path)
+                except OSError:
+                    with contextlib.suppress(OSError):
+                        tmp.unlink(missing_ok=True)
+            self._dirty.clear()

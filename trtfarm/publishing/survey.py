@@ -1,0 +1,248 @@
+"""What the store holds, for fleet views: four listings, and each object's summary read once per version.
+
+``StoreSurvey`` lists the registry (``models/``), the plans (``plans/``), the release pointers (``releases/``) and,
+for ``trtfarm status``, the stored run outcomes (``reports/``), each in one paginated listing with every object's
+version (``Store.list_versions``). Objects are read only when a view needs their contents, many at once, and only
+when the listing shows a version this machine has not summarised before (``SummaryCache``). Nothing is written to
+the store.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import cached_property
+
+from trtfarm import layout
+from trtfarm.errors import CorruptObject, UserInputError
+from trtfarm.publishing.summaries import ManifestSummary, OutcomeSummary, PointerSummary, SummaryCache
+from trtfarm.signing.keys import TrustedKeys
+from trtfarm.signing.verdict import check_signature
+from trtfarm.store import Store
+from trtfarm.store.base import ListedObject
+from trtfarm.vocabulary.exports import ExportRecord
+from trtfarm.vocabulary.manifest import manifest_from_json
+from trtfarm.vocabulary.pointer import ReleasePointer
+
+READ_THREADS = 16  # objects read at once (their requests overlap; the store client is shared)
+
+
+@dataclass(frozen=True)
+class Folder:
+    """One plan folder the listing shows: its prefix and the fields of its key."""
+
+    prefix: str
+    model: str
+    onnx12: str
+    gpu: str
+    toolchain: str
+    build12: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A plan's signature verdict, as ``trtfarm verify`` gives it: ``signed``, ``unsigned-checked`` or ``refused``."""
+
+    status: str
+    detail: str
+
+
+class StoreSurvey:
+    """The store's registry, plans, release pointers (and run outcomes), from listings; contents read on demand."""
+
+    def __init__(self, store: Store, cache: SummaryCache | None = None, *, runs: bool = False) -> None:
+        self.store, self.cache = store, cache or SummaryCache(None)
+        self.problems: list[str] = []
+        prefixes = [layout.exports_prefix(), layout.plans_prefix(), layout.releases_prefix()]
+        if runs:
+            prefixes.append(layout.reports_prefix())
+        with ThreadPoolExecutor(max_workers=len(prefixes)) as pool:
+            listed = list(pool.map(lambda p: list(store.list_versions(p)), prefixes))
+        self.exports = _exports(listed[0])
+        self.folders = _folders(listed[1])
+        self.pointers = {o.key: o for o in listed[2]}
+        self.runs = _runs(listed[3]) if runs else {}
+
+    # --- what the listings say -------------------------------------------------------------------------------------
+    @cached_property
+    def by_model(self) -> dict[str, list[Folder]]:
+        """``model -> its plan folders``, in listing order."""
+        out: dict[str, list[Folder]] = {}
+        for prefix in self.folders:
+            parsed = layout.parse_plan_key(layout.manifest_key(prefix))
+            out.setdefault(parsed.model, []).append(Folder(prefix, *parsed[:5]))
+        return out
+
+    def models(self) -> list[str]:
+        """Every model the store knows: registered, or with plans or release pointers."""
+        named = set(self.exports) | set(self.by_model)
+        named |= {k.split("/")[1] for k in self.pointers if k.count("/") == 3}
+        return sorted(named)
+
+    def published(self, prefix: str) -> bool:
+        """True when the folder's manifest and a non-empty plan object are listed (what a run calls up to date)."""
+        objects = self.folders.get(prefix)
+        return bool(objects and layout.MANIFEST_NAME in objects and objects.get(layout.PLAN_NAME)
+                    and objects[layout.PLAN_NAME].size)
+
+    def signature_listed(self, prefix: str, manifest_sha256: str) -> bool:
+        """True when the folder holds a signature of the manifest with this sha256."""
+        return layout.signature_name(manifest_sha256) in self.folders.get(prefix, {})
+
+    def export_rank(self, model: str) -> dict[str, int]:
+        """``onnx12 -> rank`` of the model's registered exports (higher: registered later)."""
+        return {export_id.rsplit("-", 1)[-1]: i for i, (export_id, _) in enumerate(self.exports.get(model, []))}
+
+    # --- contents, read once per version ----------------------------------------------------------------------------
+    def manifests(self, prefixes: Iterable[str]) -> dict[str, ManifestSummary]:
+        """The summaries of the manifests in these plan folders (those listed and readable)."""
+        items = {p: self.folders[p][layout.MANIFEST_NAME] for p in prefixes
+                 if layout.MANIFEST_NAME in self.folders.get(p, {})}
+
+        def parse(data: bytes, key: str) -> ManifestSummary:
+            return ManifestSummary.of(manifest_from_json(data, self.store.url(key)), data)
+
+        return self._read("manifest", {layout.manifest_key(p): o for p, o in items.items()}, parse,
+                          ManifestSummary, by=lambda key: layout.folder_of(key))
+
+    def pointer_summaries(self, keys: Iterable[str]) -> dict[str, PointerSummary]:
+        """The summaries of these release pointers (those listed and readable)."""
+        def parse(data: bytes, key: str) -> PointerSummary:
+            try:
+                return PointerSummary.of(ReleasePointer.model_validate_json(data))
+            except ValueError as err:
+                raise CorruptObject(f"{self.store.url(key)}: not a release pointer; `trtfarm build` of the model "
+                                    "repairs it") from err
+
+        return self._read("pointer", {k: self.pointers[k] for k in keys if k in self.pointers}, parse,
+                          PointerSummary)
+
+    def records(self, models: Iterable[str], export_ids: dict[str, str] | None = None) -> dict[str, ExportRecord]:
+        """Each model's registered export record: its newest, or the one ``export_ids`` names (when listed)."""
+        items = {}
+        for model in models:
+            listed = dict(self.exports.get(model, []))
+            export_id = (export_ids or {}).get(model) or (max(listed) if listed else None)
+            if export_id in listed:
+                items[listed[export_id].key] = listed[export_id]
+
+        def parse(data: bytes, key: str) -> dict:
+            return ExportRecord.from_bytes(data, self.store.url(key)).model_dump(mode="json")
+
+        found = self._read("record", items, parse, None)
+        return {key.split("/")[1]: ExportRecord.model_validate(doc) for key, doc in found.items()}
+
+    def outcomes(self, keys: Iterable[tuple[str, ListedObject]]) -> dict[str, list[OutcomeSummary]]:
+        """The stored outcomes of these runs (``outcomes.json`` objects), by key."""
+        def parse(data: bytes, key: str) -> list[OutcomeSummary]:
+            try:
+                records = json.loads(data)
+                return [OutcomeSummary(r["target"], r["status"], r.get("reason") or "", r.get("build_digest"))
+                        for r in records if r["status"] in ("failed", "skipped")]
+            except (ValueError, KeyError, TypeError) as err:
+                raise CorruptObject(f"{self.store.url(key)}: not a run's outcomes ({err})") from err
+
+        return self._read("outcomes", dict(keys), parse, OutcomeSummary)
+
+    def verdicts(self, released: dict[str, ManifestSummary], trust: TrustedKeys | None) -> dict[str, Verdict]:
+        """The signature verdict of each plan folder (``prefix -> its manifest's summary``), as consumers judge it.
+
+        Without trusted keys nothing is read: the verdict is unsigned-checked (or refused for a version-compatible
+        plan), as ``trtfarm verify`` says. With them, the manifest, provenance and signature are read and checked.
+        """
+        if trust is None:
+            return {p: _unchecked(s, self.signature_listed(p, s.manifest_sha256)) for p, s in released.items()}
+        stamp = ",".join(sorted(k.hint for k in trust.keys))
+        out, todo = {}, {}
+        for prefix, summary in released.items():
+            objects = self.folders.get(prefix, {})
+            version = "|".join([stamp, *(objects[n].version if n in objects else "-" for n in (
+                layout.MANIFEST_NAME, layout.signature_name(summary.manifest_sha256),
+                layout.provenance_name(summary.manifest_sha256)))])
+            cached = self.cache.get("verdict", prefix, version)
+            if cached is not None:
+                out[prefix] = Verdict(*cached)
+            else:
+                todo[prefix] = version
+
+        def judge(prefix: str) -> Verdict:
+            from trtfarm.publishing.attest import read_stored
+
+            stored = read_stored(self.store, layout.manifest_key(prefix))
+            verdict = stored.verdict(trust) if stored is not None else None
+            return Verdict(verdict.status, verdict.detail) if verdict else Verdict("refused", "manifest gone")
+
+        with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+            for prefix, verdict in zip(todo, pool.map(judge, todo), strict=True):
+                self.cache.put("verdict", prefix, todo[prefix], [verdict.status, verdict.detail])
+                out[prefix] = verdict
+        return out
+
+    def save(self) -> None:
+        """Keep what was read for the next view on this machine."""
+        self.cache.save()
+
+    def _read(self, kind: str, items: dict[str, ListedObject], parse: Callable[[bytes, str], object], model,
+              by: Callable[[str], str] | None = None) -> dict:
+        """Each item's summary: from the cache at the listed version, else read (many at once) and parsed."""
+        out, todo = {}, []
+        for key, obj in items.items():
+            hit = self.cache.get(kind, key, obj.version, model)
+            if hit is not None:
+                out[(by or str)(key)] = hit
+            else:
+                todo.append(key)
+
+        def fetch(key: str):
+            blob = self.store.get(key)
+            if blob is None:  # deleted since the listing (gc): as if never listed
+                return None
+            try:
+                return parse(blob.data, key)
+            except (CorruptObject, UserInputError) as damaged:
+                self.problems.append(str(damaged))
+                return None
+
+        with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+            for key, value in zip(todo, pool.map(fetch, todo), strict=True):
+                if value is not None:
+                    self.cache.put(kind, key, items[key].version, value)
+                    out[(by or str)(key)] = value
+        return out
+
+
+def _unchecked(summary: ManifestSummary, signed: bool) -> Verdict:
+    verdict = check_signature(None, b"listed" if signed else None, {}, host_code=summary.version_compatible)
+    return Verdict(verdict.status, verdict.detail)
+
+
+def _exports(listed: list[ListedObject]) -> dict[str, list[tuple[str, ListedObject]]]:
+    found: dict[str, list[tuple[str, ListedObject]]] = {}
+    for obj in listed:
+        parsed = layout.parse_export_record_key(obj.key)
+        if parsed:
+            found.setdefault(parsed[0], []).append((parsed[1], obj))
+    return {m: sorted(v, key=lambda e: e[0]) for m, v in found.items()}
+
+
+def _folders(listed: list[ListedObject]) -> dict[str, dict[str, ListedObject]]:
+    """``plan folder -> {file name: object}`` of every object under ``plans/`` whose key has a plan folder's shape."""
+    folders: dict[str, dict[str, ListedObject]] = {}
+    depth = layout.manifest_key(layout.plan_prefix("m", "o", "g", "t", "b")).count("/")
+    for obj in listed:
+        if obj.key.count("/") == depth:
+            prefix, _, leaf = obj.key.rpartition("/")
+            folders.setdefault(prefix, {})[leaf] = obj
+    return folders
+
+
+def _runs(listed: list[ListedObject]) -> dict[str, list[tuple[str, ListedObject]]]:
+    """``model -> [(run, its outcomes.json)]``, newest first (by when the store wrote it)."""
+    found: dict[str, list[tuple[str, ListedObject]]] = {}
+    for obj in listed:
+        parsed = layout.parse_report_key(obj.key)
+        if parsed and parsed[2] == layout.OUTCOMES_NAME:
+            found.setdefault(parsed[0], []).append((parsed[1], obj))
+    return {m: sorted(v, key=lambda r: (r[1].modified, r[0]), reverse=True) for m, v in found.items()}
