@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 import uuid
 import warnings
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,15 @@ def farm(tmp_path_factory):
                 os.environ[k] = v
 
 
+@pytest.fixture(autouse=True)
+def _hosts_of_the_test(farm):
+    """Each test's hosts go when it ends: the next test's builds go only to its own hosts."""
+    farm.test_hosts = []
+    yield
+    for host in farm.test_hosts:
+        host.remove()
+
+
 @contextmanager
 def _client(farm: Farm):
     from prefect.client.orchestration import get_client
@@ -132,12 +142,13 @@ def _wait_for(predicate, timeout: float, what: str):
         if (value := predicate()):
             return value
         time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what() if callable(what) else what}")
 
 
 def _start_host(farm: Farm, label: str, hold: Path | None = None):
     """A new host with one `trtfarm worker` of the pool (named after the host); returns once the worker is online."""
     host = farm.net.host(label)
+    farm.test_hosts.append(host)
     env = {"TRTFARM_TEST_HOLD_FILE": str(hold)} if hold else {}
     if hold:
         env["PYTHONPATH"] = os.pathsep.join([str(farm.home / "hook"), farm.env.get("PYTHONPATH", "")])
@@ -157,6 +168,20 @@ def _push(farm: Farm, name: str, seed: int) -> None:
     (folder / "farm.yaml").write_text((REPO / "examples/encoder/farm.yaml").read_text().replace(
         "name: encoder", f"name: {name}"))
     farm.trtfarm_json("models", "push", str(folder))
+
+
+def _run_waiting(farm: Farm, model: str, *flags: str) -> subprocess.Popen:
+    """`trtfarm farm run MODEL --target T --wait [flags]` in the background, as a user waits on a nightly."""
+    return subprocess.Popen([*TRTFARM, "farm", "run", model, "--target", TARGET, "--wait", *flags], env=farm.env,
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _parent_of(client, model: str) -> str | None:
+    """The build-matrix run started for ``model``."""
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+
+    runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["build-matrix"])))
+    return next((str(r.id) for r in runs if (r.parameters.get("request") or {}).get("model") == model), None)
 
 
 def _children(client, parent: str) -> dict[str, object]:
@@ -209,9 +234,10 @@ def test_a_host_that_goes_away_with_its_running_child_loses_no_build(farm):
     _push(farm, model, 31)
     hold.touch()
     a = _start_host(farm, "host-a", hold)
+    waiting = _run_waiting(farm, model, "--json")
     with _client(farm) as client:
-        parent = farm.trtfarm_json("farm", "run", model, "--target", TARGET)["flow_run_id"]
-        first, folder = _held_child(farm, client, parent, hold)
+        parent = _wait_for(lambda: _parent_of(client, model), 120, "the run to start")
+        first, _ = _held_child(farm, client, parent, hold)
         b = _start_host(farm, "host-b")  # online now, for the resubmission
         assert b.pids()
 
@@ -227,6 +253,8 @@ def test_a_host_that_goes_away_with_its_running_child_loses_no_build(farm):
         lost = client.read_flow_run(first.id)
         second = client.read_flow_run(second.id)
 
+    print(f"host lost: crashed after {_at(lost.state.timestamp) - lost_at:.0f} s, resubmitted after "
+          f"{resubmitted_after:.0f} s")
     assert resubmitted_after <= DETECT_S, f"resubmitted {resubmitted_after:.0f} s after the host was lost"
     assert lost.state.is_crashed() and "heartbeat" in lost.state.message, lost.state.message
     assert second.state.is_completed() and second.work_pool_name == POOL
@@ -240,7 +268,12 @@ def test_a_host_that_goes_away_with_its_running_child_loses_no_build(farm):
     rows = run_outcomes(store, parent)[model]
     assert [(o.target, o.status) for o in rows] == [(TARGET, "built")]
     assert "host-a" in rows[0].reason and "host-b" in rows[0].reason and "lost" in rows[0].reason, rows[0].reason
-    assert not folder.exists() or not a.net.available  # the host's disk went with it; here: nothing left behind
+    out, err = waiting.communicate(timeout=120)
+    done = json.loads(out)  # what `farm run --wait --json` says: the run, its outcomes, the children it lost
+    assert done["state"] == "COMPLETED" and [r["status"] for r in done["outcomes"]] == ["built"], err
+    assert [(r["lost"], r["worker"], r["pool"], r["why"], r["resubmitted_as"], r["to_pool"], r["outcome"])
+            for r in done["lost"]] == [(first.name, "host-a", POOL, "host lost", second.name, POOL,
+                                        "completed by worker host-b")]
 
 
 def test_a_worker_given_a_termination_notice_has_its_child_resubmitted_at_once(farm):
@@ -248,14 +281,16 @@ def test_a_worker_given_a_termination_notice_has_its_child_resubmitted_at_once(f
     _push(farm, model, 32)
     hold.touch()
     a = _start_host(farm, "host-c", hold)
+    waiting = _run_waiting(farm, model)
     with _client(farm) as client:
-        parent = farm.trtfarm_json("farm", "run", model, "--target", TARGET)["flow_run_id"]
+        parent = _wait_for(lambda: _parent_of(client, model), 120, "the run to start")
         first, folder = _held_child(farm, client, parent, hold)
         _start_host(farm, "host-d")
 
         noticed_at = time.time()
         os.kill(a.worker.pid, signal.SIGTERM)  # docker stop, kubectl drain, a spot reclaim: the worker's notice
-        second = _wait_for(lambda: _children(client, parent).get(2), 60, "the noticed child's resubmission")
+        second = _wait_for(lambda: _children(client, parent).get(2), 60,
+                           lambda: f"the noticed child's resubmission ({client.read_flow_run(first.id).state!r})")
         resubmitted_after = _at(second.created) - noticed_at
         hold.unlink()
         run = _final(client, parent)
@@ -263,6 +298,8 @@ def test_a_worker_given_a_termination_notice_has_its_child_resubmitted_at_once(f
         noticed = client.read_flow_run(first.id)
         workers = {w.name: w.status.value for w in client.read_workers_for_work_pool(POOL)}
 
+    print(f"notice: crashed after {_at(noticed.state.timestamp) - noticed_at:.1f} s, resubmitted after "
+          f"{resubmitted_after:.1f} s")
     assert resubmitted_after <= 10, f"resubmitted {resubmitted_after:.1f} s after the notice"
     assert noticed.state.is_crashed() and "SIGTERM" in noticed.state.message, noticed.state.message
     assert a.worker.wait(60) is not None  # the worker stopped polling and exited
@@ -275,6 +312,11 @@ def test_a_worker_given_a_termination_notice_has_its_child_resubmitted_at_once(f
     rows = run_outcomes(store, parent)[model]
     assert [(o.target, o.status) for o in rows] == [(TARGET, "built")]
     assert "host-c" in rows[0].reason and "notice" in rows[0].reason, rows[0].reason
+    out, err = waiting.communicate(timeout=120)  # `farm run --wait`, for people: the table, then the lost children
+    assert waiting.returncode == 0, err
+    lost = out.split("1 child run(s) lost to their host and resubmitted:", 1)[1]
+    assert f"{first.name} on worker host-c (pool {POOL}): notice; resubmitted as" in " ".join(lost.split()), out
+    assert "completed by worker host-d" in " ".join(lost.split()) and max(map(len, out.splitlines())) <= 80, out
 
 
 def test_a_partitioned_child_that_comes_back_after_its_resubmission_publishes_nothing_twice(farm):
@@ -288,33 +330,33 @@ def test_a_partitioned_child_that_comes_back_after_its_resubmission_publishes_no
         _start_host(farm, "host-f")
 
         cut_at = time.time()
-        a.cut()
+        a.cut()  # the host is cut off: its child lives on, building, but nothing it sends arrives
         try:
             second = _wait_for(lambda: _children(client, parent).get(2), DETECT_S + 60,
                                "the cut-off child's resubmission")
             run = _final(client, parent)
         finally:
             a.restore()
-        hold.unlink()  # the cut-off child's build goes on, and publishes after its resubmission did
-        resubmitted_after = _at(second.created) - cut_at
-        assert run.state.is_completed(), run.state.message
+        hold.unlink()  # its build goes on, and publishes after its resubmission did
         store = open_store(farm.env["TRTFARM_STORE"])
-        late_result = layout.job_result_key(parent, f"{first.name.rsplit('-', 1)[0].split(':')[-1]}")
-        _wait_for(lambda: not a.pids() or len(a.pids()) <= 1 and _child_done(client, first.id), 300,
-                  "the cut-off child to come back and end")
+        jobs = layout.job_result_key(parent, "x").rsplit("/", 1)[0] + "/"
+        _wait_for(lambda: any(k.endswith("-1.json") for k in store.list(jobs)), 300,
+                  "the cut-off child to come back and write its result")
+        late = _final(client, first.id, 120)
         states = [s.type.value for s in client.read_flow_run_states(first.id)]
 
-    assert resubmitted_after <= DETECT_S
-    assert "CRASHED" in states, states
+    print(f"partition: resubmitted after {_at(second.created) - cut_at:.0f} s; the cut-off child ended {states}")
+    assert _at(second.created) - cut_at <= DETECT_S
+    assert run.state.is_completed(), run.state.message
+    assert "CRASHED" in states, states  # seen lost, then it came back
+    assert late.state.is_final()
     pointer, provenance = _release(store, model)
     assert [e["action"] for e in pointer["history"]] == ["release"], pointer["history"]  # moved once
-    assert "host-f" in _built_by(provenance)
-    folder = pointer["manifest"].rsplit("/", 1)[0]
-    assert sorted(k.rsplit("/", 1)[1] for k in store.list(folder + "/") if "manifest" in k) == ["manifest.json"]
+    assert "host-f" in _built_by(provenance) and "host-e" not in _built_by(provenance)  # the first publish stands
+    folder = pointer["manifest"].rsplit("/", 1)[0] + "/"
+    assert [k.rsplit("/", 1)[1] for k in store.list(folder) if k.endswith(".json") and "manifest" in k] == \
+        ["manifest.json"]
+    late_result = json.loads(store.get(next(k for k in store.list(jobs) if k.endswith("-1.json"))).data)
+    assert [o["status"] for o in late_result["outcomes"]] == ["built"]  # it built and published: idempotently
     rows = run_outcomes(store, parent)[model]
     assert [(o.target, o.status) for o in rows] == [(TARGET, "built")]  # counted once
-    assert late_result
-
-
-def _child_done(client, run_id) -> bool:
-    return client.read_flow_run(run_id).state.is_final()
