@@ -226,6 +226,7 @@ class Host:
         """Kill what still runs on this host and remove it (idempotent)."""
         if self.net.available:
             _kill_namespace(self.ns)
+            _ip("link", "delete", self.veth_farm, check=False)  # at once: a namespace's own links go asynchronously
             self.gone = True
         else:
             self._signal_groups(signal.SIGCONT)
