@@ -5,7 +5,9 @@ machine to report the run, so Prefect keeps it Running for ever. Prefect's own a
 guide) is what trtfarm deploys: every deployment's runs emit ``prefect.flow-run.heartbeat`` events every
 ``HEARTBEAT_S`` seconds (``PREFECT_FLOWS_HEARTBEAT_FREQUENCY`` in prefect.yaml's job variables; 30 s is Prefect's
 minimum), and a proactive automation on the server sets a trtfarm run Crashed when ``LOST_AFTER_S`` pass after a
-heartbeat with neither another heartbeat nor a final state. ``trtfarm farm deploy`` creates it (``sync_automation``).
+heartbeat with neither another heartbeat nor a final state. The window also opens when the run turns Running: a host
+lost before its first heartbeat reached the server would otherwise never be seen. ``trtfarm farm deploy`` creates it
+(``sync_automation``).
 A lost host is so seen 60-95 s after the loss (the server checks every 5 s); the parent, waiting on the child's
 state by events, resubmits it at once (flows/dispatch.py).
 
@@ -37,10 +39,11 @@ def lost_host_automation():
 
     return AutomationCore(
         name=AUTOMATION, enabled=True,
-        description=(f"Sets a trtfarm flow run Crashed when {LOST_AFTER_S} s pass after one of its heartbeats with "
-                     "no heartbeat and no final state: its host is gone. The parent build-matrix run resubmits it."),
+        description=(f"Sets a trtfarm flow run Crashed when {LOST_AFTER_S} s pass after it turned Running or sent a "
+                     "heartbeat with no heartbeat and no final state: its host is gone. The parent build-matrix run "
+                     "resubmits it."),
         trigger=EventTrigger(
-            after={"prefect.flow-run.heartbeat"},
+            after={"prefect.flow-run.Running", "prefect.flow-run.heartbeat"},
             expect={"prefect.flow-run.heartbeat", "prefect.flow-run.Completed", "prefect.flow-run.Failed",
                     "prefect.flow-run.Cancelled", "prefect.flow-run.Crashed"},
             match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),

@@ -49,6 +49,9 @@ def test_the_automation_crashes_a_run_three_heartbeats_after_its_last_and_no_soo
     # the window restarts at each heartbeat, and the loss comes after the last one: seen 60-95 s after it (the server
     # looks every 5 s), within the two minutes
     assert LOST_AFTER_S + 5 <= 120
+    # the window opens at Running too: a host lost before its first heartbeat reached the server is seen
+    assert a.trigger.after == {"prefect.flow-run.Running", "prefect.flow-run.heartbeat"}
+    assert "prefect.flow-run.Running" not in a.trigger.expect
     # a run that ends any way Prefect ends a flow run is never crashed afterwards
     assert {f"prefect.flow-run.{s}" for s in ("Completed", "Failed", "Cancelled", "Crashed")} <= a.trigger.expect
     assert a.trigger.match_related["prefect.resource.id"] == [f"prefect.tag.{TAG}"]
@@ -118,7 +121,7 @@ signal.signal(signal.SIGTERM, noticed)
 open(os.path.join(sys.argv[1], "building"), "w").close()
 while True:
     time.sleep(0.1)
-''', out])
+''', out], env={**os.environ, "PREFECT__FLOW_RUN_ID": "stand-in"})
 stop = []
 signal.signal(signal.SIGTERM, lambda s, f: stop.append(s))
 while not stop:

@@ -43,18 +43,23 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (the flow runs a process worker started), from /proc."""
+def flow_runs_of(pid: int) -> list[int]:
+    """The builds a process worker ``pid`` started, from /proc: its running children that run a flow.
+
+    A flow-run process has ``PREFECT__FLOW_RUN_ID`` in its environment.
+    """
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) != pid or fields[0] == "Z":
+                continue
+            if any(v.startswith(b"PREFECT__FLOW_RUN_ID=") for v in (entry / "environ").read_bytes().split(b"\0")):
+                found.append(int(entry.name))
         except OSError:
             continue
-        if int(fields[1]) == pid:
-            found.append(int(entry.name))
     return found
 
 
@@ -94,7 +99,7 @@ def supervise(argv: list[str], env: dict[str, str], say: Callable[[str], None], 
 
 def _pass_on_notice(proc: subprocess.Popen, say: Callable[[str], None], grace_s: float) -> int:
     _signal(proc.pid, signal.SIGSTOP)  # first: it polls no more, and cannot kill the builds it started
-    runs = children(proc.pid)
+    runs = flow_runs_of(proc.pid)
     for pid in runs:
         _signal(pid, signal.SIGTERM)
     say(f"termination notice (SIGTERM): the worker stopped polling; passed the notice on to {len(runs)} running "
