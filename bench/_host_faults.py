@@ -22,6 +22,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+RESTORES: list[threading.Timer] = []  # the partitions still to end
+
 
 def flow_run_of(pid: int) -> str | None:
     """The flow run a process runs (``PREFECT__FLOW_RUN_ID`` in its environment), or None."""
@@ -72,9 +74,26 @@ def strike(kind: str, client, hosts: dict, workers: dict, pool: str, released, s
         if kind == "kill":
             host.kill()
         else:
-            threading.Timer(seconds, host.restore).start()
+            RESTORES.append(threading.Timer(seconds, host.restore))
+            RESTORES[-1].start()
         return found
     return None
+
+
+def settle(client, struck: list[dict], timeout: float = 180.0) -> None:
+    """After the run: let each partition end, and give each struck child that still runs ``timeout`` s to end (a
+    cut-off child comes back late)."""
+    for timer in RESTORES:
+        timer.join()
+    deadline = time.monotonic() + timeout
+    for f in struck:
+        while f.get("run_id") and time.monotonic() < deadline:
+            run = client.read_flow_run(f["run_id"])
+            if run.state and run.state.is_final() and run.state.type.value != "CRASHED":
+                break  # it came back and ended (a lost child stays Crashed unless it comes back)
+            if f["fault"] != "partition":
+                break
+            time.sleep(1)
 
 
 def _notice(host, worker) -> None:

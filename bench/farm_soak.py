@@ -243,11 +243,15 @@ def soak(models: int, per_pool: int) -> dict:
                     events.append(f"{time.perf_counter() - t0:.0f} s: store endpoint started again")
                 host_faults(farm.api, hosts, workers, done / expected, struck, events, t0, released)
             run.wait()
+            wall = time.perf_counter() - t0
+            cpu = cpu_seconds(server_pid) - cpu0
+            from bench._host_faults import settle
+
+            with _client(farm.api) as client:
+                settle(client, struck)  # a cut-off child may come back after the run: see what it does
             out, errs = (home / "farm-run.json").read_text(), (home / "farm-run.err").read_text()
             run_out.close()
             run_err.close()
-            wall = time.perf_counter() - t0
-            cpu = cpu_seconds(server_pid) - cpu0
             result = json.loads(out) if out.strip().startswith("{") else {"state": f"exit {run.returncode}",
                                                                            "outcomes": [], "stderr": errs[-2000:]}
             doc = {"models": models, "expected_children": expected, "wall_s": round(wall, 1),

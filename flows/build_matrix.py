@@ -56,9 +56,10 @@ def _result_of(request: MatrixRequest, job: BuildJob, child: ChildRun, parent: s
                                    for t in job.targets])
     result = JobResult.model_validate_json(blob.data)
     note = f"built on {child.pool} by child run {child.flow_run_id}"
-    if child.losses:
-        note = (f"built on {child.pool}" + (f" by worker {child.worker}" if child.worker else "") +
-                f" in child run {child.flow_run_id}, resubmitted after {losses}")
+    if child.worker:
+        note = f"built on {child.pool} by worker {child.worker} in child run {child.flow_run_id}"
+    if child.attempts > 1:
+        note += f", resubmitted after {losses}"
     for o in result.outcomes:
         if o.status != "failed":
             o.reason = "; ".join(filter(None, [o.reason, note]))

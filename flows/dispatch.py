@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from uuid import UUID
 
 import httpx
@@ -126,21 +126,25 @@ async def run_child(job: ChildJob, pool: str, timeout_s: int, pool_types: dict[s
         except ObjectNotFound:  # the pool is there but its build-target deployment is not
             return ChildRun("", SKIPPED, f"deployment {child_deployment(pool)} is not on the Prefect server: add a "
                                          f"build-target deployment named {pool} to prefect.yaml and run `trtfarm "
-                                         "farm deploy`", attempt, pool, losses=tuple(losses))
+                                         "farm deploy`", attempt, pool, losses=await _where(losses))
+        if losses:
+            get_run_logger().warning("%s; resubmitted as child run %s to pool %s", losses[-1].sentence(), run.name,
+                                     pool)
         final = await _wait(run.id, pool, timeout_s, pending_limit_s)
         if final is None:
             why = f"no result within {timeout_s} s (child_timeout_s); child run {run.id} cancelled"
             await cancel_run(run.id, why)
-            return ChildRun(str(run.id), "TIMED_OUT", why, attempt, pool, losses=tuple(losses))
+            return ChildRun(str(run.id), "TIMED_OUT", why, attempt, pool, losses=await _where(losses))
         state = final.state
         if state is not None and state.is_crashed():
-            losses.append(await _loss_of(final, pool))
-            if _resubmit(losses):
-                pool = await _resubmission_pool(job, pool, losses[-1])
+            message = state.message or ""
+            losses.append(Loss(str(run.id), run.name, final.work_pool_name or pool, "", loss_of(message), message))
+            if _resubmit(losses):  # at once: the worker each ran on is looked up after
+                pool = await _resubmission_pool(job, pool)
                 continue
         worker = await _worker(run.id) if losses else ""
         return ChildRun(str(run.id), state.type.value if state else "UNKNOWN", (state.message or "") if state else "",
-                        attempt, pool, worker, tuple(losses))
+                        attempt, pool, worker, await _where(losses))
     raise AssertionError("unreachable: _resubmit stops after MAX_LOSSES")
 
 
@@ -149,9 +153,9 @@ def _resubmit(losses: list[Loss]) -> bool:
     return len(losses) <= MAX_LOSSES and sum(loss.kind == "crashed" for loss in losses) <= 1
 
 
-async def _loss_of(run, pool: str) -> Loss:
-    message = run.state.message or ""
-    return Loss(str(run.id), run.name, run.work_pool_name or pool, await _worker(run.id), loss_of(message), message)
+async def _where(losses: list[Loss]) -> tuple[Loss, ...]:
+    """The losses with the worker each lost run ran on."""
+    return tuple([replace(loss, worker=await _worker(loss.flow_run_id)) for loss in losses])
 
 
 async def _worker(flow_run_id) -> str:
@@ -164,18 +168,19 @@ async def _worker(flow_run_id) -> str:
         return ""
 
 
-async def _resubmission_pool(job: ChildJob, pool: str, loss: Loss) -> str:
+async def _resubmission_pool(job: ChildJob, pool: str) -> str:
     """Where a lost child goes again: its pool if a worker of it is online, else another of its class's pools.
 
     With no worker online in any of them, its pool: the run waits there for a worker.
     """
     async with get_client() as client:
-        pools = {p: await _pool_or_none(client, p) for p in dict.fromkeys([pool, *job.pools])}
-    ready = [p for p, w in pools.items() if w is not None and getattr(w.status, "value", w.status) == "READY"]
-    again = ready[0] if ready else pool
-    get_run_logger().warning("%s; resubmitting it to pool %s%s", loss.sentence(), again,
-                             "" if ready else " (no worker of its pools is online now: it waits for one)")
-    return again
+        for name in dict.fromkeys([pool, *job.pools]):
+            found = await _pool_or_none(client, name)
+            if found is not None and getattr(found.status, "value", found.status) == "READY":
+                return name
+    get_run_logger().warning("no worker of pool %s is online now: the resubmission waits there for one",
+                             " or ".join(dict.fromkeys([pool, *job.pools])))
+    return pool
 
 
 def lost_rows(children: list[ChildRun]) -> list[dict]:
@@ -183,13 +188,16 @@ def lost_rows(children: list[ChildRun]) -> list[dict]:
     rows = []
     for child in children:
         for i, loss in enumerate(child.losses):
-            last = i + 1 == len(child.losses)
             job, attempt = loss.name.rsplit("-", 1)
-            rows.append({"lost": loss.name, "flow_run_id": loss.flow_run_id, "worker": loss.worker,
-                         "pool": loss.pool, "why": loss.kind, "resubmitted_as": f"{job}-{int(attempt) + 1}",
-                         "to_pool": child.pool if last else child.losses[i + 1].pool,
-                         "outcome": (child.state.lower() + (f" by worker {child.worker}" if child.worker else ""))
-                         if last else "lost again"})
+            row = {"lost": loss.name, "flow_run_id": loss.flow_run_id, "worker": loss.worker, "pool": loss.pool,
+                   "why": loss.kind, "resubmitted_as": f"{job}-{int(attempt) + 1}", "to_pool": child.pool,
+                   "outcome": child.state.lower() + (f" by worker {child.worker}" if child.worker else "")}
+            if i + 1 < len(child.losses):
+                row.update(to_pool=child.losses[i + 1].pool, outcome="lost again")
+            elif loss.flow_run_id == child.flow_run_id:  # its last submission: it was not resubmitted
+                why = "a second crash of its own" if loss.kind == "crashed" else f"{len(child.losses)} losses"
+                row.update(resubmitted_as=None, to_pool=None, outcome=f"not resubmitted after {why}")
+            rows.append(row)
     return rows
 
 

@@ -202,6 +202,8 @@ class Host:
         if not self.net.available:
             self._signal_groups(signal.SIGCONT)
             return
+        if self.gone:
+            return
         _run(["tc", "qdisc", "del", "dev", self.veth_farm, "root"])
         _run(["tc", "qdisc", "del", "dev", self.veth_host, "root"], ns=self.ns)
 

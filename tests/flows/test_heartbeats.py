@@ -95,6 +95,9 @@ def test_the_lost_rows_name_where_each_loss_ran_and_where_it_went_next():
             for r in rows] == [
         ("enc-t-1", "host-a", "rtx-4090", "host lost", "enc-t-2", "rtx-5090", "lost again"),
         ("enc-t-2", "", "rtx-5090", "notice", "enc-t-3", "rtx-4090", "completed by worker host-c")]
+    gave_up = (Loss("e", "enc-t-1", "p", "w", "crashed", "exit -11"), Loss("f", "enc-t-2", "p", "w", "crashed", ""))
+    (_, last) = lost_rows([ChildRun("f", "CRASHED", "", 2, "p", "", gave_up)])
+    assert (last["resubmitted_as"], last["outcome"]) == (None, "not resubmitted after a second crash of its own")
     assert "worker host-a (pool rtx-4090)" in losses[0].sentence() and f"{LOST_AFTER_S} s" in losses[0].sentence()
     assert losses[1].sentence().startswith("child run enc-t-2 was lost on pool rtx-5090")
 
