@@ -47,8 +47,11 @@ def _echo_one(server: socket.socket) -> socket.socket:
     import threading
 
     def echo():
-        while data := conn.recv(64):
-            conn.sendall(data)
+        try:
+            while data := conn.recv(64):
+                conn.sendall(data)
+        except OSError:  # the host went away
+            pass
 
     threading.Thread(target=echo, daemon=True).start()
     return conn

@@ -281,8 +281,9 @@ def _print_run(run_id: str | None, state: str, message: str, rows: list[dict], l
         out.print(message_text(f"{len(lost)} child run(s) lost to their host and resubmitted:"), highlight=False)
     for r in lost:
         where = f"worker {r['worker']} (pool {r['pool']})" if r.get("worker") else f"pool {r['pool']}"
-        out.print(message_text(f"  {r['lost']} on {where}: {r['why']}; resubmitted as {r['resubmitted_as']} to "
-                               f"pool {r['to_pool']}: {r['outcome']}"), highlight=False, soft_wrap=False)
+        then = f"resubmitted as {r['resubmitted_as']} to pool {r['to_pool']}: " if r.get("resubmitted_as") else ""
+        out.print(message_text(f"  {r['lost']} on {where}: {r['why']}; {then}{r['outcome']}"), highlight=False,
+                  soft_wrap=False)
 
 
 @farm_app.command("deploy")
