@@ -121,7 +121,7 @@ def noticed(s, f):
     open(os.path.join(sys.argv[1], "noticed"), "w").close()
     sys.exit(0)
 signal.signal(signal.SIGTERM, noticed)
-open(os.path.join(sys.argv[1], "building"), "w").close()
+open(os.path.join(sys.argv[1], "building"), "w").write(str(os.getpid()))
 while True:
     time.sleep(0.1)
 ''', out], env={**os.environ, "PREFECT__FLOW_RUN_ID": "stand-in"})
@@ -170,13 +170,17 @@ def test_a_termination_notice_stops_the_workers_polling_and_reaches_its_running_
 def test_a_killed_trtfarm_worker_takes_its_prefect_worker_with_it(tmp_path):
     proc = _supervised(tmp_path)
     worker = next(int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == proc.pid)
+    build = int((tmp_path / "building").read_text())
     proc.kill()
     proc.wait()
-    deadline = time.monotonic() + 10
-    while _exists(worker):
-        assert time.monotonic() < deadline, "the worker outlived trtfarm worker"
-        time.sleep(0.05)
-    assert not (tmp_path / "noticed").exists()  # a kill is no notice: the build is left to run and report
+    try:
+        deadline = time.monotonic() + 10
+        while _exists(worker):
+            assert time.monotonic() < deadline, "the worker outlived trtfarm worker"
+            time.sleep(0.05)
+        assert _exists(build) and not (tmp_path / "noticed").exists()  # no notice: the build runs on and reports
+    finally:
+        os.kill(build, signal.SIGKILL)
 
 
 def _parent(pid: int) -> int | None:
