@@ -2,13 +2,13 @@
 
 Each child is ``run_deployment("build-target/<pool>")`` with an idempotency key (parent run, job id, attempt), so a
 retried parent finds its children instead of starting new ones. A job whose compatibility class spans several pools
-goes to the first of them with an online worker. The parent waits for each child's final
-state (event-driven, in slices), cancels a child that overruns its timeout, and resubmits a crashed child (a crash is
-the infrastructure: the process was killed, the machine went away; a failure is the build's own verdict and is
-final). A child that lost its host (its heartbeats stopped: flows/heartbeats.py; a termination notice; left Pending
-by a worker that died, ``flows.pending``) is resubmitted once per loss, up to ``MAX_LOSSES`` times, on its pool or
-another pool of its class with an online worker; a child whose process crashed on a live host is resubmitted once.
-Each loss is kept (which run, on which worker, why) for the report.
+goes to the first of them with an online worker. The parent waits for each child's final state (one event
+subscription for all of them, and a read each slice: flows/ends.py), cancels a child that overruns its timeout, and
+resubmits a crashed child (a crash is the infrastructure: the process was killed, the machine went away; a failure
+is the build's own verdict and is final). A child that lost its host (its heartbeats stopped: flows/heartbeats.py;
+a termination notice; left Pending by a worker that died, ``flows.pending``) is resubmitted once per loss, up to
+``MAX_LOSSES`` times, on its pool or another pool of its class with an online worker; a child whose process crashed
+on a live host is resubmitted once. Each loss is kept (which run, on which worker, why) for the report.
 What a child built comes back as its ``JobResult``, which the child writes to the store at the key the parent gave.
 """
 
@@ -29,10 +29,10 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import StateType
 from prefect.deployments import run_deployment
-from prefect.exceptions import FlowRunWaitTimeout, ObjectNotFound, PrefectHTTPStatusError
-from prefect.flow_runs import wait_for_flow_run
+from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
 from prefect.states import Cancelling
 
+from flows.ends import Ends
 from flows.heartbeats import LOST_AFTER_S, detection_off, loss_of, worker_of
 from flows.pending import crash_if_orphaned
 
@@ -109,8 +109,8 @@ class ChildJob:
     gpu: str = ""  # the GPU model the pools' workers have, for people
 
 
-async def run_child(job: ChildJob, pool: str, timeout_s: int, pool_types: dict[str, str],
-                    pending_limit_s: int = 120) -> ChildRun:
+async def run_child(job: ChildJob, pool: str, timeout_s: int, pool_types: dict[str, str], pending_limit_s: int,
+                    ends: Ends) -> ChildRun:
     """Submit one child build to its pool's toolchain queue and wait for it; resubmit it when it crashes.
 
     Container pools (docker, kubernetes) get the toolchain's image as the run's ``image`` job variable. A child
@@ -130,7 +130,7 @@ async def run_child(job: ChildJob, pool: str, timeout_s: int, pool_types: dict[s
         if losses:
             get_run_logger().warning("%s; resubmitted as child run %s to pool %s", losses[-1].sentence(), run.name,
                                      pool)
-        final = await _wait(run.id, pool, timeout_s, pending_limit_s)
+        final = await _wait(ends, run.id, pool, timeout_s, pending_limit_s)
         if final is None:
             why = f"no result within {timeout_s} s (child_timeout_s); child run {run.id} cancelled"
             await cancel_run(run.id, why)
@@ -201,37 +201,19 @@ def lost_rows(children: list[ChildRun]) -> list[dict]:
     return rows
 
 
-async def _wait(run_id: UUID, pool: str, timeout_s: int, pending_limit_s: int):
+async def _wait(ends: Ends, run_id: UUID, pool: str, timeout_s: int, pending_limit_s: int):
     """The child's final flow run, or None when it overran ``timeout_s``; crashes it when it is orphaned in Pending."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     try:
         while (left := deadline - loop.time()) > 0:
-            try:
-                return await wait_for_flow_run(run_id, timeout=min(WAIT_SLICE_S, left))
-            except FlowRunWaitTimeout:
-                if (run := await _final(run_id)) is not None:
-                    return run  # its end came while the slice's event subscription was not (yet) listening
-                await crash_if_orphaned(run_id, pool, pending_limit_s)  # the next slice then sees it Crashed
+            if (run := await ends.wait(run_id, min(WAIT_SLICE_S, left))) is not None:
+                return run
+            await crash_if_orphaned(run_id, pool, pending_limit_s)  # the next slice then sees it Crashed
     except asyncio.CancelledError:  # the parent is being cancelled: take the child down with it
         await asyncio.shield(cancel_run(run_id, "parent run cancelled"))
         raise
     return None
-
-
-async def _final(run_id: UUID):
-    """The run when it is final, else None: read, not waited for by events.
-
-    With hundreds of children waited for at once on a loaded server, a slice can end before its event subscription
-    is even open (measured in the soak: no crash was seen for 15 minutes); a read each slice bounds that at one slice.
-    """
-    try:
-        async with get_client() as client:
-            run = await client.read_flow_run(run_id)
-    except (httpx.TransportError, PrefectHTTPStatusError) as e:
-        get_run_logger().warning("could not read child %s: %s", run_id, e)
-        return None
-    return run if run.state is not None and run.state.is_final() else None
 
 
 async def run_children(jobs: list[ChildJob], timeout_s: int, wait_for_workers: bool = False,
@@ -262,9 +244,10 @@ async def run_children(jobs: list[ChildJob], timeout_s: int, wait_for_workers: b
                                          f"start `trtfarm worker --pool {there[0]}` on a machine with "
                                          f"{job.gpu or 'its GPU'}, or run with --wait-for-workers to queue the build",
                             0, there[0])
-        return await run_child(job, (ready or there)[0], timeout_s, types, pending_limit_s)
+        return await run_child(job, (ready or there)[0], timeout_s, types, pending_limit_s, ends)
 
-    return list(await asyncio.gather(*(one(job) for job in jobs)))
+    async with Ends() as ends:  # one event subscription for every child (flows/ends.py)
+        return list(await asyncio.gather(*(one(job) for job in jobs)))
 
 
 async def _pool_or_none(client, name: str):
