@@ -19,18 +19,23 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 class MotoProcess:
-    """``python -m tests.moto_serialised`` on a free loopback port; ``stop()`` ends it."""
+    """``python -m tests.moto_serialised`` on a free loopback port of ``host``; ``stop()`` ends it.
 
-    def __init__(self) -> None:
+    ``host``: another loopback-range address where worker hosts in their own network namespaces must reach it
+    (tests/hosts.py).
+    """
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
+            s.bind((host, 0))
             self.port = s.getsockname()[1]
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.moto_serialised", "-H", "127.0.0.1", "-p",
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.moto_serialised", "-H", host, "-p",
                                       str(self.port)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                socket.create_connection((host, self.port), timeout=1).close()
                 return
             except OSError:
                 if self.proc.poll() is not None:
@@ -40,7 +45,7 @@ class MotoProcess:
 
     def get_host_and_port(self) -> tuple[str, int]:
         """Where it listens."""
-        return "127.0.0.1", self.port
+        return self.host, self.port
 
     def stop(self) -> None:
         """End the server process."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 from prefect.runtime import deployment, flow_run
 
-from flows.dispatch import SKIPPED, ChildJob, ChildRun, cancel_children, run_children
+from flows.dispatch import SKIPPED, ChildJob, ChildRun, cancel_children, lost_rows, run_children
 from tasks.build import build_job, plan_models
 from tasks.report import report_run
 from tasks.status import publish_status
@@ -49,22 +49,30 @@ def _result_of(request: MatrixRequest, job: BuildJob, child: ChildRun, parent: s
     blob = None
     if child.flow_run_id:
         blob = open_store(request.store).get(layout.job_result_key(parent, f"{job.job_id}-{child.attempts}"))
+    losses = "; ".join(loss.sentence() for loss in child.losses)
     if blob is None:
         status = "skipped" if child.state == SKIPPED else "failed"
         why = child.message or f"child run ended {child.state} without a result"
         return JobResult(job_id=job.job_id, model=job.model.name,
-                         outcomes=[TargetOutcome(t, status, why, build_digest=job.build_digest) for t in job.targets])
+                         outcomes=[TargetOutcome(t, status, "; ".join(filter(None, [why, losses])),
+                                                 build_digest=job.build_digest) for t in job.targets])
     result = JobResult.model_validate_json(blob.data)
-    note = f"built on {child.pool} by child run {child.flow_run_id}" + \
-        (" (resubmitted once after a crash)" if child.attempts > 1 else "")
+    note = f"built on {child.pool} by child run {child.flow_run_id}"
+    if child.worker:
+        note = f"built on {child.pool} by worker {child.worker} in child run {child.flow_run_id}"
+    if child.attempts > 1:
+        note += f", resubmitted after {losses}"
     for o in result.outcomes:
         if o.status != "failed":
             o.reason = "; ".join(filter(None, [o.reason, note]))
     return result
 
 
-async def _dispatch(jobs: list[BuildJob], farm: bool, request: MatrixRequest) -> list[JobResult]:
-    """Run the jobs: on their pools (farm), or one after another in this process (local)."""
+async def _dispatch(jobs: list[BuildJob], farm: bool, request: MatrixRequest, lost: list[dict]) -> list[JobResult]:
+    """Run the jobs: on their pools (farm), or one after another in this process (local).
+
+    Children lost to their hosts (and resubmitted) are added to ``lost``, one row per loss.
+    """
     if not jobs:
         return []
     if not farm:
@@ -72,6 +80,7 @@ async def _dispatch(jobs: list[BuildJob], farm: bool, request: MatrixRequest) ->
     parent = str(flow_run.get_id())
     children = await run_children([_child(j, request, parent) for j in jobs], request.child_timeout_s,
                                   request.wait_for_workers, request.child_pending_limit_s)
+    lost += lost_rows(children)
     return [_result_of(request, j, c, parent) for j, c in zip(jobs, children, strict=True)]
 
 
@@ -93,11 +102,12 @@ async def build_matrix(request: MatrixRequest) -> list[RunRow]:
     jobs = [job for plan in plans for job in plan.jobs]
     if not jobs:
         logger.info("every target is up to date or skipped: nothing to dispatch")
-    results = await _dispatch(jobs, farm, request)
+    lost: list[dict] = []
+    results = await _dispatch(jobs, farm, request, lost)
     fallback = refit_fallbacks(jobs, results, lambda job: f"{' or '.join(job.pools)} workers")
-    results += await _dispatch(fallback, farm, request)
+    results += await _dispatch(fallback, farm, request, lost)
     rows = rows_for(plans, results)
-    report_run(rows, request.store)
+    report_run(rows, request.store, lost)
     if request.model is None:  # the nightly (every registered model): the fleet's matrix, in the store and the UI
         try:
             publish_status(request.store, request.targets_file)

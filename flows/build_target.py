@@ -3,17 +3,28 @@
 A farm deploys it once per work pool (``build-target/<pool>``). It never plans: it checks the model bytes against
 the job's sha256, builds, publishes, and writes its ``JobResult`` to the store key the parent gave. It ends Failed
 when a target failed, so the Prefect UI shows the verdict; the parent reads the result either way.
+
+A termination notice (SIGTERM: a spot reclaim, ``docker stop``, ``kubectl drain``, or ``trtfarm worker`` passing its
+own notice on) stops the build at once: the builder is cancelled, nothing half-done is published, the build folder
+is removed, and the run ends Crashed with the reason, so the parent resubmits it without waiting for heartbeats. A
+SIGTERM that is Prefect cancelling the run (the parent's timeout, a cancelled parent) stays a cancellation.
 """
 
 from __future__ import annotations
 
-from prefect import flow, get_run_logger
-from prefect.states import Completed, Failed
+import os
+import signal
 
+from prefect import flow, get_run_logger
+from prefect.states import Completed, Crashed, Failed
+
+from flows.heartbeats import NOTICE
 from tasks.build import build_job
+from trtfarm import interrupt
 from trtfarm.building.warm import warm_in_background
 from trtfarm.store import open_store
 from trtfarm.vocabulary.job import BuildJob
+from trtfarm.workers.identity import NAME_ENV
 
 warm_in_background()  # the S3 client and the toolchain, while the engine starts the run (building/warm.py)
 
@@ -23,7 +34,11 @@ def build_target(job: BuildJob, store: str, result_key: str | None = None):
     """Build ``job`` (one compatibility class) and publish a manifest for each of its targets."""
     logger = get_run_logger()
     logger.info("building %s for %s (build %s)", job.model.name, ", ".join(job.targets), job.build_digest[:12])
-    result = build_job(store, job)
+    try:
+        with interrupt.stopping_on(signal.SIGTERM):
+            result = build_job(store, job)
+    except interrupt.Interrupted as stopped:
+        return _noticed(stopped)
     if result_key:
         open_store(store).put_if_absent(result_key, result.model_dump_json(indent=2).encode())
     if result.refit_unavailable:
@@ -33,3 +48,31 @@ def build_target(job: BuildJob, store: str, result_key: str | None = None):
         logger.error("%s", why)
         return Failed(message=why)
     return Completed(message=f"published {len(result.outcomes)} target(s)")
+
+
+def _noticed(stopped: interrupt.Interrupted):
+    """The run's end after a SIGTERM stopped the build: Crashed with the notice, or Prefect's cancellation."""
+    from prefect.exceptions import TerminationSignal
+
+    if _cancelling():
+        raise TerminationSignal(signal.SIGTERM) from stopped  # Prefect's own cancellation path takes it from here
+    worker = os.environ.get(NAME_ENV) or "this worker"
+    why = (f"{NOTICE} on worker {worker}: the build stopped at once and published nothing; the parent "
+           "resubmits it")
+    get_run_logger().warning("%s", why)
+    return Crashed(message=why)
+
+
+def _cancelling() -> bool:
+    """Whether the server is cancelling this run (then the SIGTERM was Prefect's, not a notice)."""
+    import httpx
+    from prefect import get_client
+    from prefect.exceptions import PrefectHTTPStatusError
+    from prefect.runtime import flow_run
+
+    try:
+        with get_client(sync_client=True) as client:
+            state = client.read_flow_run(flow_run.get_id()).state
+    except (httpx.HTTPError, PrefectHTTPStatusError):
+        return False  # the server cannot say: a notice (it is the infrastructure going away either way)
+    return bool(state and state.is_cancelling())

@@ -8,6 +8,7 @@ answers but fails or refuses a request ``ServerFailed`` (exit 1), both naming th
 
 from __future__ import annotations
 
+import json
 import os
 
 from trtfarm.errors import UserInputError
@@ -77,8 +78,24 @@ async def _sync_work_pools(desired: list, apply: bool, templates: dict[str, dict
     return drift
 
 
-async def submit_matrix(deployment: str, request, wait: bool) -> tuple[str, str, str, list[dict]]:
-    """``(flow run id, state, state message, outcome rows)``; rows come from the run's reports in the store.
+async def sync_lost_host_automation() -> str:
+    """Create (or bring back to trtfarm's) the automation that crashes a run whose host is lost; returns what it did."""
+    from prefect import get_client
+
+    from flows.heartbeats import sync_automation
+
+    try:
+        async with get_client() as client:
+            return await sync_automation(client)
+    except _server_errors() as e:
+        raise server_failure(prefect_api_url(), "create the lost-host automation", e) from e
+
+
+async def submit_matrix(deployment: str, request, wait: bool) -> tuple[str, str, str, list[dict], list[dict]]:
+    """``(flow run id, state, state message, outcome rows, lost children)`` of a build-matrix run.
+
+    Rows come from the run's reports in the store, the children it lost to their hosts from its
+    ``build-matrix-lost-hosts`` artifact.
 
     Only the fields set on ``request`` are sent: the rest take the farm's defaults (the workers' environment).
     """
@@ -94,7 +111,7 @@ async def submit_matrix(deployment: str, request, wait: bool) -> tuple[str, str,
         raise server_failure(api, "start the run", e) from e
 
 
-async def _submit_matrix(deployment: str, request, wait: bool) -> tuple[str, str, str, list[dict]]:
+async def _submit_matrix(deployment: str, request, wait: bool) -> tuple[str, str, str, list[dict], list[dict]]:
     from prefect.deployments import run_deployment
     from prefect.flow_runs import wait_for_flow_run
 
@@ -105,9 +122,24 @@ async def _submit_matrix(deployment: str, request, wait: bool) -> tuple[str, str
     run = await run_deployment(deployment, parameters={"request": request.model_dump(mode="json", exclude_unset=True)},
                                timeout=0, as_subflow=False)
     if not wait:
-        return str(run.id), run.state.type.value if run.state else "SCHEDULED", "", []
+        return str(run.id), run.state.type.value if run.state else "SCHEDULED", "", [], []
     final = await wait_for_flow_run(run.id, timeout=None)
     store = open_store(request.store)  # yours (--store / $TRTFARM_STORE) must be the farm's to read its reports
     rows = [RunRow(m, o).to_json() for m, outcomes in run_outcomes(store, str(run.id)).items() for o in outcomes]
     state = final.state
-    return str(run.id), state.type.value if state else "UNKNOWN", (state.message or "") if state else "", rows
+    return (str(run.id), state.type.value if state else "UNKNOWN", (state.message or "") if state else "", rows,
+            await _lost_children(run.id))
+
+
+async def _lost_children(flow_run_id) -> list[dict]:
+    """The rows of the run's lost-hosts artifact (none when it lost no child)."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+
+    from tasks.report import LOST_ARTIFACT
+
+    async with get_client() as client:
+        found = await client.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]), key=ArtifactFilterKey(any_=[LOST_ARTIFACT])))
+    data = found[0].data if found else None
+    return json.loads(data) if isinstance(data, str) else list(data or [])

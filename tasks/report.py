@@ -23,6 +23,7 @@ from trtfarm.vocabulary.outcome import RunRow
 # The self-hosted API (3.9.1) sets no bound on an artifact's data, but the row is read whole by every artifact view:
 # keep a report artifact well under a megabyte. Three 100-dpi bar charts inline in about 50 KB.
 ARTIFACT_BUDGET = 512 * 1024
+LOST_ARTIFACT = "build-matrix-lost-hosts"  # the children a run lost to their hosts; `farm run --wait` prints it
 SHARE_S = 7 * 24 * 3600  # how long a link to a chart left out of an artifact stays valid
 
 
@@ -61,13 +62,17 @@ def _artifact_key(text: str) -> str:
 
 
 @task(cache_policy=NO_CACHE)
-def report_run(rows: list[RunRow], store_uri: str) -> None:
+def report_run(rows: list[RunRow], store_uri: str, lost: list[dict] | None = None) -> None:
     """The run's reports in the store (``store_reports``) and as Prefect artifacts.
 
     Each model this run built or failed something for gets its full report as a markdown artifact, charts inline
     (data URIs) so the Prefect UI shows them; the run gets one table: model x target x status x build time x plan
-    size x verification x manifest.
+    size x verification x manifest; and, when children were lost to their hosts, a table of them
+    (``flows.dispatch.lost_rows``: where each ran, why it was lost, where it was resubmitted, how that ended).
     """
+    if lost:
+        create_table_artifact(lost, key=LOST_ARTIFACT, description=f"{len(lost)} child run(s) lost to their host "
+                                                                   "and resubmitted")
     store, run = open_store(store_uri), str(flow_run.get_id() or "local")
     with tempfile.TemporaryDirectory(prefix="trtfarm-report-") as out:
         for model, report_md in store_reports(store, run, rows, Path(out)).items():

@@ -9,6 +9,7 @@ SIGKILL); the cluster is stopped by its script, which waits until none of its pr
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -81,12 +82,14 @@ class Farm:
     at the root).
     """
 
-    def __init__(self, home: Path, env: dict[str, str], ui: bool = False, database: str | None = None) -> None:
+    def __init__(self, home: Path, env: dict[str, str], ui: bool = False, database: str | None = None,
+                 address: str = "127.0.0.1") -> None:
         self.home = home
         self.database = database
         self.postgres: Postgres | None = None
+        self.address = address  # where the server listens: a HostNetwork's address for workers on hosts
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{address}:{self.port}"
         self.api = f"{self.url}/api"
         self.env = {**os.environ, **env, "PREFECT_HOME": str(home / "prefect"), "PREFECT_API_URL": self.api,
                     "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "true" if ui else "false",
@@ -103,6 +106,13 @@ class Farm:
         self.procs[name] = proc
         return proc
 
+    def spawn_on(self, host, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+        """Start ``argv`` on a worker ``host`` (tests/hosts.py): a process of that machine, reaching the farm over
+        its link only."""
+        proc = host.spawn(argv, env={**self.env, **(env or {})}, log=self.home / f"{name}.log", cwd=REPO)
+        self.procs[name] = proc
+        return proc
+
     def log(self, name: str) -> str:
         return (self.home / f"{name}.log").read_text(errors="replace")
 
@@ -110,7 +120,7 @@ class Farm:
         if self.database is None:
             self.postgres = Postgres()
             self.database = self.postgres.url
-        self.spawn("server", [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+        self.spawn("server", [sys.executable, "-m", "prefect", "server", "start", "--host", self.address,
                               "--port", str(self.port)], env={"PREFECT_API_DATABASE_CONNECTION_URL": self.database})
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -158,13 +168,15 @@ class Farm:
     def stop(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + 10
         for proc in self.procs.values():
             try:
                 proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         if self.postgres is not None:  # after the server: it holds connections until it exits
             self.postgres.stop(keep_log=self.home / "postgres.log")

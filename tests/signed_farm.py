@@ -17,7 +17,7 @@ from .conftest_builds import publish_export
 from .test_signing import RELEASED_FLEET, key_pair
 
 GPU, OTHER_GPU = "rtx-4090", "rtx-3090"
-TARGETS = ["rtx4090-rtx1.7", "rtx3090-rtx1.7-o5"]
+TARGETS = ["rtx-4090-rtx1.7", "rtx3090-rtx1.7-o5"]
 T0, T1 = 1_700_000_000, 1_700_100_000
 FLEET = RELEASED_FLEET.replace("settings: {optimization_level: 5}}", "settings: {optimization_level: 5}, "
                                "release_on: built}")

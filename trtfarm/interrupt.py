@@ -6,10 +6,14 @@ Python inside a TensorRT callback, where the exception is lost: so ``stop`` also
 monitor cancel the build, and ``check`` raises once the builder returns. The exception can land anywhere, even in
 the ``finally`` that removes a temporary: ``trtfarm.scratch`` records every temporary before it exists, and the
 command line removes what is left (``scratch.remove_all``) on its way out.
+
+A farm child runs inside Prefect's engine, which owns the process's SIGTERM handler; ``stopping_on`` lends the
+signal to ``stop`` around the build, so a termination notice cancels the build the same way there.
 """
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -52,3 +56,16 @@ def deferred() -> Iterator[None]:
     finally:
         _DEFERRED[0] -= 1
         check()
+
+
+@contextmanager
+def stopping_on(signum: int) -> Iterator[None]:
+    """Within the block, ``signum`` stops the work as on the command line (``stop``); the old handler is back after.
+
+    Only from the main thread (Python delivers signals there).
+    """
+    previous = signal.signal(signum, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signum, previous)

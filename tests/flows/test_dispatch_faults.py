@@ -154,5 +154,6 @@ def test_a_child_whose_worker_dies_while_it_is_pending_is_crashed_resubmitted_an
         assert sorted(children) == ["1", "2"] and children["2"].state.is_completed()  # the slot was freed
     rows = run_outcomes(open_store(farm.env["TRTFARM_STORE"]), parent)["encoder"]
     assert [(o.target, o.status) for o in rows] == [("rtx-4090-rtx1.7", "built")]
-    assert "resubmitted once after a crash" in rows[0].reason
+    assert f"resubmitted after child run {held.name} was lost on" in rows[0].reason
+    assert f"pool {POOL}" in rows[0].reason and "left Pending by a worker that is gone" in rows[0].reason
 

@@ -101,7 +101,11 @@ def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve 
            "TRTFARM_HOME": str(project_root()), "PATH": path,
            "TRTFARM_TARGETS": str(Path(fleet_path).resolve()) if Path(fleet_path).is_file() else fleet_path,
            POOL_ENV: pool, NAME_ENV: name or os.environ.get(NAME_ENV) or f"{pool}@{socket.gethostname()}"}
-    os.execve(argv[0], argv, env)  # the checked process becomes the worker (signals go straight to Prefect)
+    from trtfarm.workers.supervise import supervise
+
+    # the Prefect worker runs as this process's child, so that a termination notice (SIGTERM) reaches the builds
+    code = supervise(argv, env, lambda line: err.print(message_text(line), highlight=False, soft_wrap=True))
+    raise typer.Exit(code)
 
 
 @pools_app.command("sync")
@@ -230,16 +234,16 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
         return
     rows = None if force or refit else _published_already(request)
     if rows is not None:  # nothing to build: answer from the store, start no run, wait on no worker
-        _print_run(None, "COMPLETED", "every target is published already: no run started", rows, as_json)
+        _print_run(None, "COMPLETED", "every target is published already: no run started", rows, [], as_json)
         return
     need_server(server_wait)
     from flows.client import submit_matrix
 
     try:
-        run_id, state, message, rows = asyncio.run(submit_matrix(deployment, request, wait))
+        run_id, state, message, rows, lost = asyncio.run(submit_matrix(deployment, request, wait))
     except TrtfarmError as e:  # a deployment the server lacks (exit 2), the server refused (3), the store failed
         raise fail(e) from e
-    _print_run(run_id, state, message, rows, as_json)
+    _print_run(run_id, state, message, rows, lost, as_json)
     if wait and state != "COMPLETED":
         raise typer.Exit(1)
 
@@ -288,9 +292,11 @@ def _published_already(request) -> list[dict] | None:
     return [r.to_json() for r in rows_for(plans, [])] if exports and len(plans) == len(exports) else None
 
 
-def _print_run(run_id: str | None, state: str, message: str, rows: list[dict], as_json: bool) -> None:
+def _print_run(run_id: str | None, state: str, message: str, rows: list[dict], lost: list[dict],
+               as_json: bool) -> None:
     if as_json:
-        print(json.dumps({"flow_run_id": run_id, "state": state, "message": message, "outcomes": rows}, indent=2))
+        print(json.dumps({"flow_run_id": run_id, "state": state, "message": message, "outcomes": rows,
+                          "lost": lost}, indent=2))
         return
     name = f"build-matrix run {run_id}" if run_id else "build-matrix"
     out.print(message_text(f"{name}: {state}" + (f" ({message})" if message else "")), highlight=False,
@@ -310,6 +316,13 @@ def _print_run(run_id: str | None, state: str, message: str, rows: list[dict], a
             for r in rows:
                 if r["reason"]:
                     out.print(message_text(f"  {r['target']}: {r['reason']}"), highlight=False)
+    if lost:
+        out.print(message_text(f"{len(lost)} child run(s) lost to their host and resubmitted:"), highlight=False)
+    for r in lost:
+        where = f"worker {r['worker']} (pool {r['pool']})" if r.get("worker") else f"pool {r['pool']}"
+        then = f"resubmitted as {r['resubmitted_as']} to pool {r['to_pool']}: " if r.get("resubmitted_as") else ""
+        out.print(message_text(f"  {r['lost']} on {where}: {r['why']}; {then}{r['outcome']}"), highlight=False,
+                  soft_wrap=False)
 
 
 @farm_app.command("deploy")
@@ -341,8 +354,16 @@ def farm_deploy(prefect_file: Path = typer.Option(None, "--prefect-file", exists
         raise fail(f"prefect deploy failed (exit {proc.returncode}); its last lines are above", code=1)
     rows = [{"deployment": f"{d.get('entrypoint', '').rsplit(':', 1)[-1].replace('_', '-')}/{d['name']}",
              "pool": (d.get("work_pool") or {}).get("name")} for d in deployments]
+    from flows.client import sync_lost_host_automation
+    from flows.heartbeats import AUTOMATION, LOST_AFTER_S
+
+    try:
+        automation = asyncio.run(sync_lost_host_automation())
+    except TrtfarmError as e:
+        raise fail(e) from e
     if as_json:
-        print(json.dumps({"prefect_file": str(path), "api": api, "deployments": rows}, indent=2))
+        print(json.dumps({"prefect_file": str(path), "api": api, "deployments": rows,
+                          "automation": {"name": AUTOMATION, "action": automation}}, indent=2))
         return
     by_pool: dict[str, list[str]] = {}
     for r in rows:
@@ -350,5 +371,7 @@ def farm_deploy(prefect_file: Path = typer.Option(None, "--prefect-file", exists
     out.print(message_text(f"deployed {len(rows)} deployments from {path} to {api}:"), highlight=False)
     for pool, names in by_pool.items():
         out.print(message_text(f"  pool {pool}: {', '.join(names)}"), highlight=False)
+    out.print(message_text(f"automation {AUTOMATION!r} {automation}: a run silent for {LOST_AFTER_S} s is crashed "
+                           "and its build resubmitted"), highlight=False)
     out.print(message_text("Start each pool's workers with `trtfarm worker --pool POOL` (it checks the machine "
                            "first)."), highlight=False)
