@@ -49,7 +49,8 @@ def build(
                                       "up to date; a damaged one is rebuilt (default: its size is checked)"),
     record: bool = typer.Option(False, "--record", help="run as a build-matrix flow recorded on the Prefect server "
                                 "at $PREFECT_API_URL (never an ephemeral server)"),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="with --record: show Prefect's logs"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="print TensorRT's whole log (VERBOSE) on stderr; with "
+                                 "--record, Prefect's logs too"),
 ) -> None:
     """Build MODEL for the fleet in this process; targets already published are up to date and skipped."""
     from trtfarm.planning.requests import MatrixRequest
@@ -61,6 +62,10 @@ def build(
                             heldout=str(heldout) if heldout else None, release=release)
     if not model.is_file():
         raise fail(f"{model}: no such ONNX file")
+    if verbose:  # TensorRT filters its own log: without --verbose only its errors leave the library
+        from trtfarm.toolchain.trtlog import set_log_severity
+
+        set_log_severity("VERBOSE")
     rows = _record(request, verbose) if record else _run_here(request)
     if as_json:
         print(json.dumps([r.to_json() for r in rows], indent=2))
