@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -22,7 +23,9 @@ from trtfarm.cli.common import (
 )
 from trtfarm.cli.tables import Column, fitted_table
 from trtfarm.errors import TrtfarmError
-from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
+
+if TYPE_CHECKING:  # the command imports what it runs when it runs (`trtfarm --help` needs none of it)
+    from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
 
 
 @app.command()
@@ -200,8 +203,8 @@ def targets(targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
                                                                                 t.toolchain.version))[0] is True,
              "api_check": api[1]} for t in resolved]
     if as_json:
-        print(json.dumps({"machine": {"gpus": caps.gpus.describe(), "toolchains": caps.versions}, "targets": rows},
-                         indent=2))
+        machine = {"gpus": caps.gpus.describe(), "toolchains": dict(caps.versions)}
+        print(json.dumps({"machine": machine, "targets": rows}, indent=2))
         return
     columns = [Column("target"), Column("gpu"), Column("cc", 3), Column("toolchain", 6), Column("pool", 2),
                Column("class", 1), Column("api", 5), Column("here"), Column("why not", 0)]

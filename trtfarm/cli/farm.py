@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import socket
@@ -128,6 +127,8 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
         from trtfarm.workers.k8s import job_template
 
         templates = {p.name: job_template(p.name, fleet) for p in desired if p.gpus}
+    import asyncio
+
     from flows.client import sync_work_pools
 
     try:
@@ -218,6 +219,8 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
         _print_run(None, "COMPLETED", "every target is published already: no run started", rows, as_json)
         return
     need_server(server_wait)
+    import asyncio
+
     from flows.client import submit_matrix
 
     try:

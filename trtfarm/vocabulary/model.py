@@ -11,12 +11,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
-import onnx
 from pydantic import BaseModel, ConfigDict
 
 from trtfarm import layout
 from trtfarm.errors import UserInputError, first_line
 from trtfarm.identity import files_digest, graph_digest, model_files, sha256_file
+from trtfarm.onnxfile import check_errors, check_model, load_model
 from trtfarm.precision.recipe import Recipe
 
 
@@ -77,13 +77,13 @@ def model_source(path: Path, name: str) -> ModelSource:
     if not path.is_file():
         raise UserInputError(f"{path}: no such ONNX file")
     try:
-        onnx.checker.check_model(str(path))
-    except (onnx.checker.ValidationError, ValueError, OSError) as err:
+        check_model(path)  # onnx.checker's own check, without importing the onnx package
+    except check_errors() as err:
         first = first_line(err)
         raise UserInputError(f"{path}: not a valid ONNX model ({type(err).__name__}: {first}). "
                              "Fix: re-export the model; check the file was copied completely.") from err
     layout.check_name("model name", name)
-    proto = onnx.load(str(path), load_external_data=False)  # parsed once for its files and its graph
+    proto = load_model(path)  # parsed once for its files and its graph
     files = model_files(path, proto)
     newest = max(path.parent.joinpath(n).stat().st_mtime for n, _ in files)
     exported = datetime.fromtimestamp(newest, timezone.utc).isoformat(timespec="microseconds")
