@@ -47,7 +47,7 @@ class ModelSource(BaseModel):
     path: Path
     source_uri: str
     onnx_digest: str
-    graph_digest: str
+    graph_digest: str | None  # None until ``verified``: nothing is built from a model before that
     exported_at: str
     files: tuple[tuple[str, str], ...] = ()  # (name, sha256) of the ONNX file and each external data file
     build_path: Path | None = None  # the precision-converted ONNX the builder parses (None: as exported)
@@ -71,24 +71,43 @@ class ModelSource(BaseModel):
         return self.precision.mode if self.precision else "fp32"
 
 
-def model_source(path: Path, name: str) -> ModelSource:
-    """Check the ONNX loads and passes ``onnx.checker``; compute its digests. Bad files are user errors."""
+def model_source(path: Path, name: str, *, verify: bool = True) -> ModelSource:
+    """Check the ONNX loads and passes ``onnx.checker``; compute its digests. Bad files are user errors.
+
+    ``verify=False``: only what finds a published build (the files and their digests); ``onnx.checker`` and the
+    graph digest wait for ``verified``, which planning calls when something is to be built from the model.
+    """
     path = Path(path)
     if not path.is_file():
         raise UserInputError(f"{path}: no such ONNX file")
-    try:
-        check_model(path)  # onnx.checker's own check, without importing the onnx package
-    except check_errors() as err:
-        first = first_line(err)
-        raise UserInputError(f"{path}: not a valid ONNX model ({type(err).__name__}: {first}). "
-                             "Fix: re-export the model; check the file was copied completely.") from err
+    proto = _checked(path, check=verify)  # parsed once for its files and its graph
     layout.check_name("model name", name)
-    proto = load_model(path)  # parsed once for its files and its graph
     files = model_files(path, proto)
     newest = max(path.parent.joinpath(n).stat().st_mtime for n, _ in files)
     exported = datetime.fromtimestamp(newest, timezone.utc).isoformat(timespec="microseconds")
     return ModelSource(name=name, path=path, source_uri=path.resolve().as_uri(), onnx_digest=files_digest(files),
-                       graph_digest=graph_digest(path, proto), exported_at=exported, files=tuple(files))
+                       graph_digest=graph_digest(path, proto) if verify else None, exported_at=exported,
+                       files=tuple(files))
+
+
+def verified(model: ModelSource) -> ModelSource:
+    """``model`` checked by ``onnx.checker``, with its graph digest (itself when ``model_source`` did both)."""
+    if model.graph_digest is not None:
+        return model
+    proto = _checked(model.path, check=True)
+    return model.model_copy(update={"graph_digest": graph_digest(model.path, proto)})
+
+
+def _checked(path: Path, *, check: bool):
+    """The file parsed, after ``onnx.checker`` (``check``); a bad file is a user error."""
+    try:
+        if check:
+            check_model(path)  # onnx.checker's own check, without importing the onnx package
+        return load_model(path)
+    except check_errors() as err:
+        first = first_line(err)
+        raise UserInputError(f"{path}: not a valid ONNX model ({type(err).__name__}: {first}). "
+                             "Fix: re-export the model; check the file was copied completely.") from err
 
 
 def with_precision(store, model: ModelSource, recipe: Recipe, calibration: Path | None,
