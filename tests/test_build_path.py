@@ -40,3 +40,82 @@ def test_tensorrt_prints_nothing_of_a_build_by_default_and_its_whole_log_with_ve
     assert [r["status"] for r in json.loads(loud.stdout)] == ["built"]
     verbose = [line for line in loud.stderr.splitlines() if "[TRT] [V]" in line]
     assert len(verbose) > 1000, loud.stderr[-2000:]  # TensorRT's VERBOSE log of the build, as TensorRT prints it
+
+
+# Reads every file in argv with trtfarm's seam (onnxfile: ONNX's messages and checker without `import onnx`), or with
+# onnx's own API when argv[1] is "onnx": the checker's verdict, the parsed model's bytes and the graph digest.
+READ_MODELS = r"""
+import hashlib, json, sys
+from pathlib import Path
+referee = sys.argv[1] == "onnx"
+if referee:
+    import onnx
+else:
+    from trtfarm.onnxfile import check_errors, check_model, load_model, onnx_messages
+
+def graph_digest(model):  # identity.graph_digest as it was written against onnx: the referee's own copy
+    copy = onnx.ModelProto() if referee else onnx_messages().ModelProto()
+    copy.CopyFrom(model)
+    for init in list(copy.graph.initializer):
+        dims, dtype, name = list(init.dims), init.data_type, init.name
+        init.Clear()
+        init.name, init.data_type = name, dtype
+        init.dims.extend(dims)
+    del copy.graph.sparse_initializer[:]
+    copy.ClearField("producer_version")
+    copy.ClearField("doc_string")
+    return hashlib.sha256(copy.SerializeToString(deterministic=True)).hexdigest()
+
+out = {}
+for path in sys.argv[2:]:
+    try:
+        onnx.checker.check_model(path) if referee else check_model(path)
+        verdict = "ok"
+    except Exception as err:
+        verdict = type(err).__name__
+    try:
+        model = onnx.load(path, load_external_data=False) if referee else load_model(path)
+        out[path] = [verdict, hashlib.sha256(model.SerializeToString()).hexdigest(), graph_digest(model)]
+    except Exception as err:
+        out[path] = [verdict, type(err).__name__, None]
+if not referee:
+    from trtfarm.identity import graph_digest as ours
+    for path, (verdict, _, digest) in out.items():
+        if digest is not None:
+            assert ours(Path(path)) == digest, path
+    heavy = sorted(m for m in ("onnx", "onnx.helper", "numpy", "ml_dtypes") if m in sys.modules)
+    import onnx  # after the seam, onnx imports and works (it reuses the seam's modules)
+    assert onnx.ModelProto is onnx_messages().ModelProto and onnx.helper.make_node("Relu", ["x"], ["y"])
+    out["heavy modules"] = heavy
+print(json.dumps(out))
+"""
+
+
+def _onnx_family(tmp_path: Path) -> list[str]:
+    """Every model the pinned onnx and onnxruntime wheels ship, the corpus's, and broken copies of some."""
+    import importlib.util
+
+    roots = [Path(importlib.util.find_spec(m).submodule_search_locations[0]) for m in ("onnx", "onnxruntime")]
+    files = sorted(str(p) for root in roots for p in root.rglob("*.onnx"))
+    assert len(files) > 100
+    for i, path in enumerate(files[::25]):
+        data = Path(path).read_bytes()
+        (tmp_path / f"truncated-{i}.onnx").write_bytes(data[: len(data) // 2])
+        (tmp_path / f"changed-{i}.onnx").write_bytes(data.replace(b"\x42", b"\x43", 1))  # one byte changed
+    (tmp_path / "garbage.onnx").write_bytes(b"\xff" * 1000)
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    return files + sorted(str(p) for p in tmp_path.glob("*.onnx"))
+
+
+def test_onnx_files_read_and_checked_without_the_onnx_package_as_onnx_itself_reads_and_checks_them(tmp_path):
+    files = _onnx_family(tmp_path)
+    found = {}
+    for who in ("onnx", "trtfarm"):
+        proc = subprocess.run([sys.executable, "-c", READ_MODELS, who, *files], capture_output=True, text=True,
+                              timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        found[who] = json.loads(proc.stdout)
+    assert found["trtfarm"].pop("heavy modules") == []
+    assert found["trtfarm"] == found["onnx"]
+    verdicts = {v[0] for v in found["onnx"].values()}
+    assert "ok" in verdicts and len(verdicts) > 1  # the family has models the checker refuses

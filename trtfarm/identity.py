@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtfarm.onnxfile import external_files, load_model, onnx_parts
+from trtfarm.onnxfile import external_files, load_model, onnx_messages
 
 if TYPE_CHECKING:
     import onnx
@@ -103,7 +103,7 @@ def graph_digest(path: Path, model: onnx.ModelProto | None = None) -> str:
     if model is None:
         model = load_model(path)
     else:
-        copy = onnx_parts()[0].ModelProto()
+        copy = onnx_messages().ModelProto()
         copy.CopyFrom(model)
         model = copy
     for init in list(model.graph.initializer):

@@ -6,7 +6,7 @@
 - External data: any tensor (an initializer, a sparse initializer, a ``Constant`` node's value, in the main graph
   or a subgraph) may keep its bytes in a file beside the model (``external_data`` key ``location``). Every such file
   is part of the model: its digest, its upload, its fetch. A location that leaves the model's folder is refused.
-- ONNX's messages and checker come from the ``onnx`` wheel without its package ``__init__`` (``onnx_parts``):
+- ONNX's messages and checker come from the ``onnx`` wheel without its package ``__init__`` (``onnx_messages``):
   ``import onnx`` imports numpy, ml_dtypes and ``onnx.helper`` (about 0.3 s), which reading and checking a file
   never needs.
 """
@@ -28,8 +28,10 @@ from trtfarm.errors import UserInputError
 if TYPE_CHECKING:
     import onnx
 
-_PARTS: dict[str, tuple[ModuleType, ModuleType]] = {}
+_PARTS: dict[str, ModuleType] = {}
 _PARTS_LOCK = threading.Lock()
+_FILES = {"messages": "onnx_ml_pb2.py", "native": "onnx_cpp2py_export"}  # in the onnx wheel's package folder
+_NAMES = {"messages": "onnx.onnx_ml_pb2", "native": "onnx.onnx_cpp2py_export"}
 
 
 def _load_module(name: str, path: str) -> ModuleType:
@@ -47,40 +49,49 @@ def _load_module(name: str, path: str) -> ModuleType:
     return module
 
 
-def _standalone_parts() -> tuple[ModuleType, ModuleType]:
-    """``onnx.onnx_ml_pb2`` and ``onnx.onnx_cpp2py_export`` from the installed wheel, without ``onnx/__init__``."""
+def _standalone(part: str) -> ModuleType:
+    """``onnx.onnx_ml_pb2`` or ``onnx.onnx_cpp2py_export`` from the installed wheel, without ``onnx/__init__``."""
+    if _NAMES[part] in sys.modules:
+        return sys.modules[_NAMES[part]]
     spec = importlib.util.find_spec("onnx")  # finds the package; runs none of it
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("onnx is not installed")
     root = spec.submodule_search_locations[0]
-    ext = next(os.path.join(root, f"onnx_cpp2py_export{suffix}") for suffix in importlib.machinery.EXTENSION_SUFFIXES
-               if os.path.isfile(os.path.join(root, f"onnx_cpp2py_export{suffix}")))
-    native = sys.modules.get("onnx.onnx_cpp2py_export") or _load_module("onnx.onnx_cpp2py_export", ext)
-    messages = sys.modules.get("onnx.onnx_ml_pb2") or _load_module("onnx.onnx_ml_pb2",
-                                                                  os.path.join(root, "onnx_ml_pb2.py"))
-    return messages, native
+    suffixes = [""] if part == "messages" else importlib.machinery.EXTENSION_SUFFIXES
+    path = next(os.path.join(root, _FILES[part] + suffix) for suffix in suffixes
+                if os.path.isfile(os.path.join(root, _FILES[part] + suffix)))
+    return _load_module(_NAMES[part], path)
 
 
-def onnx_parts() -> tuple[ModuleType, ModuleType]:
-    """ONNX's protobuf messages (``ModelProto``, ``TensorProto``, ...) and its C++ extension (``.checker``).
-
-    The same modules ``import onnx`` uses (registered under their own names, so importing onnx later, as the precision
-    step does, reuses them). Where onnx is imported already, or its wheel is not laid out as onnx 1.x lays it out,
-    they come from ``import onnx``.
-    """
+def _onnx_part(part: str) -> ModuleType:
     with _PARTS_LOCK:
-        if "parts" not in _PARTS:
+        if part not in _PARTS:
             if "onnx" not in sys.modules:
                 try:
-                    _PARTS["parts"] = _standalone_parts()
+                    _PARTS[part] = _standalone(part)
                 except (ImportError, OSError, StopIteration):
                     pass
-            if "parts" not in _PARTS:
+            if part not in _PARTS:
                 import onnx.onnx_cpp2py_export
                 import onnx.onnx_ml_pb2
 
-                _PARTS["parts"] = (onnx.onnx_ml_pb2, onnx.onnx_cpp2py_export)
-        return _PARTS["parts"]
+                _PARTS[part] = onnx.onnx_ml_pb2 if part == "messages" else onnx.onnx_cpp2py_export
+        return _PARTS[part]
+
+
+def onnx_messages() -> ModuleType:
+    """ONNX's protobuf messages (``ModelProto``, ``TensorProto``, ...): the module ``import onnx`` uses.
+
+    Loaded from the onnx wheel under its own name without the package's ``__init__`` (so importing onnx later, as
+    the precision step does, reuses it). Where onnx is imported already, or its wheel is not laid out as onnx 1.x
+    lays it out, it comes from ``import onnx``.
+    """
+    return _onnx_part("messages")
+
+
+def onnx_native() -> ModuleType:
+    """ONNX's C++ extension (``.checker``), loaded as ``onnx_messages`` is."""
+    return _onnx_part("native")
 
 
 def load_model(path: str | Path) -> onnx.ModelProto:
@@ -91,7 +102,7 @@ def load_model(path: str | Path) -> onnx.ModelProto:
     from google.protobuf.message import DecodeError
 
     data = Path(path).read_bytes()
-    model = onnx_parts()[0].ModelProto()
+    model = onnx_messages().ModelProto()
     decoded = model.ParseFromString(data)
     if decoded is not None and decoded != len(data):
         raise DecodeError(f"Protobuf decoding consumed too few bytes: {decoded} out of {len(data)}")
@@ -100,14 +111,14 @@ def load_model(path: str | Path) -> onnx.ModelProto:
 
 def check_model(path: str | Path) -> None:
     """``onnx.checker.check_model(path)``: raises ``check_errors()`` for a model that is not valid ONNX."""
-    onnx_parts()[1].checker.check_model_path(os.fspath(path), False, False, False)
+    onnx_native().checker.check_model_path(os.fspath(path), False, False, False)
 
 
 def check_errors() -> tuple[type[BaseException], ...]:
     """What ``check_model`` and ``load_model`` raise for a bad file (the checker's ValidationError among them)."""
     from google.protobuf.message import DecodeError
 
-    return (onnx_parts()[1].checker.ValidationError, DecodeError, ValueError, OSError)
+    return (onnx_native().checker.ValidationError, DecodeError, ValueError, OSError)
 
 
 def static_dim(dim: onnx.TensorShapeProto.Dimension) -> int | None:
@@ -154,7 +165,7 @@ def all_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
 
 def external_locations(model: onnx.ModelProto) -> list[str]:
     """The ``location`` of every external data file the model's tensors reference, sorted, each once."""
-    found, external = set(), onnx_parts()[0].TensorProto.EXTERNAL
+    found, external = set(), onnx_messages().TensorProto.EXTERNAL
     for tensor in all_tensors(model):
         if tensor.data_location == external:
             found.update(e.value for e in tensor.external_data if e.key == "location")

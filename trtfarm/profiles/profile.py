@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, RootModel, field_validator, model_validator
 
 from trtfarm.errors import UserInputError
-from trtfarm.onnxfile import dim_label, onnx_parts
+from trtfarm.onnxfile import dim_label, onnx_messages
 
 _SHAPE = re.compile(r"^\d+(x\d+)*$")
 MAX_DIM = 2**31 - 1  # the largest dimension a TensorRT profile takes (its Python bindings pass dims as int32)
@@ -255,7 +255,7 @@ def _tensor_name(buf, start: int, end: int) -> str | None:
 
 
 def _graph_inputs(buf) -> dict[str, InputDims]:
-    value_info = onnx_parts()[0].ValueInfoProto
+    value_info = onnx_messages().ValueInfoProto
     graph = next(((s, e) for f, w, s, e in _fields(buf, 0, len(buf)) if f == 7 and w == 2), None)
     if graph is None:
         raise ValueError("no graph")
