@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trtfarm.profiles import shapelog
+from trtfarm.profiles import distinct, shapelog
 from trtfarm.profiles.shapelog import ShapeLogError, read_columnar, read_line_by_line, read_shape_log
 
 
@@ -140,8 +140,8 @@ def test_too_many_distinct_lines_fall_back_to_the_chunked_reader(tmp_path, monke
 @pytest.mark.parametrize("block", [7, 51, 52, 53, 200, 4096])
 def test_blocks_of_any_size_cut_at_any_line_give_the_line_readers_table(tmp_path, monkeypatch, block):
     """Blocks smaller than a line, ending exactly at one, or holding many; folded after every block or two."""
-    monkeypatch.setattr(shapelog, "ARROW_BLOCK_BYTES", block)
-    monkeypatch.setattr(shapelog._LineCounts, "FOLD_ROWS", 2)
+    monkeypatch.setattr(distinct, "ARROW_BLOCK_BYTES", block)
+    monkeypatch.setattr(distinct._LineCounts, "FOLD_ROWS", 2)
     rng = np.random.default_rng(block)
     lines = [f'{{"ids": [{b}, {s}], "mask": [{b}, {s}]}}'.encode() for b, s in rng.integers(1, 40, (300, 2))]
     ends = [b"\n", b"\r\n", b"\n\n", b"\n   \n"]
