@@ -24,11 +24,12 @@ def workdir(tmp_path):
     return tmp_path
 
 
-def run(cwd: Path, *args: str, python: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+def run(cwd: Path, *args: str, python: tuple[str, ...] = ("-m", "trtfarm")) -> subprocess.CompletedProcess:
+    """``python -m trtfarm ARGS`` (or ``python PYTHON... ARGS``) in ``cwd``."""
     env = {**os.environ, "COLUMNS": "200", "TMPDIR": str(cwd / "tmp")}
     env.pop("PREFECT_API_URL", None)
-    return subprocess.run([sys.executable, *python, "-m", "trtfarm", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run([sys.executable, *python, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
 
 
 def test_tensorrt_prints_nothing_of_a_build_by_default_and_its_whole_log_with_verbose(workdir, example_dir):
@@ -119,3 +120,59 @@ def test_onnx_files_read_and_checked_without_the_onnx_package_as_onnx_itself_rea
     assert found["trtfarm"] == found["onnx"]
     verdicts = {v[0] for v in found["onnx"].values()}
     assert "ok" in verdicts and len(verdicts) > 1  # the family has models the checker refuses
+
+
+# Runs the command line in this interpreter (started with -X importtime) and writes every module it holds at exit.
+RUN_CLI = """
+import atexit, json, sys
+out = sys.argv.pop(1)
+atexit.register(lambda: json.dump(sorted(sys.modules), open(out, "w")))
+sys.argv = ["trtfarm", *sys.argv[1:]]
+from trtfarm.cli.main import main
+main()
+"""
+# What a local build of an fp32 model for a TensorRT-RTX target never needs (no signing key, a file store).
+NEVER_ON_THE_BUILD_PATH = (
+    "onnx.helper", "onnx.numpy_helper", "ml_dtypes", "numpy", "cryptography", "prefect", "asyncio", "pyarrow",
+    "modelopt", "onnxruntime", "torch", "polygraphy", "boto3", "botocore", "matplotlib", "httpx", "tensorrt",
+    "flows", "tasks", "trtfarm.precision.step", "trtfarm.precision.convert", "trtfarm.precision.gate",
+    "trtfarm.validation.summary", "trtfarm.validation.engine_gpu", "trtfarm.serving", "trtfarm.triggers",
+    "trtfarm.workers.k8s", "trtfarm.publishing.catalog")
+NOT_WHEN_UP_TO_DATE = ("tensorrt_rtx", "onnx.onnx_cpp2py_export", "pynvml")  # no toolchain, checker or GPU scan
+NOT_FOR_HELP = ("pydantic", "yaml", "google.protobuf", "trtfarm.pipeline", "trtfarm.vocabulary", "trtfarm.store")
+
+
+def _imported(workdir: Path, name: str, *args: str) -> set[str]:
+    out = workdir / f"{name}.json"
+    proc = run(workdir, *args, python=("-X", "importtime", "-c", RUN_CLI, str(out)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    timed = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    return timed | set(json.loads(out.read_text()))
+
+
+def _offending(modules: set[str], banned: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if any(m == b or m.startswith(f"{b}.") for b in banned))
+
+
+def test_the_build_path_imports_only_what_the_build_uses(workdir, example_dir):
+    """A guard for later changes: a heavy module on the path of `trtfarm build` (fresh, up to date) or of
+    `trtfarm --help` fails here; bench/local_vs_direct.py prints what the imports cost."""
+    import ctypes
+
+    model = workdir / "encoder" / "model.onnx"  # without farm.yaml: fp32, the profile from the command line
+    model.parent.mkdir()
+    model.write_bytes((example_dir / "model.onnx").read_bytes())
+    build = ["build", str(model), "--json", "--store", "store", "--profile", "input_ids=1x16:16x128:32x512",
+             "--profile", "attention_mask=1x16:16x128:32x512"]
+    fresh, rerun = _imported(workdir, "fresh", *build), _imported(workdir, "rerun", *build)
+    helped = _imported(workdir, "help", "--help")
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+        gpu_driver = True
+    except OSError:
+        gpu_driver = False
+    banned = NEVER_ON_THE_BUILD_PATH + (() if gpu_driver else ("pynvml",))
+    assert "tensorrt_rtx" in fresh and "trtfarm.toolchain.builder" in fresh  # the runs did what they say
+    assert _offending(fresh, banned) == []
+    assert _offending(rerun, banned + NOT_WHEN_UP_TO_DATE) == []
+    assert _offending(helped, banned + NOT_WHEN_UP_TO_DATE + NOT_FOR_HELP) == []
