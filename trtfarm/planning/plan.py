@@ -33,7 +33,7 @@ from trtfarm.vocabulary.exports import ExportRecord, ExportRef
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 from trtfarm.vocabulary.fleet_file import load_fleet
 from trtfarm.vocabulary.job import BuildJob, ProfileText
-from trtfarm.vocabulary.model import ModelSource, model_source, verified, with_precision
+from trtfarm.vocabulary.model import ModelSource, model_source, read_model, verified, with_precision
 from trtfarm.vocabulary.outcome import TargetOutcome
 from trtfarm.vocabulary.targets import TargetPlan, group_by_build, plan_targets
 
@@ -83,7 +83,9 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
         raise UserInputError("--name '': give the model a name (letters, digits, '.', '_' or '-'), or leave --name "
                              "out to use farm.yaml's name or the file name")
     # the files' digests find what is published; onnx.checker and the graph digest run when something is built
-    model = model_source(path, request.name or export.name or spec.name or model_name_from_path(path), verify=False)
+    proto = read_model(path)
+    model = model_source(path, request.name or export.name or spec.name or model_name_from_path(path), verify=False,
+                         proto=proto)
     profiles = first.profiles if first else _profiles(request, path, spec)
     check_profiles_against_inputs(profiles, onnx_inputs(path), str(path))
     if "://" in export.uri:
@@ -93,7 +95,7 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
     texts = profile_texts(profiles)
     ids = [t.id for t in resolved]
     if recipe.mode != "fp32" or recipe.auto_pin:
-        model = verified(model)  # the precision step converts a checked model
+        model, proto = verified(model, proto), None  # the precision step converts a checked model
     try:
         model = with_precision(store, model, recipe, calibration, heldout)
         model = model.model_copy(update={"trial": trial_reason(request.release, recipe.mode, spec.precision.mode,
@@ -108,7 +110,7 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
         skipped, todo = skip_unservable(todo, caps or local_capabilities())
         outcomes.update(skipped)
     if todo:
-        model = verified(model)
+        model = verified(model, proto)
     jobs = _jobs(store, request, model, "://" in export.uri and export.uri or str(path), texts, todo)
     return ExportPlan(name=model.name, model=model, profiles=texts, targets=ids, outcomes={**known, **outcomes},
                       jobs=jobs)

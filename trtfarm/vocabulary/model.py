@@ -71,16 +71,19 @@ class ModelSource(BaseModel):
         return self.precision.mode if self.precision else "fp32"
 
 
-def model_source(path: Path, name: str, *, verify: bool = True) -> ModelSource:
+def model_source(path: Path, name: str, *, verify: bool = True, proto=None) -> ModelSource:
     """Check the ONNX loads and passes ``onnx.checker``; compute its digests. Bad files are user errors.
 
     ``verify=False``: only what finds a published build (the files and their digests); ``onnx.checker`` and the
     graph digest wait for ``verified``, which planning calls when something is to be built from the model.
+    ``proto``: the file parsed already (``read_model``), so it is parsed once.
     """
     path = Path(path)
     if not path.is_file():
         raise UserInputError(f"{path}: no such ONNX file")
-    proto = _checked(path, check=verify)  # parsed once for its files and its graph
+    if verify:
+        _bad_model_is_user_error(check_model, path)  # onnx.checker's own check, without the onnx package
+    proto = read_model(path) if proto is None else proto  # parsed once for its files and its graph
     layout.check_name("model name", name)
     files = model_files(path, proto)
     newest = max(path.parent.joinpath(n).stat().st_mtime for n, _ in files)
@@ -90,20 +93,26 @@ def model_source(path: Path, name: str, *, verify: bool = True) -> ModelSource:
                        files=tuple(files))
 
 
-def verified(model: ModelSource) -> ModelSource:
-    """``model`` checked by ``onnx.checker``, with its graph digest (itself when ``model_source`` did both)."""
+def verified(model: ModelSource, proto=None) -> ModelSource:
+    """``model`` checked by ``onnx.checker``, with its graph digest (itself when ``model_source`` did both).
+
+    ``proto``: its file parsed already (``read_model``).
+    """
     if model.graph_digest is not None:
         return model
-    proto = _checked(model.path, check=True)
+    _bad_model_is_user_error(check_model, model.path)
+    proto = read_model(model.path) if proto is None else proto
     return model.model_copy(update={"graph_digest": graph_digest(model.path, proto)})
 
 
-def _checked(path: Path, *, check: bool):
-    """The file parsed, after ``onnx.checker`` (``check``); a bad file is a user error."""
+def read_model(path: Path):
+    """The ONNX file parsed (external data not loaded); a file that is no ONNX model is a user error."""
+    return _bad_model_is_user_error(load_model, path)
+
+
+def _bad_model_is_user_error(step, path: Path):
     try:
-        if check:
-            check_model(path)  # onnx.checker's own check, without importing the onnx package
-        return load_model(path)
+        return step(path)
     except check_errors() as err:
         first = first_line(err)
         raise UserInputError(f"{path}: not a valid ONNX model ({type(err).__name__}: {first}). "
