@@ -45,14 +45,28 @@ def _stat_key(path: Path) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _model_file_sha256(path: Path) -> str:
-    """``sha256_file``, remembered with the file's inode, size and times when nothing wrote it while it was read."""
+def _sha256_mentioning(path: Path, word: bytes) -> tuple[str, bool]:
+    """``sha256_file``, and whether ``word`` occurs in the file (found as the chunks go by, across their edges)."""
+    h, found, edge = hashlib.sha256(), False, b""
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+            found = found or word in edge + chunk[:len(word)] or word in chunk
+            edge = chunk[-len(word):]
+    return h.hexdigest(), found
+
+
+def _model_file_sha256(path: Path, word: bytes = b"") -> tuple[str, bool]:
+    """``_sha256_mentioning`` (or only the digest, without ``word``), remembered for ``sha256_unchanged``.
+
+    The digest is remembered with the file's inode, size and times when nothing wrote the file while it was read.
+    """
     before = _stat_key(path)
-    digest = sha256_file(path)
+    digest, found = _sha256_mentioning(path, word) if word else (sha256_file(path), False)
     if _stat_key(path) == before:
         with _HASHED_LOCK:
             _HASHED[str(Path(path).resolve())] = (before, digest)
-    return digest
+    return digest, found
 
 
 def sha256_unchanged(path: Path) -> str:
@@ -66,18 +80,22 @@ def sha256_unchanged(path: Path) -> str:
         seen = _HASHED.get(str(Path(path).resolve()))
     if seen is not None and seen[0] == _stat_key(path):
         return seen[1]
-    return _model_file_sha256(path)
+    return _model_file_sha256(path)[0]
 
 
 def model_files(path: Path, model: onnx.ModelProto | None = None) -> list[tuple[str, str]]:
     """``(name, sha256)`` of every file that makes up the model: the ONNX file, then each external data file.
 
     Names are relative to the model's folder (the ONNX file by its own name). The manifest lists them.
+    Without ``model``, the file is parsed only when it can have external data: a tensor's external data names its
+    file under the key ``location``, so a file without those bytes has none.
     """
     path = Path(path)
+    digest, mentioned = _model_file_sha256(path, b"location" if model is None else b"")
+    if model is None and not mentioned:
+        return [(path.name, digest)]
     model = model if model is not None else load_model(path)
-    return [(path.name, _model_file_sha256(path))] + [(loc, _model_file_sha256(f))
-                                                      for loc, f in external_files(path, model)]
+    return [(path.name, digest)] + [(loc, _model_file_sha256(f)[0]) for loc, f in external_files(path, model)]
 
 
 def files_digest(files: list[tuple[str, str]]) -> str:

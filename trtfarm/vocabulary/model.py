@@ -76,16 +76,16 @@ def model_source(path: Path, name: str, *, verify: bool = True, proto=None) -> M
 
     ``verify=False``: only what finds a published build (the files and their digests); ``onnx.checker`` and the
     graph digest wait for ``verified``, which planning calls when something is to be built from the model.
-    ``proto``: the file parsed already (``read_model``), so it is parsed once.
+    ``proto``: the file parsed already (``read_model``).
     """
     path = Path(path)
     if not path.is_file():
         raise UserInputError(f"{path}: no such ONNX file")
     if verify:
         _bad_model_is_user_error(check_model, path)  # onnx.checker's own check, without the onnx package
-    proto = read_model(path) if proto is None else proto  # parsed once for its files and its graph
+        proto = read_model(path) if proto is None else proto  # parsed once for its files and its graph
     layout.check_name("model name", name)
-    files = model_files(path, proto)
+    files = _bad_model_is_user_error(lambda p: model_files(p, proto), path)  # unverified: parsed only if needed
     newest = max(path.parent.joinpath(n).stat().st_mtime for n, _ in files)
     exported = datetime.fromtimestamp(newest, timezone.utc).isoformat(timespec="microseconds")
     return ModelSource(name=name, path=path, source_uri=path.resolve().as_uri(), onnx_digest=files_digest(files),
