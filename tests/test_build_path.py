@@ -138,7 +138,8 @@ NEVER_ON_THE_BUILD_PATH = (
     "flows", "tasks", "trtfarm.precision.step", "trtfarm.precision.convert", "trtfarm.precision.gate",
     "trtfarm.validation.summary", "trtfarm.validation.engine_gpu", "trtfarm.serving", "trtfarm.triggers",
     "trtfarm.workers.k8s", "trtfarm.publishing.catalog")
-NOT_WHEN_UP_TO_DATE = ("tensorrt_rtx", "onnx.onnx_cpp2py_export", "pynvml")  # no toolchain, checker or GPU scan
+# an up-to-date rerun imports no toolchain, scans no GPU, and neither parses nor checks the model
+NOT_WHEN_UP_TO_DATE = ("tensorrt_rtx", "pynvml", "onnx", "google.protobuf")
 NOT_FOR_HELP = ("pydantic", "yaml", "google.protobuf", "trtfarm.pipeline", "trtfarm.vocabulary", "trtfarm.store")
 
 
