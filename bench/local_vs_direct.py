@@ -148,8 +148,11 @@ def main() -> None:
                       f"{cpu[key]:.2f}", f"{wall[key] / wall['direct']:.2f}x")
     Console().print(table)
     print(f"trtfarm / plain = {doc['ratio']:.2f}x (pairs: {doc['ratio_of_pairs_median']:.2f}x), "
-          f"+{doc['overhead_s']:.2f} s; goal <= {GOAL_RATIO}x + {GOAL_EXTRA_S} s = {goal:.2f} s and the rerun "
+          f"{doc['overhead_s']:+.2f} s; goal <= {GOAL_RATIO}x + {GOAL_EXTRA_S} s = {goal:.2f} s and the rerun "
           f"<= {GOAL_RERUN_S} s: {'met' if doc['goal_met'] else 'NOT met'}")
+    print(f"CPU seconds (user + system; less moved by other work than wall time): trtfarm / plain = "
+          f"{cpu['trtfarm'] / cpu['direct']:.2f}x, {cpu['trtfarm'] - cpu['direct']:+.2f} s; up to date "
+          f"{cpu['up_to_date']:.2f} s")
     print(f"imports (python -X importtime): {doc['imports_fresh_s']:.2f} s fresh, {doc['imports_up_to_date_s']:.2f} s "
           f"up to date; {info['cpus']} CPUs, 1-min load average {info['load_avg_1m'][0]} -> {info['load_avg_1m'][1]}")
 
