@@ -92,7 +92,8 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
                                                   request.heldout)
     texts = profile_texts(profiles)
     ids = [t.id for t in resolved]
-    if recipe.mode != "fp32" or recipe.auto_pin:  # the precision step converts a checked model
+    checked = recipe.mode != "fp32" or recipe.auto_pin
+    if checked:  # the precision step converts a checked model
         model = _checked(model, profiles)
     try:
         model = with_precision(store, model, recipe, calibration, heldout)
@@ -107,7 +108,7 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
     if not farm:  # a published target is up to date; of the rest, what this machine cannot build is skipped
         skipped, todo = skip_unservable(todo, caps or local_capabilities())
         outcomes.update(skipped)
-    if todo:
+    if todo and not checked:
         model = _checked(model, profiles)
     jobs = _jobs(store, request, model, "://" in export.uri and export.uri or str(path), texts, todo)
     return ExportPlan(name=model.name, model=model, profiles=texts, targets=ids, outcomes={**known, **outcomes},

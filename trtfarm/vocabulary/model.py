@@ -71,21 +71,22 @@ class ModelSource(BaseModel):
         return self.precision.mode if self.precision else "fp32"
 
 
-def model_source(path: Path, name: str, *, verify: bool = True, proto=None) -> ModelSource:
+def model_source(path: Path, name: str, *, verify: bool = True) -> ModelSource:
     """Check the ONNX loads and passes ``onnx.checker``; compute its digests. Bad files are user errors.
 
     ``verify=False``: only what finds a published build (the files and their digests); ``onnx.checker`` and the
-    graph digest wait for ``verified``, which planning calls when something is to be built from the model.
-    ``proto``: the file parsed already (``read_model``).
+    graph digest wait for ``verified``, which planning calls when something is to be built from the model (an
+    unverified model's file is parsed only when it may name external data files).
     """
     path = Path(path)
     if not path.is_file():
         raise UserInputError(f"{path}: no such ONNX file")
+    proto = None
     if verify:
         _bad_model_is_user_error(check_model, path)  # onnx.checker's own check, without the onnx package
-        proto = read_model(path) if proto is None else proto  # parsed once for its files and its graph
+        proto = read_model(path)  # parsed once for its files and its graph
     layout.check_name("model name", name)
-    files = _bad_model_is_user_error(lambda p: model_files(p, proto), path)  # unverified: parsed only if needed
+    files = _bad_model_is_user_error(lambda p: model_files(p, proto), path)
     newest = max(path.parent.joinpath(n).stat().st_mtime for n, _ in files)
     exported = datetime.fromtimestamp(newest, timezone.utc).isoformat(timespec="microseconds")
     return ModelSource(name=name, path=path, source_uri=path.resolve().as_uri(), onnx_digest=files_digest(files),
@@ -93,16 +94,12 @@ def model_source(path: Path, name: str, *, verify: bool = True, proto=None) -> M
                        files=tuple(files))
 
 
-def verified(model: ModelSource, proto=None) -> ModelSource:
-    """``model`` checked by ``onnx.checker``, with its graph digest (itself when ``model_source`` did both).
-
-    ``proto``: its file parsed already (``read_model``).
-    """
+def verified(model: ModelSource) -> ModelSource:
+    """``model`` checked by ``onnx.checker``, with its graph digest (itself when ``model_source`` did both)."""
     if model.graph_digest is not None:
         return model
     _bad_model_is_user_error(check_model, model.path)
-    proto = read_model(model.path) if proto is None else proto
-    return model.model_copy(update={"graph_digest": graph_digest(model.path, proto)})
+    return model.model_copy(update={"graph_digest": graph_digest(model.path, read_model(model.path))})
 
 
 def read_model(path: Path):
