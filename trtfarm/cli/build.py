@@ -52,8 +52,8 @@ def build(
                                       "up to date; a damaged one is rebuilt (default: its size is checked)"),
     record: bool = typer.Option(False, "--record", help="run as a build-matrix flow recorded on the Prefect server "
                                 "at $PREFECT_API_URL (never an ephemeral server)"),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="print TensorRT's whole log (VERBOSE) on stderr; with "
-                                 "--record, Prefect's logs too"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="print TensorRT's whole log (VERBOSE) on stderr; "
+                                 "with --record (the builds run on the workers): Prefect's logs"),
 ) -> None:
     """Build MODEL for the fleet in this process; targets already published are up to date and skipped."""
     from trtfarm.planning.requests import MatrixRequest
