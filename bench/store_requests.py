@@ -2,8 +2,9 @@
 
 Each scenario runs against a real file:// store wrapped to count every request (tests/store_requests.py), with the
 example encoder and TensorRT-RTX builds on this machine's CPU; reports are left out (``report="none"``). Printed per
-scenario: requests in all and per method, release pointer and manifest reads, ONNX parses (``onnx.load``,
-``onnx.checker.check_model``), ``select_targets`` and ``precision_key`` calls. tests/test_store_requests.py bounds
+scenario: requests in all and per method, release pointer and manifest reads, ONNX parses and checks (trtfarm's
+``onnxfile.load_model`` and ``check_model``, or ``onnx.load`` and ``onnx.checker.check_model``), ``select_targets``
+and ``precision_key`` calls. tests/test_store_requests.py bounds
 the same figures.
 
     python bench/store_requests.py [--json]
@@ -21,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 COLUMNS = ("requests", "get", "size", "list", "list_sizes", "put_if_absent", "compare_and_swap", "upload_file",
-           "download_file", "delete", "pointer_reads", "manifest_reads", "onnx.load", "onnx.checker.check_model",
+           "download_file", "delete", "pointer_reads", "manifest_reads", "onnx_parses", "onnx_checks",
            "select_targets", "precision_key")
 
 

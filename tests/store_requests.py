@@ -131,15 +131,19 @@ class Tally:
 
     def figures(self) -> dict:
         """The tally as JSON: per method, release pointer and manifest reads, function calls, the total."""
+        calls = dict(self.calls)
+        parses = calls.pop("onnx.load", 0) + calls.pop("onnxfile.load_model", 0)  # onnx's own, or trtfarm's seam
+        checks = calls.pop("onnx.checker.check_model", 0) + calls.pop("onnxfile.check_model", 0)
         return {"requests": self.total, "by_method": self.by_method(),
                 "pointer_reads": self.of("get", "releases/"), "manifest_reads": self.of("get", "manifest.json"),
-                **dict(self.calls)}
+                "onnx_parses": parses, "onnx_checks": checks, **calls}
 
 
 COUNTED = {"onnx.load": (onnx, "load"), "onnx.checker.check_model": (onnx.checker, "check_model")}
 PRELOADED = ("trtfarm.pipeline", "trtfarm.building.job", "trtfarm.building.refit", "trtfarm.building.build",
              "trtfarm.precision.step", "trtfarm.publishing.registry", "trtfarm.cli.farm", "trtfarm.toolchain.refitter")
-COUNTED_CORE = {"select_targets": "trtfarm.vocabulary.fleet", "precision_key": "trtfarm.precision.step"}
+COUNTED_CORE = {"select_targets": "trtfarm.vocabulary.fleet", "precision_key": "trtfarm.precision.step",
+                "onnxfile.load_model": "trtfarm.onnxfile", "onnxfile.check_model": "trtfarm.onnxfile"}
 
 
 @contextmanager
@@ -166,7 +170,7 @@ def counting(tally: Tally):
 
     targets = {label: getattr(owner, name) for label, (owner, name) in COUNTED.items()}
     for label, module in COUNTED_CORE.items():
-        targets[label] = getattr(importlib.import_module(module), label)
+        targets[label] = getattr(importlib.import_module(module), label.rsplit(".", 1)[-1])
     real_open = trtfarm.store.open_store
     targets["open_store"] = real_open
     replacement = {label: counted(label, fn) for label, fn in targets.items() if label != "open_store"}

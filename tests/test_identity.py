@@ -101,3 +101,38 @@ def test_the_build_digest_is_the_sha256_of_its_canonical_json_document(field, va
            "toolchain": {"flavour": given["flavour"], "version": given["toolchain_version"]},
            "compat_class": given["compat_class"]}
     assert build_digest(**given) == hashlib.sha256(canonical_json(doc)).hexdigest()
+
+
+def test_the_files_of_a_model_are_found_without_parsing_it_exactly_as_by_parsing_it(tmp_path, monkeypatch):
+    """A file without the bytes ``location`` cannot name an external data file; any other file is parsed. Every
+    model the onnx wheel ships, each also saved with its weights outside, and words split across read chunks."""
+    import importlib.util
+    from pathlib import Path
+
+    from trtfarm import identity
+    from trtfarm.onnxfile import load_model
+
+    root = Path(importlib.util.find_spec("onnx").submodule_search_locations[0])
+    models = sorted(root.rglob("*.onnx"))
+    for i, path in enumerate(models[::10]):
+        folder = tmp_path / f"m{i}"
+        folder.mkdir()
+        model = onnx.load(str(path))
+        onnx.save(model, str(folder / "model.onnx"), save_as_external_data=True, location="weights.bin",
+                  size_threshold=0)
+        models.append(folder / "model.onnx")
+    noted = tmp_path / "noted.onnx"  # "location" in a doc string, no external data
+    noted_model = make_model.encoder_model(0)
+    noted_model.doc_string = "weights in this file, at no other location"
+    noted.write_bytes(noted_model.SerializeToString())
+    models.append(noted)
+    monkeypatch.setattr(identity, "CHUNK", 4099)  # the word crosses chunk edges somewhere
+    parses = []
+    monkeypatch.setattr(identity, "load_model", lambda p: parses.append(p) or load_model(p))
+    externals = 0
+    for path in models:
+        parsed = identity.model_files(path, load_model(path))
+        assert identity.model_files(path) == parsed, path
+        externals += len(parsed) > 1
+    assert externals >= 5
+    assert parses == [p for p in models if b"location" in p.read_bytes()] and noted in parses

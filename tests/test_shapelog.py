@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trtfarm.profiles import shapelog
+from trtfarm.profiles import distinct, shapelog
 from trtfarm.profiles.shapelog import ShapeLogError, read_columnar, read_line_by_line, read_shape_log
 
 
@@ -135,3 +135,52 @@ def test_too_many_distinct_lines_fall_back_to_the_chunked_reader(tmp_path, monke
     assert read_columnar(textbook_log) is None
     t = read_shape_log(textbook_log)
     assert t.records == 200_000
+
+
+@pytest.mark.parametrize("block", [7, 51, 52, 53, 200, 4096])
+def test_blocks_of_any_size_cut_at_any_line_give_the_line_readers_table(tmp_path, monkeypatch, block):
+    """Blocks smaller than a line, ending exactly at one, or holding many; folded after every block or two."""
+    monkeypatch.setattr(distinct, "ARROW_BLOCK_BYTES", block)
+    monkeypatch.setattr(distinct._LineCounts, "FOLD_ROWS", 2)
+    rng = np.random.default_rng(block)
+    lines = [f'{{"ids": [{b}, {s}], "mask": [{b}, {s}]}}'.encode() for b, s in rng.integers(1, 40, (300, 2))]
+    ends = [b"\n", b"\r\n", b"\n\n", b"\n   \n"]
+    j = tmp_path / "v.jsonl"
+    j.write_bytes(b"".join(line + ends[i % len(ends)] for i, line in enumerate(lines)).rstrip())  # no final newline
+    c = tmp_path / "v.csv"
+    c.write_bytes(b"ids,mask\n" + b"".join(f"{b}x{s},{b}x{s}\n".encode() for b, s in rng.integers(1, 40, (300, 2))))
+    for path in (j, c):
+        fast = read_columnar(path)
+        assert fast is not None and same_table(fast, read_line_by_line(path)), path.name
+    assert fast.records == 300
+
+
+# Reads a shape log columnar in a fresh process and prints the Arrow memory pool's peak (MiB) and the records read.
+POOL_PEAK = """
+import sys
+from pathlib import Path
+import pyarrow as pa
+from trtfarm.profiles.shapelog import read_columnar
+table = read_columnar(Path(sys.argv[1]))
+print(pa.default_memory_pool().max_memory() >> 20, table.records)
+"""
+
+
+def test_the_columnar_readers_memory_does_not_grow_with_the_logs_length(tmp_path):
+    """Arrow holds a block and the distinct lines: a log five times longer peaks at about the same memory."""
+    import subprocess
+    import sys
+
+    from .conftest import make_traffic
+
+    peaks = []
+    for records in (300_000, 1_500_000):
+        log = tmp_path / f"{records}.jsonl"
+        make_traffic.write_jsonl(log, *make_traffic.synthetic_traffic(records, seed=1))
+        proc = subprocess.run([sys.executable, "-c", POOL_PEAK, str(log)], capture_output=True, text=True,
+                              timeout=300, check=True)
+        peak, read = map(int, proc.stdout.split())
+        assert read == records
+        peaks.append(peak)
+        log.unlink()
+    assert peaks[1] <= peaks[0] + 8 and peaks[1] < 32, peaks  # MiB

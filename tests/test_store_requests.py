@@ -37,14 +37,16 @@ def test_a_local_build_reads_each_targets_pointer_and_manifest_once_and_parses_t
     assert reported["manifest_reads"] == first["manifest_reads"] and reported["pointer_reads"] == 3
     assert reported["requests"] <= first["requests"] + 6  # and the six report files, each written once, unread
     for run in (first, again):
-        assert run["onnx.load"] == 1 and run["select_targets"] == 1 and run.get("precision_key", 0) == 0
+        assert run["select_targets"] == 1 and run.get("precision_key", 0) == 0
+    assert first["onnx_parses"] == 1 and first["onnx_checks"] == 1  # one parse for the files, the graph, the build
+    assert again["onnx_parses"] == 0 and again["onnx_checks"] == 0  # up to date: the files' digests said so
 
 
 def test_a_refit_run_reads_the_pointer_and_the_parent_manifest_at_planning_only(tmp_path):
     refit = refit_run(tmp_path, store_of(tmp_path))["refit run"].figures()
     assert refit["pointer_reads"] == 2  # one per target, at planning
     assert refit["manifest_reads"] <= 4  # each target's own (absent) manifest, and the released one it compares with
-    assert refit["requests"] <= 15 and refit["onnx.load"] == 1 and refit["select_targets"] == 1
+    assert refit["requests"] <= 15 and refit["onnx_parses"] == 1 and refit["select_targets"] == 1
 
 
 def test_a_farm_run_plans_once_and_its_jobs_read_no_pointer_or_manifest(tmp_path):

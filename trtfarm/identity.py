@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import onnx
+from trtfarm.onnxfile import external_files, load_model, onnx_messages
 
-from trtfarm.onnxfile import external_files
+if TYPE_CHECKING:
+    import onnx
 
 CHUNK = 1 << 20
 
@@ -33,14 +36,66 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+_HASHED: dict[str, tuple[tuple[int, ...], str]] = {}  # model files this process hashed: path -> (stat, sha256)
+_HASHED_LOCK = threading.Lock()
+
+
+def _stat_key(path: Path) -> tuple[int, ...]:
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _sha256_mentioning(path: Path, word: bytes) -> tuple[str, bool]:
+    """``sha256_file``, and whether ``word`` occurs in the file (found as the chunks go by, across their edges)."""
+    h, found, edge = hashlib.sha256(), False, b""
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+            found = found or word in edge + chunk[:len(word)] or word in chunk
+            edge = chunk[-len(word):]
+    return h.hexdigest(), found
+
+
+def _model_file_sha256(path: Path, word: bytes = b"") -> tuple[str, bool]:
+    """``_sha256_mentioning`` (or only the digest, without ``word``), remembered for ``sha256_unchanged``.
+
+    The digest is remembered with the file's inode, size and times when nothing wrote the file while it was read.
+    """
+    before = _stat_key(path)
+    digest, found = _sha256_mentioning(path, word) if word else (sha256_file(path), False)
+    if _stat_key(path) == before:
+        with _HASHED_LOCK:
+            _HASHED[str(Path(path).resolve())] = (before, digest)
+    return digest, found
+
+
+def sha256_unchanged(path: Path) -> str:
+    """The sha256 of a model file, without reading it again when this process hashed it already.
+
+    The digest ``model_files`` found is reused while the file's inode, size, modification and change times are the
+    same (a write changes them); else the file is hashed now. A local build checks the model it planned moments ago
+    without reading a large export twice.
+    """
+    with _HASHED_LOCK:
+        seen = _HASHED.get(str(Path(path).resolve()))
+    if seen is not None and seen[0] == _stat_key(path):
+        return seen[1]
+    return _model_file_sha256(path)[0]
+
+
 def model_files(path: Path, model: onnx.ModelProto | None = None) -> list[tuple[str, str]]:
     """``(name, sha256)`` of every file that makes up the model: the ONNX file, then each external data file.
 
     Names are relative to the model's folder (the ONNX file by its own name). The manifest lists them.
+    Without ``model``, the file is parsed only when it can have external data: a tensor's external data names its
+    file under the key ``location``, so a file without those bytes has none.
     """
     path = Path(path)
-    model = model if model is not None else onnx.load(str(path), load_external_data=False)
-    return [(path.name, sha256_file(path))] + [(loc, sha256_file(f)) for loc, f in external_files(path, model)]
+    digest, mentioned = _model_file_sha256(path, b"location" if model is None else b"")
+    if model is None and not mentioned:
+        return [(path.name, digest)]
+    model = model if model is not None else load_model(path)
+    return [(path.name, digest)] + [(loc, _model_file_sha256(f)[0]) for loc, f in external_files(path, model)]
 
 
 def files_digest(files: list[tuple[str, str]]) -> str:
@@ -64,9 +119,9 @@ def graph_digest(path: Path, model: onnx.ModelProto | None = None) -> str:
     ``model``: the file at ``path`` parsed already (without external data); it is left as it is.
     """
     if model is None:
-        model = onnx.load(str(path), load_external_data=False)
+        model = load_model(path)
     else:
-        copy = onnx.ModelProto()
+        copy = onnx_messages().ModelProto()
         copy.CopyFrom(model)
         model = copy
     for init in list(model.graph.initializer):

@@ -6,16 +6,119 @@
 - External data: any tensor (an initializer, a sparse initializer, a ``Constant`` node's value, in the main graph
   or a subgraph) may keep its bytes in a file beside the model (``external_data`` key ``location``). Every such file
   is part of the model: its digest, its upload, its fetch. A location that leaves the model's folder is refused.
+- ONNX's messages and checker come from the ``onnx`` wheel without its package ``__init__`` (``onnx_messages``):
+  ``import onnx`` imports numpy, ml_dtypes and ``onnx.helper`` (about 0.3 s), which reading and checking a file
+  never needs.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
-
-import onnx
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from trtfarm.errors import UserInputError
+
+if TYPE_CHECKING:
+    import onnx
+
+_PARTS: dict[str, ModuleType] = {}
+_PARTS_LOCK = threading.Lock()
+_FILES = {"messages": "onnx_ml_pb2.py", "native": "onnx_cpp2py_export"}  # in the onnx wheel's package folder
+_NAMES = {"messages": "onnx.onnx_ml_pb2", "native": "onnx.onnx_cpp2py_export"}
+
+
+def _load_module(name: str, path: str) -> ModuleType:
+    """Load one module of the onnx wheel under its own name, so a later ``import onnx`` uses this very module."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def _standalone(part: str) -> ModuleType:
+    """``onnx.onnx_ml_pb2`` or ``onnx.onnx_cpp2py_export`` from the installed wheel, without ``onnx/__init__``."""
+    if _NAMES[part] in sys.modules:
+        return sys.modules[_NAMES[part]]
+    spec = importlib.util.find_spec("onnx")  # finds the package; runs none of it
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("onnx is not installed")
+    root = spec.submodule_search_locations[0]
+    suffixes = [""] if part == "messages" else importlib.machinery.EXTENSION_SUFFIXES
+    path = next(os.path.join(root, _FILES[part] + suffix) for suffix in suffixes
+                if os.path.isfile(os.path.join(root, _FILES[part] + suffix)))
+    return _load_module(_NAMES[part], path)
+
+
+def _onnx_part(part: str) -> ModuleType:
+    with _PARTS_LOCK:
+        if part not in _PARTS:
+            if "onnx" not in sys.modules:
+                try:
+                    _PARTS[part] = _standalone(part)
+                except (ImportError, OSError, StopIteration):
+                    pass
+            if part not in _PARTS:
+                import onnx.onnx_cpp2py_export
+                import onnx.onnx_ml_pb2
+
+                _PARTS[part] = onnx.onnx_ml_pb2 if part == "messages" else onnx.onnx_cpp2py_export
+        return _PARTS[part]
+
+
+def onnx_messages() -> ModuleType:
+    """ONNX's protobuf messages (``ModelProto``, ``TensorProto``, ...): the module ``import onnx`` uses.
+
+    Loaded from the onnx wheel under its own name without the package's ``__init__`` (so importing onnx later, as
+    the precision step does, reuses it). Where onnx is imported already, or its wheel is not laid out as onnx 1.x
+    lays it out, it comes from ``import onnx``.
+    """
+    return _onnx_part("messages")
+
+
+def onnx_native() -> ModuleType:
+    """ONNX's C++ extension (``.checker``), loaded as ``onnx_messages`` is."""
+    return _onnx_part("native")
+
+
+def load_model(path: str | Path) -> onnx.ModelProto:
+    """The ModelProto of the file at ``path`` without its external data: ``onnx.load(path, load_external_data=False)``.
+
+    Raises ``google.protobuf.message.DecodeError`` for bytes that are not a ModelProto, as ``onnx.load`` does.
+    """
+    from google.protobuf.message import DecodeError
+
+    data = Path(path).read_bytes()
+    model = onnx_messages().ModelProto()
+    decoded = model.ParseFromString(data)
+    if decoded is not None and decoded != len(data):
+        raise DecodeError(f"Protobuf decoding consumed too few bytes: {decoded} out of {len(data)}")
+    return model
+
+
+def check_model(path: str | Path) -> None:
+    """``onnx.checker.check_model(path)``: raises ``check_errors()`` for a model that is not valid ONNX."""
+    onnx_native().checker.check_model_path(os.fspath(path), False, False, False)
+
+
+def check_errors() -> tuple[type[BaseException], ...]:
+    """What ``check_model`` and ``load_model`` raise for a bad file (the checker's ValidationError among them)."""
+    from google.protobuf.message import DecodeError
+
+    return (onnx_native().checker.ValidationError, DecodeError, ValueError, OSError)
 
 
 def static_dim(dim: onnx.TensorShapeProto.Dimension) -> int | None:
@@ -62,9 +165,9 @@ def all_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
 
 def external_locations(model: onnx.ModelProto) -> list[str]:
     """The ``location`` of every external data file the model's tensors reference, sorted, each once."""
-    found = set()
+    found, external = set(), onnx_messages().TensorProto.EXTERNAL
     for tensor in all_tensors(model):
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        if tensor.data_location == external:
             found.update(e.value for e in tensor.external_data if e.key == "location")
     return sorted(found)
 
@@ -86,7 +189,7 @@ def location_path(model_path: Path, location: str) -> Path:
 def external_files(path: Path, model: onnx.ModelProto | None = None) -> list[tuple[str, Path]]:
     """``(location, file)`` for each external data file of the model at ``path``; refused when unsafe or missing."""
     path = Path(path)
-    model = model if model is not None else onnx.load(str(path), load_external_data=False)
+    model = model if model is not None else load_model(path)
     files = []
     for location in external_locations(model):
         file = location_path(path, location)

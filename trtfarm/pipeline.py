@@ -153,8 +153,10 @@ def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress
     ``report="full"`` renders it (markdown, HTML, charts), ``"outcomes"`` stores only the outcomes, ``"none"`` nothing.
     """
     store = open_store(request.store)
-    signer = signing_settings(request.targets_file, only="key").signer()  # a bad key fails before any build
-    plans = plan_run(request, store, find_exports(store, request.model), farm=False, signer=signer)
+    fleet = load_fleet(request.targets_file)  # read once: for its signing block and for the plan
+    signer = signing_settings(request.targets_file, only="key", fleet=fleet).signer()  # a bad key fails first
+    plans = plan_run(request, store, find_exports(store, request.model), farm=False, fleet=fleet,
+                     signer=signer)
     jobs = [job for plan in plans for job in plan.jobs]
     sweep_stale_work()
     for job in jobs:  # what a killed build of these plans left in the store

@@ -250,7 +250,8 @@ def _fits(module: StandInModule, text: str, value) -> bool:  # noqa: C901 - one 
     if name == "Dims" or name.startswith("Dims"):
         return isinstance(value, (tuple, list)) and all(isinstance(d, int) for d in value) or \
             isinstance(value, StandIn)
-    return isinstance(value, module.standin_class(cls))
+    # pybind11 accepts an instance of the class or of a subclass (a ``Logger`` where an ``ILogger`` is declared)
+    return isinstance(value, StandIn) and issubclass(_real_base(type(value)), cls)
 
 
 def _declared(real_base: type, name: str) -> list[dict]:

@@ -205,3 +205,24 @@ def test_a_farm_build_logs_its_phases_to_the_logger_it_is_given(example_onnx, tm
     run_log.setLevel(logging.INFO)
     build(example_onnx, [profile_from_args(ENCODER_PROFILE)], tmp_path, progress=LoggingProgress("rtx4090", run_log))
     assert any(line.startswith("rtx4090: Building engine (") for line in lines.lines), lines.lines
+
+
+def test_tensorrt_filters_its_own_log_and_its_errors_come_through_the_recorder(example_onnx, tmp_path):
+    """The logger handed to TensorRT is its own ``Logger``, which drops what is below ``min_severity`` inside the
+    library (a Python ``ILogger`` gets every VERBOSE message of a build); the builder's errors still reach us."""
+    from trtfarm.toolchain.trtlog import captured_log, set_log_severity
+
+    with captured_log(trt) as (logger, log):
+        assert type(logger) is trt.Logger and logger.min_severity == trt.Logger.ERROR
+        assert isinstance(log.recorder, trt.IErrorRecorder)
+    set_log_severity("VERBOSE")
+    try:
+        with captured_log(trt) as (logger, _):
+            assert logger.min_severity == trt.Logger.VERBOSE
+    finally:
+        set_log_severity("ERROR")
+    with pytest.raises(ValueError, match="use one of"):
+        set_log_severity("LOUD")
+    bad = profile_from_args(["input_ids=1x16:16x128:32x512", "attention_mask=1x16:16x64:32x512"])
+    with pytest.raises(BuildFailed, match="kOPT values are not self-consistent"):
+        build(example_onnx, [bad], tmp_path)

@@ -47,7 +47,8 @@ def test_every_tensorrt_api_name_and_call_in_trtfarm_exists_in_each_supported_ve
                     "Runtime.deserialize_cuda_engine", "Runtime.engine_host_code_allowed",
                     "ICudaEngine.get_device_memory_size_for_profile_v2", "EngineInspector.get_engine_information",
                     "Refitter.get_missing_weights", "OnnxParserRefitter.refit_from_file",
-                    "IProgressMonitor.step_complete", "ILogger.log", "IHostMemory.nbytes"):
+                    "IProgressMonitor.step_complete", "IErrorRecorder.report_error", "Logger.min_severity",
+                    "Builder.error_recorder", "Runtime.error_recorder", "IHostMemory.nbytes"):
             assert api in r.apis, (version, api)
         assert r.checked == len(r.apis) >= 80
 

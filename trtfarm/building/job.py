@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from trtfarm.building.build import build_group
 from trtfarm.errors import UserInputError
-from trtfarm.identity import files_digest, onnx_digest, sha256_file
+from trtfarm.identity import files_digest, onnx_digest, sha256_file, sha256_unchanged
 from trtfarm.publishing.registry import local_copy
 from trtfarm.store import Store
 from trtfarm.store.base import Progress
@@ -72,7 +72,7 @@ def _digest(path: Path, planned: ModelSource) -> str:
     files = [(n, path.parent / n) for n, _ in planned.files]
     if not files or files[0][0] != path.name or not all(f.is_file() for _, f in files):
         return onnx_digest(path)
-    return files_digest([(n, sha256_file(f)) for n, f in files])
+    return files_digest([(n, sha256_unchanged(f)) for n, f in files])  # planned in this process: not read again
 
 
 def _failed(job: BuildJob, why: str) -> JobResult:

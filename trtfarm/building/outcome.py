@@ -14,6 +14,7 @@ from dataclasses import replace
 from trtfarm import layout
 from trtfarm.errors import CorruptObject
 from trtfarm.layout import short_ref
+from trtfarm.machine.capabilities import Capabilities
 from trtfarm.publishing.publish import plan_intact, plan_rehash, read_manifest, withdraw
 from trtfarm.publishing.release import (
     ReleaseRefused,
@@ -28,7 +29,7 @@ from trtfarm.store import Store
 from trtfarm.vocabulary.manifest import Manifest
 from trtfarm.vocabulary.outcome import Status, TargetOutcome
 from trtfarm.vocabulary.pointer import SeenPointer
-from trtfarm.vocabulary.targets import TargetPlan
+from trtfarm.vocabulary.targets import TargetPlan, serve_check
 
 
 def outcome_from_manifest(store: Store, plan: TargetPlan, manifest: Manifest, status: Status = "up-to-date",
@@ -113,6 +114,21 @@ def triage(store: Store, plans: Sequence[TargetPlan], force: bool = False, verif
             outcome.release = release_if_allowed(store, p.manifest_key, existing, p.target.release_on, None, trial,
                                                  p.pointer, signer)
         done[p.target.id] = outcome
+    return done, todo
+
+
+def skip_unservable(plans: Sequence[TargetPlan], caps: Capabilities) -> tuple[dict[str, TargetOutcome],
+                                                                               list[TargetPlan]]:
+    """Of the plans still to build, the targets this machine cannot build are skipped (the reason says why).
+
+    Asked after ``triage``: a target already published is up to date here without importing its toolchain.
+    """
+    done, todo = {}, []
+    for p in plans:
+        if (why := serve_check(p.target, caps)) is not None:
+            done[p.target.id] = TargetOutcome(p.target.id, "skipped", why)
+        else:
+            todo.append(p)
     return done, todo
 
 

@@ -80,9 +80,12 @@ def tensorrt_combine(trt: ModuleType) -> Combine:
     """A ``Combine`` using TensorRT's ``ITimingCache.combine`` (same TensorRT version on both sides)."""
 
     def combine(current: bytes, ours: bytes) -> bytes:
-        from trtfarm.toolchain.builder import _shared_logger
+        from trtfarm.toolchain.trtlog import captured_log
 
-        config = trt.Builder(_shared_logger(trt)).create_builder_config()
+        with captured_log(trt) as (logger, log):
+            builder = trt.Builder(logger)
+            builder.error_recorder = log.recorder
+            config = builder.create_builder_config()
         try:  # damaged bytes: the bindings raise (pybind11 turns TensorRT's exceptions into RuntimeError)
             base = config.create_timing_cache(current)
             other = config.create_timing_cache(ours)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -22,7 +23,9 @@ from trtfarm.cli.common import (
 )
 from trtfarm.cli.tables import Column, fitted_table, labelled, notes
 from trtfarm.errors import TrtfarmError
-from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
+
+if TYPE_CHECKING:  # the command imports what it runs when it runs (`trtfarm --help` needs none of it)
+    from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
 
 
 @app.command()
@@ -52,7 +55,8 @@ def build(
                                       "up to date; a damaged one is rebuilt (default: its size is checked)"),
     record: bool = typer.Option(False, "--record", help="run as a build-matrix flow recorded on the Prefect server "
                                 "at $PREFECT_API_URL (never an ephemeral server)"),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="each skipped target's whole reason; with --record: "
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="each skipped target's whole reason, and TensorRT's "
+                                 "whole log (VERBOSE) on stderr; with --record (the builds run on the workers): "
                                  "Prefect's logs"),
 ) -> None:
     """Build MODEL for the fleet in this process; targets already published are up to date and skipped."""
@@ -65,6 +69,10 @@ def build(
                             targets_file=targets_path(targets_file), dispatch="local", verify_store=verify_store,
                             calibration=str(calibration) if calibration else None,
                             heldout=str(heldout) if heldout else None, release=release)
+    if verbose:  # TensorRT filters its own log: without --verbose only its errors leave the library
+        from trtfarm.toolchain.trtlog import set_log_severity
+
+        set_log_severity("VERBOSE")
     rows = _record(request, verbose) if record else _run_here(request)
     if as_json:
         print(json.dumps([r.to_json() for r in rows], indent=2))
@@ -219,8 +227,8 @@ def targets(targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
                                                                                 t.toolchain.version))[0] is True,
              "api_check": api[1]} for t in resolved]
     if as_json:
-        print(json.dumps({"machine": {"gpus": caps.gpus.describe(), "toolchains": caps.versions}, "targets": rows},
-                         indent=2))
+        machine = {"gpus": caps.gpus.describe(), "toolchains": dict(caps.versions)}
+        print(json.dumps({"machine": machine, "targets": rows}, indent=2))
         return
     columns = [Column("target"), Column("gpu"), Column("cc", 3), Column("toolchain", 6), Column("pool", 2),
                Column("class", 1), Column("api", 5), Column("here"), Column("why not", 0)]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import socket
@@ -136,6 +135,8 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
         from trtfarm.workers.k8s import job_template
 
         templates = {p.name: job_template(p.name, fleet) for p in desired if p.gpus}
+    import asyncio
+
     from flows.client import sync_work_pools
 
     try:
@@ -237,6 +238,8 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
         _print_run(None, "COMPLETED", "every target is published already: no run started", rows, [], as_json)
         return
     need_server(server_wait)
+    import asyncio
+
     from flows.client import submit_matrix
 
     try:
@@ -354,6 +357,8 @@ def farm_deploy(prefect_file: Path = typer.Option(None, "--prefect-file", exists
         raise fail(f"prefect deploy failed (exit {proc.returncode}); its last lines are above", code=1)
     rows = [{"deployment": f"{d.get('entrypoint', '').rsplit(':', 1)[-1].replace('_', '-')}/{d['name']}",
              "pool": (d.get("work_pool") or {}).get("name")} for d in deployments]
+    import asyncio
+
     from flows.client import sync_lost_host_automation
     from flows.heartbeats import AUTOMATION, LOST_AFTER_S
 

@@ -1,23 +1,55 @@
-"""This machine's capabilities: its GPUs and the toolchain versions it can import (each flavour imported once)."""
+"""This machine's capabilities: its GPUs and the toolchain versions it can import, each looked up when first asked.
+
+A run whose targets are all TensorRT-RTX (built ahead of time on the CPU) never loads NVML, and never imports a
+toolchain flavour it has no target of.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from functools import cached_property
 
 from trtfarm.machine.flavour import MODULES, installed_version
 from trtfarm.machine.gpu import GpuScan, scan_gpus
 
 
-@dataclass(frozen=True)
-class Capabilities:
-    """What this machine has: GPUs and importable toolchain versions."""
+class _Versions(Mapping):
+    """Flavour -> installed version (None when it does not import); a flavour is imported on its first lookup."""
 
-    gpus: GpuScan
-    versions: dict[str, str | None] = field(default_factory=dict)
+    def __init__(self) -> None:
+        self._found: dict[str, str | None] = {}
+
+    def __getitem__(self, flavour: str) -> str | None:
+        if flavour not in MODULES:
+            raise KeyError(flavour)
+        if flavour not in self._found:
+            self._found[flavour] = installed_version(flavour)
+        return self._found[flavour]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(MODULES)
+
+    def __len__(self) -> int:
+        return len(MODULES)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+class Capabilities:
+    """What this machine has: GPUs (``gpus``, scanned on first use) and importable toolchain versions."""
+
+    def __init__(self, gpus: GpuScan | None = None, versions: Mapping[str, str | None] | None = None) -> None:
+        if gpus is not None:
+            self.__dict__["gpus"] = gpus
+        self.versions: Mapping[str, str | None] = versions if versions is not None else _Versions()
+
+    @cached_property
+    def gpus(self) -> GpuScan:
+        """The local GPUs as NVML reports them."""
+        return scan_gpus()
 
 
 def local_capabilities() -> Capabilities:
-    """Scan GPUs and import each toolchain flavour once."""
-    return Capabilities(scan_gpus(), {f: installed_version(f) for f in MODULES})
-
-
+    """This machine's capabilities, each probed when first asked (each toolchain flavour imported once)."""
+    return Capabilities()

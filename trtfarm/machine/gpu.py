@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 
@@ -30,8 +31,26 @@ class GpuScan:
         return ", ".join(f"{g.name} (cc {g.compute_capability})" for g in self.gpus)
 
 
+NVML_LIBRARY = "libnvidia-ml.so.1"  # what pynvml loads on Linux; the NVIDIA driver installs it
+
+
+def _no_nvml_library() -> bool:
+    """True on Linux when the driver's NVML library does not load: no GPU, known without importing pynvml."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        ctypes.CDLL(NVML_LIBRARY)
+    except OSError:
+        return True
+    return False
+
+
 def scan_gpus() -> GpuScan:
     """List the local NVIDIA GPUs; never raises."""
+    if _no_nvml_library():  # pynvml's own verdict there (NVMLError_LibraryNotFound), at a fraction of its import
+        return GpuScan((), None, "NVML unavailable: NVML Shared Library Not Found")
     try:
         import pynvml
     except ImportError:

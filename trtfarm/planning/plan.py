@@ -19,7 +19,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from trtfarm import layout
-from trtfarm.building.outcome import StoreIndex, triage, triage_listed
+from trtfarm.building.outcome import StoreIndex, skip_unservable, triage, triage_listed
 from trtfarm.errors import UserInputError
 from trtfarm.identity import model_name_from_path
 from trtfarm.machine.capabilities import Capabilities, local_capabilities
@@ -40,7 +40,7 @@ from trtfarm.vocabulary.exports import ExportRecord, ExportRef
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 from trtfarm.vocabulary.fleet_file import load_fleet
 from trtfarm.vocabulary.job import BuildJob, ProfileText
-from trtfarm.vocabulary.model import ModelSource, model_source, with_precision
+from trtfarm.vocabulary.model import ModelSource, model_source, verified, with_precision
 from trtfarm.vocabulary.outcome import TargetOutcome
 from trtfarm.vocabulary.targets import TargetPlan, group_by_build, plan_targets
 
@@ -91,15 +91,19 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
     if request.name is not None and not request.name.strip():
         raise UserInputError("--name '': give the model a name (letters, digits, '.', '_' or '-'), or leave --name "
                              "out to use farm.yaml's name or the file name")
-    model = model_source(path, request.name or export.name or spec.name or model_name_from_path(path))
+    # the files' digests find what is published; the model is checked (onnx.checker, the graph digest, the profiles
+    # against its inputs) when something is to be built from it
+    model = model_source(path, request.name or export.name or spec.name or model_name_from_path(path), verify=False)
     profiles = first.profiles if first else _profiles(request, path, spec)
-    check_profiles_against_inputs(profiles, onnx_inputs(path), str(path), onnx_shape_tensors(path))
     if "://" in export.uri:
         model = model.model_copy(update={"source_uri": f"{export.uri}/{layout.ONNX_NAME}"})
     recipe, calibration, heldout = spec_precision(path, spec, request.precision, request.calibration,
                                                   request.heldout)
     texts = profile_texts(profiles)
     ids = [t.id for t in resolved]
+    checked = recipe.mode != "fp32" or recipe.auto_pin
+    if checked:  # the precision step converts a checked model
+        model = _checked(model, profiles)
     try:
         model = with_precision(store, model, recipe, calibration, heldout)
         model = model.model_copy(update={"trial": trial_reason(request.release, recipe.mode, spec.precision.mode,
@@ -107,13 +111,24 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
     except GateFailed as failed:
         return ExportPlan(name=model.name, model=None, profiles=texts, targets=ids,
                           outcomes={t: TargetOutcome(t, "failed", str(failed)) for t in ids})
-    plans = plan_targets(model, model.plan_digest, resolved, profiles,
-                         None if farm else (caps or local_capabilities()))
+    plans = plan_targets(model, model.plan_digest, resolved, profiles, None)
     known, plans = first.settled(plans) if first else ({}, plans)
     outcomes, todo = triage(store, plans, request.force, request.verify_store, model.trial, signer)
+    if not farm:  # a published target is up to date; of the rest, what this machine cannot build is skipped
+        skipped, todo = skip_unservable(todo, caps or local_capabilities())
+        outcomes.update(skipped)
+    if todo and not checked:
+        model = _checked(model, profiles)
     jobs = _jobs(store, request, model, "://" in export.uri and export.uri or str(path), texts, todo)
     return ExportPlan(name=model.name, model=model, profiles=texts, targets=ids, outcomes={**known, **outcomes},
                       jobs=jobs)
+
+
+def _checked(model: ModelSource, profiles: list[Profile]) -> ModelSource:
+    """The model checked by onnx.checker with its graph digest, and the profiles checked against its inputs."""
+    model = verified(model)
+    check_profiles_against_inputs(profiles, onnx_inputs(model.path), str(model.path), onnx_shape_tensors(model.path))
+    return model
 
 
 def _targets(request: MatrixRequest, fleet: Fleet, spec, targets: list[ResolvedTarget] | None) -> list:

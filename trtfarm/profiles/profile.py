@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, RootModel, field_validator, model_validator
 
 from trtfarm.errors import UserInputError
-from trtfarm.onnxfile import dim_label
+from trtfarm.onnxfile import dim_label, onnx_messages
 
 _SHAPE = re.compile(r"^\d+(x\d+)*$")
 MAX_DIM = 2**31 - 1  # the largest dimension a TensorRT profile takes (its Python bindings pass dims as int32)
@@ -321,15 +321,14 @@ def _tensor_name(buf, start: int, end: int) -> str | None:
 
 
 def _graph_inputs(buf) -> dict[str, InputDims]:
-    import onnx
-
+    value_info = onnx_messages().ValueInfoProto
     graph = next(((s, e) for f, w, s, e in _fields(buf, 0, len(buf)) if f == 7 and w == 2), None)
     if graph is None:
         raise ValueError("no graph")
     inputs, weights = [], set()
     for field, wire, s, e in _fields(buf, *graph):
         if field == 11 and wire == 2:  # GraphProto.input
-            inputs.append(onnx.ValueInfoProto.FromString(bytes(buf[s:e])))
+            inputs.append(value_info.FromString(bytes(buf[s:e])))
         elif field == 5 and wire == 2:  # initializer (TensorProto; its name is field 8)
             weights.add(_tensor_name(buf, s, e))
         elif field == 15 and wire == 2:  # sparse_initializer: the name is its values tensor's

@@ -3,9 +3,9 @@
 JSONL: one ``{"input_ids": [16, 87], "attention_mask": [16, 87]}`` per request or batch. CSV: a header of input
 names and cells like ``16x87``.
 
-The fast path is columnar: Apache Arrow's multi-threaded CSV reader splits the file into lines (one column, no
-delimiter: a raw 0x1F byte cannot occur in valid JSON), Arrow counts the distinct lines, and only the distinct
-lines (a few thousand for real traffic) are parsed and checked in Python, with exactly the checks of the
+The fast path is columnar (``distinct.distinct_lines``): the log is read in blocks, Apache Arrow's multi-threaded
+CSV reader splits each into lines and counts the distinct ones, the counts are folded as they come, and only the
+distinct lines (a few thousand for real traffic) are parsed and checked in Python, with exactly the checks of the
 line-by-line reader. A log in which any distinct line is malformed, or with more than ``MAX_DISTINCT_LINES``
 distinct lines, is read again line by line: in chunks, a chunk whose lines share the first line's layout parsed in
 bulk by NumPy, any other chunk line by line to name the bad lines by number. Either way memory stays bounded by the
@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from trtfarm.errors import UserInputError
+from trtfarm.profiles.distinct import distinct_lines
 from trtfarm.profiles.profile import MAX_DIM
 
 CHUNK_BYTES = 16 << 20
-ARROW_BLOCK_BYTES = 8 << 20
 MAX_DISTINCT_LINES = 1_000_000
 MAX_REPORTED = 10
 _NUM = re.compile(rb"-?\d+")
@@ -258,34 +258,6 @@ def read_line_by_line(path: Path) -> ShapeTable:
     return reader.table()
 
 
-def _distinct_lines(path: Path, csv: bool) -> dict[bytes, int] | None:
-    """Distinct lines of the file (the CSV header skipped) with their counts; None if Arrow cannot split it."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    from pyarrow import csv as pacsv
-
-    read = pacsv.ReadOptions(column_names=["line"], skip_rows=1 if csv else 0, block_size=ARROW_BLOCK_BYTES)
-    parse = pacsv.ParseOptions(delimiter="\x1f", quote_char=False, double_quote=False, escape_char=False,
-                               newlines_in_values=False, ignore_empty_lines=not csv)  # CSV: a blank line is an error
-    convert = pacsv.ConvertOptions(column_types={"line": pa.binary()}, strings_can_be_null=False)
-    values, counts = [], []
-    try:
-        with pacsv.open_csv(path, read_options=read, parse_options=parse, convert_options=convert) as batches:
-            for batch in batches:
-                vc = pc.value_counts(batch.column(0))
-                values.append(vc.field("values"))
-                counts.append(vc.field("counts"))
-    except (pa.ArrowInvalid, StopIteration):  # a 0x1F byte, or no line at all: the line reader says what is wrong
-        return None
-    if not values:
-        return None
-    merged = pa.table({"line": pa.concat_arrays(values), "n": pa.concat_arrays(counts)})
-    merged = merged.group_by("line").aggregate([("n", "sum")])
-    if merged.num_rows > MAX_DISTINCT_LINES:
-        return None
-    return dict(zip(merged.column("line").to_pylist(), merged.column("n_sum").to_pylist(), strict=True))
-
-
 def _csv_record(header: list[str], line: bytes) -> dict | None:
     """One CSV row as a record (None when malformed), with the line reader's rules."""
     cells = line.strip().split(b",")
@@ -315,7 +287,7 @@ def read_columnar(path: Path) -> ShapeTable | None:
         if not all(header) or len(set(header)) != len(header) or any(set(h) & set('"\\') for h in header):
             return None
     first = _first_line(path, csv)
-    lines = _distinct_lines(path, csv) if first else None
+    lines = distinct_lines(path, csv, MAX_DISTINCT_LINES) if first else None
     if not lines:
         return None
     try:

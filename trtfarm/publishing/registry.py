@@ -20,8 +20,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlparse
 
-import onnx
-
 from trtfarm.errors import UserInputError
 from trtfarm.identity import model_name_from_path, sha256_file
 from trtfarm.layout import (
@@ -34,7 +32,7 @@ from trtfarm.layout import (
     exports_prefix,
     parse_export_record_key,
 )
-from trtfarm.onnxfile import external_files, external_locations, location_path
+from trtfarm.onnxfile import external_files, external_locations, load_model, location_path
 from trtfarm.store import AlreadyExists, Store, open_store
 from trtfarm.vocabulary.buildspec import SHAPES_NAME, SPEC_NAME, spec_for_model
 from trtfarm.vocabulary.exports import ExportFile, ExportRecord, ExportRef
@@ -199,7 +197,7 @@ def fetch_export(ref: ExportRef, dest: Path, *, spec_only: bool = False, record:
     if spec_only:
         return dest / ONNX_NAME
     model = dest / ONNX_NAME
-    proto = onnx.load(str(model), load_external_data=False)  # parsed once for both questions below
+    proto = load_model(model)  # parsed once for both questions below
     for location in external_locations(proto):
         if location not in wanted:  # a dropped folder keeps its weights in a subfolder the listing left out
             location_path(model, location)  # refused before anything is written outside dest

@@ -18,12 +18,13 @@ from trtfarm.publishing.publish import read_manifest
 from trtfarm.reports.html import render_html
 from trtfarm.reports.rows import ReportRow
 from trtfarm.store import AlreadyExists, Store
-from trtfarm.validation.summary import EngineFigures
 from trtfarm.vocabulary.manifest import Manifest
 from trtfarm.vocabulary.outcome import TargetOutcome
 
 
 def _accuracy(m: Manifest) -> str:
+    from trtfarm.validation.summary import EngineFigures
+
     engine_cos = EngineFigures.of(m.verification.engine).min_cosine()
     if engine_cos is not None:
         return f"cos min {engine_cos:.5f} (engine)"
@@ -39,6 +40,8 @@ def row_for(store: Store, outcome: TargetOutcome) -> ReportRow:
     m = outcome.published or (read_manifest(store, outcome.manifest_key) if outcome.manifest_key else None)
     if m is None:
         return row
+    from trtfarm.validation.summary import EngineFigures  # a run that only stores its outcomes needs none of it
+
     engine = m.verification.engine
     figures = EngineFigures.of(engine)
     row.engine = f"pending on {m.target.gpu_name}" if engine.status == "pending" else engine.status

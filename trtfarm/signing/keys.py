@@ -11,15 +11,14 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
-
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from typing import TYPE_CHECKING, Protocol
 
 from trtfarm.errors import UserInputError
 
-_HASHES = {"secp256r1": hashes.SHA256, "secp384r1": hashes.SHA384, "secp521r1": hashes.SHA512}
+if TYPE_CHECKING:  # cryptography is imported where a key is read: a run that signs nothing never loads it
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+_HASHES = {"secp256r1": "SHA256", "secp384r1": "SHA384", "secp521r1": "SHA512"}
 MAKE_KEY = "openssl ecparam -name prime256v1 -genkey -noout -out signing.pem"
 
 
@@ -44,12 +43,17 @@ def key_hint(public_key_pem: bytes) -> str:
 
 
 def _ecdsa(curve: ec.EllipticCurve, source: str) -> ec.ECDSA:
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     if curve.name not in _HASHES:
         raise UserInputError(f"{source}: an ECDSA key on {curve.name}; use P-256 ({MAKE_KEY})")
-    return ec.ECDSA(_HASHES[curve.name]())
+    return ec.ECDSA(getattr(hashes, _HASHES[curve.name])())
 
 
 def _spki_pem(key: ec.EllipticCurvePublicKey) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
     return key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
@@ -66,6 +70,10 @@ class PemKeySigner:
 
     def __init__(self, path: str | Path, source: str = "signing key") -> None:
         """Load the key at ``path``; ``source`` (the setting that named it) goes into error messages."""
+        from cryptography.exceptions import UnsupportedAlgorithm
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+
         data = _read(Path(path), source, "signing key")
         try:
             key = serialization.load_pem_private_key(data, password=None)
@@ -98,6 +106,8 @@ class TrustedKey:
 
     def verifies(self, signature: bytes, data: bytes) -> bool:
         """True when ``signature`` (DER ECDSA) is this key's over ``data``."""
+        from cryptography.exceptions import InvalidSignature
+
         try:
             self.key.verify(signature, data, _ecdsa(self.key.curve, str(self.path)))
         except InvalidSignature:
@@ -112,6 +122,10 @@ class TrustedKey:
 
 def load_public_key(path: str | Path, source: str) -> TrustedKey:
     """Read one trusted public key (SubjectPublicKeyInfo PEM)."""
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     data = _read(Path(path), source, "public key")
     try:
         key = serialization.load_pem_public_key(data)

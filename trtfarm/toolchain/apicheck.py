@@ -37,12 +37,19 @@ def _builder_flags() -> list[str]:
     return sorted({"TF32", "STRIP_PLAN", *REFIT_FLAGS.values()})
 
 
+def _log_severities() -> list[str]:
+    from trtfarm.toolchain.trtlog import LOG_SEVERITIES
+
+    return list(LOG_SEVERITIES)
+
+
 # getattr(trt.X, <name computed at run time>): the names the code can compute, from the code's own tables.
 # A dynamic lookup that is not declared here is reported as missing, so a new one cannot go unchecked.
 DYNAMIC_NAMES: dict[tuple[str, str, str], Callable[[], list[str]]] = {
     ("trtfarm/toolchain/builder.py", "HardwareCompatibilityLevel", "level"):
         lambda: sorted(h.name.upper() for h in HardwareCompatibility),
     ("trtfarm/toolchain/builder.py", "BuilderFlag", "name"): _builder_flags,
+    ("trtfarm/toolchain/trtlog.py", "Logger", "name"): _log_severities,
 }
 
 

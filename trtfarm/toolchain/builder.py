@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import re
 import socket
-import threading
 import time
 from collections.abc import Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -23,6 +21,7 @@ from trtfarm import interrupt
 from trtfarm.errors import InfrastructureError, UserInputError, scratch_failure
 from trtfarm.machine.header import read_plan_header
 from trtfarm.profiles.profile import Profile
+from trtfarm.toolchain.trtlog import Capture, captured_log, parser_quiet, printed_to_stderr
 from trtfarm.vocabulary.fleet import BuilderSettings, RefitMode
 
 RTX_NO_TIMING_CACHE = ("none: TensorRT-RTX has no timing cache (its cache calls are no-ops since 1.2); none is pulled, "
@@ -131,63 +130,7 @@ class BuildResult:
     hardware_compatibility_level: str
     timing_cache: bytes | None
     timing_cache_reason: str | None
-    log_tail: list[str] = field(default_factory=list)
     io: list[TensorIO] = field(default_factory=list)
-
-
-class Capture:
-    """The messages of one build: every error, and the last non-verbose lines."""
-
-    def __init__(self) -> None:
-        self.errors: list[str] = []
-        self.lines: list[str] = []
-
-
-_LOGGERS: dict[str, object] = {}
-_LOGGERS_LOCK = threading.Lock()
-
-
-def _shared_logger(trt: ModuleType):
-    """One logger per toolchain module for the life of the process.
-
-    TensorRT keeps the logger it is given process-wide; a per-build Python logger that is garbage-collected while
-    the library still holds it hung a later ``Builder()`` here. Builds register a ``Capture`` instead.
-    """
-    with _LOGGERS_LOCK:
-        if trt.__name__ in _LOGGERS:
-            return _LOGGERS[trt.__name__]
-
-        class SharedLogger(trt.ILogger):
-            def __init__(self) -> None:
-                trt.ILogger.__init__(self)
-                self.captures: list[Capture] = []
-                self.lock = threading.Lock()
-
-            def log(self, severity, msg) -> None:  # noqa: D102 - TensorRT callback
-                name = getattr(severity, "name", str(severity)).rsplit(".", 1)[-1]
-                with self.lock:
-                    for capture in self.captures:
-                        if name in {"INTERNAL_ERROR", "ERROR"}:
-                            capture.errors.append(msg)
-                        if name != "VERBOSE":
-                            capture.lines.append(f"[{name}] {msg}")
-                            del capture.lines[:-200]
-
-        _LOGGERS[trt.__name__] = SharedLogger()
-        return _LOGGERS[trt.__name__]
-
-
-@contextmanager
-def captured_log(trt: ModuleType):
-    """Yield (logger, capture): pass the logger to TensorRT, read what it said from the capture."""
-    logger, capture = _shared_logger(trt), Capture()
-    with logger.lock:
-        logger.captures.append(capture)
-    try:
-        yield logger, capture
-    finally:
-        with logger.lock:
-            logger.captures.remove(capture)
 
 
 def _monitor(trt: ModuleType, sink: BuildProgress | None):
@@ -329,10 +272,14 @@ def plan_from_onnx(trt: ModuleType, flavour: str, onnx_path: Path, profiles: Seq
 
 def _build(trt, flavour, logger, log: Capture, onnx_path, profiles, settings, plan_path, timing_cache,
            progress) -> BuildResult:
-    with interrupt.deferred():  # a stop in here cancels the build (the monitor), then raises: nothing published
+    with interrupt.deferred(), printed_to_stderr():  # a stop in here cancels the build (the monitor), then raises
         builder = trt.Builder(logger)
         network = _network(trt, builder)
-        _parse(trt, network, logger, Path(onnx_path))
+        with parser_quiet(trt, logger):  # its errors come back from the parser itself (OnnxParseError)
+            _parse(trt, network, logger, Path(onnx_path))
+        # Set once the network exists: a parsed network that holds a Python recorder crashed TensorRT-RTX 1.7
+        # when it was freed. The builder's own errors (a bad profile, out of memory) come through it.
+        builder.error_recorder = log.recorder
         io = network_io(network)
         config = builder.create_builder_config()
         flags = _configure(trt, builder, config, settings)
@@ -356,4 +303,4 @@ def _build(trt, flavour, logger, log: Capture, onnx_path, profiles, settings, pl
     header = read_plan_header(plan_path)
     new_cache = bytes(memoryview(cache.serialize())) if cache is not None else None
     return BuildResult(plan_path, plan.nbytes, header.version, wall, flags,
-                       settings.hardware_compatibility.name.upper(), new_cache, cache_reason, log.lines[-20:], io)
+                       settings.hardware_compatibility.name.upper(), new_cache, cache_reason, io)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from trtfarm.errors import UserInputError
-from trtfarm.toolchain.builder import captured_log
+from trtfarm.toolchain.trtlog import captured_log
 
 
 class EngineRejected(UserInputError):
@@ -35,6 +35,7 @@ def engine_validity(trt: ModuleType, header: bytes) -> Validity | None:
     """``Runtime.get_engine_validity`` on the plan's header (TensorRT-RTX only; None elsewhere)."""
     with captured_log(trt) as (logger, log):
         runtime = trt.Runtime(logger)
+        runtime.error_recorder = log.recorder
         if not hasattr(runtime, "get_engine_validity"):
             return None
         status, bits = runtime.get_engine_validity(header[: runtime.engine_header_size])
@@ -50,6 +51,7 @@ def deserialize_plan(trt: ModuleType, data: bytes, *, allow_host_code: bool = Fa
     """Deserialise a plan into an engine; ``EngineRejected`` carries the runtime's reason."""
     with captured_log(trt) as (logger, log):
         runtime = trt.Runtime(logger)
+        runtime.error_recorder = log.recorder
         if allow_host_code:
             runtime.engine_host_code_allowed = True  # version-compatible plans embed host code
         engine = runtime.deserialize_cuda_engine(data)
@@ -69,8 +71,10 @@ def timing_cache_entries(trt: ModuleType, blob: bytes | None) -> int | None:
     """Number of entries in a serialised timing cache (``ITimingCache.queryKeys``), None when unknown."""
     if not blob:
         return 0 if blob is not None else None
-    with captured_log(trt) as (logger, _):
-        config = trt.Builder(logger).create_builder_config()
+    with captured_log(trt) as (logger, log):
+        builder = trt.Builder(logger)
+        builder.error_recorder = log.recorder
+        config = builder.create_builder_config()
         cache = config.create_timing_cache(blob)
     query = getattr(cache, "queryKeys", None)
     return len(query()) if cache is not None and query else None

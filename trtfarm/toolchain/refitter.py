@@ -13,8 +13,8 @@ from pathlib import Path
 from types import ModuleType
 
 from trtfarm.errors import TrtfarmError, UserInputError
-from trtfarm.toolchain.builder import captured_log
 from trtfarm.toolchain.engine import EngineRejected, deserialize_plan
+from trtfarm.toolchain.trtlog import captured_log
 
 
 class RefitFailed(UserInputError):
@@ -39,6 +39,7 @@ def refit_plan(trt: ModuleType, plan: bytes, onnx_path: Path) -> bytes:
         raise RefitFailed("the plan was built without a refit flag (REFIT, REFIT_IDENTICAL or REFIT_INDIVIDUAL)")
     with captured_log(trt) as (logger, log):
         refitter = trt.Refitter(engine, logger)
+        refitter.error_recorder = log.recorder
         parser = trt.OnnxParserRefitter(refitter, logger)
         if not parser.refit_from_file(str(onnx_path)):
             errors = [parser.get_error(i).desc() for i in range(parser.num_errors)]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-import numpy as np
-
 
 @dataclass(frozen=True)
 class LatencyStats:
@@ -29,6 +27,8 @@ class LatencyStats:
 
 def latency_stats(latency_ms, batch: int, compute_ms=None) -> LatencyStats:
     """Summarise timed runs; with ``compute_ms``, host overhead = latency - GPU compute."""
+    import numpy as np
+
     lat = np.asarray(latency_ms, dtype=np.float64)
     if lat.size == 0 or not np.isfinite(lat).all() or (lat < 0).any():
         raise ValueError("latency samples must be a non-empty list of non-negative milliseconds")
@@ -44,7 +44,7 @@ def stats_from_trtexec_times(trace: list[dict], batch: int) -> LatencyStats:
     rows = [r for r in trace if isinstance(r, dict) and "latencyMs" in r]
     if not rows:
         raise ValueError("no iterations with 'latencyMs' in the trtexec times trace")
-    return latency_stats([r["latencyMs"] for r in rows], batch, [r.get("computeMs", np.nan) for r in rows])
+    return latency_stats([r["latencyMs"] for r in rows], batch, [r.get("computeMs", float("nan")) for r in rows])
 
 
 @dataclass(frozen=True)

@@ -47,15 +47,16 @@ def load_fleet(path: str | Path = DEFAULT_TARGETS_FILE) -> Fleet:
 
 
 def signing_settings(targets_file: str | Path | None = None, *, only: Literal["key", "trust"] | None = None,
-                     env: Mapping[str, str] | None = None) -> SigningSettings:
+                     env: Mapping[str, str] | None = None, fleet: Fleet | None = None) -> SigningSettings:
     """The signing key and trusted keys in force: the environment's, else ``targets_file``'s ``signing:`` block.
 
     The fleet file (default ``$TRTFARM_TARGETS`` or ./gpu_targets.yaml) is read only when it exists and the
-    environment does not already set what is needed (``only``: the key, the trusted keys, or both).
+    environment does not already set what is needed (``only``: the key, the trusted keys, or both); ``fleet``: that
+    file, read already.
     """
     path = Path(targets_file or default_targets_file())
     if env_decides(only, env) or not path.is_file():
         return settings_from(env)
-    declared, base = load_fleet(path).signing, path.resolve().parent
+    declared, base = (fleet or load_fleet(path)).signing, path.resolve().parent
     return settings_from(env, file_key=base / declared.key if declared.key else None,
                          file_trusted=[base / p for p in declared.trusted_keys], file_source=str(path))

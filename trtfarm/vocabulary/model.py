@@ -11,12 +11,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
-import onnx
 from pydantic import BaseModel, ConfigDict
 
 from trtfarm import layout
 from trtfarm.errors import UserInputError, first_line
 from trtfarm.identity import files_digest, graph_digest, model_files, sha256_file
+from trtfarm.onnxfile import check_errors, check_model, load_model
 from trtfarm.precision.recipe import Recipe
 
 
@@ -47,7 +47,7 @@ class ModelSource(BaseModel):
     path: Path
     source_uri: str
     onnx_digest: str
-    graph_digest: str
+    graph_digest: str | None  # None until ``verified``: nothing is built from a model before that
     exported_at: str
     files: tuple[tuple[str, str], ...] = ()  # (name, sha256) of the ONNX file and each external data file
     build_path: Path | None = None  # the precision-converted ONNX the builder parses (None: as exported)
@@ -71,32 +71,63 @@ class ModelSource(BaseModel):
         return self.precision.mode if self.precision else "fp32"
 
 
-def model_source(path: Path, name: str) -> ModelSource:
-    """Check the ONNX loads and passes ``onnx.checker``; compute its digests. Bad files are user errors."""
+def model_source(path: Path, name: str, *, verify: bool = True) -> ModelSource:
+    """Check the ONNX loads and passes ``onnx.checker``; compute its digests. Bad files are user errors.
+
+    ``verify=False``: only what finds a published build (the files and their digests); ``onnx.checker`` and the
+    graph digest wait for ``verified``, which planning calls when something is to be built from the model (an
+    unverified model's file is parsed only when it may name external data files).
+    """
     path = Path(path)
     if not path.is_file():
         raise UserInputError(f"{path}: no such ONNX file")
-    try:
-        onnx.checker.check_model(str(path))
-    except onnx.checker.ValidationError as err:
-        if not _valid_as_the_parser_reads_it(path):
-            raise UserInputError(f"{path}: not a valid ONNX model ({type(err).__name__}: {first_line(err)}). "
-                                 "Fix: re-export the model; check the file was copied completely.") from err
-    except (ValueError, OSError) as err:
-        first = first_line(err)
-        raise UserInputError(f"{path}: not a valid ONNX model ({type(err).__name__}: {first}). "
-                             "Fix: re-export the model; check the file was copied completely.") from err
+    proto = None
+    if verify:
+        _bad_model_is_user_error(_check, path)  # onnx.checker's own check, without the onnx package
+        proto = read_model(path)  # parsed once for its files and its graph
     layout.check_name("model name", name)
-    proto = onnx.load(str(path), load_external_data=False)  # parsed once for its files and its graph
-    files = model_files(path, proto)
+    files = _bad_model_is_user_error(lambda p: model_files(p, proto), path)
     newest = max(path.parent.joinpath(n).stat().st_mtime for n, _ in files)
     exported = datetime.fromtimestamp(newest, timezone.utc).isoformat(timespec="microseconds")
     return ModelSource(name=name, path=path, source_uri=path.resolve().as_uri(), onnx_digest=files_digest(files),
-                       graph_digest=graph_digest(path, proto), exported_at=exported, files=tuple(files))
+                       graph_digest=graph_digest(path, proto) if verify else None, exported_at=exported,
+                       files=tuple(files))
+
+
+def verified(model: ModelSource) -> ModelSource:
+    """``model`` checked by ``onnx.checker``, with its graph digest (itself when ``model_source`` did both)."""
+    if model.graph_digest is not None:
+        return model
+    _bad_model_is_user_error(_check, model.path)
+    return model.model_copy(update={"graph_digest": graph_digest(model.path, read_model(model.path))})
+
+
+def read_model(path: Path):
+    """The ONNX file parsed (external data not loaded); a file that is no ONNX model is a user error."""
+    return _bad_model_is_user_error(load_model, path)
+
+
+def _bad_model_is_user_error(step, path: Path):
+    try:
+        return step(path)
+    except check_errors() as err:
+        first = first_line(err)
+        raise UserInputError(f"{path}: not a valid ONNX model ({type(err).__name__}: {first}). "
+                             "Fix: re-export the model; check the file was copied completely.") from err
+
+
+def _check(path: Path) -> None:
+    """``onnx.checker``'s verdict, except on an IR-3 model that is valid as TensorRT's parser reads it."""
+    try:
+        check_model(path)
+    except check_errors():
+        if not _valid_as_the_parser_reads_it(path):
+            raise
 
 
 def _valid_as_the_parser_reads_it(path: Path) -> bool:
     """An IR-3 model whose initializers are not all graph inputs passes once read as TensorRT's parser reads it."""
+    import onnx
     from google.protobuf.message import DecodeError
 
     from trtfarm.precision.normalise import normalised_for_checker

@@ -1,0 +1,179 @@
+"""The local build path at the builder's cost: TensorRT filters its own log, and the command imports only what it
+uses (``python -X importtime`` lists every module a run imported)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .fleets import ONE_RTX_TARGET
+
+pytestmark = pytest.mark.integration
+TRTFARM = [sys.executable, "-m", "trtfarm"]
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    (tmp_path / "gpu_targets.yaml").write_text(ONE_RTX_TARGET)
+    (tmp_path / "tmp").mkdir()
+    return tmp_path
+
+
+def run(cwd: Path, *args: str, python: tuple[str, ...] = ("-m", "trtfarm")) -> subprocess.CompletedProcess:
+    """``python -m trtfarm ARGS`` (or ``python PYTHON... ARGS``) in ``cwd``."""
+    env = {**os.environ, "COLUMNS": "200", "TMPDIR": str(cwd / "tmp")}
+    env.pop("PREFECT_API_URL", None)
+    return subprocess.run([sys.executable, *python, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_tensorrt_prints_nothing_of_a_build_by_default_and_its_whole_log_with_verbose(workdir, example_dir):
+    quiet = run(workdir, "build", str(example_dir / "model.onnx"), "--json", "--store", "quiet")
+    assert quiet.returncode == 0, quiet.stderr
+    assert "[TRT]" not in quiet.stderr, quiet.stderr[-2000:]
+    loud = run(workdir, "build", str(example_dir / "model.onnx"), "--json", "--store", "loud", "--verbose")
+    assert loud.returncode == 0, loud.stderr[-2000:]
+    assert [r["status"] for r in json.loads(loud.stdout)] == ["built"]
+    verbose = [line for line in loud.stderr.splitlines() if "[TRT] [V]" in line]
+    assert len(verbose) > 1000, loud.stderr[-2000:]  # TensorRT's VERBOSE log of the build, as TensorRT prints it
+
+
+# Reads every file in argv with trtfarm's seam (onnxfile: ONNX's messages and checker without `import onnx`), or with
+# onnx's own API when argv[1] is "onnx": the checker's verdict, the parsed model's bytes and the graph digest.
+READ_MODELS = r"""
+import hashlib, json, sys
+from pathlib import Path
+referee = sys.argv[1] == "onnx"
+if referee:
+    import onnx
+else:
+    from trtfarm.onnxfile import check_errors, check_model, load_model, onnx_messages
+
+def graph_digest(model):  # identity.graph_digest as it was written against onnx: the referee's own copy
+    copy = onnx.ModelProto() if referee else onnx_messages().ModelProto()
+    copy.CopyFrom(model)
+    for init in list(copy.graph.initializer):
+        dims, dtype, name = list(init.dims), init.data_type, init.name
+        init.Clear()
+        init.name, init.data_type = name, dtype
+        init.dims.extend(dims)
+    del copy.graph.sparse_initializer[:]
+    copy.ClearField("producer_version")
+    copy.ClearField("doc_string")
+    return hashlib.sha256(copy.SerializeToString(deterministic=True)).hexdigest()
+
+out = {}
+for path in sys.argv[2:]:
+    try:
+        onnx.checker.check_model(path) if referee else check_model(path)
+        verdict = "ok"
+    except Exception as err:
+        verdict = type(err).__name__
+    try:
+        model = onnx.load(path, load_external_data=False) if referee else load_model(path)
+        out[path] = [verdict, hashlib.sha256(model.SerializeToString()).hexdigest(), graph_digest(model)]
+    except Exception as err:
+        out[path] = [verdict, type(err).__name__, None]
+if not referee:
+    from trtfarm.identity import graph_digest as ours
+    for path, (verdict, _, digest) in out.items():
+        if digest is not None:
+            assert ours(Path(path)) == digest, path
+    heavy = sorted(m for m in ("onnx", "onnx.helper", "numpy", "ml_dtypes") if m in sys.modules)
+    import onnx  # after the seam, onnx imports and works (it reuses the seam's modules)
+    assert onnx.ModelProto is onnx_messages().ModelProto and onnx.helper.make_node("Relu", ["x"], ["y"])
+    out["heavy modules"] = heavy
+print(json.dumps(out))
+"""
+
+
+def _onnx_family(tmp_path: Path) -> list[str]:
+    """Every model the pinned onnx and onnxruntime wheels ship, the corpus's, and broken copies of some."""
+    import importlib.util
+
+    roots = [Path(importlib.util.find_spec(m).submodule_search_locations[0]) for m in ("onnx", "onnxruntime")]
+    files = sorted(str(p) for root in roots for p in root.rglob("*.onnx"))
+    assert len(files) > 100
+    for i, path in enumerate(files[::25]):
+        data = Path(path).read_bytes()
+        (tmp_path / f"truncated-{i}.onnx").write_bytes(data[: len(data) // 2])
+        (tmp_path / f"changed-{i}.onnx").write_bytes(data.replace(b"\x42", b"\x43", 1))  # one byte changed
+    (tmp_path / "garbage.onnx").write_bytes(b"\xff" * 1000)
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    return files + sorted(str(p) for p in tmp_path.glob("*.onnx"))
+
+
+def test_onnx_files_read_and_checked_without_the_onnx_package_as_onnx_itself_reads_and_checks_them(tmp_path):
+    files = _onnx_family(tmp_path)
+    found = {}
+    for who in ("onnx", "trtfarm"):
+        proc = subprocess.run([sys.executable, "-c", READ_MODELS, who, *files], capture_output=True, text=True,
+                              timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        found[who] = json.loads(proc.stdout)
+    assert found["trtfarm"].pop("heavy modules") == []
+    assert found["trtfarm"] == found["onnx"]
+    verdicts = {v[0] for v in found["onnx"].values()}
+    assert "ok" in verdicts and len(verdicts) > 1  # the family has models the checker refuses
+
+
+# Runs the command line in this interpreter (started with -X importtime) and writes every module it holds at exit.
+RUN_CLI = """
+import atexit, json, sys
+out = sys.argv.pop(1)
+atexit.register(lambda: json.dump(sorted(sys.modules), open(out, "w")))
+sys.argv = ["trtfarm", *sys.argv[1:]]
+from trtfarm.cli.main import main
+main()
+"""
+# What a local build of an fp32 model for a TensorRT-RTX target never needs (no signing key, a file store).
+NEVER_ON_THE_BUILD_PATH = (
+    "onnx.helper", "onnx.numpy_helper", "ml_dtypes", "numpy", "cryptography", "prefect", "asyncio", "pyarrow",
+    "modelopt", "onnxruntime", "torch", "polygraphy", "boto3", "botocore", "matplotlib", "httpx", "tensorrt",
+    "flows", "tasks", "trtfarm.precision.step", "trtfarm.precision.convert", "trtfarm.precision.gate",
+    "trtfarm.validation.summary", "trtfarm.validation.engine_gpu", "trtfarm.serving", "trtfarm.triggers",
+    "trtfarm.workers.k8s", "trtfarm.publishing.catalog")
+# an up-to-date rerun imports no toolchain, scans no GPU, and neither parses nor checks the model
+NOT_WHEN_UP_TO_DATE = ("tensorrt_rtx", "pynvml", "onnx", "google.protobuf")
+NOT_FOR_HELP = ("pydantic", "yaml", "google.protobuf", "trtfarm.pipeline", "trtfarm.vocabulary", "trtfarm.store")
+
+
+def _imported(workdir: Path, name: str, *args: str) -> set[str]:
+    out = workdir / f"{name}.json"
+    proc = run(workdir, *args, python=("-X", "importtime", "-c", RUN_CLI, str(out)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    timed = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    return timed | set(json.loads(out.read_text()))
+
+
+def _offending(modules: set[str], banned: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if any(m == b or m.startswith(f"{b}.") for b in banned))
+
+
+def test_the_build_path_imports_only_what_the_build_uses(workdir, example_dir):
+    """A guard for later changes: a heavy module on the path of `trtfarm build` (fresh, up to date) or of
+    `trtfarm --help` fails here; bench/local_vs_direct.py prints what the imports cost."""
+    import ctypes
+
+    model = workdir / "encoder" / "model.onnx"  # without farm.yaml: fp32, the profile from the command line
+    model.parent.mkdir()
+    model.write_bytes((example_dir / "model.onnx").read_bytes())
+    build = ["build", str(model), "--json", "--store", "store", "--profile", "input_ids=1x16:16x128:32x512",
+             "--profile", "attention_mask=1x16:16x128:32x512"]
+    fresh, rerun = _imported(workdir, "fresh", *build), _imported(workdir, "rerun", *build)
+    helped = _imported(workdir, "help", "--help")
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+        gpu_driver = True
+    except OSError:
+        gpu_driver = False
+    banned = NEVER_ON_THE_BUILD_PATH + (() if gpu_driver else ("pynvml",))
+    assert "tensorrt_rtx" in fresh and "trtfarm.toolchain.builder" in fresh  # the runs did what they say
+    assert _offending(fresh, banned) == []
+    assert _offending(rerun, banned + NOT_WHEN_UP_TO_DATE) == []
+    assert _offending(helped, banned + NOT_WHEN_UP_TO_DATE + NOT_FOR_HELP) == []
