@@ -258,7 +258,7 @@ SHAPE_OPERANDS = {"Expand": (1,), "Reshape": (1,), "ConstantOfShape": (0,), "Til
 # operators through which a value stays a shape value (shape arithmetic)
 _SHAPE_PASSING = {"Cast", "Identity", "Concat", "Unsqueeze", "Squeeze", "Gather", "Slice", "Add", "Sub", "Mul",
                   "Div", "Max", "Min", "Reshape", "Neg", "Abs", "Floor", "Ceil", "ReduceProd", "ReduceSum"}
-_INTEGER_TYPES = {onnx.TensorProto.INT32, onnx.TensorProto.INT64}
+_INTEGER_TYPES = {6, 7}  # onnx.TensorProto.INT32, INT64 (numbers: reading a file imports no onnx)
 
 
 def shape_tensor_inputs(inputs: list[onnx.ValueInfoProto], nodes: list[onnx.NodeProto]) -> dict[str, str]:

@@ -26,7 +26,6 @@ from trtfarm.cli.common import (
 )
 from trtfarm.cli.tables import Column, fitted_table
 from trtfarm.errors import TrtfarmError
-from trtfarm.vocabulary.fleetview import NOTHING_RELEASED, duration_text
 
 WIDE_OPT = typer.Option(False, "--wide", help="every column, however wide the terminal")
 FOLD = 40  # more changes than this: the table groups them by target (``--json`` lists each pair)
@@ -37,6 +36,8 @@ STATE_STYLE = {"released": "green", "pending": "yellow", "stale": "dark_orange",
 
 def print_decisions(decisions, title: str, wide: bool = False) -> None:
     """The decisions of a what-if (or a dry run) for a terminal: the changes, the cost per pool, what keeps."""
+    from trtfarm.vocabulary.fleetview import duration_text  # not on --help's path
+
     counts = ", ".join(f"{n} {a}" for a, n in decisions.counts().items() if n) or "nothing in scope"
     total = sum(decisions.pool_seconds().values())
     out.print(message_text(f"{title}: {counts}; estimated {duration_text(total)} of GPU time"), highlight=False)
@@ -82,6 +83,8 @@ def print_decisions(decisions, title: str, wide: bool = False) -> None:
 
 
 def _changes_table(changed, wide: bool) -> None:
+    from trtfarm.vocabulary.fleetview import duration_text  # not on --help's path
+
     columns = [Column("model", 4), Column("target"), Column("action"), Column("estimate", 3, "right"),
                Column("what changes", 1)]
     cells = [{"model": escape(d.model), "target": escape(d.target),
@@ -96,6 +99,8 @@ def _changes_table(changed, wide: bool) -> None:
 
 
 def _grouped_table(changed) -> None:
+    from trtfarm.vocabulary.fleetview import duration_text  # not on --help's path
+
     groups: dict[tuple, list] = {}
     for d in changed:
         groups.setdefault((d.target, d.action, d.reasons[0] if d.reasons else ""), []).append(d)
@@ -242,6 +247,8 @@ def print_status(found, wide: bool = False) -> None:
 
 def _why(found) -> None:
     """Why targets are failed, stale, pending (or missing, where a run said why): a line per target, state, reason."""
+    from trtfarm.vocabulary.fleetview import NOTHING_RELEASED  # not on --help's path
+
     groups: dict[tuple[str, str, str], list] = {}
     for c in found.cells:
         if c.state in ("failed", "stale", "pending") or (c.state == "missing" and c.reason != NOTHING_RELEASED):

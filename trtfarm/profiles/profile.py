@@ -345,9 +345,9 @@ def _graph_inputs(buf) -> dict[str, InputDims]:
 
 
 def _shape_tensors(buf) -> dict[str, str]:
-    import onnx
-
     from trtfarm.onnxfile import shape_tensor_inputs
+
+    onnx = onnx_messages()  # the message classes only: no numpy, no onnx.helper on the build path
 
     graph = next(((s, e) for f, w, s, e in _fields(buf, 0, len(buf)) if f == 7 and w == 2), None)
     if graph is None:
