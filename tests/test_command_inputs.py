@@ -29,6 +29,7 @@ ROLES = {
     "folder": "folder-in", "context": "folder-in",
     ("init", "folder"): "folder-out", "repo": "folder-out", "out_dir": "folder-out",
     "out": "file-out", "out_path": "file-out", "to": "file-or-folder-out",
+    "fleet": "file-in", ("plan", "html"): "folder-out", ("status", "html"): "file-out",
 }
 CREATES_STORE = {"build", "models push", "webhook serve"}  # make the store when its folder exists
 # required arguments that are not paths: a value that gets the command as far as its paths
@@ -91,7 +92,7 @@ def cases():
 
 def _good(name: str, annotation: str, command: str) -> str:
     if "Path" in annotation:
-        return {"file-in": "{model}" if name == "model" else "{ref}" if name == "ref" else "{log}",
+        return {"file-in": {"model": "{model}", "ref": "{ref}", "fleet": "{fleet}"}.get(name, "{log}"),
                 "folder-in": "{export}", "folder-out": "{tmp}/out-folder"}[role(command, name, annotation)]
     return REQUIRED[name]
 
@@ -119,6 +120,7 @@ def world(tmp_path_factory, example_dir):
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(ro)], check=True)
     yield {"tmp": str(tmp), "ro": str(ro), "store": str(store), "model": str(example_dir / "model.onnx"),
            "export": str(example_dir), "log": str(tmp / "shapes.jsonl"), "env": env,
+           "fleet": str(REPO / "gpu_targets.yaml"),
            "manifest": manifest.removeprefix("file://"), "ref": manifest.removeprefix("file://")}
     subprocess.run(["umount", "-l", str(ro)], check=False)
 

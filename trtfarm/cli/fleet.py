@@ -21,6 +21,7 @@ from trtfarm.cli.common import (
     fail,
     message_text,
     out,
+    output_path,
     store_uri,
     targets_path,
 )
@@ -135,6 +136,8 @@ def plan(models: list[str] = typer.Argument(None, help="models to plan (default:
     from trtfarm.vocabulary.fleet_file import load_fleet
 
     try:
+        if html:
+            output_path(html, "--html")  # a folder: checked before any work
         current = load_fleet(targets_path(targets_file))
         proposed = load_fleet(fleet)
         with err.status("reading the store's listings and manifests", spinner="dots"):
@@ -178,6 +181,8 @@ def status(models: list[str] = typer.Argument(None, help="models to show (defaul
     from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 
     try:
+        if html:
+            output_path(html, "--html", folder=False)  # a file: checked before any work
         path = targets_path(targets_file)
         fleet = load_fleet(path)
         trust = signing_settings(path, only="trust").trusted_keys()
