@@ -232,7 +232,8 @@ def test_a_store_folder_is_read_by_the_names_the_store_gives_its_attestations(fa
 
 def test_files_that_are_not_there_are_named_with_the_fix(tmp_path):
     plan, m = local_plan(tmp_path)
-    for ref, match in ((tmp_path / "nope.json", "nope.json: no such manifest"),
+    (tmp_path / "other.plan").write_bytes(b"plan bytes")  # a plan with nothing beside it
+    for ref, match in ((tmp_path / "nope.json", "nope.json: no such file"),
                        (tmp_path / "other.plan", r"other.plan: no manifest beside it \(other.plan.manifest.json or "
                                                  r"manifest.json\); `trtfarm pull` writes one")):
         with pytest.raises(UserInputError, match=match):

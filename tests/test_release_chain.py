@@ -170,13 +170,13 @@ def test_2_an_operators_signed_rollback_goes_through_and_is_recorded(farm, host)
 def test_3_signing_an_existing_store(farm, tmp_path):
     fleet = farm["fleet"]
     store = open_store((tmp_path / "store").as_uri())
-    publish_export(store, fleet, tmp_path / "e", 0, T0, ["rtx4090-rtx1.7", "rtx3090-rtx1.7-o5"], name="enc")
+    publish_export(store, fleet, tmp_path / "e", 0, T0, ["rtx-4090-rtx1.7", "rtx3090-rtx1.7-o5"], name="enc")
     env = {"TRTFARM_TRUSTED_KEYS": str(farm["keys"]["worker"][1]),
            "TRTFARM_RELEASE_STATE": str(tmp_path / "accepted.json")}
     line = refused(pull(store, env, tmp_path / "a" / "enc.plan", fleet=fleet), "unsigned release")
     assert "`trtfarm sign`" in line or "trtfarm sign" in line
     # turning the key on: the build finds the plans up to date and says they are unsigned, and what signs them
-    built = trtfarm("build", str(tmp_path / "e" / "model.onnx"), "--name", "enc", "--target", "rtx4090-rtx1.7",
+    built = trtfarm("build", str(tmp_path / "e" / "model.onnx"), "--name", "enc", "--target", "rtx-4090-rtx1.7",
                     *[a for p in ENCODER_PROFILE for a in ("--profile", p)], "--store", store.uri,
                     "--targets-file", str(fleet), "--json", env={"TRTFARM_SIGNING_KEY": str(farm["keys"]["worker"][0])})
     assert built.returncode == 0, built.stderr

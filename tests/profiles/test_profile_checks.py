@@ -64,7 +64,13 @@ def test_profiles_that_fit_the_inputs_pass():
     check_profiles_against_inputs([profile_from_args(ENCODER_PROFILE)], ENCODER)
     check_profiles_against_inputs([profile_from_args(["x=1x8:4x8:16x8"])], FIXED)
     check_profiles_against_inputs([profile_from_args(["x=1x8:4x8:16x8", "scale=1:1:1"])], FIXED)
-    check_profiles_against_inputs([], ENCODER)  # nothing given: nothing to check here
+    check_profiles_against_inputs([], {"x": (1, 8)})  # a static model needs no profile
+
+
+def test_no_profile_for_a_dynamic_model_names_its_dynamic_inputs_and_where_profiles_come_from():
+    with pytest.raises(UserInputError, match=r"no profile for its dynamic inputs 'input_ids' \(\?x\?\), "
+                                             r"'attention_mask' \(\?x\?\); give --profile input_ids=MIN:OPT:MAX"):
+        check_profiles_against_inputs([], ENCODER)
 
 
 @pytest.mark.parametrize("args,inputs,words", [

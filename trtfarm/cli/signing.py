@@ -36,11 +36,12 @@ def sign(models: list[str] = typer.Argument(None, help="model names [default: ev
     from trtfarm.vocabulary.fleet_file import signing_settings
 
     try:
+        uri = store_uri(store)  # a store that is not there is named before the key is looked for
         signer = signing_settings(targets_path(targets_file), only="key").signer()
         if signer is None:
             raise fail("no signing key: set TRTFARM_SIGNING_KEY=PATH (the workers' PEM key) or signing.key in "
                        "gpu_targets.yaml")
-        done = sign_store(open_store(store_uri(store)), signer, models or (),
+        done = sign_store(open_store(uri), signer, models or (),
                           note=None if as_json else lambda line: out.print(message_text(line), highlight=False))
     except TrtfarmError as e:
         raise fail(e) from e
