@@ -296,6 +296,7 @@ def test_release_of_the_copy_pull_wrote_is_refused_unless_the_store_holds_it(wor
     assert good.returncode == 0, good.stderr  # the copy describes a manifest the store holds: that one is released
     assert json.loads(pointer.read_text())["manifest"].startswith("plans/encoder/")
     other = work / "other-store"
+    other.mkdir()  # a store that is there but does not hold the manifest
     one_error(trtfarm(work, "release", str(copy), "--reason", "by hand", "--store", str(other)), 2,
               "not released", "not in the store")
     doc = json.loads(copy.read_text())
@@ -328,6 +329,7 @@ def test_pull_of_a_plan_whose_bytes_were_swapped_is_a_mismatch_exit_1(work, rele
 # --- user text that looks like markup ------------------------------------------------------------------------------
 def test_paths_with_brackets_are_printed_as_text(work):
     store = work / "st[/x]ore [bold]"
+    store.parent.mkdir()  # a store is made in a folder that exists: "st["
     done = build(work, str(store))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "st[/x]ore [bold]" in done.stdout.replace("\n", "")

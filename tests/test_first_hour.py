@@ -122,4 +122,4 @@ def test_int8_without_calibration_names_a_build_option_that_exists(tmp_path, exa
     assert "--calibration" in cli(["build", "--help"], tmp_path).stdout
     missing = cli(["build", "encoder/model.onnx", "--precision", "int8", "--calibration", "nope.npz"], tmp_path,
                   check=False)
-    assert missing.returncode == 2 and "'--calibration': File 'nope.npz' does not exist" in missing.stderr
+    assert missing.returncode == 2 and "'--calibration': file 'nope.npz' does not exist" in missing.stderr

@@ -25,7 +25,7 @@ def test_builds_every_rtx_target_once_per_class_then_everything_is_up_to_date(
     first = run(example_onnx, fleet_file, store_uri)
     assert {t: r["status"] for t, r in first.items()} == {
         "rtx-4090-rtx1.7": "built", "rtx-5090-rtx1.7": "built", "rtx3090-rtx1.7-o5": "built", "h100-trt11.4": "skipped"}
-    assert "tensorrt" in first["h100-trt11.4"]["reason"] and "not importable" in first["h100-trt11.4"]["reason"]
+    assert "`tensorrt` 11.4.0.106 is not installed here" in first["h100-trt11.4"]["reason"]
     assert "shares the rtx-portable build of rtx-4090-rtx1.7" in first["rtx-5090-rtx1.7"]["reason"]
 
     store = open_store(store_uri)

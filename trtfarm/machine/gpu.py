@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -35,8 +36,17 @@ NVML_LIBRARY = "libnvidia-ml.so.1"  # what pynvml loads on Linux; the NVIDIA dri
 
 
 def _no_nvml_library() -> bool:
-    """True on Linux when the driver's NVML library does not load: no GPU, known without importing pynvml."""
+    """True on Linux when the driver's NVML library does not load: no GPU, known without importing pynvml.
+
+    That is nvidia-ml-py's own verdict (its ``pynvml`` loads that library first), so it stands in for it only when
+    the ``pynvml`` Python would import is the installed one: another (a stand-in on ``PYTHONPATH``) is asked itself.
+    """
     if not sys.platform.startswith("linux"):
+        return False
+    import importlib.util
+
+    spec = importlib.util.find_spec("pynvml")
+    if spec is not None and spec.origin and Path(spec.origin).parent.name not in ("site-packages", "dist-packages"):
         return False
     import ctypes
 
