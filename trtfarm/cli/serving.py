@@ -45,6 +45,7 @@ def triton(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Write a Triton model repository (config.pbtxt checked with Triton's schema) from MODEL's released plans."""
+    from trtfarm.extras import require
     from trtfarm.profiles.profile import load_profiles_file
     from trtfarm.serving.triton import TritonRequest, triton_repositories
     from trtfarm.signing.accepted import AcceptedReleases, configured_max_age
@@ -54,6 +55,7 @@ def triton(
 
     output_path(repo, "--repo")
     try:
+        require("tritonclient")  # a base install: one line naming the [triton] extra, before the store is read
         trust = signing_settings(targets_path(targets_file), only="trust").trusted_keys()
         accepted, max_age = (AcceptedReleases(), configured_max_age()) if trust else (None, None)
         req = TritonRequest(model, repo, tuple(gpu), toolchain, keep, instances,

@@ -87,8 +87,11 @@ class StoredPlan:
         return check_signature(trust, self.signature, actual, host_code=self.manifest.target.version_compatible)
 
 
-def read_stored(store: Store, manifest_key: str) -> StoredPlan | None:
-    """The manifest at ``manifest_key`` with its attestations, or None; ``CorruptObject`` when it is not a manifest."""
+def read_stored(store: Store, manifest_key: str, attestations: bool = True) -> StoredPlan | None:
+    """The manifest at ``manifest_key`` with its attestations, or None; ``CorruptObject`` when it is not a manifest.
+
+    ``attestations=False``: the manifest alone (for a check of its identity, no signature judged).
+    """
     blob = store.get(manifest_key)
     if blob is None:
         return None
@@ -97,6 +100,8 @@ def read_stored(store: Store, manifest_key: str) -> StoredPlan | None:
     except ManifestInvalid as err:
         raise CorruptObject(f"{err} It is not what trtfarm published there: find who changed it (`trtfarm build` "
                             "republishes a damaged manifest of its own build).") from err
+    if not attestations:
+        return StoredPlan(manifest_key, manifest, blob.data, None, None)
     msha, prefix = sha256_bytes(blob.data), layout.folder_of(manifest_key)
     prov, sig = store.get(layout.provenance_key(prefix, msha)), store.get(layout.signature_key(prefix, msha))
     return StoredPlan(manifest_key, manifest, blob.data, prov.data if prov else None, sig.data if sig else None)

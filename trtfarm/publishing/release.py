@@ -213,7 +213,7 @@ def _checked_current(store: Store, key: str, current: ReleasePointer | None, tru
     from trtfarm.publishing.attest import read_stored
     from trtfarm.publishing.release_check import asked_identity, check_claim, check_identity
 
-    stored = read_stored(store, current.manifest)
+    stored = read_stored(store, current.manifest, attestations=trust is not None and current.claim is not None)
     try:
         if stored is None:  # what it named is gone (deleted by hand): nothing to protect, only the key to match
             if current.identity != asked_identity(key):
@@ -249,7 +249,7 @@ def _next_version(store: Store, current: ReleasePointer | None, accepted) -> int
 def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: str = "engine", reason: str,
                  by: str | None = None, rollback: bool = False, force: bool = False,
                  max_attempts: int = 20, trust=None, seen: SeenPointer | None = None, signer=None,
-                 accepted=None, expiry: timedelta = DEFAULT_EXPIRY) -> ReleasePointer:
+                 accepted=None, expiry: timedelta = DEFAULT_EXPIRY, vouched: bool = False) -> ReleasePointer:
     """Point (model, GPU, toolchain) at ``manifest_key``; ``ReleaseRefused`` when policy or ordering forbid it.
 
     With ``trust`` (the fleet's ``TrustedKeys``), a plan that serving hosts would refuse is not released
@@ -258,14 +258,16 @@ def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: st
     identity or carries a bad claim, unless ``force``. ``signer`` signs the move (a release claim with the next
     version, expiring after ``expiry``); ``accepted``, this machine's memory of releases, keeps versions growing.
     ``seen``: the pointer as the run read it before; the first swap names its ETag (a stale one conflicts, and the
-    pointer is read afresh).
+    pointer is read afresh). ``vouched``: ``m`` is what the store holds at ``manifest_key`` (the caller wrote or read
+    it this run), so with neither ``trust`` nor ``signer`` it is not read back; its identity is checked all the same.
     """
     if not reason.strip():
         raise ReleaseRefused("not released: the reason is empty; say why the pointer moves (it goes in its history)")
     from trtfarm.publishing.attest import read_stored
     from trtfarm.publishing.release_check import manifest_identity_problem
 
-    stored = read_stored(store, manifest_key)
+    stored = None if vouched and trust is None and signer is None else \
+        read_stored(store, manifest_key, attestations=trust is not None)
     problem = manifest_identity_problem(manifest_key, stored.manifest if stored else m)
     if problem:
         raise SignatureRefused("other identity", f"not released: {problem}")

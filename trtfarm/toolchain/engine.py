@@ -33,7 +33,7 @@ class Validity:
 
 def engine_validity(trt: ModuleType, header: bytes) -> Validity | None:
     """``Runtime.get_engine_validity`` on the plan's header (TensorRT-RTX only; None elsewhere)."""
-    with captured_log(trt) as (logger, log):
+    with captured_log(trt, builds=False) as (logger, log):
         runtime = trt.Runtime(logger)
         runtime.error_recorder = log.recorder
         if not hasattr(runtime, "get_engine_validity"):
@@ -49,7 +49,7 @@ def _members(enum) -> list:
 
 def deserialize_plan(trt: ModuleType, data: bytes, *, allow_host_code: bool = False):
     """Deserialise a plan into an engine; ``EngineRejected`` carries the runtime's reason."""
-    with captured_log(trt) as (logger, log):
+    with captured_log(trt, builds=False) as (logger, log):
         runtime = trt.Runtime(logger)
         runtime.error_recorder = log.recorder
         if allow_host_code:

@@ -37,19 +37,47 @@ def set_log_severity(name: str) -> None:
     _SEVERITY["name"] = name
 
 
-def _shared_logger(trt: ModuleType):
+def _shared_logger(trt: ModuleType, builds: bool = True):
     """One TensorRT logger per toolchain module for the life of the process, at the severity asked for.
 
-    TensorRT keeps the logger it is given process-wide; a per-build logger that is garbage-collected while the
-    library still holds it hung a later ``Builder()`` here. It is TensorRT's own ``Logger``: it drops what is below
-    its ``min_severity`` without calling into Python. Errors go to the shared recorder (``captured_log``).
+    TensorRT keeps the first logger it is given process-wide (a later one is ignored); a per-build logger that is
+    garbage-collected while the library still holds it hung a later ``Builder()`` here. A process whose first use
+    ``builds`` gets TensorRT's own ``Logger``: it drops what is below its ``min_severity`` without calling into Python
+    (a build's VERBOSE messages stay in the library). A process that only loads or inspects plans (``verify``,
+    ``pull``, a serving host) gets ``_Quiet``: its few messages cross into Python and are kept with the errors, not
+    printed over the command's own output (TensorRT prints an internal error it also reports as a failure).
     """
     with _LOGGERS_LOCK:
         logger = _LOGGERS.get(trt.__name__)
         if logger is None:
-            logger = _LOGGERS[trt.__name__] = trt.Logger(trt.Logger.ERROR)
+            logger = _LOGGERS[trt.__name__] = trt.Logger(trt.Logger.ERROR) if builds else _quiet_logger(trt)
         logger.min_severity = _severity(trt, _SEVERITY["name"])
         return logger
+
+
+def _quiet_logger(trt: ModuleType):
+    """A Python ``ILogger`` that keeps TensorRT's messages at or above ``min_severity`` with the running captures.
+
+    It prints them (to stderr) only when more than errors was asked for (``--verbose``).
+    """
+
+    class Quiet(trt.ILogger):
+        def __init__(self) -> None:
+            trt.ILogger.__init__(self)
+            self.min_severity = trt.Logger.ERROR
+
+        def log(self, severity, msg) -> None:  # noqa: D102 - TensorRT callback
+            if int(severity) > int(self.min_severity):
+                return
+            if _SEVERITY["name"] not in ("INTERNAL_ERROR", "ERROR"):
+                print(f"[TRT] {severity.name}: {msg}", file=sys.stderr)
+            recorder = _shared_recorder(trt)
+            with recorder.lock:
+                for capture in recorder.captures:
+                    if msg not in capture.errors:
+                        capture.errors.append(msg)
+
+    return Quiet()
 
 
 def _severity(trt: ModuleType, name: str):
@@ -141,13 +169,13 @@ def printed_to_stderr():
 
 
 @contextmanager
-def captured_log(trt: ModuleType):
-    """Yield (logger, capture) for one build, load or refit.
+def captured_log(trt: ModuleType, builds: bool = True):
+    """Yield (logger, capture) for one build, load or refit (``builds=False``: a load or an inspection).
 
     Pass the logger to TensorRT, set ``capture.recorder`` as each object's ``error_recorder``, and read what
     TensorRT recorded from ``capture.errors``.
     """
-    logger, recorder = _shared_logger(trt), _shared_recorder(trt)
+    logger, recorder = _shared_logger(trt, builds), _shared_recorder(trt)
     capture = Capture(recorder)
     with recorder.lock:
         recorder.captures.append(capture)
