@@ -27,6 +27,19 @@ TRTFARM = [sys.executable, "-m", "trtfarm"]
 POSTGRES_SH = REPO / "infra" / "local-farm" / "postgres.sh"
 
 
+def flush_prefect_services(timeout: float = 60) -> None:
+    """Send what this process's Prefect services still hold (events, logs) while the server is up, then stop them.
+
+    A flow run in the test process leaves events queued; were the server stopped first, Prefect's drain at
+    interpreter exit would wait for them for ever and the suite would never exit.
+    """
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for service in (APILogWorker, EventsWorker):
+        service.drain_all(timeout=timeout, at_exit=False)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

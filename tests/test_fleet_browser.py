@@ -29,7 +29,7 @@ from trtfarm.publishing.registry import register_export
 from trtfarm.store import open_store
 
 from .browser import Chromium, images, table_cells
-from .farm_server import REPO, Farm
+from .farm_server import REPO, Farm, flush_prefect_services
 from .fleet_store import built_store, encoder_export
 
 pytestmark = pytest.mark.integration
@@ -143,6 +143,7 @@ def test_the_nightly_run_writes_status_html_and_the_prefect_ui_shows_its_artifac
         farm.start_server(timeout=300)
         with temporary_settings({PREFECT_API_URL: farm.api}):
             rows = asyncio.run(build_matrix(MatrixRequest(store=store, targets_file=str(fleet), dispatch="local")))
+            flush_prefect_services()  # the run's events reach the server before it stops
         assert {(r.model, r.outcome.status) for r in rows} >= {("encoder", "built"), ("dedupe", "failed")}
         page_html = open_store(store).get(layout.status_page_key()).data.decode()
         assert 'data-model="encoder"' in page_html and 'data-model="dedupe"' in page_html

@@ -26,7 +26,7 @@ from trtfarm.store import open_store
 
 from .browser import Chromium, images, table_cells
 from .conftest import RTX_FLEET
-from .farm_server import REPO, Farm
+from .farm_server import REPO, Farm, flush_prefect_services
 from .validate.test_report import every_status_outcomes
 
 pytestmark = pytest.mark.integration
@@ -68,6 +68,7 @@ def finished_run(ui_farm, example_onnx, tmp_path_factory):
                             dispatch="local")
     with temporary_settings({PREFECT_API_URL: ui_farm.api}):
         rows = asyncio.run(build_matrix(request))
+        flush_prefect_services()  # the run's events reach the server before it stops
     run = next(k.split("/")[2] for k in open_store(store).list("reports/encoder/") if k.endswith("/report.md"))
     query = {"flow_runs": {"id": {"any_": [run]}}, "artifacts": {"key": {"any_": ["build-matrix-encoder-report"]}}}
     post = urllib.request.Request(f"{ui_farm.api}/artifacts/filter", data=json.dumps(query).encode(),
