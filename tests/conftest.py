@@ -171,3 +171,15 @@ def encoder_calib(tmp_path_factory, example_onnx):
 def _private_release_memory(tmp_path_factory, monkeypatch):
     """Each test's serving host remembers accepted releases in a folder of its own, never ~/.local/state."""
     monkeypatch.setenv("TRTFARM_RELEASE_STATE", str(tmp_path_factory.mktemp("host-state") / "accepted.json"))
+
+
+@pytest.fixture(scope="module")
+def chromium(tmp_path_factory):
+    """A headless Chromium for the page tests (tests/browser.py), one per module."""
+    from .browser import Chromium
+
+    browser = Chromium(tmp_path_factory.mktemp("browser"))
+    try:
+        yield browser
+    finally:
+        browser.close()

@@ -196,6 +196,26 @@ class Farm:
             self.postgres = None
 
 
+@contextlib.contextmanager
+def farm_client(farm: Farm):
+    """A sync Prefect client of ``farm``'s server, with the API URL set for the block."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: farm.api}), get_client(sync_client=True) as c:
+        yield c
+
+
+def wait_for(predicate, timeout: float, what):
+    """``predicate()``'s first true value within ``timeout`` s; ``what`` (a text, or a callable giving one) names it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (value := predicate()):
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what() if callable(what) else what}")
+
+
 def processes_of_flow_run(flow_run_id: str) -> list[int]:
     """PIDs of the processes a worker started for ``flow_run_id`` (found by the id in their environment)."""
     pids = []

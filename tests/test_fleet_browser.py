@@ -28,7 +28,7 @@ from trtfarm.planning.requests import MatrixRequest
 from trtfarm.publishing.registry import register_export
 from trtfarm.store import open_store
 
-from .browser import Chromium, images, table_cells
+from .browser import images, table_cells
 from .farm_server import REPO, Farm, flush_prefect_services
 from .fleet_store import built_store, encoder_export
 
@@ -42,15 +42,6 @@ MATRIX_JS = """(() => ({
           td.dataset.target, td.dataset.state || 'none', td.innerText.trim(),
           getComputedStyle(td).backgroundColor])
 }))()"""
-
-
-@pytest.fixture(scope="module")
-def chromium(tmp_path_factory):
-    browser = Chromium(tmp_path_factory.mktemp("browser"))
-    try:
-        yield browser
-    finally:
-        browser.close()
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from tasks.report import ARTIFACT_BUDGET
 from trtfarm.reports.report import write_report
 from trtfarm.store import open_store
 
-from .browser import Chromium, images, table_cells
+from .browser import images, table_cells
 from .conftest import RTX_FLEET
 from .farm_server import REPO, Farm, flush_prefect_services
 from .validate.test_report import every_status_outcomes
@@ -32,15 +32,6 @@ from .validate.test_report import every_status_outcomes
 pytestmark = pytest.mark.integration
 
 README_SCREENSHOT = REPO / "docs/images/report-prefect-ui.png"
-
-
-@pytest.fixture(scope="module")
-def chromium(tmp_path_factory):
-    browser = Chromium(tmp_path_factory.mktemp("browser"))
-    try:
-        yield browser
-    finally:
-        browser.close()
 
 
 @pytest.fixture(scope="module")

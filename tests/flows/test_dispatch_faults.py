@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 import uuid
-from contextlib import contextmanager
 
 import pytest
 
 from trtfarm.reports.outcomes import run_outcomes
 from trtfarm.store import open_store
 
-from ..farm_server import TRTFARM, Farm, processes_of_flow_run
+from ..farm_server import TRTFARM, Farm, farm_client, processes_of_flow_run, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -78,27 +76,9 @@ def start_gpu_worker(farm: Farm):
     hook = os.pathsep.join([str(farm.home / "hook"), farm.env.get("PYTHONPATH", "")])
     proc = farm.spawn(f"worker-{POOL}-{len(farm.procs)}", [*TRTFARM, "worker", "--pool", POOL, "--name",
                                                           f"test-{POOL}"], env={"PYTHONPATH": hook})
-    with _client(farm) as c:
-        _wait_for(lambda: c.read_work_pool(POOL).status.value == "READY", 180, f"{POOL}'s worker to come online")
+    with farm_client(farm) as c:
+        wait_for(lambda: c.read_work_pool(POOL).status.value == "READY", 180, f"{POOL}'s worker to come online")
     return proc
-
-
-@contextmanager
-def _client(farm: Farm):
-    from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    with temporary_settings({PREFECT_API_URL: farm.api}), get_client(sync_client=True) as c:
-        yield c
-
-
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (value := predicate()):
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _children_of(client, parent_id: str) -> list:
@@ -125,13 +105,13 @@ def test_a_pool_missing_on_the_server_skips_only_its_targets_and_the_report_is_w
 
 
 def test_a_child_whose_worker_dies_while_it_is_pending_is_crashed_resubmitted_and_frees_the_pool(farm, example_dir):
-    with _client(farm) as client:
+    with farm_client(farm) as client:
         assert client.read_work_pool(POOL).concurrency_limit == 1  # the stuck child would hold the only slot
         (farm.home / "hold").touch()  # the worker's next child process holds before it can set its run Running
         started = farm.trtfarm_json("farm", "run", "encoder", "--target", "rtx-4090-rtx1.7", "--force",
                                     "--child-pending-limit", "20")
         parent = started["flow_run_id"]
-        held = _wait_for(lambda: [r for r in _children_of(client, parent) if r.state.is_pending()
+        held = wait_for(lambda: [r for r in _children_of(client, parent) if r.state.is_pending()
                                   and processes_of_flow_run(str(r.id))], 180, "the worker to take the child")[0]
 
         # the worker dies with its child's process: nobody will ever set the run Running
@@ -143,7 +123,7 @@ def test_a_child_whose_worker_dies_while_it_is_pending_is_crashed_resubmitted_an
         (farm.home / "hold").unlink()
         start_gpu_worker(farm)  # a new worker (same name): it never heard of the held run
 
-        run = _wait_for(lambda: (r := client.read_flow_run(parent)).state.is_final() and r, 300,
+        run = wait_for(lambda: (r := client.read_flow_run(parent)).state.is_final() and r, 300,
                         "the parent to finish")
         assert run.state.is_completed(), run.state.message
         children = {r.name.rsplit("-", 1)[1]: r for r in _children_of(client, parent)}

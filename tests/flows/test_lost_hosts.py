@@ -18,7 +18,6 @@ import subprocess
 import time
 import uuid
 import warnings
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from trtfarm.reports.outcomes import run_outcomes
 from trtfarm.store import open_store
 
 from ..conftest import REPO, make_model
-from ..farm_server import TRTFARM, Farm
+from ..farm_server import TRTFARM, Farm, farm_client, wait_for
 from ..hosts import HostNetwork
 
 pytestmark = pytest.mark.integration
@@ -127,24 +126,6 @@ def _hosts_of_the_test(farm):
         host.remove()
 
 
-@contextmanager
-def _client(farm: Farm):
-    from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    with temporary_settings({PREFECT_API_URL: farm.api}), get_client(sync_client=True) as c:
-        yield c
-
-
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (value := predicate()):
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what() if callable(what) else what}")
-
-
 def _start_host(farm: Farm, label: str, hold: Path | None = None):
     """A new host with one `trtfarm worker` of the pool (named after the host); returns once the worker is online."""
     host = farm.net.host(label)
@@ -154,8 +135,8 @@ def _start_host(farm: Farm, label: str, hold: Path | None = None):
         env["PYTHONPATH"] = os.pathsep.join([str(farm.home / "hook"), farm.env.get("PYTHONPATH", "")])
     host.worker = farm.spawn_on(host, f"worker-{label}", [*TRTFARM, "worker", "--pool", POOL, "--name", label],
                                 env=env)
-    with _client(farm) as c:
-        _wait_for(lambda: any(w.name == label and w.status.value == "ONLINE"
+    with farm_client(farm) as c:
+        wait_for(lambda: any(w.name == label and w.status.value == "ONLINE"
                               for w in c.read_workers_for_work_pool(POOL)), 180, f"worker {label} to come online")
     return host
 
@@ -200,12 +181,12 @@ def _held_child(farm: Farm, client, parent: str, hold: Path):
         marker = Path(f"{hold}.{first.id}") if first else None
         return first if marker and marker.exists() and client.read_flow_run(first.id).state.is_running() else None
 
-    first = _wait_for(held, 240, "the first host's worker to take the child and start building")
+    first = wait_for(held, 240, "the first host's worker to take the child and start building")
     return first, Path(Path(f"{hold}.{first.id}").read_text())
 
 
 def _final(client, run_id, timeout: float = 300):
-    return _wait_for(lambda: (r := client.read_flow_run(run_id)).state.is_final() and r, timeout,
+    return wait_for(lambda: (r := client.read_flow_run(run_id)).state.is_final() and r, timeout,
                      f"run {run_id} to finish")
 
 
@@ -235,8 +216,8 @@ def test_a_host_that_goes_away_with_its_running_child_loses_no_build(farm):
     hold.touch()
     a = _start_host(farm, "host-a", hold)
     waiting = _run_waiting(farm, model, "--json")
-    with _client(farm) as client:
-        parent = _wait_for(lambda: _parent_of(client, model), 120, "the run to start")
+    with farm_client(farm) as client:
+        parent = wait_for(lambda: _parent_of(client, model), 120, "the run to start")
         first, _ = _held_child(farm, client, parent, hold)
         b = _start_host(farm, "host-b")  # online now, for the resubmission
         assert b.pids()
@@ -245,7 +226,7 @@ def test_a_host_that_goes_away_with_its_running_child_loses_no_build(farm):
         a.kill()  # the host goes away: worker and child together, behind a silent link
         hold.unlink()
 
-        second = _wait_for(lambda: _children(client, parent).get(2), DETECT_S + 60,
+        second = wait_for(lambda: _children(client, parent).get(2), DETECT_S + 60,
                            f"the child lost with host-a (run {first.id}) to be resubmitted")
         resubmitted_after = _at(second.created) - lost_at
         run = _final(client, parent)
@@ -282,14 +263,14 @@ def test_a_worker_given_a_termination_notice_has_its_child_resubmitted_at_once(f
     hold.touch()
     a = _start_host(farm, "host-c", hold)
     waiting = _run_waiting(farm, model)
-    with _client(farm) as client:
-        parent = _wait_for(lambda: _parent_of(client, model), 120, "the run to start")
+    with farm_client(farm) as client:
+        parent = wait_for(lambda: _parent_of(client, model), 120, "the run to start")
         first, folder = _held_child(farm, client, parent, hold)
         _start_host(farm, "host-d")
 
         noticed_at = time.time()
         os.kill(a.worker.pid, signal.SIGTERM)  # docker stop, kubectl drain, a spot reclaim: the worker's notice
-        second = _wait_for(lambda: _children(client, parent).get(2), 60,
+        second = wait_for(lambda: _children(client, parent).get(2), 60,
                            lambda: f"the noticed child's resubmission ({client.read_flow_run(first.id).state!r})")
         resubmitted_after = _at(second.created) - noticed_at
         hold.unlink()
@@ -324,7 +305,7 @@ def test_a_partitioned_child_that_comes_back_after_its_resubmission_publishes_no
     _push(farm, model, 33)
     hold.touch()
     a = _start_host(farm, "host-e", hold)
-    with _client(farm) as client:
+    with farm_client(farm) as client:
         parent = farm.trtfarm_json("farm", "run", model, "--target", TARGET)["flow_run_id"]
         first, _ = _held_child(farm, client, parent, hold)
         _start_host(farm, "host-f")
@@ -332,7 +313,7 @@ def test_a_partitioned_child_that_comes_back_after_its_resubmission_publishes_no
         cut_at = time.time()
         a.cut()  # the host is cut off: its child lives on, building, but nothing it sends arrives
         try:
-            second = _wait_for(lambda: _children(client, parent).get(2), DETECT_S + 60,
+            second = wait_for(lambda: _children(client, parent).get(2), DETECT_S + 60,
                                "the cut-off child's resubmission")
             run = _final(client, parent)
         finally:
@@ -340,7 +321,7 @@ def test_a_partitioned_child_that_comes_back_after_its_resubmission_publishes_no
         hold.unlink()  # its build goes on, and publishes after its resubmission did
         store = open_store(farm.env["TRTFARM_STORE"])
         jobs = layout.job_result_key(parent, "x").rsplit("/", 1)[0] + "/"
-        _wait_for(lambda: any(k.endswith("-1.json") for k in store.list(jobs)), 300,
+        wait_for(lambda: any(k.endswith("-1.json") for k in store.list(jobs)), 300,
                   "the cut-off child to come back and write its result")
         late = _final(client, first.id, 120)
         states = [s.type.value for s in client.read_flow_run_states(first.id)]
