@@ -100,11 +100,23 @@ def loss_of(message: str) -> str:
     return "crashed"
 
 
-async def worker_of(client, flow_run_id) -> str:
-    """The name of the worker that took a flow run (its ``prefect.worker.submitted-flow-run`` event); "" if unknown."""
+async def worker_of(client, flow_run_id, wait_s: float = 10) -> str:
+    """The name of the worker that took a flow run (its ``prefect.worker.submitted-flow-run`` event); "" if unknown.
+
+    The server stores events a moment after they are sent: a run that just ended may not show its event yet, so it
+    is asked again for up to ``wait_s`` seconds.
+    """
+    import asyncio
+    import time
+
     from prefect.events.filters import EventFilter, EventNameFilter, EventRelatedFilter
 
-    page = await client.read_events(EventFilter(event=EventNameFilter(name=["prefect.worker.submitted-flow-run"]),
-                                                related=EventRelatedFilter(id=[f"prefect.flow-run.{flow_run_id}"])),
-                                    limit=1)
-    return next((e.resource.get("prefect.resource.name") or "" for e in page.events), "")
+    query = EventFilter(event=EventNameFilter(name=["prefect.worker.submitted-flow-run"]),
+                        related=EventRelatedFilter(id=[f"prefect.flow-run.{flow_run_id}"]))
+    deadline = time.monotonic() + wait_s
+    while True:
+        page = await client.read_events(query, limit=1)
+        name = next((e.resource.get("prefect.resource.name") or "" for e in page.events), "")
+        if name or time.monotonic() >= deadline:
+            return name
+        await asyncio.sleep(0.5)
