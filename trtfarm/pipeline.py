@@ -23,7 +23,7 @@ from trtfarm.planning.plan import ExportPlan, full_build_of, plan_export
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.publishing.registry import latest_exports, resolve_model
 from trtfarm.scratch import scratch_dir
-from trtfarm.store import Store, open_store
+from trtfarm.store import Store, is_uri, open_store
 from trtfarm.store.base import Progress
 from trtfarm.toolchain import BuildProgress
 from trtfarm.vocabulary.exports import ExportRef
@@ -40,7 +40,7 @@ STALE_TEMP_S = 3600  # an in-flight store write this old belongs to a killed wri
 
 def find_exports(store: Store, model: str | None) -> list[ExportRef]:
     """The exports a run builds: a local ONNX path, the named model or URI, or the latest of every registered one."""
-    if model and "://" not in model and (Path(model).is_file() or Path(model).suffix == ".onnx"):
+    if model and not is_uri(model) and (Path(model).is_file() or Path(model).suffix == ".onnx"):
         return [ExportRef(str(Path(model)), "")]
     return [resolve_model(store, model)] if model else latest_exports(store)
 

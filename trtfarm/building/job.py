@@ -17,7 +17,7 @@ from trtfarm.building.build import build_group
 from trtfarm.errors import UserInputError
 from trtfarm.identity import files_digest, onnx_digest, sha256_file, sha256_unchanged
 from trtfarm.publishing.registry import local_copy
-from trtfarm.store import Store
+from trtfarm.store import Store, is_uri
 from trtfarm.store.base import Progress
 from trtfarm.toolchain import BuildProgress
 from trtfarm.vocabulary.exports import ExportRef
@@ -45,7 +45,7 @@ class JobResult(BaseModel):
 
 def job_model(store: Store, job: BuildJob, work: Path) -> ModelSource:
     """The job's model on this machine: the exact bytes the parent planned, and the converted ONNX beside them."""
-    path = local_copy(ExportRef(job.model_uri, job.model.name)) if "://" in job.model_uri else Path(job.model_uri)
+    path = local_copy(ExportRef(job.model_uri, job.model.name)) if is_uri(job.model_uri) else Path(job.model_uri)
     if not path.is_file():
         raise UserInputError(f"{path}: the model this build was planned for is gone; rerun the build")
     digest = _digest(path, job.model)

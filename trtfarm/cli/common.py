@@ -32,19 +32,17 @@ def store_uri(store: str | None, *, creates: bool = False, check: bool = True) -
     build, a registration) needs the folder it goes in, so a typo is named instead of read as an empty store or
     created somewhere new. An ``s3://`` store is checked by its first request.
     """
-    from urllib.parse import unquote, urlparse
-
     from trtfarm.errors import UserInputError
-    from trtfarm.store import default_store_uri
+    from trtfarm.store import StoreURI, default_store_uri
 
     uri = store or default_store_uri()
     try:
-        parsed = urlparse(uri) if "://" in uri else None
-    except ValueError:  # open_store says what is wrong with it
+        where = StoreURI.parse(uri)
+    except UserInputError:  # open_store says what is wrong with it
         return uri
-    if not check or (parsed is not None and parsed.scheme != "file"):
+    if not check or not where.local:
         return uri
-    root = Path(unquote(parsed.path)) if parsed is not None else Path(uri)
+    root = where.path
     source = "--store" if store else "$TRTFARM_STORE" if os.environ.get("TRTFARM_STORE") else "the default store"
     if root.exists() or (creates and root.absolute().parent.is_dir()):
         return uri

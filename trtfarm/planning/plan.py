@@ -34,7 +34,7 @@ from trtfarm.profiles.profile import (
     profiles_json,
 )
 from trtfarm.publishing.registry import export_record, fetch_export, local_copy
-from trtfarm.store import Store
+from trtfarm.store import Store, is_uri
 from trtfarm.vocabulary.buildspec import spec_for_model, spec_precision, spec_profiles
 from trtfarm.vocabulary.exports import ExportRecord, ExportRef
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
@@ -76,7 +76,7 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
     targets the listings did not settle are looked at again. A published plan that was never released is released
     here (policy permitting), signed by ``signer`` when this process has a key.
     """
-    if farm and "://" not in export.uri:
+    if farm and not is_uri(export.uri):
         raise UserInputError(f"{export.uri}: a farm run builds registered models or export URIs that every worker "
                              "can read. Fix: `trtfarm models push FOLDER` and run with its name")
     fleet = fleet or load_fleet(request.targets_file)
@@ -95,7 +95,7 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
     # against its inputs) when something is to be built from it
     model = model_source(path, request.name or export.name or spec.name or model_name_from_path(path), verify=False)
     profiles = first.profiles if first else _profiles(request, path, spec)
-    if "://" in export.uri:
+    if is_uri(export.uri):
         model = model.model_copy(update={"source_uri": f"{export.uri}/{layout.ONNX_NAME}"})
     recipe, calibration, heldout = spec_precision(path, spec, request.precision, request.calibration,
                                                   request.heldout)
@@ -119,7 +119,7 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
         outcomes.update(skipped)
     if todo and not checked:
         model = _checked(model, profiles)
-    jobs = _jobs(store, request, model, "://" in export.uri and export.uri or str(path), texts, todo)
+    jobs = _jobs(store, request, model, export.uri if is_uri(export.uri) else str(path), texts, todo)
     return ExportPlan(name=model.name, model=model, profiles=texts, targets=ids, outcomes={**known, **outcomes},
                       jobs=jobs)
 
@@ -210,7 +210,7 @@ def listed_stage(request: MatrixRequest, export: ExportRef, store: Store, fleet:
     profiles given in the request or farm.yaml. Anything else (a precision step, profiles derived from a shape log,
     an export without a record) takes the full path from the start.
     """
-    if "://" not in export.uri:
+    if not is_uri(export.uri):
         return None
     folder = Path(tempfile.gettempdir()) / "trtfarm" / "specs" / hashlib.sha256(export.uri.encode()).hexdigest()[:16]
     record = _cached_record(export, folder / "export.json")

@@ -33,7 +33,7 @@ from trtfarm.layout import (
     parse_export_record_key,
 )
 from trtfarm.onnxfile import external_files, external_locations, load_model, location_path
-from trtfarm.store import AlreadyExists, Store, open_store
+from trtfarm.store import AlreadyExists, Store, is_uri, open_store
 from trtfarm.vocabulary.buildspec import SHAPES_NAME, SPEC_NAME, spec_for_model
 from trtfarm.vocabulary.exports import ExportFile, ExportRecord, ExportRef
 
@@ -114,7 +114,7 @@ def latest_exports(store: Store) -> list[ExportRef]:
 
 def resolve_model(store: Store, ref: str) -> ExportRef:
     """``name``, ``name@export_id`` or an export folder URI -> the export to build."""
-    if "://" in ref:
+    if is_uri(ref):
         uri = export_folder(ref)
         return ExportRef(uri, export_name(uri))
     name, _, wanted = ref.partition("@")
@@ -225,7 +225,7 @@ def local_copy(export: ExportRef, record: ExportRecord | None = None) -> Path:
 
     ``record``: the export's ``export.json``, when the caller has read it already.
     """
-    if "://" not in export.uri:
+    if not is_uri(export.uri):
         return Path(export.uri)
     key = hashlib.sha256(export.uri.encode()).hexdigest()[:16]
     return fetch_export(export, Path(tempfile.gettempdir()) / "trtfarm" / "exports" / key, record=record)

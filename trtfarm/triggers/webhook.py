@@ -36,7 +36,7 @@ from urllib.parse import unquote, unquote_plus, urlparse
 from trtfarm.errors import StoreError
 from trtfarm.layout import is_name, webhook_claim_key
 from trtfarm.publishing.registry import EXPORT_NAME, ONNX_NAME, export_folder, export_name, is_registry_export
-from trtfarm.store import Store
+from trtfarm.store import Store, is_uri
 
 EVENT_NAME = "trtfarm.model.exported"
 REFIT_EVENT = "trtfarm.model.weights-updated"  # same graph, new weights: the refit deployment takes these
@@ -128,7 +128,7 @@ def location(uri: str, what: str = "model_uri") -> Root:
 
 def root_from_config(uri: str) -> Root:
     """A configured root (``--allow-root``): a URI, or a local path (resolved against the working directory)."""
-    if "://" not in uri:
+    if not is_uri(uri):
         uri = Path(uri).resolve().as_uri()
     return location(uri, "--allow-root")
 
