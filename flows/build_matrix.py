@@ -2,7 +2,8 @@
 
 Farm mode sends one child run per job (one per compatibility class) to a pool whose workers serve that class
 (``flows.dispatch``); local dispatch runs the jobs in this process. Children return typed ``JobResult``s through the
-store; outcomes carry store keys. The core pipeline (``trtfarm.pipeline``) supplies every decision.
+store; outcomes carry store keys. The core plans (``plan_models``: decisions only, no store writes) and the core's
+executor (``trtfarm.executor``, which ``trtfarm build`` calls too) carries the plans out around the children.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from tasks.status import publish_status
 from trtfarm import layout
 from trtfarm.building.job import JobResult
 from trtfarm.errors import TrtfarmError
-from trtfarm.pipeline import find_exports, refit_fallbacks, rows_for
+from trtfarm.executor import execute
+from trtfarm.pipeline import find_exports
 from trtfarm.planning.requests import MatrixRequest
-from trtfarm.store import open_store
+from trtfarm.store import Store, open_store
 from trtfarm.vocabulary.fleet import select_targets
-from trtfarm.vocabulary.fleet_file import load_fleet
+from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 from trtfarm.vocabulary.job import BuildJob
-from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
+from trtfarm.vocabulary.outcome import LostChild, RunRow, TargetOutcome
 
 
 def _farm_mode(request: MatrixRequest) -> bool:
@@ -44,11 +46,11 @@ def _child(job: BuildJob, request: MatrixRequest, parent: str) -> ChildJob:
                     " or ".join(dict.fromkeys(p.target.gpu.nvml_name for p in job.plans)))
 
 
-def _result_of(request: MatrixRequest, job: BuildJob, child: ChildRun, parent: str) -> JobResult:
+def _result_of(store: Store, job: BuildJob, child: ChildRun, parent: str) -> JobResult:
     """The child's ``JobResult`` from the store; its state message where it wrote none (crash, timeout, skip)."""
     blob = None
     if child.flow_run_id:
-        blob = open_store(request.store).get(layout.job_result_key(parent, f"{job.job_id}-{child.attempts}"))
+        blob = store.get(layout.job_result_key(parent, f"{job.job_id}-{child.attempts}"))
     losses = "; ".join(loss.sentence() for loss in child.losses)
     if blob is None:
         status = "skipped" if child.state == SKIPPED else "failed"
@@ -68,7 +70,8 @@ def _result_of(request: MatrixRequest, job: BuildJob, child: ChildRun, parent: s
     return result
 
 
-async def _dispatch(jobs: list[BuildJob], farm: bool, request: MatrixRequest, lost: list[dict]) -> list[JobResult]:
+async def _dispatch(jobs: list[BuildJob], farm: bool, request: MatrixRequest, store: Store,
+                    lost: list[LostChild]) -> list[JobResult]:
     """Run the jobs: on their pools (farm), or one after another in this process (local).
 
     Children lost to their hosts (and resubmitted) are added to ``lost``, one row per loss.
@@ -81,7 +84,7 @@ async def _dispatch(jobs: list[BuildJob], farm: bool, request: MatrixRequest, lo
     children = await run_children([_child(j, request, parent) for j in jobs], request.child_timeout_s,
                                   request.wait_for_workers, request.child_pending_limit_s)
     lost += lost_rows(children)
-    return [_result_of(request, j, c, parent) for j, c in zip(jobs, children, strict=True)]
+    return [_result_of(store, j, c, parent) for j, c in zip(jobs, children, strict=True)]
 
 
 async def _cancel_children_hook(flow, run, state) -> None:
@@ -91,22 +94,25 @@ async def _cancel_children_hook(flow, run, state) -> None:
 @flow(name="build-matrix", on_cancellation=[_cancel_children_hook], on_crashed=[_cancel_children_hook])
 async def build_matrix(request: MatrixRequest) -> list[RunRow]:
     """Build models for the fleet; returns one row (model, target outcome) per target."""
-    fleet = load_fleet(request.targets_file)
-    select_targets(fleet, request.targets or None)  # an unknown target fails the run before any work
+    fleet = load_fleet(request.targets_file)  # read and resolved once; the plan and the executor carry them
+    targets = select_targets(fleet, request.targets or None)  # an unknown target fails the run before any work
     farm = _farm_mode(request)
     logger = get_run_logger()
-    exports = find_exports(open_store(request.store), request.model)
+    store = open_store(request.store)
+    exports = find_exports(store, request.model)
     logger.info("%s mode: %d model(s): %s", "farm" if farm else "local", len(exports),
                 ", ".join(e.name or e.uri for e in exports))
-    plans = plan_models(request, exports, farm, fleet)
-    jobs = [job for plan in plans for job in plan.jobs]
-    if not jobs:
+    plans = plan_models(request, exports, farm, fleet, targets)
+    if not any(plan.jobs for plan in plans):
         logger.info("every target is up to date or skipped: nothing to dispatch")
-    lost: list[dict] = []
-    results = await _dispatch(jobs, farm, request, lost)
-    fallback = refit_fallbacks(jobs, results, lambda job: f"{' or '.join(job.pools)} workers")
-    results += await _dispatch(fallback, farm, request, lost)
-    rows = rows_for(plans, results)
+    lost: list[LostChild] = []
+
+    async def dispatch(jobs: list[BuildJob]) -> list[JobResult]:
+        return await _dispatch(jobs, farm, request, store, lost)
+
+    signer = signing_settings(request.targets_file, only="key", fleet=fleet).signer()  # signs what it releases
+    rows = await execute(store, plans, dispatch,
+                         lambda job: f"{' or '.join(job.pools)} workers", signer)
     report_run(rows, request.store, lost)
     if request.model is None:  # the nightly (every registered model): the fleet's matrix, in the store and the UI
         try:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, field
 
 from trtfarm.errors import UserInputError
+from trtfarm.vocabulary.outcome import LostChild, RunRow
 from trtfarm.workers.server import server_failure
 
 
@@ -91,8 +93,28 @@ async def sync_lost_host_automation() -> str:
         raise server_failure(prefect_api_url(), "create the lost-host automation", e) from e
 
 
-async def submit_matrix(deployment: str, request, wait: bool) -> tuple[str, str, str, list[dict], list[dict]]:
-    """``(flow run id, state, state message, outcome rows, lost children)`` of a build-matrix run.
+@dataclass(frozen=True)
+class MatrixRun:
+    """A build-matrix run as the command line sees it: its id and final state, one row per target, lost children.
+
+    ``flow_run_id`` is None when no run was started (everything was published already). ``to_json`` is
+    ``farm run --json``'s document.
+    """
+
+    flow_run_id: str | None
+    state: str
+    message: str
+    rows: list[RunRow] = field(default_factory=list)
+    lost: list[LostChild] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        """``{flow_run_id, state, message, outcomes, lost}``."""
+        return {"flow_run_id": self.flow_run_id, "state": self.state, "message": self.message,
+                "outcomes": [r.to_json() for r in self.rows], "lost": [r.to_json() for r in self.lost]}
+
+
+async def submit_matrix(deployment: str, request, wait: bool) -> MatrixRun:
+    """A build-matrix run, submitted (and with ``wait``, waited for): its state, outcome rows and lost children.
 
     Rows come from the run's reports in the store, the children it lost to their hosts from its
     ``build-matrix-lost-hosts`` artifact.
@@ -111,27 +133,26 @@ async def submit_matrix(deployment: str, request, wait: bool) -> tuple[str, str,
         raise server_failure(api, "start the run", e) from e
 
 
-async def _submit_matrix(deployment: str, request, wait: bool) -> tuple[str, str, str, list[dict], list[dict]]:
+async def _submit_matrix(deployment: str, request, wait: bool) -> MatrixRun:
     from prefect.deployments import run_deployment
     from prefect.flow_runs import wait_for_flow_run
 
     from trtfarm.reports.outcomes import run_outcomes
     from trtfarm.store import open_store
-    from trtfarm.vocabulary.outcome import RunRow
 
     run = await run_deployment(deployment, parameters={"request": request.model_dump(mode="json", exclude_unset=True)},
                                timeout=0, as_subflow=False)
     if not wait:
-        return str(run.id), run.state.type.value if run.state else "SCHEDULED", "", [], []
+        return MatrixRun(str(run.id), run.state.type.value if run.state else "SCHEDULED", "")
     final = await wait_for_flow_run(run.id, timeout=None)
     store = open_store(request.store)  # yours (--store / $TRTFARM_STORE) must be the farm's to read its reports
-    rows = [RunRow(m, o).to_json() for m, outcomes in run_outcomes(store, str(run.id)).items() for o in outcomes]
+    rows = [RunRow(m, o) for m, outcomes in run_outcomes(store, str(run.id)).items() for o in outcomes]
     state = final.state
-    return (str(run.id), state.type.value if state else "UNKNOWN", (state.message or "") if state else "", rows,
-            await _lost_children(run.id))
+    return MatrixRun(str(run.id), state.type.value if state else "UNKNOWN", (state.message or "") if state else "",
+                     rows, await _lost_children(run.id))
 
 
-async def _lost_children(flow_run_id) -> list[dict]:
+async def _lost_children(flow_run_id) -> list[LostChild]:
     """The rows of the run's lost-hosts artifact (none when it lost no child)."""
     from prefect import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
@@ -142,4 +163,4 @@ async def _lost_children(flow_run_id) -> list[dict]:
         found = await client.read_artifacts(artifact_filter=ArtifactFilter(
             flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]), key=ArtifactFilterKey(any_=[LOST_ARTIFACT])))
     data = found[0].data if found else None
-    return json.loads(data) if isinstance(data, str) else list(data or [])
+    return [LostChild.from_json(r) for r in (json.loads(data) if isinstance(data, str) else list(data or []))]

@@ -35,6 +35,7 @@ from prefect.states import Cancelling
 from flows.ends import Ends
 from flows.heartbeats import LOST_AFTER_S, detection_off, loss_of, worker_of
 from flows.pending import crash_if_orphaned
+from trtfarm.vocabulary.outcome import LostChild
 
 WAIT_SLICE_S = 15  # how often a waiting parent looks at a child that is still Pending
 MAX_LOSSES = 3  # a child is resubmitted once per lost host, this many times at most
@@ -183,20 +184,19 @@ async def _resubmission_pool(job: ChildJob, pool: str) -> str:
     return pool
 
 
-def lost_rows(children: list[ChildRun]) -> list[dict]:
+def lost_rows(children: list[ChildRun]) -> list[LostChild]:
     """One row per child run lost to its host: where it ran, why, and what became of its resubmission."""
     rows = []
     for child in children:
         for i, loss in enumerate(child.losses):
             job, attempt = loss.name.rsplit("-", 1)
-            row = {"lost": loss.name, "flow_run_id": loss.flow_run_id, "worker": loss.worker, "pool": loss.pool,
-                   "why": loss.kind, "resubmitted_as": f"{job}-{int(attempt) + 1}", "to_pool": child.pool,
-                   "outcome": child.state.lower() + (f" by worker {child.worker}" if child.worker else "")}
+            row = LostChild(loss.name, loss.flow_run_id, loss.worker, loss.pool, loss.kind, f"{job}-{int(attempt) + 1}",
+                            child.pool, child.state.lower() + (f" by worker {child.worker}" if child.worker else ""))
             if i + 1 < len(child.losses):
-                row.update(to_pool=child.losses[i + 1].pool, outcome="lost again")
+                row = replace(row, to_pool=child.losses[i + 1].pool, outcome="lost again")
             elif loss.flow_run_id == child.flow_run_id:  # its last submission: it was not resubmitted
                 why = "a second crash of its own" if loss.kind == "crashed" else f"{len(child.losses)} losses"
-                row.update(resubmitted_as=None, to_pool=None, outcome=f"not resubmitted after {why}")
+                row = replace(row, resubmitted_as=None, to_pool=None, outcome=f"not resubmitted after {why}")
             rows.append(row)
     return rows
 

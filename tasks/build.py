@@ -16,7 +16,7 @@ from trtfarm.planning.requests import MatrixRequest
 from trtfarm.scratch import scratch_dir
 from trtfarm.store import open_store
 from trtfarm.vocabulary.exports import ExportRef
-from trtfarm.vocabulary.fleet import Fleet
+from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget
 from trtfarm.vocabulary.fleet_file import signing_settings
 from trtfarm.vocabulary.job import BuildJob
 
@@ -27,14 +27,14 @@ def retry_infrastructure_only(task, task_run, state) -> bool:
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
-def plan_models(request: MatrixRequest, exports: list[ExportRef], farm: bool, fleet: Fleet) -> list[ExportPlan]:
-    """Everything decided before any build, for every model of the run: outcomes known now, and the jobs to run.
+def plan_models(request: MatrixRequest, exports: list[ExportRef], farm: bool, fleet: Fleet,
+                targets: list[ResolvedTarget]) -> list[ExportPlan]:
+    """Everything decided before any build, for every model of the run: outcomes known now, and the decisions.
 
-    One task for the whole run: the core plans the models together (one store listing, models on threads). A plan
-    that a killed run published but never released is released here, signed when this process has a key.
+    One task for the whole run: the core plans the models together (one store listing, models on threads). It
+    reads the store only; the flow's executor carries the decisions out (builds, releases, withdrawals).
     """
-    signer = signing_settings(request.targets_file, only="key").signer()
-    return plan_run(request, open_store(request.store), exports, farm, fleet, signer)
+    return plan_run(request, open_store(request.store), exports, farm, fleet, targets)
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)

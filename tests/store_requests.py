@@ -271,7 +271,7 @@ def farm_run(work: Path, store: str) -> dict[str, Tally]:
     request = request_for("encoder", store, fleet)
 
     def plan():
-        assert _published_already(request) is None
+        assert _published_already(request, *request.check_targets()) is None
         s = _open(store)
         return plan_run(request, s, find_exports(s, "encoder"), farm=True)
 
@@ -287,8 +287,8 @@ def farm_run(work: Path, store: str) -> dict[str, Tally]:
     assert [o.status for r in results for o in r.outcomes] == ["built"] * 3, results
 
     def rerun():
-        rows = _published_already(request)
-        assert rows is not None and {r["status"] for r in rows} == {"up-to-date"}, rows
+        rows = _published_already(request, *request.check_targets())
+        assert rows is not None and {r.outcome.status for r in rows} == {"up-to-date"}, rows
         return rows
 
     up_to_date, _ = _counted(rerun)

@@ -110,7 +110,7 @@ def test_a_refitted_plan_is_published_with_its_parent_and_the_parents_tactics(re
     assert m.lineage.parent_manifest == parent_key and m.model.onnx_digest == model.onnx_digest
     assert m.plan.tactics_digest == parent.plan.tactics_digest and m.target.refittable
     assert m.build.timing_cache.reason.startswith("refit:")
-    assert out.release.startswith("released:")  # the new weights are what serving hosts pull now
+    assert out.release.action == "moved"  # the new weights are what serving hosts pull now
 
 
 def test_the_refit_flow_falls_back_to_a_full_build_where_workers_cannot_refit_and_says_why(

@@ -1,7 +1,8 @@
 """The release pointer's schema (1 read as an unsigned release, a newer one refused) and who signs each move of it.
 
-In process, on the fast farm of made-up plan bytes (tests/chain_farm.py): planning that releases a plan a killed run
-left unreleased, the listed path a farm run takes, the repair of a damaged pointer. Where the process has a signing
+In process, on the fast farm of made-up plan bytes (tests/chain_farm.py): the release of a plan a killed run left
+unreleased (planning decides it, reading only; the executor carries it out), the listed path a farm run takes, the
+repair of a damaged pointer. Where the process has a signing
 key every move carries a signed claim; without one the move is unsigned, and `trtfarm sign` signs it later.
 """
 
@@ -13,8 +14,10 @@ from dataclasses import replace
 import pytest
 
 from trtfarm import layout
-from trtfarm.building.outcome import triage, triage_listed
+from trtfarm.building.outcome import Triage, triage, triage_listed
 from trtfarm.errors import CorruptObject, UserInputError
+from trtfarm.executor import settle
+from trtfarm.planning.plan import ExportPlan
 from trtfarm.publishing.attest import read_stored
 from trtfarm.publishing.release import list_pointers, move_release, read_pointer, repair_pointer, seen_pointer
 from trtfarm.publishing.release_check import check_release
@@ -50,6 +53,16 @@ def _plan(farm: Farm, tmp_path, exported: str = T1) -> TargetPlan:
     key = farm.keys["enc", "rtx-4090", exported]
     m = read_stored(farm.store, key).manifest
     return TargetPlan(target, m.build.build_digest, layout.folder_of(key), None, KEY)
+
+
+def _carried_out(farm: Farm, found: Triage, signer=None) -> dict:
+    """What the executor does with planning's decisions: each released target's outcome (planning moved nothing)."""
+    before = farm.store.get(KEY)
+    assert found.releases and not found.todo, found
+    assert (farm.store.get(KEY) or None) == before  # deciding wrote nothing
+    plan = ExportPlan(name="enc", model=None, targets=list(found.done), outcomes=found.done,
+                      releases=found.releases, withdrawals=found.withdrawals)
+    return {o.target: o for o in settle(farm.store, plan, signer).outcomes}
 
 
 def _signed_by(farm: Farm, pointer) -> int:
@@ -91,7 +104,7 @@ def test_a_newer_pointer_schema_is_one_line_naming_the_upgrade_and_is_never_repa
     for call in (lambda: read_pointer(farm.store, KEY), farm.pull, lambda: repair_pointer(farm.store, KEY, "built",
                                                                                           farm.signer),
                  lambda: seen_pointer(farm.store, KEY), lambda: list_pointers(farm.store, "enc", problems=[]),
-                 lambda: triage(farm.store, [_plan(farm, tmp_path)], signer=farm.signer)):
+                 lambda: triage(farm.store, [_plan(farm, tmp_path)])):
         with pytest.raises(PointerTooNew) as err:
             call()
         text = str(err.value)
@@ -125,26 +138,28 @@ def test_a_pointer_of_a_known_schema_with_wrong_fields_is_damaged(farm, doc, why
             pointer_from_json(data)
 
 
-def test_planning_signs_the_release_of_a_plan_a_killed_run_left_unreleased(farm, tmp_path):
+def test_the_executor_signs_the_release_planning_decided_for_a_plan_a_killed_run_left_unreleased(farm, tmp_path):
     farm.store.delete(KEY)  # published, then killed before the release
     plan = _plan(farm, tmp_path)
-    done, todo = triage(farm.store, [plan], signer=farm.signer)
-    assert todo == [] and done[plan.target.id].release.startswith(f"released: {KEY}: nothing -> enc/")
+    done = _carried_out(farm, triage(farm.store, [plan]), farm.signer)
+    release = done[plan.target.id].release
+    assert (release.action, release.key, release.old) == ("moved", KEY, "nothing") and release.new.startswith("enc/")
+    assert str(release).startswith(f"released: {KEY}: nothing -> enc/")
     pointer, _ = farm.pointer()
     assert pointer.manifest == plan.manifest_key and _signed_by(farm, pointer) == pointer.version == 1
     assert farm.pull().release.claim.version == 1
     farm.store.delete(KEY)  # the farm's path: the listings say there is no pointer
-    done, todo = triage_listed(farm.store, [replace(plan, pointer=None)], signer=farm.signer)
-    assert todo == [] and done[plan.target.id].release.startswith("released: ")
+    done = _carried_out(farm, triage_listed(farm.store, [replace(plan, pointer=None)]), farm.signer)
+    assert done[plan.target.id].release.action == "moved"
     again, _ = farm.pointer()
     assert _signed_by(farm, again) == again.version == 1 and again.manifest == plan.manifest_key
 
 
-def test_planning_without_a_key_releases_unsigned_and_sign_signs_it_later(farm, tmp_path):
+def test_a_run_without_a_key_releases_unsigned_and_sign_signs_it_later(farm, tmp_path):
     farm.store.delete(KEY)
     plan = _plan(farm, tmp_path)
-    done, _ = triage_listed(farm.store, [plan])
-    assert done[plan.target.id].release.startswith("released: ")
+    done = _carried_out(farm, triage_listed(farm.store, [plan]))
+    assert str(done[plan.target.id].release).startswith("released: ")
     pointer, _ = farm.pointer()
     assert (pointer.claim, pointer.version) == (None, 1)
     assert "`trtfarm sign`" in str(refused("unsigned release", "carries no signed release", farm.pull))
@@ -155,9 +170,11 @@ def test_planning_without_a_key_releases_unsigned_and_sign_signs_it_later(farm, 
 
 def test_a_damaged_pointer_is_repaired_signed_by_a_process_with_a_key(farm, tmp_path):
     farm.store.compare_and_swap(KEY, b"{not json", farm.store.get(KEY).etag)
-    done, _ = triage(farm.store, [_plan(farm, tmp_path)], signer=farm.signer)
-    note = next(iter(done.values())).release
+    done = _carried_out(farm, triage(farm.store, [_plan(farm, tmp_path)]), farm.signer)
+    release = next(iter(done.values())).release
+    note = release.repaired
     assert note.startswith(f"repaired the damaged pointer {KEY}") and "signed as version 1" in note, note
+    assert str(release).startswith(note)
     pointer, _ = farm.pointer()
     assert _signed_by(farm, pointer) == 1 and pointer.manifest == farm.keys["enc", "rtx-4090", T1]
     assert farm.pull(memory=False).verdict.ok is True

@@ -70,7 +70,7 @@ def signed_store(store_uri: str, root: Path, signer, seed: int = 0, mtime: float
     model, outcomes = publish_export(store, fleet, root / f"export{seed}", seed, mtime, ["rtx-4090-rtx1.7"],
                                      signer=signer)
     key = outcomes["rtx-4090-rtx1.7"].manifest.removeprefix(store.uri + "/")
-    assert outcomes["rtx-4090-rtx1.7"].release.startswith("released")
+    assert outcomes["rtx-4090-rtx1.7"].release.action == "moved"
     return store, fleet, model, key
 
 

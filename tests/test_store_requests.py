@@ -80,5 +80,5 @@ def test_a_pointer_moved_since_planning_makes_the_release_swap_read_it_afresh_an
     with scratch_dir("trtfarm-build-") as work:
         [outcome] = run_job(store, job, work).outcomes
     after, _ = read_pointer(store, key)
-    assert after.manifest == job.lead.manifest_key and outcome.release.startswith(f"released: {key}: ")
+    assert after.manifest == job.lead.manifest_key and str(outcome.release).startswith(f"released: {key}: ")
     assert [e.reason for e in after.history][-2] == "another writer"

@@ -1,7 +1,7 @@
-"""The core pipeline of a run, with no orchestrator: plan once, run each job, fall back from refits, report.
+"""The core pipeline of a run, with no orchestrator: plan once, carry the plan out, report.
 
 ``trtfarm build`` calls ``run_local`` in its own process (no Prefect, no server). The ``build-matrix`` flow uses the
-same pieces (``plan_run``, ``rows_for``, ``refit_fallbacks``, ``store_reports``) and sends the jobs to workers.
+same pieces (``plan_run``, the executor's ``execute``, ``store_reports``) and sends the jobs to workers.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from pathlib import Path
 from trtfarm import layout
 from trtfarm.building.job import JobResult, run_job
 from trtfarm.building.outcome import StoreIndex
+from trtfarm.executor import execute
 from trtfarm.machine.capabilities import local_capabilities
-from trtfarm.planning.plan import ExportPlan, full_build_of, plan_export
+from trtfarm.planning.plan import ExportPlan, plan_export
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.publishing.registry import latest_exports, resolve_model
 from trtfarm.scratch import scratch_dir
@@ -27,7 +28,7 @@ from trtfarm.store import Store, is_uri, open_store
 from trtfarm.store.base import Progress
 from trtfarm.toolchain import BuildProgress
 from trtfarm.vocabulary.exports import ExportRef
-from trtfarm.vocabulary.fleet import Fleet, select_targets
+from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 from trtfarm.vocabulary.job import BuildJob
 from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
@@ -46,42 +47,24 @@ def find_exports(store: Store, model: str | None) -> list[ExportRef]:
 
 
 def plan_run(request: MatrixRequest, store: Store, exports: Iterable[ExportRef], farm: bool,
-             fleet: Fleet | None = None, signer=None) -> list[ExportPlan]:
+             fleet: Fleet | None = None, targets: list[ResolvedTarget] | None = None) -> list[ExportPlan]:
     """Plan every model of the run; the fleet is parsed, its targets resolved and this machine scanned once per run.
 
     A farm run over several models lists the store's plans and release pointers once and plans the models on a
-    few threads (their store requests overlap; the store client is shared). Planning releases a published plan
-    that a killed run left unreleased: ``signer`` (this process's key) signs those releases.
+    few threads (their store requests overlap; the store client is shared). Planning reads the store only: what it
+    decides is carried out by ``trtfarm.executor``.
     """
     fleet = fleet or load_fleet(request.targets_file)
-    targets = select_targets(fleet, request.targets or None)  # an unknown target id fails the run before any work
+    if targets is None:  # an unknown target id fails the run before any work
+        targets = select_targets(fleet, request.targets or None)
     exports = list(exports)
     if not farm:
         caps = local_capabilities()
-        return [plan_export(request, e, store, farm=False, fleet=fleet, caps=caps, targets=targets, signer=signer)
-                for e in exports]
+        return [plan_export(request, e, store, farm=False, fleet=fleet, caps=caps, targets=targets) for e in exports]
     index = StoreIndex(store) if len(exports) > 1 else None
     with ThreadPoolExecutor(max_workers=min(PLAN_THREADS, max(len(exports), 1))) as pool:
         return list(pool.map(lambda e: plan_export(request, e, store, farm=True, fleet=fleet, index=index,
-                                                   targets=targets, signer=signer), exports))
-
-
-def refit_fallbacks(jobs: list[BuildJob], results: list[JobResult], where: Callable[[BuildJob], str]) -> list[BuildJob]:
-    """Full builds for the refit jobs whose workers could not load the engine (``where(job)`` names them)."""
-    return [full_build_of(job, f"refit not possible on {where(job)} ({result.refit_unavailable[:200]})")
-            for job, result in zip(jobs, results, strict=True) if result.refit_unavailable]
-
-
-def rows_for(plans: list[ExportPlan], results: Iterable[JobResult]) -> list[RunRow]:
-    """One row per model and target, in the fleet's order (``RunRow.to_json`` is the ``--json`` contract)."""
-    by_target = {(r.model, o.target): o for r in results for o in r.outcomes}
-    rows = []
-    for plan in plans:
-        for target in plan.targets:
-            outcome = plan.outcomes.get(target) or by_target.get((plan.name, target)) or \
-                TargetOutcome(target, "failed", "no build ran for this target")
-            rows.append(RunRow(plan.name, outcome))
-    return rows
+                                                   targets=targets), exports))
 
 
 def has_news(statuses: Iterable[str]) -> bool:
@@ -152,21 +135,23 @@ def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress
     compatibility class is built once. When the run built or failed something, its report goes to the store:
     ``report="full"`` renders it (markdown, HTML, charts), ``"outcomes"`` stores only the outcomes, ``"none"`` nothing.
     """
+    import asyncio
+
     store = open_store(request.store)
     fleet = load_fleet(request.targets_file)  # read once: for its signing block and for the plan
     signer = signing_settings(request.targets_file, only="key", fleet=fleet).signer()  # a bad key fails first
-    plans = plan_run(request, store, find_exports(store, request.model), farm=False, fleet=fleet,
-                     signer=signer)
+    plans = plan_run(request, store, find_exports(store, request.model), farm=False, fleet=fleet)
     jobs = [job for plan in plans for job in plan.jobs]
     sweep_stale_work()
     for job in jobs:  # what a killed build of these plans left in the store
         for plan in job.plans:
             store.sweep_temporaries(plan.prefix, STALE_TEMP_S)
     run = new_run_id()
-    results = _run_jobs(store, jobs, run, progress, upload, signer)
-    fallback = refit_fallbacks(jobs, results, lambda job: "this machine")
-    results += _run_jobs(store, fallback, run, progress, upload, signer)
-    rows = rows_for(plans, results)
+
+    async def here(batch: list[BuildJob]) -> list[JobResult]:
+        return _run_jobs(store, batch, run, progress, upload, signer)
+
+    rows = asyncio.run(execute(store, plans, here, lambda job: "this machine", signer))
     if signer is not None:
         _note_unsigned(store, rows)
     if report != "none" and jobs:

@@ -57,7 +57,8 @@ LEVELS: tuple[tuple[str, ...], ...] = (
     ("validation",),  # engine checks and figures
     ("building", "triggers"),  # running one build job; the webhook receiver
     ("planning", "reports", "serving"),  # planning a run; run reports; Triton repositories
-    ("pipeline",),  # one run, start to end (the local build and the farm share it)
+    ("executor",),  # carrying out what planning decided (the local build and the farm's flows share it)
+    ("pipeline",),  # one run, start to end
     ("tasks",), ("flows",), ("cli",), ("__main__",),  # Prefect wiring, the command line, `python -m trtfarm`
 )
 LEVEL = {unit: i for i, units in enumerate(LEVELS) for unit in units}

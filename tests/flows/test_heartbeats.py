@@ -6,6 +6,7 @@ The farm itself (a host killed, a notice, a partition) is tests/flows/test_lost_
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -29,6 +30,7 @@ from flows.heartbeats import (
     lost_host_automation,
 )
 from trtfarm import interrupt
+from trtfarm.vocabulary.outcome import LostChild
 
 from ..conftest import REPO
 
@@ -91,13 +93,13 @@ def test_the_lost_rows_name_where_each_loss_ran_and_where_it_went_next():
               Loss("b", "enc-t-2", "rtx-5090", "", "notice", NOTICE))
     rows = lost_rows([ChildRun("c", "COMPLETED", "", 3, "rtx-4090", "host-c", losses), ChildRun("d", "COMPLETED", "",
                                                                                                   1, "rtx-4090")])
-    assert [(r["lost"], r["worker"], r["pool"], r["why"], r["resubmitted_as"], r["to_pool"], r["outcome"])
-            for r in rows] == [
+    assert [(r.lost, r.worker, r.pool, r.why, r.resubmitted_as, r.to_pool, r.outcome) for r in rows] == [
         ("enc-t-1", "host-a", "rtx-4090", "host lost", "enc-t-2", "rtx-5090", "lost again"),
         ("enc-t-2", "", "rtx-5090", "notice", "enc-t-3", "rtx-4090", "completed by worker host-c")]
     gave_up = (Loss("e", "enc-t-1", "p", "w", "crashed", "exit -11"), Loss("f", "enc-t-2", "p", "w", "crashed", ""))
     (_, last) = lost_rows([ChildRun("f", "CRASHED", "", 2, "p", "", gave_up)])
-    assert (last["resubmitted_as"], last["outcome"]) == (None, "not resubmitted after a second crash of its own")
+    assert (last.resubmitted_as, last.outcome) == (None, "not resubmitted after a second crash of its own")
+    assert LostChild.from_json(json.loads(json.dumps(last.to_json()))) == last  # the artifact's row, read back
     assert "worker host-a (pool rtx-4090)" in losses[0].sentence() and f"{LOST_AFTER_S} s" in losses[0].sentence()
     assert losses[1].sentence().startswith("child run enc-t-2 was lost on pool rtx-5090")
 

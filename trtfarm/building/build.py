@@ -210,10 +210,7 @@ def _onnx_check(model: ModelSource) -> Check:
     p = model.precision
     if not p or p.mode == "fp32":
         return Check(status="passed", detail="onnx.checker passed; fp32 recipe: no conversion, no accuracy gate")
-    keys = ("cosine_mean", "cosine_min", "max_abs", "max_rel", "max_error", "scale", "scale_from", "signal_rows",
-            "cosine_signal_mean", "cosine_signal_min")
-    figures = {f["output"]: {k: f[k] for k in keys if f.get(k) is not None} | f["extra"]
-               for f in (p.accuracy or {}).get("figures", [])}
+    figures = {f.output: f.gate_figures() for f in (p.accuracy.figures if p.accuracy else [])}
     return Check(status=p.gate, detail=p.gate_detail, figures=figures)
 
 
@@ -235,7 +232,8 @@ def build_manifest(model: ModelSource, plan: TargetPlan, built_by: TargetPlan, r
                         files=[ModelFile(name=n, sha256=d) for n, d in model.files]),
         precision=PrecisionInfo(recipe=model.recipe_mode, converted_onnx_digest=model.plan_digest,
                                 pinned_fp32_nodes=model.precision.pinned_fp32_nodes if model.precision else [],
-                                accuracy=model.precision.accuracy if model.precision else None),
+                                accuracy=model.precision.accuracy.model_dump()
+                                if model.precision and model.precision.accuracy else None),
         target=TargetInfo(target_id=t.id, gpu=t.gpu_key, gpu_name=t.gpu.nvml_name,
                           compute_capability=t.gpu.compute_capability, compat_class=t.compat_class,
                           flavour=t.toolchain.flavour.value, toolchain_version=t.toolchain.version,

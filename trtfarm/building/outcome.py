@@ -1,21 +1,22 @@
 """What happened to each target, and the up-to-date decision that finishes what a killed run left.
 
-``triage`` splits a run's targets into finished outcomes (skipped, up to date) and the plans still to build. A target
-is up to date when its manifest exists and its plan object still has the size the manifest records (a full re-hash
-is ``trtfarm verify --store``). A published manifest whose release pointer was never written (a run killed between
-the two) is released here when the target's policy allows, so a rerun completes the release.
+``triage`` splits a run's targets into finished outcomes (skipped, up to date) and the plans still to build, reading
+the store and writing nothing. A target is up to date when its manifest exists and its plan object still has the
+size the manifest records (a full re-hash is ``trtfarm verify --store``). A published manifest whose release pointer
+was never written (a run killed between the two) gets a release decision, which ``trtfarm.executor`` carries out
+(``release_if_allowed``) when the target's policy allows, so a rerun completes the release.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from trtfarm import layout
 from trtfarm.errors import CorruptObject
 from trtfarm.layout import short_ref
 from trtfarm.machine.capabilities import Capabilities
-from trtfarm.publishing.publish import plan_intact, plan_rehash, read_manifest, withdraw
+from trtfarm.publishing.publish import plan_intact, plan_rehash, read_manifest
 from trtfarm.publishing.release import (
     ReleaseRefused,
     move_release,
@@ -26,8 +27,9 @@ from trtfarm.publishing.release import (
 )
 from trtfarm.signing.bundle import SignatureRefused
 from trtfarm.store import Store
+from trtfarm.vocabulary.decisions import Release, Withdraw
 from trtfarm.vocabulary.manifest import Manifest
-from trtfarm.vocabulary.outcome import Status, TargetOutcome
+from trtfarm.vocabulary.outcome import ReleaseOutcome, Status, TargetOutcome
 from trtfarm.vocabulary.pointer import SeenPointer
 from trtfarm.vocabulary.targets import TargetPlan, serve_check
 
@@ -47,74 +49,95 @@ def outcome_from_manifest(store: Store, plan: TargetPlan, manifest: Manifest, st
 
 def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, release_on: str,
                        run_id: str | None, trial: str | None = None, seen: SeenPointer | None = None,
-                       signer=None) -> str:
-    """Move the release pointer when the target's policy allows (and the build is no trial); say what happened.
+                       signer=None) -> ReleaseOutcome:
+    """Move the release pointer when the target's policy allows (and the build is no trial); what happened, as a value.
 
-    ``released: KEY: OLD -> NEW`` names the pointer and where it moved from and to (``MODEL/GPU/BUILD`` references,
-    what ``trtfarm show`` takes); a trial names where the pointer stays. A damaged pointer (not JSON, fields missing)
-    is trtfarm's own object: it is repaired first, and the answer says so. ``seen``: the pointer as planning read it
-    (its ETag starts the compare-and-swap; a stale one conflicts and the pointer is read afresh), else it is read.
-    ``signer`` (the worker's key) signs the release claim, and the repair of a damaged pointer; only a process
-    without a key writes an unsigned one (``trtfarm sign`` signs it later).
+    A damaged pointer (not JSON, fields missing) is trtfarm's own object: it is repaired first, and the outcome
+    says so (``repaired``). ``seen``: the pointer as planning read it (its ETag starts the compare-and-swap; a stale
+    one conflicts and the pointer is read afresh), else it is read. ``signer`` (the worker's key) signs the release
+    claim, and the repair of a damaged pointer; only a process without a key writes an unsigned one (``trtfarm
+    sign`` signs it later).
     """
     key = pointer_key(manifest)
-    note = ""
+    repaired = ""
     if seen is None or seen.key != key:
-        repaired = repair_pointer(store, key, release_on, signer)
-        note = f"{repaired}; " if repaired else ""
+        repaired = repair_pointer(store, key, release_on, signer) or ""
         before, etag = read_pointer(store, key)
         seen = SeenPointer(key=key, pointer=before, etag=etag)
     before = seen.pointer
     old = short_ref(before.manifest) if before else "nothing"
     if trial:
-        return f"{note}not released ({trial}): {key} stays at {old}"
+        return ReleaseOutcome("kept", key, old, why=trial, repaired=repaired)
     if before and before.manifest == manifest_key:
-        return f"{note}released: {key} (already at {old})"
+        return ReleaseOutcome("already", key, old, old, repaired=repaired)
     try:
         moved = move_release(store, manifest_key, manifest, release_on=release_on, by="trtfarm",
                              reason=f"built by run {run_id}" if run_id else "built by trtfarm", seen=seen,
                              signer=signer, vouched=True)  # the manifest this run published or read
     except (ReleaseRefused, SignatureRefused) as refused:  # a tampered pointer is left for a person to look at
-        return f"{note}{refused}"
+        return ReleaseOutcome("refused", key, old, why=str(refused), repaired=repaired)
     if len(moved.history) > 1:  # where it moved from, also when a concurrent writer moved it since planning
         old = short_ref(moved.history[-2].manifest)
-    return f"{note}released: {key}: {old} -> {short_ref(manifest_key)}"
+    return ReleaseOutcome("moved", key, old, short_ref(manifest_key), repaired=repaired)
+
+
+@dataclass
+class Triage:
+    """What planning found for a run's targets: finished outcomes, plans still to build, and decisions.
+
+    The decisions are about published targets, and ``trtfarm.executor`` carries them out: a release to complete,
+    a damaged plan to withdraw.
+    """
+
+    done: dict[str, TargetOutcome] = field(default_factory=dict)
+    todo: list[TargetPlan] = field(default_factory=list)
+    releases: list[Release] = field(default_factory=list)
+    withdrawals: list[Withdraw] = field(default_factory=list)
+
+    def add(self, other: Triage) -> None:
+        """Take ``other``'s findings into this one."""
+        self.done.update(other.done)
+        self.todo += other.todo
+        self.releases += other.releases
+        self.withdrawals += other.withdrawals
 
 
 def triage(store: Store, plans: Sequence[TargetPlan], force: bool = False, verify: bool = False,
-           trial: str | None = None, signer=None) -> tuple[dict[str, TargetOutcome], list[TargetPlan]]:
-    """Split a run into finished outcomes (skipped, up to date) and the plans that still need a build.
+           trial: str | None = None) -> Triage:
+    """Split a run into finished outcomes (skipped, up to date) and the plans that still need a build; read only.
 
     ``force`` rebuilds published targets too (their manifests are kept: see ``build_group``). A damaged plan object
-    (its size, or with ``verify`` its sha256) is rebuilt; a published but unreleased plan is released when policy
-    allows (never for a ``trial``: the reason no pointer moves). Each plan still to build carries its release pointer
-    as read here (with its ETag) and whether its manifest was absent, so the build does not read them again.
-    ``signer``: this process's signing key; the releases it makes here are signed with it.
+    (its size, or with ``verify`` its sha256) or a damaged manifest of this very build is rebuilt, and withdrawn
+    first (a ``Withdraw`` decision); a published target is released when policy allows (a ``Release`` decision;
+    a ``trial`` carries why no pointer moves). Each plan still to build carries its release pointer as read here
+    (with its ETag) and whether its manifest was absent, so the build does not read them again.
     """
-    done: dict[str, TargetOutcome] = {}
-    todo = []
+    found = Triage()
     for p in plans:
         if p.skip_reason:
-            done[p.target.id] = TargetOutcome(p.target.id, "skipped", p.skip_reason, build_digest=p.build_digest)
+            found.done[p.target.id] = TargetOutcome(p.target.id, "skipped", p.skip_reason,
+                                                    build_digest=p.build_digest)
             continue
         p = replace(p, pointer=p.pointer or seen_pointer(store, p.release_key))  # the build's release starts here
         try:
             existing = None if force or p.manifest_absent else read_manifest(store, p.manifest_key)
-        except CorruptObject:  # a damaged manifest of this very build: withdraw it, the rebuild publishes afresh
-            withdraw(store, p.prefix)
+        except CorruptObject as damaged:  # a damaged manifest of this very build: the rebuild publishes afresh
+            found.withdrawals.append(Withdraw(p.target.id, p.prefix, f"its manifest is damaged: {damaged}"))
             existing = None
         damage = plan_intact(store, existing) if existing is not None else None
-        if existing is not None and damage is None and verify and (damage := plan_rehash(store, existing)):
-            withdraw(store, p.prefix)  # bytes that no longer hash to the manifest: the rebuild publishes afresh
+        if existing is not None and damage is None and verify:
+            damage = plan_rehash(store, existing)
+            if damage:  # bytes that no longer hash to the manifest: the rebuild publishes afresh
+                found.withdrawals.append(Withdraw(p.target.id, p.prefix, damage))
         if existing is None or damage:
-            todo.append(replace(p, manifest_absent=existing is None and not force))
+            found.todo.append(replace(p, manifest_absent=existing is None and not force))
             continue
         outcome = outcome_from_manifest(store, p, existing)
         if outcome.status != "failed":
-            outcome.release = release_if_allowed(store, p.manifest_key, existing, p.target.release_on, None, trial,
-                                                 p.pointer, signer)
-        done[p.target.id] = outcome
-    return done, todo
+            found.releases.append(Release(p.target.id, p.manifest_key, existing, p.target.release_on, p.pointer,
+                                          trial))
+        found.done[p.target.id] = outcome
+    return found
 
 
 def skip_unservable(plans: Sequence[TargetPlan], caps: Capabilities) -> tuple[dict[str, TargetOutcome],
@@ -143,40 +166,35 @@ class StoreIndex:
         self.pointers = set(store.list(layout.releases_prefix()))
 
 
-def triage_listed(store: Store, plans: Sequence[TargetPlan], index: StoreIndex | None = None,
-                  signer=None) -> tuple[dict[str, TargetOutcome], list[TargetPlan]]:
+def triage_listed(store: Store, plans: Sequence[TargetPlan], index: StoreIndex | None = None) -> Triage:
     """``triage`` at the floor for runs over many models: listings instead of a manifest read per target.
 
     A target is up to date when its manifest and a non-empty plan object are listed (its manifest is not read). A
-    target without a release pointer gets the full treatment (its manifest read, released if policy allows), so a
-    killed run's release still completes (signed by ``signer``, when this process has a key). ``index``: the run's
-    listings; without it, this model's are listed.
+    target without a release pointer gets the full treatment (its manifest read, a release decided if policy
+    allows), so a killed run's release still completes. ``index``: the run's listings; without it, this model's
+    are listed.
     """
+    found = Triage()
     if not plans:
-        return {}, []
+        return found
     model, onnx12 = layout.parse_plan_key(plans[0].manifest_key)[:2]
     if index is not None:
         sizes, pointers = index.sizes, index.pointers
     else:
         sizes = dict(store.list_sizes(f"{layout.plans_prefix(model)}{onnx12}/"))
         pointers = set(store.list(layout.releases_prefix(model)))
-    done: dict[str, TargetOutcome] = {}
-    todo: list[TargetPlan] = []
     for p in plans:
         t = p.target
         if p.skip_reason:
-            done[t.id] = TargetOutcome(t.id, "skipped", p.skip_reason, build_digest=p.build_digest)
+            found.done[t.id] = TargetOutcome(t.id, "skipped", p.skip_reason, build_digest=p.build_digest)
         elif p.manifest_key not in sizes or not sizes.get(layout.plan_key(p.prefix)):
             unreleased = SeenPointer(key=p.release_key, pointer=None, etag=None) if p.release_key not in pointers \
                 else None  # what the listings said travels with the plan: neither is read again
-            todo.append(replace(p, manifest_absent=p.manifest_key not in sizes, pointer=unreleased))
+            found.todo.append(replace(p, manifest_absent=p.manifest_key not in sizes, pointer=unreleased))
         elif p.release_key not in pointers:  # listed as absent: the release swaps it in from nothing
-            more_done, more_todo = triage(store, [replace(p, pointer=SeenPointer(key=p.release_key, pointer=None,
-                                                                                 etag=None))], signer=signer)
-            done.update(more_done)
-            todo += more_todo
+            found.add(triage(store, [replace(p, pointer=SeenPointer(key=p.release_key, pointer=None, etag=None))]))
         else:
-            done[t.id] = TargetOutcome(t.id, "up-to-date", f"build {p.build_digest[:12]} already published",
-                                       store.url(p.manifest_key), plan_bytes=sizes[layout.plan_key(p.prefix)],
-                                       manifest_key=p.manifest_key, build_digest=p.build_digest)
-    return done, todo
+            found.done[t.id] = TargetOutcome(t.id, "up-to-date", f"build {p.build_digest[:12]} already published",
+                                             store.url(p.manifest_key), plan_bytes=sizes[layout.plan_key(p.prefix)],
+                                             manifest_key=p.manifest_key, build_digest=p.build_digest)
+    return found

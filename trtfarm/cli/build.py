@@ -165,18 +165,18 @@ def _note(o: TargetOutcome) -> str:
 
 
 def _releases(rows: list[TargetOutcome]) -> None:
-    """Every release pointer the run moved (old -> new), and those a trial build left where they were."""
-    import re
-
-    for o in rows:
-        if o.release.startswith("released: ") and "->" in o.release:
-            labelled(out, "released:", message_text(o.release.removeprefix("released: ")))
-    kept = [m.groups() for o in rows if (m := re.match(r"not released \((.*)\): (\S+) stays at (\S+)$",
-                                                         o.release))]
-    for why in dict.fromkeys(k[0] for k in kept):
+    """Every release pointer the run moved (old -> new) or repaired, and those a trial build left where they were."""
+    done = [o.release for o in rows if o.release is not None]
+    for r in done:
+        if r.repaired:
+            labelled(out, "repaired:", message_text(r.repaired))
+        if r.action == "moved":
+            labelled(out, "released:", message_text(r.move))
+    kept = [r for r in done if r.action == "kept"]
+    for why in dict.fromkeys(r.why for r in kept):
         out.print(message_text(f"not released, {why}; the pointers stay:"), highlight=False)
-        for _, key, ref in (k for k in kept if k[0] == why):
-            out.print(message_text(f"  {key}: {ref}"), highlight=False)
+        for r in (r for r in kept if r.why == why):
+            out.print(message_text(f"  {r.key}: {r.old}"), highlight=False)
 
 
 def outcome_table(rows: list[TargetOutcome], store: str, wide: bool = False, verbose: bool = False) -> None:

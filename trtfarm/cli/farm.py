@@ -224,18 +224,20 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
                  "targets_file": str(targets_file) if targets_file else None, "child_timeout_s": child_timeout,
                  "child_pending_limit_s": child_pending_limit}
         request = MatrixRequest(**{k: v for k, v in given.items() if v not in (None, [])})
-        request.check_targets()
+        fleet, targets = request.check_targets()  # once: the up-to-date check below uses them too
     except TrtfarmError as e:
         raise fail(e) from e
     except ValueError as e:  # pydantic: an unknown precision and the like
         problems = [f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()] if hasattr(e, "errors") else []
         raise fail(f"invalid parameters: {'; '.join(problems) or first_line(e)}") from e
     if dry_run:
-        _dry_run(request, as_json)
+        _dry_run(request, as_json, fleet)
         return
-    rows = None if force or refit else _published_already(request)
+    rows = None if force or refit else _published_already(request, fleet, targets)
     if rows is not None:  # nothing to build: answer from the store, start no run, wait on no worker
-        _print_run(None, "COMPLETED", "every target is published already: no run started", rows, [], as_json)
+        from flows.client import MatrixRun
+
+        _print_run(MatrixRun(None, "COMPLETED", "every target is published already: no run started", rows), as_json)
         return
     need_server(server_wait)
     import asyncio
@@ -243,27 +245,26 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
     from flows.client import submit_matrix
 
     try:
-        run_id, state, message, rows, lost = asyncio.run(submit_matrix(deployment, request, wait))
+        run = asyncio.run(submit_matrix(deployment, request, wait))
     except TrtfarmError as e:  # a deployment the server lacks (exit 2), the server refused (3), the store failed
         raise fail(e) from e
-    _print_run(run_id, state, message, rows, lost, as_json)
-    if wait and state != "COMPLETED":
+    _print_run(run, as_json)
+    if wait and run.state != "COMPLETED":
         raise typer.Exit(1)
 
 
-def _dry_run(request, as_json: bool) -> None:
+def _dry_run(request, as_json: bool, fleet) -> None:
     """What the run would do, decided from the store (``planning.overview.dry_run``): nothing starts."""
     from trtfarm.cli.fleet import print_decisions
     from trtfarm.planning.overview import dry_run, run_exports
     from trtfarm.store import open_store
-    from trtfarm.vocabulary.fleet_file import load_fleet
 
     if request.refit:
         raise fail("--dry-run with --refit: a dry run does not decide refits (they depend on each released plan's "
                    "refit flags); drop --refit to see what a full run would build")
     try:
         store = open_store(request.store)
-        decisions = dry_run(store, load_fleet(request.targets_file), run_exports(store, request.model),
+        decisions = dry_run(store, fleet, run_exports(store, request.model),
                             targets=request.targets, precision=request.precision, force=request.force)
     except TrtfarmError as e:
         raise fail(e) from e
@@ -273,58 +274,57 @@ def _dry_run(request, as_json: bool) -> None:
         print_decisions(decisions, "farm run --dry-run (nothing started)")
 
 
-def _published_already(request) -> list[dict] | None:
-    """Every target's outcome when all of them are published (from the store's listings), else None.
+def _published_already(request, fleet, targets) -> list | None:
+    """Every target's ``RunRow`` when all of them are published and released (from the listings), else None.
 
     Asks the store this shell names (``--store`` / ``$TRTFARM_STORE``, which ``--wait`` needs to be the farm's).
     """
     from trtfarm.building.outcome import StoreIndex
-    from trtfarm.pipeline import find_exports, rows_for
+    from trtfarm.executor import rows_for
+    from trtfarm.pipeline import find_exports
     from trtfarm.planning.plan import up_to_date_export
     from trtfarm.store import open_store
-    from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 
-    try:
-        store, fleet = open_store(request.store), load_fleet(request.targets_file)
-        signer = signing_settings(request.targets_file, only="key").signer()  # an unreleased plan is released here
+    try:  # read only: a release a killed run left undone is the run's to carry out
+        store = open_store(request.store)
         exports, index = find_exports(store, request.model), StoreIndex(store)
-        checks = (up_to_date_export(request, e, store, fleet, index, signer) for e in exports)  # lazily, in order:
+        checks = (up_to_date_export(request, e, store, fleet, index, targets) for e in exports)  # lazily, in order:
         plans = list(iter(lambda: next(checks, None), None))  # the first model with work ends it (the run plans it)
     except TrtfarmError:  # this shell's store is not the farm's (or cannot say): let the farm decide
         return None
-    return [r.to_json() for r in rows_for(plans, [])] if exports and len(plans) == len(exports) else None
+    return rows_for(plans, []) if exports and len(plans) == len(exports) else None
 
 
-def _print_run(run_id: str | None, state: str, message: str, rows: list[dict], lost: list[dict],
-               as_json: bool) -> None:
+def _print_run(run, as_json: bool) -> None:
+    """A ``MatrixRun`` (``flows.client``): its state, one row per target, the children lost to their hosts."""
     if as_json:
-        print(json.dumps({"flow_run_id": run_id, "state": state, "message": message, "outcomes": rows,
-                          "lost": lost}, indent=2))
+        print(json.dumps(run.to_json(), indent=2))
         return
-    name = f"build-matrix run {run_id}" if run_id else "build-matrix"
-    out.print(message_text(f"{name}: {state}" + (f" ({message})" if message else "")), highlight=False,
+    name = f"build-matrix run {run.flow_run_id}" if run.flow_run_id else "build-matrix"
+    out.print(message_text(f"{name}: {run.state}" + (f" ({run.message})" if run.message else "")), highlight=False,
               soft_wrap=not out.is_terminal)
-    if rows:
+    if run.rows:
         from trtfarm.cli.tables import Column, fitted_table
 
         colours = {"built": "green", "up-to-date": "cyan", "skipped": "yellow", "failed": "red"}
-        cells = [{"model": escape(r["model"]), "target": escape(r["target"]),
-                  "status": f"[{colours.get(r['status'], 'white')}]{r['status']}[/]",
-                  "build s": f"{r['build_s']:.2f}" if r.get("build_s") is not None else "–",
-                  "reason": message_text(r["reason"])} for r in rows]
+        outcomes = [(r.model, r.outcome) for r in run.rows]
+        cells = [{"model": escape(m), "target": escape(o.target),
+                  "status": f"[{colours.get(o.status, 'white')}]{o.status}[/]",
+                  "build s": f"{o.build_s:.2f}" if o.build_s is not None else "–",
+                  "reason": message_text(o.reason)} for m, o in outcomes]
         table, dropped = fitted_table(out, [Column("model", 3), Column("target"), Column("status"),
                                             Column("build s", 2, "right"), Column("reason", 1)], cells)
         out.print(table)
         if "reason" in dropped:  # under the table, wrapped by words
-            for r in rows:
-                if r["reason"]:
-                    out.print(message_text(f"  {r['target']}: {r['reason']}"), highlight=False)
-    if lost:
-        out.print(message_text(f"{len(lost)} child run(s) lost to their host and resubmitted:"), highlight=False)
-    for r in lost:
-        where = f"worker {r['worker']} (pool {r['pool']})" if r.get("worker") else f"pool {r['pool']}"
-        then = f"resubmitted as {r['resubmitted_as']} to pool {r['to_pool']}: " if r.get("resubmitted_as") else ""
-        out.print(message_text(f"  {r['lost']} on {where}: {r['why']}; {then}{r['outcome']}"), highlight=False,
+            for _, o in outcomes:
+                if o.reason:
+                    out.print(message_text(f"  {o.target}: {o.reason}"), highlight=False)
+    if run.lost:
+        out.print(message_text(f"{len(run.lost)} child run(s) lost to their host and resubmitted:"), highlight=False)
+    for r in run.lost:
+        where = f"worker {r.worker} (pool {r.pool})" if r.worker else f"pool {r.pool}"
+        then = f"resubmitted as {r.resubmitted_as} to pool {r.to_pool}: " if r.resubmitted_as else ""
+        out.print(message_text(f"  {r.lost} on {where}: {r.why}; {then}{r.outcome}"), highlight=False,
                   soft_wrap=False)
 
 

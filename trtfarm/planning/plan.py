@@ -19,7 +19,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from trtfarm import layout
-from trtfarm.building.outcome import StoreIndex, skip_unservable, triage, triage_listed
+from trtfarm.building.outcome import StoreIndex, Triage, skip_unservable, triage, triage_listed
 from trtfarm.errors import UserInputError
 from trtfarm.identity import model_name_from_path
 from trtfarm.machine.capabilities import Capabilities, local_capabilities
@@ -36,6 +36,7 @@ from trtfarm.profiles.profile import (
 from trtfarm.publishing.registry import export_record, fetch_export, local_copy
 from trtfarm.store import Store, is_uri
 from trtfarm.vocabulary.buildspec import spec_for_model, spec_precision, spec_profiles
+from trtfarm.vocabulary.decisions import Release, Withdraw
 from trtfarm.vocabulary.exports import ExportRecord, ExportRef
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 from trtfarm.vocabulary.fleet_file import load_fleet
@@ -55,6 +56,13 @@ class ExportPlan(BaseModel):
     targets: list[str] = []
     outcomes: dict[str, TargetOutcome] = {}
     jobs: list[BuildJob] = []
+    releases: list[Release] = []  # published targets to release (policy permitting), carried out by the executor
+    withdrawals: list[Withdraw] = []  # damaged publishes to withdraw before their rebuild
+
+    @property
+    def settled(self) -> bool:
+        """True when nothing is left to do for this model: no build, no release, no withdrawal."""
+        return not (self.jobs or self.releases or self.withdrawals)
 
 
 def _profiles(request: MatrixRequest, path: Path, spec) -> list[Profile]:
@@ -65,16 +73,16 @@ def _profiles(request: MatrixRequest, path: Path, spec) -> list[Profile]:
 
 def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm: bool,
                 fleet: Fleet | None = None, caps: Capabilities | None = None,
-                index: StoreIndex | None = None, targets: list[ResolvedTarget] | None = None,
-                signer=None) -> ExportPlan:
+                index: StoreIndex | None = None, targets: list[ResolvedTarget] | None = None) -> ExportPlan:
     """Decide what to build for ``export``; a refused precision recipe fails every target (nothing is built).
 
     ``fleet``, ``caps`` and ``targets`` (the request's targets, resolved) come once per run from the caller;
     ``caps`` is ignored in farm mode (each job goes to a pool whose workers check themselves). The first stage
     (``listed_stage``) answers a registered export from its recorded digests and two store listings, without
     fetching the model: when every target is published, that is the plan; else the model is fetched and only the
-    targets the listings did not settle are looked at again. A published plan that was never released is released
-    here (policy permitting), signed by ``signer`` when this process has a key.
+    targets the listings did not settle are looked at again. Planning reads the store and writes nothing: a
+    published plan that was never released, or a damaged one, is a decision in the plan (``releases``,
+    ``withdrawals``) that ``trtfarm.executor`` carries out.
     """
     if farm and not is_uri(export.uri):
         raise UserInputError(f"{export.uri}: a farm run builds registered models or export URIs that every worker "
@@ -82,7 +90,7 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
     fleet = fleet or load_fleet(request.targets_file)
     first = None
     if farm and not (request.force or request.refit or request.verify_store):
-        first = listed_stage(request, export, store, fleet, index, targets, signer)
+        first = listed_stage(request, export, store, fleet, index, targets)
         if first is not None and not first.todo:
             return first.plan
     path = local_copy(export, first.record if first else None)
@@ -112,16 +120,18 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
         return ExportPlan(name=model.name, model=None, profiles=texts, targets=ids,
                           outcomes={t: TargetOutcome(t, "failed", str(failed)) for t in ids})
     plans = plan_targets(model, model.plan_digest, resolved, profiles, None)
-    known, plans = first.settled(plans) if first else ({}, plans)
-    outcomes, todo = triage(store, plans, request.force, request.verify_store, model.trial, signer)
+    known, plans = first.settled(plans) if first else (Triage(), plans)
+    found = triage(store, plans, request.force, request.verify_store, model.trial)
+    found.add(known)
+    todo = found.todo
     if not farm:  # a published target is up to date; of the rest, what this machine cannot build is skipped
         skipped, todo = skip_unservable(todo, caps or local_capabilities())
-        outcomes.update(skipped)
+        found.done.update(skipped)
     if todo and not checked:
         model = _checked(model, profiles)
     jobs = _jobs(store, request, model, export.uri if is_uri(export.uri) else str(path), texts, todo)
-    return ExportPlan(name=model.name, model=model, profiles=texts, targets=ids, outcomes={**known, **outcomes},
-                      jobs=jobs)
+    return ExportPlan(name=model.name, model=model, profiles=texts, targets=ids, outcomes=found.done, jobs=jobs,
+                      releases=found.releases, withdrawals=found.withdrawals)
 
 
 def _checked(model: ModelSource, profiles: list[Profile]) -> ModelSource:
@@ -177,32 +187,33 @@ class ListedStage:
     record: ExportRecord
     resolved: list[ResolvedTarget]
     profiles: list[Profile]
-    plan: ExportPlan  # the targets settled so far (every target when nothing is to build)
+    plan: ExportPlan  # the targets settled so far (every target when nothing is to build), with their decisions
     todo: list[TargetPlan]  # carrying what the listings said: no manifest, no release pointer
 
-    def settled(self, plans: list[TargetPlan]) -> tuple[dict[str, TargetOutcome], list[TargetPlan]]:
-        """The outcomes this stage settled for ``plans`` (the same builds), and the plans still to look at."""
+    def settled(self, plans: list[TargetPlan]) -> tuple[Triage, list[TargetPlan]]:
+        """What this stage settled for ``plans`` (the same builds), and the plans still to look at."""
         done = self.plan.outcomes
         listed = {p.manifest_key: p for p in self.todo}
         known = {p.target.id: done[p.target.id] for p in plans if p.target.id in done
                  and done[p.target.id].manifest_key == p.manifest_key}
         rest = [listed.get(p.manifest_key, p) for p in plans if p.target.id not in known]
-        return known, rest
+        return Triage(known, [], [r for r in self.plan.releases if r.target in known],
+                      [w for w in self.plan.withdrawals if w.target in known]), rest
 
 
 def up_to_date_export(request: MatrixRequest, export: ExportRef, store: Store, fleet: Fleet,
-                      index: StoreIndex | None = None, signer=None) -> ExportPlan | None:
-    """The plan of a registered export whose every target is published, or None when anything needs more.
+                      index: StoreIndex | None = None,
+                      targets: list[ResolvedTarget] | None = None) -> ExportPlan | None:
+    """The plan of a registered export whose every target is published and released, else None; reads only.
 
-    A published target without a release pointer is released on the way (signed by ``signer``, when given).
+    None when anything needs more: a build, or a release a killed run left undone (the run carries it out).
     """
-    first = listed_stage(request, export, store, fleet, index, signer=signer)
-    return first.plan if first is not None and not first.todo else None
+    first = listed_stage(request, export, store, fleet, index, targets)
+    return first.plan if first is not None and not first.todo and first.plan.settled else None
 
 
 def listed_stage(request: MatrixRequest, export: ExportRef, store: Store, fleet: Fleet,
-                 index: StoreIndex | None = None, targets: list[ResolvedTarget] | None = None,
-                 signer=None) -> ListedStage | None:
+                 index: StoreIndex | None = None, targets: list[ResolvedTarget] | None = None) -> ListedStage | None:
     """The first stage of planning a registered export: what its record and two listings settle, or None.
 
     Trusts the digests recorded at registration (``export.json``) and reads only the build spec; the model bytes
@@ -230,10 +241,10 @@ def listed_stage(request: MatrixRequest, export: ExportRef, store: Store, fleet:
                         exported_at=record.registered_at)
     profiles = _profiles(request, path, spec)
     plans = plan_targets(model, model.onnx_digest, resolved, profiles, None)
-    outcomes, todo = triage_listed(store, plans, index, signer)
+    found = triage_listed(store, plans, index)
     return ListedStage(record, resolved, profiles, ExportPlan(
         name=name, model=model, profiles=profile_texts(profiles), targets=[t.id for t in resolved],
-        outcomes=outcomes), todo)
+        outcomes=found.done, releases=found.releases, withdrawals=found.withdrawals), found.todo)
 
 
 def _jobs(store: Store, request: MatrixRequest, model: ModelSource, uri: str, texts: list[ProfileText],

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from trtfarm.errors import UserInputError
 from trtfarm.precision.recipe import Mode
 from trtfarm.store import default_store_uri as default_store
-from trtfarm.vocabulary.fleet import select_targets
+from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 from trtfarm.vocabulary.fleet_file import default_targets_file, load_fleet
 from trtfarm.vocabulary.job import ProfileText
 
@@ -63,6 +63,7 @@ class MatrixRequest(BaseModel):
     wait_for_workers: bool = Field(False, description="queue builds for pools with no online worker (default: skip "
                                    "them, saying why; the next run builds them)")
 
-    def check_targets(self) -> None:
-        """Raise ``UserInputError`` naming unknown target ids (and the known ones) before any work starts."""
-        select_targets(load_fleet(self.targets_file), self.targets or None)
+    def check_targets(self) -> tuple[Fleet, list[ResolvedTarget]]:
+        """The run's fleet and its targets, read and resolved once; ``UserInputError`` names unknown target ids."""
+        fleet = load_fleet(self.targets_file)
+        return fleet, select_targets(fleet, self.targets or None)

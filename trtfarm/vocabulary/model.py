@@ -9,7 +9,7 @@ from __future__ import annotations
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -18,6 +18,54 @@ from trtfarm.errors import UserInputError, first_line
 from trtfarm.identity import files_digest, graph_digest, model_files, sha256_file
 from trtfarm.onnxfile import check_errors, check_model, load_model
 from trtfarm.precision.recipe import Recipe
+
+
+class OutputAccuracy(BaseModel):
+    """One output's figures against FP32, as the precision step recorded them (``precision.figures``' fields)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    output: str
+    cosine_mean: float | None = None
+    cosine_min: float | None = None
+    max_abs: float | None = None
+    max_rel: float | None = None
+    extra: dict = {}
+    scale: float | None = None
+    scale_from: str = ""
+    max_error: float | None = None
+    signal_rows: int | None = None
+    rows: int | None = None
+    cosine_signal_mean: float | None = None
+    cosine_signal_min: float | None = None
+    uninformative: str = ""
+
+    GATE_FIGURES: ClassVar[tuple[str, ...]] = (
+        "cosine_mean", "cosine_min", "max_abs", "max_rel", "max_error", "scale", "scale_from", "signal_rows",
+        "cosine_signal_mean", "cosine_signal_min")
+
+    def gate_figures(self) -> dict:
+        """The figures the manifest's ``onnx`` check shows for this output (those known), and its extras."""
+        return {k: getattr(self, k) for k in self.GATE_FIGURES if getattr(self, k) is not None} | self.extra
+
+
+class Accuracy(BaseModel):
+    """The precision gate's record: its verdict and figures per output, each node's precision, what was normalised.
+
+    The fields of the gate's report (``precision.gate.GateReport``), ``nodes`` (``precision.nodes``) and
+    ``normalised`` (what was made right before the converters saw the model).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    mode: str = ""
+    passed: bool | None = None
+    thresholds: dict = {}
+    figures: list[OutputAccuracy] = []
+    failures: list[str] = []
+    diverging_nodes: list[dict] = []
+    note: str = ""
+    warnings: list[str] = []
+    nodes: dict | None = None
+    normalised: list[str] = []
 
 
 class PrecisionStep(BaseModel):
@@ -29,7 +77,7 @@ class PrecisionStep(BaseModel):
     converted_key: str | None = None  # store key of the converted ONNX (None: fp32, the export is built as is)
     converted_sha256: str | None = None
     pinned_fp32_nodes: list[str] = []
-    accuracy: dict | None = None
+    accuracy: Accuracy | None = None
     gate: Literal["passed", "failed", "not_run"] = "passed"
     gate_detail: str = ""
 
@@ -165,7 +213,8 @@ def with_precision(store, model: ModelSource, recipe: Recipe, calibration: Path 
                          converted_key=layout.converted_model_key(key) if converted else None,
                          converted_sha256=sha256_file(result.path) if converted else None,
                          pinned_fp32_nodes=result.pinned,
-                         accuracy={**result.report.to_json(), "nodes": result.nodes.to_json() if result.nodes else None,
-                                   "normalised": result.notes} if recipe.mode != "fp32" else None,
+                         accuracy=Accuracy.model_validate({
+                             **result.report.to_json(), "nodes": result.nodes.to_json() if result.nodes else None,
+                             "normalised": result.notes}) if recipe.mode != "fp32" else None,
                          gate=gate, gate_detail=result.summary())
     return model.model_copy(update={"build_path": result.path if converted else None, "precision": step})

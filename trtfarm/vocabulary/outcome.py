@@ -7,12 +7,48 @@ form (a run's ``outcomes.json``), which keeps the manifest's store key.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from trtfarm.vocabulary.manifest import Manifest
 
 Status = Literal["built", "up-to-date", "skipped", "failed"]
+ReleaseAction = Literal["moved", "already", "kept", "refused", "recorded"]
+
+
+@dataclass(frozen=True)
+class ReleaseOutcome:
+    """What a run did to one target's release pointer, as a value (``str()`` is the sentence people read).
+
+    ``action``: ``moved`` (``old`` -> ``new``), ``already`` (the pointer was at ``new``), ``kept`` (a trial: the
+    pointer stays at ``old``; ``why`` says which trial), ``refused`` (``why``: a tampered pointer or a signature
+    refused, left for a person), ``recorded`` (read back from a run's stored outcomes written before this type:
+    only its sentence, in ``why``). ``key`` is the pointer's store key; ``old`` and ``new`` are ``MODEL/GPU/BUILD``
+    references (what ``trtfarm show`` takes), ``old`` is ``nothing`` for a first release. ``repaired``: a damaged
+    pointer was repaired first, and this is what the repair said.
+    """
+
+    action: ReleaseAction
+    key: str = ""
+    old: str = "nothing"
+    new: str = ""
+    why: str = ""
+    repaired: str = ""
+
+    @property
+    def move(self) -> str:
+        """``KEY: OLD -> NEW`` for a moved pointer, else ``""``."""
+        return f"{self.key}: {self.old} -> {self.new}" if self.action == "moved" else ""
+
+    def __str__(self) -> str:
+        note = f"{self.repaired}; " if self.repaired else ""
+        if self.action == "moved":
+            return f"{note}released: {self.move}"
+        if self.action == "already":
+            return f"{note}released: {self.key} (already at {self.old})"
+        if self.action == "kept":
+            return f"{note}not released ({self.why}): {self.key} stays at {self.old}"
+        return f"{note}{self.why}"
 
 
 @dataclass
@@ -31,7 +67,7 @@ class TargetOutcome:
     build_s: float | None = None
     plan_bytes: int | None = None
     verification: dict = field(default_factory=dict)
-    release: str = ""
+    release: ReleaseOutcome | None = None
     manifest_key: str | None = None
     published: Manifest | None = None
     build_digest: str | None = None  # the build this outcome is of (None: not known, e.g. the precision gate refused)
@@ -40,14 +76,15 @@ class TargetOutcome:
         """``{target, status, reason, manifest, build_s, plan_bytes, verification, release}``."""
         return {"target": self.target, "status": self.status, "reason": self.reason, "manifest": self.manifest,
                 "build_s": self.build_s, "plan_bytes": self.plan_bytes, "verification": self.verification,
-                "release": self.release}
+                "release": str(self.release or "")}
 
     def to_record(self) -> dict:
-        """The stored form: ``to_json``, the manifest's store key and the build digest.
+        """The stored form: ``to_json``, the manifest's store key, the build digest and the release outcome's fields.
 
         ``trtfarm status`` ties a failure to the build it was of by the digest.
         """
-        return {**self.to_json(), "manifest_key": self.manifest_key, "build_digest": self.build_digest}
+        return {**self.to_json(), "manifest_key": self.manifest_key, "build_digest": self.build_digest,
+                "release_outcome": asdict(self.release) if self.release else None}
 
     @classmethod
     def from_record(cls, record: dict, store_uri: str) -> TargetOutcome:
@@ -58,8 +95,10 @@ class TargetOutcome:
         url, key = record.get("manifest"), record.get("manifest_key")
         if key is None and url and url.startswith(store_uri.rstrip("/") + "/"):
             key = url[len(store_uri.rstrip("/")) + 1:]
+        release = ReleaseOutcome(**record["release_outcome"]) if record.get("release_outcome") else \
+            ReleaseOutcome("recorded", why=record["release"]) if record.get("release") else None
         return cls(record["target"], record["status"], record.get("reason") or "", url, record.get("build_s"),
-                   record.get("plan_bytes"), record.get("verification") or {}, record.get("release") or "", key,
+                   record.get("plan_bytes"), record.get("verification") or {}, release, key,
                    build_digest=record.get("build_digest"))
 
 
@@ -73,3 +112,30 @@ class RunRow:
     def to_json(self) -> dict:
         """``{model, target, status, reason, manifest, build_s, plan_bytes, verification, release}``."""
         return {"model": self.model, **self.outcome.to_json()}
+
+
+@dataclass(frozen=True)
+class LostChild:
+    """A farm child run lost to its host: where it ran, why, and what became of it (``farm run --wait`` prints it).
+
+    ``resubmitted_as`` / ``to_pool``: the attempt that replaced it (None: it was not resubmitted); ``outcome``: how
+    that attempt ended. ``to_json`` is the row of the run's lost-hosts artifact and of ``farm run --json``'s ``lost``.
+    """
+
+    lost: str
+    flow_run_id: str | None
+    worker: str | None
+    pool: str
+    why: str
+    resubmitted_as: str | None
+    to_pool: str | None
+    outcome: str
+
+    def to_json(self) -> dict:
+        """``{lost, flow_run_id, worker, pool, why, resubmitted_as, to_pool, outcome}``."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, row: dict) -> LostChild:
+        """A row read back from the run's lost-hosts artifact."""
+        return cls(**{k: row.get(k) for k in cls.__dataclass_fields__})

@@ -1,0 +1,73 @@
+"""Carry out a run's plans: the one place that acts on what planning decided.
+
+Planning (``planning/plan.py``) reads the store and returns decisions: build jobs, releases of published targets,
+withdrawals of damaged ones. ``execute`` carries them out, for ``trtfarm build`` in its own process and for the
+build-matrix flow around its children alike: it withdraws the damaged publishes, completes the releases (or keeps a
+trial's pointer), runs the jobs through the caller's ``dispatch`` (this process, or one farm child per job), builds
+in full the refits the workers could not do, and returns one row per target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import replace
+
+from trtfarm.building.job import JobResult
+from trtfarm.building.outcome import release_if_allowed
+from trtfarm.planning.plan import ExportPlan, full_build_of
+from trtfarm.publishing.publish import withdraw
+from trtfarm.store import Store
+from trtfarm.vocabulary.job import BuildJob
+from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
+
+Dispatch = Callable[[list[BuildJob]], Awaitable[list[JobResult]]]
+
+
+def settle(store: Store, plan: ExportPlan, signer=None) -> JobResult:
+    """Carry out a model's decisions about published targets: withdrawals first, then releases.
+
+    Returns the released targets' outcomes, each with its typed ``ReleaseOutcome``. ``signer`` (this process's
+    key) signs the releases and the repair of a damaged pointer.
+    """
+    for w in plan.withdrawals:
+        withdraw(store, w.prefix)
+    outcomes = [replace(plan.outcomes[r.target], release=release_if_allowed(
+        store, r.manifest_key, r.manifest, r.release_on, None, r.trial, r.pointer, signer)) for r in plan.releases]
+    return JobResult(job_id="settle", model=plan.name, outcomes=outcomes)
+
+
+async def execute(store: Store, plans: list[ExportPlan], dispatch: Dispatch, where: Callable[[BuildJob], str],
+                  signer=None) -> list[RunRow]:
+    """Carry out ``plans``: settle each model's published targets, run its jobs, fall back from failed refits.
+
+    ``dispatch`` runs a list of jobs and returns their results in order; ``where(job)`` names where a job ran (for
+    the reason a refit fell back to a full build).
+    """
+    settled = [settle(store, plan, signer) for plan in plans]
+    jobs = [job for plan in plans for job in plan.jobs]
+    results = await dispatch(jobs) if jobs else []
+    fallback = refit_fallbacks(jobs, results, where)
+    if fallback:
+        results += await dispatch(fallback)
+    return rows_for(plans, [*settled, *results])
+
+
+def refit_fallbacks(jobs: list[BuildJob], results: list[JobResult], where: Callable[[BuildJob], str]) -> list[BuildJob]:
+    """Full builds for the refit jobs whose workers could not load the engine (``where(job)`` names them)."""
+    return [full_build_of(job, f"refit not possible on {where(job)} ({result.refit_unavailable[:200]})")
+            for job, result in zip(jobs, results, strict=True) if result.refit_unavailable]
+
+
+def rows_for(plans: list[ExportPlan], results: Iterable[JobResult]) -> list[RunRow]:
+    """One row per model and target, in the fleet's order (``RunRow.to_json`` is the ``--json`` contract).
+
+    A result's outcome (a build's, or a settled release's) wins over the one planning knew.
+    """
+    by_target = {(r.model, o.target): o for r in results for o in r.outcomes}
+    rows = []
+    for plan in plans:
+        for target in plan.targets:
+            outcome = by_target.get((plan.name, target)) or plan.outcomes.get(target) or \
+                TargetOutcome(target, "failed", "no build ran for this target")
+            rows.append(RunRow(plan.name, outcome))
+    return rows
