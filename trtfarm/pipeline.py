@@ -135,8 +135,6 @@ def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress
     compatibility class is built once. When the run built or failed something, its report goes to the store:
     ``report="full"`` renders it (markdown, HTML, charts), ``"outcomes"`` stores only the outcomes, ``"none"`` nothing.
     """
-    import asyncio
-
     store = open_store(request.store)
     fleet = load_fleet(request.targets_file)  # read once: for its signing block and for the plan
     signer = signing_settings(request.targets_file, only="key", fleet=fleet).signer()  # a bad key fails first
@@ -151,7 +149,7 @@ def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress
     async def here(batch: list[BuildJob]) -> list[JobResult]:
         return _run_jobs(store, batch, run, progress, upload, signer)
 
-    rows = asyncio.run(execute(store, plans, here, lambda job: "this machine", signer))
+    rows = _to_the_end(execute(store, plans, here, lambda job: "this machine", signer))
     if signer is not None:
         _note_unsigned(store, rows)
     if report != "none" and jobs:
@@ -167,3 +165,17 @@ def _run_jobs(store: Store, jobs: list[BuildJob], run: str, progress, upload, si
             results.append(run_job(store, job, work, progress=progress(job.lead.target.id) if progress else None,
                                    upload_progress=upload, run_id=run, signer=signer))
     return results
+
+
+def _to_the_end(coroutine):
+    """The value of a coroutine that never waits, run without an event loop (and without importing asyncio).
+
+    The executor is a coroutine so that the farm's flow can await its children; here every job runs in this process,
+    so nothing in it suspends and one ``send`` runs it to its end.
+    """
+    try:
+        coroutine.send(None)
+    except StopIteration as finished:
+        return finished.value
+    coroutine.close()
+    raise RuntimeError("the local executor waited on an event loop")
