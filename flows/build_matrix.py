@@ -12,7 +12,7 @@ from prefect import flow, get_run_logger
 from prefect.runtime import deployment, flow_run
 
 from flows.dispatch import SKIPPED, ChildJob, ChildRun, cancel_children, lost_rows, run_children
-from tasks.build import build_job, plan_models
+from tasks.build import build_job, plan_models, settle_model
 from tasks.report import report_run
 from tasks.status import publish_status
 from trtfarm import layout
@@ -111,8 +111,8 @@ async def build_matrix(request: MatrixRequest) -> list[RunRow]:
         return await _dispatch(jobs, farm, request, store, lost)
 
     signer = signing_settings(request.targets_file, only="key", fleet=fleet).signer()  # signs what it releases
-    rows = await execute(store, plans, dispatch,
-                         lambda job: f"{' or '.join(job.pools)} workers", signer)
+    rows = await execute(store, plans, dispatch, lambda job: f"{' or '.join(job.pools)} workers", signer,
+                         settle_model)
     report_run(rows, request.store, lost)
     if request.model is None:  # the nightly (every registered model): the fleet's matrix, in the store and the UI
         try:

@@ -10,11 +10,12 @@ from trtfarm.building import progress
 from trtfarm.building.job import JobResult, run_job
 from trtfarm.building.warm import wait_warm
 from trtfarm.errors import InfrastructureError
+from trtfarm.executor import settle
 from trtfarm.pipeline import WORK_PREFIX, plan_run, sweep_stale_work
 from trtfarm.planning.plan import ExportPlan
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.scratch import scratch_dir
-from trtfarm.store import open_store
+from trtfarm.store import Store, open_store
 from trtfarm.vocabulary.exports import ExportRef
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget
 from trtfarm.vocabulary.fleet_file import signing_settings
@@ -35,6 +36,12 @@ def plan_models(request: MatrixRequest, exports: list[ExportRef], farm: bool, fl
     reads the store only; the flow's executor carries the decisions out (builds, releases, withdrawals).
     """
     return plan_run(request, open_store(request.store), exports, farm, fleet, targets)
+
+
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
+def settle_model(store: Store, plan: ExportPlan, signer) -> JobResult:
+    """Carry out a model's decisions about what is published (withdrawals, releases); store failures are retried."""
+    return settle(store, plan, signer)
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)

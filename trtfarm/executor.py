@@ -37,13 +37,14 @@ def settle(store: Store, plan: ExportPlan, signer=None) -> JobResult:
 
 
 async def execute(store: Store, plans: list[ExportPlan], dispatch: Dispatch, where: Callable[[BuildJob], str],
-                  signer=None) -> list[RunRow]:
+                  signer=None, settler: Callable[..., JobResult] = settle) -> list[RunRow]:
     """Carry out ``plans``: settle each model's published targets, run its jobs, fall back from failed refits.
 
     ``dispatch`` runs a list of jobs and returns their results in order; ``where(job)`` names where a job ran (for
-    the reason a refit fell back to a full build).
+    the reason a refit fell back to a full build). ``settler`` is ``settle`` (the flow passes it wrapped in a task
+    that retries a store failure).
     """
-    settled = [settle(store, plan, signer) for plan in plans]
+    settled = [settler(store, plan, signer) for plan in plans if plan.releases or plan.withdrawals]
     jobs = [job for plan in plans for job in plan.jobs]
     results = await dispatch(jobs) if jobs else []
     fallback = refit_fallbacks(jobs, results, where)

@@ -1,0 +1,62 @@
+"""The build-matrix flow carries out what planning decided through the same executor as ``trtfarm build``.
+
+A registered encoder is built and released; then its pointer is deleted (a run killed between publish and release).
+A build-matrix run on a real Prefect server plans (reading only), and its executor releases the plan in a task
+that retries store failures (``settle_model``); the run's outcome carries the typed release outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from trtfarm import layout
+from trtfarm.pipeline import run_local
+from trtfarm.planning.requests import MatrixRequest
+from trtfarm.publishing.registry import register_export
+from trtfarm.store import open_store
+
+from ..farm_server import Farm, farm_client, wait_for
+from ..fleet_store import encoder_export
+from ..fleets import ONE_RTX_TARGET
+
+FLOW = """\
+import asyncio, json, sys
+from flows.build_matrix import build_matrix
+from trtfarm.planning.requests import MatrixRequest
+rows = asyncio.run(build_matrix(MatrixRequest(store=sys.argv[1], targets_file=sys.argv[2], dispatch="local")))
+print(json.dumps([{"status": r.outcome.status, "release": r.outcome.release.action if r.outcome.release else None,
+                   "text": r.to_json()["release"]} for r in rows]))
+"""
+
+
+def test_the_flow_releases_what_a_killed_run_left_unreleased_in_a_retried_task(tmp_path):
+    fleet = tmp_path / "gpu_targets.yaml"
+    fleet.write_text(ONE_RTX_TARGET)
+    uri = str(tmp_path / "store")
+    store = open_store(uri)
+    register_export(store, encoder_export(tmp_path / "enc", 0))
+    [built] = run_local(MatrixRequest(store=uri, targets_file=str(fleet)), report="none")
+    [pointer] = list(store.list(layout.releases_prefix("encoder")))
+    released = json.loads(store.get(pointer).data)["manifest"]
+    store.delete(pointer)
+    (tmp_path / "farm").mkdir()
+    farm = Farm(tmp_path / "farm", {})
+    try:
+        farm.start_server()
+        done = farm.run([sys.executable, "-c", FLOW, uri, str(fleet)], timeout=600)
+        rows = json.loads(done.stdout.splitlines()[-1])
+        assert rows == [{"status": "up-to-date", "release": "moved",
+                         "text": f"released: {pointer}: nothing -> {layout.short_ref(released)}"}], done.stderr[-2000:]
+        assert json.loads(store.get(pointer).data)["manifest"] == released == built.outcome.manifest_key
+        from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterName
+
+        def settled():  # task runs reach the server as events, a moment after the flow ends
+            with farm_client(farm) as client:
+                named = TaskRunFilter(name=TaskRunFilterName(like_="settle_model"))
+                runs = client.read_task_runs(task_run_filter=named)
+            return [r.state.type.value for r in runs if r.state] == ["COMPLETED"]
+
+        wait_for(settled, 60, "the settle_model task run, completed")
+    finally:
+        farm.stop()
