@@ -48,7 +48,6 @@ from trtfarm.vocabulary.manifest import (
     PrecisionInfo,
     ServingImageInfo,
     TargetInfo,
-    TensorIO,
     TimingCacheInfo,
     Verification,
 )
@@ -250,8 +249,7 @@ def build_manifest(model: ModelSource, plan: TargetPlan, built_by: TargetPlan, r
         plan=plan_info.model_copy(update={"header_version": result.header_version, "tactics": engine.tactics,
                                           "tactics_digest": engine.tactics_digest,
                                           "device_memory_per_profile": engine.memory,
-                                          "io": [TensorIO(name=t.name, mode=t.mode, dtype=t.dtype, shape=list(t.shape))
-                                                 for t in result.io] or None}),
+                                          "io": list(result.io) or None}),
         verification=_verification(model, plan, result, engine.check if plan is built_by else pending_engine(
             plan, f"plan shared with {built_by.target.id}, whose GPU ran the engine checks"
             if engine.check.status != "pending" else "built ahead-of-time on a CPU"), determinism),

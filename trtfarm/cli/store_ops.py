@@ -198,7 +198,7 @@ def verify(ref: Path = typer.Argument(..., help="a plan (manifest beside it) or 
            targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
     """Check a plan against its manifest, this host and the fleet's trusted keys, then load it."""
     from trtfarm.machine.gpu import GpuScan, LocalGpu
-    from trtfarm.runtime.loader import Check, find_files, runtime_check, static_checks
+    from trtfarm.runtime.loader import VerifyCheck, find_files, runtime_check, static_checks
     from trtfarm.vocabulary.fleet_file import signing_settings
     from trtfarm.vocabulary.manifest import ManifestInvalid
 
@@ -218,7 +218,8 @@ def verify(ref: Path = typer.Argument(..., help="a plan (manifest beside it) or 
     if intact and gpus is None:  # ask the runtime too, so a GPU mismatch also shows the runtime's own reason
         checks.append(runtime_check(plan, m))
     elif intact:
-        checks.append(Check("runtime", None, f"not run: checked against --gpu-name {gpu_name!r}, not a local GPU"))
+        checks.append(VerifyCheck("runtime", None,
+                                  f"not run: checked against --gpu-name {gpu_name!r}, not a local GPU"))
     rows = [{"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks]
     ok = all(c.ok is not False for c in checks)
     sig = next(c for c in checks if c.name == "signature")
