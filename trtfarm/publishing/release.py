@@ -346,18 +346,6 @@ def refresh_release(store: Store, key: str, signer, *, reason: str, by: str | No
     raise ReleaseRefused(f"{key}: {max_attempts} concurrent writers in a row; try again")
 
 
-def release_note(store: Store, manifest_key: str, m: Manifest, release_on: str) -> str:
-    """Say whether the release pointer points at this manifest, and if not, why (read back after a build)."""
-    key = pointer_key(m)
-    current, _ = read_pointer(store, key)
-    if current and current.manifest == manifest_key:
-        return f"released: {key}"
-    blocker = policy_blocker(m, release_on)
-    if blocker:
-        return f"not released: {blocker}"
-    return f"not released: {key} points at {current.manifest if current else 'nothing'}"
-
-
 def list_pointers(store: Store, model: str | None = None, problems: list[str] | None = None) -> list[ReleasePointer]:
     """Every release pointer (of one model); with ``problems``, damaged ones are skipped and described there."""
     from trtfarm.publishing.release_check import asked_identity
