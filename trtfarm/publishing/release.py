@@ -16,7 +16,15 @@ from datetime import datetime, timedelta, timezone
 from pydantic import ValidationError
 
 from trtfarm.errors import CorruptObject, UserInputError
-from trtfarm.layout import PLAN_NAME, manifest_key, parse_plan_key, release_key, releases_prefix
+from trtfarm.layout import (
+    PLAN_NAME,
+    folder_of,
+    manifest_key,
+    parse_plan_key,
+    parse_release_key,
+    release_key,
+    releases_prefix,
+)
 from trtfarm.publishing.publish import plan_intact, plan_rehash, read_manifest
 from trtfarm.signing.accepted import check_not_rolled_back
 from trtfarm.signing.bundle import SignatureRefused
@@ -106,8 +114,10 @@ def _newest_releasable(store: Store, key: str, release_on: str) -> str | None:
     from trtfarm.publishing.catalog import manifests_in
     from trtfarm.publishing.release_check import manifest_identity_problem
 
-    model = key.split("/")[1]
-    found = [x for x in manifests_in(store, model, problems=[]) if pointer_key(x.manifest) == key
+    name = parse_release_key(key)
+    if name is None:
+        return None
+    found = [x for x in manifests_in(store, name.model, problems=[]) if pointer_key(x.manifest) == key
              and policy_blocker(x.manifest, release_on) is None and not manifest_identity_problem(x.key, x.manifest)]
     newest = max(found, key=lambda x: (x.manifest.model.exported_at or "", x.manifest.created_at), default=None)
     return newest.key if newest else None
@@ -179,7 +189,7 @@ def _stored_key(store: Store, m: Manifest, source: str) -> str:
     if folder is None or folder.leaf != PLAN_NAME:
         raise ReleaseRefused(f"not released: {source} names the plan {m.plan.key!r}, which is not a plan key of a "
                              "trtfarm store; release a manifest that `trtfarm plans` lists")
-    key = manifest_key(m.plan.key.rsplit("/", 1)[0])
+    key = manifest_key(folder_of(m.plan.key))
     stored = read_manifest(store, key)
     if stored is None:
         raise ReleaseRefused(f"not released: {source} describes {store.url(key)}, which is not in the store "
