@@ -97,3 +97,29 @@ def test_the_stack_drawn_in_the_docs_is_the_levels_the_layer_test_holds():
     assert [sorted(level) for level in reversed(drawn)] == [sorted(level) for level in core if level]
     assert {unit_of(n) for n in modules() if n.startswith("trtfarm.") and not n.startswith("trtfarm.cli")} \
         - {"__main__"} <= {u for level in drawn for u in level}
+
+
+def test_no_command_catches_an_error_of_trtfarm_only_to_show_it():
+    """One catch at the entry point: the app's group (``TrtfarmGroup.invoke``) shows every TrtfarmError by its kind.
+
+    A command that catches one only to ``raise fail(e)`` re-wraps what that catch does already. A command may catch
+    one to say what the error cannot know (where a damaged manifest came from), naming a code or other text.
+    """
+    errors = set(error_classes()) | {"TrtfarmError"}
+    found = []
+    for name, path in modules().items():
+        if not name.startswith("trtfarm.cli"):
+            continue
+        for func in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(func):
+                if not isinstance(node, ast.ExceptHandler) or node.type is None or len(node.body) != 1:
+                    continue
+                caught = {n.id for n in ast.walk(node.type) if isinstance(n, ast.Name)}
+                exc = getattr(node.body[0], "exc", None)
+                if isinstance(node.body[0], ast.Raise) and isinstance(exc, ast.Call) and \
+                        getattr(exc.func, "id", None) == "fail" and not exc.keywords and \
+                        [getattr(a, "id", None) for a in exc.args] == [node.name] and caught & errors:
+                    found.append(f"{path.relative_to(REPO)}:{func.name}")
+    assert found == ["trtfarm/cli/common.py:invoke"]

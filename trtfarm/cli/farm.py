@@ -225,10 +225,7 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
 
     from flows.client import submit_matrix
 
-    try:
-        run_id, state, message, rows, lost = asyncio.run(submit_matrix(deployment, request, wait))
-    except TrtfarmError as e:  # a deployment the server lacks (exit 2), the server refused (3), the store failed
-        raise fail(e) from e
+    run_id, state, message, rows, lost = asyncio.run(submit_matrix(deployment, request, wait))
     _print_run(run_id, state, message, rows, lost, as_json)
     if wait and state != "COMPLETED":
         raise typer.Exit(1)
@@ -244,12 +241,9 @@ def _dry_run(request, as_json: bool) -> None:
     if request.refit:
         raise fail("--dry-run with --refit: a dry run does not decide refits (they depend on each released plan's "
                    "refit flags); drop --refit to see what a full run would build")
-    try:
-        store = open_store(request.store)
-        decisions = dry_run(store, load_fleet(request.targets_file), run_exports(store, request.model),
-                            targets=request.targets, precision=request.precision, force=request.force)
-    except TrtfarmError as e:
-        raise fail(e) from e
+    store = open_store(request.store)
+    decisions = dry_run(store, load_fleet(request.targets_file), run_exports(store, request.model),
+                        targets=request.targets, precision=request.precision, force=request.force)
     if as_json:
         print(json.dumps([d.to_json() for d in decisions.decisions], indent=2))
     else:
