@@ -67,7 +67,9 @@ def test_each_error_has_the_kind_and_exit_code_the_docs_say(name):
     from trtfarm.errors import TrtfarmError
 
     cls = getattr(importlib.import_module(error_classes()[name]), name)
-    kind, code = doc_error_rows()[name]
+    row = doc_error_rows().get(name)
+    assert row is not None, f"{name} ({error_classes()[name]}) is not in docs/architecture.md's error table"
+    kind, code = row
     if not issubclass(cls, TrtfarmError):  # control flow inside trtfarm, never shown as an error of its own
         assert kind == "internal", f"{name} is no TrtfarmError: map it to a kind, or document it as internal"
         return
