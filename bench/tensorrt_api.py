@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trtfarm.toolchain.apicheck import check_versions, versions_json  # noqa: E402 - after the repository is on the path
+from tools.apicheck.check import check_versions, versions_json  # noqa: E402 - after the repository is on the path
 
 
 def main() -> int:

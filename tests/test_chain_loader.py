@@ -21,9 +21,9 @@ from trtfarm.machine.gpu import GpuScan, LocalGpu
 from trtfarm.publishing.attest import read_stored
 from trtfarm.runtime.loader import (
     FIX,
-    Check,
     PlanMismatch,
     UntrustedPlan,
+    VerifyCheck,
     contexts_that_fit,
     find_files,
     find_pair,
@@ -65,7 +65,7 @@ def local_plan(folder: Path, data: bytes | None = None, **target) -> tuple[Path,
     return plan, m
 
 
-def rows(checks: list[Check]) -> list[tuple]:
+def rows(checks: list[VerifyCheck]) -> list[tuple]:
     return [(c.name, c.ok, c.detail) for c in checks]
 
 

@@ -24,10 +24,10 @@ from onnx import numpy_helper
 
 from trtfarm.errors import UserInputError
 from trtfarm.identity import onnx_digest
-from trtfarm.onnxfile import all_tensors
+from trtfarm.onnxfile import all_tensors, onnx_inputs
 from trtfarm.precision.recipe import GateError
 from trtfarm.precision.runs import infer, low_precision_tensors
-from trtfarm.profiles.profile import check_profiles_against_inputs, onnx_inputs, profile_from_args
+from trtfarm.profiles.profile import check_profiles_against_inputs, profile_from_args
 
 from .corpus.matrix import plain_build
 from .corpus.sources import corpus_file

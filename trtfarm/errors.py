@@ -4,9 +4,16 @@
   problem and the fix; the command exits 2 with that one line; a build records the target as failed; never retried.
 - ``InfrastructureError``: a service we depend on failed (the store, the Prefect server, Docker). Retried by the
   flows' tasks; the command line prints one line naming the service and exits 1, or 3 when the service is not there
-  at all (``ServiceUnavailable``: no answer within its timeouts).
+  at all (``StoreUnavailable``, ``ServerUnavailable``, ``DockerUnavailable``: no answer within its timeouts).
+- ``MismatchError``: neither the input nor a service is at fault, but what trtfarm found is not what it should be
+  (a damaged store object, a refused signature, a plan for another TensorRT) or an action cannot happen here (a
+  refit without a GPU, a folder that refuses the write). One line, exit 1; never retried (the same bytes give the
+  same answer).
 - Anything else is a bug in trtfarm: it propagates with its traceback (exit 1). Nothing catches ``Exception`` to turn
   a bug into a message.
+
+Every error class trtfarm defines derives from one of the three; docs/architecture.md lists each with its kind and
+exit code (tests/architecture/test_docs_match.py holds the list to the code).
 """
 
 from __future__ import annotations
@@ -62,14 +69,24 @@ def scratch_failure(err: OSError, what: str, where: object = None) -> ScratchSpa
                              "there or point TMPDIR at a disk with room, then run again")
 
 
-class OutputRefused(TrtfarmError):
+class MismatchError(TrtfarmError):
+    """A mismatch or failure: what trtfarm found is not what it should be, or an action cannot happen here. Exit 1.
+
+    ``prefix`` is put before the message on the command line (``refused`` for a signature), as ``service`` is for an
+    infrastructure failure.
+    """
+
+    prefix = ""
+
+
+class OutputRefused(MismatchError):
     """A local file or folder the command writes refused the write: read-only, no permission, full.
 
     ``--repo``, ``--out``, ``--to``, ``init DIR``; exit 1, like a store that refuses a write.
     """
 
 
-class CorruptObject(TrtfarmError):
+class CorruptObject(MismatchError):
     """A store object trtfarm wrote is not what it should be (not JSON, fields missing); the message names the key.
 
     Not retried (reading it again gives the same bytes); the command line exits 1.
@@ -77,10 +94,15 @@ class CorruptObject(TrtfarmError):
 
 
 def one_line(err: TrtfarmError) -> str:
-    """The message a person sees: the error's text, prefixed by the service for infrastructure failures."""
+    """The message a person sees: the error's text, prefixed by the service for infrastructure failures.
+
+    A mismatch with a ``prefix`` (a refused signature) says it first: ``refused: untrusted key: ...``.
+    """
     text = str(err).strip() or type(err).__name__
     if isinstance(err, InfrastructureError) and err.service not in text:
         return f"{err.service}: {text}"
+    if isinstance(err, MismatchError) and err.prefix:
+        return f"{err.prefix}: {text}"
     return text
 
 

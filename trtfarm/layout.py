@@ -102,6 +102,11 @@ def folder_of(key: str) -> str:
     return key.rsplit("/", 1)[0]
 
 
+def leaf_of(key: str) -> str:
+    """The last segment of a key: a file's name in its folder, or a folder's own name (a plan folder's build12)."""
+    return key.rsplit("/", 1)[-1]
+
+
 def is_attestation(name: str) -> bool:
     """True for a provenance or signature object's name (the objects named by a manifest's sha256)."""
     return name.startswith((PROVENANCE_PREFIX, SIGNATURE_PREFIX))
@@ -131,10 +136,32 @@ def parse_plan_key(key: str) -> PlanFolder | None:
     return PlanFolder(*parts[1:])
 
 
+def parse_plan_prefix(prefix: str) -> PlanFolder | None:
+    """A plan folder (``plan_prefix``) -> its fields, ``leaf`` empty; None for any other prefix."""
+    folder = parse_plan_key(f"{prefix}/{MANIFEST_NAME}")
+    return folder._replace(leaf="") if folder else None
+
+
+class ShortRef(NamedTuple):
+    """What ``MODEL/GPU/BUILD`` names: a model, a GPU key and a build digest's prefix."""
+
+    model: str
+    gpu: str
+    build: str
+
+
 def short_ref(manifest_key: str) -> str:
     """``MODEL/GPU/BUILD12`` for a manifest key: what ``trtfarm show`` takes, short enough for any table."""
     folder = parse_plan_key(manifest_key)
     return f"{folder.model}/{folder.gpu}/{folder.build12}" if folder else manifest_key
+
+
+def parse_short_ref(ref: str) -> ShortRef | None:
+    """``MODEL/GPU/BUILD`` -> its fields; None for anything else (a key of the store, a path)."""
+    parts = ref.split("/")
+    if len(parts) != 3 or parts[0] == PLANS or not all(parts):
+        return None
+    return ShortRef(*parts)
 
 
 def release_key(model: str, gpu: str, toolchain_label: str) -> str:
@@ -143,12 +170,20 @@ def release_key(model: str, gpu: str, toolchain_label: str) -> str:
            f"{_segment('toolchain', toolchain_label)}.json"
 
 
-def parse_release_key(key: str) -> tuple[str, str, str] | None:
+class ReleaseName(NamedTuple):
+    """The fields a release pointer's key carries."""
+
+    model: str
+    gpu: str
+    toolchain: str
+
+
+def parse_release_key(key: str) -> ReleaseName | None:
     """``releases/<model>/<gpu>/<toolchain>.json`` -> (model, GPU, toolchain label); None for any other key."""
     parts = key.split("/")
     if len(parts) != 4 or parts[0] != RELEASES or not parts[3].endswith(".json"):
         return None
-    return parts[1], parts[2], parts[3].removesuffix(".json")
+    return ReleaseName(parts[1], parts[2], parts[3].removesuffix(".json"))
 
 
 def releases_prefix(model: str | None = None) -> str:

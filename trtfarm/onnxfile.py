@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import mmap
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from trtfarm.errors import UserInputError
 
@@ -290,3 +291,107 @@ def shape_tensor_inputs(inputs: list[onnx.ValueInfoProto], nodes: list[onnx.Node
                     seen.add(node.name or node.output[0])
                     todo += [o for o in node.output if o]
     return found
+
+
+# --- the graph's inputs and nodes, read from a memory map without parsing the weights ----------------------------
+
+# Per dimension: its fixed size (int), or, when dynamic, its name (str: dims sharing one name are one size to
+# TensorRT) or None (unnamed). The whole value is None when the rank is unknown.
+InputDims = tuple[int | str | None, ...] | None
+_T = TypeVar("_T")
+
+
+def _varint(buf, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _fields(buf, start: int, end: int):
+    """Protobuf wire format: ``(field number, wire type, start, end)`` of each field in ``buf[start:end]``."""
+    pos = start
+    while pos < end:
+        tag, pos = _varint(buf, pos)
+        field, wire = tag >> 3, tag & 7
+        if wire == 0:
+            _, after = _varint(buf, pos)
+        elif wire == 2:
+            size, pos = _varint(buf, pos)
+            after = pos + size
+        elif wire in (1, 5):
+            after = pos + (8 if wire == 1 else 4)
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+        if after > end:
+            raise ValueError("truncated protobuf field")
+        yield field, wire, pos, after
+        pos = after
+
+
+def _tensor_name(buf, start: int, end: int) -> str | None:
+    return next((bytes(buf[s:e]).decode() for f, w, s, e in _fields(buf, start, end) if f == 8 and w == 2), None)
+
+
+def _graph(buf, *, nodes: bool) -> tuple[list[onnx.ValueInfoProto], list[onnx.NodeProto]]:
+    """The graph's inputs (initializers left out: IR < 4 lists them as inputs too) and, with ``nodes``, its nodes.
+
+    Only those fields are parsed (ModelProto.graph is field 7; GraphProto's node 1, initializer 5, input 11,
+    sparse_initializer 15); the weights' bytes are skipped.
+    """
+    messages = onnx_messages()  # the message classes only: no numpy, no onnx.helper on the build path
+    graph = next(((s, e) for f, w, s, e in _fields(buf, 0, len(buf)) if f == 7 and w == 2), None)
+    if graph is None:
+        raise ValueError("no graph")
+    inputs, found, weights = [], [], set()
+    for field, wire, s, e in _fields(buf, *graph):
+        if wire != 2:
+            continue
+        if field == 11:
+            inputs.append(messages.ValueInfoProto.FromString(bytes(buf[s:e])))
+        elif field == 1 and nodes:
+            found.append(messages.NodeProto.FromString(bytes(buf[s:e])))
+        elif field == 5:  # a TensorProto: its name is field 8
+            weights.add(_tensor_name(buf, s, e))
+        elif field == 15:  # a SparseTensorProto: the name is its values tensor's (field 1)
+            values = next(((vs, ve) for f, w, vs, ve in _fields(buf, s, e) if f == 1 and w == 2), None)
+            weights.add(_tensor_name(buf, *values) if values else None)
+    return [vi for vi in inputs if vi.name not in weights], found
+
+
+def _mapped(path: str | Path, read: Callable[[mmap.mmap], _T]) -> _T:
+    path = Path(path)
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            return read(buf)
+    except (OSError, ValueError, IndexError, UnicodeDecodeError) as err:
+        raise UserInputError(f"{path}: not a valid ONNX model ({err}); export it again") from err
+
+
+def _dims(vi: onnx.ValueInfoProto) -> InputDims:
+    tensor = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+    shape = tensor.shape if tensor is not None and tensor.HasField("shape") else None
+    return None if shape is None else tuple(dim_label(d) for d in shape.dim)
+
+
+def onnx_inputs(path: str | Path) -> dict[str, InputDims]:
+    """The graph inputs of an ONNX file (initializers excluded): name -> dims (``InputDims``).
+
+    A negative ``dim_value`` (Paddle2ONNX writes ``-1``) is dynamic, as in ONNX and TensorRT's parser.
+
+    Reads only the graph's input and initializer-name fields from a memory map, skipping the weights, so it costs
+    little even for a 2 GB model. Raises ``UserInputError`` when the file is not an ONNX model.
+    """
+    return _mapped(path, lambda buf: {vi.name: _dims(vi) for vi in _graph(buf, nodes=False)[0]})
+
+
+def onnx_shape_tensors(path: str | Path) -> dict[str, str]:
+    """The graph inputs whose values are shapes (TensorRT's shape tensors): name -> what they shape.
+
+    Reads the graph's nodes and inputs from a memory map, skipping the weights.
+    """
+    return _mapped(path, lambda buf: shape_tensor_inputs(*_graph(buf, nodes=True)))

@@ -89,6 +89,13 @@ def test_only_the_farm_commands_import_prefect_in_the_command_line():
     assert offences == []
 
 
+def test_nothing_shipped_imports_the_developer_tools():
+    """``tools/`` (the bindings check) is not in the wheel: nothing in trtfarm/, flows/ or tasks/ imports it."""
+    offences = [f"{name} imports {imp}" for name, path in modules().items() for imp in imports(path)
+                if imp.split(".")[0] == "tools"]
+    assert offences == []
+
+
 def test_flows_and_tasks_never_import_the_command_line():
     offences = [f"{name} imports {imp}" for name, path in modules().items() if name.split(".")[0] in ("flows", "tasks")
                 for imp in imports(path) if imp.startswith("trtfarm.cli")]

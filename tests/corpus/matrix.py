@@ -195,7 +195,8 @@ def plain_build(path: Path, profile: list[str]) -> Cell:
 def precheck(path: Path, profile: list[str]) -> Cell:
     """The profile pre-check trtfarm runs before any build."""
     from trtfarm.errors import UserInputError
-    from trtfarm.profiles.profile import check_profiles_against_inputs, onnx_inputs, profile_from_args
+    from trtfarm.onnxfile import onnx_inputs
+    from trtfarm.profiles.profile import check_profiles_against_inputs, profile_from_args
 
     start = time.perf_counter()
     try:

@@ -8,7 +8,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from trtfarm.errors import ConfigError, UserInputError
-from trtfarm.profiles.profile import check_profiles_against_inputs, load_profiles_file, onnx_inputs, profile_from_args
+from trtfarm.onnxfile import onnx_inputs
+from trtfarm.profiles.profile import check_profiles_against_inputs, load_profiles_file, profile_from_args
 
 from ..conftest import ENCODER_PROFILE
 

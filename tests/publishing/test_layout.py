@@ -112,3 +112,43 @@ def test_other_segments_refuse_traversal_too(bad):
         layout.job_result_key(bad, "job")
     with pytest.raises(UserInputError):
         layout.report_key("encoder", bad, "report.md")
+
+
+NAMES = ["encoder", "e", "BERT-base_v2.1", "m" * 128, "0.9"]  # every name check_name accepts, short and long
+GPUS = ["h100", "rtx-4090", "A10G", "l4_24gb"]
+TOOLCHAINS = ["tensorrt-11.4.0.106", "tensorrt_rtx-1.7.1.116", "tensorrt-11.4@cu13+x"]
+
+
+@pytest.mark.parametrize("model", NAMES)
+def test_every_key_that_is_parsed_parses_back_into_what_built_it(model):
+    """Build -> parse is the identity for each key a module outside layout.py reads fields out of."""
+    for gpu in GPUS:
+        for toolchain in TOOLCHAINS:
+            prefix = layout.plan_prefix(model, D64, gpu, toolchain, B64)
+            folder = (model, D64[:12], gpu, toolchain, B64[:12])
+            assert layout.parse_plan_prefix(prefix) == (*folder, "")
+            for key, leaf in ((layout.plan_key(prefix), "model.plan"), (layout.manifest_key(prefix), "manifest.json"),
+                              (layout.signature_key(prefix, "ab" * 32), layout.signature_name("ab" * 32))):
+                assert layout.parse_plan_key(key) == (*folder, leaf)
+                assert layout.folder_of(key) == prefix and layout.leaf_of(key) == leaf
+            assert layout.leaf_of(prefix) == B64[:12]
+            assert layout.parse_short_ref(layout.short_ref(layout.manifest_key(prefix))) == (model, gpu, B64[:12])
+            release = layout.release_key(model, gpu, toolchain)
+            assert layout.parse_release_key(release) == (model, gpu, toolchain)
+            assert layout.parse_release_key(release).model == model
+        export = layout.export_prefix(model, "20261201T000000000000Z-0123456789ab")
+        assert layout.parse_export_record_key(layout.export_file_key(export, layout.EXPORT_NAME)) == \
+            (model, "20261201T000000000000Z-0123456789ab")
+        assert layout.parse_report_key(layout.report_key(model, "local-1", "outcomes.json")) == \
+            (model, "local-1", "outcomes.json")
+
+
+def test_keys_of_other_shapes_parse_to_none():
+    prefix = layout.plan_prefix("encoder", D64, "h100", "tensorrt-11.4.0.106", B64)
+    release = layout.release_key("encoder", "h100", "tensorrt-11.4.0.106")
+    for parse, others in ((layout.parse_release_key, [prefix, layout.manifest_key(prefix), "releases/encoder/h100",
+                                                      "releases/encoder/h100/x.json/y", "plans/encoder/h100/x.json"]),
+                          (layout.parse_plan_prefix, [release, layout.manifest_key(prefix), "plans/encoder"]),
+                          (layout.parse_short_ref, [release, layout.manifest_key(prefix), "encoder/h100",
+                                                    "plans/encoder/h100"])):
+        assert [k for k in others if parse(k) is not None] == [], parse.__name__

@@ -1,8 +1,8 @@
 """Drive trtfarm's TensorRT-only functions through a stand-in ``tensorrt`` specified by one real bindings version.
 
 Run in a subprocess whose ``PYTHONPATH``/``LD_LIBRARY_PATH`` make ``import tensorrt_bindings`` give that version
-(``apisurface.bindings_env``): ``python -m tests.toolchain.drive_tensorrt SCENARIO...``. Prints one JSON object,
-{scenario: {"ok": bool, "detail" | "error": str, "calls": [names]}}. The stand-in is installed as
+(``tools.apicheck.surface.bindings_env``): ``python -m tests.toolchain.drive_tensorrt SCENARIO...``. Prints one
+JSON object, {scenario: {"ok": bool, "detail" | "error": str, "calls": [names]}}. The stand-in is installed as
 ``sys.modules["tensorrt"]``, so ``import_flavour("tensorrt")`` and ``import tensorrt`` inside trtfarm (and inside
 Polygraphy's loaders) get it. This checks the API, not TensorRT's behaviour: every result is scripted.
 """

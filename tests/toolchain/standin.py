@@ -3,7 +3,8 @@
 Built inside a process that imported NVIDIA's real ``tensorrt_bindings`` (on null entry points: nothing can run).
 Enums are the real enums. Every other class becomes a stand-in class: constructing it, calling a method, reading or
 writing a property is checked against the real class (``inspect.getattr_static``) and the overloads pybind11 wrote
-into its ``__doc__`` (``apisurface.parse_signatures``), the way ``unittest.mock.create_autospec`` checks a spec, but
+into its ``__doc__`` (``tools.apicheck.surface.parse_signatures``), the way ``unittest.mock.create_autospec``
+checks a spec, but
 per overload and with pybind11's argument conversions (a ``str`` parameter refuses a ``Path``, an ``int`` one a
 ``str``, a TensorRT class parameter anything but that class). A method that does not exist raises AttributeError;
 arguments no overload accepts raise TypeError; a read-only property refuses a write; a class without ``__dict__``
@@ -21,9 +22,9 @@ import inspect
 import types
 from collections.abc import Callable
 
-from trtfarm.toolchain.apicheck import binds, describe
-from trtfarm.toolchain.apisurface import parse_signatures
-from trtfarm.toolchain.apiuses import class_name
+from tools.apicheck.check import binds, describe
+from tools.apicheck.surface import parse_signatures
+from tools.apicheck.uses import class_name
 
 BUFFER_CLASSES = {"IHostMemory"}  # pybind11 classes with the buffer protocol
 

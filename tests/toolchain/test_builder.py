@@ -9,8 +9,9 @@ from onnx import TensorProto, helper
 from trtfarm.errors import UserInputError
 from trtfarm.profiles.profile import profile_from_args
 from trtfarm.toolchain import BuildFailed, OnnxParseError, import_flavour, plan_from_onnx, read_plan_header
-from trtfarm.toolchain.builder import RTX_NO_TIMING_CACHE, TensorIO
+from trtfarm.toolchain.builder import RTX_NO_TIMING_CACHE
 from trtfarm.vocabulary.fleet import BuilderSettings, RefitMode
+from trtfarm.vocabulary.manifest import TensorIO
 
 from ..conftest import ENCODER_PROFILE
 
@@ -45,9 +46,9 @@ def test_example_encoder_builds_a_plan_with_a_readable_header(example_onnx, tmp_
     assert ("Building engine", None) in rec.started and rec.steps > 10
     assert result.timing_cache is None and result.timing_cache_reason == RTX_NO_TIMING_CACHE
     assert result.flags == ["TF32"] and result.hardware_compatibility_level == "NONE"
-    assert result.io == [TensorIO("input_ids", "input", "INT64", (-1, -1)),
-                         TensorIO("attention_mask", "input", "INT64", (-1, -1)),
-                         TensorIO("embeddings", "output", "FLOAT", (-1, 64))]
+    assert result.io == [TensorIO(name="input_ids", mode="input", dtype="INT64", shape=[-1, -1]),
+                         TensorIO(name="attention_mask", mode="input", dtype="INT64", shape=[-1, -1]),
+                         TensorIO(name="embeddings", mode="output", dtype="FLOAT", shape=[-1, 64])]
 
 
 def test_two_profiles_build_and_cancelling_from_the_monitor_stops_the_build(example_onnx, tmp_path):

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from tools.apicheck.check import check_versions, trtfarm_sources
+from tools.apicheck.surface import bindings_env
 from trtfarm.building.build import _verification
-from trtfarm.toolchain.apicheck import check_versions, trtfarm_sources
-from trtfarm.toolchain.apisurface import bindings_env
 from trtfarm.vocabulary.fleet import TENSORRT_BINDINGS, Flavour
 from trtfarm.vocabulary.fleet_file import load_fleet
 from trtfarm.vocabulary.manifest import Check

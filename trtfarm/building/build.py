@@ -48,7 +48,6 @@ from trtfarm.vocabulary.manifest import (
     PrecisionInfo,
     ServingImageInfo,
     TargetInfo,
-    TensorIO,
     TimingCacheInfo,
     Verification,
 )
@@ -139,17 +138,26 @@ def engine_result(store: Store, model: ModelSource, plan: TargetPlan, profiles, 
     from trtfarm.validation.engine_gpu import validate_engine
     from trtfarm.validation.summary import engine_check
 
-    heldout = model.path.with_name("heldout.npz")
-    samples = None
-    if heldout.is_file():
-        import numpy as np
-
-        with np.load(heldout) as npz:
-            samples = {k: npz[k] for k in npz.files}
-    v = validate_engine(result.plan_path, model.path, list(profiles), engine_recipe(model), heldout=samples)
+    v = validate_engine(result.plan_path, model.path, list(profiles), engine_recipe(model),
+                        heldout=heldout_samples(model))
     check, tactics, digest = engine_check(v, t.gpu.nvml_name, released_manifest(store, plan),
                                           t.max_p99_increase)
     return EngineResult(check, tactics, digest, v.memory_per_profile)
+
+
+def heldout_samples(model: ModelSource) -> dict | None:
+    """The inputs the engine check feeds: the held-out file the run was given, else None (generated inputs).
+
+    The file is ``--heldout``'s or farm.yaml's (``ModelSource.heldout``), else ``heldout.npz`` beside the model (an
+    export a worker fetched whole, whose planning saw only its spec).
+    """
+    path = model.heldout or model.path.with_name("heldout.npz")
+    if not path.is_file():
+        return None
+    import numpy as np
+
+    with np.load(path) as npz:
+        return {k: npz[k] for k in npz.files}
 
 
 def engine_recipe(model: ModelSource):
@@ -248,8 +256,7 @@ def build_manifest(model: ModelSource, plan: TargetPlan, built_by: TargetPlan, r
         plan=plan_info.model_copy(update={"header_version": result.header_version, "tactics": engine.tactics,
                                           "tactics_digest": engine.tactics_digest,
                                           "device_memory_per_profile": engine.memory,
-                                          "io": [TensorIO(name=t.name, mode=t.mode, dtype=t.dtype, shape=list(t.shape))
-                                                 for t in result.io] or None}),
+                                          "io": list(result.io) or None}),
         verification=_verification(model, plan, result, engine.check if plan is built_by else pending_engine(
             plan, f"plan shared with {built_by.target.id}, whose GPU ran the engine checks"
             if engine.check.status != "pending" else "built ahead-of-time on a CPU"), determinism),

@@ -52,7 +52,7 @@ def job_model(store: Store, job: BuildJob, work: Path) -> ModelSource:
     if digest != job.model.onnx_digest:
         raise UserInputError(f"{job.model_uri}: the model bytes changed since the run was planned (sha256 "
                              f"{job.model.onnx_digest[:12]} planned, {digest[:12]} found); rerun the build")
-    model = job.model.model_copy(update={"path": path})
+    model = job.model.model_copy(update={"path": path, "heldout": _heldout_here(job.model, path)})
     step = job.model.precision
     if step is None or step.converted_key is None:
         return model.model_copy(update={"build_path": None})
@@ -61,6 +61,16 @@ def job_model(store: Store, job: BuildJob, work: Path) -> ModelSource:
         local = work / "converted.onnx"
         store.download_file(step.converted_key, local, sha256=step.converted_sha256)
     return model.model_copy(update={"build_path": local})
+
+
+def _heldout_here(planned: ModelSource, path: Path) -> Path | None:
+    """The held-out file on this machine: in the fetched export where it was in the planned one, else as given."""
+    if planned.heldout is None:
+        return None
+    try:
+        return path.parent / planned.heldout.relative_to(planned.path.parent)
+    except ValueError:  # outside the export's folder: a local build's --heldout, on this same machine
+        return planned.heldout
 
 
 def _digest(path: Path, planned: ModelSource) -> str:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
-from trtfarm.errors import TrtfarmError
+from trtfarm.errors import MismatchError
 from trtfarm.identity import canonical_json
 from trtfarm.store import Conflict, Store
 from trtfarm.vocabulary.fleet import BuilderSettings
@@ -41,7 +41,7 @@ class Merged:
         return len(self.data)
 
 
-class TimingCacheRefused(TrtfarmError):
+class TimingCacheRefused(MismatchError):
     """``ITimingCache.combine`` refused the shared cache (another TensorRT build or device, or damaged bytes)."""
 
 

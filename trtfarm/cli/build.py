@@ -22,7 +22,6 @@ from trtfarm.cli.common import (
     targets_path,
 )
 from trtfarm.cli.tables import Column, fitted_table, labelled, notes
-from trtfarm.errors import TrtfarmError
 
 if TYPE_CHECKING:  # the command imports what it runs when it runs (`trtfarm --help` needs none of it)
     from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
@@ -215,10 +214,7 @@ def targets(targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
     from trtfarm.vocabulary.fleet_file import load_fleet
     from trtfarm.vocabulary.targets import serve_check
 
-    try:
-        resolved = select_targets(load_fleet(targets_path(targets_file)))
-    except TrtfarmError as e:
-        raise fail(e) from e
+    resolved = select_targets(load_fleet(targets_path(targets_file)))
     caps = local_capabilities()
     rows = [{"target": t.id, "gpu": t.gpu_key, "gpu_name": t.gpu.nvml_name, "compute_capability":
              t.gpu.compute_capability, "toolchain": t.toolchain_label, "pool": t.gpu.pool,
@@ -261,11 +257,8 @@ def plans(store: str = STORE_OPT, model: str = typer.Option(None, "--model", hel
     from trtfarm.publishing.release import list_pointers
     from trtfarm.store import open_store
 
-    try:
-        found = list_manifests(store_uri(store), model)
-        released = {p.manifest for p in list_pointers(open_store(store_uri(store)), model)}
-    except TrtfarmError as e:
-        raise fail(e) from e
+    found = list_manifests(store_uri(store), model)
+    released = {p.manifest for p in list_pointers(open_store(store_uri(store)), model)}
     if as_json:
         print(json.dumps([{"manifest": url, **m.model_dump(mode="json")} for _, url, m in found], indent=2))
         return
@@ -297,10 +290,7 @@ def show(manifest: str = typer.Argument(..., help="manifest: a store key, file:/
     """Print one manifest and its provenance (who built the plan, from what)."""
     from trtfarm.publishing.catalog import load_attested
 
-    try:
-        url, m, prov = load_attested(manifest, store_uri(store, check=store is not None))
-    except TrtfarmError as e:
-        raise fail(e) from e
+    url, m, prov = load_attested(manifest, store_uri(store, check=store is not None))
     from trtfarm.publishing.catalog import manifest_table, provenance_mismatch, provenance_table
 
     try:

@@ -11,7 +11,44 @@ import typer.core
 from rich.console import Console
 from rich.markup import escape
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+
+class _PlainHelpOption:
+    """``--help`` with no type name (typer labels it ``<bool>``)."""
+
+    def get_help_option(self, ctx):  # noqa: D102 (typer's)
+        option = super().get_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
+class PlainHelpCommand(_PlainHelpOption, typer.core.TyperCommand):
+    """A command whose own ``--help`` shows no type name either."""
+
+
+class PlainHelpGroup(_PlainHelpOption, typer.core.TyperGroup):
+    """A command group whose ``--help`` shows no type name (as ``PlainHelpCommand``)."""
+
+
+class TrtfarmGroup(PlainHelpGroup):
+    """The ``trtfarm`` command: the one place an error trtfarm raised on purpose becomes its line and exit code.
+
+    Every command (and group) runs inside it, so a command never catches a ``TrtfarmError`` only to show it: it lets
+    it go, and ``fail`` prints ``error: <one line>`` and exits by the error's kind (2 bad input, 1 a failure or
+    mismatch, 3 a service not there). A command catches an error only to say something the error cannot (which
+    source a damaged manifest came from).
+    """
+
+    def invoke(self, ctx):  # noqa: D102 (click's)
+        from trtfarm.errors import TrtfarmError
+
+        try:
+            return super().invoke(ctx)
+        except TrtfarmError as e:
+            raise fail(e) from e
+
+
+app = typer.Typer(cls=TrtfarmGroup, add_completion=False, no_args_is_help=True,
                   help="Build, validate and publish TensorRT-family plans for every GPU x toolchain in a fleet.")
 out = Console()
 err = Console(stderr=True)
@@ -119,24 +156,6 @@ def fail(message: str | Exception, code: int | None = None) -> typer.Exit:
 def project_root() -> Path:
     """The checkout the flows' entrypoints are relative to (``$TRTFARM_HOME``, else where trtfarm is installed from)."""
     return Path(os.environ.get("TRTFARM_HOME") or Path(__file__).resolve().parents[2])
-
-
-class _PlainHelpOption:
-    """``--help`` with no type name (typer labels it ``<bool>``)."""
-
-    def get_help_option(self, ctx):  # noqa: D102 (typer's)
-        option = super().get_help_option(ctx)
-        if option is not None:
-            option.metavar = ""
-        return option
-
-
-class PlainHelpCommand(_PlainHelpOption, typer.core.TyperCommand):
-    """A command whose own ``--help`` shows no type name either."""
-
-
-class PlainHelpGroup(_PlainHelpOption, typer.core.TyperGroup):
-    """A command group whose ``--help`` shows no type name (as ``PlainHelpCommand``)."""
 
 
 def plain_metavars(typer_app: typer.Typer) -> None:

@@ -38,16 +38,13 @@ def need_server(wait_s: float) -> str:
 
     require("prefect")  # a base install: one line naming the [farm] extra
     from flows.client import prefect_api_url
-    from trtfarm.workers.server import ServerUnavailable, wait_for_server
+    from trtfarm.workers.server import wait_for_server
 
     api = prefect_api_url()
     if not api:
         raise fail("PREFECT_API_URL is not set: point it at the farm's Prefect server, e.g. "
                    "PREFECT_API_URL=http://127.0.0.1:4200/api (trtfarm never starts an ephemeral one)")
-    try:
-        wait_for_server(api, wait_s, lambda line: err.print(line, highlight=False, soft_wrap=not err.is_terminal))
-    except ServerUnavailable as e:
-        raise fail(e) from e
+    wait_for_server(api, wait_s, lambda line: err.print(line, highlight=False, soft_wrap=not err.is_terminal))
     return api
 
 
@@ -73,12 +70,9 @@ def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve 
     from trtfarm.workers.identity import NAME_ENV, POOL_ENV
 
     fleet_path = targets_path(targets_file)
-    try:
-        caps = local_capabilities()
-        result = check_worker(load_fleet(fleet_path), pool, caps.gpus, caps.versions, queue)
-        signing_settings(fleet_path, only="key").signer()  # a configured key must load, now
-    except TrtfarmError as e:
-        raise fail(e) from e
+    caps = local_capabilities()
+    result = check_worker(load_fleet(fleet_path), pool, caps.gpus, caps.versions, queue)
+    signing_settings(fleet_path, only="key").signer()  # a configured key must load, now
     if as_json:
         print(json.dumps({"pool": pool, "queue": queue, "ok": result.ok, "found": result.found, "needs": result.needs,
                           "targets": result.targets, "problems": result.problems}, indent=2))
@@ -121,13 +115,10 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
     from trtfarm.vocabulary.fleet_file import load_fleet
     from trtfarm.workers.pools import deployment_drift, desired_pools
 
-    try:
-        fleet = load_fleet(targets_path(targets_file))
-        desired = desired_pools(fleet, worker_type, control_limit)
-        deployments = prefect_file or Path("prefect.yaml")
-        missing = deployment_drift(deployments, desired) if deployments.is_file() else []
-    except TrtfarmError as e:
-        raise fail(e) from e
+    fleet = load_fleet(targets_path(targets_file))
+    desired = desired_pools(fleet, worker_type, control_limit)
+    deployments = prefect_file or Path("prefect.yaml")
+    missing = deployment_drift(deployments, desired) if deployments.is_file() else []
     need_server(server_wait)
 
     templates = {}
@@ -139,10 +130,7 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
 
     from flows.client import sync_work_pools
 
-    try:
-        drift = asyncio.run(sync_work_pools(desired, apply=not check, templates=templates))
-    except TrtfarmError as e:  # the server failed (1) or is not there (3): named by its kind
-        raise fail(e) from e
+    drift = asyncio.run(sync_work_pools(desired, apply=not check, templates=templates))
     if as_json:
         print(json.dumps([{"pool": d.pool, "declared": d.declared, "on_server": d.on_server, "action": d.action}
                           for d in drift], indent=2))
@@ -171,10 +159,7 @@ def pools_k8s(out_dir: Path = typer.Option(Path("infra/k8s"), "--out", help="whe
     from trtfarm.workers.pools import desired_pools
 
     output_path(out_dir, "--out")
-    try:
-        fleet = load_fleet(targets_path(targets_file))
-    except TrtfarmError as e:
-        raise fail(e) from e
+    fleet = load_fleet(targets_path(targets_file))
     out_dir.mkdir(parents=True, exist_ok=True)
     for pool in desired_pools(fleet, "kubernetes"):
         if pool.gpus:
@@ -225,8 +210,6 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
                  "child_pending_limit_s": child_pending_limit}
         request = MatrixRequest(**{k: v for k, v in given.items() if v not in (None, [])})
         fleet, targets = request.check_targets()  # once: the up-to-date check below uses them too
-    except TrtfarmError as e:
-        raise fail(e) from e
     except ValueError as e:  # pydantic: an unknown precision and the like
         problems = [f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()] if hasattr(e, "errors") else []
         raise fail(f"invalid parameters: {'; '.join(problems) or first_line(e)}") from e
@@ -244,10 +227,7 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
 
     from flows.client import submit_matrix
 
-    try:
-        run = asyncio.run(submit_matrix(deployment, request, wait))
-    except TrtfarmError as e:  # a deployment the server lacks (exit 2), the server refused (3), the store failed
-        raise fail(e) from e
+    run = asyncio.run(submit_matrix(deployment, request, wait))
     _print_run(run, as_json)
     if wait and run.state != "COMPLETED":
         raise typer.Exit(1)
@@ -262,12 +242,9 @@ def _dry_run(request, as_json: bool, fleet) -> None:
     if request.refit:
         raise fail("--dry-run with --refit: a dry run does not decide refits (they depend on each released plan's "
                    "refit flags); drop --refit to see what a full run would build")
-    try:
-        store = open_store(request.store)
-        decisions = dry_run(store, fleet, run_exports(store, request.model),
-                            targets=request.targets, precision=request.precision, force=request.force)
-    except TrtfarmError as e:
-        raise fail(e) from e
+    store = open_store(request.store)
+    decisions = dry_run(store, fleet, run_exports(store, request.model),
+                        targets=request.targets, precision=request.precision, force=request.force)
     if as_json:
         print(json.dumps([d.to_json() for d in decisions.decisions], indent=2))
     else:
@@ -362,10 +339,7 @@ def farm_deploy(prefect_file: Path = typer.Option(None, "--prefect-file", exists
     from flows.client import sync_lost_host_automation
     from flows.heartbeats import AUTOMATION, LOST_AFTER_S
 
-    try:
-        automation = asyncio.run(sync_lost_host_automation())
-    except TrtfarmError as e:
-        raise fail(e) from e
+    automation = asyncio.run(sync_lost_host_automation())
     if as_json:
         print(json.dumps({"prefect_file": str(path), "api": api, "deployments": rows,
                           "automation": {"name": AUTOMATION, "action": automation}}, indent=2))

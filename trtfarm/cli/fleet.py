@@ -26,7 +26,6 @@ from trtfarm.cli.common import (
     targets_path,
 )
 from trtfarm.cli.tables import Column, fitted_table
-from trtfarm.errors import TrtfarmError
 
 WIDE_OPT = typer.Option(False, "--wide", help="every column, however wide the terminal")
 FOLD = 40  # more changes than this: the table groups them by target (``--json`` lists each pair)
@@ -135,15 +134,12 @@ def plan(models: list[str] = typer.Argument(None, help="models to plan (default:
     from trtfarm.store import open_store
     from trtfarm.vocabulary.fleet_file import load_fleet
 
-    try:
-        if html:
-            output_path(html, "--html")  # a folder: checked before any work
-        current = load_fleet(targets_path(targets_file))
-        proposed = load_fleet(fleet)
-        with err.status("reading the store's listings and manifests", spinner="dots"):
-            decisions = plan_fleet(open_store(store_uri(store)), current, proposed, models or [])
-    except TrtfarmError as e:
-        raise fail(e) from e
+    if html:
+        output_path(html, "--html")  # a folder: checked before any work
+    current = load_fleet(targets_path(targets_file))
+    proposed = load_fleet(fleet)
+    with err.status("reading the store's listings and manifests", spinner="dots"):
+        decisions = plan_fleet(open_store(store_uri(store)), current, proposed, models or [])
     written = _plan_page(decisions, fleet, html) if html else None
     if as_json:
         print(json.dumps([d.to_json() for d in decisions.decisions], indent=2))
@@ -180,16 +176,13 @@ def status(models: list[str] = typer.Argument(None, help="models to show (defaul
     from trtfarm.store import open_store
     from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 
-    try:
-        if html:
-            output_path(html, "--html", folder=False)  # a file: checked before any work
-        path = targets_path(targets_file)
-        fleet = load_fleet(path)
-        trust = signing_settings(path, only="trust").trusted_keys()
-        with err.status("reading the store's listings and manifests", spinner="dots"):
-            found = fleet_status(open_store(store_uri(store)), fleet, models or [], trust=trust)
-    except TrtfarmError as e:
-        raise fail(e) from e
+    if html:
+        output_path(html, "--html", folder=False)  # a file: checked before any work
+    path = targets_path(targets_file)
+    fleet = load_fleet(path)
+    trust = signing_settings(path, only="trust").trusted_keys()
+    with err.status("reading the store's listings and manifests", spinner="dots"):
+        found = fleet_status(open_store(store_uri(store)), fleet, models or [], trust=trust)
     if html:
         from trtfarm.reports.fleet_html import status_html
 

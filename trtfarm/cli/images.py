@@ -8,8 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from trtfarm.cli.common import JSON_OPT, TARGETS_OPT, app, fail, message_text, out, project_root, targets_path
-from trtfarm.errors import TrtfarmError
+from trtfarm.cli.common import JSON_OPT, TARGETS_OPT, app, message_text, out, project_root, targets_path
 
 images_app = typer.Typer(no_args_is_help=True, help="Worker images: one per toolchain version in gpu_targets.yaml.")
 app.add_typer(images_app, name="images")
@@ -29,11 +28,8 @@ def images_build(toolchain: list[str] = typer.Option([], "--toolchain", help="to
     from trtfarm.vocabulary.fleet_file import load_fleet
     from trtfarm.workers.images import build_image, docker_client, image_jobs, push_image
 
-    try:
-        jobs = image_jobs(load_fleet(targets_path(targets_file)), toolchain or None, dockerfile)
-        client = docker_client()
-    except TrtfarmError as e:
-        raise fail(e) from e
+    jobs = image_jobs(load_fleet(targets_path(targets_file)), toolchain or None, dockerfile)
+    client = docker_client()
     results = []
     for job in jobs:
         if not as_json:

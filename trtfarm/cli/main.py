@@ -1,7 +1,8 @@
 """The ``trtfarm`` entry point: registers every command group, runs the app, and shows errors by their kind.
 
 Every error trtfarm raises on purpose is one line, exiting by its kind: the user's input 2 (naming the fix), a failing
-service or a mismatch 1, a service not there 3 (naming it); anything else is a bug and keeps its traceback.
+service or a mismatch 1, a service not there 3 (naming it); the app's group (``cli/common.py``: ``TrtfarmGroup``)
+catches them once for every command. Anything else is a bug and keeps its traceback.
 SIGTERM is turned into a clean exit, so temporary files and in-flight store writes are removed as on Ctrl-C.
 """
 
@@ -29,7 +30,6 @@ from trtfarm.cli import (  # noqa: F401
     webhook,
 )
 from trtfarm.cli.common import app, err, message_text, plain_metavars
-from trtfarm.errors import TrtfarmError, one_line
 from trtfarm.extras import missing_extra
 
 plain_metavars(app)
@@ -52,9 +52,6 @@ def main() -> None:
     except interrupt.Interrupted:
         scratch.remove_all()  # what the signal caught mid-way (between creating a temporary and its cleanup)
         raise
-    except TrtfarmError as e:  # raised on purpose, by kind: exit 2 bad input, 1 a failure or mismatch, 3 no service
-        err.print(f"[bold red]error:[/] {message_text(one_line(e))}", highlight=False, soft_wrap=not err.is_terminal)
-        sys.exit(e.exit_code)
     except ModuleNotFoundError as e:  # an optional module of an extra this install lacks: one line naming it
         extra = missing_extra(e)
         if extra is None:

@@ -8,8 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from trtfarm.cli.common import JSON_OPT, STORE_OPT, app, fail, message_text, out, store_uri
-from trtfarm.errors import TrtfarmError
+from trtfarm.cli.common import JSON_OPT, STORE_OPT, app, message_text, out, store_uri
 
 models_app = typer.Typer(no_args_is_help=True, help="The model registry in the store (what nightly runs build).")
 app.add_typer(models_app, name="models")
@@ -25,10 +24,7 @@ def models_push(folder: Path = typer.Argument(..., exists=True, file_okay=False,
     from trtfarm.publishing.registry import register_export
     from trtfarm.store import open_store
 
-    try:
-        ref = register_export(open_store(store_uri(store, creates=True)), folder, name)
-    except TrtfarmError as e:
-        raise fail(e) from e
+    ref = register_export(open_store(store_uri(store, creates=True)), folder, name)
     if as_json:
         print(json.dumps(ref.to_json()))
     else:

@@ -8,8 +8,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from trtfarm.cli.common import JSON_OPT, app, err, fail, output_path
-from trtfarm.errors import TrtfarmError
+from trtfarm.cli.common import JSON_OPT, app, err, output_path
 
 profiles_app = typer.Typer(no_args_is_help=True, help="Optimization profiles from logged request shapes.")
 app.add_typer(profiles_app, name="profiles")
@@ -43,15 +42,12 @@ def profiles_derive(
 
     if out:
         output_path(out, "--out", folder=False)
-    try:
-        constraints = Constraints(caps=dict(parse_cap(c) for c in cap), max_batch=max_batch,
-                                  granularity=granularity, max_profiles=max_profiles, max_tokens=max_tokens)
-        derived = derive_profiles(read_shape_log(log), constraints, onnx_activation_bytes(model) if model else None)
-        doc = derivation_file(derived, str(log))
-        if out:
-            write_profiles_file(doc, out)
-    except TrtfarmError as e:
-        raise fail(e) from e
+    constraints = Constraints(caps=dict(parse_cap(c) for c in cap), max_batch=max_batch,
+                              granularity=granularity, max_profiles=max_profiles, max_tokens=max_tokens)
+    derived = derive_profiles(read_shape_log(log), constraints, onnx_activation_bytes(model) if model else None)
+    doc = derivation_file(derived, str(log))
+    if out:
+        write_profiles_file(doc, out)
     if as_json:
         print(json.dumps({"profiles": profile_texts(doc.profiles),
                           "buckets": doc.buckets, "report": doc.report}, indent=2))

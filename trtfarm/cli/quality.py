@@ -10,7 +10,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from trtfarm.cli.common import JSON_OPT, STORE_OPT, app, err, fail, message_text, out, output_path, store_uri
-from trtfarm.errors import TrtfarmError
 
 
 @app.command()
@@ -55,10 +54,7 @@ def precision(
                                                    f"{x['msg'].removeprefix('Value error, ')}"
                                                    for x in e.errors())) from e
     target = out_path or model.with_name(f"{model.stem}_{mode}.onnx")
-    try:
-        result = convert_and_gate(model, recipe, target, calibration=calibration, heldout=heldout)
-    except TrtfarmError as e:
-        raise fail(e) from e
+    result = convert_and_gate(model, recipe, target, calibration=calibration, heldout=heldout)
     if as_json:
         print(json.dumps(result.to_json(), indent=2))
     else:
@@ -115,12 +111,9 @@ def report(ref: str = typer.Argument(..., help="a run id (reports/<model>/<run>/
     from trtfarm.store import open_store
 
     output_path(out_dir, "--out")
-    try:
-        s = open_store(store_uri(store))
-        model, run, outcomes = outcomes_for(s, ref)
-        written = write_report(s, model, run, outcomes, out_dir)
-    except TrtfarmError as e:
-        raise fail(e) from e
+    s = open_store(store_uri(store))
+    model, run, outcomes = outcomes_for(s, ref)
+    written = write_report(s, model, run, outcomes, out_dir)
     path, rows = written.path, written.rows
     if as_json:
         print(json.dumps({"report": str(path), "html": str(path.with_name("report.html")),

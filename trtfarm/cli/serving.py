@@ -14,7 +14,6 @@ from trtfarm.cli.common import (
     TARGETS_OPT,
     app,
     err,
-    fail,
     message_text,
     out,
     output_path,
@@ -22,7 +21,6 @@ from trtfarm.cli.common import (
     targets_path,
 )
 from trtfarm.cli.tables import notes
-from trtfarm.errors import TrtfarmError
 
 
 @app.command()
@@ -49,23 +47,17 @@ def triton(
     from trtfarm.profiles.profile import load_profiles_file
     from trtfarm.serving.triton import TritonRequest, triton_repositories
     from trtfarm.signing.accepted import AcceptedReleases, configured_max_age
-    from trtfarm.signing.bundle import SignatureRefused
     from trtfarm.store import open_store
     from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 
     output_path(repo, "--repo")
-    try:
-        require("tritonclient")  # a base install: one line naming the [triton] extra, before the store is read
-        trust = signing_settings(targets_path(targets_file), only="trust").trusted_keys()
-        accepted, max_age = (AcceptedReleases(), configured_max_age()) if trust else (None, None)
-        req = TritonRequest(model, repo, tuple(gpu), toolchain, keep, instances,
-                            "dynamic" if dynamic_batching else "explicit",
-                            load_profiles_file(profiles) if profiles else None, trust, accepted, max_age)
-        result = triton_repositories(open_store(store_uri(store)), load_fleet(targets_path(targets_file)), req)
-    except SignatureRefused as e:
-        raise fail(f"refused: {e}", code=1) from e
-    except TrtfarmError as e:
-        raise fail(e) from e
+    require("tritonclient")  # a base install: one line naming the [triton] extra, before the store is read
+    trust = signing_settings(targets_path(targets_file), only="trust").trusted_keys()
+    accepted, max_age = (AcceptedReleases(), configured_max_age()) if trust else (None, None)
+    req = TritonRequest(model, repo, tuple(gpu), toolchain, keep, instances,
+                        "dynamic" if dynamic_batching else "explicit",
+                        load_profiles_file(profiles) if profiles else None, trust, accepted, max_age)
+    result = triton_repositories(open_store(store_uri(store)), load_fleet(targets_path(targets_file)), req)
     if as_json:
         print(json.dumps(result.to_json(), indent=2))
         return

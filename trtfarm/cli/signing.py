@@ -19,7 +19,6 @@ from trtfarm.cli.common import (
     store_uri,
     targets_path,
 )
-from trtfarm.errors import TrtfarmError
 
 
 @app.command()
@@ -35,16 +34,13 @@ def sign(models: list[str] = typer.Argument(None, help="model names [default: ev
     from trtfarm.store import open_store
     from trtfarm.vocabulary.fleet_file import signing_settings
 
-    try:
-        uri = store_uri(store)  # a store that is not there is named before the key is looked for
-        signer = signing_settings(targets_path(targets_file), only="key").signer()
-        if signer is None:
-            raise fail("no signing key: set TRTFARM_SIGNING_KEY=PATH (the workers' PEM key) or signing.key in "
-                       "gpu_targets.yaml")
-        done = sign_store(open_store(uri), signer, models or (),
-                          note=None if as_json else lambda line: out.print(message_text(line), highlight=False))
-    except TrtfarmError as e:
-        raise fail(e) from e
+    uri = store_uri(store)  # a store that is not there is named before the key is looked for
+    signer = signing_settings(targets_path(targets_file), only="key").signer()
+    if signer is None:
+        raise fail("no signing key: set TRTFARM_SIGNING_KEY=PATH (the workers' PEM key) or signing.key in "
+                   "gpu_targets.yaml")
+    done = sign_store(open_store(uri), signer, models or (),
+                      note=None if as_json else lambda line: out.print(message_text(line), highlight=False))
     if as_json:
         print(json.dumps(done.to_json(), indent=2))
     else:

@@ -21,7 +21,6 @@ from trtfarm.cli.common import (
     store_uri,
     targets_path,
 )
-from trtfarm.errors import TrtfarmError
 from trtfarm.layout import TIMING_CACHES, timing_cache_flavour, timing_cache_label, timing_cache_ref
 
 cache_app = typer.Typer(no_args_is_help=True, help="Shared timing caches, one per exact TensorRT build, GPU model and "
@@ -99,7 +98,6 @@ def release(manifest: str = typer.Argument(..., help="the plan's manifest: store
     """Move (or roll back) a release pointer by hand, recorded with who and why."""
     from trtfarm.publishing.catalog import load_manifest
     from trtfarm.publishing.release import move_release, stored_manifest_key
-    from trtfarm.signing.bundle import SignatureRefused
     from trtfarm.store import open_store
     from trtfarm.vocabulary.fleet_file import signing_settings
     from trtfarm.vocabulary.manifest import ManifestInvalid
@@ -119,12 +117,8 @@ def release(manifest: str = typer.Argument(..., help="the plan's manifest: store
         accepted, _ = _host_memory(trust)
         pointer = move_release(s, key, m, release_on=_release_on(targets_file, m.target.target_id), reason=reason,
                                rollback=rollback, force=force, trust=trust, signer=signer, accepted=accepted)
-    except SignatureRefused as e:
-        raise fail(f"refused: {e}", code=1) from e
     except ManifestInvalid as e:  # a store's manifest that is not one is a damaged object; a local file, bad input
         raise fail(e, code=None if Path(manifest).is_file() else 1) from e
-    except TrtfarmError as e:
-        raise fail(e) from e
     if as_json:
         print(pointer.model_dump_json(indent=2))
         return
@@ -156,26 +150,20 @@ def pull(model: str = typer.Argument(..., help="model name"),
     """
     from trtfarm.machine.capabilities import local_capabilities
     from trtfarm.runtime.pull import local_gpu_key, local_toolchains, pull_release
-    from trtfarm.signing.bundle import SignatureRefused
     from trtfarm.store import open_store
     from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 
     if to is not None:
         output_path(to, "--to", folder=to.is_dir())
     uri = store_uri(store)
-    try:
-        caps = local_capabilities()
-        fleet = load_fleet(targets_path(targets_file))
-        trust = signing_settings(targets_path(targets_file), only="trust").trusted_keys()
-        gpu_key = local_gpu_key(fleet, caps.gpus, gpu)
-        accepted, max_age = _host_memory(trust)
-        pulled = pull_release(open_store(uri), model, gpu_key,
-                              local_toolchains(caps.versions, toolchain), to, fleet=fleet, trust=trust,
-                              accepted=accepted, max_age=max_age)
-    except SignatureRefused as e:
-        raise fail(f"refused: {e}", code=1) from e
-    except TrtfarmError as e:  # a serving image that does not carry the plan's TensorRT (exit 1) among them
-        raise fail(e) from e
+    caps = local_capabilities()
+    fleet = load_fleet(targets_path(targets_file))
+    trust = signing_settings(targets_path(targets_file), only="trust").trusted_keys()
+    gpu_key = local_gpu_key(fleet, caps.gpus, gpu)
+    accepted, max_age = _host_memory(trust)
+    pulled = pull_release(open_store(uri), model, gpu_key,
+                          local_toolchains(caps.versions, toolchain), to, fleet=fleet, trust=trust,
+                          accepted=accepted, max_age=max_age)
     claim = pulled.release.claim
     doc = {"plan": str(pulled.plan), "manifest": str(pulled.manifest_path), "release": pulled.pointer_key,
            "bytes": pulled.bytes, "transfer": pulled.transfer,
@@ -210,7 +198,7 @@ def verify(ref: Path = typer.Argument(..., help="a plan (manifest beside it) or 
            targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
     """Check a plan against its manifest, this host and the fleet's trusted keys, then load it."""
     from trtfarm.machine.gpu import GpuScan, LocalGpu
-    from trtfarm.runtime.loader import Check, find_files, runtime_check, static_checks
+    from trtfarm.runtime.loader import VerifyCheck, find_files, runtime_check, static_checks
     from trtfarm.vocabulary.fleet_file import signing_settings
     from trtfarm.vocabulary.manifest import ManifestInvalid
 
@@ -224,15 +212,14 @@ def verify(ref: Path = typer.Argument(..., help="a plan (manifest beside it) or 
                                files=files, trust=trust)
     except ManifestInvalid as e:  # the manifest beside a plan is damaged or replaced: a refusal, not bad input
         raise fail(f"refused: {e}", code=1) from e
-    except TrtfarmError as e:
-        raise fail(e) from e
     # an untrusted plan is never deserialised: a version-compatible one would run its host code
     intact = all(c.ok is not False for c in checks if c.name in ("sha256", "header", "toolchain", "signature",
                                                                  "identity"))
     if intact and gpus is None:  # ask the runtime too, so a GPU mismatch also shows the runtime's own reason
         checks.append(runtime_check(plan, m))
     elif intact:
-        checks.append(Check("runtime", None, f"not run: checked against --gpu-name {gpu_name!r}, not a local GPU"))
+        checks.append(VerifyCheck("runtime", None,
+                                  f"not run: checked against --gpu-name {gpu_name!r}, not a local GPU"))
     rows = [{"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks]
     ok = all(c.ok is not False for c in checks)
     sig = next(c for c in checks if c.name == "signature")

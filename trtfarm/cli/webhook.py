@@ -29,7 +29,6 @@ def webhook_serve(host: str = typer.Option("127.0.0.1", "--host"), port: int = t
                                                        "store); others get 403"),
                   store: str = STORE_OPT) -> None:
     """Serve POST /sns (S3 notifications through SNS) and POST /hook (HMAC-signed {"model_uri": ...})."""
-    from trtfarm.errors import UserInputError
     from trtfarm.extras import require
 
     require("fastapi", "uvicorn", "httpx", extra="webhook", purpose="the webhook receiver")
@@ -44,8 +43,5 @@ def webhook_serve(host: str = typer.Option("127.0.0.1", "--host"), port: int = t
         raise fail(f"nothing to accept: set {secret_env} for signed posts and/or give --topic ARN for SNS")
     cfg = WebhookConfig(store_uri(store, creates=True), api, secret, set(topic), replay_window, max_body, sns_verify,
                         allow_root)
-    try:
-        create_app(cfg)  # refuses a malformed --allow-root before the server starts
-    except UserInputError as e:
-        raise fail(e) from e
+    create_app(cfg)  # refuses a malformed --allow-root before the server starts
     serve(cfg, host, port)

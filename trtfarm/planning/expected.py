@@ -190,18 +190,19 @@ def _unrecorded(survey: StoreSurvey, ref: ExportRef, precision: str | None) -> E
 
 def _from_releases(survey: StoreSurvey, models: list[str]) -> dict[str, ExpectedExport]:
     """Models with plans but no registered export: the export of each one's newest released (else published) plan."""
-    pointers = survey.pointer_summaries(k for k in survey.pointers if k.split("/")[1] in set(models))
+    pointers = survey.pointer_summaries(k for k in survey.pointers
+                                        if (name := layout.parse_release_key(k)) and name.model in set(models))
     released = {layout.folder_of(p.manifest): p for p in pointers.values()}
     newest: dict[str, ManifestSummary] = {}
     for prefix, m in survey.manifests(released).items():
-        model = prefix.split("/")[1]
+        model = layout.parse_plan_prefix(prefix).model
         if model not in newest or (m.exported_at or "", m.created_at) > (newest[model].exported_at or "",
                                                                          newest[model].created_at):
             newest[model] = m
     unreleased = [m for m in models if m not in newest]
     folders = [f.prefix for m in unreleased for f in survey.by_model.get(m, [])]
     for prefix, m in survey.manifests(folders).items():
-        model = prefix.split("/")[1]
+        model = layout.parse_plan_prefix(prefix).model
         if model not in newest or (m.exported_at or "", m.created_at) > (newest[model].exported_at or "",
                                                                          newest[model].created_at):
             newest[model] = m

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
 from trtfarm.errors import UserInputError
-from trtfarm.identity import canonical_json
 
 Mode = Literal["fp32", "fp16", "bf16", "int8", "fp8"]
 Task = Literal["embedding", "classifier", "generic"]
@@ -91,12 +89,6 @@ class Recipe(BaseModel):
         if self.thresholds is None:
             return default
         return default.model_copy(update=self.thresholds.model_dump(exclude_unset=True))
-
-    def conversion_key(self, calibration_digest: str | None) -> str:
-        """Everything that changes the converted ONNX (not the gate's thresholds or task)."""
-        doc = self.model_dump(mode="json", exclude={"thresholds", "task", "output_ranges"})
-        doc["calibration"] = calibration_digest
-        return hashlib.sha256(canonical_json(doc)).hexdigest()
 
 
 class GateFailed(UserInputError):

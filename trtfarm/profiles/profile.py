@@ -2,12 +2,12 @@
 
 A profile's maximum sizes every context's activation memory, its optimum picks the timed tactics, its range decides
 which requests are accepted. Every dimension is at least 1. ``check_profiles_against_inputs`` checks profiles against
-the model's inputs (``onnx_inputs`` reads them) before anything is built, so a wrong name or rank costs no build.
+the model's inputs (``onnxfile.onnx_inputs`` reads them) before anything is built, so a wrong name or rank costs no
+build.
 """
 
 from __future__ import annotations
 
-import mmap
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, RootModel, field_validator, model_validator
 
 from trtfarm.errors import UserInputError
-from trtfarm.onnxfile import dim_label, onnx_messages
+from trtfarm.onnxfile import InputDims, onnx_inputs, onnx_shape_tensors  # noqa: F401 - the one ONNX reader; planning reads here
 
 _SHAPE = re.compile(r"^\d+(x\d+)*$")
 MAX_DIM = 2**31 - 1  # the largest dimension a TensorRT profile takes (its Python bindings pass dims as int32)
@@ -170,9 +170,6 @@ def profile_texts(profiles: list[Profile]) -> list[dict[str, str]]:
 
 # --- profiles against the model's inputs ---------------------------------------------------------------------------
 
-# Per dimension: its fixed size (int), or, when dynamic, its name (str: dims sharing one name are one size to
-# TensorRT) or None (unnamed). The whole value is None when the rank is unknown.
-InputDims = tuple[int | str | None, ...] | None
 
 
 def _fixed(d: int | str | None) -> int | None:
@@ -282,111 +279,3 @@ def check_profiles_against_inputs(profiles: list[Profile], inputs: Mapping[str, 
                      for name, what in shape_tensors.items() if name not in profile.root]
     if problems:
         raise UserInputError("; ".join(problems))
-
-
-def _varint(buf, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-
-
-def _fields(buf, start: int, end: int):
-    """Protobuf wire format: ``(field number, wire type, start, end)`` of each field in ``buf[start:end]``."""
-    pos = start
-    while pos < end:
-        tag, pos = _varint(buf, pos)
-        field, wire = tag >> 3, tag & 7
-        if wire == 0:
-            _, after = _varint(buf, pos)
-        elif wire == 2:
-            size, pos = _varint(buf, pos)
-            after = pos + size
-        elif wire in (1, 5):
-            after = pos + (8 if wire == 1 else 4)
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire}")
-        if after > end:
-            raise ValueError("truncated protobuf field")
-        yield field, wire, pos, after
-        pos = after
-
-
-def _tensor_name(buf, start: int, end: int) -> str | None:
-    return next((bytes(buf[s:e]).decode() for f, w, s, e in _fields(buf, start, end) if f == 8 and w == 2), None)
-
-
-def _graph_inputs(buf) -> dict[str, InputDims]:
-    value_info = onnx_messages().ValueInfoProto
-    graph = next(((s, e) for f, w, s, e in _fields(buf, 0, len(buf)) if f == 7 and w == 2), None)
-    if graph is None:
-        raise ValueError("no graph")
-    inputs, weights = [], set()
-    for field, wire, s, e in _fields(buf, *graph):
-        if field == 11 and wire == 2:  # GraphProto.input
-            inputs.append(value_info.FromString(bytes(buf[s:e])))
-        elif field == 5 and wire == 2:  # initializer (TensorProto; its name is field 8)
-            weights.add(_tensor_name(buf, s, e))
-        elif field == 15 and wire == 2:  # sparse_initializer: the name is its values tensor's
-            values = next(((vs, ve) for f, w, vs, ve in _fields(buf, s, e) if f == 1 and w == 2), None)
-            weights.add(_tensor_name(buf, *values) if values else None)
-    found: dict[str, InputDims] = {}
-    for vi in inputs:
-        if vi.name in weights:  # IR < 4 lists initializers as inputs too
-            continue
-        tensor = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
-        shape = tensor.shape if tensor is not None and tensor.HasField("shape") else None
-        found[vi.name] = None if shape is None else tuple(dim_label(d) for d in shape.dim)
-    return found
-
-
-def _shape_tensors(buf) -> dict[str, str]:
-    from trtfarm.onnxfile import shape_tensor_inputs
-
-    onnx = onnx_messages()  # the message classes only: no numpy, no onnx.helper on the build path
-
-    graph = next(((s, e) for f, w, s, e in _fields(buf, 0, len(buf)) if f == 7 and w == 2), None)
-    if graph is None:
-        raise ValueError("no graph")
-    nodes, inputs, weights = [], [], set()
-    for field, wire, s, e in _fields(buf, *graph):
-        if field == 1 and wire == 2:  # GraphProto.node
-            nodes.append(onnx.NodeProto.FromString(bytes(buf[s:e])))
-        elif field == 11 and wire == 2:
-            inputs.append(onnx.ValueInfoProto.FromString(bytes(buf[s:e])))
-        elif field == 5 and wire == 2:
-            weights.add(_tensor_name(buf, s, e))
-    return shape_tensor_inputs([i for i in inputs if i.name not in weights], nodes)
-
-
-def onnx_shape_tensors(path: str | Path) -> dict[str, str]:
-    """The graph inputs whose values are shapes (TensorRT's shape tensors): name -> what they shape.
-
-    Reads the graph's nodes and inputs from a memory map, skipping the weights.
-    """
-    path = Path(path)
-    try:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            return _shape_tensors(buf)
-    except (OSError, ValueError, IndexError, UnicodeDecodeError) as err:
-        raise UserInputError(f"{path}: not a valid ONNX model ({err}); export it again") from err
-
-
-def onnx_inputs(path: str | Path) -> dict[str, InputDims]:
-    """The graph inputs of an ONNX file (initializers excluded): name -> dims (``InputDims``).
-
-    A negative ``dim_value`` (Paddle2ONNX writes ``-1``) is dynamic, as in ONNX and TensorRT's parser.
-
-    Reads only the graph's input and initializer-name fields from a memory map, skipping the weights, so it costs
-    little even for a 2 GB model. Raises ``UserInputError`` when the file is not an ONNX model.
-    """
-    path = Path(path)
-    try:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            return _graph_inputs(buf)
-    except (OSError, ValueError, IndexError, UnicodeDecodeError) as err:
-        raise UserInputError(f"{path}: not a valid ONNX model ({err}); export it again") from err

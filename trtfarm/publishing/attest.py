@@ -54,7 +54,7 @@ def attestation_objects(prefix: str, manifest: Manifest, manifest_bytes: bytes,
         plan, man, prov = signed_names(msha)
         resources = {plan: manifest.plan.sha256, man: msha, prov: sha256_bytes(provenance)}
         objects[layout.signature_key(prefix, msha)] = sign_resources(
-            attest.signer, prefix.rsplit("/", 1)[-1], resources, ignore_paths=[layout.signature_name(msha)])
+            attest.signer, layout.leaf_of(prefix), resources, ignore_paths=[layout.signature_name(msha)])
     return objects
 
 
@@ -109,4 +109,4 @@ def read_stored(store: Store, manifest_key: str, attestations: bool = True) -> S
 
 def folder_attestations(store: Store, prefix: str) -> list[str]:
     """Every provenance and signature object in a plan folder (of any manifest)."""
-    return [k for k in store.list(f"{prefix}/") if layout.is_attestation(k.rsplit("/", 1)[-1])]
+    return [k for k in store.list(f"{prefix}/") if layout.is_attestation(layout.leaf_of(k))]

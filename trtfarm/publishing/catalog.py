@@ -12,7 +12,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from trtfarm.errors import CorruptObject, UserInputError
-from trtfarm.layout import MANIFEST_NAME, folder_of, manifest_key, parse_plan_key, plans_prefix, provenance_name
+from trtfarm.layout import (
+    MANIFEST_NAME,
+    folder_of,
+    manifest_key,
+    parse_plan_key,
+    parse_short_ref,
+    plans_prefix,
+    provenance_name,
+)
 from trtfarm.publishing.provenance import provenance_from_json
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.store import open_store
@@ -85,7 +93,7 @@ def load_attested(ref: str, store_uri: str, provenance: bool = True) -> tuple[st
             store, key = open_store(f"s3://{parsed.netloc}"), parsed.path.lstrip("/")
         else:
             store, key = open_store(store_uri), ref.rstrip("/")
-            if len(key.split("/")) == 3 and not key.startswith(plans_prefix()):
+            if parse_short_ref(key) is not None:
                 key = _by_short_ref(store, key)
             if not key.endswith(MANIFEST_NAME):
                 key = manifest_key(key)
@@ -152,7 +160,7 @@ def provenance_table(doc: dict) -> Table:
 
 def _by_short_ref(store, ref: str) -> str:
     """The manifest key a ``MODEL/GPU/BUILD`` reference names (a build digest prefix is enough)."""
-    model, gpu, build = ref.split("/")
+    model, gpu, build = parse_short_ref(ref)
     found = [k for k in store.list(plans_prefix(model)) if k.endswith(f"/{MANIFEST_NAME}")
              and (f := parse_plan_key(k)) and f.gpu == gpu and f.build12.startswith(build)]
     if len(found) != 1:

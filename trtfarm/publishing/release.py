@@ -16,7 +16,15 @@ from datetime import datetime, timedelta, timezone
 from pydantic import ValidationError
 
 from trtfarm.errors import CorruptObject, UserInputError
-from trtfarm.layout import PLAN_NAME, manifest_key, parse_plan_key, release_key, releases_prefix
+from trtfarm.layout import (
+    PLAN_NAME,
+    folder_of,
+    manifest_key,
+    parse_plan_key,
+    parse_release_key,
+    release_key,
+    releases_prefix,
+)
 from trtfarm.publishing.publish import plan_intact, plan_rehash, read_manifest
 from trtfarm.signing.accepted import check_not_rolled_back
 from trtfarm.signing.bundle import SignatureRefused
@@ -106,8 +114,10 @@ def _newest_releasable(store: Store, key: str, release_on: str) -> str | None:
     from trtfarm.publishing.catalog import manifests_in
     from trtfarm.publishing.release_check import manifest_identity_problem
 
-    model = key.split("/")[1]
-    found = [x for x in manifests_in(store, model, problems=[]) if pointer_key(x.manifest) == key
+    name = parse_release_key(key)
+    if name is None:
+        return None
+    found = [x for x in manifests_in(store, name.model, problems=[]) if pointer_key(x.manifest) == key
              and policy_blocker(x.manifest, release_on) is None and not manifest_identity_problem(x.key, x.manifest)]
     newest = max(found, key=lambda x: (x.manifest.model.exported_at or "", x.manifest.created_at), default=None)
     return newest.key if newest else None
@@ -179,7 +189,7 @@ def _stored_key(store: Store, m: Manifest, source: str) -> str:
     if folder is None or folder.leaf != PLAN_NAME:
         raise ReleaseRefused(f"not released: {source} names the plan {m.plan.key!r}, which is not a plan key of a "
                              "trtfarm store; release a manifest that `trtfarm plans` lists")
-    key = manifest_key(m.plan.key.rsplit("/", 1)[0])
+    key = manifest_key(folder_of(m.plan.key))
     stored = read_manifest(store, key)
     if stored is None:
         raise ReleaseRefused(f"not released: {source} describes {store.url(key)}, which is not in the store "
@@ -344,18 +354,6 @@ def refresh_release(store: Store, key: str, signer, *, reason: str, by: str | No
         except Conflict:
             continue
     raise ReleaseRefused(f"{key}: {max_attempts} concurrent writers in a row; try again")
-
-
-def release_note(store: Store, manifest_key: str, m: Manifest, release_on: str) -> str:
-    """Say whether the release pointer points at this manifest, and if not, why (read back after a build)."""
-    key = pointer_key(m)
-    current, _ = read_pointer(store, key)
-    if current and current.manifest == manifest_key:
-        return f"released: {key}"
-    blocker = policy_blocker(m, release_on)
-    if blocker:
-        return f"not released: {blocker}"
-    return f"not released: {key} points at {current.manifest if current else 'nothing'}"
 
 
 def list_pointers(store: Store, model: str | None = None, problems: list[str] | None = None) -> list[ReleasePointer]:

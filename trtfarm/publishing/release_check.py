@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from trtfarm.layout import parse_plan_key, parse_release_key
+from trtfarm.layout import folder_of, parse_plan_key, parse_release_key
 from trtfarm.publishing.attest import StoredPlan
 from trtfarm.signing.accepted import AcceptedReleases, check_not_frozen, check_not_rolled_back
 from trtfarm.signing.bundle import SignatureRefused
@@ -43,7 +43,7 @@ def manifest_identity_problem(manifest_key: str, m: Manifest) -> str | None:
     if folder is None:
         return None
     where = f"{folder.model}/{folder.gpu}/{folder.toolchain}"
-    if where != identity_of(m) or not m.plan.key.startswith(manifest_key.rsplit("/", 1)[0] + "/"):
+    if where != identity_of(m) or not m.plan.key.startswith(folder_of(manifest_key) + "/"):
         return (f"{manifest_key} is in the folder of {where}, but the manifest there is of {identity_of(m)} (plan "
                 f"{m.plan.key}): it was copied from elsewhere")
     return None

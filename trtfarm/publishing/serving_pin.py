@@ -9,12 +9,12 @@ a plan built with another TensorRT version than the serving container's.
 
 from __future__ import annotations
 
-from trtfarm.errors import TrtfarmError
+from trtfarm.errors import MismatchError
 from trtfarm.vocabulary.fleet import Fleet
 from trtfarm.vocabulary.manifest import Manifest, ServingImageInfo
 
 
-class ServingImageMismatch(TrtfarmError):
+class ServingImageMismatch(MismatchError):
     """The plan's TensorRT is not the serving image's: the command exits 1 with this one line."""
 
 

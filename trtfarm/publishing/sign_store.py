@@ -61,7 +61,7 @@ def sign_plan_folder(store: Store, key: str, signer: Signer) -> str | None:
     if stored.provenance is not None:
         resources[prov] = sha256_bytes(stored.provenance)
     folder = layout.folder_of(key)
-    bundle = sign_resources(signer, folder.rsplit("/", 1)[-1], resources, ignore_paths=[layout.signature_name(msha)])
+    bundle = sign_resources(signer, layout.leaf_of(folder), resources, ignore_paths=[layout.signature_name(msha)])
     store.put_if_absent(layout.signature_key(folder, msha), bundle)
     return None
 

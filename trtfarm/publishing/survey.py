@@ -78,7 +78,7 @@ class StoreSurvey:
     def models(self) -> list[str]:
         """Every model the store knows: registered, or with plans or release pointers."""
         named = set(self.exports) | set(self.by_model)
-        named |= {k.split("/")[1] for k in self.pointers if k.count("/") == 3}
+        named |= {name.model for k in self.pointers if (name := layout.parse_release_key(k))}
         return sorted(named)
 
     def published(self, prefix: str) -> bool:
@@ -132,7 +132,7 @@ class StoreSurvey:
             return ExportRecord.from_bytes(data, self.store.url(key)).model_dump(mode="json")
 
         found = self._read("record", items, parse, None)
-        return {key.split("/")[1]: ExportRecord.model_validate(doc) for key, doc in found.items()}
+        return {layout.parse_export_record_key(key)[0]: ExportRecord.model_validate(doc) for key, doc in found.items()}
 
     def outcomes(self, keys: Iterable[tuple[str, ListedObject]]) -> dict[str, list[OutcomeSummary]]:
         """The stored outcomes of these runs (``outcomes.json`` objects), by key."""
@@ -230,11 +230,9 @@ def _exports(listed: list[ListedObject]) -> dict[str, list[tuple[str, ListedObje
 def _folders(listed: list[ListedObject]) -> dict[str, dict[str, ListedObject]]:
     """``plan folder -> {file name: object}`` of every object under ``plans/`` whose key has a plan folder's shape."""
     folders: dict[str, dict[str, ListedObject]] = {}
-    depth = layout.manifest_key(layout.plan_prefix("m", "o", "g", "t", "b")).count("/")
     for obj in listed:
-        if obj.key.count("/") == depth:
-            prefix, _, leaf = obj.key.rpartition("/")
-            folders.setdefault(prefix, {})[leaf] = obj
+        if (parsed := layout.parse_plan_key(obj.key)) is not None:
+            folders.setdefault(layout.folder_of(obj.key), {})[parsed.leaf] = obj
     return folders
 
 

@@ -44,8 +44,8 @@ class UntrustedPlan(PlanMismatch):
 
 
 @dataclass(frozen=True)
-class Check:
-    """One check of ``verify``."""
+class VerifyCheck:
+    """One check of ``verify`` on a plan file (not the manifest's ``Check`` of a build's verification)."""
 
     name: str
     ok: bool | None  # None: could not run here
@@ -164,7 +164,7 @@ def release_problem(files: PlanFiles, trust, msha: str) -> str | None:
     return None
 
 
-def signature_check(files: PlanFiles, trust, plan_sha256: str) -> Check:
+def signature_check(files: PlanFiles, trust, plan_sha256: str) -> VerifyCheck:
     """The ``signature`` check: signed by a trusted key (ok), unsigned-checked (None: no trust), or refused.
 
     With a signed release beside the plan (what ``pull`` writes), it must name this manifest and its identity.
@@ -177,7 +177,7 @@ def signature_check(files: PlanFiles, trust, plan_sha256: str) -> Check:
         actual[layout.provenance_name(msha)] = hashlib.sha256(files.provenance).hexdigest()
     verdict = check_signature(trust, files.signature, actual, host_code=files.manifest.target.version_compatible)
     problem = release_problem(files, trust, msha) if verdict.ok is not False else None
-    return Check("signature", False if problem else verdict.ok, problem or verdict.detail)
+    return VerifyCheck("signature", False if problem else verdict.ok, problem or verdict.detail)
 
 
 def _gpu_fits(m: Manifest, gpu: LocalGpu) -> bool:
@@ -194,34 +194,34 @@ def _gpu_fits(m: Manifest, gpu: LocalGpu) -> bool:
 def static_checks(plan: Path, m: Manifest, *, expected_onnx_digest: str | None = None,
                   expected_model: str | None = None,
                   installed: Mapping[str, str | None] | None = None, gpus: GpuScan | None = None,
-                  files: PlanFiles | None = None, trust=None) -> list[Check]:
+                  files: PlanFiles | None = None, trust=None) -> list[VerifyCheck]:
     """Everything that can be checked without running the engine; with ``files``, the signature against ``trust``."""
     checks = []
     digest = sha256_file(plan)
-    checks.append(Check("sha256", digest == m.plan.sha256, f"plan sha256 {digest[:16]}…, manifest says "
+    checks.append(VerifyCheck("sha256", digest == m.plan.sha256, f"plan sha256 {digest[:16]}…, manifest says "
                         f"{m.plan.sha256[:16]}…" + ("" if digest == m.plan.sha256 else " (the file is damaged or "
                                                                                          "not this manifest's plan)")))
     h = read_plan_header(plan)
     header_ok = h.magic_ok and h.flavour == m.target.flavour and version_matches(h.version, m.target.toolchain_version)
-    checks.append(Check("header", header_ok, f"header: {h.flavour} {h.version}" if h.magic_ok else
+    checks.append(VerifyCheck("header", header_ok, f"header: {h.flavour} {h.version}" if h.magic_ok else
                         "header: not a TensorRT-family plan (bad magic)"))
     if not header_ok and h.magic_ok:
-        checks[-1] = Check("header", False, f"header says {h.flavour} {h.version}, the manifest says "
+        checks[-1] = VerifyCheck("header", False, f"header says {h.flavour} {h.version}, the manifest says "
                            f"{m.target.flavour} {m.target.toolchain_version}")
     if expected_model:
-        checks.append(Check("identity", expected_model == m.model.name, f"plan is of {_identity(m)}, expected "
+        checks.append(VerifyCheck("identity", expected_model == m.model.name, f"plan is of {_identity(m)}, expected "
                             f"model {expected_model}"))
     if expected_onnx_digest:
         same = expected_onnx_digest == m.model.onnx_digest
-        checks.append(Check("model", same, f"plan is of {m.model.name} onnx {m.model.onnx_digest[:12]}, expected "
+        checks.append(VerifyCheck("model", same, f"plan is of {m.model.name} onnx {m.model.onnx_digest[:12]}, expected "
                             f"onnx {expected_onnx_digest[:12]}"))
     have = (installed or {}).get(m.target.flavour) if installed is not None else installed_version(m.target.flavour)
-    checks.append(Check("toolchain", bool(have) and version_matches(have, m.target.toolchain_version),
+    checks.append(VerifyCheck("toolchain", bool(have) and version_matches(have, m.target.toolchain_version),
                         f"plan needs {m.target.flavour} {m.target.toolchain_version}; installed: "
                         f"{have or 'not importable'}"))
     gpus = gpus or scan_gpus()
     fits = [g for g in gpus.gpus if _gpu_fits(m, g)]
-    checks.append(Check("gpu", bool(fits), f"plan is for {m.target.gpu_name} (cc {m.target.compute_capability}, "
+    checks.append(VerifyCheck("gpu", bool(fits), f"plan is for {m.target.gpu_name} (cc {m.target.compute_capability}, "
                         f"class {m.target.compat_class}); this host has {gpus.describe()}"))
     if files is not None:
         checks.append(signature_check(files, trust, digest))
@@ -255,7 +255,7 @@ def load_plan(ref: str | Path, *, expected_onnx_digest: str | None = None, expec
         raise PlanMismatch(plan, [f"the {m.target.flavour} runtime refused it: {err}"]) from err
 
 
-def runtime_check(plan: Path, m: Manifest) -> Check:
+def runtime_check(plan: Path, m: Manifest) -> VerifyCheck:
     """Ask the runtime itself: TensorRT-RTX's validity check, then deserialisation."""
     from trtfarm.toolchain import import_flavour
     from trtfarm.toolchain.engine import EngineRejected, deserialize_plan, engine_validity
@@ -269,10 +269,10 @@ def runtime_check(plan: Path, m: Manifest) -> Check:
     try:
         engine = deserialize_plan(trt, data, allow_host_code=m.target.version_compatible)
     except EngineRejected as err:
-        return Check("runtime", False, f"{verdict}deserialize_cuda_engine refused it: {err}")
+        return VerifyCheck("runtime", False, f"{verdict}deserialize_cuda_engine refused it: {err}")
     if verdict:
-        return Check("runtime", False, verdict.rstrip("; "))
-    return Check("runtime", True, f"deserialised: {engine.num_optimization_profiles} profile(s), "
+        return VerifyCheck("runtime", False, verdict.rstrip("; "))
+    return VerifyCheck("runtime", True, f"deserialised: {engine.num_optimization_profiles} profile(s), "
                  f"{engine.num_io_tensors} I/O tensors")
 
 

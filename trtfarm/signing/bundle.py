@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from trtfarm.errors import TrtfarmError
+from trtfarm.errors import MismatchError
 from trtfarm.signing.keys import Signer, TrustedKey, TrustedKeys, key_hint
 
 BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
@@ -27,8 +27,13 @@ Reason = Literal["unsigned", "untrusted key", "bad signature", "other bytes", "m
                  "unsigned release", "rollback", "frozen", "tampered"]
 
 
-class SignatureRefused(TrtfarmError):
-    """A signature check failed; ``reason`` is the kind, the message one line naming it. Exit 1 (a mismatch)."""
+class SignatureRefused(MismatchError):
+    """A signature check failed; ``reason`` is the kind, the message one line naming it. Exit 1 (a mismatch).
+
+    The command line says ``refused: <reason>: <detail>``.
+    """
+
+    prefix = "refused"
 
     def __init__(self, reason: Reason, detail: str) -> None:
         self.reason, self.detail = reason, detail

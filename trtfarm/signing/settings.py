@@ -25,11 +25,6 @@ class SigningSettings:
     trusted: tuple[Path, ...] = ()
     trusted_source: str = ""
 
-    @property
-    def trust_configured(self) -> bool:
-        """True when verification is on (some trusted key is configured)."""
-        return bool(self.trusted)
-
     def signer(self):
         """The signer of this machine's publishes (a ``PemKeySigner``), or None when no key is configured."""
         if self.key is None:

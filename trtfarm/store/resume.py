@@ -17,14 +17,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from trtfarm.errors import IntegrityError, TrtfarmError
+from trtfarm.errors import IntegrityError, MismatchError
 from trtfarm.scratch import _recorded
 from trtfarm.store.base import Progress, Store
 
 CHUNK = 1 << 20
 
 
-class DownloadBusy(TrtfarmError):
+class DownloadBusy(MismatchError):
     """Another process is writing the same download now."""
 
 

@@ -23,6 +23,7 @@ from trtfarm.machine.header import read_plan_header
 from trtfarm.profiles.profile import Profile
 from trtfarm.toolchain.trtlog import Capture, captured_log, parser_quiet, printed_to_stderr
 from trtfarm.vocabulary.fleet import BuilderSettings, RefitMode
+from trtfarm.vocabulary.manifest import TensorIO
 
 RTX_NO_TIMING_CACHE = ("none: TensorRT-RTX has no timing cache (its cache calls are no-ops since 1.2); none is pulled, "
                        "attached or merged")
@@ -108,16 +109,6 @@ def out_of_memory(onnx_path: Path, flavour: str, step: str, errors: Sequence[str
                               "processes hold, lower workspace_mib, or build on a machine with more memory")
 
 
-@dataclass(frozen=True)
-class TensorIO:
-    """One I/O tensor of the parsed network: name, ``input``/``output``, DataType name, shape (-1: dynamic)."""
-
-    name: str
-    mode: str
-    dtype: str
-    shape: tuple[int, ...]
-
-
 @dataclass
 class BuildResult:
     """A finished build."""
@@ -176,8 +167,8 @@ def network_io(network) -> list[TensorIO]:
     """The network's inputs then outputs as the parser left them (dtype by name: enum values change)."""
     tensors = [("input", network.get_input(i)) for i in range(network.num_inputs)]
     tensors += [("output", network.get_output(i)) for i in range(network.num_outputs)]
-    return [TensorIO(t.name, mode, str(getattr(t.dtype, "name", t.dtype)).rsplit(".", 1)[-1],
-                     tuple(int(d) for d in t.shape)) for mode, t in tensors]
+    return [TensorIO(name=t.name, mode=mode, dtype=str(getattr(t.dtype, "name", t.dtype)).rsplit(".", 1)[-1],
+                     shape=[int(d) for d in t.shape]) for mode, t in tensors]
 
 
 def _configure(trt: ModuleType, builder, config, settings: BuilderSettings) -> list[str]:

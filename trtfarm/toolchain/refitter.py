@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
-from trtfarm.errors import TrtfarmError, UserInputError
+from trtfarm.errors import MismatchError, UserInputError
 from trtfarm.toolchain.engine import EngineRejected, deserialize_plan
 from trtfarm.toolchain.trtlog import captured_log
 
@@ -21,7 +21,7 @@ class RefitFailed(UserInputError):
     """The refitter refused the new weights; the message carries the parser's and the runtime's reasons."""
 
 
-class RefitUnavailable(TrtfarmError):
+class RefitUnavailable(MismatchError):
     """This machine cannot refit: the engine does not deserialise here (no GPU, or a GPU the plan cannot run on).
 
     Neither the user's fault nor worth a retry on the same machine: the caller builds the target in full instead.

@@ -9,8 +9,8 @@ from trtfarm.validation.tactics import diff_tactics, tactics_digest
 from trtfarm.vocabulary.manifest import Check, Manifest
 
 
-class Regression(BaseModel):
-    """One profile's latency against the previous release."""
+class ProfileRegression(BaseModel):
+    """One profile's latency against the previous release as the manifest records it (``latency.Regression``'s text)."""
 
     profile: str
     text: str
@@ -39,7 +39,7 @@ class EngineFigures(BaseModel):
     ratio_to_trtexec_p50: dict[str, float] = {}
     memory_per_profile: list[int] | None = None
     contexts_that_fit: dict | list | None = None
-    regressions: list[Regression] = []
+    regressions: list[ProfileRegression] = []
     tactic_changes: TacticChanges | None = None
 
     @classmethod
@@ -75,7 +75,7 @@ def engine_check(v, gpu_name: str, previous: Manifest | None = None,
     before = EngineFigures.of(previous.verification.engine).latency if previous else {}
     checked = [(i, r) for i, stats in figures.latency.items()
                if (r := regression_check(stats, before.get(i), "p99", max_p99_increase)) is not None]
-    figures.regressions = [Regression(profile=i, text=r.describe(), regressed=r.regressed) for i, r in checked]
+    figures.regressions = [ProfileRegression(profile=i, text=r.describe(), regressed=r.regressed) for i, r in checked]
     if previous and previous.plan.tactics:
         diff = diff_tactics(previous.plan.tactics, v.tactics)
         figures.tactic_changes = TacticChanges(summary=diff.describe(), changed=diff.changed, added=diff.added,

@@ -19,7 +19,7 @@ from trtfarm.yamlfile import LocatedValueError
 
 RTX_COMPUTE_CAPABILITIES = ("8.0", "8.6", "8.9", "12.0", "12.1")
 # The TensorRT versions whose code path the suite checks against NVIDIA's own Python bindings of that version (the
-# PyPI wheel named here; trtfarm/toolchain/apicheck.py): API names and signatures, not TensorRT's behaviour. The
+# PyPI wheel named here; tools/apicheck/ in the repository): API names and signatures, not TensorRT's behaviour. The
 # fleet's `tensorrt` toolchains (gpu_targets.yaml) should name one of these; a manifest claims the check only for them.
 TENSORRT_BINDINGS = {"10.16.1.11": "tensorrt-cu12-bindings", "11.4.0.106": "tensorrt-cu13-bindings"}
 

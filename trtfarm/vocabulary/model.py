@@ -100,6 +100,9 @@ class ModelSource(BaseModel):
     files: tuple[tuple[str, str], ...] = ()  # (name, sha256) of the ONNX file and each external data file
     build_path: Path | None = None  # the precision-converted ONNX the builder parses (None: as exported)
     precision: PrecisionStep | None = None
+    # the held-out .npz the accuracy gate and the engine check on the GPU feed (``--heldout``, farm.yaml's, else
+    # heldout.npz beside the model); None: generated inputs
+    heldout: Path | None = None
     # why this run's plans move no release pointer (a trial of a recipe other than the model's declared one)
     trial: str | None = None
 
@@ -199,7 +202,7 @@ def with_precision(store, model: ModelSource, recipe: Recipe, calibration: Path 
     if recipe.mode == "fp32" and not recipe.auto_pin:  # used as exported: nothing to convert or gate
         step = PrecisionStep(recipe=recipe, converted_digest=model.onnx_digest,
                              gate_detail="fp32 gate passed (fp32 recipe: the model is used as exported)")
-        return model.model_copy(update={"build_path": None, "precision": step})
+        return model.model_copy(update={"build_path": None, "precision": step, "heldout": heldout})
     from trtfarm.precision.step import precision_key, prepare_precision
 
     work = Path(tempfile.gettempdir()) / "trtfarm" / "converted" / model.name / model.onnx_digest[:12] / recipe.mode
@@ -217,4 +220,5 @@ def with_precision(store, model: ModelSource, recipe: Recipe, calibration: Path 
                              **result.report.to_json(), "nodes": result.nodes.to_json() if result.nodes else None,
                              "normalised": result.notes}) if recipe.mode != "fp32" else None,
                          gate=gate, gate_detail=result.summary())
-    return model.model_copy(update={"build_path": result.path if converted else None, "precision": step})
+    return model.model_copy(update={"build_path": result.path if converted else None, "precision": step,
+                                    "heldout": heldout})

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from trtfarm.identity import model_name_from_path
-from trtfarm.profiles.profile import InputDims, onnx_inputs
+from trtfarm.onnxfile import InputDims, onnx_inputs
 from trtfarm.vocabulary.fleet import Fleet
 
 PROFILES_START = "# One entry per optimization profile"  # the template's profiles section runs from here to the end

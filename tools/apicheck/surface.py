@@ -9,7 +9,7 @@ member is the real one, with pybind11's signatures in each ``__doc__``. Nothing 
 returns null), so the import happens in a subprocess and only its surface comes back, as JSON.
 
 ``surface_of(version)`` fetches the wheel once (``~/.cache/trtfarm/tensorrt-bindings/``), builds the library, and
-returns the dumped surface; ``python -m trtfarm.toolchain.apisurface MODULE`` is the subprocess side.
+returns the dumped surface; ``python -m tools.apicheck.surface MODULE`` is the subprocess side.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import zipfile
 from pathlib import Path
 
 from trtfarm.errors import InfrastructureError
+
+REPO = Path(__file__).resolve().parents[2]  # the checkout: ``python -m tools.apicheck.surface`` runs from there
 
 DUMP_FORMAT = 2  # bump when the dump changes shape: cached surfaces of another format are dumped again
 ENTRY_POINTS = {  # C entry points the bindings link, with the signature the null library gives them
@@ -126,8 +128,8 @@ def surface_of(version: str, package: str, *, root: Path | None = None) -> dict:
     env = {**os.environ, "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [str(libs),
                                                                              os.environ.get("LD_LIBRARY_PATH")])),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
-    doc = json.loads(_run([sys.executable, "-m", "trtfarm.toolchain.apisurface", "tensorrt_bindings"],
-                          f"import tensorrt_bindings {version}", env=env, timeout=300).stdout)
+    doc = json.loads(_run([sys.executable, "-m", "tools.apicheck.surface", "tensorrt_bindings"],
+                          f"import tensorrt_bindings {version}", env=env, timeout=300, cwd=REPO).stdout)
     if doc["version"] != version:
         raise BindingsUnavailable(f"{package}=={version} imported as version {doc['version']}")
     tmp = cached.with_suffix(".tmp")
@@ -251,7 +253,7 @@ def dump_surface(module) -> dict:
     return doc
 
 
-if __name__ == "__main__":  # python -m trtfarm.toolchain.apisurface MODULE: print its surface as JSON
+if __name__ == "__main__":  # python -m tools.apicheck.surface MODULE: print its surface as JSON
     import importlib
 
     print(json.dumps(dump_surface(importlib.import_module(sys.argv[1]))))

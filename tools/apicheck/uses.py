@@ -16,8 +16,8 @@ import ast
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from trtfarm.toolchain.apirecords import MODULE, CallShape, Ty, Use, negated_probe, probe
-from trtfarm.toolchain.apisurface import class_name
+from tools.apicheck.records import MODULE, CallShape, Ty, Use, negated_probe, probe
+from tools.apicheck.surface import class_name
 
 FLAVOUR_IMPORTERS = {"trtfarm.machine.flavour:import_flavour"}  # functions that return the TensorRT module
 TENSORRT_MODULES = {"tensorrt", "tensorrt_rtx"}

@@ -1,7 +1,7 @@
 """trtfarm's TensorRT code checked against NVIDIA's own bindings of each supported version (names and signatures).
 
 For each version in ``TENSORRT_BINDINGS`` (``trtfarm/vocabulary/fleet.py``): the real API surface of that version's
-bindings (``apisurface``), every use of the API in trtfarm's source (``apiuses``), and each use checked against the
+bindings (``surface``), every use of the API in trtfarm's source (``uses``), and each use checked against the
 surface: the module attribute, class, method, property or enum member exists; a call binds to one of the method's
 pybind11 overloads (positional count, keyword names); an assigned property has a setter (or the class takes new
 attributes); a callback a subclass defines exists in the base with the arity the base declares. A use guarded by
@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from trtfarm.toolchain.apisurface import BindingsUnavailable, surface_of
-from trtfarm.toolchain.apiuses import Use, find_uses
+from tools.apicheck.surface import BindingsUnavailable, surface_of
+from tools.apicheck.uses import Use, find_uses
 from trtfarm.vocabulary.fleet import TENSORRT_BINDINGS, HardwareCompatibility
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # trtfarm/
+REPO = Path(__file__).resolve().parents[2]  # the checkout: tools/ beside trtfarm/
+PACKAGE_ROOT = REPO / "trtfarm"
 REFERENCE_MODULE = "tensorrt_rtx"  # shares the builder: a guarded use may be there for it alone
 
 
@@ -198,7 +199,7 @@ def check_uses(surface: dict, uses: set[Use], present_elsewhere: Callable[[str, 
             names = _dynamic(use)
             if names is None:
                 missing.setdefault(f"{use.owner}.<{use.name}> (a name computed at run time: declare the names it "
-                                   "can take in trtfarm/toolchain/apicheck.py DYNAMIC_NAMES)", []).append(use.where)
+                                   "can take in tools/apicheck/check.py DYNAMIC_NAMES)", []).append(use.where)
                 continue
             for n in names:
                 apis.add(f"{use.owner}.{n}")
@@ -234,8 +235,8 @@ def check_uses(surface: dict, uses: set[Use], present_elsewhere: Callable[[str, 
 @lru_cache(maxsize=4)
 def reference_surface(module: str = REFERENCE_MODULE) -> dict | None:
     """The installed TensorRT-RTX's surface (a real import), or None when it does not import here."""
-    done = subprocess.run([sys.executable, "-m", "trtfarm.toolchain.apisurface", module], capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "tools.apicheck.surface", module], capture_output=True,
+                          text=True, timeout=300, cwd=REPO)
     return json.loads(done.stdout) if done.returncode == 0 else None
 
 
