@@ -139,8 +139,8 @@ NEVER_ON_THE_BUILD_PATH = (
     "modelopt", "onnxruntime", "torch", "polygraphy", "boto3", "botocore", "matplotlib", "httpx", "tensorrt",
     "flows", "tasks", "trtfarm.precision.step", "trtfarm.precision.convert", "trtfarm.precision.gate",
     "trtfarm.validation.summary", "trtfarm.validation.engine_gpu", "trtfarm.serving", "trtfarm.triggers",
-    "trtfarm.workers.k8s", "trtfarm.publishing.catalog",
-    "rich.progress", "trtfarm.cli.progress", "trtfarm.reports.html")  # (stderr is no terminal here: no progress display to draw)
+    "trtfarm.workers.k8s", "trtfarm.publishing.catalog", "trtfarm.reports.html",
+    "rich.progress", "trtfarm.cli.progress")  # (stderr is no terminal here: no progress display to draw)
 # an up-to-date rerun imports no toolchain, scans no GPU, and neither parses nor checks the model
 NOT_WHEN_UP_TO_DATE = ("tensorrt_rtx", "pynvml", "onnx", "google.protobuf", "trtfarm.toolchain", "trtfarm.building.job",
                        "trtfarm.building.build")
