@@ -207,3 +207,39 @@ def test_determinism_option_and_report_command(workdir, example_onnx):
     report = (workdir / "trtfarm-report" / "report.md").read_text()
     assert "| rtx-4090-rtx1.7 | built | pending on NVIDIA GeForce RTX 4090 |" in report
     assert (workdir / "trtfarm-store" / "reports" / "encoder" / "latest" / "build_time.png").is_file()
+
+
+# Imports each command module in turn and prints the names of the commands and groups each one registers.
+REGISTERED_BY = """
+import importlib, json
+import typer.main
+from trtfarm.cli.common import app
+from trtfarm.cli.main import COMMAND_MODULES
+found = {}
+for module in dict.fromkeys(COMMAND_MODULES.values()):
+    before = [*app.registered_commands, *app.registered_groups]
+    importlib.import_module(f"trtfarm.cli.{module}")
+    for c in app.registered_commands + app.registered_groups:
+        if c not in before:
+            found[c.name or typer.main.get_command_name(c.callback.__name__)] = module
+print(json.dumps(found))
+"""
+# `trtfarm ARGS` as the console script runs it, and with every command registered first (as before the command line
+# imported only the one asked for)
+LAZY_APP, WHOLE_APP = "from trtfarm.cli.main import main; main()", "from trtfarm.cli.main import app, main; main()"
+
+
+def test_each_command_imports_only_its_module_and_says_what_the_whole_app_says(tmp_path):
+    """The table of which module registers each command holds, and each command (its help, its bad input) reads as
+    it does with every command registered."""
+    from trtfarm.cli.main import COMMAND_MODULES
+
+    found = json.loads(subprocess.run([sys.executable, "-c", REGISTERED_BY], capture_output=True, text=True,
+                                      check=True).stdout)
+    assert found == COMMAND_MODULES and list(found) == list(COMMAND_MODULES)
+    env = {**os.environ, "COLUMNS": "80"}
+    env.pop("PREFECT_API_URL", None)
+    for args in [[c, "--help"] for c in COMMAND_MODULES] + [["bulid"], ["build"], ["init", "x", "y"], []]:
+        lazy, whole = (subprocess.run([sys.executable, *how, *args], cwd=tmp_path, env=env, capture_output=True,
+                                      text=True, timeout=120) for how in (["-c", LAZY_APP], ["-c", WHOLE_APP]))
+        assert (lazy.returncode, lazy.stdout, lazy.stderr) == (whole.returncode, whole.stdout, whole.stderr), args

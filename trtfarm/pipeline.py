@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trtfarm import layout
-from trtfarm.building.job import JobResult, run_job
 from trtfarm.building.outcome import StoreIndex
 from trtfarm.executor import execute
 from trtfarm.machine.capabilities import local_capabilities
@@ -26,12 +26,15 @@ from trtfarm.publishing.registry import latest_exports, resolve_model
 from trtfarm.scratch import scratch_dir
 from trtfarm.store import Store, is_uri, open_store
 from trtfarm.store.base import Progress
-from trtfarm.toolchain import BuildProgress
 from trtfarm.vocabulary.exports import ExportRef
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 from trtfarm.vocabulary.job import BuildJob
 from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
+
+if TYPE_CHECKING:  # the builder and the toolchain are imported by the first build (a rerun that is up to date has none)
+    from trtfarm.building.job import JobResult
+    from trtfarm.toolchain import BuildProgress
 
 WORK_PREFIX = "trtfarm-build-"
 PLAN_THREADS = 16  # models planned at once in a farm run: their store requests overlap
@@ -159,6 +162,10 @@ def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress
 
 
 def _run_jobs(store: Store, jobs: list[BuildJob], run: str, progress, upload, signer) -> list[JobResult]:
+    if not jobs:  # up to date: the builder is not even imported
+        return []
+    from trtfarm.building.job import run_job
+
     results = []
     for job in jobs:
         with scratch_dir(WORK_PREFIX) as work:

@@ -89,8 +89,11 @@ def build(
 
 
 def _run_here(request) -> list[RunRow]:
-    from trtfarm.cli.progress import RichBuild, progress_bars, upload_bar
     from trtfarm.pipeline import run_local
+
+    if not err.is_terminal:  # logs and pipes get no progress display: nothing to draw it with is imported
+        return run_local(request, report="outcomes")
+    from trtfarm.cli.progress import RichBuild, progress_bars, upload_bar
 
     with progress_bars(err) as bars:
         # the run's outcomes go to the store; `trtfarm report MODEL_OR_RUN` renders charts and HTML on demand

@@ -8,6 +8,8 @@ SIGTERM is turned into a clean exit, so temporary files and in-flight store writ
 
 from __future__ import annotations
 
+import gc
+import importlib
 import signal
 import sys
 
@@ -15,30 +17,59 @@ import typer
 from typer.exceptions import TyperException
 
 from trtfarm import interrupt, scratch
-from trtfarm.cli import (  # noqa: F401
-    build,
-    farm,
-    fleet,
-    images,
-    models,
-    profiles,
-    project,
-    quality,
-    serving,
-    signing,
-    store_ops,
-    webhook,
-)
-from trtfarm.cli.common import app, err, message_text, plain_metavars
+from trtfarm.cli.common import err, message_text, plain_metavars
 from trtfarm.extras import missing_extra
 
-plain_metavars(app)
+# The module of trtfarm.cli that registers each command and command group, in the order `trtfarm --help` lists them.
+# `trtfarm COMMAND ...` imports that module only; help, a typo or no command import them all
+# (tests/test_cli.py holds this table to the commands the modules register).
+COMMAND_MODULES = {
+    "build": "build", "targets": "build", "plans": "build", "show": "build",
+    "worker": "farm", "pools": "farm", "farm": "farm",
+    "plan": "fleet", "status": "fleet",
+    "images": "images", "models": "models", "profiles": "profiles", "init": "project",
+    "precision": "quality", "report": "quality", "triton": "serving", "sign": "signing",
+    "release": "store_ops", "pull": "store_ops", "verify": "store_ops", "gc": "store_ops", "cache": "store_ops",
+    "webhook": "webhook",
+}
+
+
+# Python looks for garbage cycles every 700 net allocations by default. A command's start (typer's parameters, the
+# vocabulary's pydantic models, rich) creates some 100,000 long-lived objects, and scanning them again and again took a
+# tenth of a short command's CPU. The command line looks 140 times less often: still every 100,000 net allocations,
+# so a long-running command (a worker, the webhook receiver) keeps collecting.
+GC_FIRST_THRESHOLD = 100_000
+
+
+def registered(command: str | None = None) -> typer.Typer:
+    """The app, with the module that registers ``command`` imported, or every command module (``command`` None).
+
+    Typer runs an app of one command as that command: a module that registers only one gets the others too.
+    """
+    from trtfarm.cli.common import app
+
+    modules = [COMMAND_MODULES[command]] if command in COMMAND_MODULES else COMMAND_MODULES.values()
+    for module in dict.fromkeys(modules):
+        importlib.import_module(f"trtfarm.cli.{module}")
+    if len(app.registered_commands) + len(app.registered_groups) < 2:
+        return registered()
+    plain_metavars(app)
+    return app
+
+
+def __getattr__(name: str):
+    """``from trtfarm.cli.main import app``: the app with every command registered."""
+    if name == "app":
+        return registered()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
     """Console entry point."""
+    gc.set_threshold(GC_FIRST_THRESHOLD, *gc.get_threshold()[1:])
     signal.signal(signal.SIGTERM, interrupt.stop)
     signal.signal(signal.SIGINT, interrupt.stop)  # Ctrl-C unwinds the same way (exit 130)
+    app = registered(sys.argv[1] if len(sys.argv) > 1 else None)
     try:
         code = app(standalone_mode=False)
     except TyperException as e:  # click's usage errors, as typer carries them: one line, as every other bad input

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from trtfarm import layout
 from trtfarm.publishing.publish import read_manifest
-from trtfarm.reports.html import render_html
 from trtfarm.reports.rows import ReportRow
 from trtfarm.store import AlreadyExists, Store
 from trtfarm.vocabulary.manifest import Manifest
@@ -162,6 +161,8 @@ def write_report(store: Store, model: str, run: str, outcomes: list[TargetOutcom
     ``out`` gets ``report.md`` with its PNG charts beside it, ``report.html`` (self-contained: opens from disk or from
     the store in any browser), ``outcomes.json`` and ``rows.json``.
     """
+    from trtfarm.reports.html import render_html  # a run's outcomes alone (a local build's) need no page
+
     rows = [row_for(store, o) for o in outcomes]
     out.mkdir(parents=True, exist_ok=True)
     charts = render_charts(rows, out)
