@@ -16,7 +16,6 @@ from tasks.build import build_job, plan_models, settle_model
 from tasks.report import report_run
 from tasks.status import publish_status
 from trtfarm import layout
-from trtfarm.building.job import JobResult
 from trtfarm.errors import TrtfarmError
 from trtfarm.executor import execute
 from trtfarm.pipeline import find_exports
@@ -24,7 +23,7 @@ from trtfarm.planning.requests import MatrixRequest
 from trtfarm.store import Store, open_store
 from trtfarm.vocabulary.fleet import select_targets
 from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
-from trtfarm.vocabulary.job import BuildJob
+from trtfarm.vocabulary.job import BuildJob, JobResult
 from trtfarm.vocabulary.outcome import LostChild, RunRow, TargetOutcome
 
 

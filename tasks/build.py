@@ -7,7 +7,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
 from trtfarm.building import progress
-from trtfarm.building.job import JobResult, run_job
+from trtfarm.building.job import run_job
 from trtfarm.building.warm import wait_warm
 from trtfarm.errors import InfrastructureError
 from trtfarm.executor import settle
@@ -19,7 +19,7 @@ from trtfarm.store import Store, open_store
 from trtfarm.vocabulary.exports import ExportRef
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget
 from trtfarm.vocabulary.fleet_file import signing_settings
-from trtfarm.vocabulary.job import BuildJob
+from trtfarm.vocabulary.job import BuildJob, JobResult
 
 
 def retry_infrastructure_only(task, task_run, state) -> bool:

@@ -12,12 +12,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 
-from trtfarm.building.job import JobResult
 from trtfarm.building.outcome import release_if_allowed
 from trtfarm.planning.plan import ExportPlan, full_build_of
 from trtfarm.publishing.publish import withdraw
 from trtfarm.store import Store
-from trtfarm.vocabulary.job import BuildJob
+from trtfarm.vocabulary.job import BuildJob, JobResult
 from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
 
 Dispatch = Callable[[list[BuildJob]], Awaitable[list[JobResult]]]

@@ -29,11 +29,10 @@ from trtfarm.store.base import Progress
 from trtfarm.vocabulary.exports import ExportRef
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
-from trtfarm.vocabulary.job import BuildJob
+from trtfarm.vocabulary.job import BuildJob, JobResult
 from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
 
 if TYPE_CHECKING:  # the builder and the toolchain are imported by the first build (a rerun that is up to date has none)
-    from trtfarm.building.job import JobResult
     from trtfarm.toolchain import BuildProgress
 
 WORK_PREFIX = "trtfarm-build-"

@@ -11,8 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel
-
 from trtfarm.building.build import build_group
 from trtfarm.errors import UserInputError
 from trtfarm.identity import files_digest, onnx_digest, sha256_file, sha256_unchanged
@@ -21,26 +19,12 @@ from trtfarm.store import Store, is_uri
 from trtfarm.store.base import Progress
 from trtfarm.toolchain import BuildProgress
 from trtfarm.vocabulary.exports import ExportRef
-from trtfarm.vocabulary.job import BuildJob
+from trtfarm.vocabulary.job import BuildJob, JobResult
 from trtfarm.vocabulary.model import ModelSource
 from trtfarm.vocabulary.outcome import TargetOutcome
 
 if TYPE_CHECKING:
     from trtfarm.signing.keys import Signer
-
-
-class JobResult(BaseModel):
-    """What a job did: one outcome per target it serves, or why a refit could not run on this worker."""
-
-    job_id: str
-    model: str  # the model name: target ids repeat across models
-    outcomes: list[TargetOutcome] = []
-    refit_unavailable: str | None = None  # the runtime's reason; the parent builds the target in full instead
-
-    @property
-    def failed(self) -> list[TargetOutcome]:
-        """The outcomes that failed."""
-        return [o for o in self.outcomes if o.status == "failed"]
 
 
 def job_model(store: Store, job: BuildJob, work: Path) -> ModelSource:

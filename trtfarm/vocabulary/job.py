@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict
 from trtfarm.profiles.profile import Profile
 from trtfarm.vocabulary.manifest import Manifest
 from trtfarm.vocabulary.model import ModelSource
+from trtfarm.vocabulary.outcome import TargetOutcome
 from trtfarm.vocabulary.targets import TargetPlan
 
 ProfileText = dict[str, str]  # {"input_ids": "1x16:16x128:32x512", ...}
@@ -55,3 +56,17 @@ class BuildJob(BaseModel):
     def profile_models(self) -> list[Profile]:
         """The optimization profiles as models."""
         return [Profile.model_validate(p) for p in self.profiles]
+
+
+class JobResult(BaseModel):
+    """What a job did: one outcome per target it serves, or why a refit could not run on this worker."""
+
+    job_id: str
+    model: str  # the model name: target ids repeat across models
+    outcomes: list[TargetOutcome] = []
+    refit_unavailable: str | None = None  # the runtime's reason; the parent builds the target in full instead
+
+    @property
+    def failed(self) -> list[TargetOutcome]:
+        """The outcomes that failed."""
+        return [o for o in self.outcomes if o.status == "failed"]
