@@ -6,7 +6,7 @@ DenseNet-121 (1,746 nodes), a 50 MB MLP (12 MatMul layers of 1024x1024 FP32 weig
 decoder with past key values, a dynamo ResNet, ddddocr's detector). int8 calibrates on 32 generated samples. The
 target: every model up to 50 MB within 20 s on the 2-core machine. Other engineers load the machine, so each row
 gives the step's wall time, its CPU time (the process's user + system: what the step costs, whatever the load) and
-the load average when it ran. ``--without-workarounds`` runs ModelOpt without trtfarm's two workarounds
+the load average when it ran. ``--without-workarounds`` runs ModelOpt without trtfarm's workarounds
 (trtfarm/precision/workarounds.py), for comparison.
 
     python bench/precision_speed.py [--models NAME,...] [--without-workarounds]

@@ -147,3 +147,61 @@ def test_sessions_are_keyed_by_file_content_identity(detector, tmp_path):
 
     os.utime(copy, ns=(1, 1))
     assert gate_runs.session(copy) is not first
+
+
+def test_overflow_counts_agree_with_numpy_on_every_fp16_value():
+    from trtfarm.precision.gate import overflow_counts
+
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)  # all 65,536 bit patterns
+    rng = np.random.default_rng(0)
+    for picked in [every, every[every == every], every[np.isfinite(every)], *(rng.choice(every, n) for n in
+                                                                             (0, 1, 7, 1000)),
+                   every.reshape(256, 256)[:, ::3]]:  # non-contiguous too
+        finite = np.isfinite(picked)
+        negative = int(np.isneginf(picked).sum())
+        assert overflow_counts(picked) == (int(picked.size - finite.sum()) - negative, negative)
+        assert overflow_counts(picked.astype(np.float32)) == overflow_counts(picked)
+
+
+def _dequantize(scale: float, dtype: int) -> onnx.ModelProto:
+    from onnx import TensorProto, helper, numpy_helper
+
+    q = helper.make_tensor_value_info("q", dtype, [None])
+    zp = numpy_helper.from_array(np.array(0, helper.tensor_dtype_to_np_dtype(dtype)), "zp")
+    graph = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["x"], name="dq"),
+         helper.make_node("Relu", ["x"], ["y"], name="relu")], "dq", [q],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [None])],
+        [numpy_helper.from_array(np.array(scale, np.float16), "s"), zp])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return model
+
+
+@pytest.mark.parametrize("dtype", [onnx.TensorProto.INT8, onnx.TensorProto.UINT8])
+def test_a_dequantize_is_left_unwatched_only_where_onnxruntime_cannot_make_it_overflow(dtype, tmp_path):
+    """The referee: onnxruntime dequantizing every value of the type, at scales on both sides of the bound."""
+    import onnxruntime as ort
+
+    values = np.arange(256).astype(np.uint8).view(np.int8 if dtype == onnx.TensorProto.INT8 else np.uint8)
+    seen = set()
+    for scale in [0.5, 64.0, 200.0, 256.0, 257.0, 300.0, 511.0, 520.0, 60000.0]:
+        model = _dequantize(scale, dtype)
+        path = tmp_path / f"dq{scale}.onnx"
+        onnx.save(model, str(path))
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        # the DQ's output itself, as the gate watches it
+        marked = gate_runs.with_outputs(path, ["x"])
+        x = ort.InferenceSession(marked, providers=["CPUExecutionProvider"]).run(["x"], {"q": values})[0]
+        unwatched = "x" not in gate_runs.low_precision_tensors(path)
+        assert not unwatched or np.isfinite(x).all(), f"scale {scale}: an overflow would go unwatched"
+        seen.add((unwatched, bool(np.isfinite(x).all())))
+        del sess
+    assert (True, True) in seen and (False, False) in seen  # both sides of the bound were drawn
+
+
+@pytest.mark.integration
+def test_the_gates_onnxruntime_threads_do_not_spin(detector):
+    options = gate_runs.session(detector, keep=False).get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert options.graph_optimization_level == __import__("onnxruntime").GraphOptimizationLevel.ORT_DISABLE_ALL

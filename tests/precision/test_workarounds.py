@@ -1,4 +1,4 @@
-"""trtfarm's two ModelOpt workarounds give the model ModelOpt gives, byte for byte, on real models.
+"""trtfarm's ModelOpt workarounds give the model ModelOpt gives, byte for byte, on real models.
 
 Each conversion runs twice through trtfarm's ModelOpt adapter: with the workarounds, and with ModelOpt's own
 functions (the workarounds switched off as on a ModelOpt version they were not checked against). The referee is
@@ -75,11 +75,40 @@ def test_a_stale_output_declaration_is_left_to_modelopt(tmp_path):
     assert _declared_shapes_hold(healthy)
 
 
-def test_modelopts_functions_are_back_after_the_block():
+def _modelopts_functions():
     from modelopt.onnx import utils
     from modelopt.onnx.autocast.precisionconverter import PrecisionConverter
+    from modelopt.onnx.autocast.referencerunner import ReferenceRunner
 
-    before = (utils._reconcile_stale_output_shapes, PrecisionConverter.__dict__["_cleanup_no_consumer_nodes"])
+    return (utils._reconcile_stale_output_shapes, PrecisionConverter.__dict__["_cleanup_no_consumer_nodes"],
+            utils.remove_redundant_casts, utils._sync_value_info_elem_type,
+            ReferenceRunner.__dict__["_get_ort_runner"])
+
+
+def test_modelopts_functions_are_back_after_the_block():
+    before = _modelopts_functions()
     with modelopt_workarounds(), modelopt_workarounds():
-        assert utils._reconcile_stale_output_shapes is not before[0]
-    assert (utils._reconcile_stale_output_shapes, PrecisionConverter.__dict__["_cleanup_no_consumer_nodes"]) == before
+        assert all(now is not then for now, then in zip(_modelopts_functions(), before, strict=True))
+    assert _modelopts_functions() == before
+
+
+def test_the_reference_runs_outputs_are_handed_on_uncopied_because_onnxruntime_never_reuses_them(tmp_path):
+    import copy
+
+    from modelopt.onnx.autocast.referencerunner import ReferenceRunner
+    from polygraphy import constants
+    from polygraphy.backend.onnx import ModifyOutputs
+
+    model = onnx.load(str(_stale_output_model(tmp_path / "m.onnx")))
+    model.graph.output[0].type.tensor_type.shape.CopyFrom(onnx.TensorShapeProto(dim=[onnx.TensorShapeProto.Dimension(
+        dim_param="batch"), onnx.TensorShapeProto.Dimension(dim_value=8)]))
+    feed = {"x": np.ones((2, 8), np.float32)}
+    with modelopt_workarounds():
+        reference = ReferenceRunner(model)
+        runners, _ = reference._get_ort_runner(ModifyOutputs(model, outputs=constants.MARK_ALL))
+    with runners[0] as runner:
+        first, second = runner.infer(feed_dict=feed), runner.infer(feed_dict=feed)
+    assert set(first) == {"h", "y"}
+    assert all(not np.shares_memory(first[k], second[k]) for k in first)  # each run's arrays are its own
+    copied = copy.deepcopy(first)
+    assert all(copied[k] is first[k] for k in first) and copied is not first

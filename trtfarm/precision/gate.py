@@ -50,6 +50,25 @@ class GateReport:
         return asdict(self)
 
 
+def overflow_counts(v: np.ndarray) -> tuple[int, int]:
+    """(NaN and +inf, -inf) counts of one tensor; an FP16 tensor's are read from its bits (all exponent bits set).
+
+    One integer pass over an FP16 tensor where every value is finite (the usual case), against NumPy's float16
+    ``isfinite``, which converts each value.
+    """
+    if v.dtype == np.float16:
+        bits = np.ascontiguousarray(v).view(np.uint16)
+        magnitude = bits & 0x7FFF
+        if not magnitude.size or magnitude.max() < 0x7C00:
+            return 0, 0
+        bad, negative = int(np.count_nonzero(magnitude >= 0x7C00)), int(np.count_nonzero(bits == 0xFC00))
+        return bad - negative, negative
+    finite = np.isfinite(v)
+    bad = 0 if finite.all() else int(finite.size - np.count_nonzero(finite))  # one pass when all finite
+    negative = int(np.isneginf(v).sum()) if bad else 0
+    return bad - negative, negative
+
+
 def _not_finite(values: dict[str, np.ndarray], outputs: set[str], watched: set[str] | None) -> dict[str, np.ndarray]:
     """Reduce one feed's outputs: the graph's outputs stay, FP16 tensors become counts of inf/NaN values.
 
@@ -61,10 +80,8 @@ def _not_finite(values: dict[str, np.ndarray], outputs: set[str], watched: set[s
         if name in outputs:
             out[name] = v
         elif (name in watched) if watched is not None else v.dtype == np.float16:
-            finite = np.isfinite(v)
-            bad = 0 if finite.all() else int(finite.size - np.count_nonzero(finite))  # one pass when all finite
-            negative = int(np.isneginf(v).sum()) if bad else 0
-            out[f"nonfinite:{name}"] = np.array(bad - negative)
+            nonfinite, negative = overflow_counts(v)
+            out[f"nonfinite:{name}"] = np.array(nonfinite)
             out[f"neginf:{name}"] = np.array(negative)
     return out
 

@@ -1,17 +1,18 @@
 """Running ONNX models on CPU for the gate: one onnxruntime session per model, reused across samples and modes.
 
-Sessions come from Polygraphy's ``SessionFromOnnx`` with graph optimisations off (the gate judges each node in the
-precision the ONNX gives it: onnxruntime fuses MatMul + Mul and so hides an FP16 overflow of the product that
-another runtime may not fuse away; with Q/DQ graphs its fusions give wrong FP8 results) and run through
-Polygraphy's ``OnnxrtRunner``. The FP32 model's session is kept per model file (path, size and modification time),
-so it is loaded once however many samples, modes and auto-pin attempts it is compared with; its outputs on a given
-set of inputs are kept too, and its every-tensor run on one feed (for auto-pin and the layer-wise search) while one
-search needs it. A converted model is run once, so its session is not kept.
+Sessions are onnxruntime's with graph optimisations off (the gate judges each node in the precision the ONNX gives
+it: onnxruntime fuses MatMul + Mul and so hides an FP16 overflow of the product that another runtime may not fuse
+away; with Q/DQ graphs its fusions give wrong FP8 results) and threads that do not spin (``session_options``), run
+through Polygraphy's ``OnnxrtRunner``. The FP32 model's session is kept per model file (path, size and modification
+time), so it is loaded once however many samples, modes and auto-pin attempts it is compared with; its outputs on a
+given set of inputs are kept too, and its every-tensor run on one feed (for auto-pin and the layer-wise search)
+while one search needs it. A converted model is run once, so its session is not kept.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -79,18 +80,34 @@ def with_outputs(path: Path, extra: list[str] | str) -> bytes:
     return BytesFromOnnx(marked)()
 
 
+def session_options():
+    """The options of the gate's onnxruntime sessions: graph optimisations off, threads that sleep when idle.
+
+    As Polygraphy's ``SessionFromOnnx`` sets them, one intra-op and one inter-op thread per CPU this process may
+    use; unlike its sessions, idle threads wait without spinning: on a small shared machine a spinning pool burns
+    the cores that other work (and the next node of this run) needs, for no result (a quarter to a third of the
+    gate's CPU on the 800x608 detector at load 4, and no more wall time).
+    """
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = options.inter_op_num_threads = len(os.sched_getaffinity(0))
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    return options
+
+
 def session(path: Path, extra: tuple[str, ...] | str = (), keep: bool = True):
     """The onnxruntime CPU session of ``path`` (with ``extra`` tensors as outputs), cached when ``keep``."""
     import onnxruntime as ort
-    from polygraphy.backend.onnxrt import SessionFromOnnx
 
     ort.set_default_logger_severity(4)  # its log (unused initializers, a failed run) is not the user's to
     # read: a failure reaches the user as GateError's one line
 
     def make():
         source = with_outputs(path, extra) if extra else str(path)
-        return SessionFromOnnx(source, providers=["cpu"],
-                               graph_optimization_level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)()
+        return ort.InferenceSession(source, sess_options=session_options(), providers=["CPUExecutionProvider"])
 
     return _remember(_SESSIONS, (model_key(path), extra), make, MAX_SESSIONS) if keep else make()
 
@@ -177,21 +194,50 @@ def run_models(paths: list, feeds: list[dict], keep_dtype: bool = False) -> list
     return [joined(infer(Path(p), feeds, keep=False), keep_dtype) for p in paths]
 
 
+FP16_MAX = 65504.0
+QUANTIZED_SPAN = {onnx.TensorProto.INT8: 255, onnx.TensorProto.UINT8: 255, onnx.TensorProto.INT4: 15,
+                  onnx.TensorProto.UINT4: 15, onnx.TensorProto.INT16: 65535, onnx.TensorProto.UINT16: 65535}
+
+
+def bounded_dequantize(model: onnx.ModelProto, types: dict[str, int]) -> set[str]:
+    """Outputs of ``DequantizeLinear`` nodes that cannot leave FP16's range, whatever their integer input holds.
+
+    A DQ computes ``(q - zero_point) * scale``: with a constant, finite scale and an integer input, ``|q -
+    zero_point|`` is at most the span of the input's type (255 for INT8), so an output whose ``span * max|scale|``
+    stays below FP16's largest value cannot overflow. ``types``: element types by tensor name.
+    """
+    constants = {i.name: i for i in model.graph.initializer}
+    constants.update({n.output[0]: a.t for n in model.graph.node if n.op_type == "Constant"
+                      for a in n.attribute if a.name == "value" and a.type == onnx.AttributeProto.TENSOR})
+    found = set()
+    for node in model.graph.node:
+        if node.op_type != "DequantizeLinear" or len(node.input) < 2 or node.input[1] not in constants:
+            continue
+        span = QUANTIZED_SPAN.get(types.get(node.input[0]))
+        scale = np.abs(onnx.numpy_helper.to_array(constants[node.input[1]]).astype(np.float64))
+        if span and scale.size and np.isfinite(scale).all() and span * scale.max() < FP16_MAX:
+            found.add(node.output[0])
+    return found
+
+
 def low_precision_tensors(path: Path) -> tuple[str, ...] | str:
     """FP16 intermediate tensors where an overflow can first appear, or "all" where ONNX type inference fails.
 
     Outputs of ``BOUNDED_OPS`` are left out: they only pass on an overflow that an earlier tensor already shows,
     and marking fewer tensors keeps the run's memory and time down. So are constants (``Constant`` nodes'
     outputs, initializers): only computed tensors can be returned as outputs, and a constant cannot overflow at run
-    time (Paddle2ONNX writes every weight as a ``Constant`` node).
+    time (Paddle2ONNX writes every weight as a ``Constant`` node); and ``DequantizeLinear`` outputs whose constant
+    scale keeps them inside FP16's range (``bounded_dequantize``).
     """
     model = onnx.load(str(path), load_external_data=False)
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
     except onnx.shape_inference.InferenceError:
         return "all"  # every tensor is marked and the FP16 ones are picked by their runtime dtype
-    fp16 = {v.name for v in inferred.graph.value_info if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16}
-    outputs = {o.name for o in model.graph.output}
+    types = {v.name: v.type.tensor_type.elem_type for v in [*inferred.graph.value_info, *inferred.graph.input]}
+    types.update({i.name: i.data_type for i in model.graph.initializer})
+    fp16 = {name for name, t in types.items() if t == onnx.TensorProto.FLOAT16}
+    outputs = {o.name for o in model.graph.output} | bounded_dequantize(model, types)
     skip = BOUNDED_OPS | {"Constant"}
     return tuple(t for n in model.graph.node if n.op_type not in skip for t in n.output
                  if t in fp16 and t not in outputs)

@@ -1,4 +1,4 @@
-"""Two costs inside ModelOpt that grow with the model, worked around while trtfarm's conversion runs.
+"""Costs inside ModelOpt that grow with the model, worked around while trtfarm's conversion runs.
 
 Measured on PP-OCRv4's detector (672 nodes, three dynamic input dimensions) on the 2-core machine, they were most of
 the precision step's CPU time (bench/precision_speed.py prints the step with and without them):
@@ -16,10 +16,18 @@ the precision step's CPU time (bench/precision_speed.py prints the step with and
    node (``PrecisionConverter._cleanup_no_consumer_nodes``): quadratic in the nodes (7 s of CPU on that detector's
    fp16 conversion, 12 s on its int8 one). The replacement collects the tensor names the nodes read once, and
    removes the same nodes in the same order.
+3. **Redundant casts.** The cleanup's ``remove_redundant_casts`` finds each Cast's readers and writer, and each
+   folded Constant's declarations, by scanning the whole graph every time (4-6 s of CPU on that detector at
+   800x608): ``castindex`` is the same function with those lookups indexed.
+4. **Copies of the reference run.** Polygraphy's ``Comparator``, which AutoCast's reference run goes through,
+   deep-copies each run's outputs when there are several runs, in case the runner reuses its buffers.
+   onnxruntime's runner does not, and the run marks every tensor as an output: at 800x608 that copy was 3 s of CPU
+   and a gigabyte. The outputs are handed on as they are (``_FreshOutputs``).
 
-Both replace ModelOpt's function only while a conversion runs (``modelopt_workarounds``), only on the ModelOpt
-versions they were checked against (``CHECKED``; another version runs unchanged), and give the model ModelOpt
-gives, byte for byte (tests/precision/test_workarounds.py compares them on real models).
+Each replaces ModelOpt's function only while a conversion runs (``modelopt_workarounds``), only on the ModelOpt
+versions they were checked against (``CHECKED``; another version runs unchanged), and gives the model ModelOpt
+gives, byte for byte (tests/precision/test_workarounds.py compares them on real models, test_castindex.py on
+generated cast graphs).
 """
 
 from __future__ import annotations
@@ -103,21 +111,65 @@ def _cleanup_no_consumer_nodes(self) -> None:
         graph.node.remove(node)
 
 
+class _FreshOutputs(dict):
+    """One reference run's outputs: arrays onnxruntime allocated for this run alone, which nothing else holds.
+
+    Polygraphy's ``Comparator.run`` deep-copies every run's outputs when there are several runs, because a runner
+    may reuse its output buffers (TensorRT's do); onnxruntime's ``InferenceSession.run`` returns new arrays every
+    time, so the copy is a copy of memory no one else can change. AutoCast's reference run marks every tensor as an
+    output: on an 800x608 detector that copy was 3 s of CPU and a gigabyte. The copy of this mapping is a new
+    mapping of the same arrays.
+    """
+
+    def __deepcopy__(self, memo: dict) -> _FreshOutputs:
+        return _FreshOutputs(self)
+
+
+def _fresh(infer):
+    def fresh_infer(feed_dict, *args, **kwargs):
+        return _FreshOutputs(infer(feed_dict, *args, **kwargs))
+
+    return fresh_infer
+
+
+def _fresh_outputs_runner(get_ort_runner):
+    def _get_ort_runner(self, model):
+        """ModelOpt's reference runners, whose outputs say that a deep copy of them need not copy the arrays."""
+        from polygraphy.backend.onnxrt import OnnxrtRunner
+
+        runners, temp_dir = get_ort_runner(self, model)
+        for runner in runners:
+            if type(runner) is OnnxrtRunner:  # onnxruntime's runner only: another may reuse its buffers
+                runner.infer = _fresh(runner.infer)
+        return runners, temp_dir
+
+    return _get_ort_runner
+
+
 def _install() -> list[tuple[object, str, object]]:
     from modelopt.onnx import utils
     from modelopt.onnx.autocast.precisionconverter import PrecisionConverter
+    from modelopt.onnx.autocast.referencerunner import ReferenceRunner
+
+    from trtfarm.precision import castindex
 
     saved = [(utils, "_reconcile_stale_output_shapes", utils._reconcile_stale_output_shapes),
              (PrecisionConverter, "_cleanup_no_consumer_nodes", PrecisionConverter.__dict__[
-                 "_cleanup_no_consumer_nodes"])]
+                 "_cleanup_no_consumer_nodes"]),
+             (utils, "remove_redundant_casts", utils.remove_redundant_casts),
+             (utils, "_sync_value_info_elem_type", utils._sync_value_info_elem_type),
+             (ReferenceRunner, "_get_ort_runner", ReferenceRunner.__dict__["_get_ort_runner"])]
     utils._reconcile_stale_output_shapes = _reconcile(saved[0][2])
     PrecisionConverter._cleanup_no_consumer_nodes = _cleanup_no_consumer_nodes
+    utils.remove_redundant_casts = castindex.remove_redundant_casts
+    utils._sync_value_info_elem_type = castindex.indexed_sync(saved[3][2])
+    ReferenceRunner._get_ort_runner = _fresh_outputs_runner(saved[4][2])
     return saved
 
 
 @contextlib.contextmanager
 def modelopt_workarounds(enabled: bool = True) -> Iterator[bool]:
-    """Within the block, ModelOpt runs with the two replacements (when ``enabled`` and its version was checked).
+    """Within the block, ModelOpt runs with the replacements (when ``enabled`` and its version was checked).
 
     Yields whether they are in place. Threads share one installation, removed when the last block ends.
     """
