@@ -77,4 +77,5 @@ def test_a_plan_that_fails_verification_is_published_as_failed_and_not_released(
     _, outcomes = publish_export(store, fleet_file, tmp_path / "e", 0, 1_700_000_000, ["rtx-4090-rtx1.7"])
     out = outcomes["rtx-4090-rtx1.7"]
     assert out.status == "failed" and "cosine mean 0.91" in out.reason and out.manifest
-    assert "not released: verification failed (engine)" in out.release and not list(store.list("releases/"))
+    assert out.release.action == "refused" and not list(store.list("releases/"))
+    assert "not released: verification failed (engine)" in str(out.release)
