@@ -16,12 +16,11 @@ nearest neighbours are judged as well.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import onnx
 
 from trtfarm.precision.recipe import Recipe
+from trtfarm.precision.record import OutputFigures
 
 FP16_TINY = 6.103515625e-05  # smallest normal FP16 value
 # Relative resolution of each mode at an output's scale (FP16: 10-bit mantissa; INT8: a 127-step grid; ...)
@@ -31,30 +30,6 @@ RANGE_OF_OP = {"Sigmoid": (0.0, 1.0), "HardSigmoid": (0.0, 1.0), "Softmax": (0.0
 # ops that move or pick values without changing their range
 PASS_THROUGH = {"Identity", "Cast", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Resize", "Slice",
                 "Gather", "Concat", "Expand", "Tile", "MaxPool", "Split", "DepthToSpace", "SpaceToDepth"}
-
-
-@dataclass
-class OutputFigures:
-    """How one output of the converted model compares with FP32.
-
-    ``cosine_mean``/``cosine_min`` are over every sample row; ``cosine_signal_*`` over the ``signal_rows`` rows
-    whose reference carries signal (None when none does). ``max_error`` is ``max_abs`` over ``scale``.
-    """
-
-    output: str
-    cosine_mean: float
-    cosine_min: float
-    max_abs: float
-    max_rel: float
-    extra: dict = field(default_factory=dict)
-    scale: float | None = None
-    scale_from: str = ""
-    max_error: float | None = None
-    signal_rows: int | None = None
-    rows: int | None = None
-    cosine_signal_mean: float | None = None
-    cosine_signal_min: float | None = None
-    uninformative: str = ""
 
 
 def output_ranges(model: onnx.ModelProto) -> dict[str, tuple[tuple[float, float], str]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -18,34 +18,7 @@ from trtfarm.errors import UserInputError, first_line
 from trtfarm.identity import files_digest, graph_digest, model_files, sha256_file
 from trtfarm.onnxfile import check_errors, check_model, load_model
 from trtfarm.precision.recipe import Recipe
-
-
-class OutputAccuracy(BaseModel):
-    """One output's figures against FP32, as the precision step recorded them (``precision.figures``' fields)."""
-
-    model_config = ConfigDict(frozen=True, extra="allow")
-    output: str
-    cosine_mean: float | None = None
-    cosine_min: float | None = None
-    max_abs: float | None = None
-    max_rel: float | None = None
-    extra: dict = {}
-    scale: float | None = None
-    scale_from: str = ""
-    max_error: float | None = None
-    signal_rows: int | None = None
-    rows: int | None = None
-    cosine_signal_mean: float | None = None
-    cosine_signal_min: float | None = None
-    uninformative: str = ""
-
-    GATE_FIGURES: ClassVar[tuple[str, ...]] = (
-        "cosine_mean", "cosine_min", "max_abs", "max_rel", "max_error", "scale", "scale_from", "signal_rows",
-        "cosine_signal_mean", "cosine_signal_min")
-
-    def gate_figures(self) -> dict:
-        """The figures the manifest's ``onnx`` check shows for this output (those known), and its extras."""
-        return {k: getattr(self, k) for k in self.GATE_FIGURES if getattr(self, k) is not None} | self.extra
+from trtfarm.precision.record import OutputFigures
 
 
 class Accuracy(BaseModel):
@@ -59,7 +32,7 @@ class Accuracy(BaseModel):
     mode: str = ""
     passed: bool | None = None
     thresholds: dict = {}
-    figures: list[OutputAccuracy] = []
+    figures: list[OutputFigures] = []
     failures: list[str] = []
     diverging_nodes: list[dict] = []
     note: str = ""

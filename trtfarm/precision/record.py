@@ -1,0 +1,42 @@
+"""One output's figures against FP32, as the gate computes them and a precision step records them.
+
+Plain data with no numpy or onnx, so the vocabulary's record of a precision step (``vocabulary.model.Accuracy``)
+holds these very objects without importing the gate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+
+@dataclass
+class OutputFigures:
+    """How one output of the converted model compares with FP32.
+
+    ``cosine_mean``/``cosine_min`` are over every sample row; ``cosine_signal_*`` over the ``signal_rows`` rows
+    whose reference carries signal (None when none does). ``max_error`` is ``max_abs`` over ``scale``.
+    """
+
+    output: str
+    cosine_mean: float
+    cosine_min: float
+    max_abs: float
+    max_rel: float
+    extra: dict = field(default_factory=dict)
+    scale: float | None = None
+    scale_from: str = ""
+    max_error: float | None = None
+    signal_rows: int | None = None
+    rows: int | None = None
+    cosine_signal_mean: float | None = None
+    cosine_signal_min: float | None = None
+    uninformative: str = ""
+
+    GATE_FIGURES: ClassVar[tuple[str, ...]] = (
+        "cosine_mean", "cosine_min", "max_abs", "max_rel", "max_error", "scale", "scale_from", "signal_rows",
+        "cosine_signal_mean", "cosine_signal_min")
+
+    def gate_figures(self) -> dict:
+        """The figures the manifest's ``onnx`` check shows for this output (those known), and its extras."""
+        return {k: getattr(self, k) for k in self.GATE_FIGURES if getattr(self, k) is not None} | self.extra
