@@ -20,7 +20,7 @@ from trtfarm.signing.keys import load_trusted_keys
 from trtfarm.store import open_store
 
 from ..conftest import REPO
-from ..farm_server import TRTFARM, Farm, processes_of_flow_run
+from ..farm_server import TRTFARM, Farm, processes_of_flow_run, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -73,7 +73,7 @@ def farm(tmp_path_factory, s3_endpoint):
         for pool in ("trtfarm-control", "rtx-4090", "rtx-5090"):
             f.start_worker(pool)
         with temporary_settings({PREFECT_API_URL: f.api}), get_client(sync_client=True) as c:
-            _wait_for(lambda: all(c.read_work_pool(p).status.value == "READY" for p in ("trtfarm-control", "rtx-4090",
+            wait_for(lambda: all(c.read_work_pool(p).status.value == "READY" for p in ("trtfarm-control", "rtx-4090",
                                                                                        "rtx-5090")),
                       180, "the three workers to come online")  # else a slow worker's pool would be skipped
         yield f
@@ -262,16 +262,6 @@ def test_invalid_parameters_are_rejected_before_any_run_starts(farm, client):
 
 
 
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (value := predicate()):
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-
 def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict]:
     import urllib.error
     import urllib.request
@@ -323,7 +313,7 @@ def test_an_onnx_landing_in_s3_starts_exactly_one_matrix_run_and_bad_requests_st
                           Body=make_model.encoder_model(11).SerializeToString(deterministic=True))
     s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload,
                                  MultipartUpload={"Parts": [{"ETag": part["ETag"], "PartNumber": 1}]})
-    run = _wait_for(lambda: [r for r in _on_export_runs(client) if r.state.is_final()], 240,
+    run = wait_for(lambda: [r for r in _on_export_runs(client) if r.state.is_final()], 240,
                     "the on-export run to finish")[0]
     assert run.state.is_completed(), run.state.message
     assert run.parameters["request"]["model"] == f"s3://{bucket}/team-a/encoder"
@@ -369,7 +359,7 @@ def test_a_pool_without_workers_is_skipped_an_overdue_child_cancelled_and_cancel
     worker = farm.procs["worker-rtx-5090"]  # this pool loses its only worker
     os.killpg(worker.pid, signal.SIGKILL)
     worker.wait()
-    _wait_for(lambda: client.read_work_pool("rtx-5090").status.value == "NOT_READY", 60, "the pool to be NOT_READY")
+    wait_for(lambda: client.read_work_pool("rtx-5090").status.value == "NOT_READY", 60, "the pool to be NOT_READY")
     skipped = farm.trtfarm_json("farm", "run", "encoder", "--force", "--wait")
     rows = {r["target"]: r for r in skipped["outcomes"]}
     # the portable class goes to the pool that still has a worker; the 5080's own build has nowhere to go
@@ -396,7 +386,7 @@ def test_a_pool_without_workers_is_skipped_an_overdue_child_cancelled_and_cancel
         return [r for r in _child_runs(client) if r.work_pool_name == "rtx-5090" and r.state.is_scheduled()
                 and str(client.read_task_run(r.parent_task_run_id).flow_run_id) == started["flow_run_id"]]
 
-    child = _wait_for(children_of_started, 120, "the parent to dispatch its children")[0]
+    child = wait_for(children_of_started, 120, "the parent to dispatch its children")[0]
     client.set_flow_run_state(started["flow_run_id"], Cancelling(message="test cancels the parent"), force=True)
-    _wait_for(lambda: client.read_flow_run(child.id).state.type.value in ("CANCELLING", "CANCELLED"), 60,
+    wait_for(lambda: client.read_flow_run(child.id).state.type.value in ("CANCELLING", "CANCELLED"), 60,
               "the cancellation to reach the child")
