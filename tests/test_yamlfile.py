@@ -54,3 +54,56 @@ def test_prefect_yaml_with_a_key_twice_is_refused_and_merge_keys_are_not_duplica
     nested.write_text("a:\n  - b: {c: 1, c: 2}\n")
     with pytest.raises(ConfigError, match="nested.yaml:2: key 'c'"):
         load_yaml(nested)
+
+
+def _referee(text: str):
+    """PyYAML's own Python loader, parsing twice as trtfarm did: the data, or the line its error points at."""
+    import yaml
+
+    try:
+        yaml.compose(text, Loader=yaml.SafeLoader)
+        return "data", yaml.load(text, Loader=yaml.SafeLoader)  # noqa: S506 - the safe loader, named
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        return "error", mark.line + 1 if mark else None
+
+
+def _variants(text: str):
+    """The text, and copies broken or changed one line at a time: a line gone, an indent, a colon, a quote, a tab."""
+    lines = text.splitlines(keepends=True)
+    yield text
+    for i in range(0, len(lines), max(1, len(lines) // 12)):
+        for change in (lambda s: "", lambda s: "  " + s, lambda s: s.replace(":", "", 1),
+                       lambda s: s.replace(" ", ' "', 1), lambda s: "\t" + s, lambda s: s.replace("-", "- [", 1)):
+            yield "".join(lines[:i] + [change(lines[i])] + lines[i + 1:])
+
+
+def test_every_yaml_file_of_the_repository_and_broken_copies_read_as_pyyamls_python_loader_reads_them(tmp_path):
+    """One parse (libyaml's loader where PyYAML has it) gives the data, or the error's line, of PyYAML's own Python
+    loader, on every YAML file the repository holds and on copies broken a line at a time."""
+    import yaml
+
+    from trtfarm.yamlfile import LOADER
+
+    repo = __import__("pathlib").Path(__file__).resolve().parents[1]
+    files = sorted(p for p in repo.rglob("*.y*ml") if not {".venv", ".git", "node_modules"} & set(p.parts))
+    assert len(files) >= 5
+    checked = errors = 0
+    for f in files:
+        for n, text in enumerate(_variants(f.read_text())):
+            path = tmp_path / f"{f.stem}-{n}.yaml"
+            path.write_text(text)
+            kind, expected = _referee(text)
+            try:
+                found = ("data", load_yaml(path))
+            except ConfigError as refused:
+                first = str(refused).split("\n")[0]
+                found = ("error", int(first.split(":")[1])) if "not valid YAML" in first else ("dup", first)
+            if found[0] == "dup":  # a key given twice: trtfarm refuses what PyYAML would keep silently
+                assert kind == "data", (f, n, found)
+                continue
+            assert repr(found) == repr((kind, expected)), (f, n, text)  # (repr: an alias may make data recursive)
+            checked += 1
+            errors += kind == "error"
+    assert checked > 100 and errors > 20  # the broken copies did break
+    assert LOADER is getattr(yaml, "CSafeLoader", yaml.SafeLoader)
