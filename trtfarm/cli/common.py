@@ -50,8 +50,10 @@ class TrtfarmGroup(PlainHelpGroup):
 
 app = typer.Typer(cls=TrtfarmGroup, add_completion=False, no_args_is_help=True,
                   help="Build, validate and publish TensorRT-family plans for every GPU x toolchain in a fleet.")
-out = Console()
-err = Console(stderr=True)
+# No emoji codes: a name such as ``:smile:`` in a model or a path prints as written (and rich's table of codes is
+# never imported).
+out = Console(emoji=False)
+err = Console(stderr=True, emoji=False)
 
 # help text is Rich markup: a literal "[...]" must be escaped ("\\["), or Rich eats it
 STORE_OPT = typer.Option(None, "--store", metavar="URI", help="artifact store: a path, file:///abs or "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import os
 import signal
 import sys
 
@@ -41,6 +42,13 @@ COMMAND_MODULES = {
 GC_FIRST_THRESHOLD = 100_000
 
 
+# pydantic looks up its plugins (the entry points of every installed distribution: 10 to 40 ms in an environment
+# with Prefect and TensorRT) when it builds its first validator. trtfarm's models use none, so a command that ends
+# (build, pull, ...) starts without them; the long-running ones, which run other code (a worker's flow runs, the
+# webhook receiver), keep them. PYDANTIC_DISABLE_PLUGINS set in the environment, even empty, is left as it is.
+KEEPS_PYDANTIC_PLUGINS = ("worker", "webhook")
+
+
 def registered(command: str | None = None) -> typer.Typer:
     """The app, with the module that registers ``command`` imported, or every command module (``command`` None).
 
@@ -69,7 +77,10 @@ def main() -> None:
     gc.set_threshold(GC_FIRST_THRESHOLD, *gc.get_threshold()[1:])
     signal.signal(signal.SIGTERM, interrupt.stop)
     signal.signal(signal.SIGINT, interrupt.stop)  # Ctrl-C unwinds the same way (exit 130)
-    app = registered(sys.argv[1] if len(sys.argv) > 1 else None)
+    command = sys.argv[1] if len(sys.argv) > 1 else None
+    if command not in KEEPS_PYDANTIC_PLUGINS:
+        os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    app = registered(command)
     try:
         code = app(standalone_mode=False)
     except TyperException as e:  # click's usage errors, as typer carries them: one line, as every other bad input
