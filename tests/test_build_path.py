@@ -182,3 +182,38 @@ def test_the_build_path_imports_only_what_the_build_uses(workdir, example_dir):
     assert _offending(fresh, banned + other_commands) == []
     assert _offending(rerun, banned + other_commands + NOT_WHEN_UP_TO_DATE) == []
     assert _offending(helped, banned + NOT_WHEN_UP_TO_DATE + NOT_FOR_HELP) == []
+
+
+@pytest.mark.parametrize("break_it", ["unknown attribute", "unknown operator"])
+def test_onnx_checker_runs_beside_the_build_and_its_refusal_stops_the_command_with_nothing_published(
+        workdir, example_dir, break_it):
+    """A local build runs onnx.checker and the graph digest on a thread while TensorRT builds. A model the checker
+    refuses is refused as planning refused it before (exit 2, the checker's words), whether TensorRT builds it (an
+    attribute the operator does not have) or its parser fails too (an operator nobody registered): nothing is
+    published, and the same model, repaired, builds."""
+    import onnx
+
+    model = onnx.load(example_dir / "model.onnx")
+    node = model.graph.node[0]
+    if break_it == "unknown attribute":
+        node.attribute.append(onnx.helper.make_attribute("bogus", 1))
+        words = f"Unrecognized attribute: bogus for operator {node.op_type}"
+    else:
+        node.op_type = "NoSuchOp"
+        words = "NoSuchOp"
+    path = workdir / "broken" / "model.onnx"
+    path.parent.mkdir()
+    path.write_bytes(model.SerializeToString())
+    build = ["build", str(path), "--store", "store", "--profile", "input_ids=1x16:16x128:32x512",
+             "--profile", "attention_mask=1x16:16x128:32x512"]
+    refused = run(workdir, *build)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert "not a valid ONNX model" in refused.stderr and words in refused.stderr, refused.stderr[-2000:]
+    assert "Traceback" not in refused.stderr
+    assert not list((workdir / "store").rglob("*.plan")) and not list((workdir / "store").rglob("manifest.json"))
+    path.write_bytes((example_dir / "model.onnx").read_bytes())
+    built = run(workdir, *build, "--json")
+    assert built.returncode == 0, built.stderr[-2000:]
+    [row] = json.loads(built.stdout)
+    manifest = json.loads(Path(row["manifest"].removeprefix("file://")).read_text())
+    assert row["status"] == "built" and manifest["model"]["graph_digest"]  # the digest came from beside the build

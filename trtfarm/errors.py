@@ -35,6 +35,21 @@ class ConfigError(UserInputError):
     """A configuration file (gpu_targets.yaml, farm.yaml, a profiles file) is malformed."""
 
 
+class InvalidModel(UserInputError):
+    """The file is no valid ONNX model (it does not parse, or ``onnx.checker`` refuses it): the model as a whole.
+
+    A local build runs onnx.checker beside its TensorRT build: this refusal then stops the command as planning's
+    would (exit 2, nothing published), where a build's own failure fails only its targets.
+    """
+
+
+def invalid_model(path: object, err: BaseException) -> InvalidModel:
+    """One line for a file that is no valid ONNX model: the reader's or the checker's words, and the fix."""
+    first = first_line(err)
+    return InvalidModel(f"{path}: not a valid ONNX model ({type(err).__name__}: {first}). Fix: re-export the model; "
+                        "check the file was copied completely.")
+
+
 class InfrastructureError(TrtfarmError):
     """A service trtfarm depends on failed; retrying may help. ``service`` names it for the one-line message."""
 

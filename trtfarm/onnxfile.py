@@ -24,7 +24,7 @@ from pathlib import Path, PurePosixPath
 from types import ModuleType
 from typing import TYPE_CHECKING, TypeVar
 
-from trtfarm.errors import UserInputError
+from trtfarm.errors import UserInputError, invalid_model
 
 if TYPE_CHECKING:
     import onnx
@@ -369,7 +369,7 @@ def _mapped(path: str | Path, read: Callable[[mmap.mmap], _T]) -> _T:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             return read(buf)
     except (OSError, ValueError, IndexError, UnicodeDecodeError) as err:
-        raise UserInputError(f"{path}: not a valid ONNX model ({err}); export it again") from err
+        raise invalid_model(path, err) from err
 
 
 def _dims(vi: onnx.ValueInfoProto) -> InputDims:

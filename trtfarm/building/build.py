@@ -11,7 +11,7 @@ import logging
 import shlex
 import socket
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,7 +25,7 @@ from trtfarm.building.timing_cache import (
     pull_timing_cache,
     tensorrt_combine,
 )
-from trtfarm.errors import StoreError
+from trtfarm.errors import StoreError, UserInputError
 from trtfarm.identity import sha256_file
 from trtfarm.layout import timing_cache_key
 from trtfarm.profiles.profile import Profile, profiles_json
@@ -51,7 +51,7 @@ from trtfarm.vocabulary.manifest import (
     TimingCacheInfo,
     Verification,
 )
-from trtfarm.vocabulary.model import ModelSource
+from trtfarm.vocabulary.model import ModelSource, verified
 from trtfarm.vocabulary.outcome import TargetOutcome
 from trtfarm.vocabulary.targets import TargetPlan
 from trtfarm.workers.identity import this_worker
@@ -285,9 +285,16 @@ def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], p
     trt = import_flavour(lead.target.toolchain.flavour.value)
     before, key = _timing(store, lead, trt)
     with scratch_dir("trtfarm-build-") as tmp:
-        result = plan_from_onnx(trt, lead.target.toolchain.flavour.value, model.plan_input, profiles,
-                                lead.target.settings, tmp / "model.plan", timing_cache=before,
-                                progress=progress)
+        check = _check_beside(model)
+        try:
+            result = plan_from_onnx(trt, lead.target.toolchain.flavour.value, model.plan_input, profiles,
+                                    lead.target.settings, tmp / "model.plan", timing_cache=before,
+                                    progress=progress)
+        except UserInputError:  # the parser or builder refused it: onnx.checker's refusal, if any, names the cause
+            if check is not None:
+                check.result()
+            raise
+        model = check.result() if check is not None else model  # nothing is published from an unchecked model
         cache = _cache_info(trt, result, key, before)
         engine = engine_result(store, model, lead, profiles, result)
         determinism = _determinism(trt, model, lead, profiles, result, tmp, engine)
@@ -315,6 +322,21 @@ def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], p
         for o in outcomes:
             o.reason = "; ".join(filter(None, [o.reason, warning]))
     return outcomes
+
+
+def _check_beside(model: ModelSource) -> Future[ModelSource] | None:
+    """``verified(model)`` on a thread, beside TensorRT's build (which releases the GIL), or None when it is checked.
+
+    A local build's plan leaves onnx.checker and the graph digest to the build (``planning.plan``); a farm child's
+    model comes checked. The check raises ``InvalidModel``, which stops the run as planning's check would.
+    """
+    if model.graph_digest is not None:
+        return None
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trtfarm-check")
+    try:
+        return pool.submit(verified, model)
+    finally:
+        pool.shutdown(wait=False)  # the check runs on; its thread ends with it
 
 
 def _already_published_note(published: Manifest, result: BuildResult) -> str:

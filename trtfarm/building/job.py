@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtfarm.building.build import build_group
-from trtfarm.errors import UserInputError
+from trtfarm.errors import InvalidModel, UserInputError
 from trtfarm.identity import files_digest, onnx_digest, sha256_file, sha256_unchanged
 from trtfarm.publishing.registry import local_copy
 from trtfarm.store import Store, is_uri
@@ -80,7 +80,8 @@ def run_job(store: Store, job: BuildJob, work: Path, *, run_id: str | None = Non
     """Build (or refit) ``job`` and publish a manifest, its provenance and (with ``signer``) a signature per target.
 
     The user's errors (a model the parser rejects, a bad profile) become failed outcomes; infrastructure errors
-    propagate, so the caller's retry policy sees them; anything else is a bug and propagates too.
+    propagate, so the caller's retry policy sees them; anything else is a bug and propagates too. A model that
+    onnx.checker refuses (checked beside a local build: ``InvalidModel``) is no one target's failure: it propagates.
     """
     try:
         model = job_model(store, job, work)
@@ -88,6 +89,8 @@ def run_job(store: Store, job: BuildJob, work: Path, *, run_id: str | None = Non
             return _refit(store, job, model, run_id, signer)
         outcomes = build_group(store, model, job.plans, job.profile_models(), progress=progress,
                                upload_progress=upload_progress, run_id=run_id, signer=signer)
+    except InvalidModel:  # checked beside a local build: the model itself is refused, as planning refuses it
+        raise
     except UserInputError as err:
         return _failed(job, str(err))
     if job.full_build_reason:

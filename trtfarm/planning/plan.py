@@ -127,16 +127,23 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
     if not farm:  # a published target is up to date; of the rest, what this machine cannot build is skipped
         skipped, todo = skip_unservable(todo, caps or local_capabilities())
         found.done.update(skipped)
-    if todo and not checked:
-        model = _checked(model, profiles)
+    if todo and not checked:  # a local build runs onnx.checker and the graph digest beside TensorRT's build
+        model = _checked(model, profiles, beside_the_build=not (farm or request.refit))  # (a refit compares graphs)
     jobs = _jobs(store, request, model, export.uri if is_uri(export.uri) else str(path), texts, todo)
     return ExportPlan(name=model.name, model=model, profiles=texts, targets=ids, outcomes=found.done, jobs=jobs,
                       releases=found.releases, withdrawals=found.withdrawals)
 
 
-def _checked(model: ModelSource, profiles: list[Profile]) -> ModelSource:
-    """The model checked by onnx.checker with its graph digest, and the profiles checked against its inputs."""
-    model = verified(model)
+def _checked(model: ModelSource, profiles: list[Profile], beside_the_build: bool = False) -> ModelSource:
+    """The model checked by onnx.checker with its graph digest, and the profiles checked against its inputs.
+
+    ``beside_the_build`` (a local build): only the profiles are checked here (reading the graph's inputs refuses a
+    file that is no ONNX model); onnx.checker and the graph digest run on a thread while TensorRT builds
+    (``building.build``), and their refusal stops the run before anything is published. A farm run checks here,
+    once, before any child starts.
+    """
+    if not beside_the_build:
+        model = verified(model)
     check_profiles_against_inputs(profiles, onnx_inputs(model.path), str(model.path), onnx_shape_tensors(model.path))
     return model
 

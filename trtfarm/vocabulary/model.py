@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from trtfarm import layout
-from trtfarm.errors import UserInputError, first_line
+from trtfarm.errors import UserInputError, invalid_model
 from trtfarm.identity import files_digest, graph_digest, model_files, sha256_file
 from trtfarm.onnxfile import check_errors, check_model, load_model
 from trtfarm.precision.recipe import Recipe
@@ -118,12 +118,21 @@ def model_source(path: Path, name: str, *, verify: bool = True) -> ModelSource:
                        files=tuple(files))
 
 
+# (path, onnx_digest) -> graph digest of the models this process checked: a local build of several compatibility
+# classes runs a job per class, and each would check its model again. The onnx digest is the bytes' sha256, which
+# each job confirms before it builds, so a file changed since is another key.
+_CHECKED: dict[tuple[str, str], str] = {}
+
+
 def verified(model: ModelSource) -> ModelSource:
     """``model`` checked by ``onnx.checker``, with its graph digest (itself when ``model_source`` did both)."""
     if model.graph_digest is not None:
         return model
-    _bad_model_is_user_error(_check, model.path)
-    return model.model_copy(update={"graph_digest": graph_digest(model.path, read_model(model.path))})
+    key = (str(model.path), model.onnx_digest)
+    if key not in _CHECKED:
+        _bad_model_is_user_error(_check, model.path)
+        _CHECKED[key] = graph_digest(model.path, read_model(model.path))
+    return model.model_copy(update={"graph_digest": _CHECKED[key]})
 
 
 def read_model(path: Path):
@@ -135,9 +144,7 @@ def _bad_model_is_user_error(step, path: Path):
     try:
         return step(path)
     except check_errors() as err:
-        first = first_line(err)
-        raise UserInputError(f"{path}: not a valid ONNX model ({type(err).__name__}: {first}). "
-                             "Fix: re-export the model; check the file was copied completely.") from err
+        raise invalid_model(path, err) from err
 
 
 def _check(path: Path) -> None:
