@@ -217,3 +217,28 @@ def test_onnx_checker_runs_beside_the_build_and_its_refusal_stops_the_command_wi
     [row] = json.loads(built.stdout)
     manifest = json.loads(Path(row["manifest"].removeprefix("file://")).read_text())
     assert row["status"] == "built" and manifest["model"]["graph_digest"]  # the digest came from beside the build
+
+
+def test_a_command_starts_without_pydantics_plugin_lookup_unless_the_environment_asks_for_it(workdir):
+    """pydantic loads its plugins (entry points of the group ``pydantic``) when it builds its first validator; a
+    trtfarm command that ends skips that lookup, and ``PYDANTIC_DISABLE_PLUGINS`` set, even empty, is respected."""
+    site = workdir / "site"
+    dist = site / "witness_plugin-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: witness-plugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[pydantic]\nwitness = witness_plugin:plugin\n")
+    (site / "witness_plugin.py").write_text(
+        "import os\nopen(os.environ['WITNESS'], 'a').write('loaded\\n')\n"
+        "class Plugin:\n    def new_schema_validator(self, *args, **kwargs):\n        return None, None, None\n"
+        "plugin = Plugin()\n")
+    witness = workdir / "witness.txt"
+    for env_value, loaded in ((None, False), ("", True), ("__all__", False)):
+        env = {**os.environ, "PYTHONPATH": str(site), "WITNESS": str(witness), "COLUMNS": "200"}
+        env.pop("PYDANTIC_DISABLE_PLUGINS", None)
+        if env_value is not None:
+            env["PYDANTIC_DISABLE_PLUGINS"] = env_value
+        witness.unlink(missing_ok=True)
+        proc = subprocess.run([*TRTFARM, "targets"], cwd=workdir, env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "rtx-4090" in proc.stdout
+        assert witness.exists() == loaded, (env_value, proc.stderr[-2000:])
