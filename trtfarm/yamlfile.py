@@ -2,8 +2,8 @@
 
 The file is parsed once into a node tree that keeps each node's position, and the data is built from that tree. A
 pydantic error location (``("targets", 2, "gpu")``) is walked down the tree to the deepest node that exists, so
-every error names ``file:line``. A key given twice in one mapping is an error too (PyYAML would keep the last one silently): ``tf32: true`` then ``tf32: false`` is a typo or a
-merge accident, never an intent.
+every error names ``file:line``. A key given twice in one mapping is an error too (PyYAML would keep the last one
+silently): ``tf32: true`` then ``tf32: false`` is a typo or a merge accident, never an intent.
 """
 
 from __future__ import annotations

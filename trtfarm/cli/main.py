@@ -73,7 +73,20 @@ def __getattr__(name: str):
 
 
 def main() -> None:
-    """Console entry point."""
+    """Console entry point.
+
+    At the end the garbage collector is frozen: at exit Python looks for cycles among every object the command
+    made (typer's parameters, pydantic's schemas, rich), which took 40 to 70 ms of a command of 0.3 s. Exit handlers
+    still run and every object is still released as its module is cleared; only cycles are left to the operating
+    system, which takes the whole process back anyway.
+    """
+    try:
+        _main()
+    finally:
+        gc.freeze()
+
+
+def _main() -> None:
     gc.set_threshold(GC_FIRST_THRESHOLD, *gc.get_threshold()[1:])
     signal.signal(signal.SIGTERM, interrupt.stop)
     signal.signal(signal.SIGINT, interrupt.stop)  # Ctrl-C unwinds the same way (exit 130)
