@@ -64,6 +64,27 @@ def test_two_profiles_build_and_cancelling_from_the_monitor_stops_the_build(exam
         build(example_onnx, [short], tmp_path / "c", progress=Cancel())
 
 
+def test_a_build_beside_a_check_that_refused_the_model_is_cancelled_and_one_beside_a_passed_check_is_not(
+        example_onnx, tmp_path):
+    """A local build runs onnx.checker beside TensorRT's build; the build's progress (``_UntilRefused``) cancels it
+    at its next step once the check refused the model, and passes every step to the display otherwise."""
+    from concurrent.futures import Future
+
+    from trtfarm.building.build import _UntilRefused
+    from trtfarm.errors import InvalidModel
+
+    profile = [profile_from_args(ENCODER_PROFILE)]
+    refused, passed = Future(), Future()
+    refused.set_exception(InvalidModel("refused by onnx.checker"))
+    passed.set_result(None)
+    display = Recorder()
+    with pytest.raises(BuildFailed):
+        build(example_onnx, profile, tmp_path / "refused", progress=_UntilRefused(display, refused))
+    assert display.steps == 0 and display.started  # cancelled at its first step
+    assert build(example_onnx, profile, tmp_path / "passed", progress=_UntilRefused(display, passed)).plan_bytes > 0
+    assert display.steps > 0
+
+
 def test_tf32_off_and_refit_individual_are_set_by_name(example_onnx, tmp_path):
     settings = BuilderSettings(tf32=False, refit=RefitMode.refit_individual)
     result = build(example_onnx, [profile_from_args(ENCODER_PROFILE)], tmp_path, settings)

@@ -289,7 +289,7 @@ def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], p
         try:
             result = plan_from_onnx(trt, lead.target.toolchain.flavour.value, model.plan_input, profiles,
                                     lead.target.settings, tmp / "model.plan", timing_cache=before,
-                                    progress=progress)
+                                    progress=progress if check is None else _UntilRefused(progress, check))
         except UserInputError:  # the parser or builder refused it: onnx.checker's refusal, if any, names the cause
             if check is not None:
                 check.result()
@@ -337,6 +337,27 @@ def _check_beside(model: ModelSource) -> Future[ModelSource] | None:
         return pool.submit(verified, model)
     finally:
         pool.shutdown(wait=False)  # the check runs on; its thread ends with it
+
+
+@dataclass
+class _UntilRefused:
+    """The build's progress, cancelling the build at its next step once the check beside it refused the model."""
+
+    sink: BuildProgress | None
+    check: Future[ModelSource]
+
+    def phase_start(self, name: str, parent: str | None, steps: int) -> None:  # noqa: D102 - BuildProgress
+        if self.sink is not None:
+            self.sink.phase_start(name, parent, steps)
+
+    def step_complete(self, name: str, step: int) -> bool:  # noqa: D102 - BuildProgress
+        if self.check.done() and self.check.exception() is not None:
+            return False
+        return self.sink is None or bool(self.sink.step_complete(name, step))
+
+    def phase_finish(self, name: str) -> None:  # noqa: D102 - BuildProgress
+        if self.sink is not None:
+            self.sink.phase_finish(name)
 
 
 def _already_published_note(published: Manifest, result: BuildResult) -> str:
