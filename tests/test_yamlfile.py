@@ -11,7 +11,7 @@ from trtfarm.vocabulary.fleet_file import load_fleet
 from trtfarm.workers.pools import PoolSpec, deployment_drift
 from trtfarm.yamlfile import load_yaml
 
-from .conftest import RTX_FLEET
+from .conftest import REPO, RTX_FLEET
 
 
 def test_a_fleet_with_a_key_twice_is_refused_at_the_second_one(tmp_path):
@@ -85,8 +85,7 @@ def test_every_yaml_file_of_the_repository_and_broken_copies_read_as_pyyamls_pyt
 
     from trtfarm.yamlfile import LOADER
 
-    repo = __import__("pathlib").Path(__file__).resolve().parents[1]
-    files = sorted(p for p in repo.rglob("*.y*ml") if not {".venv", ".git", "node_modules"} & set(p.parts))
+    files = sorted(p for p in REPO.rglob("*.y*ml") if not {".venv", ".git", "node_modules"} & set(p.parts))
     assert len(files) >= 5
     checked = errors = 0
     for f in files:
