@@ -14,7 +14,7 @@ from prefect.runtime import deployment, flow_run
 from flows.dispatch import SKIPPED, ChildJob, ChildRun, cancel_children, lost_rows, run_children
 from tasks.build import build_job, plan_models, settle_model
 from tasks.report import report_run
-from tasks.status import publish_status
+from tasks.status import publish_status, record_model_states
 from trtfarm import layout
 from trtfarm.errors import TrtfarmError
 from trtfarm.executor import execute
@@ -113,6 +113,12 @@ async def build_matrix(request: MatrixRequest) -> list[RunRow]:
     rows = await execute(store, plans, dispatch, lambda job: f"{' or '.join(job.pools)} workers", signer,
                          settle_model)
     report_run(rows, request.store, lost)
+    changed = [p.name for p in plans if p.jobs or p.releases or p.withdrawals]
+    if changed:
+        try:
+            record_model_states(request.store, request.targets_file, changed)
+        except TrtfarmError as e:  # the builds stand; views compute what is not recorded
+            logger.warning("state not recorded: %s", e)
     if request.model is None:  # the nightly (every registered model): the fleet's matrix, in the store and the UI
         try:
             publish_status(request.store, request.targets_file)

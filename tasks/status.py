@@ -30,3 +30,14 @@ def publish_status(store_uri: str, targets_file: str) -> str:
                                  f"{n} {s}" for s, n in found.counts().items() if n))
     get_run_logger().info("fleet status: %s", url)
     return url
+
+
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
+def record_model_states(store_uri: str, targets_file: str, models: list[str]) -> list[str]:
+    """Record in the store the state of the models a run changed (``state/<model>.json``), which views read first."""
+    from trtfarm.planning.overview import record_states
+    from trtfarm.publishing.release import who
+
+    done = record_states(open_store(store_uri), load_fleet(targets_file), models, by=f"farm run ({who()})")
+    get_run_logger().info("recorded the state of %d model(s)", len(done))
+    return done

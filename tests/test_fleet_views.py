@@ -254,7 +254,7 @@ def test_status_shows_released_pending_failed_missing_and_stale_before_a_new_exp
     failed = cell["dedupe", "rtx4090-rtx1.7"]
     assert "UNSUPPORTED_NODE" in failed.reason and failed.since and found.cell("dedupe", "rtx5090-rtx1.7") is None
     released = cell["encoder", "rtx4090-rtx1.7"]
-    assert released.precision == "fp32" and released.engine == "pending" and released.signed == "unsigned-checked"
+    assert released.precision == "fp32" and released.engine == "pending" and released.signed == "unsigned"
     assert 0 <= released.age_s < 3600 and released.released_at
     assert "engine check pending on NVIDIA GeForce RTX 3090" in cell["encoder", "rtx3090-rtx1.7-o5"].reason
     assert "tensorrt" in cell["encoder", "h100-trt11.4"].reason  # the run skipped it: the reason it gave
@@ -295,7 +295,11 @@ def test_status_reads_nothing_again_that_has_not_changed_and_writes_nothing(buil
     for tally in (cold, warm):
         assert sum(tally.by_method().get(m, 0) for m in WRITES) == 0, tally.by_method()
     assert cold.by_method()["get"] > 0 and warm.by_method().get("get", 0) == 0, (cold.by_method(), warm.by_method())
-    assert warm.by_method() == {"list_versions": 4}  # the registry, plans, release pointers and runs: one listing each
+    # the registry, plans, release pointers, precision steps, runs and state records: one listing each
+    assert warm.by_method() == {"list_versions": 6}
+    # cold, each model's state as the runs recorded it is current: one object per model, nothing else
+    assert cold.by_method() == {"list_versions": 6, "get": len(first.models)}, cold.by_method()
+    assert first.notes == []
 
 
 def test_status_fits_80_columns_and_folds_into_blocks_when_the_targets_do_not(built, tmp_path):

@@ -28,8 +28,8 @@ from trtfarm.errors import UserInputError
 PLAN_NAME, MANIFEST_NAME = "model.plan", "manifest.json"
 ONNX_NAME, EXPORT_NAME = "model.onnx", "export.json"
 CONVERTED_REPORT = "report.json"  # a precision step's gate report, beside its converted model.onnx
-PLANS, RELEASES, TIMING_CACHES, CONVERTED, MODELS, REPORTS, RUNS, STATUS = (
-    "plans", "releases", "timing-caches", "converted", "models", "reports", "runs", "status")
+PLANS, RELEASES, TIMING_CACHES, CONVERTED, MODELS, REPORTS, RUNS, STATUS, STATE = (
+    "plans", "releases", "timing-caches", "converted", "models", "reports", "runs", "status", "state")
 OUTCOMES_NAME = "outcomes.json"  # a run's outcomes of one model, in its report folder
 PROVENANCE_PREFIX, SIGNATURE_PREFIX, SIGNATURE_SUFFIX = "provenance-", "signature-", ".sigstore.json"
 TEMP_PREFIX = ".tmp-"  # in-flight writes of the file store; never a key
@@ -286,9 +286,32 @@ def report_key(model: str, run: str, name: str) -> str:
     return f"{REPORTS}/{check_name('model name', model)}/{_segment('run', run)}/{_segment('report file', name)}"
 
 
-def reports_prefix() -> str:
-    """``reports/``: what to list for every run's reports."""
-    return f"{REPORTS}/"
+def reports_prefix(model: str | None = None) -> str:
+    """``reports/`` or ``reports/<model>/``: what to list for every run's reports (of ``model``)."""
+    return f"{REPORTS}/{check_name('model name', model)}/" if model else f"{REPORTS}/"
+
+
+def converted_models_prefix(model: str | None = None) -> str:
+    """``converted/`` or ``converted/<model>/``: what to list for the stored precision steps (of ``model``)."""
+    return f"{CONVERTED}/{check_name('model name', model)}/" if model else f"{CONVERTED}/"
+
+
+def state_key(model: str) -> str:
+    """``state/<model>.json``: the recorded state of a model's targets, which fleet views read first."""
+    return f"{STATE}/{check_name('model name', model)}.json"
+
+
+def state_prefix() -> str:
+    """``state/``: what to list for every model's recorded state."""
+    return f"{STATE}/"
+
+
+def parse_state_key(key: str) -> str | None:
+    """The model of a ``state/<model>.json`` key; None for any other key."""
+    parts = key.split("/")
+    if len(parts) == 2 and parts[0] == STATE and parts[1].endswith(".json") and is_name(parts[1][:-5]):
+        return parts[1][:-5]
+    return None
 
 
 def parse_report_key(key: str) -> tuple[str, str, str] | None:

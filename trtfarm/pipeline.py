@@ -157,7 +157,26 @@ def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress
     if report != "none" and jobs:
         with scratch_dir("trtfarm-report-") as out:
             store_reports(store, run, rows, out, full=report == "full")
+    record_changed_states(store, fleet, plans, "trtfarm build")
     return rows
+
+
+def record_changed_states(store: Store, fleet: Fleet, plans: list[ExportPlan], by: str) -> list[str]:
+    """Record in the store the state of each model the run changed (built, released or withdrew something).
+
+    Best effort: the builds stand when the store refuses the record, and views compute what is not recorded.
+    """
+    from trtfarm.errors import TrtfarmError
+    from trtfarm.planning.overview import record_states
+    from trtfarm.publishing.release import who
+
+    changed = [p.name for p in plans if p.jobs or p.releases or p.withdrawals]
+    if not changed:
+        return []
+    try:
+        return record_states(store, fleet, changed, by=f"{by} ({who()})")
+    except TrtfarmError:
+        return []
 
 
 def _run_jobs(store: Store, jobs: list[BuildJob], run: str, progress, upload, signer) -> list[JobResult]:

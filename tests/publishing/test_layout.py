@@ -56,6 +56,9 @@ def test_converted_registry_and_report_keys_have_their_shape_and_parse_back():
     key = layout.report_key("encoder", "run-1", "outcomes.json")
     assert layout.parse_report_key(key) == ("encoder", "run-1", "outcomes.json")
     assert layout.parse_report_key("reports/encoder/run-1") is None and layout.parse_report_key("plans/a/b/c") is None
+    assert layout.reports_prefix("encoder") == "reports/encoder/" and layout.converted_models_prefix() == "converted/"
+    assert layout.parse_state_key(layout.state_key("encoder")) == "encoder" == layout.state_key("encoder")[6:-5]
+    assert layout.parse_state_key("state/a/b.json") is None and layout.parse_state_key("state/.json") is None
 
 
 def test_no_module_outside_layout_spells_a_key():
@@ -64,8 +67,9 @@ def test_no_module_outside_layout_spells_a_key():
     from pathlib import Path
 
     folders = "|".join(re.escape(f) for f in (layout.PLANS, layout.RELEASES, layout.TIMING_CACHES, layout.CONVERTED,
-                                              layout.MODELS, layout.REPORTS, layout.RUNS, layout.STATUS, "webhook"))
-    constants = "PLANS|RELEASES|TIMING_CACHES|CONVERTED|MODELS|REPORTS|RUNS|STATUS"
+                                              layout.MODELS, layout.REPORTS, layout.RUNS, layout.STATUS, layout.STATE,
+                                              "webhook"))
+    constants = "PLANS|RELEASES|TIMING_CACHES|CONVERTED|MODELS|REPORTS|RUNS|STATUS|STATE"
     spelled = re.compile(rf"""f?["'](?:{folders})/|f["'][^"']*\{{[^}}]*\}}/(?:report\.json|model\.onnx|export\.json)"""
                          rf"|\{{(?:layout\.)?(?:{constants})\}}/")
     root = Path(layout.__file__).parent

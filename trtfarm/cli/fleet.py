@@ -31,7 +31,7 @@ WIDE_OPT = typer.Option(False, "--wide", help="every column, however wide the te
 FOLD = 40  # more changes than this: the table groups them by target (``--json`` lists each pair)
 ACTION_STYLE = {"rebuild": "yellow", "new": "cyan", "drop": "magenta", "keep": "green"}
 STATE_STYLE = {"released": "green", "pending": "yellow", "stale": "dark_orange", "failed": "bold red",
-               "missing": "dim"}
+               "refused": "bold magenta", "damaged": "bold magenta", "missing": "dim"}
 
 
 def print_decisions(decisions, title: str, wide: bool = False) -> None:
@@ -167,12 +167,16 @@ def status(models: list[str] = typer.Argument(None, help="models to show (defaul
            html: Path = typer.Option(None, "--html", metavar="FILE", help="also write the matrix as one "
                                      "self-contained HTML page (e.g. status.html)"),
            store: str = STORE_OPT, targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
-           wide: bool = WIDE_OPT) -> None:
+           wide: bool = WIDE_OPT,
+           record: bool = typer.Option(False, "--record", help="first compute each model's state from the store's "
+                                       "records and record it in the store (state/), as every run does")) -> None:
     """Every model x target at a glance: released (age, precision, engine check, signature), stale, failed, missing.
 
-    Reads the store; writes nothing to it.
+    Reads the store (each model's recorded state where it is current); writes nothing to it unless --record.
     """
+    from trtfarm.planning.overview import record_states
     from trtfarm.planning.overview import status as fleet_status
+    from trtfarm.publishing.release import who
     from trtfarm.store import open_store
     from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 
@@ -181,8 +185,15 @@ def status(models: list[str] = typer.Argument(None, help="models to show (defaul
     path = targets_path(targets_file)
     fleet = load_fleet(path)
     trust = signing_settings(path, only="trust").trusted_keys()
+    opened = open_store(store_uri(store))
+    if record:
+        with err.status("recording each model's state in the store", spinner="dots"):
+            done = record_states(opened, fleet, models or None, by=f"trtfarm status --record ({who()})")
+        err.print(message_text(f"recorded the state of {len(done)} model(s) in {opened.uri}"), highlight=False)
     with err.status("reading the store's listings and manifests", spinner="dots"):
-        found = fleet_status(open_store(store_uri(store)), fleet, models or [], trust=trust)
+        found = fleet_status(opened, fleet, models or [], trust=trust)
+    for note in found.notes:
+        err.print(message_text(f"note: {note}"), highlight=False, soft_wrap=True)
     if html:
         from trtfarm.reports.fleet_html import status_html
 
@@ -218,8 +229,8 @@ def print_status(found, wide: bool = False) -> None:
     if wide or Measurement.get(out, out.options.update_width(10_000), table).maximum <= out.width:
         out.print(table)
         out.print(message_text(f"{CELL_TEXT['released']} AGE released (* engine check pending on its GPU), "
-                               "pend waiting for its engine check, stale, FAIL failed, — missing, · not a target of "
-                               "the model"), highlight=False)
+                               "pend waiting for its engine check, stale, FAIL failed, REFU refused by serving "
+                               "hosts, DMG damaged, — missing, · not a target of the model"), highlight=False)
         _why(found)
         return
     width = 2 + max(map(len, found.targets), default=0)
@@ -249,7 +260,8 @@ def _why(found) -> None:
 
     groups: dict[tuple[str, str, str], list] = {}
     for c in found.cells:
-        if c.state in ("failed", "stale", "pending") or (c.state == "missing" and c.reason != NOTHING_RELEASED):
+        if c.state in ("failed", "stale", "pending", "refused", "damaged") or \
+                (c.state == "missing" and c.reason != NOTHING_RELEASED):
             groups.setdefault((c.target, c.state, c.reason), []).append(c)
     for (target, state, reason), cells in groups.items():
         since = min((c.since for c in cells if c.since), default=None) if state == "failed" else None

@@ -13,12 +13,12 @@ from __future__ import annotations
 import hashlib
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path
 
 from trtfarm import layout
-from trtfarm.errors import UserInputError
+from trtfarm.errors import CorruptObject, UserInputError
 from trtfarm.identity import build_digest_of, model_digest_part, target_digest_part
 from trtfarm.precision.recipe import Recipe
 from trtfarm.precision.step import precision_key_of
@@ -45,6 +45,18 @@ class ExpectedExport:
     targets: tuple[str, ...] | None = None  # farm.yaml's target ids (None: every target of the fleet)
     size_bytes: int | None = None  # the ONNX and its external data
     unknown: str | None = None  # why no build digest can be computed before a run
+    damaged: str | None = None  # the export's record is not what trtfarm wrote (what is wrong, and the fix)
+
+    def to_record(self) -> dict:
+        """The fields as a state record keeps them (``from_record`` reads them back)."""
+        doc = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**doc, "targets": list(self.targets) if self.targets is not None else None}
+
+    @classmethod
+    def from_record(cls, doc: dict) -> ExpectedExport:
+        """The export a state record kept (``TypeError`` when the record holds other fields)."""
+        targets = doc.get("targets")
+        return cls(**{**doc, "targets": tuple(targets) if targets is not None else None})
 
     @property
     def label(self) -> str:
@@ -130,6 +142,8 @@ def _from_export(survey: StoreSurvey, ref: ExportRef, record: ExportRecord | Non
         spec = _spec(survey, ref, record, ref.uri if ref.export_id else None)
     except UserInputError as err:
         return ExpectedExport(name, "", "?", None, None, export_id=ref.export_id, unknown=str(err))
+    except CorruptObject as err:  # its record (or spec) is damaged: the model's cells say so, the others stand
+        return ExpectedExport(name, "", "?", None, None, export_id=ref.export_id, damaged=str(err))
     recipe = Recipe.model_validate(spec.recipe)
     if precision:
         recipe = recipe.model_copy(update={"mode": precision})
@@ -236,3 +250,11 @@ def build_changes(prev: ManifestSummary, x: ExpectedExport, t: ResolvedTarget) -
     if x.profiles is not None and prev.profiles != x.profiles:
         reasons.append("profiles: the build spec's optimization profiles changed")
     return reasons or [SAME_INPUTS]
+
+
+def stale_changes(released: ManifestSummary, x: ExpectedExport, t: ResolvedTarget) -> str:
+    """Why the released build is not the one ``t`` gets from ``x`` now, as a stale cell says it."""
+    changes = build_changes(released, x, t)
+    if changes == [SAME_INPUTS]:
+        return "the released build is not the one published for this target; a run rebuilds it"
+    return "; ".join(changes) + " (not built yet)"

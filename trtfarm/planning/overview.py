@@ -9,10 +9,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from trtfarm.errors import UserInputError
-from trtfarm.planning.expected import expected_exports
-from trtfarm.planning.status import fleet_status
+from trtfarm.planning.expected import ExpectedExport, expected_exports
+from trtfarm.planning.status import RUNS_BACK, fleet_status, model_state
 from trtfarm.planning.whatif import decide_fleet
 from trtfarm.publishing.registry import resolve_model
+from trtfarm.publishing.state_record import RecordedState
 from trtfarm.publishing.summaries import SummaryCache
 from trtfarm.publishing.survey import StoreSurvey
 from trtfarm.signing.keys import TrustedKeys
@@ -68,9 +69,52 @@ def run_exports(store: Store, model: str | None) -> list[ExportRef]:
 
 def status(store: Store, fleet: Fleet, models: list[str] | None = None, *, targets: list[str] | None = None,
            trust: TrustedKeys | None = None, now: datetime | None = None, cache: bool = True) -> FleetStatus:
-    """The matrix of ``models`` (all by default) x the fleet's targets (``targets``: only those)."""
+    """The matrix of ``models`` (all by default) x the fleet's targets (``targets``: only those).
+
+    Models whose state record in the store is current are read from it (one object each); the rest are computed from
+    the store's records, and a note says how many.
+    """
     survey = survey_of(store, runs=True, cache=cache)
-    expected = expected_exports(survey, _models(survey, models or []))
-    found = fleet_status(survey, expected, fleet, trust=trust, target_ids=targets, now=now)
+    names = _models(survey, models or [])
+    recorded, stale = current_records(survey, names)
+    expected = {m: ExpectedExport.from_record(s.expected) for m, s in recorded.items()}
+    expected.update(expected_exports(survey, [m for m in names if m not in recorded]))
+    found = fleet_status(survey, expected, fleet, trust=trust, target_ids=targets, now=now, recorded=recorded)
     survey.save()
+    if stale:
+        found.notes.append(f"{len(stale)} of {len(names)} models have no state recorded in the store, or one older "
+                           "than their objects: computed from the store's records (`trtfarm status --record` "
+                           "records it; every run does)")
     return found
+
+
+def current_records(survey: StoreSurvey, models: list[str]) -> tuple[dict[str, RecordedState], list[str]]:
+    """The models whose state record is current (every object it was computed from unchanged), and the others."""
+    records = survey.recorded(models)
+    current = {}
+    for m, state in records.items():
+        if state.model == m and state.inputs == survey.model_inputs(m, RUNS_BACK):
+            try:
+                ExpectedExport.from_record(state.expected)
+            except TypeError:  # a record of another shape: computed from the store instead
+                continue
+            current[m] = state
+    return current, [m for m in models if m not in current]
+
+
+def record_states(store: Store, fleet: Fleet, models: list[str] | None = None, *, by: str) -> list[str]:
+    """Compute each model's state from the store's records and record it there (``state/<model>.json``).
+
+    ``models``: those (default: every model in the store). Returns the models recorded; a record another writer
+    replaced meanwhile is left to it.
+    """
+    from trtfarm.publishing.state_record import write_state
+
+    names = models if models is not None else survey_of(store, cache=False).models()
+    done = []
+    for model in names:
+        survey = StoreSurvey(store, None, runs=True, model=model)
+        expected = expected_exports(survey, [model])
+        if model in expected and write_state(store, model_state(survey, model, expected[model], fleet, by)):
+            done.append(model)
+    return done

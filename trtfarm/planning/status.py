@@ -1,30 +1,43 @@
-"""Where every model x target stands, from the store, without writing to it.
+"""Where every model x target stands: one function from the store's records, read by every view.
 
 For each model's next build (``planning/expected.py``) and each target it builds for:
 
-- ``released``: the release pointer names the build the export and the fleet give now (with its age, precision,
-  engine check and signature verdict);
+- ``released``: the release pointer names the build the export and the fleet give now, and a serving host would
+  take it (the chain from pointer to plan is checked as ``pull`` checks it: ``release_check.served_release``);
 - ``pending``: that build is published but not released (its engine check waits for a worker with its GPU);
 - ``failed``: that build was published with a failed check, or the latest run that tried it failed (since when);
 - ``stale``: something older is released (a newer export, a fleet change: the reason names what changed);
+- ``refused``: the release pointer names a plan serving hosts refuse (tampered, another identity, an untrusted or
+  missing signature where keys are trusted): ``pull`` says the same words;
+- ``damaged``: an object the state is made from is not what trtfarm wrote (named, with the fix);
 - ``missing``: nothing is released for the target.
+
+``signed`` says what was verified: ``signed`` (by a key the fleet trusts), ``unverified`` (a signature is there, but
+no trusted keys are configured here), ``unsigned``, or ``refused``. The cells are the same whether they were computed
+now from the records or read from the state the executor recorded in the store (``state/<model>.json``): a record is
+used only while every object it was computed from is listed at the version it saw.
 """
 
 from __future__ import annotations
 
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from trtfarm import layout
-from trtfarm.planning.expected import SAME_INPUTS, ExpectedExport, build_changes, digest_part
+from trtfarm.errors import TrtfarmError
+from trtfarm.planning.expected import ExpectedExport, digest_part, stale_changes
+from trtfarm.publishing.state_record import RecordedCell, RecordedState, now_iso
 from trtfarm.publishing.summaries import ManifestSummary, OutcomeSummary, PointerSummary
-from trtfarm.publishing.survey import StoreSurvey
+from trtfarm.publishing.survey import READ_THREADS, StoreSurvey
 from trtfarm.signing.keys import TrustedKeys
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 from trtfarm.vocabulary.fleetview import NOTHING_RELEASED, FleetStatus, TargetStatus
 
 RUNS_BACK = 20  # older runs read to find since when a target fails
+CELL_FIELDS = ("target", "state", "reason", "released_at", "precision", "engine", "signed", "since", "manifest",
+               "export")  # TargetStatus's fields as a state record keeps them (less the model and the age)
 
 
 @dataclass(frozen=True)
@@ -51,14 +64,16 @@ def _age(at: str | None, now: datetime) -> float | None:
     return round((now - (then if then.tzinfo else then.replace(tzinfo=timezone.utc))).total_seconds(), 1)
 
 
-def fleet_status(survey: StoreSurvey, expected: dict[str, ExpectedExport], fleet: Fleet, *,
-                 trust: TrustedKeys | None = None, target_ids: list[str] | None = None,
-                 now: datetime | None = None) -> FleetStatus:
-    """The matrix of ``expected``'s models x the fleet's targets (``target_ids``: only those)."""
-    now = now or datetime.now(timezone.utc)
-    targets = select_targets(fleet, target_ids or None)
-    pairs = []
-    parts = {t.id: digest_part(t) for t in targets}
+def target_print(t: ResolvedTarget, x: ExpectedExport) -> str:
+    """What a target adds to its cell's answer: its id, build settings, toolchain (serving images) and policy."""
+    settings, toolchain = digest_part(t)
+    parts = [t.id, t.gpu_key, t.release_on, t.toolchain_label, settings.hex(), toolchain.hex(),
+             t.toolchain.model_dump_json(), str(x.covers(t.id))]
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+def _pairs(expected: dict[str, ExpectedExport], targets: list[ResolvedTarget]) -> list[_Pair]:
+    pairs, parts = [], {t.id: digest_part(t) for t in targets}
     for model in sorted(expected):
         x = expected[model]
         for t in targets:
@@ -66,32 +81,47 @@ def fleet_status(survey: StoreSurvey, expected: dict[str, ExpectedExport], fleet
                 digest = x.digest(t, parts[t.id])
                 pairs.append(_Pair(model, t, x, digest, x.prefix(t, digest) if digest else None,
                                    layout.release_key(model, t.gpu_key, t.toolchain_label)))
-    stamp = ",".join(sorted(k.hint for k in trust.keys)) if trust else "-"
-    by_model: dict[str, list[_Pair]] = {}
+    return pairs
+
+
+def fleet_status(survey: StoreSurvey, expected: dict[str, ExpectedExport], fleet: Fleet, *,
+                 trust: TrustedKeys | None = None, target_ids: list[str] | None = None,
+                 now: datetime | None = None, recorded: dict[str, RecordedState] | None = None) -> FleetStatus:
+    """The matrix of ``expected``'s models x the fleet's targets (``target_ids``: only those).
+
+    ``recorded``: the state records of models whose records are current (``StoreSurvey.model_inputs`` matches);
+    a cell is taken from one when its target's part is the same too, else computed from the records.
+    """
+    now = now or datetime.now(timezone.utc)
+    targets = select_targets(fleet, target_ids or None)
+    pairs = _pairs(expected, targets)
+    found: dict[tuple[str, str], list] = {}
     for p in pairs:
-        by_model.setdefault(p.model, []).append(p)
-    found: dict[str, list[TargetStatus]] = {}
-    prints = {m: _fingerprint(survey, ps, stamp) for m, ps in by_model.items()}
-    for model, print_ in prints.items():
-        rows = survey.cache.get("cells", model, print_)
-        if rows is not None:
-            found[model] = [_from_row(model, row, now) for row in rows]
-    todo = [p for m, ps in by_model.items() if m not in found for p in ps]
-    for c in _cells(survey, todo, trust, now):
-        found.setdefault(c.model, []).append(c)
-    for model in {p.model for p in todo}:  # what changed since the last view, for the next one
-        survey.cache.put("cells", model, prints[model], [_to_row(c) for c in found[model]])
-    cells = [c for m in by_model for c in found[m]]
+        state = (recorded or {}).get(p.model)
+        cell = state.cells.get(p.target.id) if state else None
+        if cell is not None and cell.target == target_print(p.target, p.export) and len(cell.cell) == len(CELL_FIELDS):
+            found[p.model, p.target.id] = cell.cell
+    todo = [p for p in pairs if (p.model, p.target.id) not in found]
+    for c in _cells(survey, todo, now, fleet):
+        found[c.model, c.target] = [getattr(c, f) for f in CELL_FIELDS]
+    cells = [_signed(survey, _from_row(p.model, found[p.model, p.target.id], now), trust, fleet, now) for p in pairs]
+    problems = [*survey.problems, *(x for s in (recorded or {}).values() for x in s.problems)]
     return FleetStatus(sorted(expected), [t.id for t in targets], cells, now.isoformat(timespec="seconds"),
-                       survey.store.uri, list(dict.fromkeys(survey.problems)))
+                       survey.store.uri, list(dict.fromkeys(problems)))
 
 
-_CELL_FIELDS = ("target", "state", "reason", "released_at", "precision", "engine", "signed", "since", "manifest",
-                "export")  # TargetStatus's fields in order, less the model and the age (computed when read)
-
-
-def _to_row(c: TargetStatus) -> list:
-    return [getattr(c, f) for f in _CELL_FIELDS]
+def model_state(survey: StoreSurvey, model: str, expected: ExpectedExport, fleet: Fleet, by: str) -> RecordedState:
+    """The state record of ``model`` under ``fleet``, as the executor stores it (computed from the records)."""
+    targets = select_targets(fleet, None)
+    pairs = [p for p in _pairs({model: expected}, targets)]
+    cells = {c.target: c for c in _cells(survey, pairs, datetime.now(timezone.utc), fleet)}
+    mine = [x for x in survey.problems if f"/{model}/" in x]
+    return RecordedState(model=model, inputs=survey.model_inputs(model, RUNS_BACK), written_at=now_iso(), by=by,
+                         expected=expected.to_record(),
+                         cells={p.target.id: RecordedCell(target=target_print(p.target, p.export),
+                                                          cell=[getattr(cells[p.target.id], f) for f in CELL_FIELDS])
+                                for p in pairs},
+                         problems=mine)
 
 
 def _from_row(model: str, row: list, now: datetime) -> TargetStatus:
@@ -99,51 +129,94 @@ def _from_row(model: str, row: list, now: datetime) -> TargetStatus:
     return TargetStatus(model, target, state, reason, released_at, _age(released_at, now), *rest)
 
 
-def _fingerprint(survey: StoreSurvey, pairs: list[_Pair], trust: str) -> str:
-    """What a model's cells depend on, from the listings alone; equal prints, equal cells.
+def _signed(survey: StoreSurvey, c: TargetStatus, trust: TrustedKeys | None, fleet: Fleet,
+            now: datetime) -> TargetStatus:
+    """The cell with what a serving host trusting ``trust`` would say of its release (cells with a pointer)."""
+    if trust is None or c.state not in ("released", "stale") or not c.manifest:
+        return c
+    key = layout.release_key(c.model, *_gpu_and_toolchain(c.manifest))
+    refusal = served_refusal(survey, key, trust, fleet, now)
+    if refusal is None:
+        return TargetStatus(**{**c.__dict__, "signed": "signed"})
+    return TargetStatus(**{**c.__dict__, "state": "refused", "signed": "refused",
+                           "reason": f"serving hosts refuse it: {refusal}"})
 
-    Its export, each target's build, release policy, release pointer and plan folder (by version), its newest run's
-    outcomes, and the trusted keys.
+
+def _gpu_and_toolchain(manifest_key: str) -> tuple[str, str]:
+    parsed = layout.parse_plan_key(manifest_key)
+    return parsed.gpu, parsed.toolchain
+
+
+def served_refusal(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet: Fleet,
+                   now: datetime) -> str | None:
+    """Why a serving host (``pull``) refuses the release at ``key``, or None when it takes it.
+
+    Asked of ``release_check.served_release`` itself; kept on this machine per version of every object the answer
+    reads (the pointer, and the manifest folder it names), the trusted keys and the fleet's serving images, and
+    asked again once the signed release it judged has expired.
     """
-    x = pairs[0].export
-    runs = survey.runs.get(pairs[0].model)
-    parts = [x.label, x.onnx_digest, x.recipe, x.unknown or "", trust,
-             f"{runs[0][1].key}@{runs[0][1].version}" if runs else ""]
-    for p in pairs:
-        pointer = survey.pointers.get(p.pointer_key)
-        objects = survey.folders.get(p.prefix, {}) if p.prefix else {}
-        manifest, plan = objects.get(layout.MANIFEST_NAME), objects.get(layout.PLAN_NAME)
-        parts += [p.target.id, p.target.release_on, p.digest or "", pointer.version if pointer else "",
-                  manifest.version if manifest else "", str(plan.size) if plan else ""]
-    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+    from trtfarm.publishing.release_check import served_release
+
+    listed = survey.pointers.get(key)
+    if listed is None:
+        return None
+    folders = ";".join(f"{k}@{o.version}" for f in survey.by_model.get(layout.parse_release_key(key).model, [])
+                       for k, o in sorted(survey.folders[f.prefix].items()))
+    stamp = ",".join(sorted(k.hint for k in trust.keys)) if trust else "-"
+    version = hashlib.sha256("|".join([listed.version, folders, stamp, _serving(fleet)]).encode()).hexdigest()
+    cached = survey.cache.get("served", key, version)
+    if isinstance(cached, list) and len(cached) == 2 and (cached[1] is None or cached[1] > now.isoformat()):
+        return cached[0]
+    try:
+        served = served_release(survey.store, key, trust, fleet=fleet, now=now)
+        refusal, expires = None, served.release.claim.expires_at if served and served.release.claim else None
+    except TrtfarmError as refused:
+        refusal, expires = _one_line(str(refused)), None
+    survey.cache.put("served", key, version, [refusal, expires])
+    return refusal
 
 
-def _cells(survey: StoreSurvey, pairs: list[_Pair], trust: TrustedKeys | None, now: datetime) -> list[TargetStatus]:
+def _serving(fleet: Fleet) -> str:
+    """What of the fleet a serving host's check reads: each toolchain's declared serving images."""
+    return ";".join(f"{k}={t.model_dump_json()}" for k, t in sorted(fleet.toolchains.items()))
+
+
+def _cells(survey: StoreSurvey, pairs: list[_Pair], now: datetime, fleet: Fleet) -> list[TargetStatus]:
     """The cells of ``pairs``, from their pointers, manifests and runs (read once per version, many at once)."""
+    if not pairs:
+        return []
     pointers = survey.pointer_summaries({p.pointer_key for p in pairs})
     wanted = {p.prefix for p in pairs if p.prefix and survey.published(p.prefix)}
     wanted |= {layout.folder_of(ptr.manifest) for ptr in pointers.values()}
     manifests = survey.manifests(wanted)
     latest = _latest(survey, [p for p in pairs if not (p.prefix and p.prefix in manifests)])
-    cells = [_cell(p, pointers.get(p.pointer_key), manifests, latest.get((p.model, p.target.id)), now)
+    cells = [_cell(survey, p, pointers.get(p.pointer_key), manifests, latest.get((p.model, p.target.id)), now)
              for p in pairs]
-    released = {layout.folder_of(c.manifest): manifests[layout.folder_of(c.manifest)]
-                for c in cells if c.state == "released" and c.manifest}
-    verdicts = survey.verdicts(released, trust)
-    return [_signed(c, verdicts) for c in cells]
+    chained = [c for c in cells if c.state in ("released", "stale") and c.manifest]
+    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+        refusals = dict(zip([id(c) for c in chained], pool.map(
+            lambda c: served_refusal(survey, layout.release_key(c.model, *_gpu_and_toolchain(c.manifest)), None,
+                                     fleet, now), chained), strict=True))
+    return [TargetStatus(**{**c.__dict__, "state": "refused", "signed": "refused",
+                            "reason": f"serving hosts refuse it: {refusals[id(c)]}"}) if refusals.get(id(c)) else c
+            for c in cells]
 
 
-def _signed(c: TargetStatus, verdicts) -> TargetStatus:
-    if c.state != "released" or not c.manifest:
-        return c
-    v = verdicts.get(layout.folder_of(c.manifest))
-    return TargetStatus(**{**c.__dict__, "signed": v.status if v else None})
+def _unverified(survey: StoreSurvey, prefix: str, m: ManifestSummary | None) -> str | None:
+    """What can be said of a plan folder's signature without trusted keys: ``unverified`` or ``unsigned``."""
+    if m is None:
+        return None
+    return "unverified" if survey.signature_listed(prefix, m.manifest_sha256) else "unsigned"
 
 
-def _cell(p: _Pair, ptr: PointerSummary | None, manifests: dict[str, ManifestSummary],
+def _cell(survey: StoreSurvey, p: _Pair, ptr: PointerSummary | None, manifests: dict[str, ManifestSummary],
           latest: tuple[OutcomeSummary, str | None] | None, now: datetime) -> TargetStatus:
     x, t = p.export, p.target
     base = {"model": p.model, "target": t.id, "export": x.label}
+    damage = x.damaged or survey.damaged.get(p.pointer_key) or \
+        (survey.damaged.get(layout.manifest_key(p.prefix)) if p.prefix else None)
+    if damage:
+        return TargetStatus(**base, state="damaged", reason=_one_line(damage))
     current = manifests.get(p.prefix) if p.prefix else None
     if current is not None:
         key = layout.manifest_key(p.prefix)
@@ -151,7 +224,8 @@ def _cell(p: _Pair, ptr: PointerSummary | None, manifests: dict[str, ManifestSum
         if ptr is not None and ptr.manifest == key:
             note = f"released on build; engine check pending on {current.gpu_name}" \
                 if current.engine == "pending" else ""
-            return TargetStatus(**facts, state="released", reason=note, released_at=ptr.at, age_s=_age(ptr.at, now))
+            return TargetStatus(**facts, state="released", reason=note, released_at=ptr.at, age_s=_age(ptr.at, now),
+                                signed=_unverified(survey, p.prefix, current))
         if current.failed:
             return TargetStatus(**facts, state="failed", reason=f"published for diagnosis: {current.failed[0]}",
                                 since=current.created_at)
@@ -175,9 +249,15 @@ def _cell(p: _Pair, ptr: PointerSummary | None, manifests: dict[str, ManifestSum
 
 
 def _one_line(text: str, limit: int = 300) -> str:
-    """A multi-line reason (a parser's list of errors under its summary) as one line, at most ``limit`` long."""
+    """A multi-line reason (a parser's list of errors under its summary) as one line, at most ``limit`` long.
+
+    A longer one is cut at a word boundary, never inside a word.
+    """
     joined = " ".join(part.strip() for part in text.splitlines() if part.strip())
-    return joined if len(joined) <= limit else joined[:limit - 1].rstrip() + "…"
+    if len(joined) <= limit:
+        return joined
+    cut = joined[:limit - 1]
+    return (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip(" ,;:") + "…"
 
 
 def _stale_reason(p: _Pair, released: ManifestSummary | None) -> str:
@@ -185,10 +265,7 @@ def _stale_reason(p: _Pair, released: ManifestSummary | None) -> str:
         return p.export.unknown
     if released is None:
         return "the released plan's manifest is not in the store; a run rebuilds it"
-    changes = build_changes(released, p.export, p.target)
-    if changes == [SAME_INPUTS]:
-        return "the released build is not the one published for this target; a run rebuilds it"
-    return "; ".join(changes) + " (not built yet)"
+    return stale_changes(released, p.export, p.target)
 
 
 def _applies(o: OutcomeSummary, p: _Pair, run_time: float) -> bool:
@@ -224,3 +301,4 @@ def _latest(survey: StoreSurvey, pairs: list[_Pair]) -> dict[tuple[str, str], tu
             since = obj.modified
         out[p.model, p.target.id] = (found[p.model, p.target.id], _iso(since))
     return out
+

@@ -149,7 +149,7 @@ def repair_pointer(store: Store, key: str, release_on: str = "engine", signer=No
         return f"removed the damaged pointer {key} ({why}): no manifest in the store to point it at"
     m = stored.manifest
     event = ReleaseEvent(action="release", manifest=manifest, onnx_digest=m.model.onnx_digest,
-                         exported_at=m.model.exported_at, by=f"trtfarm repair ({_who()})", reason=f"repaired: {why}",
+                         exported_at=m.model.exported_at, by=f"trtfarm repair ({who()})", reason=f"repaired: {why}",
                          at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     pointer = ReleasePointer(model=m.model.name, gpu=m.target.gpu, toolchain=toolchain_label(m), manifest=manifest,
                              plan_key=m.plan.key, plan_sha256=m.plan.sha256, onnx_digest=m.model.onnx_digest,
@@ -204,7 +204,8 @@ def _stored_key(store: Store, m: Manifest, source: str) -> str:
     return key
 
 
-def _who() -> str:
+def who() -> str:
+    """``user@host``: who moves a pointer (or records a state), as histories name them."""
     try:
         user = getpass.getuser()
     except (KeyError, OSError):
@@ -307,7 +308,7 @@ def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: st
                 "on purpose.")
         action = "forced" if force else "rollback" if rollback and current and _older(m, current) else "release"
         event = ReleaseEvent(action=action, manifest=manifest_key, onnx_digest=m.model.onnx_digest,
-                             exported_at=m.model.exported_at, by=by or _who(), reason=reason,
+                             exported_at=m.model.exported_at, by=by or who(), reason=reason,
                              at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         pointer = ReleasePointer(model=m.model.name, gpu=m.target.gpu, toolchain=toolchain_label(m),
                                  manifest=manifest_key, plan_key=m.plan.key, plan_sha256=m.plan.sha256,
@@ -343,7 +344,7 @@ def refresh_release(store: Store, key: str, signer, *, reason: str, by: str | No
         stored = read_stored(store, current.manifest)
         m = check_identity(store, key, current, stored)
         event = ReleaseEvent(action="refresh", manifest=current.manifest, onnx_digest=m.model.onnx_digest,
-                             exported_at=m.model.exported_at, by=by or _who(), reason=reason,
+                             exported_at=m.model.exported_at, by=by or who(), reason=reason,
                              at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         pointer = current.model_copy(update={"history": [*current.history, event][-HISTORY:],
                                              "version": current.version + 1})

@@ -122,3 +122,37 @@ def check_release(store: Store, key: str, pointer: ReleasePointer, stored: Store
     check_not_rolled_back(claim, accepted.get(store.uri, claim.identity) if accepted is not None else None)
     return ReleaseVerdict(claim, signer, f"release version {claim.version} ({claim.action} by {claim.by}) signed by "
                                          f"trusted key {signer.label}, expires {claim.expires_at}")
+
+
+@dataclass(frozen=True)
+class Served:
+    """A release a serving host accepts: the pointer, the stored plan folder, the release's and the plan's verdicts."""
+
+    key: str
+    pointer: ReleasePointer
+    stored: StoredPlan
+    release: ReleaseVerdict
+    verdict: object  # the plan folder's TrustVerdict
+
+
+def served_release(store: Store, key: str, trust: TrustedKeys | None, accepted: AcceptedReleases | None = None, *,
+                   fleet=None, max_age: timedelta | None = None, now: datetime | None = None) -> Served | None:
+    """Everything a serving host checks of the release at ``key`` before any plan byte (``pull``, ``status``).
+
+    None when no pointer is there. The chain names one identity (``check_release``), the plan's TensorRT matches its
+    declared serving images, and with ``trust`` the claim and the plan folder are signed by a trusted key; a refusal
+    raises (``SignatureRefused``, ``ServingImageMismatch``, ``CorruptObject``), as ``pull`` reports it.
+    """
+    from trtfarm.publishing.attest import read_stored
+    from trtfarm.publishing.release import read_pointer
+    from trtfarm.publishing.serving_pin import check_serving_images
+
+    pointer, _ = read_pointer(store, key)
+    if pointer is None:
+        return None
+    stored = read_stored(store, pointer.manifest, attestations=True)
+    released = check_release(store, key, pointer, stored, trust, accepted, now=now, max_age=max_age)
+    check_serving_images(stored.manifest, store.url(pointer.manifest), fleet)
+    verdict = stored.verdict(trust)
+    verdict.raise_if_refused(store.url(pointer.manifest))
+    return Served(key, pointer, stored, released, verdict)

@@ -9,6 +9,7 @@ the store.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +18,7 @@ from functools import cached_property
 
 from trtfarm import layout
 from trtfarm.errors import CorruptObject, UserInputError
+from trtfarm.publishing.state_record import RecordedState
 from trtfarm.publishing.summaries import ManifestSummary, OutcomeSummary, PointerSummary, SummaryCache
 from trtfarm.signing.keys import TrustedKeys
 from trtfarm.signing.verdict import check_signature
@@ -52,18 +54,41 @@ class Verdict:
 class StoreSurvey:
     """The store's registry, plans, release pointers (and run outcomes), from listings; contents read on demand."""
 
-    def __init__(self, store: Store, cache: SummaryCache | None = None, *, runs: bool = False) -> None:
+    def __init__(self, store: Store, cache: SummaryCache | None = None, *, runs: bool = False,
+                 model: str | None = None) -> None:
         self.store, self.cache = store, cache or SummaryCache(None)
         self.problems: list[str] = []
-        prefixes = [layout.exports_prefix(), layout.plans_prefix(), layout.releases_prefix()]
+        self.damaged: dict[str, str] = {}  # key -> what is wrong with it, for the objects read and found damaged
+        prefixes = [layout.exports_prefix(model), layout.plans_prefix(model), layout.releases_prefix(model),
+                    layout.converted_models_prefix(model)]
         if runs:
-            prefixes.append(layout.reports_prefix())
-        with ThreadPoolExecutor(max_workers=len(prefixes)) as pool:
+            prefixes.append(layout.reports_prefix(model))
+        with ThreadPoolExecutor(max_workers=len(prefixes) + 1) as pool:
+            states = pool.submit(lambda: list(store.list_versions(layout.state_prefix())) if model is None else
+                                 [o for o in [_listed(store, layout.state_key(model))] if o])
             listed = list(pool.map(lambda p: list(store.list_versions(p)), prefixes))
+            self.states = {name: o for o in states.result() if (name := layout.parse_state_key(o.key))}
         self.exports = _exports(listed[0])
         self.folders = _folders(listed[1])
         self.pointers = {o.key: o for o in listed[2]}
-        self.runs = _runs(listed[3]) if runs else {}
+        self.converted = _by_model(listed[3], 1)
+        self.runs = _runs(listed[4]) if runs else {}
+        self._pointers_of = _by_model(listed[2], 1)
+
+    def model_inputs(self, model: str, runs_back: int) -> str:
+        """A digest of every listed object a model's state is made from (by version); equal digests, equal state.
+
+        Its export records, plan folders (plans, manifests, attestations), release pointers, stored precision steps
+        and its newest ``runs_back`` runs' outcomes. Computed from the listings alone, so a view knows without reading
+        anything whether the state recorded in the store (``state/<model>.json``) is the state of these objects.
+        """
+        parts = [f"{o.key}@{o.version}" for _, o in self.exports.get(model, [])]
+        parts += sorted(f"{o.key}@{o.version}" for f in self.by_model.get(model, [])
+                        for o in self.folders[f.prefix].values())
+        parts += sorted(f"{o.key}@{o.version}" for o in self._pointers_of.get(model, []))
+        parts += sorted(f"{o.key}@{o.version}" for o in self.converted.get(model, []))
+        parts += [f"{o.key}@{o.version}" for _, o in self.runs.get(model, [])[:runs_back]]
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
     # --- what the listings say -------------------------------------------------------------------------------------
     @cached_property
@@ -78,7 +103,7 @@ class StoreSurvey:
     def models(self) -> list[str]:
         """Every model the store knows: registered, or with plans or release pointers."""
         named = set(self.exports) | set(self.by_model)
-        named |= {name.model for k in self.pointers if (name := layout.parse_release_key(k))}
+        named |= set(self._pointers_of)
         return sorted(named)
 
     def published(self, prefix: str) -> bool:
@@ -146,6 +171,15 @@ class StoreSurvey:
 
         return self._read("outcomes", dict(keys), parse, OutcomeSummary)
 
+    def recorded(self, models: Iterable[str]) -> dict[str, RecordedState]:
+        """The state records (``state/<model>.json``) of these models, those listed and readable."""
+        from trtfarm.publishing.state_record import recorded_state_from_json
+
+        items = {layout.state_key(m): self.states[m] for m in models if m in self.states}
+        found = self._read("state", items, lambda data, key: recorded_state_from_json(data, self.store.url(key)),
+                           RecordedState)
+        return {layout.parse_state_key(k): v for k, v in found.items()}
+
     def verdicts(self, released: dict[str, ManifestSummary], trust: TrustedKeys | None) -> dict[str, Verdict]:
         """The signature verdict of each plan folder (``prefix -> its manifest's summary``), as consumers judge it.
 
@@ -203,6 +237,7 @@ class StoreSurvey:
                 return parse(blob.data, key)
             except (CorruptObject, UserInputError) as damaged:
                 self.problems.append(str(damaged))
+                self.damaged[key] = str(damaged)
                 return None
 
         with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
@@ -225,6 +260,21 @@ def _exports(listed: list[ListedObject]) -> dict[str, list[tuple[str, ListedObje
         if parsed:
             found.setdefault(parsed[0], []).append((parsed[1], obj))
     return {m: sorted(v, key=lambda e: e[0]) for m, v in found.items()}
+
+
+def _listed(store: Store, key: str) -> ListedObject | None:
+    """One object as a listing shows it (a listing of its own key), or None."""
+    return next((o for o in store.list_versions(key) if o.key == key), None)
+
+
+def _by_model(listed: list[ListedObject], at: int) -> dict[str, list[ListedObject]]:
+    """The objects of a listing by the model their key names (its ``at``-th segment)."""
+    out: dict[str, list[ListedObject]] = {}
+    for obj in listed:
+        parts = obj.key.split("/")
+        if len(parts) > at + 1:
+            out.setdefault(parts[at], []).append(obj)
+    return out
 
 
 def _folders(listed: list[ListedObject]) -> dict[str, dict[str, ListedObject]]:

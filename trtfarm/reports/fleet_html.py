@@ -31,15 +31,18 @@ th,td{border:1px solid #d1d9e0;padding:.3rem .5rem;text-align:left;vertical-alig
 th{background:#f6f8fa}thead th.t{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap}
 td.c{text-align:center;white-space:nowrap;font-variant-numeric:tabular-nums}td.num{text-align:right}
 .released{background:#dafbe1}.pending{background:#fff8c5}.stale{background:#ffebe9;color:#953800}
-.failed{background:#cf222e;color:#fff;font-weight:600}.missing{background:#f6f8fa;color:#59636e}
+.failed{background:#cf222e;color:#fff;font-weight:600}
+.refused,.damaged{background:#8250df;color:#fff;font-weight:600}.missing{background:#f6f8fa;color:#59636e}
 .none{background:#fff;color:#d1d9e0}.legend span{display:inline-block;padding:.1rem .5rem;margin-right:.4rem}
 ul{padding-left:1.4rem}li{margin:.15rem 0}
 """
 
-CELL_TEXT = {"released": "ok", "pending": "pend", "stale": "stale", "failed": "FAIL", "missing": "—"}
+CELL_TEXT = {"released": "ok", "pending": "pend", "stale": "stale", "failed": "FAIL", "refused": "REFU",
+             "damaged": "DMG", "missing": "—"}
 LEGEND = {"released": "released (age; * engine check still pending on its GPU)",
           "pending": "published, waiting for its engine check on its GPU", "stale": "an older build is released",
-          "failed": "the build failed", "missing": "nothing released"}
+          "failed": "the build failed", "refused": "released, but serving hosts refuse it",
+          "damaged": "an object of its state is damaged", "missing": "nothing released"}
 
 
 def cell_text(c: TargetStatus) -> str:
@@ -88,7 +91,7 @@ def status_html(status: FleetStatus) -> str:
         '<span class="none">·</span>not a target of the model (its farm.yaml)'
 
     details = []
-    for state in ("failed", "stale", "pending", "missing"):
+    for state in ("failed", "refused", "damaged", "stale", "pending", "missing"):
         items = [f"{c.model} / {c.target}: {c.reason}" + (f" (since {c.since})" if c.since else "")
                  for c in status.cells if c.state == state and c.reason != NOTHING_RELEASED]
         details += [f'<h2 id="{state}">{state.capitalize()}{" (with a reason)" if state == "missing" else ""}: '

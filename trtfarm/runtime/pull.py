@@ -16,10 +16,8 @@ from pathlib import Path
 from trtfarm.errors import UserInputError
 from trtfarm.layout import release_key
 from trtfarm.machine.gpu import GpuScan
-from trtfarm.publishing.attest import read_stored
-from trtfarm.publishing.release import list_pointers, read_pointer
-from trtfarm.publishing.release_check import ReleaseVerdict, check_release
-from trtfarm.publishing.serving_pin import check_serving_images
+from trtfarm.publishing.release import list_pointers
+from trtfarm.publishing.release_check import ReleaseVerdict, served_release
 from trtfarm.runtime.loader import manifest_beside, provenance_beside, release_beside, signature_beside
 from trtfarm.signing.accepted import AcceptedReleases
 from trtfarm.signing.keys import TrustedKeys
@@ -83,15 +81,11 @@ def pull_release(store: Store, model: str, gpu: str, toolchains: list[str], dest
     """
     for label in toolchains:
         key = release_key(model, gpu, label)
-        pointer, _ = read_pointer(store, key)
-        if pointer is None:
+        served = served_release(store, key, trust, accepted, fleet=fleet, max_age=max_age)  # status asks the same
+        if served is None:
             continue
-        stored = read_stored(store, pointer.manifest)
-        released = check_release(store, key, pointer, stored, trust, accepted, max_age=max_age)
+        pointer, stored, released, verdict = served.pointer, served.stored, served.release, served.verdict
         manifest = stored.manifest
-        check_serving_images(manifest, store.url(pointer.manifest), fleet)
-        verdict = stored.verdict(trust)
-        verdict.raise_if_refused(store.url(pointer.manifest))
         dest = Path(dest or f"{model}.plan")
         if dest.is_dir():  # --to a folder: the plan goes in it, named after the model
             dest = dest / f"{model}.plan"

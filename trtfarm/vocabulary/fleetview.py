@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Action = Literal["rebuild", "keep", "new", "drop"]
-State = Literal["released", "stale", "failed", "missing", "pending"]
+State = Literal["released", "stale", "failed", "missing", "pending", "refused", "damaged"]
 ACTIONS: tuple[Action, ...] = ("rebuild", "new", "drop", "keep")
-STATES: tuple[State, ...] = ("released", "pending", "stale", "failed", "missing")
+STATES: tuple[State, ...] = ("released", "pending", "stale", "failed", "refused", "damaged", "missing")
 NOTHING_RELEASED = "no plan released for this target"  # a missing target's reason when no run said more
 
 
@@ -94,9 +94,10 @@ class FleetDecisions:
 class TargetStatus:
     """Where one (model, target) stands: its state, why, and the released plan's facts.
 
-    ``released_at``/``age_s``: when the release pointer last moved (released) or since when a build has failed
-    (``since``). ``engine``: the engine check's status on the target GPU (passed, pending, failed, not_run);
-    ``signed``: the signature verdict (signed, unsigned-checked, refused).
+    ``released_at``/``age_s``: when the release the pointer names was made (released) or since when a build has
+    failed (``since``). ``engine``: the engine check's status on the target GPU (passed, pending, failed, not_run);
+    ``signed``: what was verified of the release (``signed`` by a trusted key; ``unverified``: a signature is there,
+    but no trusted keys are configured here; ``unsigned``; ``refused``: serving hosts refuse it).
     """
 
     model: str
@@ -130,6 +131,7 @@ class FleetStatus:
     generated_at: str
     store: str = ""
     problems: list[str] = field(default_factory=list)  # damaged objects skipped, said once each
+    notes: list[str] = field(default_factory=list)  # how the answer was found (records read, state recomputed)
     _by_pair: dict = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:

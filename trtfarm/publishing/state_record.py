@@ -1,0 +1,76 @@
+"""The recorded state of a model's targets, kept in the store (``state/<model>.json``) for views on any host.
+
+The executor writes it when a run settles a model (and ``trtfarm status --record`` for every model): what
+``planning/status.py`` computed from the store's records, with the digest of every object it was computed from
+(``StoreSurvey.model_inputs``, from the listings alone). A view lists the store, and for a model whose listed objects
+still have that digest it reads this one object instead of the model's pointers, manifests and run outcomes; for any
+other it says the record is older than the store and computes the state from the records themselves. The records
+stay the truth: a missing, damaged or outdated state record only costs reads, never changes an answer.
+
+Written the way pointers are: create-only the first time, compare-and-swap after, so two writers never interleave.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from trtfarm.errors import CorruptObject
+from trtfarm.layout import state_key
+from trtfarm.store import Conflict, Store
+from trtfarm.vocabulary.manifest import validation_problems
+
+STATE_FORMAT = 1
+
+
+class RecordedCell(BaseModel):
+    """One target's state as it was computed: the target's own digest (its settings, policy) and the cell."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    target: str  # the digest of the target's part of the answer (planning/status.py ``target_print``)
+    cell: list  # the cell's fields in ``status.CELL_FIELDS`` order
+
+
+class RecordedState(BaseModel):
+    """``state/<model>.json``: the state of a model's targets and what it was computed from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    format: Literal[1] = STATE_FORMAT
+    model: str
+    inputs: str  # StoreSurvey.model_inputs when it was computed
+    written_at: str
+    by: str
+    expected: dict  # the export the model's next build starts from (planning/expected.py ExpectedExport's fields)
+    cells: dict[str, RecordedCell]  # target id -> its cell
+    problems: list[str] = []  # damaged objects of the model, named on every view
+
+
+def recorded_state_from_json(data: bytes, where: str) -> RecordedState:
+    """Parse a stored state record; ``CorruptObject`` naming ``where`` when it is not one."""
+    try:
+        return RecordedState.model_validate_json(data)
+    except ValidationError as err:
+        raise CorruptObject(f"{where}: not a recorded state ({validation_problems(err)}); `trtfarm status --record` "
+                            "writes it again from the store's records") from err
+
+
+def write_state(store: Store, state: RecordedState) -> bool:
+    """Replace the model's state record by ``state`` (compare-and-swap); False when another writer won the race.
+
+    The loser's state is not lost: the winner's was computed from the store too, and a view that finds it older
+    than the store recomputes it.
+    """
+    key = state_key(state.model)
+    blob = store.get(key)
+    try:
+        store.compare_and_swap(key, state.model_dump_json().encode(), blob.etag if blob else None)
+    except Conflict:
+        return False
+    return True
+
+
+def now_iso() -> str:
+    """The time a state record is written."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
