@@ -129,7 +129,9 @@ def test_a_proposed_fleet_lists_exactly_the_pairs_whose_plan_the_real_planner_ch
         return
     assert decisions.refused == []
     dropped = {pair for pair in before if pair not in after}
-    referee = {pair: ("new" if pair not in before else "rebuild") for pair, (prefix, published) in after.items()
+    # rebuild: it replaces the pair's published build; new: the pair never had one (a gained target, or never built)
+    referee = {pair: ("rebuild" if before.get(pair, ("", False))[1] else "new")
+               for pair, (prefix, published) in after.items()
                if not published and (pair not in before or before[pair][0] != prefix)}
     listed = {(d.model, d.target): d.action for d in decisions.decisions if d.action in ("rebuild", "new")}
     assert listed == referee
@@ -138,12 +140,14 @@ def test_a_proposed_fleet_lists_exactly_the_pairs_whose_plan_the_real_planner_ch
     for d in decisions.changed():
         if reason and d.action != "drop":
             assert any(r.startswith(reason) for r in d.reasons), (d, reason)
+        if d.action == "new":
+            assert d.reasons[0] == "not built yet", d
         if d.action in ("rebuild", "new"):
             assert d.basis and (d.estimate_s is not None or d.basis.startswith("nothing recorded")), d
     if name.startswith("bump-"):  # exactly the targets of that toolchain, in every model that builds them
         key = name.removeprefix("bump-")
         ids = {t.id for t in current.targets if t.toolchain == key}
-        assert {t for _, t in listed} == ids and all(a == "rebuild" for a in listed.values())
+        assert {t for _, t in listed} == ids
         assert all(d.estimate_s is not None for d in decisions.changed() if d.model == "encoder"
                    and "rtx" in d.target), decisions.changed()
     if name == "new-gpu-l40s":
@@ -206,15 +210,17 @@ def test_plan_prints_json_one_object_per_pair_and_an_html_page_with_its_chart(bu
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     assert all(list(r) == ["model", "target", "action", "reasons", "estimate_s", "basis"] for r in rows)
-    # encoder's three RTX targets and dedupe's (never built, its build changes too); both H100 targets unchanged
-    assert Counter(r["action"] for r in rows) == Counter(rebuild=4, keep=2)
+    # encoder's three RTX targets rebuild; dedupe's RTX target (its build failed) is new; both H100 targets unchanged
+    assert Counter(r["action"] for r in rows) == Counter(rebuild=3, new=1, keep=2)
+    assert [r["reasons"][:2] for r in rows if r["action"] == "new"] == [
+        ["not built yet", "toolchain: tensorrt_rtx 1.7.1.116 -> tensorrt_rtx 1.7.2.1"]]
     page = (tmp_path / "page" / "plan.html").read_text()
     assert 'alt="gpu_minutes" src="data:image/png;base64,' in page and "toolchain: tensorrt_rtx 1.7.1.116 -&gt; " \
         "tensorrt_rtx 1.7.2.1" in page
     table = _cli("plan", "--fleet", str(tmp_path / "p.yaml"), "--targets-file", str(fleet_file), "--store", store_uri,
                  cwd=tmp_path)
     assert table.returncode == 0 and max(map(len, table.stdout.splitlines())) <= 80, table.stdout
-    assert "4 rebuild, 2 keep" in " ".join(table.stdout.split()) and "rtx-4090" in table.stdout
+    assert "3 rebuild, 1 new, 2 keep" in " ".join(table.stdout.split()) and "rtx-4090" in table.stdout
 
 
 def test_farm_run_dry_run_lists_exactly_what_the_planner_would_send_out(own_store):

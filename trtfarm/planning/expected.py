@@ -228,19 +228,45 @@ def _from_releases(survey: StoreSurvey, models: list[str]) -> dict[str, Expected
 SAME_INPUTS = "the same build inputs, but not published for this target yet"
 
 
+@dataclass(frozen=True)
+class TargetInputs:
+    """The target's half of a build digest: toolchain, GPU, compatibility class and builder settings."""
+
+    flavour: str
+    version: str
+    gpu: str
+    compat_class: str
+    settings: dict
+
+    @classmethod
+    def of_target(cls, t: ResolvedTarget) -> TargetInputs:
+        """What a fleet's target builds with."""
+        return cls(t.toolchain.flavour.value, t.toolchain.version, t.gpu_key, t.compat_class,
+                   t.settings.model_dump(mode="json"))
+
+    @classmethod
+    def of_manifest(cls, m: ManifestSummary) -> TargetInputs:
+        """What a published build was built with, as its manifest records it."""
+        return cls(m.flavour, m.toolchain_version, m.gpu, m.compat_class, m.settings)
+
+
+def target_differences(was: TargetInputs, now: TargetInputs) -> list[str]:
+    """What differs in the target's half of a build digest: the one wording status and the what-if both use."""
+    reasons = []
+    if (was.flavour, was.version) != (now.flavour, now.version):
+        reasons.append(f"toolchain: {was.flavour} {was.version} -> {now.flavour} {now.version}")
+    if was.gpu != now.gpu:
+        reasons.append(f"GPU: {was.gpu} -> {now.gpu}")
+    elif was.compat_class != now.compat_class:
+        reasons.append(f"GPU class: {was.compat_class} -> {now.compat_class}")
+    reasons += [f"builder setting: {k} {was.settings.get(k)} -> {now.settings.get(k)}"
+                for k in sorted(set(was.settings) | set(now.settings)) if was.settings.get(k) != now.settings.get(k)]
+    return reasons
+
+
 def build_changes(prev: ManifestSummary, x: ExpectedExport, t: ResolvedTarget) -> list[str]:
     """What differs between a published build and ``t``'s build of ``x``: the parts of the build digest."""
-    reasons = []
-    if (prev.flavour, prev.toolchain_version) != (t.toolchain.flavour.value, t.toolchain.version):
-        reasons.append(f"toolchain: {prev.flavour} {prev.toolchain_version} -> {t.toolchain.flavour.value} "
-                       f"{t.toolchain.version}")
-    if prev.gpu != t.gpu_key:
-        reasons.append(f"GPU: {prev.gpu} -> {t.gpu_key}")
-    elif prev.compat_class != t.compat_class:
-        reasons.append(f"GPU class: {prev.compat_class} -> {t.compat_class}")
-    settings = t.settings.model_dump(mode="json")
-    reasons += [f"builder setting: {k} {prev.settings.get(k)} -> {settings.get(k)}"
-                for k in sorted(set(prev.settings) | set(settings)) if prev.settings.get(k) != settings.get(k)]
+    reasons = target_differences(TargetInputs.of_manifest(prev), TargetInputs.of_target(t))
     if prev.onnx_digest != x.onnx_digest:
         reasons.append(f"export: {x.label} is newer than the built onnx {prev.onnx_digest[:12]}")
     if prev.recipe != x.recipe:

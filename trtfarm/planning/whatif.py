@@ -1,24 +1,34 @@
 """What a run under a proposed fleet would do, decided from the store without writing to it.
 
 ``decide_fleet`` takes the fleet as it is and a proposed one and returns one ``TargetDecision`` per (model, target):
-``keep`` when the build the proposed fleet gives is published already, ``rebuild`` when it is not and the target
-had plans, ``new`` for a target the fleet gains (or one never built), ``drop`` for a target it loses. Each rebuild
-names what changed in the build digest against the closest published build (toolchain, GPU, builder setting,
-precision recipe, export, profiles) and carries an estimate of its build time. A run with the fleet unchanged is
-``farm run --dry-run``: the same function, the same fleet twice.
+``keep`` when the build the proposed fleet gives is published already, ``rebuild`` when it is not and it replaces a
+published build of this (model, target), ``new`` when nothing of the model is published for the target ("not built
+yet": a target the fleet gains, or one never built), ``drop`` for a target it loses. Each rebuild names what changed in
+the build digest against the build it replaces (toolchain, GPU, builder setting, precision recipe, export, profiles);
+every build carries an estimate of its time, its basis saying which recorded build it comes from. A run with the fleet
+unchanged is ``farm run --dry-run``: the same function, the same fleet twice.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from trtfarm import layout
 from trtfarm.planning.estimate import Estimator, Want
-from trtfarm.planning.expected import SAME_INPUTS, ExpectedExport, build_changes, digest_part
+from trtfarm.planning.expected import (
+    SAME_INPUTS,
+    ExpectedExport,
+    TargetInputs,
+    build_changes,
+    digest_part,
+    target_differences,
+)
+from trtfarm.publishing.summaries import ManifestSummary
 from trtfarm.publishing.survey import Folder, StoreSurvey
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
-from trtfarm.vocabulary.fleetview import FleetDecisions, TargetDecision
+from trtfarm.vocabulary.fleetview import Action, FleetDecisions, TargetDecision
 
 
 @dataclass(frozen=True)
@@ -29,11 +39,14 @@ class _Open:
     target: ResolvedTarget
     current: ResolvedTarget | None
     digest: str | None
-    previous: Folder | None
+    previous: Folder | None  # the published build this one replaces (None: not built yet)
+    nearest: Folder | None  # the published build on its GPU its estimate starts from (any target's)
     changes: tuple[str, ...] | None = None  # what the proposed fleet changes for it (None: judged by the store)
 
 
 Baseline = Literal["fleet", "store"]
+NOT_BUILT = "not built yet"
+Slots = dict[tuple[str, str], set[str]]  # (GPU, toolchain label) -> the ids of the targets that build there
 
 
 def decide_fleet(survey: StoreSurvey, expected: dict[str, ExpectedExport], current: Fleet | None, proposed: Fleet,
@@ -51,6 +64,7 @@ def decide_fleet(survey: StoreSurvey, expected: dict[str, ExpectedExport], curre
     now = {t.id: t for t in select_targets(proposed) if not target_ids or t.id in target_ids}
     was = {t.id: t for t in select_targets(current) if not target_ids or t.id in target_ids} if current else {}
     parts = {t.id: digest_part(t) for t in now.values()}
+    slots = _slots(current, proposed)
     fleet_changes = {i: tuple(target_changes(was[i], t)) for i, t in now.items() if i in was} \
         if baseline == "fleet" else {}  # what the proposal changes for each target: the same for every model
     order = list(now) + [i for i in was if i not in now]
@@ -75,7 +89,8 @@ def decide_fleet(survey: StoreSurvey, expected: dict[str, ExpectedExport], curre
                 decisions[model, tid] = TargetDecision(model, tid, "keep", keep, 0.0, "nothing to build",
                                                        "nothing to build", t.gpu.pool, digest, published)
             else:
-                pending.append(_Open(model, t, c, digest, _closest(survey, x, t, c), changes))
+                pending.append(_Open(model, t, c, digest, _predecessor(survey, x, tid, c or t, slots),
+                                     _closest(survey, x, c or t), changes))
     decisions.update(_open_decisions(survey, expected, pending, current, proposed, force))
     ordered = [decisions[m, t] for m in sorted(expected) for t in order if (m, t) in decisions]
     return FleetDecisions(_share_builds(ordered), serving_changes(current, proposed), _triton(ordered),
@@ -112,12 +127,35 @@ def _ids(fleet: Fleet | None) -> set[str]:
     return {t.id for t in fleet.targets} if fleet else set()
 
 
-def _closest(survey: StoreSurvey, x: ExpectedExport, t: ResolvedTarget, c: ResolvedTarget | None) -> Folder | None:
-    """The published build a rebuild replaces: this target's GPU (as the fleet has it now), its toolchain first."""
-    gpu, label = (c or t).gpu_key, (c or t).toolchain_label
+def _slots(current: Fleet | None, proposed: Fleet) -> Slots:
+    """Where each target of either fleet publishes: a plan folder's GPU and toolchain name its target."""
+    out: Slots = {}
+    for fleet in (current, proposed):
+        for t in select_targets(fleet) if fleet else []:
+            out.setdefault((t.gpu_key, t.toolchain_label), set()).add(t.id)
+    return out
+
+
+def _predecessor(survey: StoreSurvey, x: ExpectedExport, tid: str, owner: ResolvedTarget,
+                 slots: Slots) -> Folder | None:
+    """The published build of this (model, target) a new build replaces, or None when it was never built.
+
+    ``owner`` is the target as the fleet has it now (its GPU key, before a rename). A build on that GPU counts unless
+    its toolchain is another target's (a target beside it on the same GPU keeps its own plans).
+    """
+    def ours(f: Folder) -> bool:
+        return tid in slots.get((f.gpu, f.toolchain), {tid})
+
+    return _closest(survey, x, owner, ours)
+
+
+def _closest(survey: StoreSurvey, x: ExpectedExport, owner: ResolvedTarget,
+             fits: Callable[[Folder], bool] = lambda f: True) -> Folder | None:
+    """The published build on ``owner``'s GPU closest to the next one: its export, its toolchain first."""
+    gpu, label = owner.gpu_key, owner.toolchain_label
     flavour = label.rsplit("-", 1)[0]
     rank = survey.export_rank(x.model)
-    found = [f for f in survey.by_model.get(x.model, []) if f.gpu == gpu and survey.published(f.prefix)]
+    found = [f for f in survey.by_model.get(x.model, []) if f.gpu == gpu and fits(f) and survey.published(f.prefix)]
     if not found:
         return None
     return max(found, key=lambda f: (f.onnx12 == x.onnx_digest[:12], f.toolchain == label,
@@ -127,24 +165,18 @@ def _closest(survey: StoreSurvey, x: ExpectedExport, t: ResolvedTarget, c: Resol
 def _open_decisions(survey: StoreSurvey, expected: dict[str, ExpectedExport], pending: list[_Open],
                     current: Fleet | None, proposed: Fleet, force: bool) -> dict[tuple[str, str], TargetDecision]:
     """Reasons and estimates of the pairs that build: their closest published manifests are read together."""
-    previous = survey.manifests({p.previous.prefix for p in pending if p.previous})
+    previous = survey.manifests({f.prefix for p in pending for f in (p.previous, p.nearest) if f})
     capabilities = {k: g.compute_capability for fleet in (current, proposed) if fleet for k, g in fleet.gpus.items()}
     sizes = {m: x.size_bytes for m, x in expected.items() if x.size_bytes}
     sizes.update(_other_sizes(survey, sizes))
     wants = [Want(p.model, expected[p.model].size_bytes, p.target,
-                  previous.get(p.previous.prefix) if p.previous else None) for p in pending]
+                  previous.get(p.nearest.prefix) if p.nearest else None) for p in pending]
     estimates = Estimator(survey, capabilities, sizes).estimates(wants)
     out = {}
-    for p, w, (seconds, basis, kind) in zip(pending, wants, estimates, strict=True):
-        x, gained = expected[p.model], current is not None and p.current is None
-        if gained:
-            action, reasons = "new", [_gained(p.target, current)]
-        elif p.changes:
-            action, reasons = "rebuild", list(p.changes)
-        elif w.previous is None:
-            action, reasons = "new", ["nothing published for this target yet"]
-        else:
-            action, reasons = "rebuild", build_changes(w.previous, x, p.target)
+    for p, (seconds, basis, kind) in zip(pending, estimates, strict=True):
+        x = expected[p.model]
+        replaced = previous.get(p.previous.prefix) if p.previous else None
+        action, reasons = _action(p, x, replaced, current)
         if x.unknown:
             reasons.append(x.unknown)
         if force and action == "rebuild":
@@ -152,6 +184,15 @@ def _open_decisions(survey: StoreSurvey, expected: dict[str, ExpectedExport], pe
         out[p.model, p.target.id] = TargetDecision(p.model, p.target.id, action, tuple(reasons), seconds, basis, kind,
                                                    p.target.gpu.pool, p.digest)
     return out
+
+
+def _action(p: _Open, x: ExpectedExport, replaced: ManifestSummary | None,
+            current: Fleet | None) -> tuple[Action, list[str]]:
+    """``rebuild`` with what changes against the build it replaces, else ``new``: not built yet, and what is new."""
+    gained = [_gained(p.target, current)] if current is not None and p.current is None else []
+    if replaced is None:
+        return "new", [NOT_BUILT, *gained, *(p.changes or ())]
+    return "rebuild", [*gained, *(p.changes or build_changes(replaced, x, p.target))]
 
 
 def _other_sizes(survey: StoreSurvey, known: dict[str, int]) -> dict[str, int]:
@@ -162,19 +203,8 @@ def _other_sizes(survey: StoreSurvey, known: dict[str, int]) -> dict[str, int]:
 
 
 def target_changes(c: ResolvedTarget, t: ResolvedTarget) -> list[str]:
-    """What a fleet change does to one target's build: toolchain, GPU, compatibility class, builder settings."""
-    reasons = []
-    if (c.toolchain.flavour, c.toolchain.version) != (t.toolchain.flavour, t.toolchain.version):
-        reasons.append(f"toolchain: {c.toolchain.flavour.value} {c.toolchain.version} -> "
-                       f"{t.toolchain.flavour.value} {t.toolchain.version}")
-    if c.gpu_key != t.gpu_key:
-        reasons.append(f"GPU: {c.gpu_key} -> {t.gpu_key}")
-    elif c.compat_class != t.compat_class:
-        reasons.append(f"GPU class: {c.compat_class} -> {t.compat_class}")
-    was, now = c.settings.model_dump(mode="json"), t.settings.model_dump(mode="json")
-    reasons += [f"builder setting: {k} {was.get(k)} -> {now.get(k)}" for k in sorted(set(was) | set(now))
-                if was.get(k) != now.get(k)]
-    return reasons
+    """What a fleet change does to one target's build (``expected.target_differences``, as status words it)."""
+    return target_differences(TargetInputs.of_target(c), TargetInputs.of_target(t))
 
 
 def _gained(t: ResolvedTarget, current: Fleet) -> str:
