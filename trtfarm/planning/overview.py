@@ -34,9 +34,9 @@ def _models(survey: StoreSurvey, names: list[str]) -> list[str]:
     unknown = [m for m in names if m not in known]
     if unknown:
         shown = ", ".join(known[:20]) + (f" (and {len(known) - 20} more)" if len(known) > 20 else "")
-        raise UserInputError(f"no export, plan or release of {', '.join(map(repr, unknown))} in {survey.store.uri}; "
-                             f"known models: {shown or 'none'}. Fix: check the name (`trtfarm models ls`, "
-                             "`trtfarm plans`) and --store")
+        raise UserInputError(f"no export, plan or release of {', '.join(map(repr, unknown))} in "
+                             f"{survey.store.location}; known models: {shown or 'none'}. Fix: check the name "
+                             "(`trtfarm models ls`, `trtfarm plans`) and --store")
     return list(dict.fromkeys(names)) or known
 
 
@@ -76,7 +76,8 @@ def status(store: Store, fleet: Fleet, models: list[str] | None = None, *, targe
     """
     survey = survey_of(store, runs=True, cache=cache)
     names = _models(survey, models or [])
-    recorded, stale = current_records(survey, names)
+    # state records are not signed: where keys are trusted, every answer comes from the signed objects themselves
+    recorded, stale = current_records(survey, names) if trust is None else ({}, [])
     expected = {m: ExpectedExport.from_record(s.expected) for m, s in recorded.items()}
     expected.update(expected_exports(survey, [m for m in names if m not in recorded]))
     found = fleet_status(survey, expected, fleet, trust=trust, target_ids=targets, now=now, recorded=recorded)

@@ -95,19 +95,18 @@ def fleet_status(survey: StoreSurvey, expected: dict[str, ExpectedExport], fleet
     now = now or datetime.now(timezone.utc)
     targets = select_targets(fleet, target_ids or None)
     pairs = _pairs(expected, targets)
-    found: dict[tuple[str, str], list] = {}
+    found: dict[tuple[str, str], TargetStatus] = {}
     for p in pairs:
         state = (recorded or {}).get(p.model)
         cell = state.cells.get(p.target.id) if state else None
-        if cell is not None and cell.target == target_print(p.target, p.export) and len(cell.cell) == len(CELL_FIELDS):
-            found[p.model, p.target.id] = cell.cell
+        if cell is not None and cell.target == p.target.id and cell.target_print == target_print(p.target, p.export):
+            found[p.model, p.target.id] = _from_record(p.model, cell, now)
     todo = [p for p in pairs if (p.model, p.target.id) not in found]
-    for c in _cells(survey, todo, now, fleet):
-        found[c.model, c.target] = [getattr(c, f) for f in CELL_FIELDS]
-    cells = [_signed(survey, _from_row(p.model, found[p.model, p.target.id], now), trust, fleet, now) for p in pairs]
+    found.update({(c.model, c.target): c for c in _cells(survey, todo, now, fleet)})
+    cells = [_signed(survey, found[p.model, p.target.id], trust, fleet, now) for p in pairs]
     problems = [*survey.problems, *(x for s in (recorded or {}).values() for x in s.problems)]
     return FleetStatus(sorted(expected), [t.id for t in targets], cells, now.isoformat(timespec="seconds"),
-                       survey.store.uri, list(dict.fromkeys(problems)))
+                       survey.store.location, list(dict.fromkeys(problems)))
 
 
 def model_state(survey: StoreSurvey, model: str, expected: ExpectedExport, fleet: Fleet, by: str) -> RecordedState:
@@ -118,15 +117,14 @@ def model_state(survey: StoreSurvey, model: str, expected: ExpectedExport, fleet
     mine = [x for x in survey.problems if f"/{model}/" in x]
     return RecordedState(model=model, inputs=survey.model_inputs(model, RUNS_BACK), written_at=now_iso(), by=by,
                          expected=expected.to_record(),
-                         cells={p.target.id: RecordedCell(target=target_print(p.target, p.export),
-                                                          cell=[getattr(cells[p.target.id], f) for f in CELL_FIELDS])
+                         cells={p.target.id: RecordedCell(target_print=target_print(p.target, p.export),
+                                                          **{f: getattr(cells[p.target.id], f) for f in CELL_FIELDS})
                                 for p in pairs},
                          problems=mine)
 
 
-def _from_row(model: str, row: list, now: datetime) -> TargetStatus:
-    target, state, reason, released_at, *rest = row
-    return TargetStatus(model, target, state, reason, released_at, _age(released_at, now), *rest)
+def _from_record(model: str, cell: RecordedCell, now: datetime) -> TargetStatus:
+    return TargetStatus(model=model, age_s=_age(cell.released_at, now), **{f: getattr(cell, f) for f in CELL_FIELDS})
 
 
 def _signed(survey: StoreSurvey, c: TargetStatus, trust: TrustedKeys | None, fleet: Fleet,

@@ -20,17 +20,27 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from trtfarm.errors import CorruptObject
 from trtfarm.layout import state_key
 from trtfarm.store import Conflict, Store
+from trtfarm.vocabulary.fleetview import State
 from trtfarm.vocabulary.manifest import validation_problems
 
 STATE_FORMAT = 1
 
 
 class RecordedCell(BaseModel):
-    """One target's state as it was computed: the target's own digest (its settings, policy) and the cell."""
+    """One target's state as it was computed, and the digest of the target's part of it (settings, policy)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    target: str  # the digest of the target's part of the answer (planning/status.py ``target_print``)
-    cell: list  # the cell's fields in ``status.CELL_FIELDS`` order
+    target_print: str  # planning/status.py ``target_print``
+    target: str
+    state: State
+    reason: str = ""
+    released_at: str | None = None
+    precision: str | None = None
+    engine: str | None = None
+    signed: str | None = None
+    since: str | None = None
+    manifest: str | None = None
+    export: str | None = None
 
 
 class RecordedState(BaseModel):

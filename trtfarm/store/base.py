@@ -137,6 +137,11 @@ class Store(ABC):
     def url(self, key: str) -> str:
         """A URI for the object that a person can open or copy."""
 
+    @property
+    def location(self) -> str:
+        """The store as people name it, for messages (a local store's folder as written, not percent-encoded)."""
+        return self.uri
+
     def share_url(self, key: str, expires_s: int = 7 * 24 * 3600) -> str | None:
         """A link anyone holding it can open for ``expires_s`` seconds (a presigned URL); None without one.
 

@@ -60,6 +60,11 @@ class LocalStore(Store):
         self.root = Path(root).resolve()
         self.uri = self.root.as_uri()
 
+    @property
+    def location(self) -> str:
+        """The folder as written (``file://`` URIs percent-encode spaces, brackets and non-ASCII letters)."""
+        return str(self.root)
+
     @contextmanager
     def translated(self, doing: str, key: str):
         """The one place the file store's ``OSError`` s become a ``StoreError`` (every operation, listings too)."""
