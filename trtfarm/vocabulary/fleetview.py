@@ -94,9 +94,9 @@ class FleetDecisions:
 class TargetStatus:
     """Where one (model, target) stands: its state, why, and the released plan's facts.
 
-    ``released_at``/``age_s``: when the release pointer last moved (released) or since when a build has failed
-    (``since``). ``engine``: the engine check's status on the target GPU (passed, pending, failed, not_run);
-    ``signed``: the signature verdict (signed, unsigned-checked, refused).
+    ``released_at``/``age_s``: when the released build was released (a refresh by ``trtfarm sign`` is no release) or
+    since when a build has failed (``since``). ``engine``: the engine check's status on the target GPU (passed,
+    pending, failed, not_run); ``signed``: the signature verdict (signed, unsigned-checked, refused).
     """
 
     model: str
