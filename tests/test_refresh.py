@@ -127,3 +127,19 @@ def test_sign_refreshes_a_claim_that_expires_within_ten_days(farm, days, refresh
     assert after.version == short.version + refreshed
     left = unverified_claim(after.claim).expires() - unverified_claim(short.claim).issued()
     assert (left > timedelta(days=29)) is refreshed
+
+
+def test_triton_refuses_a_history_whose_last_release_names_another_plan(farm):
+    store = farm["store"]
+    publish_export(store, farm["fleet"], farm["root"] / "export1", 1, T1, [TARGET], signer=farm["signer"])
+    _refresh(farm, 1)
+    pointer, etag = read_pointer(store, farm["key"])
+    *moves, release, refresh = pointer.history
+    assert (release.action, refresh.action, refresh.manifest) == ("release", "refresh", pointer.manifest)
+    forged = [*moves, release.model_copy(update={"manifest": farm["first"]}), refresh]  # ends at the named plan
+    store.compare_and_swap(farm["key"], pointer.model_copy(update={"history": forged}).model_dump_json().encode(),
+                           etag)
+    done = trtfarm("triton", "encoder", "--repo", str(farm["root"] / "repo"), "--gpu", GPU, "--store", store.uri,
+                   "--targets-file", str(farm["fleet"]), env={"TRTFARM_TRUSTED_KEYS": farm["trusted"]})
+    assert done.returncode == 1 and "its history's last release names " + farm["first"] in done.stderr, done.stderr
+    assert not (farm["root"] / "repo" / "encoder").exists()
