@@ -122,7 +122,7 @@ def release(manifest: str = typer.Argument(..., help="the plan's manifest: store
     if as_json:
         print(pointer.model_dump_json(indent=2))
         return
-    ev = pointer.current
+    ev = pointer.released  # an unmoved pointer: its release, not a later refresh
     signed = f", version {pointer.version} signed" if pointer.claim else f", version {pointer.version} unsigned"
     out.print(message_text(f"{pointer.model}/{pointer.gpu}/{pointer.toolchain} -> {pointer.manifest} "
                            f"({ev.action} by {ev.by}: {ev.reason}{signed})"), highlight=False)

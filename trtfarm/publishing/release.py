@@ -36,6 +36,18 @@ from trtfarm.vocabulary.pointer import PointerInvalid, ReleaseEvent, ReleasePoin
 HISTORY = 50
 
 
+def with_event(history: list[ReleaseEvent], event: ReleaseEvent) -> list[ReleaseEvent]:
+    """``history`` with ``event`` appended, trimmed to ``HISTORY`` moves: the oldest refreshes go first.
+
+    A refresh only re-signs the current build, so years of nightly ``trtfarm sign`` never push a release (and with it
+    the release's age and Triton version) out of the history; past that, the oldest moves go.
+    """
+    moves = [*history, event]
+    refreshes = [i for i, e in enumerate(moves[:-1]) if e.action == "refresh"]
+    dropped = set(refreshes[:max(0, len(moves) - HISTORY)])
+    return [e for i, e in enumerate(moves) if i not in dropped][-HISTORY:]
+
+
 class ReleaseRefused(UserInputError):
     """The pointer may not move to this plan; the message says why and how to override on purpose."""
 
@@ -154,7 +166,7 @@ def repair_pointer(store: Store, key: str, release_on: str = "engine", signer=No
     pointer = ReleasePointer(model=m.model.name, gpu=m.target.gpu, toolchain=toolchain_label(m), manifest=manifest,
                              plan_key=m.plan.key, plan_sha256=m.plan.sha256, onnx_digest=m.model.onnx_digest,
                              build_digest=m.build.build_digest, exported_at=m.model.exported_at,
-                             history=[*history, event][-HISTORY:], version=version + 1)
+                             history=with_event(history, event), version=version + 1)
     pointer, _ = _signed(pointer, m, stored.manifest_sha256, signer, DEFAULT_EXPIRY)
     try:
         store.compare_and_swap(key, pointer.model_dump_json(indent=2).encode(), blob.etag)
@@ -314,7 +326,7 @@ def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: st
                                  manifest=manifest_key, plan_key=m.plan.key, plan_sha256=m.plan.sha256,
                                  onnx_digest=m.model.onnx_digest, build_digest=m.build.build_digest,
                                  exported_at=m.model.exported_at,
-                                 history=[*(current.history if current else []), event][-HISTORY:],
+                                 history=with_event(current.history if current else [], event),
                                  version=_next_version(store, current, accepted))
         pointer, claim = _signed(pointer, m, msha, signer, expiry)
         try:
@@ -346,7 +358,7 @@ def refresh_release(store: Store, key: str, signer, *, reason: str, by: str | No
         event = ReleaseEvent(action="refresh", manifest=current.manifest, onnx_digest=m.model.onnx_digest,
                              exported_at=m.model.exported_at, by=by or who(), reason=reason,
                              at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-        pointer = current.model_copy(update={"history": [*current.history, event][-HISTORY:],
+        pointer = current.model_copy(update={"history": with_event(current.history, event),
                                              "version": current.version + 1})
         pointer, _ = _signed(pointer, m, stored.manifest_sha256, signer, expiry)
         try:

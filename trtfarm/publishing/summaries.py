@@ -1,7 +1,7 @@
 """What fleet views need of each stored object, and a cache of it on this machine keyed by the object's version.
 
 A ``ManifestSummary`` keeps the fields ``trtfarm plan`` and ``trtfarm status`` read (target, toolchain, settings,
-recipe, profiles, build time, checks); a ``PointerSummary`` the release pointer's current move; an ``OutcomeSummary``
+recipe, profiles, build time, checks); a ``PointerSummary`` the release pointer's last release; an ``OutcomeSummary``
 one target's outcome in a run. ``SummaryCache`` holds them in one JSON file per store under the temporary folder, each
 beside the version a listing showed when it was read (``Store.list_versions``): a later view reads only the objects
 whose version changed. The cache never decides anything the store does not say: an entry is used only while the
@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from trtfarm.vocabulary.manifest import Manifest
 from trtfarm.vocabulary.pointer import ReleasePointer
 
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3
 
 
 class _Row:
@@ -98,7 +98,7 @@ class ManifestSummary(_Row):
 
 @dataclass(frozen=True, slots=True)
 class PointerSummary(_Row):
-    """A release pointer: the manifest it names and its current move."""
+    """A release pointer: the manifest it names and the move that released it (a refresh is no release)."""
 
     manifest: str
     exported_at: str | None
@@ -111,7 +111,7 @@ class PointerSummary(_Row):
     @classmethod
     def of(cls, p: ReleasePointer) -> PointerSummary:
         """The summary of pointer ``p``."""
-        e = p.current
+        e = p.released
         return cls(p.manifest, p.exported_at, e.action, e.at, e.by, e.reason)
 
 

@@ -164,8 +164,8 @@ def _checked_releases(store: Store, pointers: Sequence[ReleasePointer], manifest
                       req: TritonRequest) -> list[ReleaseClaim]:
     """Check each GPU's current release (identity, signed claim, rollback, freeze) before any plan is fetched.
 
-    The versions come from the pointers' histories, which are not signed: the newest version must be what each
-    pointer names now, so a history edited to end elsewhere is refused.
+    The versions come from the releases in the pointers' histories, which are not signed: the newest version must be
+    what each pointer names now, so a history whose last release was edited to name another plan is refused.
     """
     claims = []
     for p in pointers:
@@ -174,10 +174,10 @@ def _checked_releases(store: Store, pointers: Sequence[ReleasePointer], manifest
         verdict = check_release(store, key, p, manifests.stored[p.manifest], req.trust, req.accepted,
                                 max_age=req.max_age)
         claims += [verdict.claim] if verdict.claim else []
-        if not p.history or p.history[-1].manifest != p.manifest:
-            raise SignatureRefused("tampered", f"{store.url(key)}: its history ends at "
-                                   f"{p.history[-1].manifest if p.history else 'nothing'}, the pointer names "
-                                   f"{p.manifest}: the pointer was edited outside trtfarm")
+        last = p.released.manifest if p.history else "nothing"
+        if last != p.manifest:
+            raise SignatureRefused("tampered", f"{store.url(key)}: its history's last release names {last}, the "
+                                   f"pointer names {p.manifest}: the pointer was edited outside trtfarm")
     return claims
 
 

@@ -4,8 +4,11 @@ Each (model, GPU, toolchain) has its own release pointer, with a history of move
 moves merged in time order: consecutive moves of one export with one action (a build released for every GPU of
 its class, say) make one release; a move to another export, or a different action (a rollback, a forced release),
 starts the next. Each release whose state covers every GPU of the repository is one version, numbered from 1 in
-order, so a rollback is a new, higher version (Triton serves the highest). A pointer keeps its last 50 moves
-(``release.HISTORY``); the numbering is only as long as that history.
+order, so a rollback is a new, higher version (Triton serves the highest). A refresh (``trtfarm sign`` re-signing
+the same manifest) is no release: it starts no version, closes none and changes no version's time, author or reason,
+so nightly signing adds no version and pushes none out of ``--keep``. A pointer keeps its last 50 moves, refreshes
+dropped first (``release.HISTORY``); the numbering is only as long as that history, and a history that starts with
+refreshes (its release trimmed away by an older trtfarm) counts its first refresh as the release it stands for.
 
 Triton picks a plan per GPU only by compute capability (``cc_model_filenames``). Two GPUs of one capability that
 need different plans (an L4 and an RTX 4090 are both 8.9) cannot share a repository: each gets its own.
@@ -33,12 +36,13 @@ class Version:
 
 
 def _events(pointers: Sequence[ReleasePointer]) -> list[tuple[str, ReleaseEvent]]:
-    """Every move of every pointer, oldest first.
+    """Every release of every pointer (no refresh but a history's first event), oldest first.
 
     Times have one-second resolution, and one build releases every GPU of its class within a second: moves of one
     second are ordered by their place in their own pointer's history, so the n-th moves of each pointer go together.
     """
-    moves = [(e.at, i, p.gpu, e) for p in pointers for i, e in enumerate(p.history)]
+    moves = [(e.at, i, p.gpu, e) for p in pointers
+             for i, e in enumerate(m for n, m in enumerate(p.history) if not n or m.action != "refresh")]
     return [(gpu, e) for _, _, gpu, e in sorted(moves, key=lambda m: (m[0], m[1]))]
 
 

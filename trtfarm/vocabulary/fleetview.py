@@ -94,10 +94,11 @@ class FleetDecisions:
 class TargetStatus:
     """Where one (model, target) stands: its state, why, and the released plan's facts.
 
-    ``released_at``/``age_s``: when the release the pointer names was made (released) or since when a build has
-    failed (``since``). ``engine``: the engine check's status on the target GPU (passed, pending, failed, not_run);
-    ``signed``: what was verified of the release (``signed`` by a trusted key; ``unverified``: a signature is there,
-    but no trusted keys are configured here; ``unsigned``; ``refused``: serving hosts refuse it).
+    ``released_at``/``age_s``: when the released build was released (a refresh by ``trtfarm sign`` is no release) or
+    since when a build has failed (``since``). ``engine``: the engine check's status on the target GPU (passed,
+    pending, failed, not_run); ``signed``: what was verified of the release (``signed`` by a trusted key;
+    ``unverified``: a signature is there, but no trusted keys are configured here; ``unsigned``; ``refused``: serving
+    hosts refuse it).
     """
 
     model: str

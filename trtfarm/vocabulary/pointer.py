@@ -62,8 +62,19 @@ class ReleasePointer(BaseModel):
 
     @property
     def current(self) -> ReleaseEvent:
-        """The move that put the pointer where it is."""
+        """The pointer's last move, a refresh included (the move its signed claim names)."""
         return self.history[-1]
+
+    @property
+    def released(self) -> ReleaseEvent:
+        """The move that put the current build here: the last release, rollback or forced move.
+
+        A refresh (``trtfarm sign`` re-signing the same manifest) is no release: it never changes when, by whom or
+        why the build was released. A history of refreshes only (written before releases were kept when a history
+        is trimmed) gives its oldest refresh: the build has been released at least since then. An empty history
+        raises ``IndexError``, as ``current`` does (every move trtfarm writes records an event).
+        """
+        return next((e for e in reversed(self.history) if e.action != "refresh"), self.history[0])
 
 
 class PointerInvalid(ValueError):
