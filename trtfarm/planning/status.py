@@ -200,6 +200,17 @@ def _cells(survey: StoreSurvey, pairs: list[_Pair], now: datetime, fleet: Fleet)
             for c in cells]
 
 
+def _plan_problem(survey: StoreSurvey, prefix: str, m: ManifestSummary) -> str | None:
+    """What is wrong with a released folder's plan object as the listing shows it (``pull`` would fail on it)."""
+    plan = survey.folders.get(prefix, {}).get(layout.PLAN_NAME)
+    if plan is None:
+        return f"the plan object {layout.plan_key(prefix)} is not in the store; `trtfarm build` rebuilds it"
+    if plan.size != m.plan_bytes:
+        return (f"the plan object {layout.plan_key(prefix)} is {plan.size} bytes, its manifest says {m.plan_bytes}: "
+                "replaced outside trtfarm; `trtfarm build` rebuilds it")
+    return None
+
+
 def _unverified(survey: StoreSurvey, prefix: str, m: ManifestSummary | None) -> str | None:
     """What can be said of a plan folder's signature without trusted keys: ``unverified`` or ``unsigned``."""
     if m is None:
@@ -220,6 +231,10 @@ def _cell(survey: StoreSurvey, p: _Pair, ptr: PointerSummary | None, manifests: 
         key = layout.manifest_key(p.prefix)
         facts = {**base, "manifest": key, "precision": current.recipe, "engine": current.engine}
         if ptr is not None and ptr.manifest == key:
+            gone = _plan_problem(survey, p.prefix, current)
+            if gone:
+                return TargetStatus(**facts, state="refused", reason=f"serving hosts refuse it: {gone}",
+                                    signed="refused", released_at=ptr.at, age_s=_age(ptr.at, now))
             note = f"released on build; engine check pending on {current.gpu_name}" \
                 if current.engine == "pending" else ""
             return TargetStatus(**facts, state="released", reason=note, released_at=ptr.at, age_s=_age(ptr.at, now),

@@ -257,9 +257,11 @@ def _signed(pointer: ReleasePointer, m: Manifest, manifest_sha256: str, signer,
     if signer is None:
         return pointer, None
     ev, issued = pointer.current, now_utc()
+    # a refresh of an operator's rollback still says rollback: a host that accepted the newer export takes it
+    action = "rollback" if ev.action == "refresh" and pointer.released.action == "rollback" else ev.action
     claim = ReleaseClaim(model=pointer.model, gpu=pointer.gpu, toolchain=pointer.toolchain, manifest=pointer.manifest,
                          manifest_sha256=manifest_sha256, plan_sha256=m.plan.sha256, exported_at=m.model.exported_at,
-                         version=pointer.version, action=ev.action, by=ev.by, reason=ev.reason,
+                         version=pointer.version, action=action, by=ev.by, reason=ev.reason,
                          issued_at=issued.isoformat(), expires_at=(issued + expiry).isoformat())
     return pointer.model_copy(update={"claim": sign_release(signer, claim)}), claim
 

@@ -37,7 +37,7 @@ class RecordedCell(BaseModel):
     released_at: str | None = None
     precision: str | None = None
     engine: str | None = None
-    signed: str | None = None
+    signed: Literal["unverified", "unsigned", "refused"] | None = None  # never "signed": records are not signed
     since: str | None = None
     manifest: str | None = None
     export: str | None = None

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from trtfarm.vocabulary.manifest import Manifest
 from trtfarm.vocabulary.pointer import ReleasePointer
 
-CACHE_FORMAT = 3
+CACHE_FORMAT = 4
 
 
 class _Row:
@@ -77,6 +77,7 @@ class ManifestSummary(_Row):
     refit: bool  # refitted from a parent plan (its wall time is not a build's)
     version_compatible: bool
     manifest_sha256: str
+    plan_bytes: int
     SHARED = ("settings", "converted_digest", "onnx_digest", "profiles")
 
     @property
@@ -93,7 +94,7 @@ class ManifestSummary(_Row):
                    m.build.wall_s, m.build.profiles, m.verification.engine.status,
                    [f"{k}: {c.detail}" for k, c in m.verification if c.status == "failed"],
                    m.lineage.parent_manifest is not None, m.target.version_compatible,
-                   hashlib.sha256(data).hexdigest())
+                   hashlib.sha256(data).hexdigest(), m.plan.bytes)
 
 
 @dataclass(frozen=True, slots=True)
