@@ -17,7 +17,7 @@ from tasks.report import report_run
 from tasks.status import publish_status, record_model_states
 from trtfarm import layout
 from trtfarm.errors import TrtfarmError
-from trtfarm.executor import execute
+from trtfarm.executor import changed_models, execute
 from trtfarm.pipeline import find_exports
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.store import Store, open_store
@@ -113,7 +113,7 @@ async def build_matrix(request: MatrixRequest) -> list[RunRow]:
     rows = await execute(store, plans, dispatch, lambda job: f"{' or '.join(job.pools)} workers", signer,
                          settle_model)
     report_run(rows, request.store, lost)
-    changed = [p.name for p in plans if p.jobs or p.releases or p.withdrawals]
+    changed = changed_models(plans, rows)
     if changed:
         try:
             record_model_states(request.store, request.targets_file, changed)

@@ -143,7 +143,8 @@ def test_a_forged_state_record_never_makes_a_view_say_signed_what_pull_refuses(f
     record = json.loads(store.get(layout.state_key("mlp")).data)
     assert record["cells"][TARGET]["signed"] == "unsigned"
     record["cells"][TARGET]["signed"] = "signed"  # the listing's digest still matches: only the words are forged
-    store.compare_and_swap(layout.state_key("mlp"), json.dumps(record).encode(), store.get(layout.state_key("mlp")).etag)
+    key = layout.state_key("mlp")
+    store.compare_and_swap(key, json.dumps(record).encode(), store.get(key).etag)
     assert pull(farm, store, trusted, tmp, "t", "mlp").returncode == 1
     assert status(farm, store, trusted, tmp)["mlp", TARGET]["signed"] == "refused"
     assert status(farm, store, plain, tmp)["mlp", TARGET]["signed"] == "unsigned"  # no record says signed untrusted

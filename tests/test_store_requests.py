@@ -29,12 +29,16 @@ def store_of(tmp_path):
 def test_a_local_build_reads_each_targets_pointer_and_manifest_once_and_parses_the_onnx_once(tmp_path):
     figures = {name: t.figures() for name, t in local_build(tmp_path, store_of(tmp_path)).items()}
     first, again = figures["local build"], figures["local build, up to date"]
-    # three targets: a manifest read and a pointer read each at planning; the publish and release read neither
-    assert first["manifest_reads"] == 3 and first["pointer_reads"] == 3
-    assert first["by_method"]["compare_and_swap"] == 3 and first["requests"] <= 18
+    # three targets: a manifest read and a pointer read each at planning; the publish and release read neither.
+    # Then the model's state is recorded (state/encoder.json: one read, one swap) from fresh listings (six), reading
+    # each target's pointer and manifest for its cell, and again as a serving host checks the chain: 6 + 6 more
+    assert first["manifest_reads"] == 3 + 6 and first["pointer_reads"] == 3 + 6
+    assert first["by_method"]["compare_and_swap"] == 3 + 1 and first["requests"] <= 18 + 21
+    assert first["by_method"]["list_versions"] == 6
+    # the rerun changed nothing: it records nothing
     assert again["manifest_reads"] == 3 and again["pointer_reads"] == 3 and again["requests"] <= 9
     reported = figures["local build with its full report"]  # the report takes each manifest from its outcome
-    assert reported["manifest_reads"] == first["manifest_reads"] and reported["pointer_reads"] == 3
+    assert reported["manifest_reads"] == first["manifest_reads"] and reported["pointer_reads"] == 3 + 6
     assert reported["requests"] <= first["requests"] + 6  # and the six report files, each written once, unread
     for run in (first, again):
         assert run["select_targets"] == 1 and run.get("precision_key", 0) == 0
@@ -42,14 +46,20 @@ def test_a_local_build_reads_each_targets_pointer_and_manifest_once_and_parses_t
     assert again["onnx_parses"] == 0 and again["onnx_checks"] == 0  # up to date: the files' digests said so
 
 
+RECORD_REQUESTS = 6 + 3  # recording a model's state: six listings of its objects, its state record read and swapped
+
+
 def test_a_refit_run_reads_the_pointer_and_the_parent_manifest_at_planning_only(tmp_path):
     refit = refit_run(tmp_path, store_of(tmp_path))["refit run"].figures()
-    assert refit["pointer_reads"] == 2  # one per target, at planning
+    # one per target at planning; then the state record reads each again, for its cell and as a host checks it
+    assert refit["pointer_reads"] == 2 + 4
     # each target's own (absent) manifest and the released one it compares with, at planning; and that released one
     # again when its pointer moves: the release chain checks the pointer it replaces names what it says (a pointer
-    # tampered with after planning is seen), reading the manifest alone (no attestations without trusted keys)
-    assert refit["manifest_reads"] <= 6
-    assert refit["requests"] <= 17 and refit["onnx_parses"] == 1 and refit["select_targets"] == 1
+    # tampered with after planning is seen), reading the manifest alone (no attestations without trusted keys);
+    # then the state record's two reads of each target's released manifest
+    assert refit["manifest_reads"] <= 6 + 4
+    assert refit["requests"] <= 17 + RECORD_REQUESTS + 8 and refit["onnx_parses"] == 1
+    assert refit["select_targets"] == 1
 
 
 def test_a_farm_run_plans_once_and_its_jobs_read_no_pointer_or_manifest(tmp_path):

@@ -71,3 +71,13 @@ def rows_for(plans: list[ExportPlan], results: Iterable[JobResult]) -> list[RunR
                 TargetOutcome(target, "failed", "no build ran for this target")
             rows.append(RunRow(plan.name, outcome))
     return rows
+
+
+def changed_models(plans: list[ExportPlan], rows: Iterable[RunRow]) -> list[str]:
+    """The models whose objects a run changed: it ran jobs for them, withdrew a plan, or moved or repaired a pointer.
+
+    Their recorded state is out of date; a rerun that changed nothing leaves it (and the store) as it was.
+    """
+    moved = {r.model for r in rows if r.outcome.release is not None
+             and (r.outcome.release.action == "moved" or r.outcome.release.repaired)}
+    return [p.name for p in plans if p.jobs or p.withdrawals or p.name in moved]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from trtfarm import layout
 from trtfarm.building.outcome import StoreIndex
-from trtfarm.executor import execute
+from trtfarm.executor import changed_models, execute
 from trtfarm.machine.capabilities import local_capabilities
 from trtfarm.planning.plan import ExportPlan, plan_export
 from trtfarm.planning.requests import MatrixRequest
@@ -140,7 +140,8 @@ def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress
     store = open_store(request.store)
     fleet = load_fleet(request.targets_file)  # read once: for its signing block and for the plan
     signer = signing_settings(request.targets_file, only="key", fleet=fleet).signer()  # a bad key fails first
-    plans = plan_run(request, store, find_exports(store, request.model), farm=False, fleet=fleet)
+    targets = select_targets(fleet, request.targets or None)  # once: the plan and the state record use them
+    plans = plan_run(request, store, find_exports(store, request.model), farm=False, fleet=fleet, targets=targets)
     jobs = [job for plan in plans for job in plan.jobs]
     sweep_stale_work()
     for job in jobs:  # what a killed build of these plans left in the store
@@ -157,12 +158,16 @@ def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress
     if report != "none" and jobs:
         with scratch_dir("trtfarm-report-") as out:
             store_reports(store, run, rows, out, full=report == "full")
-    record_changed_states(store, fleet, plans, "trtfarm build")
+    record_changed_states(store, fleet, changed_models(plans, rows), "trtfarm build",
+                          None if request.targets else targets)
     return rows
 
 
-def record_changed_states(store: Store, fleet: Fleet, plans: list[ExportPlan], by: str) -> list[str]:
-    """Record in the store the state of each model the run changed (built, released or withdrew something).
+def record_changed_states(store: Store, fleet: Fleet, changed: list[str], by: str,
+                          targets: list[ResolvedTarget] | None = None) -> list[str]:
+    """Record in the store the state of each model the run changed (``executor.changed_models``).
+
+    ``targets``: the fleet's every target, when the caller resolved them already.
 
     Best effort: the builds stand when the store refuses the record, and views compute what is not recorded.
     """
@@ -170,11 +175,10 @@ def record_changed_states(store: Store, fleet: Fleet, plans: list[ExportPlan], b
     from trtfarm.planning.overview import record_states
     from trtfarm.publishing.release import who
 
-    changed = [p.name for p in plans if p.jobs or p.releases or p.withdrawals]
     if not changed:
         return []
     try:
-        return record_states(store, fleet, changed, by=f"{by} ({who()})")
+        return record_states(store, fleet, changed, by=f"{by} ({who()})", targets=targets)
     except TrtfarmError:
         return []
 

@@ -19,7 +19,7 @@ from trtfarm.publishing.survey import StoreSurvey
 from trtfarm.signing.keys import TrustedKeys
 from trtfarm.store import Store
 from trtfarm.vocabulary.exports import ExportRef
-from trtfarm.vocabulary.fleet import Fleet
+from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 from trtfarm.vocabulary.fleetview import FleetDecisions, FleetStatus
 
 
@@ -103,19 +103,21 @@ def current_records(survey: StoreSurvey, models: list[str]) -> tuple[dict[str, R
     return current, [m for m in models if m not in current]
 
 
-def record_states(store: Store, fleet: Fleet, models: list[str] | None = None, *, by: str) -> list[str]:
+def record_states(store: Store, fleet: Fleet, models: list[str] | None = None, *, by: str,
+                  targets: list[ResolvedTarget] | None = None) -> list[str]:
     """Compute each model's state from the store's records and record it there (``state/<model>.json``).
 
-    ``models``: those (default: every model in the store). Returns the models recorded; a record another writer
-    replaced meanwhile is left to it.
+    ``models``: those (default: every model in the store); ``targets``: the fleet's every target, if resolved
+    already. Returns the models recorded; a record another writer replaced meanwhile is left to it.
     """
     from trtfarm.publishing.state_record import write_state
 
     names = models if models is not None else survey_of(store, cache=False).models()
+    targets = targets if targets is not None else select_targets(fleet, None)
     done = []
     for model in names:
         survey = StoreSurvey(store, None, runs=True, model=model)
         expected = expected_exports(survey, [model])
-        if model in expected and write_state(store, model_state(survey, model, expected[model], fleet, by)):
+        if model in expected and write_state(store, model_state(survey, model, expected[model], fleet, by, targets)):
             done.append(model)
     return done

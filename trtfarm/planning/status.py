@@ -109,10 +109,10 @@ def fleet_status(survey: StoreSurvey, expected: dict[str, ExpectedExport], fleet
                        survey.store.location, list(dict.fromkeys(problems)))
 
 
-def model_state(survey: StoreSurvey, model: str, expected: ExpectedExport, fleet: Fleet, by: str) -> RecordedState:
-    """The state record of ``model`` under ``fleet``, as the executor stores it (computed from the records)."""
-    targets = select_targets(fleet, None)
-    pairs = [p for p in _pairs({model: expected}, targets)]
+def model_state(survey: StoreSurvey, model: str, expected: ExpectedExport, fleet: Fleet, by: str,
+                targets: list[ResolvedTarget]) -> RecordedState:
+    """The state record of ``model`` for ``targets`` (the fleet's), as runs store it (computed from the records)."""
+    pairs = _pairs({model: expected}, targets)
     cells = {c.target: c for c in _cells(survey, pairs, datetime.now(timezone.utc), fleet)}
     mine = [x for x in survey.problems if f"/{model}/" in x]
     return RecordedState(model=model, inputs=survey.model_inputs(model, RUNS_BACK), written_at=now_iso(), by=by,
@@ -166,7 +166,7 @@ def served_refusal(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fle
     if isinstance(cached, list) and len(cached) == 2 and (cached[1] is None or cached[1] > now.isoformat()):
         return cached[0]
     try:
-        served = served_release(survey.store, key, trust, fleet=fleet, now=now)
+        served = served_release(survey.store, key, trust, fleet=fleet, now=now, attestations=False)
         refusal, expires = None, served.release.claim.expires_at if served and served.release.claim else None
     except TrtfarmError as refused:
         refusal, expires = _one_line(str(refused)), None

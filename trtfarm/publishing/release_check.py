@@ -136,7 +136,8 @@ class Served:
 
 
 def served_release(store: Store, key: str, trust: TrustedKeys | None, accepted: AcceptedReleases | None = None, *,
-                   fleet=None, max_age: timedelta | None = None, now: datetime | None = None) -> Served | None:
+                   fleet=None, max_age: timedelta | None = None, now: datetime | None = None,
+                   attestations: bool = True) -> Served | None:
     """Everything a serving host checks of the release at ``key`` before any plan byte (``pull``, ``status``).
 
     None when no pointer is there. The chain names one identity (``check_release``), the plan's TensorRT matches its
@@ -150,7 +151,7 @@ def served_release(store: Store, key: str, trust: TrustedKeys | None, accepted: 
     pointer, _ = read_pointer(store, key)
     if pointer is None:
         return None
-    stored = read_stored(store, pointer.manifest, attestations=True)
+    stored = read_stored(store, pointer.manifest, attestations=attestations or trust is not None)
     released = check_release(store, key, pointer, stored, trust, accepted, now=now, max_age=max_age)
     check_serving_images(stored.manifest, store.url(pointer.manifest), fleet)
     verdict = stored.verdict(trust)
