@@ -289,7 +289,7 @@ def _copy_to_s3(file_uri: str, s3_uri: str) -> str:
 
 def test_status_reads_nothing_again_that_has_not_changed_and_writes_nothing(built, tmp_path, monkeypatch):
     _, store_uri, fleet_file = built
-    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # a cache of its own
+    monkeypatch.setenv("TRTFARM_CACHE_DIR", str(tmp_path / "cache"))  # a cache of its own
     fleet = load_fleet(fleet_file)
     cold, warm = Tally(), Tally()
     with counting(cold):

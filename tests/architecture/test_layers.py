@@ -45,7 +45,7 @@ def imports(path: Path, top_level_only: bool = False) -> set[str]:
 # one level do not import each other.
 LEVELS: tuple[tuple[str, ...], ...] = (
     ("trtfarm", "errors"),  # the package itself (its version), the error kinds
-    ("interrupt", "scratch", "yamlfile", "onnxfile", "extras", "layout"),  # plain utilities; every store key
+    ("interrupt", "scratch", "cachedir", "yamlfile", "onnxfile", "extras", "layout"),  # plain utilities; store keys
     ("identity",),  # content addresses
     ("store", "signing", "profiles", "machine"),  # storage adapters, keys and signatures, shapes, this machine
     ("precision",),  # ModelOpt conversion and the accuracy gate

@@ -10,12 +10,9 @@ has not run yet).
 
 from __future__ import annotations
 
-import hashlib
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from functools import cached_property
-from pathlib import Path
 
 from trtfarm import layout
 from trtfarm.errors import CorruptObject, UserInputError
@@ -23,7 +20,7 @@ from trtfarm.identity import build_digest_of, model_digest_part, target_digest_p
 from trtfarm.precision.recipe import Recipe
 from trtfarm.precision.step import precision_key_of
 from trtfarm.profiles.profile import profiles_json
-from trtfarm.publishing.registry import export_record, fetch_export, local_copy
+from trtfarm.publishing.registry import export_record, fetch_export, fetch_folder, local_copy
 from trtfarm.publishing.summaries import ManifestSummary, SpecSummary
 from trtfarm.publishing.survey import READ_THREADS, StoreSurvey
 from trtfarm.vocabulary.buildspec import SHAPES_NAME, spec_for_model, spec_profiles
@@ -114,7 +111,7 @@ def _spec(survey: StoreSurvey, ref: ExportRef, record: ExportRecord, cache_key: 
         cached = survey.cache.get("spec", cache_key, record.export_id, SpecSummary)
         if cached is not None:
             return cached
-    folder = Path(tempfile.gettempdir()) / "trtfarm" / "specs" / hashlib.sha256(ref.uri.encode()).hexdigest()[:16]
+    folder = fetch_folder(ref, "specs")
     path = fetch_export(ref, folder, spec_only=True, record=record)
     spec, _ = spec_for_model(path)
     if isinstance(spec.profiles, str) or spec.profiles:

@@ -9,9 +9,7 @@ it (this process, or a farm child on a worker) never plans again.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from trtfarm import layout
 from trtfarm.building.outcome import StoreIndex, Triage, skip_unservable, triage, triage_listed
-from trtfarm.errors import UserInputError
+from trtfarm.errors import CorruptObject, UserInputError
 from trtfarm.identity import model_name_from_path
 from trtfarm.machine.capabilities import Capabilities, local_capabilities
 from trtfarm.planning.requests import MatrixRequest
@@ -33,7 +31,7 @@ from trtfarm.profiles.profile import (
     profile_texts,
     profiles_json,
 )
-from trtfarm.publishing.registry import export_record, fetch_export, local_copy
+from trtfarm.publishing.registry import export_record, fetch_export, fetch_folder, local_copy
 from trtfarm.store import Store, is_uri
 from trtfarm.vocabulary.buildspec import spec_for_model, spec_precision, spec_profiles
 from trtfarm.vocabulary.decisions import Release, Withdraw
@@ -174,10 +172,13 @@ def trial_reason(release: bool | None, mode: str, declared: str, in_spec: bool) 
 def _cached_record(export: ExportRef, cached: Path) -> ExportRecord | None:
     """The export's ``export.json``, from this machine's cache when a run read it before, else from the store.
 
-    A registered export's record is written once, create-only, and never changes, so the cache cannot go stale.
+    A registered export's record is written once, create-only, and never changes, so the cache cannot go stale. A
+    cached copy that does not parse, or names another export, is read from the store again and replaced.
     """
     if export.export_id and cached.is_file():
-        return ExportRecord.from_bytes(cached.read_bytes(), str(cached))
+        found = _own_record(export, cached)
+        if found is not None:
+            return found
     record = export_record(export)
     if record is not None and export.export_id:
         cached.parent.mkdir(parents=True, exist_ok=True)
@@ -185,6 +186,16 @@ def _cached_record(export: ExportRef, cached: Path) -> ExportRecord | None:
         tmp.write_bytes(record.to_bytes())
         os.replace(tmp, cached)
     return record
+
+
+def _own_record(export: ExportRef, cached: Path) -> ExportRecord | None:
+    """The cached record of ``export``, or None when it is damaged or another export's."""
+    try:
+        record = ExportRecord.from_bytes(cached.read_bytes(), str(cached))
+    except (OSError, CorruptObject):
+        return None
+    same = record.export_id == export.export_id and record.export_id.endswith(f"-{record.onnx_digest[:12]}")
+    return record if same else None
 
 
 @dataclass(frozen=True)
@@ -230,7 +241,7 @@ def listed_stage(request: MatrixRequest, export: ExportRef, store: Store, fleet:
     """
     if not is_uri(export.uri):
         return None
-    folder = Path(tempfile.gettempdir()) / "trtfarm" / "specs" / hashlib.sha256(export.uri.encode()).hexdigest()[:16]
+    folder = fetch_folder(export, "specs")
     record = _cached_record(export, folder / "export.json")
     if record is None:
         return None

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlparse
 
+from trtfarm.cachedir import work_dir
 from trtfarm.errors import UserInputError
 from trtfarm.identity import model_name_from_path, sha256_file
 from trtfarm.layout import (
@@ -227,5 +227,13 @@ def local_copy(export: ExportRef, record: ExportRecord | None = None) -> Path:
     """
     if not is_uri(export.uri):
         return Path(export.uri)
-    key = hashlib.sha256(export.uri.encode()).hexdigest()[:16]
-    return fetch_export(export, Path(tempfile.gettempdir()) / "trtfarm" / "exports" / key, record=record)
+    return fetch_export(export, fetch_folder(export, "exports"), record=record)
+
+
+def fetch_folder(export: ExportRef, kind: str) -> Path:
+    """This user's own folder for ``kind`` (``exports``, ``specs``) fetched from ``export``, one per export URI.
+
+    Each file fetched there is checked against the sha256 that ``export.json`` records, before use and again when
+    a later run finds it there: a damaged file is fetched again.
+    """
+    return work_dir(kind, hashlib.sha256(export.uri.encode()).hexdigest()[:16])

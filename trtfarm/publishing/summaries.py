@@ -14,13 +14,13 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 import threading
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from trtfarm.cachedir import cache_dir
 from trtfarm.vocabulary.manifest import Manifest
 from trtfarm.vocabulary.pointer import ReleasePointer
 
@@ -158,9 +158,8 @@ class SummaryCache:
 
     @classmethod
     def for_store(cls, store_uri: str) -> SummaryCache:
-        """The cache of the store at ``store_uri`` on this machine."""
-        name = hashlib.sha256(store_uri.encode()).hexdigest()[:16]
-        return cls(Path(tempfile.gettempdir()) / "trtfarm" / "survey" / name)
+        """The cache of the store at ``store_uri`` in this user's own cache folder (``cachedir``); none without one."""
+        return cls(cache_dir("survey", hashlib.sha256(store_uri.encode()).hexdigest()[:16]))
 
     def _kind(self, kind: str) -> dict[str, list]:
         with self._lock:

@@ -6,7 +6,6 @@ step and records where the converted ONNX lives, so a farm child downloads it in
 
 from __future__ import annotations
 
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
@@ -14,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from trtfarm import layout
+from trtfarm.cachedir import work_dir
 from trtfarm.errors import UserInputError, invalid_model
 from trtfarm.identity import files_digest, graph_digest, model_files, sha256_file
 from trtfarm.onnxfile import check_errors, check_model, load_model
@@ -185,7 +185,7 @@ def with_precision(store, model: ModelSource, recipe: Recipe, calibration: Path 
         return model.model_copy(update={"build_path": None, "precision": step, "heldout": heldout})
     from trtfarm.precision.step import precision_key, prepare_precision
 
-    work = Path(tempfile.gettempdir()) / "trtfarm" / "converted" / model.name / model.onnx_digest[:12] / recipe.mode
+    work = work_dir("converted", model.name, model.onnx_digest[:12], recipe.mode)  # the user's own, checked
     step_key = precision_key(recipe, model.onnx_digest, calibration, heldout)  # hashes the data files: once
     result = prepare_precision(store, model.name, model.path, model.onnx_digest, recipe, work,
                                calibration=calibration, heldout=heldout, key=step_key)
