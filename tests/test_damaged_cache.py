@@ -1,7 +1,7 @@
 """A damaged own cache (each garbage shape, whole files and single entries) is read again, never a crash.
 
-Fails until SummaryCache and StoreSurvey check each cached entry when they read it (summaries.py ``get``: KeyError 0,
-TypeError; survey.py: an ExportRecord ValidationError, AttributeError on a list).
+Each cached entry is checked when read (its shape, and each value against its field's type): garbage is a miss,
+and the object is read again from the store.
 """
 
 from __future__ import annotations

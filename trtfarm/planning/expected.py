@@ -166,7 +166,7 @@ def _converted_digest(survey: StoreSurvey, model: str, onnx_digest: str, step: s
 
     key = layout.converted_report_key(layout.converted_prefix(model, onnx_digest, step))
     cached = survey.cache.get("step", key, "stored")
-    if cached is not None:
+    if isinstance(cached, str):
         return cached
     blob = survey.store.get(key)
     if blob is None:

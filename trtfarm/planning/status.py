@@ -163,7 +163,8 @@ def served_refusal(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fle
     stamp = ",".join(sorted(k.hint for k in trust.keys)) if trust else "-"
     version = hashlib.sha256("|".join([listed.version, folders, stamp, _serving(fleet)]).encode()).hexdigest()
     cached = survey.cache.get("served", key, version)
-    if isinstance(cached, list) and len(cached) == 2 and (cached[1] is None or cached[1] > now.isoformat()):
+    if isinstance(cached, list) and len(cached) == 2 and all(isinstance(v, str | None) for v in cached) and \
+            (cached[1] is None or cached[1] > now.isoformat()):
         return cached[0]
     try:
         served = served_release(survey.store, key, trust, fleet=fleet, now=now, attestations=False)

@@ -2,7 +2,7 @@
 
 A ``ManifestSummary`` keeps the fields ``trtfarm plan`` and ``trtfarm status`` read (target, toolchain, settings,
 recipe, profiles, build time, checks); a ``PointerSummary`` the release pointer's last release; an ``OutcomeSummary``
-one target's outcome in a run. ``SummaryCache`` holds them in one JSON file per store under the temporary folder, each
+one target's outcome in a run. ``SummaryCache`` holds them in one JSON file per store in the user's cache folder, each
 beside the version a listing showed when it was read (``Store.list_versions``): a later view reads only the objects
 whose version changed. The cache never decides anything the store does not say: an entry is used only while the
 listing shows the same version, and a missing or unreadable cache file is an empty cache.
@@ -35,6 +35,7 @@ class _Row:
     """
 
     SHARED: tuple[str, ...] = ()
+    MANY = False  # cached as a list of rows (one object holds many), not one row
 
     def to_row(self, intern) -> list:
         """The row for the cache: each shared field by ``intern(value)``."""
@@ -42,16 +43,34 @@ class _Row:
 
     @classmethod
     def from_row(cls, row: list, shared: dict):
-        """The summary of a cached row (``shared``: the cache's shared values); ``TypeError`` for another layout."""
+        """The summary of a cached row (``shared``: the cache's shared values); ``TypeError`` for another layout.
+
+        Every value is checked against its field's type: a damaged cache is read again, never used.
+        """
         marks = _SHARED_MARKS.get(cls)
         if marks is None:
             marks = _SHARED_MARKS.setdefault(cls, tuple(f.name in cls.SHARED for f in fields(cls)))
-        if len(row) != len(marks):
-            raise TypeError(f"a cached {cls.__name__} of {len(row)} fields, not {len(marks)}")
-        return cls(*[shared[v][1] if mark else v for mark, v in zip(marks, row, strict=True)])
+        if not isinstance(row, list) or len(row) != len(marks):
+            raise TypeError(f"a cached {cls.__name__} that is not a row of {len(marks)} fields")
+        values = [shared[v][1] if mark else v for mark, v in zip(marks, row, strict=True)]
+        for value, types in zip(values, _field_types(cls), strict=True):
+            if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+                raise TypeError(f"a cached {cls.__name__} with a value of type {type(value).__name__}")
+        return cls(*values)
 
 
 _SHARED_MARKS: dict[type, tuple[bool, ...]] = {}  # per summary class: which of its fields are shared
+_TYPES = {"str": (str,), "int": (int,), "float": (float, int), "bool": (bool,), "dict": (dict,), "list": (list,),
+          "None": (type(None),)}
+_FIELD_TYPES: dict[type, list[tuple[type, ...]]] = {}
+
+
+def _field_types(cls) -> list[tuple[type, ...]]:
+    """The types each field of a summary class may hold, from its annotations (``str | None`` -> (str, NoneType))."""
+    if cls not in _FIELD_TYPES:
+        _FIELD_TYPES[cls] = [tuple(t for part in str(f.type).split("|") for t in _TYPES[part.strip()])
+                             for f in fields(cls)]
+    return _FIELD_TYPES[cls]
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +147,7 @@ class OutcomeSummary(_Row):
     reason: str
     build_digest: str | None
     SHARED = ("reason",)
+    MANY = True
 
 
 class SpecSummary(BaseModel):
@@ -144,10 +164,11 @@ class SpecSummary(BaseModel):
 class SummaryCache:
     """Summaries by (kind, key), each valid while the store's listing shows the version it was read at.
 
-    One folder per store: ``$TMPDIR/trtfarm/survey/<sha256(store URI):16>/``, one JSON file per kind of summary
-    (and one of the values summaries share), each read the first time a view asks for that kind and written whole
-    by rename. Two views running at once each write what they read; the last write wins, and either is a correct
-    cache. A missing or damaged file is an empty cache of its kind.
+    One folder per store in the user's own cache folder (``cachedir``: ``survey/<sha256(store URI):16>/``, mode
+    0700, checked to be this user's), one JSON file per kind of summary (and one of the values summaries share), each
+    read the first time a view asks for that kind and written whole by rename. Two views running at once each write
+    what they read; the last write wins, and either is a correct cache. A missing or damaged file is an empty cache
+    of its kind, and a damaged entry (another shape, a value of another type) a miss: the object is read again.
     """
 
     def __init__(self, folder: Path | None) -> None:
@@ -177,8 +198,8 @@ class SummaryCache:
     def get(self, kind: str, key: str, version: str, model=None):
         """The cached value of ``key`` if it was read at ``version`` (a ``model`` or a list of them), else None."""
         entry = self._kind(kind).get(key)
-        if entry is None or entry[0] != version:
-            return None
+        if not (isinstance(entry, list) and len(entry) == 2 and entry[0] == version):
+            return None  # absent, of another version, or not an entry this trtfarm writes
         value = entry[1]
         try:
             if model is None:
@@ -186,10 +207,12 @@ class SummaryCache:
             if isinstance(model, type) and issubclass(model, BaseModel):
                 return model.model_validate(value)
             shared = self._kind("shared")
-            if value and isinstance(value[0], list):
+            if model.MANY:  # a list of rows (a run's outcomes), possibly empty
+                if not isinstance(value, list):
+                    return None
                 return [model.from_row(v, shared) for v in value]
-            return model.from_row(value, shared) if value else []
-        except (ValidationError, KeyError, TypeError, ValueError):
+            return model.from_row(value, shared)
+        except (ValidationError, KeyError, TypeError, ValueError, IndexError, AttributeError):
             return None  # an entry this version cannot read: read the object again
 
     def put(self, kind: str, key: str, version: str, value) -> None:

@@ -20,8 +20,6 @@ from trtfarm import layout
 from trtfarm.errors import CorruptObject, UserInputError
 from trtfarm.publishing.state_record import RecordedState
 from trtfarm.publishing.summaries import ManifestSummary, OutcomeSummary, PointerSummary, SummaryCache
-from trtfarm.signing.keys import TrustedKeys
-from trtfarm.signing.verdict import check_signature
 from trtfarm.store import Store
 from trtfarm.store.base import ListedObject
 from trtfarm.vocabulary.exports import ExportRecord
@@ -41,14 +39,6 @@ class Folder:
     gpu: str
     toolchain: str
     build12: str
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A plan's signature verdict, as ``trtfarm verify`` gives it: ``signed``, ``unsigned-checked`` or ``refused``."""
-
-    status: str
-    detail: str
 
 
 class StoreSurvey:
@@ -153,10 +143,10 @@ class StoreSurvey:
             if export_id in listed:
                 items[listed[export_id].key] = listed[export_id]
 
-        def parse(data: bytes, key: str) -> dict:
-            return ExportRecord.from_bytes(data, self.store.url(key)).model_dump(mode="json")
+        def parse(data: bytes, key: str) -> ExportRecord:
+            return ExportRecord.from_bytes(data, self.store.url(key))
 
-        found = self._read("record", items, parse, None)
+        found = self._read("record", items, parse, ExportRecord)
         return {layout.parse_export_record_key(key)[0]: ExportRecord.model_validate(doc) for key, doc in found.items()}
 
     def outcomes(self, keys: Iterable[tuple[str, ListedObject]]) -> dict[str, list[OutcomeSummary]]:
@@ -179,40 +169,6 @@ class StoreSurvey:
         found = self._read("state", items, lambda data, key: recorded_state_from_json(data, self.store.url(key)),
                            RecordedState)
         return {layout.parse_state_key(k): v for k, v in found.items()}
-
-    def verdicts(self, released: dict[str, ManifestSummary], trust: TrustedKeys | None) -> dict[str, Verdict]:
-        """The signature verdict of each plan folder (``prefix -> its manifest's summary``), as consumers judge it.
-
-        Without trusted keys nothing is read: the verdict is unsigned-checked (or refused for a version-compatible
-        plan), as ``trtfarm verify`` says. With them, the manifest, provenance and signature are read and checked.
-        """
-        if trust is None:
-            return {p: _unchecked(s, self.signature_listed(p, s.manifest_sha256)) for p, s in released.items()}
-        stamp = ",".join(sorted(k.hint for k in trust.keys))
-        out, todo = {}, {}
-        for prefix, summary in released.items():
-            objects = self.folders.get(prefix, {})
-            version = "|".join([stamp, *(objects[n].version if n in objects else "-" for n in (
-                layout.MANIFEST_NAME, layout.signature_name(summary.manifest_sha256),
-                layout.provenance_name(summary.manifest_sha256)))])
-            cached = self.cache.get("verdict", prefix, version)
-            if cached is not None:
-                out[prefix] = Verdict(*cached)
-            else:
-                todo[prefix] = version
-
-        def judge(prefix: str) -> Verdict:
-            from trtfarm.publishing.attest import read_stored
-
-            stored = read_stored(self.store, layout.manifest_key(prefix))
-            verdict = stored.verdict(trust) if stored is not None else None
-            return Verdict(verdict.status, verdict.detail) if verdict else Verdict("refused", "manifest gone")
-
-        with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
-            for prefix, verdict in zip(todo, pool.map(judge, todo), strict=True):
-                self.cache.put("verdict", prefix, todo[prefix], [verdict.status, verdict.detail])
-                out[prefix] = verdict
-        return out
 
     def save(self) -> None:
         """Keep what was read for the next view on this machine."""
@@ -246,11 +202,6 @@ class StoreSurvey:
                     self.cache.put(kind, key, items[key].version, value)
                     out[(by or str)(key)] = value
         return out
-
-
-def _unchecked(summary: ManifestSummary, signed: bool) -> Verdict:
-    verdict = check_signature(None, b"listed" if signed else None, {}, host_code=summary.version_compatible)
-    return Verdict(verdict.status, verdict.detail)
 
 
 def _exports(listed: list[ListedObject]) -> dict[str, list[tuple[str, ListedObject]]]:
