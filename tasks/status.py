@@ -38,6 +38,9 @@ def record_model_states(store_uri: str, targets_file: str, models: list[str]) ->
     from trtfarm.planning.overview import record_states
     from trtfarm.publishing.release import who
 
-    done = record_states(open_store(store_uri), load_fleet(targets_file), models, by=f"farm run ({who()})")
+    fleet = load_fleet(targets_file)
+    signer = signing_settings(targets_file, only="key", fleet=fleet).signer()
+    trust = signing_settings(targets_file, only="trust", fleet=fleet).trusted_keys() if signer else None
+    done = record_states(open_store(store_uri), fleet, models, by=f"farm run ({who()})", signer=signer, trust=trust)
     get_run_logger().info("recorded the state of %d model(s)", len(done))
     return done

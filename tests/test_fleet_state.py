@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import trtfarm.store
 from trtfarm import layout
 from trtfarm.publishing.release import read_pointer
 from trtfarm.store import open_store
@@ -158,3 +159,52 @@ def test_a_released_plan_object_gone_is_refused_by_status_as_by_pull(farm, host)
     for env in (plain, trusted):
         cell = status(farm, store, env, tmp)["mlp", TARGET]
         assert cell["state"] in ("refused", "damaged") and "plan" in cell["reason"], cell
+
+
+def _trusted(path: Path):
+    from trtfarm.vocabulary.fleet_file import signing_settings
+
+    return signing_settings(env={"TRTFARM_TRUSTED_KEYS": str(path)}, only="trust").trusted_keys()
+
+
+def test_a_signed_state_record_is_one_object_per_model_for_a_host_that_trusts_its_key(farm, host, tmp_path):
+    from trtfarm.planning.overview import status as fleet_status
+    from trtfarm.vocabulary.fleet_file import load_fleet
+
+    from .store_requests import Tally, counting
+
+    store, plain, trusted, tmp = host
+    fleet, trust = load_fleet(farm["fleet"]), _trusted(farm["keys"]["worker"][1])
+    truth = [c.to_json() | {"age_s": None} for c in fleet_status(store, fleet, trust=trust, cache=False).cells]
+    signing = {**trusted, "TRTFARM_SIGNING_KEY": str(farm["keys"]["worker"][0])}
+    done = run("status", "--record", "--store", store.uri, "--targets-file", str(farm["fleet"]), env=signing, cwd=tmp)
+    assert done.returncode == 0, done.stderr
+    assert all(json.loads(store.get(k).data)["signature"] for k in store.list(layout.state_prefix()))
+
+    def cold() -> tuple[list, Tally]:
+        tally = Tally()
+        with counting(tally):  # the store opened inside, so its requests are counted
+            found = fleet_status(trtfarm.store.open_store(store.uri), fleet, trust=trust, cache=False)
+        return [c.to_json() | {"age_s": None} for c in found.cells], tally
+
+    cells, tally = cold()
+    assert cells == truth and tally.by_method().get("get", 0) == 2, tally.by_method()  # enc's and mlp's records
+    # a record whose words were changed after signing: its signature fails, so the objects answer
+    key = layout.state_key("mlp")
+    doc = json.loads(store.get(key).data)
+    doc["cells"][TARGET]["expires_at"] = "2999-01-01T00:00:00+00:00"
+    store.compare_and_swap(key, json.dumps(doc).encode(), store.get(key).etag)
+    cells, tally = cold()
+    assert cells == truth and tally.by_method()["get"] > 2
+    # a record signed by a key this host does not trust: not read either
+    stranger = {**trusted, "TRTFARM_SIGNING_KEY": str(farm["keys"]["stranger"][0])}
+    run("status", "--record", "--store", store.uri, "--targets-file", str(farm["fleet"]), env=stranger, cwd=tmp)
+    cells, tally = cold()
+    assert cells == truth and tally.by_method()["get"] > 2
+    # the plan's signature deleted after the record was signed: the listing moved, the record is old, pull refuses
+    pointer, _ = read_pointer(store, layout.release_key("enc", GPU, TOOLCHAIN))
+    folder = layout.folder_of(pointer.manifest)
+    store.delete(next(k for k in store.list(f"{folder}/") if layout.leaf_of(k).startswith(layout.SIGNATURE_PREFIX)))
+    cell = {(c["model"], c["target"]): c for c in cold()[0]}["enc", TARGET]
+    assert cell["state"] == "refused" and cell["signed"] == "refused"
+    assert pull(farm, store, trusted, tmp, "gone").returncode == 1

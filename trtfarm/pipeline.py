@@ -159,15 +159,17 @@ def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress
         with scratch_dir("trtfarm-report-") as out:
             store_reports(store, run, rows, out, full=report == "full")
     record_changed_states(store, fleet, changed_models(plans, rows), "trtfarm build",
-                          None if request.targets else targets)
+                          None if request.targets else targets, signer, request.targets_file)
     return rows
 
 
 def record_changed_states(store: Store, fleet: Fleet, changed: list[str], by: str,
-                          targets: list[ResolvedTarget] | None = None) -> list[str]:
+                          targets: list[ResolvedTarget] | None = None, signer=None,
+                          targets_file: str | None = None) -> list[str]:
     """Record in the store the state of each model the run changed (``executor.changed_models``).
 
-    ``targets``: the fleet's every target, when the caller resolved them already.
+    ``targets``: the fleet's every target, when the caller resolved them already; ``signer``: the run's key, which
+    signs the records; the fleet file's trusted keys (``targets_file``) verify each release recorded.
 
     Best effort: the builds stand when the store refuses the record, and views compute what is not recorded.
     """
@@ -178,7 +180,9 @@ def record_changed_states(store: Store, fleet: Fleet, changed: list[str], by: st
     if not changed:
         return []
     try:
-        return record_states(store, fleet, changed, by=f"{by} ({who()})", targets=targets)
+        trust = signing_settings(targets_file, only="trust", fleet=fleet).trusted_keys() if signer else None
+        return record_states(store, fleet, changed, by=f"{by} ({who()})", targets=targets, signer=signer,
+                             trust=trust)
     except TrtfarmError:
         return []
 

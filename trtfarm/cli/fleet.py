@@ -187,8 +187,10 @@ def status(models: list[str] = typer.Argument(None, help="models to show (defaul
     trust = signing_settings(path, only="trust").trusted_keys()
     opened = open_store(store_uri(store))
     if record:
+        signer = signing_settings(path, only="key", fleet=fleet).signer()
         with err.status("recording each model's state in the store", spinner="dots"):
-            done = record_states(opened, fleet, models or None, by=f"trtfarm status --record ({who()})")
+            done = record_states(opened, fleet, models or None, by=f"trtfarm status --record ({who()})",
+                                 signer=signer, trust=trust if signer else None)
         err.print(message_text(f"recorded the state of {len(done)} model(s) in {opened.uri}"), highlight=False)
     with err.status("reading the store's listings and manifests", spinner="dots"):
         found = fleet_status(opened, fleet, models or [], trust=trust)

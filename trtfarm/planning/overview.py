@@ -76,8 +76,7 @@ def status(store: Store, fleet: Fleet, models: list[str] | None = None, *, targe
     """
     survey = survey_of(store, runs=True, cache=cache)
     names = _models(survey, models or [])
-    # state records are not signed: where keys are trusted, every answer comes from the signed objects themselves
-    recorded, stale = current_records(survey, names) if trust is None else ({}, [])
+    recorded, stale = current_records(survey, names, trust)
     expected = {m: ExpectedExport.from_record(s.expected) for m, s in recorded.items()}
     expected.update(expected_exports(survey, [m for m in names if m not in recorded]))
     found = fleet_status(survey, expected, fleet, trust=trust, target_ids=targets, now=now, recorded=recorded)
@@ -89,26 +88,48 @@ def status(store: Store, fleet: Fleet, models: list[str] | None = None, *, targe
     return found
 
 
-def current_records(survey: StoreSurvey, models: list[str]) -> tuple[dict[str, RecordedState], list[str]]:
-    """The models whose state record is current (every object it was computed from unchanged), and the others."""
+def current_records(survey: StoreSurvey, models: list[str],
+                    trust: TrustedKeys | None = None) -> tuple[dict[str, RecordedState], list[str]]:
+    """The models whose state record is current (every object it was computed from unchanged), and the others.
+
+    With ``trust`` a record counts only when a trusted key signed it (an unsigned one could say anything).
+    """
     records = survey.recorded(models)
     current = {}
     for m, state in records.items():
-        if state.model == m and state.inputs == survey.model_inputs(m, RUNS_BACK):
-            try:
-                ExpectedExport.from_record(state.expected)
-            except TypeError:  # a record of another shape: computed from the store instead
-                continue
-            current[m] = state
+        if state.model != m or state.inputs != survey.model_inputs(m, RUNS_BACK) or not _signed_by(state, trust):
+            continue
+        try:
+            ExpectedExport.from_record(state.expected)
+        except TypeError:  # a record of another shape: computed from the store instead
+            continue
+        current[m] = state
     return current, [m for m in models if m not in current]
 
 
+def _signed_by(state: RecordedState, trust: TrustedKeys | None) -> bool:
+    """Whether a record may be read by a host trusting ``trust`` (without keys: any record)."""
+    if trust is None:
+        return True
+    from trtfarm.layout import state_key
+    from trtfarm.signing.bundle import SignatureRefused
+    from trtfarm.signing.state_claim import verify_state
+
+    try:
+        verify_state(state.signature, state_key(state.model), state.model_dump(mode="json"), trust)
+    except SignatureRefused:
+        return False
+    return True
+
+
 def record_states(store: Store, fleet: Fleet, models: list[str] | None = None, *, by: str,
-                  targets: list[ResolvedTarget] | None = None) -> list[str]:
+                  targets: list[ResolvedTarget] | None = None, signer=None,
+                  trust: TrustedKeys | None = None) -> list[str]:
     """Compute each model's state from the store's records and record it there (``state/<model>.json``).
 
     ``models``: those (default: every model in the store); ``targets``: the fleet's every target, if resolved
-    already. Returns the models recorded; a record another writer replaced meanwhile is left to it.
+    already; ``trust``: the fleet's trusted keys, each release verified with them; ``signer``: signs each record.
+    Returns the models recorded; a record another writer replaced meanwhile is left to it.
     """
     from trtfarm.publishing.state_record import write_state
 
@@ -118,6 +139,7 @@ def record_states(store: Store, fleet: Fleet, models: list[str] | None = None, *
     for model in names:
         survey = StoreSurvey(store, None, runs=True, model=model)
         expected = expected_exports(survey, [model])
-        if model in expected and write_state(store, model_state(survey, model, expected[model], fleet, by, targets)):
+        state = model_state(survey, model, expected[model], fleet, by, targets, trust) if model in expected else None
+        if state is not None and write_state(store, state, signer):
             done.append(model)
     return done

@@ -96,11 +96,14 @@ def fleet_status(survey: StoreSurvey, expected: dict[str, ExpectedExport], fleet
     targets = select_targets(fleet, target_ids or None)
     pairs = _pairs(expected, targets)
     found: dict[tuple[str, str], TargetStatus] = {}
+    hints = {k.hint for k in trust.keys} if trust else set()
     for p in pairs:
         state = (recorded or {}).get(p.model)
         cell = state.cells.get(p.target.id) if state else None
         if cell is not None and cell.target == p.target.id and cell.target_print == target_print(p.target, p.export):
-            found[p.model, p.target.id] = _from_record(p.model, cell, now)
+            taken = _from_record(p.model, cell, now, trust is not None and hints)
+            if taken is not None:
+                found[p.model, p.target.id] = taken
     todo = [p for p in pairs if (p.model, p.target.id) not in found]
     found.update({(c.model, c.target): c for c in _cells(survey, todo, now, fleet)})
     cells = [_signed(survey, found[p.model, p.target.id], trust, fleet, now) for p in pairs]
@@ -110,30 +113,69 @@ def fleet_status(survey: StoreSurvey, expected: dict[str, ExpectedExport], fleet
 
 
 def model_state(survey: StoreSurvey, model: str, expected: ExpectedExport, fleet: Fleet, by: str,
-                targets: list[ResolvedTarget]) -> RecordedState:
-    """The state record of ``model`` for ``targets`` (the fleet's), as runs store it (computed from the records)."""
+                targets: list[ResolvedTarget], trust: TrustedKeys | None = None) -> RecordedState:
+    """The state record of ``model`` for ``targets`` (the fleet's), as runs store it (computed from the records).
+
+    With ``trust`` (the fleet's trusted keys), each release is also verified as a host trusting them would: the
+    record says which keys signed it and until when, so such a host need not read its objects.
+    """
+    now = datetime.now(timezone.utc)
     pairs = _pairs({model: expected}, targets)
-    cells = {c.target: c for c in _cells(survey, pairs, datetime.now(timezone.utc), fleet)}
-    mine = [x for x in survey.problems if f"/{model}/" in x]
+    cells = {c.target: c for c in _cells(survey, pairs, now, fleet)}
+    recorded = {}
+    for p in pairs:
+        c = cells[p.target.id]
+        verified = {}
+        if trust is not None and _has_release(c):
+            check = served_check(survey, _release_key(c), trust, fleet, now)
+            verified = {"verified": "refused", "verified_reason": check.refusal} if check.refusal else \
+                {"verified": "signed", "keys": list(check.keys), "expires_at": check.expires}
+        recorded[p.target.id] = RecordedCell(target_print=target_print(p.target, p.export),
+                                             **{f: getattr(c, f) for f in CELL_FIELDS}, **verified)
     return RecordedState(model=model, inputs=survey.model_inputs(model, RUNS_BACK), written_at=now_iso(), by=by,
-                         expected=expected.to_record(),
-                         cells={p.target.id: RecordedCell(target_print=target_print(p.target, p.export),
-                                                          **{f: getattr(cells[p.target.id], f) for f in CELL_FIELDS})
-                                for p in pairs},
-                         problems=mine)
+                         expected=expected.to_record(), cells=recorded,
+                         problems=[x for x in survey.problems if f"/{model}/" in x],
+                         trusted_keys=sorted(k.hint for k in trust.keys) if trust else None)
 
 
-def _from_record(model: str, cell: RecordedCell, now: datetime) -> TargetStatus:
-    return TargetStatus(model=model, age_s=_age(cell.released_at, now), **{f: getattr(cell, f) for f in CELL_FIELDS})
+def _from_record(model: str, cell: RecordedCell, now: datetime, hints: set[str] | bool) -> TargetStatus | None:
+    """The cell a record holds, for a reader trusting the keys ``hints`` (False: none); None to compute it anew.
+
+    Without trusted keys the record's own words stand (it never says signed). With them, a release is signed when the
+    record says the keys that signed it are all trusted here and its claim has not expired; any other release is
+    checked from the store's objects.
+    """
+    c = TargetStatus(model=model, age_s=_age(cell.released_at, now), **{f: getattr(cell, f) for f in CELL_FIELDS})
+    if not hints or not _has_release(c):
+        return c
+    if cell.verified == "signed" and cell.keys and set(cell.keys) <= hints and not _expired(cell.expires_at, now):
+        return TargetStatus(**{**c.__dict__, "signed": "signed"})
+    return None
+
+
+def _has_release(c: TargetStatus) -> bool:
+    """Whether the cell names a release a serving host would be given (a pointer at it)."""
+    return c.state in ("released", "stale") and bool(c.manifest)
+
+
+def _release_key(c: TargetStatus) -> str:
+    return layout.release_key(c.model, *_gpu_and_toolchain(c.manifest))
+
+
+def _expired(at: str | None, now: datetime) -> bool:
+    try:
+        then = datetime.fromisoformat(at) if at else None
+    except ValueError:
+        return True
+    return then is not None and (then if then.tzinfo else then.replace(tzinfo=timezone.utc)) <= now
 
 
 def _signed(survey: StoreSurvey, c: TargetStatus, trust: TrustedKeys | None, fleet: Fleet,
             now: datetime) -> TargetStatus:
     """The cell with what a serving host trusting ``trust`` would say of its release (cells with a pointer)."""
-    if trust is None or c.state not in ("released", "stale") or not c.manifest:
+    if trust is None or not _has_release(c) or c.signed == "signed":
         return c
-    key = layout.release_key(c.model, *_gpu_and_toolchain(c.manifest))
-    refusal = served_refusal(survey, key, trust, fleet, now)
+    refusal = served_check(survey, _release_key(c), trust, fleet, now).refusal
     if refusal is None:
         return TargetStatus(**{**c.__dict__, "signed": "signed"})
     return TargetStatus(**{**c.__dict__, "state": "refused", "signed": "refused",
@@ -145,9 +187,22 @@ def _gpu_and_toolchain(manifest_key: str) -> tuple[str, str]:
     return parsed.gpu, parsed.toolchain
 
 
-def served_refusal(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet: Fleet,
-                   now: datetime) -> str | None:
-    """Why a serving host (``pull``) refuses the release at ``key``, or None when it takes it.
+@dataclass(frozen=True)
+class ServedCheck:
+    """What a serving host says of a release.
+
+    ``refusal``: why it refuses it (None: it takes it); ``expires``: when the signed claim expires; ``keys``: the
+    hints of the keys that signed the claim and the plan (with trusted keys).
+    """
+
+    refusal: str | None
+    expires: str | None = None
+    keys: tuple[str, ...] = ()
+
+
+def served_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet: Fleet,
+                 now: datetime) -> ServedCheck:
+    """What a serving host (``pull``) says of the release at ``key``.
 
     Asked of ``release_check.served_release`` itself; kept on this machine per version of every object the answer
     reads (the pointer, and the manifest folder it names), the trusted keys and the fleet's serving images, and
@@ -157,22 +212,25 @@ def served_refusal(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fle
 
     listed = survey.pointers.get(key)
     if listed is None:
-        return None
+        return ServedCheck(None)
     folders = ";".join(f"{k}@{o.version}" for f in survey.by_model.get(layout.parse_release_key(key).model, [])
                        for k, o in sorted(survey.folders[f.prefix].items()))
     stamp = ",".join(sorted(k.hint for k in trust.keys)) if trust else "-"
     version = hashlib.sha256("|".join([listed.version, folders, stamp, _serving(fleet)]).encode()).hexdigest()
     cached = survey.cache.get("served", key, version)
-    if isinstance(cached, list) and len(cached) == 2 and all(isinstance(v, str | None) for v in cached) and \
-            (cached[1] is None or cached[1] > now.isoformat()):
-        return cached[0]
+    if isinstance(cached, list) and len(cached) == 3 and all(isinstance(v, str | None) for v in cached[:2]) and \
+            isinstance(cached[2], list) and all(isinstance(k, str) for k in cached[2]) and \
+            not _expired(cached[1], now):
+        return ServedCheck(cached[0], cached[1], tuple(cached[2]))
     try:
         served = served_release(survey.store, key, trust, fleet=fleet, now=now, attestations=False)
-        refusal, expires = None, served.release.claim.expires_at if served and served.release.claim else None
+        claim = served.release.claim if served else None
+        keys = [k.hint for k in (served.release.key, served.verdict.key) if k] if served else []
+        check = ServedCheck(None, claim.expires_at if claim else None, tuple(dict.fromkeys(keys)))
     except TrtfarmError as refused:
-        refusal, expires = _one_line(str(refused)), None
-    survey.cache.put("served", key, version, [refusal, expires])
-    return refusal
+        check = ServedCheck(_one_line(str(refused)))
+    survey.cache.put("served", key, version, [check.refusal, check.expires, list(check.keys)])
+    return check
 
 
 def _serving(fleet: Fleet) -> str:
@@ -191,11 +249,10 @@ def _cells(survey: StoreSurvey, pairs: list[_Pair], now: datetime, fleet: Fleet)
     latest = _latest(survey, [p for p in pairs if not (p.prefix and p.prefix in manifests)])
     cells = [_cell(survey, p, pointers.get(p.pointer_key), manifests, latest.get((p.model, p.target.id)), now)
              for p in pairs]
-    chained = [c for c in cells if c.state in ("released", "stale") and c.manifest]
+    chained = [c for c in cells if _has_release(c)]
     with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
         refusals = dict(zip([id(c) for c in chained], pool.map(
-            lambda c: served_refusal(survey, layout.release_key(c.model, *_gpu_and_toolchain(c.manifest)), None,
-                                     fleet, now), chained), strict=True))
+            lambda c: served_check(survey, _release_key(c), None, fleet, now).refusal, chained), strict=True))
     return [TargetStatus(**{**c.__dict__, "state": "refused", "signed": "refused",
                             "reason": f"serving hosts refuse it: {refusals[id(c)]}"}) if refusals.get(id(c)) else c
             for c in cells]

@@ -12,6 +12,7 @@ Written the way pointers are: create-only the first time, compare-and-swap after
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 from typing import Literal
 
@@ -41,6 +42,11 @@ class RecordedCell(BaseModel):
     since: str | None = None
     manifest: str | None = None
     export: str | None = None
+    # where the writer trusted keys (RecordedState.trusted_keys): what a host trusting them would say of the release
+    verified: Literal["signed", "refused"] | None = None
+    verified_reason: str = ""
+    keys: list[str] = []  # the hints of the keys that signed the release claim and the plan (signed)
+    expires_at: str | None = None  # when the signed release claim expires (signed)
 
 
 class RecordedState(BaseModel):
@@ -55,6 +61,8 @@ class RecordedState(BaseModel):
     expected: dict  # the export the model's next build starts from (planning/expected.py ExpectedExport's fields)
     cells: dict[str, RecordedCell]  # target id -> its cell
     problems: list[str] = []  # damaged objects of the model, named on every view
+    trusted_keys: list[str] | None = None  # the hints of the keys the writer verified releases with (None: none)
+    signature: dict | None = None  # the record signed by the run's key (signing/state_claim.py), or None
 
 
 def recorded_state_from_json(data: bytes, where: str) -> RecordedState:
@@ -66,16 +74,21 @@ def recorded_state_from_json(data: bytes, where: str) -> RecordedState:
                             "writes it again from the store's records") from err
 
 
-def write_state(store: Store, state: RecordedState) -> bool:
+def write_state(store: Store, state: RecordedState, signer=None) -> bool:
     """Replace the model's state record by ``state`` (compare-and-swap); False when another writer won the race.
 
-    The loser's state is not lost: the winner's was computed from the store too, and a view that finds it older
-    than the store recomputes it.
+    ``signer`` signs it (``signing/state_claim.py``). The loser's state is not lost: the winner's was computed from
+    the store too, and a view that finds it older than the store recomputes it.
     """
     key = state_key(state.model)
+    doc = state.model_dump(mode="json")
+    if signer is not None:
+        from trtfarm.signing.state_claim import sign_state
+
+        doc["signature"] = sign_state(signer, key, doc)
     blob = store.get(key)
     try:
-        store.compare_and_swap(key, state.model_dump_json().encode(), blob.etag if blob else None)
+        store.compare_and_swap(key, json.dumps(doc, separators=(",", ":")).encode(), blob.etag if blob else None)
     except Conflict:
         return False
     return True
