@@ -1,8 +1,8 @@
 """The store states of the one-story matrix: a signed, released farm and the ways one release's objects can be wrong.
 
-The farm: two registered models, ``enc`` and ``mlp`` (the example encoder with two seeds), built for real (TensorRT-
-RTX on this CPU) by ``run_local`` for two targets released on build, signed by the workers' key, with the run's
-outcomes stored. It is built once; each state is a copy of its folder with one release's objects changed.
+The farm: two registered models, ``enc`` and ``mlp`` (the example encoder with two seeds), built for real
+(TensorRT-RTX on this CPU) by ``run_local`` for two targets released on build, signed by the workers' key, with the
+run's outcomes stored. It is built once; each state is a copy of its folder with one release's objects changed.
 
 The release under test is ``enc`` on the RTX 4090. Its objects (``OBJECTS``) are each left as built, deleted,
 damaged (truncated, garbage bytes, valid JSON of another shape) or swapped for the object of the same kind of

@@ -2,12 +2,12 @@
 
 Each state (tests/store/story_farm.py: one release's objects present, missing, damaged or swapped; its attestations
 present, missing or by an untrusted key; the views run on this machine before the change or not; a reader with or
-without trusted keys) is read as a user would, twice in a row on the same machine: ``status --json``, ``plan
---fleet`` (the same fleet) ``--json``, ``farm run --dry-run --json``, ``pull`` and ``triton`` of the release. The
-answers must agree: no traceback; exit codes from the README's table (0, or 1 for a damaged store object; pull and
-triton 2 where status says nothing is released); ``status`` never calls released and signed what ``pull`` refuses,
-and never says ``signed`` to a reader without trusted keys; a damaged object is named and never hides the other
-model's rows; ``plan --fleet`` and ``--dry-run`` keep what ``status`` calls released; ``triton`` refuses what
+without trusted keys) is read as a user would, twice in a row on the same machine: ``status --json``,
+``plan --fleet`` (the same fleet) ``--json``, ``farm run --dry-run --json``, ``pull`` and ``triton`` of the release.
+The answers must agree: no traceback; exit codes from the README's table (0, or 1 for a damaged store object; pull
+and triton 2 where status says nothing is released); ``status`` never calls released and signed what ``pull``
+refuses, and never says ``signed`` to a reader without trusted keys; a damaged object is named and never hides the
+other model's rows; ``plan --fleet`` and ``--dry-run`` keep what ``status`` calls released; ``triton`` refuses what
 ``pull`` refuses; the second run answers as the first (no local cache changes an answer).
 
 States today's code gets wrong are marked ``xfail(strict=True)`` by ``known``, whose reason names the disagreement
