@@ -158,8 +158,8 @@ FORGOTTEN = ("status names the damaged {obj} on the first run only: the second r
 PLAN = ("status never reads the plan object: a {variant} model.plan stays released (signed: {signed}) and "
         "unnamed while pull refuses it (status.py:150)")
 PLAN_MISSING = PLAN + "; farm run --dry-run calls it new"
-ATTESTATION = ("status says signed={signed} for a {variant} {obj} without naming it: the cell keeps the verdict's "
-               "status and drops its detail (status.py:140)")
+ATTESTATION = ("status's cell gives a verdict (refused, or unsigned-checked without keys) but never names the "
+               "{variant} {obj}: it keeps the verdict's status and drops its detail (status.py:140)")
 WARM = ("after a warm view, status still says released+signed when the {obj} is {variant}, which pull refuses: "
         "the cells' cache fingerprint (status.py:102) leaves the attestations out")
 OUTCOMES = "status never reads a released model's run outcomes, so a {variant} outcomes.json is never named"
@@ -177,7 +177,7 @@ def known(state: State) -> str | None:
     if o == "plan" and (v in ("missing", *DAMAGE) or (v == "other-model" and signed == "signed")):
         reasons.append((PLAN_MISSING if v == "missing" else PLAN).format(variant=v, signed=signed))
     if o in ("bundle", "provenance") and v in DAMAGE:
-        reasons.append(ATTESTATION.format(signed=signed, variant=v, obj=o))
+        reasons.append(ATTESTATION.format(variant=v, obj=o))
     if o in ("bundle", "provenance") and v != "intact" and signed == "signed" and state.cache == "warm":
         reasons.append(WARM.format(obj=o, variant=v))
     if o == "outcomes" and v in DAMAGE:
