@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from functools import cached_property
 
 from trtfarm import layout
-from trtfarm.errors import CorruptObject, UserInputError
+from trtfarm.errors import CorruptObject, IntegrityError, UserInputError
 from trtfarm.identity import build_digest_of, model_digest_part, target_digest_part
 from trtfarm.precision.recipe import Recipe
 from trtfarm.precision.step import precision_key_of
@@ -139,7 +139,7 @@ def _from_export(survey: StoreSurvey, ref: ExportRef, record: ExportRecord | Non
         spec = _spec(survey, ref, record, ref.uri if ref.export_id else None)
     except UserInputError as err:
         return ExpectedExport(name, "", "?", None, None, export_id=ref.export_id, unknown=str(err))
-    except CorruptObject as err:  # its record (or spec) is damaged: the model's cells say so, the others stand
+    except (CorruptObject, IntegrityError) as err:  # its record or spec is damaged: its cells say so, others stand
         return ExpectedExport(name, "", "?", None, None, export_id=ref.export_id, damaged=str(err))
     recipe = Recipe.model_validate(spec.recipe)
     if precision:

@@ -76,10 +76,12 @@ def status(store: Store, fleet: Fleet, models: list[str] | None = None, *, targe
     """
     survey = survey_of(store, runs=True, cache=cache)
     names = _models(survey, models or [])
-    recorded, stale = current_records(survey, names, trust)
+    records = survey.recorded(names)
+    recorded, stale = current_records(survey, names, trust, records)
     expected = {m: ExpectedExport.from_record(s.expected) for m, s in recorded.items()}
     expected.update(expected_exports(survey, [m for m in names if m not in recorded]))
-    found = fleet_status(survey, expected, fleet, trust=trust, target_ids=targets, now=now, recorded=recorded)
+    found = fleet_status(survey, expected, fleet, trust=trust, target_ids=targets, now=now, recorded=recorded,
+                         previous={m: r for m, r in records.items() if m not in recorded and r.model == m})
     survey.save()
     if stale:
         found.notes.append(f"{len(stale)} of {len(names)} models have no state recorded in the store, or one older "
@@ -88,13 +90,14 @@ def status(store: Store, fleet: Fleet, models: list[str] | None = None, *, targe
     return found
 
 
-def current_records(survey: StoreSurvey, models: list[str],
-                    trust: TrustedKeys | None = None) -> tuple[dict[str, RecordedState], list[str]]:
+def current_records(survey: StoreSurvey, models: list[str], trust: TrustedKeys | None = None,
+                    records: dict[str, RecordedState] | None = None) -> tuple[dict[str, RecordedState], list[str]]:
     """The models whose state record is current (every object it was computed from unchanged), and the others.
 
     With ``trust`` a record counts only when a trusted key signed it (an unsigned one could say anything).
+    ``records``: the models' records, read already.
     """
-    records = survey.recorded(models)
+    records = survey.recorded(models) if records is None else records
     current = {}
     for m, state in records.items():
         if state.model != m or state.inputs != survey.model_inputs(m, RUNS_BACK) or not _signed_by(state, trust):

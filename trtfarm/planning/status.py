@@ -86,11 +86,13 @@ def _pairs(expected: dict[str, ExpectedExport], targets: list[ResolvedTarget]) -
 
 def fleet_status(survey: StoreSurvey, expected: dict[str, ExpectedExport], fleet: Fleet, *,
                  trust: TrustedKeys | None = None, target_ids: list[str] | None = None,
-                 now: datetime | None = None, recorded: dict[str, RecordedState] | None = None) -> FleetStatus:
+                 now: datetime | None = None, recorded: dict[str, RecordedState] | None = None,
+                 previous: dict[str, RecordedState] | None = None) -> FleetStatus:
     """The matrix of ``expected``'s models x the fleet's targets (``target_ids``: only those).
 
     ``recorded``: the state records of models whose records are current (``StoreSurvey.model_inputs`` matches);
     a cell is taken from one when its target's part is the same too, else computed from the records.
+    ``previous``: the older records of other models (what their released plan objects were when recorded).
     """
     now = now or datetime.now(timezone.utc)
     targets = select_targets(fleet, target_ids or None)
@@ -105,7 +107,7 @@ def fleet_status(survey: StoreSurvey, expected: dict[str, ExpectedExport], fleet
             if taken is not None:
                 found[p.model, p.target.id] = taken
     todo = [p for p in pairs if (p.model, p.target.id) not in found]
-    found.update({(c.model, c.target): c for c in _cells(survey, todo, now, fleet)})
+    found.update({(c.model, c.target): c for c in _cells(survey, todo, now, fleet, previous)})
     cells = [_signed(survey, found[p.model, p.target.id], trust, fleet, now) for p in pairs]
     problems = [*survey.problems, *(x for s in (recorded or {}).values() for x in s.problems)]
     return FleetStatus(sorted(expected), [t.id for t in targets], cells, now.isoformat(timespec="seconds"),
@@ -121,7 +123,7 @@ def model_state(survey: StoreSurvey, model: str, expected: ExpectedExport, fleet
     """
     now = datetime.now(timezone.utc)
     pairs = _pairs({model: expected}, targets)
-    cells = {c.target: c for c in _cells(survey, pairs, now, fleet)}
+    cells = {c.target: c for c in _cells(survey, pairs, now, fleet, survey.recorded([model]))}
     recorded = {}
     for p in pairs:
         c = cells[p.target.id]
@@ -130,8 +132,10 @@ def model_state(survey: StoreSurvey, model: str, expected: ExpectedExport, fleet
             check = served_check(survey, _release_key(c), trust, fleet, now)
             verified = {"verified": "refused", "verified_reason": check.refusal} if check.refusal else \
                 {"verified": "signed", "keys": list(check.keys), "expires_at": check.expires}
+        versions = dict(zip(("manifest_version", "plan_version"), object_versions(survey, c.manifest),
+                            strict=True)) if c.manifest else {}
         recorded[p.target.id] = RecordedCell(target_print=target_print(p.target, p.export),
-                                             **{f: getattr(c, f) for f in CELL_FIELDS}, **verified)
+                                             **{f: getattr(c, f) for f in CELL_FIELDS}, **verified, **versions)
     return RecordedState(model=model, inputs=survey.model_inputs(model, RUNS_BACK), written_at=now_iso(), by=by,
                          expected=expected.to_record(), cells=recorded,
                          problems=[x for x in survey.problems if f"/{model}/" in x],
@@ -238,16 +242,23 @@ def _serving(fleet: Fleet) -> str:
     return ";".join(f"{k}={t.model_dump_json()}" for k, t in sorted(fleet.toolchains.items()))
 
 
-def _cells(survey: StoreSurvey, pairs: list[_Pair], now: datetime, fleet: Fleet) -> list[TargetStatus]:
-    """The cells of ``pairs``, from their pointers, manifests and runs (read once per version, many at once)."""
+def _cells(survey: StoreSurvey, pairs: list[_Pair], now: datetime, fleet: Fleet,
+           previous: dict[str, RecordedState] | None = None) -> list[TargetStatus]:
+    """The cells of ``pairs``, from their pointers, manifests and runs (read once per version, many at once).
+
+    ``previous``: older state records of these models, which say what a released plan object was when recorded.
+    """
     if not pairs:
         return []
+    newest = {r[0][1].key: r[0][1] for m in {p.model for p in pairs} if (r := survey.runs.get(m))}
+    survey.outcomes(newest.items())  # each model's newest run, read whatever the cells need: its damage is named
     pointers = survey.pointer_summaries({p.pointer_key for p in pairs})
     wanted = {p.prefix for p in pairs if p.prefix and survey.published(p.prefix)}
     wanted |= {layout.folder_of(ptr.manifest) for ptr in pointers.values()}
     manifests = survey.manifests(wanted)
     latest = _latest(survey, [p for p in pairs if not (p.prefix and p.prefix in manifests)])
-    cells = [_cell(survey, p, pointers.get(p.pointer_key), manifests, latest.get((p.model, p.target.id)), now)
+    cells = [_rewritten(survey, _cell(survey, p, pointers.get(p.pointer_key), manifests,
+                                      latest.get((p.model, p.target.id)), now), previous)
              for p in pairs]
     chained = [c for c in cells if _has_release(c)]
     with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
@@ -256,6 +267,31 @@ def _cells(survey: StoreSurvey, pairs: list[_Pair], now: datetime, fleet: Fleet)
     return [TargetStatus(**{**c.__dict__, "state": "refused", "signed": "refused",
                             "reason": f"serving hosts refuse it: {refusals[id(c)]}"}) if refusals.get(id(c)) else c
             for c in cells]
+
+
+def object_versions(survey: StoreSurvey, manifest_key: str) -> tuple[str | None, str | None]:
+    """The listed versions of a plan folder's manifest and plan objects (None: not listed)."""
+    objects = survey.folders.get(layout.folder_of(manifest_key), {})
+    return tuple(objects[n].version if n in objects else None for n in (layout.MANIFEST_NAME, layout.PLAN_NAME))
+
+
+def _rewritten(survey: StoreSurvey, c: TargetStatus, previous: dict[str, RecordedState] | None) -> TargetStatus:
+    """The cell refused when its released plan object was rewritten after a state record saw it (same manifest).
+
+    A plan is published create-only and never rewritten under an unchanged manifest; one replaced by bytes of the
+    same size is otherwise seen only by ``pull``'s sha256 check, as it downloads.
+    """
+    old = (previous or {}).get(c.model)
+    seen = old.cells.get(c.target) if old else None
+    if not _has_release(c) or seen is None or seen.manifest != c.manifest or seen.plan_version is None:
+        return c
+    manifest_version, plan_version = object_versions(survey, c.manifest)
+    if manifest_version != seen.manifest_version or plan_version in (None, seen.plan_version):
+        return c
+    return TargetStatus(**{**c.__dict__, "state": "refused", "signed": "refused", "reason": (
+        f"serving hosts refuse it: the plan object {layout.plan_key(layout.folder_of(c.manifest))} was rewritten "
+        "after it was published (its manifest is unchanged), so its sha256 no longer matches; `trtfarm build` "
+        "rebuilds it")})
 
 
 def _plan_problem(survey: StoreSurvey, prefix: str, m: ManifestSummary) -> str | None:

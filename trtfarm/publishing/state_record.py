@@ -47,6 +47,8 @@ class RecordedCell(BaseModel):
     verified_reason: str = ""
     keys: list[str] = []  # the hints of the keys that signed the release claim and the plan (signed)
     expires_at: str | None = None  # when the signed release claim expires (signed)
+    manifest_version: str | None = None  # the listed versions of the manifest and plan objects the cell names
+    plan_version: str | None = None
 
 
 class RecordedState(BaseModel):
