@@ -8,7 +8,8 @@ agree with it; refusals carrying the builder's reason; models onnxruntime runs; 
 failed / refused; tracebacks; models judged wrong), the date and the machine. --markdown prints the README's table;
 --json every cell. The hand-written matrix of tests/corpus/matrix.py is bench/conformance_matrix.py.
 
-    python bench/conformance.py [--families NAME,...] [--share N] [--save FILE | --from FILE]
+    python bench/conformance.py [--families NAME,...] [--share N] [--names MODEL,...]
+                                [--save FILE | --from FILE]
                                 [--markdown | --json]
 """
 
@@ -42,12 +43,13 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
-def run_family(family: str, share: int, work: str, save: Path | None) -> list[dict]:
+def run_family(family: str, share: int, work: str, save: Path | None, names: str = "") -> list[dict]:
     """One process for the family (a crash loses that family's rest, and says so); each model's line is saved
     to ``save`` as it comes, so a run cut short still has what it measured (``--from`` renders it)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore"}
     proc = subprocess.Popen([sys.executable, "-m", "tests.corpus.openworld", family, "--share", str(share), "--work",
-                             work], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             work, "--names", names], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     rows = []
     for line in proc.stdout:
         if line.startswith("{"):
@@ -91,6 +93,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", default="", help="comma-separated families (default: every family)")
     parser.add_argument("--share", type=int, default=1, help="run 1/N of each family (default: all)")
+    parser.add_argument("--names", default="", help="comma-separated models of the families (default: every one)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--markdown", action="store_true", help="the README's table")
     parser.add_argument("--save", type=Path, help="append each model's JSON line to this file as it is measured")
@@ -109,7 +112,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="trtfarm-conformance-") as work:
             for i, family in enumerate(families, 1):
                 t = time.perf_counter()
-                by_family[family] = run_family(family, args.share, work, args.save)
+                by_family[family] = run_family(family, args.share, work, args.save, args.names)
                 print(f"[{i}/{len(families)}] {family}: {len(by_family[family])} models, "
                       f"{time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
         seconds, stamp = time.perf_counter() - start, datetime.now(timezone.utc)

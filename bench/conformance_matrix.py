@@ -6,7 +6,7 @@ referee), the profile pre-check, `trtfarm build` and its rerun, `trtfarm verify`
 int8. Prints a table (outcome and seconds per cell, with whether it matches the row's expectation) and, with
 --markdown, the README's table; --json prints every cell.
 
-    python bench/conformance_matrix.py [--rows NAME,...] [--json] [--markdown]
+    python bench/conformance_matrix.py [--rows NAME,...] [--steps STEP,...] [--json] [--markdown]
 """
 
 from __future__ import annotations
@@ -40,15 +40,19 @@ def machine() -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="", help="comma-separated row names (default: every row)")
+    parser.add_argument("--steps", default=",".join(STEPS), help="comma-separated steps (default: every step)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--markdown", action="store_true", help="the README's table")
     args = parser.parse_args()
+    steps = tuple(args.steps.split(","))
+    if set(steps) - set(STEPS):
+        parser.error(f"unknown step(s) {', '.join(sorted(set(steps) - set(STEPS)))}; the steps: {', '.join(STEPS)}")
     wanted = [r for r in ROWS if not args.rows or r.name in args.rows.split(",")]
     results = {}
     with tempfile.TemporaryDirectory(prefix="trtfarm-conformance-") as tmp:
         for i, row in enumerate(wanted, 1):
             start = time.perf_counter()
-            cells = run_row(row, Path(tmp))
+            cells = run_row(row, Path(tmp), steps)
             results[row.name] = (row, cells)
             print(f"[{i}/{len(wanted)}] {row.name}: {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
     when = f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {machine()}"
@@ -59,19 +63,19 @@ def main() -> int:
                    "cells": {s: {**c.to_json(), "expected": row.expect[s], "matches": c.matches(row.expect[s])}
                              for s, c in cells.items()}} for name, (row, cells) in results.items()}}, indent=2))
     elif args.markdown:
-        print(f"| model | made by | {' | '.join(STEPS)} |")
-        print(f"|---|---|{'---|' * len(STEPS)}")
+        print(f"| model | made by | {' | '.join(steps)} |")
+        print(f"|---|---|{'---|' * len(steps)}")
         for name, (row, cells) in results.items():
             cols = [f"{SHORT.get(c.outcome, c.outcome)}" + (f" {c.seconds:.1f} s" if c.outcome != "-" else "")
                     + ("" if c.matches(row.expect[s]) else " (unexpected)") for s, c in cells.items()]
             print(f"| {name} | {row.source} | {' | '.join(cols)} |")
-        print(f"\n{len(results)} models x {len(STEPS)} steps, {mismatches} cells off their expectation; {when}.")
+        print(f"\n{len(results)} models x {len(steps)} steps, {mismatches} cells off their expectation; {when}.")
     else:
         from rich.console import Console
         from rich.table import Table
 
         table = Table(title=f"conformance: {when}")
-        for col in ("model", *STEPS):
+        for col in ("model", *steps):
             table.add_column(col, overflow="fold")
         for name, (row, cells) in results.items():
             table.add_row(name, *(f"{SHORT.get(c.outcome, c.outcome)} {c.seconds:.1f}s"

@@ -8,15 +8,20 @@ build). Each manifest is a real one (a TensorRT-RTX build of the example encoder
 digests and build time rewritten, so every key and digest is the one the planner computes. 5% of the models have a
 newer export registered and not built; for those, the latest run failed two targets.
 
-Timed, each with the store wrapped to count every request (tests/store_requests.py):
-- `status` (all models x targets): cold (this machine has no summary cache: every pointer, manifest and run read) and
-  warm (the cache the cold run left: only listings);
+Timed, each with the store wrapped to count every request (tests/store_requests.py), each in a fresh fork of a
+measuring process that has imported trtfarm and made the store's client (a command after its start-up):
+- `status` (all models x targets): cold (a fresh folder for TMPDIR, XDG_CACHE_HOME and TRTFARM_CACHE_DIR: no
+  summary cache on this machine, every pointer, manifest and run read) and warm (the folder its cold run left);
 - `plan` what-ifs: a TensorRT version bump (6 targets of every model rebuild), a new GPU model (2 new targets), no
   change; each cold and warm;
-- `farm run --dry-run` (the same decisions against the store).
-Goal (issue 36): status under 3 s and a what-if under 5 s.
+- `farm run --dry-run` (the same decisions against the store);
+- `status --record` (each model's state computed and recorded in the store, as every run does for its models), then
+  `status` cold again, reading the records (one object per model): its answer must equal the cold one's.
+Printed per run: wall and CPU time, the load, store requests (and GETs); `--json` adds listings, writes and the
+files the run left in its cache folder. Goal (issue 46): a cold status at most 3 s of CPU and 1,100 requests on the
+file store, a cold what-if at most 5 s. `--smoke` is the smallest scale (3 models, both stores; CI runs it).
 
-    python bench/fleet_views.py [--models 1000] [--backend both|file|s3] [--json]
+    python bench/fleet_views.py [--models 1000] [--backend both|file|s3] [--smoke] [--json]
 """
 
 from __future__ import annotations
@@ -138,7 +143,7 @@ def synthetic_objects(models: int, template: dict, fleet) -> dict[str, bytes]:
             pointer = ReleasePointer(model=name, gpu=t.gpu_key, toolchain=t.toolchain_label,
                                      manifest=layout.manifest_key(p.prefix), plan_key=layout.plan_key(p.prefix),
                                      plan_sha256=doc["plan"]["sha256"], onnx_digest=model.onnx_digest,
-                                     build_digest=p.build_digest, exported_at=model.exported_at,
+                                     build_digest=p.build_digest, exported_at=model.exported_at, version=1,
                                      history=[ReleaseEvent(action="release", manifest=layout.manifest_key(p.prefix),
                                                            onnx_digest=model.onnx_digest, exported_at=model.exported_at,
                                                            at=at, by="bench", reason="built by the nightly")])
@@ -179,7 +184,7 @@ def write_s3_store(bucket: str, prefix: str, objects: dict[str, bytes]) -> None:
         list(pool.map(lambda k: client.put_object(Bucket=bucket, Key=f"{prefix}/{k}", Body=objects[k]), second))
 
 
-def timed(name: str, backend: str, run) -> dict:
+def timed(view: str, cache: str, backend: str, run) -> dict:
     """Run ``run(open)`` once with every store request counted; the figures of one row."""
     from tests.store_requests import Tally, _open, counting
 
@@ -189,15 +194,60 @@ def timed(name: str, backend: str, run) -> dict:
         result = run(_open)
         wall, cpu = time.perf_counter() - t, time.process_time() - cpu
     methods = tally.by_method()
-    return {"scenario": name, "backend": backend, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
-            "load": round(os.getloadavg()[0], 1), "requests": tally.total,
+    return {"scenario": f"{view}, {cache}", "view": view, "cache": cache, "backend": backend,
+            "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "load": round(os.getloadavg()[0], 1),
+            "requests": tally.total,
             "listings": methods.get("list_versions", 0) + methods.get("list", 0) + methods.get("list_sizes", 0),
             "gets": methods.get("get", 0), "writes": sum(methods.get(m, 0) for m in (
                 "put_if_absent", "compare_and_swap", "upload_file", "delete")), "result": result}
 
 
-def scenarios(uri: str, backend: str, fleet_file: Path, cache_dir: Path) -> list[dict]:
-    """Every view, cold then warm, on the store at ``uri``."""
+def in_fork(fn) -> dict:
+    """``fn()`` in a forked copy of this process; its JSON result.
+
+    The measuring process has imported trtfarm and run no view: each fork starts as a fresh command would,
+    after its imports, with nothing a previous view left in memory.
+    """
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: run, hand back the result, exit without the parent's exit handlers
+        os.close(read)
+        code, out = 0, b""
+        try:
+            out = json.dumps(fn()).encode()
+        except BaseException:  # noqa: B036 - any failure is the child's exit status, told on stderr
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+        with os.fdopen(write, "wb") as pipe:
+            pipe.write(out)
+        sys.stderr.flush()
+        os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"a measured view failed (exit {os.waitstatus_to_exitcode(status)}); see above")
+    return json.loads(data)
+
+
+CACHE_VARIABLES = ("TMPDIR", "XDG_CACHE_HOME", "TRTFARM_CACHE_DIR")
+
+
+def with_cache(folder: Path, fn):
+    """``fn`` run with every per-machine cache the views may keep pointed at ``folder``."""
+    def run():
+        for var in CACHE_VARIABLES:
+            os.environ[var] = str(folder)
+        tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+        return fn()
+    return run
+
+
+def views(uri: str, fleet_file: Path) -> dict:
+    """Each view by name: a function of ``open_store`` returning the view's counts."""
     from trtfarm.planning.overview import dry_run, plan_fleet, run_exports, status
     from trtfarm.vocabulary.fleet import Fleet
     from trtfarm.vocabulary.fleet_file import load_fleet
@@ -208,18 +258,125 @@ def scenarios(uri: str, backend: str, fleet_file: Path, cache_dir: Path) -> list
     gpu = fleet_doc()
     gpu["gpus"]["b200"] = {"nvml_name": "NVIDIA B200", "compute_capability": "10.0", "memory_gib": 180, "pool": "b200"}
     gpu["targets"] += [{"id": f"b200-trt{v}", "gpu": "b200", "toolchain": f"trt-{v}"} for v in ("10", "11")]
-    proposals = {"bump TensorRT 11.4 -> 11.5": Fleet.model_validate(bump),
-                 "add a GPU model (B200)": Fleet.model_validate(gpu), "no change": current}
-    views = {f"plan: {n}": (lambda o, p=p: plan_fleet(o(uri), current, p).counts()) for n, p in proposals.items()}
-    views["status"] = lambda o: status(o(uri), current).counts()
-    views["farm run --dry-run"] = lambda o: dry_run(o(uri), current, run_exports(o(uri), None)).counts()
+    proposals = {"TensorRT 11.5": Fleet.model_validate(bump),
+                 "add a B200": Fleet.model_validate(gpu), "no change": current}
+    out = {f"plan: {n}": (lambda o, p=p: plan_fleet(o(uri), current, p).counts()) for n, p in proposals.items()}
+    out["status"] = lambda o: status(o(uri), current).counts()
+    out["farm run --dry-run"] = lambda o: dry_run(o(uri), current, run_exports(o(uri), None)).counts()
+    return out
+
+
+def measure(spec: dict) -> list[dict]:
+    """Every view cold, then warm, on each store of ``spec``; each run in a fork of this process.
+
+    The imports and the store's client come before the forks (as a command's start-up, not timed here).
+    Cold: a fresh folder for TMPDIR, XDG_CACHE_HOME and TRTFARM_CACHE_DIR (no summary cache on this machine).
+    Warm: the same view again in a new fork, with the folder its cold run left.
+    """
+    import importlib
+
+    from tests.store_requests import PRELOADED
+    from trtfarm.store import open_store
+
+    for name in ("trtfarm.planning.overview", *PRELOADED):  # imported once, before any fork
+        importlib.import_module(name)
     rows = []
-    for cache in ("cold", "warm"):  # warm: each view again, with the summary cache its cold run left
-        for i, (name, run) in enumerate(views.items()):
-            os.environ["TRTFARM_CACHE_DIR"] = str(cache_dir / backend / str(i))  # each view's own cache
-            rows.append(timed(f"{name}, {cache}", backend, run))
-    os.environ.pop("TRTFARM_CACHE_DIR", None)
+    for backend, uri in spec["stores"]:
+        open_store(uri)  # the S3 client is made once per process: a command's start-up, not its view's work
+        named = views(uri, Path(spec["fleet"]))
+        for cache in ("cold", "warm"):
+            for i, (view, run) in enumerate(named.items()):
+                folder = Path(spec["caches"]) / backend / str(i)
+                if cache == "cold":
+                    folder.mkdir(mode=0o700, parents=True)
+                row = in_fork(with_cache(folder, lambda v=view, r=run, c=cache, b=backend: timed(v, c, b, r)))
+                row["cache_files"] = sum(1 for p in folder.rglob("*") if p.is_file())
+                rows.append(row)
+        rows += recorded(spec, backend, uri, named["status"], rows)
     return rows
+
+
+def recorded(spec: dict, backend: str, uri: str, view, rows: list[dict]) -> list[dict]:
+    """Each model's state recorded in the store (as runs do), then a cold status that reads the records.
+
+    Its answer must be the cold status's without records: one record, the same story.
+    """
+    from trtfarm.planning.overview import record_states
+    from trtfarm.vocabulary.fleet_file import load_fleet
+
+    fleet = load_fleet(spec["fleet"])
+    folder = Path(spec["caches"]) / backend / "recorded"
+    folder.mkdir(mode=0o700, parents=True)
+    record = in_fork(with_cache(folder, lambda: timed("status --record", "every model", backend, lambda o: {
+        "models": len(record_states(o(uri), fleet, by="bench"))})))
+    fresh = Path(spec["caches"]) / backend / "recorded-cold"
+    fresh.mkdir(mode=0o700, parents=True)
+    cold = in_fork(with_cache(fresh, lambda: timed("status", "cold, recorded", backend, view)))
+    before = next(r for r in rows if r["view"] == "status" and r["cache"] == "cold" and r["backend"] == backend)
+    if cold["result"] != before["result"]:
+        raise SystemExit(f"status from the records says {cold['result']}, from the objects {before['result']}")
+    return [record, cold]
+
+
+def measured(work: Path, stores: list[tuple[str, str]], fleet_file: Path) -> list[dict]:
+    """``measure`` in a process of its own (this one has built with TensorRT-RTX: no fork from it)."""
+    import subprocess
+
+    spec = work / "measure.json"
+    spec.write_text(json.dumps({"stores": stores, "fleet": str(fleet_file), "caches": str(work / "caches")}))
+    done = subprocess.run([sys.executable, __file__, "--measure", str(spec)], stdout=subprocess.PIPE, check=False,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    if done.returncode:
+        raise SystemExit(f"measuring the views failed (exit {done.returncode})")
+    return json.loads(done.stdout)
+
+
+def build_stores(args, work: Path, console, moto_started) -> list[tuple[str, str]]:
+    """The synthetic store on each backend asked for; (backend, URI) of each."""
+    import yaml
+
+    from trtfarm.vocabulary.fleet_file import load_fleet
+
+    fleet_file = work / "gpu_targets.yaml"
+    fleet_file.write_text(yaml.safe_dump(fleet_doc()))
+    t = time.perf_counter()
+    objects = synthetic_objects(args.models, template_manifest(work), load_fleet(fleet_file))
+    args.objects = len(objects)
+    console.print(f"setup: {len(objects):,} objects for {args.models} models x 20 targets in "
+                  f"{time.perf_counter() - t:.1f} s")
+    stores = []
+    if args.backend in ("both", "file"):
+        write_file_store(work / "store", objects)
+        stores.append(("file", (work / "store").as_uri()))
+    if args.backend in ("both", "s3"):
+        from bench._moto import start_moto_bucket
+
+        moto_started(start_moto_bucket("fleet")[0])
+        t = time.perf_counter()
+        write_s3_store("fleet", "farm", objects)
+        console.print(f"setup: moto S3 store written in {time.perf_counter() - t:.1f} s")
+        stores.append(("s3", "s3://fleet/farm"))
+    return stores
+
+
+def print_rows(console, args, rows: list[dict]) -> None:
+    """The table, and each view's answer."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=f"fleet views: {args.models} models x 20 targets ({os.cpu_count()} cores)",
+                  box=box.SIMPLE, pad_edge=False)
+    for col in ("view", "cache", "store", "wall s", "CPU s", "load", "requests", "GETs"):
+        table.add_column(col, justify="left" if col in ("view", "cache", "store") else "right")
+    for r in rows:
+        table.add_row(r["view"], r["cache"], r["backend"], f"{r['wall_s']:.2f}", f"{r['cpu_s']:.2f}",
+                      f"{r['load']:.1f}", str(r["requests"]), str(r["gets"]))
+    console.print(table)
+    console.print("cold: a fresh TMPDIR, XDG_CACHE_HOME and TRTFARM_CACHE_DIR; warm: the folder the cold run "
+                  "left; each run a fresh fork after the imports. load: the 1-minute load average as the row ran")
+    for r in rows:
+        if r["cache"] == "warm" and r["backend"] == rows[0]["backend"]:
+            console.print(f"{r['view']}: " + ", ".join(f"{n} {k}" for k, n in r["result"].items() if n))
 
 
 def main() -> None:
@@ -227,54 +384,33 @@ def main() -> None:
     parser.add_argument("--models", type=int, default=1000)
     parser.add_argument("--backend", choices=["both", "file", "s3"], default="file",
                         help="s3: moto's server, whose own listing is slow beyond a few thousand keys")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the smallest scale (3 models, both backends): a few seconds, for CI")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    import yaml
+    if args.measure:
+        print(json.dumps(measure(json.loads(args.measure.read_text()))))
+        return
+    if args.smoke:
+        args.models, args.backend = 3, "both"
     from rich.console import Console
-    from rich.table import Table
 
     console = Console(stderr=args.json)
-    rows = []
+    servers = []
     with tempfile.TemporaryDirectory(prefix="trtfarm-fleet-views-") as tmp:
         work = Path(tmp)
-        fleet_file = work / "gpu_targets.yaml"
-        fleet_file.write_text(yaml.safe_dump(fleet_doc()))
-        from trtfarm.vocabulary.fleet_file import load_fleet
-
-        t = time.perf_counter()
-        objects = synthetic_objects(args.models, template_manifest(work), load_fleet(fleet_file))
-        console.print(f"setup: {len(objects):,} objects for {args.models} models x 20 targets in "
-                      f"{time.perf_counter() - t:.1f} s")
-        if args.backend in ("both", "file"):
-            write_file_store(work / "store", objects)
-            rows += scenarios((work / "store").as_uri(), "file", fleet_file, work / "caches")
-        if args.backend in ("both", "s3"):
-            from bench._moto import start_moto_bucket
-
-            server, _ = start_moto_bucket("fleet")
-            try:
-                t = time.perf_counter()
-                write_s3_store("fleet", "farm", objects)
-                console.print(f"setup: moto S3 store written in {time.perf_counter() - t:.1f} s")
-                rows += scenarios("s3://fleet/farm", "s3", fleet_file, work / "caches")
-            finally:
+        try:
+            stores = build_stores(args, work, console, servers.append)
+            rows = measured(work, stores, work / "gpu_targets.yaml")
+        finally:
+            for server in servers:
                 server.stop()
     if args.json:
-        print(json.dumps({"models": args.models, "targets": 20, "objects": len(objects), "cores": os.cpu_count(),
+        print(json.dumps({"models": args.models, "targets": 20, "objects": args.objects, "cores": os.cpu_count(),
                           "rows": rows}, indent=2))
         return
-    table = Table(title=f"fleet views: {args.models} models x 20 targets ({os.cpu_count()} cores)")
-    for col in ("scenario", "store", "wall s", "CPU s", "load", "listings", "GETs", "writes"):
-        table.add_column(col, justify="left" if col in ("scenario", "store") else "right")
-    for r in rows:
-        table.add_row(r["scenario"], r["backend"], f"{r['wall_s']:.2f}", f"{r['cpu_s']:.2f}", f"{r['load']:.1f}",
-                      str(r["listings"]), str(r["gets"]), str(r["writes"]))
-    console.print(table)
-    console.print("load: the machine's 1-minute load average as the row ran (other work on the same cores)")
-    for r in rows:
-        if r["scenario"].endswith("warm"):
-            console.print(f"{r['scenario'].rsplit(',', 1)[0]}: " + ", ".join(f"{n} {k}" for k, n in
-                                                                           r["result"].items() if n))
+    print_rows(console, args, rows)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Each install's size and time: the wheel into a fresh venv per extra, `du -sh` of the venv, pip's wall time.
 
-    python bench/install_sizes.py [--extras base,rtx,...] [--json]
+    python bench/install_sizes.py [--extras base,rtx,...] [--no-deps] [--json]
 
 pip's cache (or the machine's wheel folder) is warm here: the times are install times, not downloads.
 """
@@ -25,12 +25,13 @@ def wheel(out: Path) -> Path:
     return next(out.glob("trtfarm-*.whl"))
 
 
-def measure(whl: Path, extra: str, root: Path) -> dict:
+def measure(whl: Path, extra: str, root: Path, deps: bool = True) -> dict:
     venv = root / f"venv-{extra}"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     spec = str(whl) if extra == "base" else f"trtfarm[{extra}] @ {whl.as_uri()}"
     start = time.perf_counter()
-    subprocess.run([str(venv / "bin/pip"), "install", "-q", spec], check=True, stderr=subprocess.DEVNULL)
+    subprocess.run([str(venv / "bin/pip"), "install", "-q", spec, *([] if deps else ["--no-deps"])], check=True,
+                   stderr=subprocess.DEVNULL)
     wall = time.perf_counter() - start
     du = subprocess.run(["du", "-sm", str(venv)], capture_output=True, text=True, check=True).stdout.split()[0]
     shutil.rmtree(venv)
@@ -40,13 +41,14 @@ def measure(whl: Path, extra: str, root: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--extras", default=",".join(EXTRAS))
+    ap.add_argument("--no-deps", action="store_true", help="the wheel alone, no dependencies (the smallest scale)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="trtfarm-sizes-") as tmp:
         whl = wheel(Path(tmp))
         rows = []
         for extra in args.extras.split(","):
-            rows.append(measure(whl, extra, Path(tmp)))
+            rows.append(measure(whl, extra, Path(tmp), not args.no_deps))
             if not args.json:
                 print(f"{extra:10} {rows[-1]['mib']:6} MiB {rows[-1]['install_s']:6.1f} s", flush=True)
     if args.json:

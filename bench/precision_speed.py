@@ -10,6 +10,7 @@ the load average when it ran. ``--without-workarounds`` runs ModelOpt without tr
 (trtfarm/precision/workarounds.py), for comparison.
 
     python bench/precision_speed.py [--models NAME,...] [--without-workarounds]
+    python bench/precision_speed.py --models encoder     # the smallest scale
 """
 
 from __future__ import annotations
@@ -74,6 +75,16 @@ MODELS = {"ppocr-det-800x608": static_detector, "ppocr-det": lambda _: corpus_fi
           "ddddocr-det-416": lambda _: corpus_file("ddddocr-det")}
 
 
+def example_encoder(out: Path) -> Path:
+    from examples.encoder import make_model
+
+    out.write_bytes(make_model.encoder_model(0).SerializeToString(deterministic=True))
+    return out
+
+
+SMALLEST = {"encoder": example_encoder}  # run only when named: the smallest scale (the example encoder, 0.1 MB)
+
+
 def megabytes(path: Path) -> float:
     return sum(f.stat().st_size for f in path.parent.iterdir() if f.name.startswith(path.name)) / 1e6
 
@@ -105,7 +116,8 @@ def main() -> int:
     parser.add_argument("--models", default="")
     parser.add_argument("--without-workarounds", action="store_true")
     args = parser.parse_args()
-    wanted = [m for m in MODELS if not args.models or m in args.models.split(",")]
+    named = {**MODELS, **SMALLEST}
+    wanted = [m for m in named if m in args.models.split(",")] if args.models else list(MODELS)
     print(f"precision step, {'without' if args.without_workarounds else 'with'} trtfarm's ModelOpt workarounds; "
           "seconds wall / CPU")
     print("| model | MB | nodes | fp16 s | int8 s | load | gate fp16 / int8 |\n|---|---|---|---|---|---|---|")
@@ -113,7 +125,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="trtfarm-precision-speed-") as tmp:
         work = Path(tmp)
         for name in wanted:
-            path = MODELS[name](work / f"{name}.onnx")
+            path = named[name](work / f"{name}.onnx")
             nodes = len(onnx.load(str(path), load_external_data=False).graph.node)
             cells, notes, load = [], set(), os.getloadavg()[0]
             for mode in ("fp16", "int8"):
