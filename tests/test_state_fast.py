@@ -15,16 +15,18 @@ import shutil
 from datetime import datetime, timedelta, timezone
 
 import pytest
+import yaml
 
 from trtfarm import layout
 from trtfarm.planning.overview import record_states, status
 from trtfarm.publishing.publish import read_manifest
+from trtfarm.publishing.registry import register_export
 from trtfarm.publishing.release import move_release, read_pointer
 from trtfarm.signing.keys import load_trusted_keys
 from trtfarm.store import open_store
 from trtfarm.vocabulary.fleet_file import load_fleet
 
-from .fleet_store import built_store
+from .fleet_store import build_all, built_store, encoder_export
 from .signed_farm import GPU, TARGETS, build_farm
 
 TOOLCHAIN = "tensorrt_rtx-1.7.1.116"
@@ -156,7 +158,6 @@ def test_a_failure_since_when_counts_the_runs_that_failed_the_same_build(views, 
     store, fleet = views
     first = status(store, fleet).cell("dedupe", "rtx4090-rtx1.7")
     assert first.state == "failed"
-    from .fleet_store import build_all
     build_all(store.uri, built[1])
     again = status(store, fleet).cell("dedupe", "rtx4090-rtx1.7")
     assert again.state == "failed" and again.since == first.since  # the second failure does not restart it
@@ -212,3 +213,35 @@ def test_a_release_age_is_counted_from_its_release_by_the_clock_given(views):
     cell = status(store, fleet).cell("encoder", "rtx4090-rtx1.7")
     later = datetime.fromisoformat(cell.released_at) + timedelta(hours=2)
     assert status(store, fleet, now=later).cell("encoder", "rtx4090-rtx1.7").age_s == 7200.0
+
+
+def test_a_newer_export_makes_the_released_builds_stale_with_what_changed(views, tmp_path):
+    store, fleet = views
+    register_export(store, encoder_export(tmp_path / "encoder-2", 2))  # registered, not built yet
+    found = status(store, fleet)
+    for target in ("rtx4090-rtx1.7", "rtx5090-rtx1.7"):
+        cell = found.cell("encoder", target)
+        assert cell.state == "stale" and cell.reason.startswith("export: "), cell
+        assert "is newer than the built onnx" in cell.reason and cell.manifest and cell.released_at
+
+
+def test_a_failure_of_another_build_than_the_one_needed_now_is_not_its_failure(views, built, tmp_path):
+    store, fleet = views
+    doc = yaml.safe_load(built[1].read_text())
+    next(t for t in doc["targets"] if t["id"] == "rtx4090-rtx1.7")["settings"] = {"optimization_level": 2}
+    (tmp_path / "changed.yaml").write_text(yaml.safe_dump(doc))
+    cell = status(store, load_fleet(tmp_path / "changed.yaml")).cell("dedupe", "rtx4090-rtx1.7")
+    assert cell.state == "missing" and cell.since is None, cell  # its last failure was of the old settings
+
+
+def test_a_model_records_its_own_damage_and_a_view_from_records_names_it(views):
+    store, fleet = views
+    key = status(store, fleet).cell("encoder", "rtx3090-rtx1.7-o5").manifest
+    store.compare_and_swap(key, b"{not json", store.get(key).etag)
+    record_states(store, fleet, by="test")
+    assert json.loads(store.get(layout.state_key("dedupe")).data)["problems"] == []
+    assert any(key in p for p in json.loads(store.get(layout.state_key("encoder")).data)["problems"])
+    for _ in range(2):  # read from the records, on every run
+        found = status(store, fleet)
+        assert found.cell("encoder", "rtx3090-rtx1.7-o5").state == "damaged" and found.notes == []
+        assert len([p for p in found.problems if key in p]) == 1, found.problems
