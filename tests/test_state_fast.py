@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -26,7 +27,7 @@ from trtfarm.signing.keys import load_trusted_keys
 from trtfarm.store import open_store
 from trtfarm.vocabulary.fleet_file import load_fleet
 
-from .fleet_store import build_all, built_store, encoder_export
+from .fleet_store import build_all, built_store, dedupe_export, encoder_export
 from .signed_farm import GPU, TARGETS, build_farm
 
 TOOLCHAIN = "tensorrt_rtx-1.7.1.116"
@@ -245,3 +246,19 @@ def test_a_model_records_its_own_damage_and_a_view_from_records_names_it(views):
         found = status(store, fleet)
         assert found.cell("encoder", "rtx3090-rtx1.7-o5").state == "damaged" and found.notes == []
         assert len([p for p in found.problems if key in p]) == 1, found.problems
+
+
+def test_a_failure_recorded_without_its_build_counts_only_against_the_export_it_followed(views, tmp_path):
+    store, fleet = views
+    for key in store.list("reports/dedupe/"):  # runs of an older trtfarm: outcomes without their build digest
+        if key.endswith("/" + layout.OUTCOMES_NAME):
+            doc = [{**o, "build_digest": None} for o in json.loads(store.get(key).data)]
+            store.compare_and_swap(key, json.dumps(doc).encode(), store.get(key).etag)
+    cell = status(store, fleet).cell("dedupe", "rtx4090-rtx1.7")
+    assert cell.state == "failed" and "UNSUPPORTED_NODE" in cell.reason and cell.since, cell
+    time.sleep(1.1)  # registration times have a second's resolution: the export is registered after the run
+    newer = dedupe_export(tmp_path / "dedupe-2")
+    (newer / "farm.yaml").write_text((newer / "farm.yaml").read_text().replace("fp32", "fp16"))
+    register_export(store, newer)  # registered after the run that failed: that failure is not of this export
+    cell = status(store, fleet).cell("dedupe", "rtx4090-rtx1.7")
+    assert cell.state == "missing" and cell.since is None, cell

@@ -49,6 +49,12 @@ def test_a_version_needs_every_gpu_of_the_repository():
     assert [(n, m) for n, _, _, m in numbered(a, b)] == [(1, {"a": a.history[1].manifest, "b": b.history[0].manifest})]
 
 
+def test_moves_are_merged_in_time_order_across_histories_of_different_lengths():
+    a = pointer("a", event("e1", 0, gpu="a"), event("e2", 100, gpu="a"), event("e3", 200, gpu="a"))
+    b = pointer("b", event("e3", 210, gpu="b"))  # b's first move is later than a's second
+    assert [m for _, _, _, m in numbered(a, b)] == [{"a": a.history[2].manifest, "b": b.history[0].manifest}]
+
+
 def test_refreshes_start_close_and_change_no_version():
     release = event("e1", 0)
     refreshed = pointer("a", release, *(event("e1", s, "refresh", by="nightly") for s in range(10, 40, 10)))
