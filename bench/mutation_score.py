@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 MUTMUT = Path(sys.executable).with_name("mutmut")
 CHAIN = ["tests/test_chain_fast.py", "tests/test_chain_loader.py", "tests/test_chain_pull.py",
          "tests/test_chain_publish.py", "tests/test_release_pointer.py"]  # the chain's fast tests (tests/chain_farm.py)
+STATE = ["tests/test_state_fast.py"]  # status, its state records (tests/fleet_store.py, tests/signed_farm.py)
 SUITES = {
     "trtfarm/signing/bundle.py": ["tests/test_refusals.py"],
     "trtfarm/signing/verdict.py": ["tests/test_refusals.py"],
@@ -38,6 +39,13 @@ SUITES = {
     "trtfarm/publishing/publish.py": CHAIN,
     "trtfarm/runtime/pull.py": CHAIN,
     "trtfarm/runtime/loader.py": CHAIN,
+    # the state model and the views (issue 46): in-process stores built once per module, copied per test
+    "trtfarm/planning/status.py": STATE,
+    "trtfarm/planning/overview.py": STATE,
+    "trtfarm/publishing/state_record.py": STATE,
+    "trtfarm/planning/whatif.py": ["tests/test_whatif_actions.py"],
+    "trtfarm/serving/versions.py": ["tests/test_versions_fast.py"],
+    "flows/dispatch.py": ["tests/flows/test_heartbeats.py"],
 }
 COLLECT = """
 import json
@@ -67,10 +75,11 @@ def score(module: str, tests: list[str], survivors: list[str]) -> dict:
     with tempfile.TemporaryDirectory(prefix="trtfarm-mutation-") as tmp:
         work = Path(tmp)
         _copy(work)
-        others = [str(p.relative_to(work)) for p in sorted((work / "trtfarm").rglob("*.py"))
+        top = module.split("/")[0]  # trtfarm/ or flows/
+        others = [str(p.relative_to(work)) for p in sorted((work / top).rglob("*.py"))
                   if str(p.relative_to(work)) != module]
         (work / "setup.cfg").write_text(
-            "[mutmut]\nsource_paths=trtfarm/\nalso_copy=examples\n"
+            f"[mutmut]\nsource_paths={top}/\nalso_copy=examples\n" + ("    trtfarm\n" if top != "trtfarm" else "") +
             "pytest_add_cli_args_test_selection=\n" + "".join(f"    {t}\n" for t in tests) +
             "do_not_mutate=\n" + "".join(f"    {o}\n" for o in others))
         started = time.perf_counter()

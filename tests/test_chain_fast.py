@@ -496,3 +496,14 @@ def test_a_publisher_that_loses_the_race_leaves_only_the_winners_attestations(fa
                  .model_copy(update={"plan": i}), attest=attest, absent=True), stored.manifest.model_copy(update={
                      "plan": info}))[1], attest=attest, absent=True)
     assert read_stored(farm.store, layout.manifest_key(twin)).verdict(farm.trust).ok is True
+
+
+@pytest.mark.parametrize(("days", "refreshed"), [(9, True), (11, False)])
+def test_sign_refreshes_by_default_a_claim_that_expires_within_ten_days(farm, days, refreshed):
+    key = layout.release_key("enc", "rtx-4090", TC)
+    short = refresh_release(farm.store, key, farm.signer, reason="short claim", expiry=timedelta(days=days))
+    done = sign_store(farm.store, farm.signer)
+    assert (key in done.releases) is refreshed and done.refused == []
+    got = farm.pull()
+    assert got.release.claim.version == short.version + refreshed
+    assert (got.release.claim.expires() - datetime.now(timezone.utc) > timedelta(days=29)) is refreshed
