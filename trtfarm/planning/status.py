@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from trtfarm import layout
-from trtfarm.errors import TrtfarmError
 from trtfarm.planning.expected import ExpectedExport, digest_part, stale_changes
+from trtfarm.planning.served import expired, has_release, one_line, release_key_of, served_check
 from trtfarm.publishing.state_record import RecordedCell, RecordedState, now_iso
 from trtfarm.publishing.summaries import ManifestSummary, OutcomeSummary, PointerSummary
 from trtfarm.publishing.survey import READ_THREADS, StoreSurvey
@@ -128,8 +128,8 @@ def model_state(survey: StoreSurvey, model: str, expected: ExpectedExport, fleet
     for p in pairs:
         c = cells[p.target.id]
         verified = {}
-        if trust is not None and _has_release(c):
-            check = served_check(survey, _release_key(c), trust, fleet, now)
+        if trust is not None and has_release(c):
+            check = served_check(survey, release_key_of(c), trust, fleet, now)
             verified = {"verified": "refused", "verified_reason": check.refusal} if check.refusal else \
                 {"verified": "signed", "keys": list(check.keys), "expires_at": check.expires}
         versions = dict(zip(("manifest_version", "plan_version"), object_versions(survey, c.manifest),
@@ -150,96 +150,23 @@ def _from_record(model: str, cell: RecordedCell, now: datetime, hints: set[str] 
     checked from the store's objects.
     """
     c = TargetStatus(model=model, age_s=_age(cell.released_at, now), **{f: getattr(cell, f) for f in CELL_FIELDS})
-    if not hints or not _has_release(c):
+    if not hints or not has_release(c):
         return c
-    if cell.verified == "signed" and cell.keys and set(cell.keys) <= hints and not _expired(cell.expires_at, now):
+    if cell.verified == "signed" and cell.keys and set(cell.keys) <= hints and not expired(cell.expires_at, now):
         return TargetStatus(**{**c.__dict__, "signed": "signed"})
     return None
-
-
-def _has_release(c: TargetStatus) -> bool:
-    """Whether the cell names a release a serving host would be given (a pointer at it)."""
-    return c.state in ("released", "stale") and bool(c.manifest)
-
-
-def _release_key(c: TargetStatus) -> str:
-    return layout.release_key(c.model, *_gpu_and_toolchain(c.manifest))
-
-
-def _expired(at: str | None, now: datetime) -> bool:
-    try:
-        then = datetime.fromisoformat(at) if at else None
-    except ValueError:
-        return True
-    return then is not None and (then if then.tzinfo else then.replace(tzinfo=timezone.utc)) <= now
 
 
 def _signed(survey: StoreSurvey, c: TargetStatus, trust: TrustedKeys | None, fleet: Fleet,
             now: datetime) -> TargetStatus:
     """The cell with what a serving host trusting ``trust`` would say of its release (cells with a pointer)."""
-    if trust is None or not _has_release(c) or c.signed == "signed":
+    if trust is None or not has_release(c) or c.signed == "signed":
         return c
-    refusal = served_check(survey, _release_key(c), trust, fleet, now).refusal
+    refusal = served_check(survey, release_key_of(c), trust, fleet, now).refusal
     if refusal is None:
         return TargetStatus(**{**c.__dict__, "signed": "signed"})
     return TargetStatus(**{**c.__dict__, "state": "refused", "signed": "refused",
                            "reason": f"serving hosts refuse it: {refusal}"})
-
-
-def _gpu_and_toolchain(manifest_key: str) -> tuple[str, str]:
-    parsed = layout.parse_plan_key(manifest_key)
-    return parsed.gpu, parsed.toolchain
-
-
-@dataclass(frozen=True)
-class ServedCheck:
-    """What a serving host says of a release.
-
-    ``refusal``: why it refuses it (None: it takes it); ``expires``: when the signed claim expires; ``keys``: the
-    hints of the keys that signed the claim and the plan (with trusted keys).
-    """
-
-    refusal: str | None
-    expires: str | None = None
-    keys: tuple[str, ...] = ()
-
-
-def served_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet: Fleet,
-                 now: datetime) -> ServedCheck:
-    """What a serving host (``pull``) says of the release at ``key``.
-
-    Asked of ``release_check.served_release`` itself; kept on this machine per version of every object the answer
-    reads (the pointer, and the manifest folder it names), the trusted keys and the fleet's serving images, and
-    asked again once the signed release it judged has expired.
-    """
-    from trtfarm.publishing.release_check import served_release
-
-    listed = survey.pointers.get(key)
-    if listed is None:
-        return ServedCheck(None)
-    folders = ";".join(f"{k}@{o.version}" for f in survey.by_model.get(layout.parse_release_key(key).model, [])
-                       for k, o in sorted(survey.folders[f.prefix].items()))
-    stamp = ",".join(sorted(k.hint for k in trust.keys)) if trust else "-"
-    version = hashlib.sha256("|".join([listed.version, folders, stamp, _serving(fleet)]).encode()).hexdigest()
-    cached = survey.cache.get("served", key, version)
-    if isinstance(cached, list) and len(cached) == 3 and all(isinstance(v, str | None) for v in cached[:2]) and \
-            isinstance(cached[2], list) and all(isinstance(k, str) for k in cached[2]) and \
-            not _expired(cached[1], now):
-        return ServedCheck(cached[0], cached[1], tuple(cached[2]))
-    try:
-        served = served_release(survey.store, key, trust, fleet=fleet, now=now, attestations=False)
-        claim = served.release.claim if served else None
-        keys = [k.hint for k in (served.release.key, served.verdict.key) if k] if served else []
-        check = ServedCheck(None, claim.expires_at if claim else None, tuple(dict.fromkeys(keys)))
-    except TrtfarmError as refused:
-        check = ServedCheck(_one_line(str(refused)))
-    survey.cache.put("served", key, version, [check.refusal, check.expires, list(check.keys)])
-    return check
-
-
-def _serving(fleet: Fleet) -> str:
-    """What of the fleet a serving host's check reads: each toolchain's declared serving images."""
-    return ";".join(f"{k}={t.model_dump_json()}" for k, t in sorted(fleet.toolchains.items()))
 
 
 def _cells(survey: StoreSurvey, pairs: list[_Pair], now: datetime, fleet: Fleet,
@@ -260,10 +187,10 @@ def _cells(survey: StoreSurvey, pairs: list[_Pair], now: datetime, fleet: Fleet,
     cells = [_rewritten(survey, _cell(survey, p, pointers.get(p.pointer_key), manifests,
                                       latest.get((p.model, p.target.id)), now), previous)
              for p in pairs]
-    chained = [c for c in cells if _has_release(c)]
+    chained = [c for c in cells if has_release(c)]
     with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
         refusals = dict(zip([id(c) for c in chained], pool.map(
-            lambda c: served_check(survey, _release_key(c), None, fleet, now).refusal, chained), strict=True))
+            lambda c: served_check(survey, release_key_of(c), None, fleet, now).refusal, chained), strict=True))
     return [TargetStatus(**{**c.__dict__, "state": "refused", "signed": "refused",
                             "reason": f"serving hosts refuse it: {refusals[id(c)]}"}) if refusals.get(id(c)) else c
             for c in cells]
@@ -283,7 +210,7 @@ def _rewritten(survey: StoreSurvey, c: TargetStatus, previous: dict[str, Recorde
     """
     old = (previous or {}).get(c.model)
     seen = old.cells.get(c.target) if old else None
-    if not _has_release(c) or seen is None or seen.manifest != c.manifest or seen.plan_version is None:
+    if not has_release(c) or seen is None or seen.manifest != c.manifest or seen.plan_version is None:
         return c
     manifest_version, plan_version = object_versions(survey, c.manifest)
     if manifest_version != seen.manifest_version or plan_version in (None, seen.plan_version):
@@ -319,7 +246,7 @@ def _cell(survey: StoreSurvey, p: _Pair, ptr: PointerSummary | None, manifests: 
     damage = x.damaged or survey.damaged.get(p.pointer_key) or \
         (survey.damaged.get(layout.manifest_key(p.prefix)) if p.prefix else None)
     if damage:
-        return TargetStatus(**base, state="damaged", reason=_one_line(damage))
+        return TargetStatus(**base, state="damaged", reason=one_line(damage))
     current = manifests.get(p.prefix) if p.prefix else None
     if current is not None:
         key = layout.manifest_key(p.prefix)
@@ -344,27 +271,15 @@ def _cell(survey: StoreSurvey, p: _Pair, ptr: PointerSummary | None, manifests: 
         return TargetStatus(**facts, state="pending", reason=why, since=current.created_at)
     outcome, since = latest or (None, None)
     if since is not None:  # the newest run failed the build this target needs now
-        return TargetStatus(**base, state="failed", reason=_one_line(outcome.reason) or "failed", since=since)
+        return TargetStatus(**base, state="failed", reason=one_line(outcome.reason) or "failed", since=since)
     if ptr is not None:
         released = manifests.get(layout.folder_of(ptr.manifest))
         facts = {**base, "manifest": ptr.manifest, "released_at": ptr.at, "age_s": _age(ptr.at, now),
                  "precision": released.recipe if released else None, "engine": released.engine if released else None}
         return TargetStatus(**facts, state="stale", reason=_stale_reason(p, released))
-    skipped = f"skipped by the latest run: {_one_line(outcome.reason)}" if outcome and outcome.status == "skipped" \
+    skipped = f"skipped by the latest run: {one_line(outcome.reason)}" if outcome and outcome.status == "skipped" \
         else None
     return TargetStatus(**base, state="missing", reason=x.unknown or skipped or NOTHING_RELEASED)
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    """A multi-line reason (a parser's list of errors under its summary) as one line, at most ``limit`` long.
-
-    A longer one is cut at a word boundary, never inside a word.
-    """
-    joined = " ".join(part.strip() for part in text.splitlines() if part.strip())
-    if len(joined) <= limit:
-        return joined
-    cut = joined[:limit - 1]
-    return (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip(" ,;:") + "…"
 
 
 def _stale_reason(p: _Pair, released: ManifestSummary | None) -> str:

@@ -26,12 +26,13 @@ from trtfarm.layout import (
     releases_prefix,
 )
 from trtfarm.publishing.publish import plan_intact, plan_rehash, read_manifest
+from trtfarm.publishing.release_check import read_pointer
 from trtfarm.signing.accepted import check_not_rolled_back
 from trtfarm.signing.bundle import SignatureRefused
 from trtfarm.signing.release_claim import DEFAULT_EXPIRY, ReleaseClaim, now_utc, sign_release
 from trtfarm.store import Conflict, Store
 from trtfarm.vocabulary.manifest import Manifest
-from trtfarm.vocabulary.pointer import PointerInvalid, ReleaseEvent, ReleasePointer, SeenPointer, pointer_from_json
+from trtfarm.vocabulary.pointer import ReleaseEvent, ReleasePointer, SeenPointer
 
 HISTORY = 50
 
@@ -73,23 +74,6 @@ def policy_blocker(m: Manifest, release_on: str) -> str | None:
     if m.verification.built.status != "passed":
         return f"the build check is {m.verification.built.status}"
     return None
-
-
-def read_pointer(store: Store, key: str) -> tuple[ReleasePointer | None, str | None]:
-    """The pointer and its ETag (both None when there is none); ``CorruptObject`` naming the key when it is damaged.
-
-    A schema 1 pointer reads as an unsigned release of version 0; a newer schema than this trtfarm knows is
-    ``PointerTooNew`` (upgrade trtfarm), never damage to repair.
-    """
-    blob = store.get(key)
-    if blob is None:
-        return None, None
-    try:
-        return pointer_from_json(blob.data, store.url(key)), blob.etag
-    except PointerInvalid as err:
-        raise CorruptObject(f"{store.url(key)}: not a release pointer ({err}); rerun "
-                            "`trtfarm build` for the model (it repairs the pointer) or `trtfarm release MANIFEST "
-                            "--reason ...`") from err
 
 
 def seen_pointer(store: Store, key: str) -> SeenPointer | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from trtfarm.errors import CorruptObject
 from trtfarm.layout import folder_of, parse_plan_key, parse_release_key
 from trtfarm.publishing.attest import StoredPlan
 from trtfarm.signing.accepted import AcceptedReleases, check_not_frozen, check_not_rolled_back
@@ -23,7 +24,7 @@ from trtfarm.signing.release_claim import ReleaseClaim, now_utc, verify_release
 from trtfarm.signing.verdict import HOW_TO_TRUST, SIGN_FIX
 from trtfarm.store import Store
 from trtfarm.vocabulary.manifest import Manifest
-from trtfarm.vocabulary.pointer import ReleasePointer
+from trtfarm.vocabulary.pointer import PointerInvalid, ReleasePointer, pointer_from_json
 
 
 def identity_of(m: Manifest) -> str:
@@ -124,6 +125,24 @@ def check_release(store: Store, key: str, pointer: ReleasePointer, stored: Store
                                          f"trusted key {signer.label}, expires {claim.expires_at}")
 
 
+def read_pointer(store: Store, key: str) -> tuple[ReleasePointer | None, str | None]:
+    """The pointer and its ETag (both None when there is none); ``CorruptObject`` naming the key when it is damaged.
+
+    A schema 1 pointer reads as an unsigned release of version 0; a newer schema than this trtfarm knows is
+    ``PointerTooNew`` (upgrade trtfarm), never damage to repair.
+    """
+    blob = store.get(key)
+    if blob is None:
+        return None, None
+    try:
+        return pointer_from_json(blob.data, store.url(key)), blob.etag
+    except PointerInvalid as err:
+        raise CorruptObject(f"{store.url(key)}: not a release pointer ({err}); rerun "
+                            "`trtfarm build` for the model (it repairs the pointer) or `trtfarm release MANIFEST "
+                            "--reason ...`") from err
+
+
+
 @dataclass(frozen=True)
 class Served:
     """A release a serving host accepts: the pointer, the stored plan folder, the release's and the plan's verdicts."""
@@ -145,7 +164,6 @@ def served_release(store: Store, key: str, trust: TrustedKeys | None, accepted: 
     raises (``SignatureRefused``, ``ServingImageMismatch``, ``CorruptObject``), as ``pull`` reports it.
     """
     from trtfarm.publishing.attest import read_stored
-    from trtfarm.publishing.release import read_pointer
     from trtfarm.publishing.serving_pin import check_serving_images
 
     pointer, _ = read_pointer(store, key)

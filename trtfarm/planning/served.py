@@ -1,0 +1,105 @@
+"""What a serving host says of a release, asked of the function ``pull`` calls, for the fleet views.
+
+``served_check`` runs ``release_check.served_release`` (the chain from pointer to plan, the serving images, the
+signatures where keys are trusted) and keeps its answer on this machine per version of every object it read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from trtfarm import layout
+from trtfarm.errors import TrtfarmError
+from trtfarm.publishing.survey import StoreSurvey
+from trtfarm.signing.keys import TrustedKeys
+from trtfarm.vocabulary.fleet import Fleet
+from trtfarm.vocabulary.fleetview import TargetStatus
+
+
+def has_release(c: TargetStatus) -> bool:
+    """Whether the cell names a release a serving host would be given (a pointer at it)."""
+    return c.state in ("released", "stale") and bool(c.manifest)
+
+
+def release_key_of(c: TargetStatus) -> str:
+    """The release pointer's key of a cell that names a release."""
+    return layout.release_key(c.model, *_gpu_and_toolchain(c.manifest))
+
+
+def _gpu_and_toolchain(manifest_key: str) -> tuple[str, str]:
+    parsed = layout.parse_plan_key(manifest_key)
+    return parsed.gpu, parsed.toolchain
+
+
+def expired(at: str | None, now: datetime) -> bool:
+    """Whether an ISO time (a claim's expiry) is past; an unreadable one is."""
+    try:
+        then = datetime.fromisoformat(at) if at else None
+    except ValueError:
+        return True
+    return then is not None and (then if then.tzinfo else then.replace(tzinfo=timezone.utc)) <= now
+
+
+@dataclass(frozen=True)
+class ServedCheck:
+    """What a serving host says of a release.
+
+    ``refusal``: why it refuses it (None: it takes it); ``expires``: when the signed claim expires; ``keys``: the
+    hints of the keys that signed the claim and the plan (with trusted keys).
+    """
+
+    refusal: str | None
+    expires: str | None = None
+    keys: tuple[str, ...] = ()
+
+
+def served_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet: Fleet,
+                 now: datetime) -> ServedCheck:
+    """What a serving host (``pull``) says of the release at ``key``.
+
+    Asked of ``release_check.served_release`` itself; kept on this machine per version of every object the answer
+    reads (the pointer, and the manifest folder it names), the trusted keys and the fleet's serving images, and
+    asked again once the signed release it judged has expired.
+    """
+    from trtfarm.publishing.release_check import served_release
+
+    listed = survey.pointers.get(key)
+    if listed is None:
+        return ServedCheck(None)
+    folders = ";".join(f"{k}@{o.version}" for f in survey.by_model.get(layout.parse_release_key(key).model, [])
+                       for k, o in sorted(survey.folders[f.prefix].items()))
+    stamp = ",".join(sorted(k.hint for k in trust.keys)) if trust else "-"
+    version = hashlib.sha256("|".join([listed.version, folders, stamp, _serving(fleet)]).encode()).hexdigest()
+    cached = survey.cache.get("served", key, version)
+    if isinstance(cached, list) and len(cached) == 3 and all(isinstance(v, str | None) for v in cached[:2]) and \
+            isinstance(cached[2], list) and all(isinstance(k, str) for k in cached[2]) and \
+            not expired(cached[1], now):
+        return ServedCheck(cached[0], cached[1], tuple(cached[2]))
+    try:
+        served = served_release(survey.store, key, trust, fleet=fleet, now=now, attestations=False)
+        claim = served.release.claim if served else None
+        keys = [k.hint for k in (served.release.key, served.verdict.key) if k] if served else []
+        check = ServedCheck(None, claim.expires_at if claim else None, tuple(dict.fromkeys(keys)))
+    except TrtfarmError as refused:
+        check = ServedCheck(one_line(str(refused)))
+    survey.cache.put("served", key, version, [check.refusal, check.expires, list(check.keys)])
+    return check
+
+
+def _serving(fleet: Fleet) -> str:
+    """What of the fleet a serving host's check reads: each toolchain's declared serving images."""
+    return ";".join(f"{k}={t.model_dump_json()}" for k, t in sorted(fleet.toolchains.items()))
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """A multi-line reason (a parser's list of errors under its summary) as one line, at most ``limit`` long.
+
+    A longer one is cut at a word boundary, never inside a word.
+    """
+    joined = " ".join(part.strip() for part in text.splitlines() if part.strip())
+    if len(joined) <= limit:
+        return joined
+    cut = joined[:limit - 1]
+    return (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip(" ,;:") + "…"
