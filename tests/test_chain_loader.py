@@ -77,7 +77,7 @@ def good_rows(m) -> list[tuple]:
             ("model", True, f"plan is of enc onnx {ONNX[:12]}, expected onnx {ONNX[:12]}"),
             ("toolchain", True, "plan needs tensorrt_rtx 1.7.1.116; installed: 1.7.1.116"),
             ("gpu", True, "plan is for NVIDIA GeForce RTX 4090 (cc 8.9, class rtx-portable); this host has NVIDIA "
-                          "GeForce RTX 4090 (cc 8.9)")]
+                          "GeForce RTX 4090 (cc 8.9): class rtx-portable serves compute capability 8.9")]
 
 
 def checked(plan, m, **kw) -> list[tuple]:
@@ -151,7 +151,7 @@ EXPECTATIONS = {  # what the caller expects -> the check that fails, and its wor
         "toolchain", False, "plan needs tensorrt_rtx 1.7.1.116; installed: not importable")),
     "another GPU": ({"gpus": gpus(("NVIDIA H100 80GB HBM3", "9.0"))}, 5, (
         "gpu", False, "plan is for NVIDIA GeForce RTX 4090 (cc 8.9, class rtx-portable); this host has NVIDIA H100 "
-                      "80GB HBM3 (cc 9.0)")),
+                      "80GB HBM3 (cc 9.0): class rtx-portable does not serve compute capability 9.0")),
     "no GPU": ({"gpus": GpuScan((), None, "NVML unavailable: no driver")}, 5, (
         "gpu", False, "plan is for NVIDIA GeForce RTX 4090 (cc 8.9, class rtx-portable); this host has no NVIDIA "
                       "GPU (NVML unavailable: no driver)")),
@@ -305,9 +305,11 @@ def test_load_plan_refuses_a_mismatch_listing_each_difference_with_the_fix(tmp_p
     assert type(err.value) is PlanMismatch
     assert str(err.value) == (f"{plan}: refusing to load it:\n  - plan needs tensorrt_rtx 1.7.1.116; installed: "
                               "1.6.0.5\n  - plan is for NVIDIA GeForce RTX 4090 (cc 8.9, class rtx-portable); this "
-                              f"host has Tesla T4 (cc 7.5)\n{FIX}")
+                              "host has Tesla T4 (cc 7.5): class rtx-portable does not serve compute capability 7.5"
+                              f"\n{FIX}")
     assert err.value.differences == ["plan needs tensorrt_rtx 1.7.1.116; installed: 1.6.0.5", "plan is for NVIDIA "
-                                     "GeForce RTX 4090 (cc 8.9, class rtx-portable); this host has Tesla T4 (cc 7.5)"]
+                                     "GeForce RTX 4090 (cc 8.9, class rtx-portable); this host has Tesla T4 (cc 7.5): "
+                                     "class rtx-portable does not serve compute capability 7.5"]
     assert err.value.exit_code == 2
 
 
