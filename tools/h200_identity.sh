@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# GPU identity on a real NVIDIA machine: run from the repository root, with a fresh Python (python3 >= 3.11).
+#
+#   WHEELS=/path/to/wheels OUT=/path/to/out bash tools/h200_identity.sh
+#
+# Installs this checkout's base package into a new virtual environment (with the system's packages visible, and
+# `pip --no-index --find-links $WHEELS` for the ones missing there: no registry is reachable on the lent machines;
+# prepare the wheels elsewhere with `pip download --no-deps --only-binary=:all: --python-version 3.12 ...` for
+# pydantic, pydantic-core, annotated-types, typing-inspection, boto3, botocore, s3transfer, jmespath, platformdirs,
+# cryptography, cffi, pycparser), then writes into $OUT:
+#   nvidia-smi.csv     what nvidia-smi says (name, PCI device id, memory, ECC, MIG, compute capability)
+#   nvml-raw.json      the NVML calls trtfarm makes, as NVML answered them (and CUDA's multiprocessor count)
+#   detection.json     trtfarm.machine.gpu.scan_gpus() per device
+#   targets.json       `trtfarm targets --json` (the built-in fleet, then the template fleet of `trtfarm init`)
+#   worker-*.json      `trtfarm worker --check-only --json` for the H200 pool and the H100 pool (same cc, other id)
+set -u
+OUT=${OUT:?set OUT to a folder for the outputs}
+WHEELS=${WHEELS:-.whl}
+REPO=$PWD
+V=$(mktemp -d)/venv
+python3 -m venv --system-site-packages "$V" || exit 3
+"$V/bin/python" -m pip install -q --no-index --find-links "$WHEELS" --no-build-isolation -e "$REPO" \
+  > "$OUT/install.log" 2>&1 || { echo "install failed:"; tail -20 "$OUT/install.log"; exit 3; }
+PY="$V/bin/python"
+echo "== installed: $($PY -c 'import trtfarm, pynvml; print("trtfarm", trtfarm.__version__, "from", trtfarm.__file__)')"
+nvidia-smi --query-gpu=name,pci.device_id,pci.sub_device_id,memory.total,ecc.mode.current,mig.mode.current,compute_cap,driver_version \
+  --format=csv | tee "$OUT/nvidia-smi.csv"
+$PY - "$OUT/nvml-raw.json" <<'EOF'
+import json, sys
+import pynvml
+from trtfarm.machine.gpu import cuda_sm_count
+pynvml.nvmlInit()
+rows = []
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    pci = pynvml.nvmlDeviceGetPciInfo(h)
+    row = {"name": pynvml.nvmlDeviceGetName(h), "pciDeviceId": f"0x{pci.pciDeviceId:08X}",
+           "pciSubSystemId": f"0x{pci.pciSubSystemId:08X}", "busId": pci.busId.decode(),
+           "memory_total_bytes": pynvml.nvmlDeviceGetMemoryInfo(h).total,
+           "cuda_compute_capability": list(pynvml.nvmlDeviceGetCudaComputeCapability(h)),
+           "cuda_multiprocessor_count": cuda_sm_count(pci.busId.decode())}
+    for call in ("nvmlDeviceGetEccMode", "nvmlDeviceGetMigMode", "nvmlDeviceGetAttributes"):
+        try:
+            got = getattr(pynvml, call)(h)
+            row[call] = list(got) if isinstance(got, list) else {f: getattr(got, f) for f, _ in got._fields_}
+        except pynvml.NVMLError as err:
+            row[call] = f"NVMLError: {err}"
+    rows.append(row)
+driver = pynvml.nvmlSystemGetDriverVersion()
+pynvml.nvmlShutdown()
+json.dump({"driver": driver, "devices": rows}, open(sys.argv[1], "w"), indent=2, default=str)
+print(json.dumps(rows, indent=2, default=str))
+EOF
+echo "== detection"
+$PY -c "
+import json
+from trtfarm.machine.gpu import scan_gpus
+s = scan_gpus()
+doc = {'driver': s.driver, 'reason': s.reason, 'describe': s.describe(), 'devices': [g.identity() for g in s.gpus]}
+json.dump(doc, open('$OUT/detection.json', 'w'), indent=2); print(json.dumps(doc, indent=2))"
+W=$(mktemp -d); cd "$W" || exit 3
+echo "== trtfarm targets (built-in fleet)"
+COLUMNS=120 $PY -m trtfarm targets
+$PY -m trtfarm targets --json > "$OUT/targets-builtin.json"
+$PY -m trtfarm init > "$OUT/init.log" 2>&1  # the template, with this machine's GPU added (its PCI id from NVML)
+echo "== trtfarm targets (the gpu_targets.yaml that trtfarm init wrote)"
+COLUMNS=120 $PY -m trtfarm targets
+$PY -m trtfarm targets --json > "$OUT/targets.json"
+for pool in h200 gpu-h100; do
+  echo "== trtfarm worker --pool $pool --queue tensorrt-11.4.0.106 --check-only"
+  COLUMNS=120 $PY -m trtfarm worker --pool $pool --queue tensorrt-11.4.0.106 --check-only; echo "exit=$?"
+  $PY -m trtfarm worker --pool $pool --queue tensorrt-11.4.0.106 --check-only --json > "$OUT/worker-$pool.json"
+done
+cp gpu_targets.yaml "$OUT/gpu_targets.yaml"
