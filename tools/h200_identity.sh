@@ -18,7 +18,11 @@ OUT=${OUT:?set OUT to a folder for the outputs}
 WHEELS=${WHEELS:-.whl}
 REPO=$PWD
 V=$(mktemp -d)/venv
-python3 -m venv --system-site-packages "$V" || exit 3
+python3 -m venv "$V" || exit 3
+# the packages of the python3 we were given (the machine's own: numpy, onnx, pyyaml, typer, rich, nvidia-ml-py ...)
+# stay visible, also where that python3 is itself a virtual environment (--system-site-packages would skip them)
+python3 -c "import site, sys; print('\n'.join(p for p in sys.path if p.endswith('-packages')))" \
+  > "$("$V/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/machine-packages.pth"
 "$V/bin/python" -m pip install -q --no-index --find-links "$WHEELS" --no-build-isolation -e "$REPO" \
   > "$OUT/install.log" 2>&1 || { echo "install failed:"; tail -20 "$OUT/install.log"; exit 3; }
 PY="$V/bin/python"
