@@ -11,8 +11,8 @@
 #   nvidia-smi.csv     what nvidia-smi says (name, PCI device id, memory, ECC, MIG, compute capability)
 #   nvml-raw.json      the NVML calls trtfarm makes, as NVML answered them (and CUDA's multiprocessor count)
 #   detection.json     trtfarm.machine.gpu.scan_gpus() per device
-#   targets.json       `trtfarm targets --json` (the built-in fleet, then the template fleet of `trtfarm init`)
-#   worker-*.json      `trtfarm worker --check-only --json` for the H200 pool and the H100 pool (same cc, other id)
+#   targets-builtin.json, targets.json   `trtfarm targets --json`: the built-in fleet, then `trtfarm init`'s
+#   worker.json        `trtfarm worker --check-only --json` for the H200 pool and the H100 pool (same cc, other id)
 set -u
 OUT=${OUT:?set OUT to a folder for the outputs}
 WHEELS=${WHEELS:-.whl}
@@ -38,11 +38,12 @@ rows = []
 for i in range(pynvml.nvmlDeviceGetCount()):
     h = pynvml.nvmlDeviceGetHandleByIndex(i)
     pci = pynvml.nvmlDeviceGetPciInfo(h)
+    bus = pci.busId.decode() if isinstance(pci.busId, bytes) else pci.busId
     row = {"name": pynvml.nvmlDeviceGetName(h), "pciDeviceId": f"0x{pci.pciDeviceId:08X}",
-           "pciSubSystemId": f"0x{pci.pciSubSystemId:08X}", "busId": pci.busId.decode(),
+           "pciSubSystemId": f"0x{pci.pciSubSystemId:08X}", "busId": bus,
            "memory_total_bytes": pynvml.nvmlDeviceGetMemoryInfo(h).total,
            "cuda_compute_capability": list(pynvml.nvmlDeviceGetCudaComputeCapability(h)),
-           "cuda_multiprocessor_count": cuda_sm_count(pci.busId.decode())}
+           "cuda_multiprocessor_count": cuda_sm_count(bus)}
     for call in ("nvmlDeviceGetEccMode", "nvmlDeviceGetMigMode", "nvmlDeviceGetAttributes"):
         try:
             got = getattr(pynvml, call)(h)
@@ -73,6 +74,8 @@ $PY -m trtfarm targets --json > "$OUT/targets.json"
 for pool in h200 gpu-h100; do
   echo "== trtfarm worker --pool $pool --queue tensorrt-11.4.0.106 --check-only"
   COLUMNS=120 $PY -m trtfarm worker --pool $pool --queue tensorrt-11.4.0.106 --check-only; echo "exit=$?"
-  $PY -m trtfarm worker --pool $pool --queue tensorrt-11.4.0.106 --check-only --json > "$OUT/worker-$pool.json"
+  $PY -m trtfarm worker --pool $pool --queue tensorrt-11.4.0.106 --check-only --json > "$W/worker-$pool.json"
 done
+$PY -c "import json, sys; json.dump({p: json.load(open(f'$W/worker-{p}.json')) for p in ('h200', 'gpu-h100')},
+        open('$OUT/worker.json', 'w'), indent=2)"
 cp gpu_targets.yaml "$OUT/gpu_targets.yaml"
