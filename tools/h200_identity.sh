@@ -79,3 +79,13 @@ done
 $PY -c "import json, sys; json.dump({p: json.load(open(f'$W/worker-{p}.json')) for p in ('h200', 'gpu-h100')},
         open('$OUT/worker.json', 'w'), indent=2)"
 cp gpu_targets.yaml "$OUT/gpu_targets.yaml"
+# everything in one file too (docs/h200-identity.json is this file)
+$PY - "$OUT" <<'EOF'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+doc = {"nvidia_smi_csv": (out / "nvidia-smi.csv").read_text().splitlines()}
+for name in ("nvml-raw", "detection", "targets-builtin", "targets", "worker"):
+    doc[name.replace("-", "_")] = json.loads((out / f"{name}.json").read_text())
+(out / "h200-identity.json").write_text(json.dumps(doc, indent=2) + "\n")
+EOF
