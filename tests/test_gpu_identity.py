@@ -128,3 +128,53 @@ def test_bad_identity_input_is_one_line_with_its_place_in_the_file_and_exit_2(tm
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     (msg,) = [m for m in done.stderr.strip().splitlines() if "gpu_targets.yaml:" in m]
     assert f"gpu_targets.yaml:{line}:" in msg and words in msg, msg
+
+
+MIG_FLEET = """\
+version: 1
+toolchains:
+  rtx-1.7: {flavour: tensorrt_rtx, version: "1.7.1.116"}
+gpus:
+  a100-1g: {nvml_name: "NVIDIA A100-SXM4-80GB", pci_ids: ["0x20b2"], compute_capability: "8.0", memory_gib: 10,
+            pool: a100-1g, mig: 1g.10gb}
+  a100-pcie-1g: {nvml_name: "NVIDIA A100 80GB PCIe", pci_ids: ["0x20b5"], compute_capability: "8.0",
+                 memory_gib: 10, pool: a100-pcie-1g, mig: 1g.10gb}
+targets:
+  - {id: a100-1g-rtx1.7, gpu: a100-1g, toolchain: rtx-1.7, serves: [a100-1g, a100-pcie-1g]}
+"""
+
+
+def test_a_mig_plan_records_its_group_and_loads_only_on_its_profile_after_the_header_check(tmp_path):
+    """A real TensorRT-RTX build for a MIG target: the manifest lists every id it serves and its profile; load_plan
+    refuses a whole GPU and another profile before any runtime call, and on the right instance asks the real
+    bindings' get_engine_validity first (INVALID here, with no GPU) and does not deserialise."""
+    from trtfarm.runtime.loader import PlanMismatch, load_plan
+    from trtfarm.runtime.pull import pull_release
+    from trtfarm.store import open_store
+
+    from .conftest_builds import publish_export
+
+    (tmp_path / "gpu_targets.yaml").write_text(MIG_FLEET)
+    store = open_store((tmp_path / "store").as_uri())
+    _, outcomes = publish_export(store, tmp_path / "gpu_targets.yaml", tmp_path / "export", 0, 1_700_000_000,
+                                 ["a100-1g-rtx1.7"])
+    from trtfarm.publishing.publish import read_manifest
+    from trtfarm.publishing.release import move_release
+
+    key = outcomes["a100-1g-rtx1.7"].manifest.removeprefix(store.uri + "/")
+    m = read_manifest(store, key)
+    assert m.target.mig == "1g.10gb" and m.target.pci_ids == ["0x20b2"] and m.build.device is None
+    assert [(s.gpu, s.pci_ids) for s in m.target.serves] == [("a100-1g", ["0x20b2"]), ("a100-pcie-1g", ["0x20b5"])]
+    move_release(store, key, m, release_on="built", reason="test")
+    got = pull_release(store, "encoder", "a100-1g", ["tensorrt_rtx-1.7.1.116"], tmp_path / "host" / "enc.plan")
+    rtx = {"tensorrt_rtx": "1.7.1.116"}
+    for device, words in ((scan("NVIDIA A100-SXM4-80GB", "8.0", "0x20b2"), "is a whole GPU"),
+                          (scan("NVIDIA A100-SXM4-80GB", "8.0", "0x20b2", "2g.20gb"), "is a MIG 2g.20gb instance")):
+        with pytest.raises(PlanMismatch) as err:
+            load_plan(got.plan, installed=rtx, gpus=device)
+        assert words in str(err.value) and "get_engine_validity" not in str(err.value)
+    with pytest.raises(PlanMismatch) as err:
+        load_plan(got.plan, installed=rtx, gpus=scan("NVIDIA A100 80GB PCIe", "8.0", "0x20b5", "1g.10gb"))
+    (line,) = err.value.differences
+    assert "header check refused it, so it was not deserialised: get_engine_validity: INVALID" in line
+    assert "deserialize_cuda_engine" not in line and "\n" not in line
