@@ -77,7 +77,7 @@ def good_rows(m) -> list[tuple]:
             ("model", True, f"plan is of enc onnx {ONNX[:12]}, expected onnx {ONNX[:12]}"),
             ("toolchain", True, "plan needs tensorrt_rtx 1.7.1.116; installed: 1.7.1.116"),
             ("gpu", True, "plan is for NVIDIA GeForce RTX 4090 (cc 8.9, class rtx-portable); this host has NVIDIA "
-                          "GeForce RTX 4090 (cc 8.9)")]
+                          "GeForce RTX 4090 (cc 8.9): class rtx-portable serves compute capability 8.9")]
 
 
 def checked(plan, m, **kw) -> list[tuple]:
@@ -151,7 +151,7 @@ EXPECTATIONS = {  # what the caller expects -> the check that fails, and its wor
         "toolchain", False, "plan needs tensorrt_rtx 1.7.1.116; installed: not importable")),
     "another GPU": ({"gpus": gpus(("NVIDIA H100 80GB HBM3", "9.0"))}, 5, (
         "gpu", False, "plan is for NVIDIA GeForce RTX 4090 (cc 8.9, class rtx-portable); this host has NVIDIA H100 "
-                      "80GB HBM3 (cc 9.0)")),
+                      "80GB HBM3 (cc 9.0): class rtx-portable does not serve compute capability 9.0")),
     "no GPU": ({"gpus": GpuScan((), None, "NVML unavailable: no driver")}, 5, (
         "gpu", False, "plan is for NVIDIA GeForce RTX 4090 (cc 8.9, class rtx-portable); this host has no NVIDIA "
                       "GPU (NVML unavailable: no driver)")),
@@ -305,9 +305,11 @@ def test_load_plan_refuses_a_mismatch_listing_each_difference_with_the_fix(tmp_p
     assert type(err.value) is PlanMismatch
     assert str(err.value) == (f"{plan}: refusing to load it:\n  - plan needs tensorrt_rtx 1.7.1.116; installed: "
                               "1.6.0.5\n  - plan is for NVIDIA GeForce RTX 4090 (cc 8.9, class rtx-portable); this "
-                              f"host has Tesla T4 (cc 7.5)\n{FIX}")
+                              "host has Tesla T4 (cc 7.5): class rtx-portable does not serve compute capability 7.5"
+                              f"\n{FIX}")
     assert err.value.differences == ["plan needs tensorrt_rtx 1.7.1.116; installed: 1.6.0.5", "plan is for NVIDIA "
-                                     "GeForce RTX 4090 (cc 8.9, class rtx-portable); this host has Tesla T4 (cc 7.5)"]
+                                     "GeForce RTX 4090 (cc 8.9, class rtx-portable); this host has Tesla T4 (cc 7.5): "
+                                     "class rtx-portable does not serve compute capability 7.5"]
     assert err.value.exit_code == 2
 
 
@@ -319,13 +321,14 @@ def test_load_plan_refuses_another_model_and_a_bad_signature_as_untrusted_in_one
     assert str(err.value) == f"{got.plan}: refusing to load it: plan is of enc/rtx-4090/{TC}, expected model mlp"
     assert err.value.differences == [f"plan is of enc/rtx-4090/{TC}, expected model mlp"]
     _, other = make_key(tmp_path, "other")
-    with pytest.raises(UntrustedPlan, match=r"refusing to load it: plan is for .* \(cc 7.5\); untrusted key: ") as err:
+    with pytest.raises(UntrustedPlan, match=r"refusing to load it: plan is for .* \(cc 7.5\): class rtx-portable "
+                       r"does not serve compute capability 7.5; untrusted key: ") as err:
         load_plan(got.plan, installed=RTX, gpus=gpus(("Tesla T4", "7.5")), trust=other)
     assert "\n" not in str(err.value) and len(err.value.differences) == 2
     monkeypatch.setenv("TRTFARM_TRUSTED_KEYS", str(tmp_path / "other.pub"))  # the configured keys, when none given
     with pytest.raises(UntrustedPlan, match="untrusted key"):
         load_plan(got.plan, installed=RTX, gpus=RTX4090)
-    with pytest.raises(PlanMismatch, match="tensorrt_rtx runtime refused it") as err:  # the given keys win
+    with pytest.raises(PlanMismatch, match="runtime.s header check refused it") as err:  # the given keys win
         load_plan(got.plan, installed=RTX, gpus=RTX4090, trust=farm.trust)
     assert type(err.value) is PlanMismatch
 
@@ -337,10 +340,12 @@ def test_when_every_check_passes_the_runtime_gets_the_plan_and_refuses_bytes_tha
     with pytest.raises(PlanMismatch) as err:
         load_plan(plan, expected_onnx_digest=ONNX, expected_model="enc", installed=RTX, gpus=RTX4090)
     assert type(err.value) is PlanMismatch and len(err.value.differences) == 1
-    assert err.value.differences[0].startswith("the tensorrt_rtx runtime refused it: ") and "Serialization" in \
-        err.value.differences[0]
+    # the runtime's header-only check answers first (with no GPU here: INVALID), so nothing is deserialised
+    assert err.value.differences[0].startswith("the tensorrt_rtx runtime's header check refused it, so it was not "
+                                               "deserialised: get_engine_validity: INVALID")
     check = runtime_check(plan, m)
-    assert check.name == "runtime" and check.ok is False and "deserialize_cuda_engine refused it: " in check.detail
+    assert check.name == "runtime" and check.ok is False and check.detail.startswith("get_engine_validity: INVALID")
+    assert check.detail.endswith("; not deserialised") and "deserialize_cuda_engine" not in check.detail
 
 
 def test_a_version_compatible_plan_is_never_loaded_without_a_trusted_signature(tmp_path, monkeypatch):

@@ -33,8 +33,19 @@ def test_round_trip_keeps_every_field_and_stores_enums_by_name():
     doc = json.loads(m.to_json())
     assert doc["target"]["hardware_compatibility_level"] == "SAME_COMPUTE_CAPABILITY"
     assert doc["target"]["builder_flags"] == ["REFIT_IDENTICAL", "STRIP_PLAN"]
-    assert doc["schema_version"] == 2
+    assert doc["schema_version"] == 3
     assert manifest_from_json(m.to_json()) == m
+
+
+def test_a_schema_2_manifest_upgrades_serving_its_one_gpu_with_its_ids_unknown():
+    doc = json.loads(sample().to_json())
+    doc["schema_version"] = 2
+    for key in ("pci_ids", "serves", "mig"):
+        del doc["target"][key]
+    del doc["build"]["device"]
+    m = manifest_from_json(json.dumps(doc))
+    assert m.schema_version == 3 and m.target.pci_ids == [] and m.target.mig is None and m.build.device is None
+    assert [(s.gpu, s.gpu_name, s.pci_ids) for s in m.target.serves] == [(m.target.gpu, m.target.gpu_name, [])]
 
 
 def test_a_schema_1_manifest_upgrades_with_its_io_and_serving_images_unknown():
@@ -42,7 +53,7 @@ def test_a_schema_1_manifest_upgrades_with_its_io_and_serving_images_unknown():
     doc["schema_version"] = 1
     del doc["plan"]["io"], doc["target"]["serving_images"], doc["model"]["files"], doc["verification"]["api"]
     m = manifest_from_json(json.dumps(doc))
-    assert m.schema_version == 2 and m.plan.io is None and m.target.serving_images == [] and m.model.files == []
+    assert m.schema_version == 3 and m.plan.io is None and m.target.serving_images == [] and m.model.files == []
     assert m.model == sample().model and m.plan.sha256 == "d" * 64
     assert m.verification.api.status == "not_run"
     assert "before trtfarm recorded the bindings API check" in m.verification.api.detail

@@ -16,15 +16,16 @@ from .conftest import REPO
 FLEET = load_fleet(REPO / "gpu_targets.yaml")
 NO_GPU = GpuScan((), None, "NVML unavailable")
 H100 = GpuScan((LocalGpu(0, "NVIDIA H100 80GB HBM3", "9.0", 80.0),), "580.0")
-H200 = GpuScan((LocalGpu(0, "NVIDIA H200", "9.0", 141.0),), "580.0")
+H200 = GpuScan((LocalGpu(0, "NVIDIA H200", "9.0", 141.0, "0x2335"),), "580.0")  # PCI id as NVML read it there
 TRT = {"tensorrt": "11.4.0.106", "tensorrt_rtx": None}
 
 
 def test_a_gpu_pool_needs_its_gpu_model_even_with_the_same_compute_capability():
     refused = check_worker(FLEET, "gpu-h100", H200, {"tensorrt": "11.4.0.106"})
-    assert not refused.ok and "builds on NVIDIA H100 80GB HBM3 (cc 9.0); this machine has NVIDIA H200 (cc 9.0)" \
+    assert not refused.ok and ("builds on NVIDIA H100 80GB HBM3 (PCI 0x2330, cc 9.0); this machine has NVIDIA H200 "
+                               "(PCI 0x2335, cc 9.0): NVIDIA H200 (PCI 0x2335, cc 9.0) is a sibling of") \
         in refused.problems[0]
-    assert "NVIDIA H200 (cc 9.0)" in refused.found
+    assert "NVIDIA H200 (PCI 0x2335, cc 9.0)" in refused.found
 
 
 def test_every_toolchain_of_the_pool_must_be_installed_at_its_version():

@@ -41,11 +41,13 @@ from trtfarm.vocabulary.fleet import Flavour, bindings_api_check
 from trtfarm.vocabulary.manifest import (
     BuildInfo,
     Check,
+    DeviceInfo,
     Manifest,
     ModelFile,
     ModelInfo,
     PlanInfo,
     PrecisionInfo,
+    ServedGpu,
     ServingImageInfo,
     TargetInfo,
     TimingCacheInfo,
@@ -229,6 +231,31 @@ def serving_images(plan: TargetPlan) -> list[ServingImageInfo]:
                              tensorrt_version=s.tensorrt_version) for s in tc.serving_images]
 
 
+def served_gpus(plan: TargetPlan) -> list[ServedGpu]:
+    """Every fleet GPU the target's plan serves (its own, then its declared group), with their PCI ids."""
+    t = plan.target
+    return [ServedGpu(gpu=k, gpu_name=g.nvml_name, pci_ids=list(g.pci_ids)) for k, g in ((t.gpu_key, t.gpu), *t.group)]
+
+
+def build_device(plan: TargetPlan) -> DeviceInfo | None:
+    """The local device a TensorRT build ran and was validated on (the one serving its target).
+
+    None for builds ahead of time (TensorRT-RTX) and where no local device serves it.
+    """
+    if plan.target.toolchain.flavour is not Flavour.tensorrt:
+        return None
+    from trtfarm.machine.gpu import scan_gpus
+    from trtfarm.machine.match import best_fit, spec_of_target
+
+    found = best_fit(spec_of_target(plan.target), scan_gpus())
+    g = found.device if found.ok else None
+    if g is None:
+        return None
+    return DeviceInfo(name=g.name, pci_device_id=g.pci_device_id, pci_subsystem_id=g.pci_subsystem_id,
+                      compute_capability=g.compute_capability, memory_gib=round(g.memory_gib, 2),
+                      sm_count=g.sm_count, ecc=g.ecc, mig=g.mig.profile if g.mig else None)
+
+
 def build_manifest(model: ModelSource, plan: TargetPlan, built_by: TargetPlan, result: BuildResult, profiles,
                    cache: TimingCacheInfo, run_id: str | None, plan_info: PlanInfo, engine: EngineResult,
                    determinism: dict) -> Manifest:
@@ -248,11 +275,13 @@ def build_manifest(model: ModelSource, plan: TargetPlan, built_by: TargetPlan, r
                           hardware_compatibility_level=result.hardware_compatibility_level,
                           version_compatible="VERSION_COMPATIBLE" in result.flags,
                           refittable=any(f.startswith("REFIT") for f in result.flags), builder_flags=result.flags,
-                          serving_images=serving_images(plan)),
+                          serving_images=serving_images(plan), pci_ids=list(t.gpu.pci_ids), serves=served_gpus(plan),
+                          mig=t.mig),
         build=BuildInfo(build_digest=plan.build_digest, profiles=profiles_json(profiles),
                         settings=t.settings.model_dump(mode="json"), wall_s=round(result.wall_s, 3),
                         built_for_target=built_by.target.id, timing_cache=cache, worker_host=socket.gethostname(),
-                        flow_run_id=run_id, reproduce=reproduce_command(model, built_by, profiles)),
+                        flow_run_id=run_id, reproduce=reproduce_command(model, built_by, profiles),
+                        device=build_device(built_by)),
         plan=plan_info.model_copy(update={"header_version": result.header_version, "tactics": engine.tactics,
                                           "tactics_digest": engine.tactics_digest,
                                           "device_memory_per_profile": engine.memory,

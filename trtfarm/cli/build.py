@@ -224,14 +224,18 @@ def targets(targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
              "compat_class": t.compat_class, "servable": (reason := serve_check(t, caps)) is None,
              "reason": reason or "", "api_checked": (api := bindings_api_check(t.toolchain.flavour,
                                                                                 t.toolchain.version))[0] is True,
-             "api_check": api[1]} for t in resolved]
+             "api_check": api[1], **device_match(t, caps.gpus)} for t in resolved]
     if as_json:
-        machine = {"gpus": caps.gpus.describe(), "toolchains": dict(caps.versions)}
+        machine = {"gpus": caps.gpus.describe(), "toolchains": dict(caps.versions), "driver": caps.gpus.driver,
+                   "devices": [g.identity() for g in caps.gpus.gpus]}
         print(json.dumps({"machine": machine, "targets": rows}, indent=2))
         return
+    for g in caps.gpus.gpus:
+        out.print(message_text(f"this machine: {device_line(g)}"), highlight=False)
     columns = [Column("target"), Column("gpu"), Column("cc", 3), Column("toolchain", 6), Column("pool", 2),
-               Column("class", 1), Column("api", 5), Column("here"), Column("why not", 0)]
+               Column("class", 1), Column("api", 5), Column("device", 4), Column("here"), Column("why not", 0)]
     cells = [{"target": escape(r["target"]), "gpu": escape(r["gpu"]), "cc": r["compute_capability"],
+              "device": {"no": "[yellow]no[/]"}.get(r["device_serves"], r["device_serves"]),
               "toolchain": escape(r["toolchain"]), "pool": escape(r["pool"]), "class": escape(r["compat_class"]),
               "here": "[green]yes[/]" if r["servable"] else "[yellow]no[/]", "why not": message_text(r["reason"]),
               "api": "[green]✓ bindings[/]" if r["api_checked"] else "-"} for r in rows]
@@ -248,6 +252,25 @@ def targets(targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
     notes(out, [(f"to build {', '.join(ids)}", fix) for fix, ids in fixes.items()])
     if dropped:
         out.print(f"(--wide adds {', '.join(dropped)})", highlight=False)
+
+
+def device_match(t, gpus) -> dict:
+    """How this machine's best device serves target ``t``: exact (PCI id), group, class, name or no, and why."""
+    from trtfarm.machine.match import best_fit, spec_of_target
+
+    found = best_fit(spec_of_target(t), gpus)
+    return {"pci_ids": list(t.gpu.pci_ids), "mig": t.mig, "serves": [t.gpu_key, *(k for k, _ in t.group)],
+            "device_serves": found.how, "device_reason": found.reason}
+
+
+def device_line(g) -> str:
+    """One device's identity for people: name, PCI ids, CC, memory, SMs, ECC, MIG."""
+    sms = f"{g.sm_count} SMs" if g.sm_count else "SMs unknown"
+    ecc = {True: "ECC on", False: "ECC off", None: "no ECC mode"}[g.ecc]
+    mig = {True: "MIG on", False: "MIG off", None: "no MIG mode"}[g.mig_mode]
+    inst = f" (instance {g.mig.profile})" if g.mig else ""
+    return (f"{g.name}, PCI {g.pci_device_id or '?'} (subsystem {g.pci_subsystem_id or '?'}), cc "
+            f"{g.compute_capability}, {g.memory_gib:.1f} GiB, {sms}, {ecc}, {mig}{inst}")
 
 
 @app.command()

@@ -8,13 +8,45 @@ from pathlib import Path
 
 
 @dataclass(frozen=True)
+class MigInstance:
+    """The MIG GPU instance a device is: its profile as NVML names it (without ``MIG ``), SMs and memory."""
+
+    profile: str
+    sm_count: int | None
+    memory_gib: float
+
+
+@dataclass(frozen=True)
 class LocalGpu:
-    """One GPU as NVML reports it."""
+    """One GPU (or one MIG instance of a GPU) as NVML reports it; a field NVML could not give is None."""
 
     index: int
     name: str
     compute_capability: str
     memory_gib: float
+    pci_device_id: str | None = None  # "0x2335" (the device part of NVML's pciDeviceId 0x233510DE)
+    pci_vendor_id: str | None = None  # "0x10de"
+    pci_subsystem_id: str | None = None  # NVML's pciSubSystemId as read: "0x18bf10de" (board, then its vendor)
+    sm_count: int | None = None  # multiprocessors (NVML's attributes, else CUDA's)
+    ecc: bool | None = None  # ECC mode now (None: the GPU has no ECC mode)
+    mig_mode: bool | None = None  # MIG mode now (None: the GPU has no MIG mode)
+    mig: MigInstance | None = None  # set when this device is a MIG instance
+    sm_source: str | None = None  # where sm_count came from: "nvml" or "cuda"
+
+    def describe(self) -> str:
+        """``NVIDIA H200 (PCI 0x2335, cc 9.0)``, ``... MIG 1g.10gb`` for an instance."""
+        pci = f"PCI {self.pci_device_id}, " if self.pci_device_id else ""
+        mig = f", MIG {self.mig.profile}" if self.mig else ""
+        return f"{self.name} ({pci}cc {self.compute_capability}{mig})"
+
+    def identity(self) -> dict:
+        """Everything known about the device, for JSON."""
+        return {"index": self.index, "name": self.name, "pci_device_id": self.pci_device_id,
+                "pci_vendor_id": self.pci_vendor_id, "pci_subsystem_id": self.pci_subsystem_id,
+                "compute_capability": self.compute_capability, "memory_gib": round(self.memory_gib, 2),
+                "sm_count": self.sm_count, "sm_source": self.sm_source, "ecc": self.ecc, "mig_mode": self.mig_mode,
+                "mig": None if self.mig is None else {"profile": self.mig.profile, "sm_count": self.mig.sm_count,
+                                                      "memory_gib": round(self.mig.memory_gib, 2)}}
 
 
 @dataclass(frozen=True)
@@ -29,7 +61,7 @@ class GpuScan:
         """One line for people: the GPUs, or why there are none."""
         if not self.gpus:
             return f"no NVIDIA GPU ({self.reason})"
-        return ", ".join(f"{g.name} (cc {g.compute_capability})" for g in self.gpus)
+        return ", ".join(g.describe() for g in self.gpus)
 
 
 NVML_LIBRARY = "libnvidia-ml.so.1"  # what pynvml loads on Linux; the NVIDIA driver installs it
@@ -73,12 +105,90 @@ def scan_gpus() -> GpuScan:
         driver = pynvml.nvmlSystemGetDriverVersion()
         gpus = []
         for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h).total / 2**30
-            name = pynvml.nvmlDeviceGetName(h)
-            gpus.append(LocalGpu(i, name.decode() if isinstance(name, bytes) else name, f"{major}.{minor}", mem))
-        return GpuScan(tuple(gpus), driver.decode() if isinstance(driver, bytes) else driver,
-                       None if gpus else "the driver reports no devices")
+            gpus += _devices(pynvml, i, pynvml.nvmlDeviceGetHandleByIndex(i))
+        return GpuScan(tuple(gpus), _text(driver), None if gpus else "the driver reports no devices")
     finally:
         pynvml.nvmlShutdown()
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _asked(call, *args):
+    """An NVML query that a GPU may not support (NVMLError_NotSupported): its result, or None."""
+    import pynvml
+
+    try:
+        return call(*args)
+    except pynvml.NVMLError:
+        return None
+
+
+def _devices(pynvml, i: int, h) -> list[LocalGpu]:
+    """GPU ``i``, or its MIG instances when MIG mode is on and some exist (CUDA then sees only those)."""
+    from trtfarm.vocabulary.gpu_ids import device_id_of, vendor_id_of
+
+    major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
+    pci = pynvml.nvmlDeviceGetPciInfo(h)
+    ecc = _asked(pynvml.nvmlDeviceGetEccMode, h)
+    mig = _asked(pynvml.nvmlDeviceGetMigMode, h)
+    sms, source = _sm_count(pynvml, h, _text(pci.busId))
+    whole = LocalGpu(i, _text(pynvml.nvmlDeviceGetName(h)), f"{major}.{minor}",
+                     pynvml.nvmlDeviceGetMemoryInfo(h).total / 2**30, device_id_of(pci.pciDeviceId),
+                     vendor_id_of(pci.pciDeviceId), f"0x{pci.pciSubSystemId:08x}", sms,
+                     None if ecc is None else ecc[0] == pynvml.NVML_FEATURE_ENABLED,
+                     None if mig is None else mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE, None, source)
+    if not whole.mig_mode:
+        return [whole]
+    instances = []
+    for j in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(h)):
+        mh = _asked(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, h, j)
+        if mh is not None:
+            instances.append(_instance(pynvml, whole, h, mh))
+    return instances or [whole]
+
+
+def _instance(pynvml, whole: LocalGpu, parent, mh) -> LocalGpu:
+    """One MIG instance: its parent's identity, its own SMs, memory and GPU instance profile."""
+    from dataclasses import replace
+
+    attrs = pynvml.nvmlDeviceGetAttributes(mh)
+    gi = pynvml.nvmlDeviceGetGpuInstanceById(parent, pynvml.nvmlDeviceGetGpuInstanceId(mh))
+    info = pynvml.nvmlDeviceGetGpuInstanceProfileInfoById(parent, pynvml.nvmlGpuInstanceGetInfo(gi).profileId)
+    profile = _text(info.name).removeprefix("MIG ").strip()
+    gib = attrs.memorySizeMB / 1024
+    return replace(whole, memory_gib=gib, sm_count=attrs.multiprocessorCount, sm_source="nvml",
+                   mig=MigInstance(profile, attrs.multiprocessorCount, gib))
+
+
+def _sm_count(pynvml, h, bus_id: str) -> tuple[int | None, str | None]:
+    """Multiprocessors of a whole GPU: NVML's device attributes where the driver gives them, else CUDA's."""
+    attrs = _asked(pynvml.nvmlDeviceGetAttributes, h)
+    if attrs is not None and attrs.multiprocessorCount:
+        return int(attrs.multiprocessorCount), "nvml"
+    sms = cuda_sm_count(bus_id)
+    return (sms, "cuda") if sms else (None, None)
+
+
+def cuda_sm_count(bus_id: str) -> int | None:
+    """``CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`` of the CUDA device at this PCI bus id (driver API), or None."""
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    if cuda.cuInit(0) != 0:
+        return None
+    count = ctypes.c_int()
+    cuda.cuDeviceGetCount(ctypes.byref(count))
+    want = bus_id.lower().split(":", 1)[-1]  # NVML: 00000000:19:00.0, CUDA: 0000:19:00.0
+    for i in range(count.value):
+        dev, value, bus = ctypes.c_int(), ctypes.c_int(), ctypes.create_string_buffer(64)
+        if cuda.cuDeviceGet(ctypes.byref(dev), i) or cuda.cuDeviceGetPCIBusId(bus, 64, dev):
+            continue
+        if bus.value.decode().lower().split(":", 1)[-1] == want and \
+                cuda.cuDeviceGetAttribute(ctypes.byref(value), 16, dev) == 0:  # 16: MULTIPROCESSOR_COUNT
+            return value.value
+    return None

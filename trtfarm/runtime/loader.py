@@ -18,9 +18,9 @@ from trtfarm import layout
 from trtfarm.errors import UserInputError
 from trtfarm.identity import sha256_file
 from trtfarm.machine.flavour import installed_version
-from trtfarm.machine.gpu import GpuScan, LocalGpu, scan_gpus
+from trtfarm.machine.gpu import GpuScan, scan_gpus
 from trtfarm.machine.header import read_plan_header, version_matches
-from trtfarm.vocabulary.fleet import RTX_COMPUTE_CAPABILITIES
+from trtfarm.machine.match import best_fit, spec_of_manifest
 from trtfarm.vocabulary.fleet_file import signing_settings
 from trtfarm.vocabulary.manifest import Manifest, manifest_from_json
 
@@ -180,15 +180,12 @@ def signature_check(files: PlanFiles, trust, plan_sha256: str) -> VerifyCheck:
     return VerifyCheck("signature", False if problem else verdict.ok, problem or verdict.detail)
 
 
-def _gpu_fits(m: Manifest, gpu: LocalGpu) -> bool:
-    cls, cc = m.target.compat_class, gpu.compute_capability
-    if cls == "rtx-portable":
-        return cc in RTX_COMPUTE_CAPABILITIES or cc.startswith("12.")
-    if cls.startswith("sm"):
-        return cls == f"sm{cc.replace('.', '')}"
-    if cls == "ampere-plus":
-        return float(cc) >= 8.0
-    return gpu.name == m.target.gpu_name and cc == m.target.compute_capability
+def gpu_check(m: Manifest, gpus: GpuScan) -> VerifyCheck:
+    """The ``gpu`` check: a local device serves the plan's device (by PCI id where declared; machine/match.py)."""
+    found = best_fit(spec_of_manifest(m), gpus)
+    head = (f"plan is for {m.target.gpu_name} (cc {m.target.compute_capability}, class {m.target.compat_class}"
+            f"{', MIG ' + m.target.mig if m.target.mig else ''}); this host has {gpus.describe()}")
+    return VerifyCheck("gpu", found.ok, f"{head}: {found.reason}" if gpus.gpus else head)
 
 
 def static_checks(plan: Path, m: Manifest, *, expected_onnx_digest: str | None = None,
@@ -219,13 +216,26 @@ def static_checks(plan: Path, m: Manifest, *, expected_onnx_digest: str | None =
     checks.append(VerifyCheck("toolchain", bool(have) and version_matches(have, m.target.toolchain_version),
                         f"plan needs {m.target.flavour} {m.target.toolchain_version}; installed: "
                         f"{have or 'not importable'}"))
-    gpus = gpus or scan_gpus()
-    fits = [g for g in gpus.gpus if _gpu_fits(m, g)]
-    checks.append(VerifyCheck("gpu", bool(fits), f"plan is for {m.target.gpu_name} (cc {m.target.compute_capability}, "
-                        f"class {m.target.compat_class}); this host has {gpus.describe()}"))
+    checks.append(gpu_check(m, gpus or scan_gpus()))
     if files is not None:
         checks.append(signature_check(files, trust, digest))
     return checks
+
+
+def validity_verdict(trt, data: bytes) -> tuple[bool | None, str]:
+    """The runtime's header-only check, before deserialising: (False, the verdict in one line) when it refuses.
+
+    TensorRT-RTX's ``Runtime.get_engine_validity`` reads the plan's header (``engine_header_size`` bytes) and says
+    VALID, SUBOPTIMAL or INVALID with diagnostics (UNSUPPORTED_CC, VERSION_MISMATCH, OLD_CUDA_DRIVER, ...).
+    TensorRT's bindings have no such call (checked against them): (None, why) there.
+    """
+    from trtfarm.toolchain.engine import engine_validity
+
+    validity = engine_validity(trt, data)
+    if validity is None:
+        return None, "no header-only validity check in this runtime"
+    why = "; ".join(" ".join(line.split()) for line in validity.diagnostics + validity.log)
+    return validity.status != "INVALID", f"get_engine_validity: {validity.status}" + (f" ({why})" if why else "")
 
 
 def load_plan(ref: str | Path, *, expected_onnx_digest: str | None = None, expected_model: str | None = None,
@@ -234,7 +244,9 @@ def load_plan(ref: str | Path, *, expected_onnx_digest: str | None = None, expec
 
     ``expected_model``: the model this server asked for (a manifest of another model is ``UntrustedPlan``).
     ``trust`` (``TrustedKeys``) overrides the configured keys (``TRTFARM_TRUSTED_KEYS``, else gpu_targets.yaml).
-    Without trusted keys a plan loads unsigned-checked, except a version-compatible one. Returns the engine.
+    Without trusted keys a plan loads unsigned-checked, except a version-compatible one. Where the runtime has a
+    header-only validity check (TensorRT-RTX), a plan it calls INVALID is refused before deserialising. Returns the
+    engine.
     """
     files = find_files(Path(ref))
     plan, m = files.plan, files.manifest
@@ -248,32 +260,37 @@ def load_plan(ref: str | Path, *, expected_onnx_digest: str | None = None, expec
     from trtfarm.toolchain import import_flavour
     from trtfarm.toolchain.engine import EngineRejected, deserialize_plan
 
+    trt, data = import_flavour(m.target.flavour), plan.read_bytes()
+    valid, verdict = validity_verdict(trt, data)
+    if valid is False:
+        raise PlanMismatch(plan, [f"the {m.target.flavour} runtime's header check refused it, so it was not "
+                                  f"deserialised: {verdict}"])
     try:
-        return deserialize_plan(import_flavour(m.target.flavour), plan.read_bytes(),
-                                allow_host_code=m.target.version_compatible)
+        return deserialize_plan(trt, data, allow_host_code=m.target.version_compatible)
     except EngineRejected as err:
         raise PlanMismatch(plan, [f"the {m.target.flavour} runtime refused it: {err}"]) from err
 
 
 def runtime_check(plan: Path, m: Manifest) -> VerifyCheck:
-    """Ask the runtime itself: TensorRT-RTX's validity check, then deserialisation."""
+    """Ask the runtime itself: its header-only validity check first (TensorRT-RTX), then deserialisation.
+
+    A plan the validity check calls INVALID is not deserialised.
+    """
     from trtfarm.toolchain import import_flavour
-    from trtfarm.toolchain.engine import EngineRejected, deserialize_plan, engine_validity
+    from trtfarm.toolchain.engine import EngineRejected, deserialize_plan
 
     trt = import_flavour(m.target.flavour)
     data = plan.read_bytes()
-    validity = engine_validity(trt, data)
-    verdict = ""
-    if validity is not None and validity.status == "INVALID":
-        verdict = f"get_engine_validity: INVALID ({'; '.join(validity.diagnostics + validity.log) or 'no reason'}); "
+    valid, verdict = validity_verdict(trt, data)
+    if valid is False:
+        return VerifyCheck("runtime", False, f"{verdict}; not deserialised")
+    said = f"{verdict}; " if valid else ""  # a runtime without the check says nothing about it here
     try:
         engine = deserialize_plan(trt, data, allow_host_code=m.target.version_compatible)
     except EngineRejected as err:
-        return VerifyCheck("runtime", False, f"{verdict}deserialize_cuda_engine refused it: {err}")
-    if verdict:
-        return VerifyCheck("runtime", False, verdict.rstrip("; "))
-    return VerifyCheck("runtime", True, f"deserialised: {engine.num_optimization_profiles} profile(s), "
-                 f"{engine.num_io_tensors} I/O tensors")
+        return VerifyCheck("runtime", False, f"{said}deserialize_cuda_engine refused it: {err}")
+    return VerifyCheck("runtime", True, f"{said}deserialised: {engine.num_optimization_profiles} profile(s), "
+                       f"{engine.num_io_tensors} I/O tensors")
 
 
 def contexts_that_fit(free_bytes: int, memory_per_profile: list[int], shares: list[float] | None = None,

@@ -11,10 +11,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import Enum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from trtfarm.vocabulary.gpu_ids import mig_problem, pci_id
 from trtfarm.yamlfile import LocatedValueError
 
 RTX_COMPUTE_CAPABILITIES = ("8.0", "8.6", "8.9", "12.0", "12.1")
@@ -131,14 +132,30 @@ class Toolchain(_Strict):
                                                "a plan whose TensorRT version differs is refused by triton and pull")
 
 
+PciId = Annotated[str, BeforeValidator(pci_id)]
+MIG_PROFILE = r"^\d+g\.\d+gb(\+me)?$"
+
+
 class Gpu(_Strict):
-    """One GPU model of the fleet and the work pool whose workers have it."""
+    """One GPU model of the fleet (or one MIG slice of it) and the work pool whose workers have it."""
 
     nvml_name: str = Field(description="the name NVML reports, e.g. 'NVIDIA H100 80GB HBM3'")
+    pci_ids: list[PciId] = Field(default_factory=list, description="PCI device ids of this model (vendor 10de), e.g. "
+                                 "[\"0x2330\"]: what tells siblings apart; none: matched by name and compute "
+                                 "capability")
     compute_capability: str = Field(pattern=r"^\d+\.\d+$")
     memory_gib: float = Field(gt=0)
     pool: str = Field(pattern=_ID)
     count: int = Field(1, ge=1, description="GPUs of this model serving the pool (its concurrency limit)")
+    mig: str | None = Field(None, pattern=MIG_PROFILE, description="a MIG profile (1g.10gb): the pool's workers run "
+                            "on MIG instances of this profile, and its plans load only on one")
+
+    @model_validator(mode="after")
+    def _mig_exists(self) -> Gpu:
+        problem = self.mig and mig_problem(self.nvml_name, self.mig)
+        if problem:
+            raise LocatedValueError(problem, ("mig",))
+        return self
 
 
 class Target(_Strict):
@@ -151,6 +168,11 @@ class Target(_Strict):
     determinism_check: bool = Field(False, description="build twice and compare (plan bytes; tactics on GPUs)")
     max_p99_increase: float = Field(0.05, ge=0, description="latency regression gate against the previous release")
     settings: SettingsOverride = SettingsOverride()
+    serves: list[str] = Field(default_factory=list, description="a declared group: the fleet GPUs this target's plan "
+                              "also serves (siblings of its GPU, e.g. [h100-pcie, h100-nvl]); the manifest lists "
+                              "every id it serves")
+    mig: str | None = Field(None, pattern=MIG_PROFILE, description="a MIG profile to build and validate for "
+                            "(default: the GPU's mig)")
 
 
 class FleetSigning(_Strict):
@@ -181,6 +203,18 @@ class Fleet(_Strict):
         return value
 
     @model_validator(mode="after")
+    def _pci_ids_are_one_gpus(self) -> Fleet:
+        owner: dict[tuple[str, str | None], str] = {}
+        for key, gpu in self.gpus.items():
+            for j, pid in enumerate(gpu.pci_ids):
+                other = owner.setdefault((pid, gpu.mig), key)
+                if other != key:
+                    raise LocatedValueError(f"PCI id {pid} is declared by GPU {other!r} too: one GPU model per id; "
+                                            "to share plans between two GPU models, list both in a target's serves:",
+                                            ("gpus", key, "pci_ids", j))
+        return self
+
+    @model_validator(mode="after")
     def _references_resolve(self) -> Fleet:
         seen: dict[str, int] = {}
         pairs: dict[tuple[str, str], str] = {}
@@ -200,11 +234,35 @@ class Fleet(_Strict):
                 raise LocatedValueError(f"target {t.id!r}: duplicate target, same GPU and toolchain as "
                                         f"{pairs[t.gpu, t.toolchain]!r}; remove one", ("targets", i))
             pairs[t.gpu, t.toolchain] = t.id
+            self._check_group(i, t)
             try:
                 resolve_target(self, t)
             except ValueError as err:
                 raise LocatedValueError(str(err), ("targets", i)) from err
         return self
+
+
+    def _check_group(self, i: int, t: Target) -> None:
+        """A target's ``serves:`` names fleet GPUs of its compute capability; its ``mig:`` exists on its GPU."""
+        gpu = self.gpus[t.gpu]
+        if t.mig and gpu.mig and t.mig != gpu.mig:
+            raise LocatedValueError(f"target {t.id!r}: mig {t.mig} differs from GPU {t.gpu!r}'s mig {gpu.mig}; "
+                                    "keep one", ("targets", i, "mig"))
+        problem = t.mig and mig_problem(gpu.nvml_name, t.mig)
+        if problem:
+            raise LocatedValueError(f"target {t.id!r}: {problem}", ("targets", i, "mig"))
+        for j, key in enumerate(t.serves):
+            if key not in self.gpus:
+                raise LocatedValueError(f"target {t.id!r}: serves names unknown GPU {key!r}; declare it under gpus: "
+                                        f"or use one of {sorted(self.gpus)}", ("targets", i, "serves", j))
+            member = self.gpus[key]
+            if member.compute_capability != gpu.compute_capability or member.mig != (t.mig or gpu.mig):
+                raise LocatedValueError(f"target {t.id!r}: serves {key!r} ({member.nvml_name}, cc "
+                                        f"{member.compute_capability}{', MIG ' + member.mig if member.mig else ''}), "
+                                        f"which cannot run a plan for {gpu.nvml_name} (cc {gpu.compute_capability}"
+                                        f"{', MIG ' + (t.mig or gpu.mig) if t.mig or gpu.mig else ''}); a group "
+                                        "holds siblings of one compute capability (and MIG profile)",
+                                        ("targets", i, "serves", j))
 
 
 @dataclass(frozen=True)
@@ -221,6 +279,14 @@ class ResolvedTarget:
     release_on: str
     determinism_check: bool = False
     max_p99_increase: float = 0.05
+    mig: str | None = None  # the MIG profile it builds and validates for (the target's, else its GPU's)
+    group: tuple[tuple[str, Gpu], ...] = ()  # the other fleet GPUs its plan serves (``serves:``), by key
+
+    @property
+    def serves_pci_ids(self) -> list[str]:
+        """Every PCI id this target's plan serves: its GPU's, then its group's."""
+        ids = [*self.gpu.pci_ids, *(pid for _, g in self.group for pid in g.pci_ids)]
+        return list(dict.fromkeys(ids))
 
     @property
     def toolchain_label(self) -> str:
@@ -254,8 +320,9 @@ def resolve_target(fleet: Fleet, target: Target) -> ResolvedTarget:
         cls = compat_class(tc.flavour, target.gpu, gpu, settings.hardware_compatibility)
     except ValueError as err:
         raise ValueError(f"target {target.id!r}: {err}") from err
+    group = tuple((k, fleet.gpus[k]) for k in dict.fromkeys(target.serves) if k != target.gpu)
     return ResolvedTarget(target.id, target.gpu, gpu, target.toolchain, tc, settings, cls, target.release_on,
-                          target.determinism_check, target.max_p99_increase)
+                          target.determinism_check, target.max_p99_increase, target.mig or gpu.mig, group)
 
 
 def select_targets(fleet: Fleet, ids: list[str] | None = None) -> list[ResolvedTarget]:

@@ -18,6 +18,7 @@ import re
 from importlib import resources
 
 from trtfarm.vocabulary.fleet import RTX_COMPUTE_CAPABILITIES, Flavour, Fleet, Gpu, Target, Toolchain
+from trtfarm.vocabulary.gpu_ids import KNOWN_PCI_IDS
 
 RTX_VERSION = "1.7.1.116"  # the [rtx] extra's tensorrt-rtx-cu13
 TENSORRT_VERSION = "11.4.0.106"  # the [tensorrt] extra's
@@ -61,20 +62,30 @@ def _rtx_capable(cc: str) -> bool:
     return cc in RTX_COMPUTE_CAPABILITIES or cc.startswith("12.")
 
 
-def _machine_gpus(gpus: list[tuple[str, str, float]]) -> dict[str, Gpu]:
-    """This machine's GPUs by key, counted; a GPU the template declares keeps its pool there."""
+def _machine_gpus(gpus: list[tuple]) -> dict[str, Gpu]:
+    """This machine's GPUs by key, counted; a GPU the template declares keeps its pool there.
+
+    A GPU's PCI id is the one NVML read (else the one ``gpu_ids.KNOWN_PCI_IDS`` lists for its name); a MIG instance
+    is a GPU of its own, keyed ``<gpu>-<profile>`` (``h100-1g.10gb``), with its profile.
+    """
     pools = {g.nvml_name: g.pool for g in template_fleet().gpus.values()}
     found: dict[str, Gpu] = {}
-    for name, cc, gib in gpus:
-        key = gpu_key(name)
+    for name, cc, gib, *rest in gpus:
+        pci, mig = (list(rest) + [None, None])[:2]
+        ids = [pci] if pci else list(KNOWN_PCI_IDS.get(name, ((),))[0])
+        key = gpu_key(name) + (f"-{mig}" if mig else "")
+        pool = pools.get(name, gpu_key(name)) + (f"-{mig}" if mig else "")
         count = found[key].count + 1 if key in found else 1
-        found[key] = Gpu(nvml_name=name, compute_capability=cc, memory_gib=round(gib, 1), pool=pools.get(name, key),
-                         count=count)
+        found[key] = Gpu(nvml_name=name, pci_ids=ids, compute_capability=cc, memory_gib=round(gib, 1), pool=pool,
+                         count=count, mig=mig)
     return found
 
 
-def machine_fleet(gpus: list[tuple[str, str, float]], versions: dict[str, str | None]) -> Fleet:
-    """The fleet of a machine with these GPUs (NVML name, compute capability, GiB) and toolchain versions."""
+def machine_fleet(gpus: list[tuple], versions: dict[str, str | None]) -> Fleet:
+    """The fleet of a machine with these GPUs and toolchain versions.
+
+    Each GPU is (NVML name, compute capability, GiB[, PCI id[, MIG profile]]).
+    """
     rtx = Toolchain(flavour=Flavour.tensorrt_rtx, version=versions.get("tensorrt_rtx") or RTX_VERSION)
     trt = Toolchain(flavour=Flavour.tensorrt, version=versions.get("tensorrt") or TENSORRT_VERSION)
     rtx_key, trt_key = toolchain_key(rtx.flavour, rtx.version), toolchain_key(trt.flavour, trt.version)
@@ -96,4 +107,5 @@ def this_machine_fleet() -> Fleet:
     from trtfarm.machine.capabilities import local_capabilities
 
     caps = local_capabilities()
-    return machine_fleet([(g.name, g.compute_capability, g.memory_gib) for g in caps.gpus.gpus], caps.versions)
+    return machine_fleet([(g.name, g.compute_capability, g.memory_gib, g.pci_device_id,
+                           g.mig.profile if g.mig else None) for g in caps.gpus.gpus], caps.versions)

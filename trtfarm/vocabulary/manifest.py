@@ -7,6 +7,10 @@ This module imports no build code.
 Schema 2 added the network's I/O tensors as the builder saw them (``plan.io``), the serving images the target's
 toolchain declares (``target.serving_images``), every file of the model (``model.files``) and the bindings API
 check (``verification.api``); a schema 1 manifest reads as schema 2 with none of them recorded.
+
+Schema 3 added the GPU identity: the PCI device ids the plan serves (``target.pci_ids``, its GPU's, and
+``target.serves``, every GPU of its declared group), its MIG profile (``target.mig``), and the device the worker built
+and validated it on (``build.device``); a schema 2 manifest reads as schema 3 serving its one GPU, ids unknown.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from trtfarm import __version__
 from trtfarm.errors import UserInputError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 CheckStatus = Literal["passed", "failed", "pending", "not_run"]
 
 
@@ -64,6 +68,27 @@ class ServingImageInfo(_Doc):
     tensorrt_version: str
 
 
+class ServedGpu(_Doc):
+    """A fleet GPU this plan serves: its key, NVML name and PCI device ids (empty: not declared)."""
+
+    gpu: str
+    gpu_name: str
+    pci_ids: list[str] = Field(default_factory=list)
+
+
+class DeviceInfo(_Doc):
+    """The device a worker built and validated a plan on, as NVML reported it."""
+
+    name: str
+    pci_device_id: str | None = None
+    pci_subsystem_id: str | None = None
+    compute_capability: str
+    memory_gib: float
+    sm_count: int | None = None
+    ecc: bool | None = None
+    mig: str | None = Field(None, description="the MIG profile of the instance, None on a whole GPU")
+
+
 class TargetInfo(_Doc):
     """Where the plan runs."""
 
@@ -80,6 +105,11 @@ class TargetInfo(_Doc):
     builder_flags: list[str] = Field(default_factory=list, description="BuilderFlag names set")
     serving_images: list[ServingImageInfo] = Field(default_factory=list,
                                                    description="what the toolchain declared at build time")
+    pci_ids: list[str] = Field(default_factory=list, description="the target GPU's PCI device ids (empty: matched "
+                               "by name and compute capability)")
+    serves: list[ServedGpu] = Field(default_factory=list, description="every fleet GPU the plan serves: its own, "
+                                    "then its declared group's")
+    mig: str | None = Field(None, description="the MIG profile the plan is for (None: a whole GPU)")
 
 
 class TimingCacheInfo(_Doc):
@@ -110,6 +140,8 @@ class BuildInfo(_Doc):
     worker_host: str
     flow_run_id: str | None = None
     reproduce: str = Field(description="a command that rebuilds this plan")
+    device: DeviceInfo | None = Field(None, description="the GPU it was built and validated on (None: built ahead "
+                                      "of time without one)")
 
 
 class TensorIO(_Doc):
@@ -164,7 +196,7 @@ class Lineage(_Doc):
 class Manifest(_Doc):
     """Everything a reader needs to trust, load or rebuild one plan."""
 
-    schema_version: Literal[2] = SCHEMA_VERSION
+    schema_version: Literal[3] = SCHEMA_VERSION
     trtfarm_version: str = __version__
     created_at: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     model: ModelInfo
@@ -194,7 +226,14 @@ def _from_v1(doc: dict) -> dict:
     return {**doc, "schema_version": 2, "verification": {**doc.get("verification", {}), "api": api}}
 
 
-_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _from_v1}  # from_version -> the next version's document
+def _from_v2(doc: dict) -> dict:
+    """Schema 2 -> 3: the plan serves the one GPU it names; its PCI ids, MIG profile and build device are unknown."""
+    target = doc["target"]
+    served = {"gpu": target["gpu"], "gpu_name": target["gpu_name"], "pci_ids": []}
+    return {**doc, "schema_version": 3, "target": {**target, "serves": [served]}}
+
+
+_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _from_v1, 2: _from_v2}  # from_version -> the next version's document
 
 
 class ManifestInvalid(UserInputError):

@@ -10,6 +10,7 @@ the template lacks, so a plan built before ``init`` keeps its target id, keys an
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -78,7 +79,10 @@ def _toolchain_block(key: str, fleet: Fleet) -> str:
 def _gpu_block(key: str, fleet: Fleet) -> str:
     g = fleet.gpus[key]
     return (f"  {key}:                       # this machine's (NVML), added by `trtfarm init`\n"
-            f"    nvml_name: \"{g.nvml_name}\"\n    compute_capability: \"{g.compute_capability}\"\n"
+            f"    nvml_name: \"{g.nvml_name}\"\n"
+            + (f"    pci_ids: {json.dumps(g.pci_ids)}\n" if g.pci_ids else "")
+            + (f"    mig: {g.mig}\n" if g.mig else "")
+            + f"    compute_capability: \"{g.compute_capability}\"\n"
             f"    memory_gib: {g.memory_gib:g}\n    pool: {g.pool}\n    count: {g.count}\n")
 
 

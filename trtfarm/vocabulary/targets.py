@@ -29,9 +29,13 @@ def serve_check(target: ResolvedTarget, caps: Capabilities) -> str | None:
         return f"installed {flavour} is {have}, the target needs {want}"
     if target.toolchain.flavour is Flavour.tensorrt_rtx:
         return None  # ahead-of-time build: no GPU needed
-    names = [g.name for g in caps.gpus.gpus]
-    if target.gpu.nvml_name not in names:
-        return f"needs a {target.gpu.nvml_name} GPU to build on; this machine has {caps.gpus.describe()}"
+    from trtfarm.machine.match import best_fit, spec_of_target
+
+    spec = spec_of_target(target)
+    found = best_fit(spec, caps.gpus)
+    if not found.ok:
+        why = f" ({found.reason})" if caps.gpus.gpus else ""
+        return f"needs a {spec.describe()} GPU to build on; this machine has {caps.gpus.describe()}{why}"
     return None
 
 

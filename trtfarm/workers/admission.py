@@ -1,7 +1,8 @@
 """Worker admission: a worker serves a pool only if this machine can build every target of that pool.
 
-Prefect does no capability matching, so ``trtfarm worker --pool P`` checks first: the local GPU model (NVML) against
-the pool's GPU, and the importable toolchain versions against the pool's targets. Pools whose targets are all
+Prefect does no capability matching, so ``trtfarm worker --pool P`` checks first: the local GPU model (NVML: its PCI
+device id where the fleet declares one, and its MIG profile) against each of the pool's targets (machine/match.py),
+and the importable toolchain versions against them. Pools whose targets are all
 TensorRT-RTX ahead-of-time builds accept CPU-only machines.
 """
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from trtfarm.machine.flavour import INSTALL_HINT
 from trtfarm.machine.gpu import GpuScan
 from trtfarm.machine.header import version_matches
+from trtfarm.machine.match import best_fit, spec_of_target
 from trtfarm.vocabulary.fleet import Flavour, Fleet, select_targets
 from trtfarm.workers.pools import CONTROL_POOL
 
@@ -51,15 +53,17 @@ def check_worker(fleet: Fleet, pool: str, gpus: GpuScan, versions: dict[str, str
         return WorkerCheck(pool, found, "any machine (runs build-matrix parent flows; builds nothing)")
     if not targets:
         return WorkerCheck(pool, found, "-", problems=[f"no target uses pool {pool!r}; pools: {pools}"])
-    gpu = targets[0].gpu
+    spec = spec_of_target(targets[0])
     aot_only = all(t.toolchain.flavour is Flavour.tensorrt_rtx for t in targets)
-    needs = f"{gpu.nvml_name} (cc {gpu.compute_capability})" + (" or a CPU-only machine (ahead-of-time builds)"
-                                                                 if aot_only else "")
+    needs = spec.describe() + (" or a CPU-only machine (ahead-of-time builds)" if aot_only else "")
     needs += "; toolchains: " + ", ".join(sorted({t.toolchain_label for t in targets}))
     check = WorkerCheck(pool, found, needs, [t.id for t in targets])
-    if not aot_only and gpu.nvml_name not in {g.name for g in gpus.gpus}:
-        check.problems.append(f"pool {pool!r} builds on {gpu.nvml_name} (cc {gpu.compute_capability}); this "
-                              f"machine has {gpus.describe()}. Start this worker on a pool of its GPU instead.")
+    for t in targets if not aot_only else []:
+        fits = best_fit(spec_of_target(t), gpus)
+        if not fits.ok:
+            check.problems.append(f"pool {pool!r} builds on {spec.describe()}; this machine has {gpus.describe()}"
+                                  f"{': ' + fits.reason if gpus.gpus else ''}. Start this worker on a pool of its "
+                                  "GPU instead.")
     for t in targets:
         have, want = versions.get(t.toolchain.flavour.value), t.toolchain.version
         if not have or not version_matches(have, want):

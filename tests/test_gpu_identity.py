@@ -1,0 +1,180 @@
+"""GPU identity: siblings are different targets by PCI device id, a declared group is one, a MIG slice is its own.
+
+The GPUs come through NVML's seam (tests/fake_nvml, pynvml's documented shapes); the fleets are real files; the plan
+of the MIG test is a real TensorRT-RTX build whose header check runs in the real bindings here (no GPU: INVALID).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from trtfarm.machine.gpu import GpuScan, LocalGpu, MigInstance
+from trtfarm.vocabulary.fleet_file import load_fleet
+from trtfarm.workers.admission import check_worker
+
+from .conftest import REPO
+
+SIBLINGS = """\
+version: 1
+toolchains:
+  trt-11.4: {flavour: tensorrt, version: "11.4.0.106"}
+gpus:
+  h100-sxm: {nvml_name: "NVIDIA H100 80GB HBM3", pci_ids: ["0x2330"], compute_capability: "9.0", memory_gib: 80,
+             pool: h100-sxm}
+  h100-pcie: {nvml_name: "NVIDIA H100 PCIe", pci_ids: ["0x2331"], compute_capability: "9.0", memory_gib: 80,
+              pool: h100-pcie}
+  h100-nvl: {nvml_name: "NVIDIA H100 NVL", pci_ids: ["0x2321"], compute_capability: "9.0", memory_gib: 94,
+             pool: h100-nvl}
+  a10: {nvml_name: "NVIDIA A10", pci_ids: ["0x2236"], compute_capability: "8.6", memory_gib: 24, pool: a10}
+  a10g: {nvml_name: "NVIDIA A10G", pci_ids: ["0x2237"], compute_capability: "8.6", memory_gib: 24, pool: a10g}
+  l40: {nvml_name: "NVIDIA L40", pci_ids: ["0x26b5"], compute_capability: "8.9", memory_gib: 48, pool: l40}
+  l40s: {nvml_name: "NVIDIA L40S", pci_ids: ["0x26b9"], compute_capability: "8.9", memory_gib: 48, pool: l40s}
+  h100-1g: {nvml_name: "NVIDIA H100 80GB HBM3", pci_ids: ["0x2330"], compute_capability: "9.0", memory_gib: 10,
+            pool: h100-1g, mig: 1g.10gb}
+targets:
+  - {id: h100-sxm, gpu: h100-sxm, toolchain: trt-11.4}
+  - {id: h100-pcie, gpu: h100-pcie, toolchain: trt-11.4, serves: [h100-pcie, h100-nvl]}
+  - {id: a10, gpu: a10, toolchain: trt-11.4}
+  - {id: a10g, gpu: a10g, toolchain: trt-11.4}
+  - {id: l40, gpu: l40, toolchain: trt-11.4}
+  - {id: l40s, gpu: l40s, toolchain: trt-11.4}
+  - {id: h100-1g, gpu: h100-1g, toolchain: trt-11.4}
+"""
+DEVICES = {"NVIDIA H100 80GB HBM3:9.0:79.6": {"h100-sxm": "exact"},
+           "NVIDIA H100 PCIe:9.0:79.6": {"h100-pcie": "exact"},
+           "NVIDIA H100 NVL:9.0:93.6": {"h100-pcie": "group"},
+           "NVIDIA A10:8.6:22.5": {"a10": "exact"}, "NVIDIA A10G:8.6:22.5": {"a10g": "exact"},
+           "NVIDIA L40:8.9:44.5": {"l40": "exact"}, "NVIDIA L40S:8.9:44.5": {"l40s": "exact"},
+           "NVIDIA H100 80GB HBM3:9.0:79.6:mig=1g.10gb": {"h100-1g": "exact"}}
+
+
+def trtfarm(args, cwd, gpus):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRTFARM_", "PREFECT_"))}
+    env.update(PYTHONPATH=f"{REPO / 'tests/fake_nvml'}{os.pathsep}{REPO}", FAKE_NVML_GPUS=gpus, COLUMNS="80")
+    return subprocess.run([sys.executable, "-m", "trtfarm", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("device", sorted(DEVICES))
+def test_each_sibling_is_served_only_by_its_own_target_or_its_declared_group(tmp_path, device):
+    (tmp_path / "gpu_targets.yaml").write_text(SIBLINGS)
+    done = trtfarm(["targets", "--json"], tmp_path, device)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    served = {t["target"]: t["device_serves"] for t in doc["targets"] if t["device_serves"] != "no"}
+    assert served == DEVICES[device]
+    (dev,) = doc["machine"]["devices"]
+    assert dev["pci_device_id"] == {"NVIDIA H100 80GB HBM3": "0x2330", "NVIDIA H100 PCIe": "0x2331"}.get(
+        dev["name"], dev["pci_device_id"]) and dev["pci_vendor_id"] == "0x10de"
+    siblings = [t for t in doc["targets"] if t["device_serves"] == "no" and t["compute_capability"] ==
+                dev["compute_capability"] and not dev["mig"] and t["target"] != "h100-1g"]
+    for t in siblings:
+        assert "is a sibling of" in t["device_reason"] and "declare the group" in t["device_reason"], t
+
+
+def test_the_mig_instance_reports_its_profile_and_a_whole_gpu_target_refuses_it(tmp_path):
+    (tmp_path / "gpu_targets.yaml").write_text(SIBLINGS)
+    doc = json.loads(trtfarm(["targets", "--json"], tmp_path, "NVIDIA H100 80GB HBM3:9.0:79.6:mig=1g.10gb").stdout)
+    (dev,) = doc["machine"]["devices"]
+    assert dev["mig_mode"] is True and dev["mig"] == {"profile": "1g.10gb", "sm_count": 16, "memory_gib": 9.62}
+    sxm = next(t for t in doc["targets"] if t["target"] == "h100-sxm")
+    assert sxm["device_serves"] == "no" and "is a MIG 1g.10gb instance" in sxm["device_reason"]
+    whole = json.loads(trtfarm(["targets", "--json"], tmp_path, "NVIDIA H100 80GB HBM3:9.0:79.6").stdout)
+    one_g = next(t for t in whole["targets"] if t["target"] == "h100-1g")
+    assert one_g["device_serves"] == "no" and "is a whole GPU" in one_g["device_reason"]
+
+
+def scan(name, cc, pci, mig=None):
+    inst = MigInstance(mig, 16, 9.6) if mig else None
+    return GpuScan((LocalGpu(0, name, cc, 9.6 if mig else 80.0, pci, "0x10de", mig_mode=bool(mig), mig=inst),), "x")
+
+
+def test_the_worker_self_check_refuses_an_undeclared_sibling_and_accepts_a_declared_one(tmp_path):
+    path = tmp_path / "gpu_targets.yaml"
+    path.write_text(SIBLINGS)
+    fleet, trt = load_fleet(path), {"tensorrt": "11.4.0.106"}
+    refused = check_worker(fleet, "h100-sxm", scan("NVIDIA H100 PCIe", "9.0", "0x2331"), trt)
+    assert not refused.ok and "NVIDIA H100 PCIe (PCI 0x2331, cc 9.0) is a sibling of NVIDIA H100 80GB HBM3 (PCI " \
+        "0x2330, cc 9.0)" in refused.problems[0]
+    assert check_worker(fleet, "h100-pcie", scan("NVIDIA H100 NVL", "9.0", "0x2321"), trt).ok  # the group
+    assert not check_worker(fleet, "a10", scan("NVIDIA A10G", "8.6", "0x2237"), trt).ok
+    assert not check_worker(fleet, "h100-1g", scan("NVIDIA H100 80GB HBM3", "9.0", "0x2330"), trt).ok
+    assert check_worker(fleet, "h100-1g", scan("NVIDIA H100 80GB HBM3", "9.0", "0x2330", "1g.10gb"), trt).ok
+
+
+BAD = {
+    "not hex": ('pci_ids: ["0x2330"]', 'pci_ids: ["0xZZ30"]', "is not 4 hex digits"),
+    "a number": ('pci_ids: ["0x2330"]', "pci_ids: [0x2330]", "is a number: quote it"),
+    "duplicated": ('pci_ids: ["0x2331"]', 'pci_ids: ["0x2330"]', "PCI id 0x2330 is declared by GPU 'h100-sxm' too"),
+    "no such MIG profile": ("mig: 1g.10gb", "mig: 1g.11gb", "MIG profile '1g.11gb' does not exist on NVIDIA H100"),
+    "group of an unknown GPU": ("serves: [h100-pcie, h100-nvl]", "serves: [h100-pcie, h100-nvx]",
+                                "serves names unknown GPU 'h100-nvx'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_identity_input_is_one_line_with_its_place_in_the_file_and_exit_2(tmp_path, case):
+    old, new, words = BAD[case]
+    text = SIBLINGS.replace(old, new, 1)
+    assert text != SIBLINGS
+    (tmp_path / "gpu_targets.yaml").write_text(text)
+    line = SIBLINGS[:SIBLINGS.index(old)].count("\n") + 1  # the line the change is on
+    done = trtfarm(["targets"], tmp_path, "")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    (msg,) = [m for m in done.stderr.strip().splitlines() if "gpu_targets.yaml:" in m]
+    assert f"gpu_targets.yaml:{line}:" in msg and words in msg, msg
+
+
+MIG_FLEET = """\
+version: 1
+toolchains:
+  rtx-1.7: {flavour: tensorrt_rtx, version: "1.7.1.116"}
+gpus:
+  a100-1g: {nvml_name: "NVIDIA A100-SXM4-80GB", pci_ids: ["0x20b2"], compute_capability: "8.0", memory_gib: 10,
+            pool: a100-1g, mig: 1g.10gb}
+  a100-pcie-1g: {nvml_name: "NVIDIA A100 80GB PCIe", pci_ids: ["0x20b5"], compute_capability: "8.0",
+                 memory_gib: 10, pool: a100-pcie-1g, mig: 1g.10gb}
+targets:
+  - {id: a100-1g-rtx1.7, gpu: a100-1g, toolchain: rtx-1.7, serves: [a100-1g, a100-pcie-1g]}
+"""
+
+
+def test_a_mig_plan_records_its_group_and_loads_only_on_its_profile_after_the_header_check(tmp_path):
+    """A real TensorRT-RTX build for a MIG target: the manifest lists every id it serves and its profile; load_plan
+    refuses a whole GPU and another profile before any runtime call, and on the right instance asks the real
+    bindings' get_engine_validity first (INVALID here, with no GPU) and does not deserialise."""
+    from trtfarm.runtime.loader import PlanMismatch, load_plan
+    from trtfarm.runtime.pull import pull_release
+    from trtfarm.store import open_store
+
+    from .conftest_builds import publish_export
+
+    (tmp_path / "gpu_targets.yaml").write_text(MIG_FLEET)
+    store = open_store((tmp_path / "store").as_uri())
+    _, outcomes = publish_export(store, tmp_path / "gpu_targets.yaml", tmp_path / "export", 0, 1_700_000_000,
+                                 ["a100-1g-rtx1.7"])
+    from trtfarm.publishing.publish import read_manifest
+    from trtfarm.publishing.release import move_release
+
+    key = outcomes["a100-1g-rtx1.7"].manifest.removeprefix(store.uri + "/")
+    m = read_manifest(store, key)
+    assert m.target.mig == "1g.10gb" and m.target.pci_ids == ["0x20b2"] and m.build.device is None
+    assert [(s.gpu, s.pci_ids) for s in m.target.serves] == [("a100-1g", ["0x20b2"]), ("a100-pcie-1g", ["0x20b5"])]
+    move_release(store, key, m, release_on="built", reason="test")
+    got = pull_release(store, "encoder", "a100-1g", ["tensorrt_rtx-1.7.1.116"], tmp_path / "host" / "enc.plan")
+    rtx = {"tensorrt_rtx": "1.7.1.116"}
+    for device, words in ((scan("NVIDIA A100-SXM4-80GB", "8.0", "0x20b2"), "is a whole GPU"),
+                          (scan("NVIDIA A100-SXM4-80GB", "8.0", "0x20b2", "2g.20gb"), "is a MIG 2g.20gb instance")):
+        with pytest.raises(PlanMismatch) as err:
+            load_plan(got.plan, installed=rtx, gpus=device)
+        assert words in str(err.value) and "get_engine_validity" not in str(err.value)
+    with pytest.raises(PlanMismatch) as err:
+        load_plan(got.plan, installed=rtx, gpus=scan("NVIDIA A100 80GB PCIe", "8.0", "0x20b5", "1g.10gb"))
+    (line,) = err.value.differences
+    assert "header check refused it, so it was not deserialised: get_engine_validity: INVALID" in line
+    assert "deserialize_cuda_engine" not in line and "\n" not in line
