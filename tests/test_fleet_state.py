@@ -208,3 +208,13 @@ def test_a_signed_state_record_is_one_object_per_model_for_a_host_that_trusts_it
     cell = {(c["model"], c["target"]): c for c in cold()[0]}["enc", TARGET]
     assert cell["state"] == "refused" and cell["signed"] == "refused"
     assert pull(farm, store, trusted, tmp, "gone").returncode == 1
+
+
+def test_a_store_path_is_printed_as_given(farm, host):
+    store, plain, _, tmp = host
+    odd = tmp / "my st [b]ü"
+    shutil.copytree(tmp / "store", odd)
+    done = run("status", "--store", str(odd), "--targets-file", str(farm["fleet"]), env=plain, cwd=tmp)
+    assert done.returncode == 0 and f"in {odd}:" in done.stdout and "%20" not in done.stdout, done.stdout
+    unknown = run("status", "nope", "--store", str(odd), "--targets-file", str(farm["fleet"]), env=plain, cwd=tmp)
+    assert unknown.returncode == 2 and str(odd) in unknown.stderr and "%5B" not in unknown.stderr
