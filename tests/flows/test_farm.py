@@ -192,6 +192,12 @@ def test_a_matrix_over_two_pools_survives_a_killed_child_then_builds_nothing(far
                        "--to", str(farm.home / "host" / "encoder.plan")], check=False,
                       env={"TRTFARM_TRUSTED_KEYS": str(farm.public_key)})
     assert pulled.returncode == 0 and "signature: signed by trusted key" in pulled.stdout, pulled.stderr
+    # the run recorded the model's state in the store: a cold view on another host (a cache of its own) reads that
+    # one object and says nothing was recomputed; it tells what the objects tell
+    assert store.exists(layout.state_key("encoder"))
+    viewed = farm.run([*TRTFARM, "status", "--json"], check=False, env={"XDG_CACHE_HOME": str(farm.home / "viewer")})
+    assert viewed.returncode == 0 and "note:" not in viewed.stderr, viewed.stderr
+    assert {c["target"]: c["state"] for c in json.loads(viewed.stdout)} == dict.fromkeys(POOL, "released")
     import boto3
 
     bucket = store.uri.split("/")[2]
