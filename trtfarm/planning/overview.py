@@ -43,8 +43,8 @@ def _models(survey: StoreSurvey, names: list[str]) -> list[str]:
 def plan_fleet(store: Store, current: Fleet | None, proposed: Fleet, models: list[str] | None = None, *,
                targets: list[str] | None = None, cache: bool = True) -> FleetDecisions:
     """What ``proposed`` would build, keep and drop for ``models`` (all by default), against ``current``."""
-    survey = survey_of(store, cache=cache)
-    expected = expected_exports(survey, _models(survey, models or []))
+    survey = survey_of(store, runs=True, cache=cache)
+    expected = recorded_exports(survey, _models(survey, models or []))
     decisions = decide_fleet(survey, expected, current, proposed, target_ids=targets)
     survey.save()
     return decisions
@@ -53,11 +53,27 @@ def plan_fleet(store: Store, current: Fleet | None, proposed: Fleet, models: lis
 def dry_run(store: Store, fleet: Fleet, exports: list[ExportRef], *, targets: list[str] | None = None,
             precision: str | None = None, force: bool = False) -> FleetDecisions:
     """What a run of ``exports`` would do now (``farm run --dry-run``): the fleet as it is, against the store."""
-    survey = survey_of(store)
-    expected = expected_exports(survey, [e.name for e in exports], precision, {e.name: e for e in exports})
+    survey = survey_of(store, runs=True)
+    expected = recorded_exports(survey, [e.name for e in exports], precision, {e.name: e for e in exports})
     decisions = decide_fleet(survey, expected, fleet, fleet, baseline="store", target_ids=targets, force=force)
     survey.save()
     return decisions
+
+
+def recorded_exports(survey: StoreSurvey, models: list[str], precision: str | None = None,
+                     refs: dict[str, ExportRef] | None = None) -> dict[str, ExpectedExport]:
+    """Each model's next build, from its current state record (one object) where that answers the question.
+
+    Else (no current record, another recipe asked, another export named) from its export record and build spec
+    (``expected_exports``).
+    """
+    current, _ = current_records(survey, models)
+    usable = {m: s for m, s in current.items() if precision is None
+              and (refs is None or refs[m].export_id in (None, s.expected.get("export_id")))}
+    found = {m: ExpectedExport.from_record(s.expected) for m, s in usable.items()}
+    rest = [m for m in models if m not in found]
+    found.update(expected_exports(survey, rest, precision, {m: refs[m] for m in rest if m in refs} if refs else None))
+    return found
 
 
 def run_exports(store: Store, model: str | None) -> list[ExportRef]:
