@@ -178,3 +178,90 @@ def test_a_mig_plan_records_its_group_and_loads_only_on_its_profile_after_the_he
     (line,) = err.value.differences
     assert "header check refused it, so it was not deserialised: get_engine_validity: INVALID" in line
     assert "deserialize_cuda_engine" not in line and "\n" not in line
+
+
+WHOLE_AND_SLICE = """\
+version: 1
+toolchains:
+  trt-11.4: {flavour: tensorrt, version: "11.4.0.106"}
+  rtx-1.7: {flavour: tensorrt_rtx, version: "1.7.1.116"}
+gpus:
+  h100: {nvml_name: "NVIDIA H100 80GB HBM3", pci_ids: ["0x2330"], compute_capability: "9.0", memory_gib: 80,
+         pool: h100}
+  h100-1g.10gb: {nvml_name: "NVIDIA H100 80GB HBM3", pci_ids: ["0x2330"], compute_capability: "9.0",
+                 memory_gib: 10, pool: h100-1g, mig: 1g.10gb}
+  a100: {nvml_name: "NVIDIA A100-SXM4-80GB", pci_ids: ["0x20b2"], compute_capability: "8.0", memory_gib: 80,
+         pool: a100}
+  a100-1g.10gb: {nvml_name: "NVIDIA A100-SXM4-80GB", pci_ids: ["0x20b2"], compute_capability: "8.0",
+                 memory_gib: 10, pool: a100-1g, mig: 1g.10gb}
+targets:
+  - {id: h100, gpu: h100, toolchain: trt-11.4, settings: {hardware_compatibility: same_compute_capability}}
+  - {id: h100-1g.10gb, gpu: h100-1g.10gb, toolchain: trt-11.4,
+     settings: {hardware_compatibility: same_compute_capability}}
+  - {id: a100, gpu: a100, toolchain: rtx-1.7}
+  - {id: a100-1g.10gb, gpu: a100-1g.10gb, toolchain: rtx-1.7}
+"""
+
+
+def _whole_and_slice_plans(tmp_path, caps=None):
+    from trtfarm.identity import build_digest
+    from trtfarm.profiles.profile import profile_from_args
+    from trtfarm.vocabulary.fleet import select_targets
+    from trtfarm.vocabulary.model import model_source
+    from trtfarm.vocabulary.targets import plan_targets, profiles_json
+
+    from .conftest import ENCODER_PROFILE, make_model
+
+    (tmp_path / "gpu_targets.yaml").write_text(WHOLE_AND_SLICE)
+    (tmp_path / "export").mkdir()
+    path = tmp_path / "export" / "model.onnx"
+    path.write_bytes(make_model.encoder_model(0).SerializeToString(deterministic=True))
+    model, profiles = model_source(path, "encoder"), [profile_from_args(ENCODER_PROFILE)]
+    plans = plan_targets(model, model.onnx_digest, select_targets(load_fleet(tmp_path / "gpu_targets.yaml")),
+                         profiles, caps)
+    for p in plans:  # a whole GPU's digest is what it was before MIG profiles: its published plans stay current
+        t = p.target
+        base = build_digest(converted_onnx_digest=model.onnx_digest, profiles=profiles_json(profiles),
+                            settings=t.settings.model_dump(mode="json"), flavour=t.toolchain.flavour.value,
+                            toolchain_version=t.toolchain.version, compat_class=t.compat_class.split("@")[0])
+        assert (p.build_digest == base) is (t.mig is None), t.id
+    return model, profiles, plans
+
+
+def test_a_mig_target_is_its_own_build_digest_and_its_own_job(tmp_path):
+    """A portable class (sm90, rtx-portable) would let one plan serve a whole GPU and its MIG slice; the profile is
+    in the class and the digest, so the planner makes one job per target."""
+    from trtfarm.vocabulary.targets import group_by_build
+
+    _, _, plans = _whole_and_slice_plans(tmp_path)
+    classes = {p.target.id: p.target.compat_class for p in plans}
+    assert classes == {"h100": "sm90", "h100-1g.10gb": "sm90@1g.10gb", "a100": "rtx-portable",
+                       "a100-1g.10gb": "rtx-portable@1g.10gb"}
+    assert len({p.build_digest for p in plans}) == 4
+    assert [[p.target.id for p in g] for g in group_by_build(plans)] == [[p.target.id] for p in plans]
+
+
+def test_a_real_build_for_a_whole_gpu_and_its_mig_slice_is_two_plans_neither_standing_for_the_other(tmp_path):
+    """Real TensorRT-RTX builds: the A100 and its 1g.10gb slice each get a build of their own (no "shares the ...
+    build"), each manifest says it was built for its own target, and the gpu check refuses each on the other."""
+    from trtfarm.building.build import build_group
+    from trtfarm.machine.capabilities import local_capabilities
+    from trtfarm.publishing.publish import read_manifest
+    from trtfarm.runtime.loader import gpu_check
+    from trtfarm.store import open_store
+    from trtfarm.vocabulary.targets import group_by_build
+
+    model, profiles, plans = _whole_and_slice_plans(tmp_path, local_capabilities())
+    store = open_store((tmp_path / "store").as_uri())
+    rtx = [p for p in plans if p.target.toolchain.flavour.value == "tensorrt_rtx"]
+    outcomes = [o for g in group_by_build(rtx) for o in build_group(store, model, g, profiles)]
+    assert [(o.target, o.status) for o in outcomes] == [("a100", "built"), ("a100-1g.10gb", "built")]
+    assert not any("shares the" in o.reason for o in outcomes), [o.reason for o in outcomes]
+    m = {o.target: read_manifest(store, o.manifest_key) for o in outcomes}
+    assert {t: (x.build.built_for_target, x.target.mig) for t, x in m.items()} == {
+        "a100": ("a100", None), "a100-1g.10gb": ("a100-1g.10gb", "1g.10gb")}
+    assert m["a100"].plan.key != m["a100-1g.10gb"].plan.key
+    whole, slice_ = scan("NVIDIA A100-SXM4-80GB", "8.0", "0x20b2"), scan("NVIDIA A100-SXM4-80GB", "8.0", "0x20b2",
+                                                                        "1g.10gb")
+    assert gpu_check(m["a100"], whole).ok and gpu_check(m["a100-1g.10gb"], slice_).ok
+    assert gpu_check(m["a100"], slice_).ok is False and gpu_check(m["a100-1g.10gb"], whole).ok is False

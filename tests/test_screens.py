@@ -135,3 +135,22 @@ def test_a_store_or_path_with_brackets_is_text_not_markup(tmp_path):
     missing = subprocess.run([*TRTFARM, "build", "[red]x[/].onnx"], cwd=tmp_path, capture_output=True, text=True,
                              timeout=60)
     assert missing.returncode == 2 and "[red]x[/].onnx: no such ONNX file" in missing.stderr
+
+
+@pytest.mark.parametrize("fleet, device", [("SIBLINGS", "NVIDIA H100 NVL:9.0:93.6"),
+                                           ("WHOLE_AND_SLICE", "NVIDIA A100-SXM4-80GB:8.0:79.2:mig=1g.10gb")])
+def test_targets_on_a_gpu_machine_keeps_every_word_whole_and_its_identity_beside_its_label(tmp_path, monkeypatch,
+                                                                                          fleet, device):
+    """The stand-in NVML's device (tests/fake_nvml): its identity line wraps beside ``this machine:``, never under
+    it, and the table (device column, MIG classes, long target ids) breaks no word at 80 columns."""
+    from . import test_gpu_identity
+
+    (tmp_path / "gpu_targets.yaml").write_text(getattr(test_gpu_identity, fleet))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO / "tests/fake_nvml"), str(REPO)]))
+    monkeypatch.setenv("FAKE_NVML_GPUS", device)
+    narrow, wide = on_terminal(["targets"], tmp_path, 80), on_terminal(["targets"], tmp_path, 400)
+    assert max(len(line) for line in narrow.splitlines()) <= 80, narrow
+    assert split_words(narrow, wide) == [], (split_words(narrow, wide), narrow)
+    first, second = narrow.splitlines()[:2]
+    assert first.startswith("this machine: NVIDIA ") and second.startswith(" " * len("this machine: ")), narrow
+    assert second.strip() and "ECC on" in first + second

@@ -230,8 +230,8 @@ def targets(targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
                    "devices": [g.identity() for g in caps.gpus.gpus]}
         print(json.dumps({"machine": machine, "targets": rows}, indent=2))
         return
-    for g in caps.gpus.gpus:
-        out.print(message_text(f"this machine: {device_line(g)}"), highlight=False)
+    for g in caps.gpus.gpus:  # wrapped beside its label, never under it
+        labelled(out, "this machine:", message_text(device_line(g)))
     columns = [Column("target"), Column("gpu"), Column("cc", 3), Column("toolchain", 6), Column("pool", 2),
                Column("class", 1), Column("api", 5), Column("device", 4), Column("here"), Column("why not", 0)]
     cells = [{"target": escape(r["target"]), "gpu": escape(r["gpu"]), "cc": r["compute_capability"],

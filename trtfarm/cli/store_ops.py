@@ -142,11 +142,14 @@ def pull(model: str = typer.Argument(..., help="model name"),
          to: Path = typer.Option(None, "--to", help="where to write the plan [default: ./MODEL.plan]"),
          gpu: str = typer.Option(None, "--gpu", help="fleet GPU key instead of this host's GPU"),
          toolchain: str = typer.Option(None, "--toolchain", help="e.g. tensorrt-11.4.0.106 instead of the installed"),
+         check: bool = typer.Option(False, "--check", help="then run verify's checks on the pulled plan here "
+                                    "(the runtime's header check included); exit 1 when one refuses it"),
          targets_file: Path = TARGETS_OPT, store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     """Fetch the plan released for this host's GPU and toolchain, checked, with its manifest beside it.
 
     With trusted keys configured (TRTFARM_TRUSTED_KEYS or gpu_targets.yaml) the signature is checked before any plan
-    byte is downloaded; without, the pull says it is unsigned-checked.
+    byte is downloaded; without, the pull says it is unsigned-checked. ``--check`` then runs ``verify``'s checks on
+    the pulled plan on this host and says the verdict in one line.
     """
     from trtfarm.machine.capabilities import local_capabilities
     from trtfarm.runtime.pull import local_gpu_key, local_toolchains, pull_release
@@ -169,6 +172,10 @@ def pull(model: str = typer.Argument(..., help="model name"),
            "bytes": pulled.bytes, "transfer": pulled.transfer,
            "signature": pulled.verdict.status, "signature_detail": pulled.verdict.detail,
            "release_version": claim.version if claim else None, "release_detail": pulled.release.detail}
+    checks = _pulled_checks(pulled, trust, model) if check else None
+    if checks is not None:
+        doc["check"] = {"ok": all(c.ok is not False for c in checks),
+                        "checks": [{"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks]}
     if as_json:
         print(json.dumps(doc, indent=2))
     else:
@@ -179,6 +186,28 @@ def pull(model: str = typer.Argument(..., help="model name"),
         (out if pulled.verdict.ok else err).print(message_text(f"signature: {pulled.verdict.detail}"),
                                                   highlight=False)
         (out if claim else err).print(message_text(f"release: {pulled.release.detail}"), highlight=False)
+        if checks is not None:
+            _check_line(checks)
+    if checks is not None and not doc["check"]["ok"]:
+        raise typer.Exit(1)
+
+
+def _pulled_checks(pulled, trust, model: str) -> list:
+    """``verify``'s checks on a plan ``pull`` just wrote, against this host's GPUs and toolchain."""
+    from trtfarm.runtime.loader import find_files
+
+    return plan_checks(find_files(pulled.plan), trust, model=model)
+
+
+def _check_line(checks) -> None:
+    """``check: ok (sha256, header, ...)``, or ``check: refused: why; why`` (on stderr): one line."""
+    bad = [condensed(c.detail) for c in checks if c.ok is False]
+    if bad:
+        err.print("check: refused: " + "; ".join(bad), highlight=False, soft_wrap=not err.is_terminal, markup=False)
+        return
+    passed = ", ".join(c.name + ("" if c.ok else " not run" if c.name != "signature" else " unsigned-checked")
+                       for c in checks)
+    out.print(f"check: ok ({passed})", highlight=False, soft_wrap=not out.is_terminal, markup=False)
 
 
 def _host_memory(trust):
@@ -198,7 +227,7 @@ def verify(ref: Path = typer.Argument(..., help="a plan (manifest beside it) or 
            targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
     """Check a plan against its manifest, this host and the fleet's trusted keys, then load it."""
     from trtfarm.machine.gpu import GpuScan, LocalGpu
-    from trtfarm.runtime.loader import VerifyCheck, find_files, runtime_check, static_checks
+    from trtfarm.runtime.loader import find_files
     from trtfarm.vocabulary.fleet_file import signing_settings
     from trtfarm.vocabulary.manifest import ManifestInvalid
 
@@ -208,18 +237,10 @@ def verify(ref: Path = typer.Argument(..., help="a plan (manifest beside it) or 
         trust = signing_settings(targets_path(targets_file), only="trust").trusted_keys()
         gpus = GpuScan((LocalGpu(0, gpu_name, compute_capability or m.target.compute_capability, 0),), None) \
             if gpu_name else None
-        checks = static_checks(plan, m, expected_onnx_digest=onnx_digest, expected_model=model, gpus=gpus,
-                               files=files, trust=trust)
+        checks = plan_checks(files, trust, onnx_digest=onnx_digest, model=model, gpus=gpus,
+                             stand_in=f"--gpu-name {gpu_name!r}" if gpu_name else None)
     except ManifestInvalid as e:  # the manifest beside a plan is damaged or replaced: a refusal, not bad input
         raise fail(f"refused: {e}", code=1) from e
-    # an untrusted plan is never deserialised: a version-compatible one would run its host code
-    intact = all(c.ok is not False for c in checks if c.name in ("sha256", "header", "toolchain", "signature",
-                                                                 "identity"))
-    if intact and gpus is None:  # ask the runtime too, so a GPU mismatch also shows the runtime's own reason
-        checks.append(runtime_check(plan, m))
-    elif intact:
-        checks.append(VerifyCheck("runtime", None,
-                                  f"not run: checked against --gpu-name {gpu_name!r}, not a local GPU"))
     rows = [{"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks]
     ok = all(c.ok is not False for c in checks)
     sig = next(c for c in checks if c.name == "signature")
@@ -237,12 +258,34 @@ def verify(ref: Path = typer.Argument(..., help="a plan (manifest beside it) or 
                   highlight=False, soft_wrap=not err.is_terminal, markup=False)
 
 
+def plan_checks(files, trust, *, onnx_digest: str | None = None, model: str | None = None, gpus=None,
+                stand_in: str | None = None) -> list:
+    """``verify``'s checks of a plan on disk, for ``verify`` and ``pull --check``.
+
+    The static checks, then (when those that make it safe to deserialise pass, and ``gpus`` are this host's, not
+    ``stand_in``) the runtime's header-only check and deserialisation.
+    """
+    from trtfarm.runtime.loader import VerifyCheck, runtime_check, static_checks
+
+    checks = static_checks(files.plan, files.manifest, expected_onnx_digest=onnx_digest, expected_model=model,
+                           gpus=gpus, files=files, trust=trust)
+    # an untrusted plan is never deserialised: a version-compatible one would run its host code
+    intact = all(c.ok is not False for c in checks if c.name in ("sha256", "header", "toolchain", "signature",
+                                                                 "identity"))
+    if intact and stand_in is None:  # ask the runtime too, so a GPU mismatch also shows the runtime's own reason
+        checks.append(runtime_check(files.plan, files.manifest))
+    elif intact:
+        checks.append(VerifyCheck("runtime", None, f"not run: checked against {stand_in}, not a local GPU"))
+    return checks
+
+
 def condensed(text: str) -> str:
     """A runtime's error chain as a person reads it: each CUDA error once, with what raised it, no source paths.
 
     ``--json`` keeps the whole text. ``"deserialize_cuda_engine refused it: IRuntime::...: Error Code 1: Cuda Runtime
     (In ScopedCudaStream at /_src/...:25 (cudaError 35: CUDA driver version is insufficient ...))"`` becomes
-    ``"deserialize_cuda_engine refused it: CUDA driver version is insufficient ... (cudaError 35)"``.
+    ``"deserialize_cuda_engine refused it: CUDA driver version is insufficient ... (cudaError 35)"``; the header
+    check's ``get_engine_validity: INVALID (...)`` keeps its verdict: ``get_engine_validity: INVALID: CUDA ...``.
     """
     import re
 
@@ -253,7 +296,8 @@ def condensed(text: str) -> str:
             parts.append(part)
         elif found.groups() not in seen:
             seen.add(found.groups())
-            lead = "CUDA runtime" if part.startswith("[") else part.split(": ", 1)[0]
+            verdict = re.match(r"get_engine_validity: [A-Z_]+", part)  # the header check's verdict stays
+            lead = "CUDA runtime" if part.startswith("[") else verdict.group(0) if verdict else part.split(": ", 1)[0]
             parts.append(f"{lead}: {found.group(2)} (cudaError {found.group(1)})")
     return "; ".join(parts)
 

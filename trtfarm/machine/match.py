@@ -80,7 +80,7 @@ class Fit:
 
 
 def _portable(spec: DeviceSpec, gpu: LocalGpu) -> Fit | None:
-    cls, cc = spec.compat_class, gpu.compute_capability
+    cls, cc = spec.compat_class.split("@")[0], gpu.compute_capability  # its MIG profile: _mig checked it
     if cls == "rtx-portable":
         ok = cc in RTX_COMPUTE_CAPABILITIES or cc.startswith("12.")
     elif cls.startswith("sm") and cls[2:].isdigit():

@@ -294,8 +294,18 @@ class ResolvedTarget:
         return f"{self.toolchain.flavour.value}-{self.toolchain.version}"
 
 
-def compat_class(flavour: Flavour, gpu_key: str, gpu: Gpu, hw: HardwareCompatibility) -> str:
-    """Return the name of the set of GPU models that one plan for this target can run on."""
+def compat_class(flavour: Flavour, gpu_key: str, gpu: Gpu, hw: HardwareCompatibility, mig: str | None = None) -> str:
+    """Return the name of the set of GPU models that one plan for this target can run on.
+
+    A MIG profile is another device to TensorRT (its own SMs and memory): a target that builds for one has its own
+    class, ``<class>@<profile>`` (``rtx-portable@1g.10gb``), so its build digest differs from the whole GPU's and
+    one plan never stands for the other. Without a profile the class (and every digest) is as before.
+    """
+    base = _class_of_gpu(flavour, gpu_key, gpu, hw)
+    return f"{base}@{mig}" if mig else base
+
+
+def _class_of_gpu(flavour: Flavour, gpu_key: str, gpu: Gpu, hw: HardwareCompatibility) -> str:
     if flavour is Flavour.tensorrt_rtx:
         if gpu.compute_capability not in RTX_COMPUTE_CAPABILITIES and not gpu.compute_capability.startswith("12."):
             raise ValueError(f"GPU {gpu_key!r} has compute capability {gpu.compute_capability}; TensorRT-RTX plans "
@@ -317,7 +327,7 @@ def resolve_target(fleet: Fleet, target: Target) -> ResolvedTarget:
     merged = {**fleet.defaults.model_dump(), **target.settings.model_dump(exclude_none=True)}
     try:
         settings = BuilderSettings.model_validate(merged)
-        cls = compat_class(tc.flavour, target.gpu, gpu, settings.hardware_compatibility)
+        cls = compat_class(tc.flavour, target.gpu, gpu, settings.hardware_compatibility, target.mig or gpu.mig)
     except ValueError as err:
         raise ValueError(f"target {target.id!r}: {err}") from err
     group = tuple((k, fleet.gpus[k]) for k in dict.fromkeys(target.serves) if k != target.gpu)
