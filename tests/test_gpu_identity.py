@@ -265,3 +265,25 @@ def test_a_real_build_for_a_whole_gpu_and_its_mig_slice_is_two_plans_neither_sta
                                                                         "1g.10gb")
     assert gpu_check(m["a100"], whole).ok and gpu_check(m["a100-1g.10gb"], slice_).ok
     assert gpu_check(m["a100"], slice_).ok is False and gpu_check(m["a100-1g.10gb"], whole).ok is False
+
+
+@pytest.mark.parametrize("level, same, serves_86", [("same_compute_capability", False, False),
+                                                    ("ampere_plus", True, True), ("none", True, True)])
+def test_a_tensorrt_rtx_hardware_level_decides_which_capabilities_share_a_plan(level, same, serves_86):
+    """TensorRT-RTX plans are portable by default; at same_compute_capability a plan runs only on its GPU's capability,
+    so an RTX 4090 (8.9) and an RTX 3090 (8.6) get two builds and the 4090's plan is refused on the 3090."""
+    from trtfarm.machine.match import fit, spec_of_target
+    from trtfarm.vocabulary.fleet import Fleet, select_targets
+
+    fleet = Fleet.model_validate({
+        "version": 1, "toolchains": {"rtx": {"flavour": "tensorrt_rtx", "version": "1.7.1.116"}},
+        "gpus": {"rtx-4090": {"nvml_name": "NVIDIA GeForce RTX 4090", "compute_capability": "8.9", "memory_gib": 24,
+                              "pool": "a"},
+                 "rtx-3090": {"nvml_name": "NVIDIA GeForce RTX 3090", "compute_capability": "8.6", "memory_gib": 24,
+                              "pool": "b"}},
+        "targets": [{"id": g, "gpu": g, "toolchain": "rtx", "settings": {"hardware_compatibility": level}}
+                    for g in ("rtx-4090", "rtx-3090")]})
+    t4090, t3090 = select_targets(fleet)
+    assert (t4090.compat_class == t3090.compat_class) is same
+    on_3090 = fit(spec_of_target(t4090), scan("NVIDIA GeForce RTX 3090", "8.6", "0x2204").gpus[0])
+    assert on_3090.ok is serves_86, on_3090.reason

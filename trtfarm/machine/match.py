@@ -81,8 +81,11 @@ class Fit:
 
 def _portable(spec: DeviceSpec, gpu: LocalGpu) -> Fit | None:
     cls, cc = spec.compat_class.split("@")[0], gpu.compute_capability  # its MIG profile: _mig checked it
-    if cls == "rtx-portable":
-        ok = cc in RTX_COMPUTE_CAPABILITIES or cc.startswith("12.")
+    rtx = cc in RTX_COMPUTE_CAPABILITIES or cc.startswith("12.")
+    if cls in ("rtx-portable", "rtx-ampere_plus"):  # every capability TensorRT-RTX runs on is Ampere or newer
+        ok = rtx
+    elif cls.startswith("rtx-sm") and cls[6:].isdigit():
+        ok = rtx and cls == f"rtx-sm{cc.replace('.', '')}"
     elif cls.startswith("sm") and cls[2:].isdigit():
         ok = cls == f"sm{cc.replace('.', '')}"
     elif cls == "ampere-plus":

@@ -310,6 +310,8 @@ def _class_of_gpu(flavour: Flavour, gpu_key: str, gpu: Gpu, hw: HardwareCompatib
         if gpu.compute_capability not in RTX_COMPUTE_CAPABILITIES and not gpu.compute_capability.startswith("12."):
             raise ValueError(f"GPU {gpu_key!r} has compute capability {gpu.compute_capability}; TensorRT-RTX plans "
                              f"run on {', '.join(RTX_COMPUTE_CAPABILITIES)}/12.x only: use a tensorrt toolchain")
+        if hw is HardwareCompatibility.same_compute_capability:  # runs only where the capability is the GPU's
+            return f"rtx-sm{gpu.compute_capability.replace('.', '')}"
         return "rtx-portable" if hw is HardwareCompatibility.none else f"rtx-{hw.value}"
     if hw is HardwareCompatibility.same_compute_capability:
         return f"sm{gpu.compute_capability.replace('.', '')}"
