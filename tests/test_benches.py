@@ -96,7 +96,10 @@ def _fanout(out: str) -> None:
 
 def _soak(out: str) -> None:
     doc = json.loads(out)
-    assert doc, doc
+    assert doc["faults"] == "none" and doc["run_state"] == "COMPLETED" and doc["completed_jobs"] == 4, doc
+    assert doc["lost"] == doc["stuck"] == doc["crashed"] == 0 and doc["targets_outcomes"]["built"] == 4, doc
+    store = doc["store"]  # checked object by object: each plan's sha256 against its manifest, each pointer's manifest
+    assert store["manifests"] == store["pointers"] == 4 and store["plans_bad"] == store["pointers_bad"] == 0, doc
 
 
 def _table(*words: str) -> Callable[[str], None]:
@@ -124,7 +127,7 @@ SMALLEST: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "install_sizes.py": (["--extras", "base", "--no-deps", "--json"], _install),
     "precision_speed.py": (["--models", "encoder"], _table("| encoder |", "passed / passed")),
     "farm_fanout.py": (["--models", "1", "--json"], _fanout),
-    "farm_soak.py": (["--models", "1", "--workers-per-pool", "1", "--json"], _soak),
+    "farm_soak.py": (["--models", "1", "--workers-per-pool", "1", "--faults", "none", "--json"], _soak),
     "mutation_score.py": (["trtfarm/signing/accepted.py", "--survivors", "/dev/null"], _table("accepted.py", "%")),
 }
 
