@@ -24,8 +24,8 @@ and the p50/p95 of submit-to-running; and the store afterwards: every manifest's
 sha256, every release pointer naming an existing manifest and moved once, no temporaries.
 
 With ``--faults none`` the same farm builds the same way and the store is checked the same way, with no fault struck
-(the smallest scale, which CI runs). With ``--server URL`` the soak uses a running Prefect server (listening on all
-addresses, so that the hosts reach it at the host network's address) instead of starting Postgres and one; it counts
+(the smallest scale, which CI runs). With ``--server URL`` the soak uses a running Prefect server on this machine
+instead of starting Postgres and one (the hosts reach it through a relay on the host network's address); it counts
 only the child runs it made.
 
     python bench/farm_soak.py [--models 50] [--faults all|none] [--server URL] [--json]
@@ -185,9 +185,12 @@ def soak(models: int, per_pool: int, faults_on: bool = True, server: str | None 
         home = Path(tmp)
         fleet = home / "gpu_targets.yaml"
         fleet.write_text(FLEET)
+        if server:  # the hosts reach a server of this namespace's 127.0.0.1 through a relay on the net's address
+            api_relay = Relay(int(server.rsplit(":", 1)[1]), net.address)
+            api_relay.start()
         farm = Farm(home, {**aws, "TRTFARM_STORE": store_uri, "TRTFARM_TARGETS": str(fleet),
                            "PREFECT_LOGGING_LEVEL": "WARNING"}, address=net.address,
-                    server=server and f"http://{net.address}:{server.rsplit(':', 1)[1]}")
+                    server=server and f"http://{net.address}:{api_relay.port}")
         os.environ["PREFECT_API_URL"] = farm.api  # this process reads the soak's server only (never an ephemeral one)
         try:
             farm.start_server()
@@ -281,6 +284,8 @@ def soak(models: int, per_pool: int, faults_on: bool = True, server: str | None 
             farm.stop()
             net.close()
             relay.stop()
+            if server:
+                api_relay.stop()
             moto.stop()
     return doc
 

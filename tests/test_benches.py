@@ -3,7 +3,9 @@
 The benches are found in the folder (private ``_*.py`` helpers aside); each needs a row of ``SMALLEST``: the
 arguments of its smallest scale and a check of what it printed (its ``--json`` parsed where it has one). A new bench
 without a row fails ``test_every_bench_has_a_smallest_scale``. Each runs as its own process with this Python,
-as a user runs it, from the repository root.
+as a user runs it, from the repository root. The farm benches (``ON_SHARED_SERVER``) run on one Postgres and Prefect
+server started once for the module (``--server``): each still starts its own workers, pools and deployments on it
+and reads back only the runs it made; run alone, each starts its own server as before.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable
 import pytest
 
 from .conftest import REPO
+from .farm_server import Farm
 
 pytestmark = pytest.mark.integration
 
@@ -102,6 +105,12 @@ def _soak(out: str) -> None:
     assert store["manifests"] == store["pointers"] == 4 and store["plans_bad"] == store["pointers_bad"] == 0, doc
 
 
+def _mutation(out: str) -> None:
+    row = next(line.split() for line in out.splitlines() if line.startswith("signing/accepted.py"))
+    mutants, killed, survived, untested = map(int, row[1:5])  # one mutant of each function, each run by mutmut
+    assert mutants >= 5 and killed + survived + untested <= mutants and killed >= 1, out
+
+
 def _table(*words: str) -> Callable[[str], None]:
     def check(out: str) -> None:
         missing = [w for w in words if w not in out]
@@ -122,14 +131,27 @@ SMALLEST: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "store_contention_and_pull.py": (["--writers", "2", "--merges", "2", "--plan-gib", "0.001",
                                       "--s3-plan-gib", "0.001"], _table("file://", "s3 (moto)", "pull")),
     "tensorrt_api.py": (["--json"], _tensorrt_api),
-    "dispatch_latency.py": (["--n", "1", "--sleep", "0", "--modes", "task-worker", "--no-crash", "--sqlite",
-                             "--json"], _dispatch),
+    "dispatch_latency.py": (["--n", "1", "--sleep", "0", "--modes", "task-worker", "--no-crash", "--json"],
+                            _dispatch),
     "install_sizes.py": (["--extras", "base", "--no-deps", "--json"], _install),
     "precision_speed.py": (["--models", "encoder"], _table("| encoder |", "passed / passed")),
     "farm_fanout.py": (["--models", "1", "--json"], _fanout),
     "farm_soak.py": (["--models", "1", "--workers-per-pool", "1", "--faults", "none", "--json"], _soak),
-    "mutation_score.py": (["trtfarm/signing/accepted.py", "--survivors", "/dev/null"], _table("accepted.py", "%")),
+    "mutation_score.py": (["trtfarm/signing/accepted.py", "--per-function", "1", "--survivors", "/dev/null"],
+                          _mutation),
 }
+ON_SHARED_SERVER = {"dispatch_latency.py", "farm_fanout.py", "farm_soak.py", "nightly_up_to_date.py"}
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory):
+    """One Postgres and Prefect server for the module's farm benches; its URL."""
+    farm = Farm(tmp_path_factory.mktemp("shared-farm"), {"PREFECT_LOGGING_LEVEL": "WARNING"})
+    try:
+        farm.start_server()
+        yield farm.url
+    finally:
+        farm.stop()
 
 
 def test_every_bench_has_a_smallest_scale():
@@ -139,9 +161,11 @@ def test_every_bench_has_a_smallest_scale():
 
 
 @pytest.mark.parametrize("bench", sorted(SMALLEST))
-def test_bench_runs_at_its_smallest_scale(bench):
+def test_bench_runs_at_its_smallest_scale(bench, request):
     """The bench exits 0 at its smallest scale and prints its figures."""
     args, check = SMALLEST[bench]
+    if bench in ON_SHARED_SERVER:
+        args = [*args, "--server", request.getfixturevalue("shared_server")]
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "80"}
     start = time.perf_counter()
     done = subprocess.run([sys.executable, str(BENCH / bench), *args], cwd=REPO, env=env, capture_output=True,
