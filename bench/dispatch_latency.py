@@ -18,7 +18,10 @@ the pickup (submit -> process spawned), the interpreter(s) (spawn -> body) and t
 it). Medians over N. Then per path one crash probe: the process executing the build is SIGKILLed mid-build and the
 probe reports the final state the parent sees, how long it took, and whether Prefect ran the build again.
 
-    python bench/dispatch_latency.py [--n 10] [--sleep 0.5] [--sqlite] [--json]
+With ``--server URL`` the bench uses a running Prefect server (its own pool and deployments on it) instead of
+starting one. The process worker is started only where a process path is measured.
+
+    python bench/dispatch_latency.py [--n 10] [--sleep 0.5] [--sqlite | --server URL] [--json]
 """
 
 from __future__ import annotations
@@ -287,6 +290,7 @@ def main() -> None:
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ", ".join(MODES))
     parser.add_argument("--no-crash", action="store_true", help="skip the SIGKILL probes")
     parser.add_argument("--sqlite", action="store_true", help="run the Prefect server on SQLite")
+    parser.add_argument("--server", help="a running Prefect server's URL (http://HOST:PORT) to use, not a new one")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--role", choices=("setup", "task-worker", "parent"), help=argparse.SUPPRESS)
     parser.add_argument("--mode", help=argparse.SUPPRESS)
@@ -313,16 +317,21 @@ def main() -> None:
         extra = {}
         if args.sqlite and "database" in inspect.signature(Farm).parameters:
             extra["database"] = f"sqlite+aiosqlite:///{home}/prefect.db"
-        farm = Farm(home, {}, **extra)
+        farm = Farm(home, {}, server=args.server, **extra)
         try:
             farm.start_server()
             database = str(getattr(farm, "database", None) or "sqlite (the harness's default)")
             result["database"] = "postgresql" if database.startswith("postgresql") else "sqlite"
+            if args.server:
+                result["database"] = f"the running server's ({args.server})"
             farm.run([*me, "--role", "setup"])
-            farm.spawn("worker", [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--type",
-                                  "process", "--name", "bench-worker", "--no-create-pool-if-not-found"])
+            process_paths = any(m in DEPLOYMENTS for m in modes)
+            if process_paths:
+                farm.spawn("worker", [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--type",
+                                      "process", "--name", "bench-worker", "--no-create-pool-if-not-found"])
             farm.spawn("task-worker", [*me, "--role", "task-worker"])
-            _wait_log(farm, "worker", "started")
+            if process_paths:
+                _wait_log(farm, "worker", "started")
             _wait_log(farm, "task-worker", "Subscribing to runs")
 
             def parent(n: int, crash: bool) -> dict:
@@ -341,7 +350,8 @@ def main() -> None:
             if not args.no_crash:
                 probes = parent(1, crash=True)
                 result["crash"] = {mode: probes[mode][0] for mode in modes}
-                result["crash"]["process_worker_alive_after"] = farm.procs["worker"].poll() is None
+                if process_paths:
+                    result["crash"]["process_worker_alive_after"] = farm.procs["worker"].poll() is None
         finally:
             farm.stop()
     result["machine"]["load_after"] = os.getloadavg()

@@ -10,7 +10,10 @@ manifests: the farm's wall time, each child's run time, and each build's own tim
   median over children is the figure to beat (goal: <= 1 s);
 - the no-op rerun: `trtfarm farm run --wait` with every target published (goal: <= 5 s).
 
-    python bench/farm_fanout.py [--models 4] [--json]
+With ``--server URL`` the bench uses a running Prefect server instead of starting Postgres and one, and reads only
+the child runs it made.
+
+    python bench/farm_fanout.py [--models 4] [--server URL] [--json]
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import sys
 import tempfile
 import time
 import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 
 from rich.console import Console
@@ -40,6 +44,7 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=None,
                         help="children at once per GPU pool (default: the fleet's GPU counts, 3 per pool); 1 runs "
                              "one child per pool at a time, as the two build workers the efficiency counts")
+    parser.add_argument("--server", help="a running Prefect server's URL (http://HOST:PORT) to use, not a new one")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     from bench._moto import start_moto_bucket
@@ -58,7 +63,7 @@ def main() -> None:
         fleet.write_text(FOUR_RTX_TARGETS_TWO_POOLS)
         store_uri = f"s3://{bucket}/store"
         farm = Farm(home, {**aws, "TRTFARM_STORE": store_uri, "TRTFARM_TARGETS": str(fleet),
-                           "PREFECT_LOGGING_LEVEL": "WARNING"})
+                           "PREFECT_LOGGING_LEVEL": "WARNING"}, server=args.server)
         try:
             farm.start_server()
             farm.trtfarm("pools", "sync")
@@ -76,13 +81,13 @@ def main() -> None:
                     deterministic=True))
                 (folder / "farm.yaml").write_text(FARM_YAML.format(name=f"enc{i}"))
                 farm.trtfarm("models", "push", str(folder))
-            t = time.perf_counter()
+            t, since = time.perf_counter(), datetime.now(timezone.utc)
             result = json.loads(farm.trtfarm("farm", "run", "--wait", "--json").stdout)
             wall = time.perf_counter() - t
             t = time.perf_counter()
             again = json.loads(farm.trtfarm("farm", "run", "--wait", "--json").stdout)
             rerun = time.perf_counter() - t
-            children, phases = child_runs(farm.api)
+            children, phases = child_runs(farm.api, since)
             store = open_store(store_uri)
             built = [r for r in result["outcomes"] if r["status"] == "built"]
             builds = {}
@@ -143,16 +148,24 @@ def fleet_slots() -> int:
     return max(p.concurrency_limit for p in desired_pools(fleet) if p.gpus)
 
 
-def child_runs(api: str) -> tuple[dict[str, float], dict[str, tuple[float, float, float, float]]]:
+def child_runs(api: str, since: datetime) -> tuple[dict[str, float], dict[str, tuple[float, float, float, float]]]:
     """build-target runs and their durations (start to end), and for each (before its build task, the task, after
     it, Pending to Running: the worker took it, started its process, the engine loaded the flow): where a child's
-    time goes, from the server."""
+    time goes, from the server. Only the runs made from ``since`` on (a shared server holds others')."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowFilter, FlowFilterName, FlowRunFilter, FlowRunFilterId
+    from prefect.client.schemas.filters import (
+        FlowFilter,
+        FlowFilterName,
+        FlowRunFilter,
+        FlowRunFilterExpectedStartTime,
+        FlowRunFilterId,
+    )
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     with temporary_settings({PREFECT_API_URL: api}), get_client(sync_client=True) as client:
-        runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["build-target"])))
+        runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["build-target"])),
+                                     flow_run_filter=FlowRunFilter(
+                                         expected_start_time=FlowRunFilterExpectedStartTime(after_=since)))
         runs = [r for r in runs if r.start_time and r.end_time]
         tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[r.id for r in runs])))
         pending = {str(r.id): next((s.timestamp for s in client.read_flow_run_states(r.id)

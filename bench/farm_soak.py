@@ -23,7 +23,12 @@ to the lost child's Crashed state, to its resubmission, and to the release of it
 and the p50/p95 of submit-to-running; and the store afterwards: every manifest's plan present with the recorded
 sha256, every release pointer naming an existing manifest and moved once, no temporaries.
 
-    python bench/farm_soak.py [--models 50] [--json]
+With ``--faults none`` the same farm builds the same way and the store is checked the same way, with no fault struck
+(the smallest scale, which CI runs). With ``--server URL`` the soak uses a running Prefect server on this machine
+instead of starting Postgres and one (the hosts reach it through a relay on the host network's address); it counts
+only the child runs it made.
+
+    python bench/farm_soak.py [--models 50] [--faults all|none] [--server URL] [--json]
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import tempfile
 import threading
 import time
 import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,6 +73,7 @@ FARM_YAML = ("name: {name}\nprecision: fp32\nprofiles:\n  - input_ids: 1x8:4x32:
 ENDPOINT_DOWN_S = 5.0
 PARTITION_S = 180.0
 HOST_FAULTS = ((0.30, "kill", "gpu-l4"), (0.40, "notice", "gpu-h100"), (0.55, "partition", "rtx-5090"))
+SINCE: list[datetime] = []  # when this soak's farm run started: older child runs on a shared server are not its own
 TARGET_GPU = {"rtx4090-o0": "rtx-4090", "rtx5090-o1": "rtx-5090", "rtx4080-o2": "rtx-4080", "rtx5080-o3": "rtx-5080"}
 
 
@@ -138,20 +145,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=int, default=50, help="exports to build (4 child runs each; default 50)")
     parser.add_argument("--workers-per-pool", type=int, default=2)
+    parser.add_argument("--faults", choices=("all", "none"), default="all",
+                        help="strike every fault (default) or none: a fault-free run, the smallest scale")
+    parser.add_argument("--server", help="a running Prefect server's URL (http://HOST:PORT) to use, not a new one")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--relay", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.relay:
         relay_main(args.relay[0], int(args.relay[1]), int(args.relay[2]))
         return
-    doc = soak(args.models, args.workers_per_pool)
+    doc = soak(args.models, args.workers_per_pool, args.faults == "all", args.server)
     if args.json:
         print(json.dumps(doc))
     else:
         print_table(doc)
 
 
-def soak(models: int, per_pool: int) -> dict:
+def soak(models: int, per_pool: int, faults_on: bool = True, server: str | None = None) -> dict:
     from bench._moto import MotoProcess
     from examples.encoder import make_model
     from tests.farm_server import Farm, processes_of_flow_run
@@ -175,8 +185,12 @@ def soak(models: int, per_pool: int) -> dict:
         home = Path(tmp)
         fleet = home / "gpu_targets.yaml"
         fleet.write_text(FLEET)
+        if server:  # the hosts reach a server of this namespace's 127.0.0.1 through a relay on the net's address
+            api_relay = Relay(int(server.rsplit(":", 1)[1]), net.address)
+            api_relay.start()
         farm = Farm(home, {**aws, "TRTFARM_STORE": store_uri, "TRTFARM_TARGETS": str(fleet),
-                           "PREFECT_LOGGING_LEVEL": "WARNING"}, address=net.address)
+                           "PREFECT_LOGGING_LEVEL": "WARNING"}, address=net.address,
+                    server=server and f"http://{net.address}:{api_relay.port}")
         os.environ["PREFECT_API_URL"] = farm.api  # this process reads the soak's server only (never an ephemeral one)
         try:
             farm.start_server()
@@ -202,8 +216,9 @@ def soak(models: int, per_pool: int) -> dict:
             def released(run_name: str) -> bool:  # run_name = <model>-<target>-<attempt>
                 return store.get(release_key(run_name.rsplit("-", 1)[0])) is not None
 
-            server_pid = farm.procs["server"].pid
-            cpu0, t0 = cpu_seconds(server_pid), time.perf_counter()
+            server_pid = farm.procs["server"].pid if "server" in farm.procs else None  # a shared one: not ours
+            cpu0, t0 = cpu_seconds(server_pid) if server_pid else 0.0, time.perf_counter()
+            SINCE[:] = [datetime.now(timezone.utc)]  # the child runs of this soak are those made from now on
             # to files, not pipes: 200 outcomes are more than a pipe holds, and nobody reads it until the end
             run_out, run_err = open(home / "farm-run.json", "w+"), open(home / "farm-run.err", "w+")  # noqa: SIM115
             run = subprocess.Popen([sys.executable, "-m", "trtfarm", "farm", "run", "--wait", "--json",
@@ -211,7 +226,7 @@ def soak(models: int, per_pool: int) -> dict:
                                    stderr=run_err, text=True)
             faults = {"quarter": False, "half": False}
             struck: list[dict] = []
-            while run.poll() is None:
+            while faults_on and run.poll() is None:
                 time.sleep(2)
                 done = count_final_children(farm.api)
                 if not faults["quarter"] and done >= expected // 4:
@@ -244,7 +259,7 @@ def soak(models: int, per_pool: int) -> dict:
                 host_faults(farm.api, hosts, workers, done / expected, struck, events, t0, released)
             run.wait()
             wall = time.perf_counter() - t0
-            cpu = cpu_seconds(server_pid) - cpu0
+            cpu = cpu_seconds(server_pid) - cpu0 if server_pid else None
             from bench._host_faults import settle
 
             with _client(farm.api) as client:
@@ -255,7 +270,8 @@ def soak(models: int, per_pool: int) -> dict:
             result = json.loads(out) if out.strip().startswith("{") else {"state": f"exit {run.returncode}",
                                                                            "outcomes": [], "stderr": errs[-2000:]}
             doc = {"models": models, "expected_children": expected, "wall_s": round(wall, 1),
-                   "server_cpu_s": round(cpu, 1), "server_cpu_share": round(cpu / wall, 3), "run_state":
+                   "server_cpu_s": cpu and round(cpu, 1), "server_cpu_share": cpu and round(cpu / wall, 3),
+                   "faults": "all" if faults_on else "none", "run_state":
                    result.get("state"), "events": events, **children_report(farm.api, expected),
                    "targets_outcomes": {s: sum(r["status"] == s for r in result.get("outcomes", []))
                                         for s in ("built", "up-to-date", "skipped", "failed")},
@@ -268,6 +284,8 @@ def soak(models: int, per_pool: int) -> dict:
             farm.stop()
             net.close()
             relay.stop()
+            if server:
+                api_relay.stop()
             moto.stop()
     return doc
 
@@ -324,13 +342,14 @@ def _client(api: str):
 
 
 def _child_runs(api: str) -> list:
-    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName, FlowRunFilter, FlowRunFilterExpectedStartTime
 
+    mine = FlowRunFilter(expected_start_time=FlowRunFilterExpectedStartTime(after_=SINCE[0])) if SINCE else None
     with _client(api) as client:
         runs, offset = [], 0
         while True:
             page = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["build-target"])),
-                                         limit=200, offset=offset)
+                                         flow_run_filter=mine, limit=200, offset=offset)
             runs += page
             if len(page) < 200:
                 return runs
@@ -425,7 +444,8 @@ def print_table(doc: dict) -> None:
              f"{doc['submit_to_running_p50_s']} s / {doc['submit_to_running_p95_s']} s"),
             ("a worker's pickup (Pending) to Running p50 / p95: the child's process start",
              f"{doc['pending_to_running_p50_s']} s / {doc['pending_to_running_p95_s']} s"),
-            ("Prefect server CPU", f"{doc['server_cpu_s']} s ({100 * doc['server_cpu_share']:.0f} % of one core)"),
+            ("Prefect server CPU", "not measured (a shared server)" if doc["server_cpu_s"] is None else
+             f"{doc['server_cpu_s']} s ({100 * doc['server_cpu_share']:.0f} % of one core)"),
             ("store: manifests / bad plans / plans without manifest",
              f"{s['manifests']} / {s['plans_bad']} / {s['plans_without_manifest']}"),
             ("store: pointers / naming a missing manifest / moved twice",

@@ -9,7 +9,9 @@ example encoder (different weights each), each built once and published for all 
   tests/farm_server.py starts it), as the schedule runs it: it must dispatch nothing and report every target up to
   date. Goal: core <= 2 s, flow <= 4 s.
 
-    python bench/nightly_up_to_date.py [--models 100] [--json]
+With ``--server URL`` the flow runs on a running Prefect server instead of one started for the bench.
+
+    python bench/nightly_up_to_date.py [--models 100] [--server URL] [--json]
 """
 
 from __future__ import annotations
@@ -98,6 +100,7 @@ def nightly(store_uri: str, fleet: Path) -> list:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=int, default=100)
+    parser.add_argument("--server", help="a running Prefect server's URL (http://HOST:PORT) to use, not a new one")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     from bench._moto import start_moto_bucket
@@ -119,7 +122,7 @@ def main() -> None:
         from tests.farm_server import Farm
 
         (Path(tmp) / "farm").mkdir()
-        farm = Farm(Path(tmp) / "farm", {})
+        farm = Farm(Path(tmp) / "farm", {}, server=args.server)
         try:
             farm.start_server()
             os.environ["PREFECT_API_URL"] = farm.api

@@ -92,17 +92,19 @@ class Farm:
     ``database`` is the server's ``PREFECT_API_DATABASE_CONNECTION_URL`` (``postgresql+asyncpg://...``); without it,
     ``start_server`` starts a private cluster for this farm and ``stop`` stops it (its log is kept as
     ``home/postgres.log``). The server serves no UI unless ``ui=True`` (then at ``self.url``: V2 under ``/v2/``, V1
-    at the root).
+    at the root). ``server`` (``http://HOST:PORT``) is a Prefect server already running (a farm shared by several
+    benches): ``start_server`` then only waits for it to answer, and ``stop`` stops only what this farm started.
     """
 
     def __init__(self, home: Path, env: dict[str, str], ui: bool = False, database: str | None = None,
-                 address: str = "127.0.0.1") -> None:
+                 address: str = "127.0.0.1", server: str | None = None) -> None:
         self.home = home
         self.database = database
         self.postgres: Postgres | None = None
         self.address = address  # where the server listens: a HostNetwork's address for workers on hosts
-        self.port = free_port()
-        self.url = f"http://{address}:{self.port}"
+        self.shared = server is not None
+        self.port = int(server.rsplit(":", 1)[1]) if server else free_port()
+        self.url = server.rstrip("/") if server else f"http://{address}:{self.port}"
         self.api = f"{self.url}/api"
         self.env = {**os.environ, **env, "PREFECT_HOME": str(home / "prefect"), "PREFECT_API_URL": self.api,
                     "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "true" if ui else "false",
@@ -130,6 +132,9 @@ class Farm:
         return (self.home / f"{name}.log").read_text(errors="replace")
 
     def start_server(self, timeout: float = 300) -> None:
+        if self.shared:
+            self.wait_http(f"{self.api}/health", timeout)
+            return
         if self.database is None:
             self.postgres = Postgres()
             self.database = self.postgres.url

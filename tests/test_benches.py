@@ -3,7 +3,9 @@
 The benches are found in the folder (private ``_*.py`` helpers aside); each needs a row of ``SMALLEST``: the
 arguments of its smallest scale and a check of what it printed (its ``--json`` parsed where it has one). A new bench
 without a row fails ``test_every_bench_has_a_smallest_scale``. Each runs as its own process with this Python,
-as a user runs it, from the repository root.
+as a user runs it, from the repository root. The farm benches (``ON_SHARED_SERVER``) run on one Postgres and Prefect
+server started once for the module (``--server``): each still starts its own workers, pools and deployments on it
+and reads back only the runs it made; run alone, each starts its own server as before.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable
 import pytest
 
 from .conftest import REPO
+from .farm_server import Farm
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +47,7 @@ def _store_requests(out: str) -> None:
 
 def _nightly(out: str) -> None:
     doc = json.loads(out[out.index("{"):])
-    assert doc["models"] == 2 and doc["flow_s"] > 0 and doc["core_s"] > 0, doc
+    assert doc["models"] == 1 and doc["flow_s"] > 0 and doc["core_s"] > 0, doc
 
 
 def _derive(out: str) -> None:
@@ -96,7 +99,16 @@ def _fanout(out: str) -> None:
 
 def _soak(out: str) -> None:
     doc = json.loads(out)
-    assert doc, doc
+    assert doc["faults"] == "none" and doc["run_state"] == "COMPLETED" and doc["completed_jobs"] == 4, doc
+    assert doc["lost"] == doc["stuck"] == doc["crashed"] == 0 and doc["targets_outcomes"]["built"] == 4, doc
+    store = doc["store"]  # checked object by object: each plan's sha256 against its manifest, each pointer's manifest
+    assert store["manifests"] == store["pointers"] == 4 and store["plans_bad"] == store["pointers_bad"] == 0, doc
+
+
+def _mutation(out: str) -> None:
+    row = next(line.split() for line in out.splitlines() if line.startswith("signing/accepted.py"))
+    mutants, killed, survived, untested = map(int, row[1:5])  # one mutant of each function, each run by mutmut
+    assert mutants >= 5 and killed + survived + untested <= mutants and killed >= 1, out
 
 
 def _table(*words: str) -> Callable[[str], None]:
@@ -110,7 +122,7 @@ def _table(*words: str) -> Callable[[str], None]:
 SMALLEST: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "fleet_views.py": (["--smoke", "--json"], _fleet_views),
     "store_requests.py": (["--json"], _store_requests),
-    "nightly_up_to_date.py": (["--models", "2", "--json"], _nightly),
+    "nightly_up_to_date.py": (["--models", "1", "--json"], _nightly),
     "derive_10m.py": (["--records", "1000", "--json"], _derive),
     "precision_gate.py": (["--width", "4", "--sizes", "0", "--modes", "fp16", "--json"], _precision_gate),
     "conformance.py": (["--families", "onnx-simple", "--names", "single_relu_model", "--json"], _conformance),
@@ -119,14 +131,27 @@ SMALLEST: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "store_contention_and_pull.py": (["--writers", "2", "--merges", "2", "--plan-gib", "0.001",
                                       "--s3-plan-gib", "0.001"], _table("file://", "s3 (moto)", "pull")),
     "tensorrt_api.py": (["--json"], _tensorrt_api),
-    "dispatch_latency.py": (["--n", "1", "--sleep", "0", "--modes", "task-worker", "--no-crash", "--sqlite",
-                             "--json"], _dispatch),
+    "dispatch_latency.py": (["--n", "1", "--sleep", "0", "--modes", "task-worker", "--no-crash", "--json"],
+                            _dispatch),
     "install_sizes.py": (["--extras", "base", "--no-deps", "--json"], _install),
     "precision_speed.py": (["--models", "encoder"], _table("| encoder |", "passed / passed")),
     "farm_fanout.py": (["--models", "1", "--json"], _fanout),
-    "farm_soak.py": (["--models", "1", "--workers-per-pool", "1", "--json"], _soak),
-    "mutation_score.py": (["trtfarm/signing/accepted.py", "--survivors", "/dev/null"], _table("accepted.py", "%")),
+    "farm_soak.py": (["--models", "1", "--workers-per-pool", "1", "--faults", "none", "--json"], _soak),
+    "mutation_score.py": (["trtfarm/signing/accepted.py", "--per-function", "1", "--survivors", "/dev/null"],
+                          _mutation),
 }
+ON_SHARED_SERVER = {"dispatch_latency.py", "farm_fanout.py", "farm_soak.py", "nightly_up_to_date.py"}
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory):
+    """One Postgres and Prefect server for the module's farm benches; its URL."""
+    farm = Farm(tmp_path_factory.mktemp("shared-farm"), {"PREFECT_LOGGING_LEVEL": "WARNING"})
+    try:
+        farm.start_server()
+        yield farm.url
+    finally:
+        farm.stop()
 
 
 def test_every_bench_has_a_smallest_scale():
@@ -136,9 +161,11 @@ def test_every_bench_has_a_smallest_scale():
 
 
 @pytest.mark.parametrize("bench", sorted(SMALLEST))
-def test_bench_runs_at_its_smallest_scale(bench):
+def test_bench_runs_at_its_smallest_scale(bench, request):
     """The bench exits 0 at its smallest scale and prints its figures."""
     args, check = SMALLEST[bench]
+    if bench in ON_SHARED_SERVER:
+        args = [*args, "--server", request.getfixturevalue("shared_server")]
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "80"}
     start = time.perf_counter()
     done = subprocess.run([sys.executable, str(BENCH / bench), *args], cwd=REPO, env=env, capture_output=True,
