@@ -92,15 +92,16 @@ def store_uri(store: str | None, *, creates: bool = False, check: bool = True) -
                          "(`trtfarm build MODEL.onnx --store ...` creates it)")
 
 
-def targets_path(path: Path | None) -> str:
+def targets_path(path: Path | None, *, note: bool = True) -> str:
     """``--targets-file``, else ``$TRTFARM_TARGETS``, else ``gpu_targets.yaml`` here, else the built-in fleet.
 
-    The built-in fleet is said in one line (on stderr, so ``--json`` output stays clean).
+    The built-in fleet is said in one line (on stderr, so ``--json`` output stays clean), unless ``note`` is False
+    (a command that reads the fleet file only for a setting the environment can give, such as ``sign``'s key).
     """
     from trtfarm.vocabulary.fleet_file import BUILTIN_FLEET, default_targets_file
 
     found = str(path or default_targets_file())
-    if found == BUILTIN_FLEET:
+    if found == BUILTIN_FLEET and note:
         err.print(message_text("no gpu_targets.yaml here: using this machine's built-in fleet (its GPUs and "
                                "installed toolchains); `trtfarm init` writes one to edit"), highlight=False,
                   soft_wrap=not err.is_terminal)
