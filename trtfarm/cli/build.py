@@ -17,6 +17,7 @@ from trtfarm.cli.common import (
     err,
     fail,
     message_text,
+    onnx_not_found,
     out,
     store_uri,
     targets_path,
@@ -62,7 +63,7 @@ def build(
     from trtfarm.planning.requests import MatrixRequest
 
     if not model.is_file():
-        raise fail(f"{model}: " + ("is a folder, not an ONNX file" if model.is_dir() else "no such ONNX file"))
+        raise fail(f"{model}: {onnx_not_found(model)}")
     request = MatrixRequest(model=str(model), name=name, targets=target, precision=_mode(precision),
                             profiles=_profile_texts(profile, profiles), store=store_uri(store, creates=True),
                             targets_file=targets_path(targets_file), dispatch="local", verify_store=verify_store,

@@ -108,6 +108,23 @@ def targets_path(path: Path | None, *, note: bool = True) -> str:
     return found
 
 
+def onnx_not_found(path: Path) -> str:
+    """Why ``path`` is no ONNX file to build, and the nearest one: a folder's ``model.onnx``, a sibling's name."""
+    from trtfarm.nearest import closest
+
+    if path.is_dir():
+        inside = sorted(p.name for p in path.glob("*.onnx"))
+        if inside:
+            pick = "model.onnx" if "model.onnx" in inside else inside[0]
+            return f"is a folder, not an ONNX file; build {path / pick}"
+        return "is a folder with no .onnx file in it; give the ONNX file's path"
+    here = path.parent if path.parent.is_dir() else None
+    found = {p.name: p for p in (here.glob("*.onnx") if here else ())}
+    found |= {p.name: p / "model.onnx" for p in (here.iterdir() if here else ()) if (p / "model.onnx").is_file()}
+    near = closest(path.name, found)
+    return f"no such ONNX file; did you mean {found[near]}?" if near else "no such ONNX file"
+
+
 def output_path(path: Path, flag: str, *, folder: bool = True) -> Path:
     """Check a path the command writes before any work: a folder (``folder``) or a file, made where missing.
 

@@ -18,7 +18,7 @@ from trtfarm import layout
 from trtfarm.errors import CorruptObject, UserInputError
 from trtfarm.nearest import did_you_mean, known
 from trtfarm.publishing.attest import read_stored, sha256_bytes, signed_names
-from trtfarm.publishing.catalog import manifests_in
+from trtfarm.publishing.catalog import manifests_in, store_models
 from trtfarm.publishing.publish import plan_rehash
 from trtfarm.publishing.release import read_pointer, refresh_release
 from trtfarm.publishing.release_check import manifest_identity_problem
@@ -89,13 +89,6 @@ def _needs_claim(pointer, within: timedelta) -> bool:
 
 def _has_any(store: Store, prefix: str) -> bool:
     return next(iter(store.list(prefix)), None) is not None
-
-
-def store_models(store: Store) -> list[str]:
-    """The model names the store holds plans or releases of, sorted."""
-    names = {key.split("/")[1] for prefix in (layout.plans_prefix(), layout.releases_prefix())
-             for key in store.list(prefix) if key.count("/") >= 2}
-    return sorted(names)
 
 
 def check_models(store: Store, models: Sequence[str]) -> None:

@@ -45,7 +45,10 @@ def local_gpu_key(fleet: Fleet, gpus: GpuScan, override: str | None) -> str:
     """The fleet's key for this host's GPU (``--gpu`` wins); a clear error when it is unknown."""
     if override:
         if override not in fleet.gpus:
-            raise UserInputError(f"--gpu {override!r} is not in the fleet; known GPUs: {sorted(fleet.gpus)}")
+            from trtfarm.nearest import did_you_mean
+
+            raise UserInputError(f"--gpu {override!r} is not in the fleet; {did_you_mean(override, fleet.gpus)}"
+                                 f"known GPUs: {', '.join(sorted(fleet.gpus))}")
         return override
     names = {g.nvml_name: k for k, g in fleet.gpus.items()}
     for gpu in gpus.gpus:
