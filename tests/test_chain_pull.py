@@ -41,7 +41,7 @@ def test_this_hosts_gpu_is_the_fleets_gpu_of_that_name_unless_told(fleet):
     assert local_gpu_key(fleet, scan("NVIDIA GeForce RTX 3090"), "rtx-4090") == "rtx-4090"  # --gpu wins
     with pytest.raises(UserInputError) as err:
         local_gpu_key(fleet, scan(), "h100")
-    assert str(err.value) == "--gpu 'h100' is not in the fleet; known GPUs: ['rtx-3090', 'rtx-4090']"
+    assert str(err.value) == "--gpu 'h100' is not in the fleet; known GPUs: rtx-3090, rtx-4090"
     with pytest.raises(UserInputError) as err:
         local_gpu_key(fleet, scan("Tesla T4"), None)
     assert str(err.value) == ("this host has Tesla T4 (cc 8.9), which matches no GPU in the fleet; pass --gpu KEY (one "

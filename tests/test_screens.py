@@ -154,3 +154,31 @@ def test_targets_on_a_gpu_machine_keeps_every_word_whole_and_its_identity_beside
     first, second = narrow.splitlines()[:2]
     assert first.startswith("this machine: NVIDIA ") and second.startswith(" " * len("this machine: ")), narrow
     assert second.strip() and "ECC on" in first + second
+
+
+def shown_lines(screen: str) -> list[str]:
+    """The screen's lines without the progress frames (redrawn in place) and the blank ones."""
+    return [line.rstrip() for line in screen_lines(screen, 80) if line.strip() and not PROGRESS.match(line)]
+
+
+@pytest.mark.integration
+def test_a_build_of_the_readme_fleet_is_at_most_20_lines_at_80_columns(farm_dir):
+    """2 built and 4 skipped targets: the table, a one-line caption, one line for the 4 skipped (by reason), the two
+    releases in one line each, the summary: 19 lines (26 before). ``--verbose`` names each skipped target."""
+    lines = shown_lines(on_terminal(["build", "encoder/model.onnx"], farm_dir, 80))
+    assert len(lines) <= 20, "\n".join(lines)
+    assert [line for line in lines if "skipped:" in line] == ["  4 skipped: tensorrt is not installed here"], lines
+    released = [line for line in lines if line.startswith("released: ")]
+    assert len(released) == 2 and all(line.endswith(" -> " + line.split()[-1]) for line in released), lines
+    assert all(line.split()[-1] in " ".join(lines) for line in released)
+    [caption] = [line for line in lines if "checks:" in line]
+    assert caption.strip().endswith("(… = pending on the target GPU)"), lines
+    verbose = shown_lines(on_terminal(["build", "encoder/model.onnx", "--verbose"], farm_dir, 80))
+    for target in ("h100-trt11.4", "h100-trt10.16", "l4-trt11.4", "l4-trt10.16"):
+        assert any(target in line for line in verbose), (target, verbose)
+    for name, screen in (("targets", ["targets"]), ("status", ["status"]), ("plan --fleet", ["plan", "--fleet",
+                                                                                              "gpu_targets.yaml"])):
+        shown = shown_lines(on_terminal(screen, farm_dir, 80))
+        assert max(len(line) for line in shown) <= 80 and len(shown) <= 24, (name, len(shown), shown)
+        if name == "status":  # one model built: counted in the singular
+            assert "1 model x 6 targets" in " ".join(shown) and "1 models" not in " ".join(shown), shown

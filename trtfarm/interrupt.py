@@ -21,6 +21,8 @@ from contextlib import contextmanager
 STOP = threading.Event()
 _CODE = [143]  # the exit status of the stop requested (128 + its signal)
 _DEFERRED = [0]  # > 0 while C++ code that calls back into Python runs: a stop then only sets STOP
+_LEFT: list[str] = []  # what a stop unwound, innermost first
+_DONE: list[str] = []  # what it finished (published), for the same line
 
 
 class Interrupted(SystemExit):
@@ -41,6 +43,31 @@ def check() -> None:
     """Raise ``Interrupted`` when a stop was requested while Python could not be interrupted."""
     if STOP.is_set():
         raise Interrupted(_CODE[0])
+
+
+@contextmanager
+def doing(what: str) -> Iterator[None]:
+    """Within the block, a stop says ``what`` was left unfinished (``stopped_line``)."""
+    try:
+        yield
+    except Interrupted:
+        _LEFT.append(what)  # the innermost block the stop unwound through comes first
+        raise
+
+
+def finished(what: str) -> None:
+    """Record something finished and published, for the line a stop prints."""
+    _DONE.append(what)
+
+
+def stopped_line(code: int) -> str:
+    """The one line a stopped command prints: what it left unfinished (never published) and what it had finished."""
+    how = {130: "Ctrl-C", 143: "SIGTERM"}.get(code, f"signal {code - 128}")
+    left = f"{_LEFT[0]} was left unfinished, not published or released" if _LEFT else \
+        "nothing more was published"
+    done = f"; finished before: {len(_DONE)} ({', '.join(_DONE[:3])}{', ...' if len(_DONE) > 3 else ''})" \
+        if _DONE else ""
+    return f"stopped ({how}): {left}{done}; temporary files removed; the same command again finishes the rest"
 
 
 @contextmanager

@@ -8,6 +8,8 @@ silently): ``tf32: true`` then ``tf32: false`` is a typo or a merge accident, ne
 
 from __future__ import annotations
 
+import types
+import typing
 from pathlib import Path
 from typing import TypeVar
 
@@ -15,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from trtfarm.errors import ConfigError
+from trtfarm.nearest import closest
 
 M = TypeVar("M", bound=BaseModel)
 # PyYAML's safe loader, in C (libyaml, in PyYAML's wheels) where it is there: the same nodes, lines and data, about
@@ -35,15 +38,20 @@ def _location(err: dict) -> tuple:
     return tuple(err["loc"]) + tuple(getattr(cause, "loc", ()))
 
 
-def _node_at(root: yaml.Node | None, loc: tuple) -> yaml.Node | None:
+def _node_at(root: yaml.Node | None, loc: tuple, key: bool = False) -> yaml.Node | None:
+    """The node an error's location names.
+
+    With ``key``, the last step's key (an unknown key's own line), not its value, which may start a line below.
+    """
     node = root
-    for part in loc:
+    for n, part in enumerate(loc):
         if isinstance(node, yaml.MappingNode):
-            match = next((v for k, v in node.value if k.value == part), None)
-            if match is None:
-                key = next((k for k, _ in node.value if k.value == part), None)
-                return key or node
-            node = match
+            pair = next(((k, v) for k, v in node.value if k.value == part), None)
+            if pair is None:
+                return node
+            if (key and n == len(loc) - 1) or pair[1] is None:
+                return pair[0]
+            node = pair[1]
         elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
             node = node.value[part]
         else:
@@ -51,11 +59,41 @@ def _node_at(root: yaml.Node | None, loc: tuple) -> yaml.Node | None:
     return node
 
 
-def _describe(err: dict, hint: str) -> str:
+def _model_at(model: object, loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model that holds the keys at ``loc`` (through dicts, lists and optionals), or None."""
+    for part in loc:
+        model = _unwrap(model)
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            field = model.model_fields.get(part)
+            model = field.annotation if field is not None else None
+        elif typing.get_origin(model) in (dict, list):
+            model = typing.get_args(model)[-1]
+        else:
+            return None
+    model = _unwrap(model)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _unwrap(annotation: object) -> object:
+    """``X | None`` -> ``X``."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return args[0] if len(args) == 1 else annotation
+    return annotation
+
+
+def _near_key(model: type[BaseModel], err: dict) -> str | None:
+    """For an unknown key: the model's key nearest to it (a typo's fix), or None."""
+    loc = _location(err)
+    holder = _model_at(model, loc[:-1])
+    return closest(str(loc[-1]), holder.model_fields) if holder is not None and loc else None
+
+
+def _describe(err: dict, hint: str, near: str | None = None) -> str:
     loc = ".".join(str(p) for p in _location(err)) or "(top level)"
     kind = err["type"]
     if kind == "extra_forbidden":
-        return f"{loc}: unknown key. {hint}"
+        return f"{loc}: unknown key; did you mean {near!r}?" if near else f"{loc}: unknown key. {hint}"
     if kind == "missing":
         return f"{loc}: required key is missing. {hint}"
     msg = err["msg"].removeprefix("Value error, ")
@@ -121,9 +159,18 @@ def model_from_yaml(path: Path, model: type[M], hint: str = "") -> M:
     try:
         return model.model_validate(data if data is not None else {})
     except ValidationError as err:
-        lines = []
-        for e in err.errors():
-            node = _node_at(root, _location(e))
-            line = node.start_mark.line + 1 if node is not None else 1
-            lines.append(f"{path}:{line}: {_describe(e, hint)}")
-        raise ConfigError("\n".join(lines)) from err
+        raise ConfigError("\n".join(_error_lines(path, root, model, err.errors(), hint))) from err
+
+
+def _error_lines(path: Path, root: yaml.Node | None, model: type[BaseModel], errors: list[dict], hint: str) -> list:
+    """One ``file:line: what. fix`` per error; a required key missing beside a typo of it is the typo's line only."""
+    near = {id(e): _near_key(model, e) for e in errors if e["type"] == "extra_forbidden"}
+    typos = {(_location(e)[:-1], n) for e in errors if (n := near.get(id(e)))}
+    lines = []
+    for e in errors:
+        if e["type"] == "missing" and (_location(e)[:-1], _location(e)[-1]) in typos:
+            continue  # said at the typo: `gpu:` for the required `gpus:`
+        node = _node_at(root, _location(e), key=e["type"] == "extra_forbidden")
+        line = node.start_mark.line + 1 if node is not None else 1
+        lines.append(f"{path}:{line}: {_describe(e, hint, near.get(id(e)))}")
+    return lines

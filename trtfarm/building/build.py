@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trtfarm import interrupt
 from trtfarm.building.outcome import outcome_from_manifest, release_if_allowed
 from trtfarm.building.timing_cache import (
     TimingCacheRefused,
@@ -309,6 +310,15 @@ def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], p
 
     Each publish carries its provenance; with ``signer``, a signature over plan, manifest and provenance.
     """
+    with interrupt.doing(f"the build of {model.name} for {', '.join(p.target.id for p in group)}"):
+        outcomes = _build_group(store, model, group, profiles, progress, upload_progress, run_id, signer)
+    interrupt.finished(f"{model.name} for {', '.join(p.target.id for p in group)}")
+    return outcomes
+
+
+def _build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], profiles: Sequence[Profile],
+                 progress: BuildProgress | None, upload_progress: Callable[[str], Progress] | None,
+                 run_id: str | None, signer: Signer | None) -> list[TargetOutcome]:
     lead = group[0]
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     trt = import_flavour(lead.target.toolchain.flavour.value)

@@ -17,6 +17,7 @@ from trtfarm.cli.common import (
     err,
     fail,
     message_text,
+    onnx_not_found,
     out,
     store_uri,
     targets_path,
@@ -62,7 +63,7 @@ def build(
     from trtfarm.planning.requests import MatrixRequest
 
     if not model.is_file():
-        raise fail(f"{model}: " + ("is a folder, not an ONNX file" if model.is_dir() else "no such ONNX file"))
+        raise fail(f"{model}: {onnx_not_found(model)}")
     request = MatrixRequest(model=str(model), name=name, targets=target, precision=_mode(precision),
                             profiles=_profile_texts(profile, profiles), store=store_uri(store, creates=True),
                             targets_file=targets_path(targets_file), dispatch="local", verify_store=verify_store,
@@ -173,12 +174,34 @@ def _releases(rows: list[TargetOutcome]) -> None:
         if r.repaired:
             labelled(out, "repaired:", message_text(r.repaired))
         if r.action == "moved":
-            labelled(out, "released:", message_text(r.move))
+            labelled(out, "released:", message_text(_move(r)))
     kept = [r for r in done if r.action == "kept"]
     for why in dict.fromkeys(r.why for r in kept):
         out.print(message_text(f"not released, {why}; the pointers stay:"), highlight=False)
         for r in (r for r in kept if r.why == why):
             out.print(message_text(f"  {r.key}: {r.old}"), highlight=False)
+
+
+def _move(r) -> str:
+    """A moved pointer in one line at 80 columns: ``MODEL/GPU TOOLCHAIN: OLD -> NEW`` with the plans by build id."""
+    from trtfarm.layout import parse_release_key
+
+    name = parse_release_key(r.key)
+    if name is None:
+        return r.move
+    here = f"{name[0]}/{name[1]}/"
+    return f"{here.rstrip('/')} {name[2]}: {r.old.removeprefix(here)} -> {r.new.removeprefix(here)}"
+
+
+def _skipped_notes(rows: list[TargetOutcome]) -> list[tuple[str, str]]:
+    """The skipped targets, one line per reason (versions left out): how many, and why (``--verbose``: each)."""
+    import re
+
+    by_reason: dict[str, list[str]] = {}
+    for o in rows:
+        if o.status == "skipped":
+            by_reason.setdefault(re.sub(r" \d+(\.\d+)+", "", _note(o)), []).append(o.target)
+    return [(f"{len(ids)} skipped", why) for why, ids in by_reason.items()]
 
 
 def outcome_table(rows: list[TargetOutcome], store: str, wide: bool = False, verbose: bool = False) -> None:
@@ -193,12 +216,13 @@ def outcome_table(rows: list[TargetOutcome], store: str, wide: bool = False, ver
               "plan": f"{o.plan_bytes / 2**20:.1f} MiB" if o.plan_bytes else "",
               "checks": " ".join(MARK[v] for v in o.verification.values()),
               "note": message_text(_note(o))} for o in rows]
-    table, dropped = fitted_table(out, columns, cells, title=f"trtfarm build → {escape(store)}", wide=wide,
-                                  caption="checks: onnx / built / engine / api (… = pending on the target GPU; api: "
-                                  "checked against the version's bindings API)")
+    table, dropped = fitted_table(out, columns, cells, title=f"trtfarm build → {escape(store)}", wide=wide)
     out.print(table)
+    labelled(out, " ", "[dim]checks: onnx / built / engine / api (… = pending on the target GPU)[/]")
     if "note" in dropped:
-        notes(out, [(o.target, _note(o)) for o in rows])
+        notes(out, [(o.target, _note(o)) for o in rows if verbose or o.status != "skipped"])
+        if not verbose:
+            notes(out, _skipped_notes(rows))
     if verbose:
         notes(out, [(f"to build {', '.join(ids)}", fix) for fix, ids in skip_fixes(rows).items()])
     _releases(rows)

@@ -92,19 +92,37 @@ def store_uri(store: str | None, *, creates: bool = False, check: bool = True) -
                          "(`trtfarm build MODEL.onnx --store ...` creates it)")
 
 
-def targets_path(path: Path | None) -> str:
+def targets_path(path: Path | None, *, note: bool = True) -> str:
     """``--targets-file``, else ``$TRTFARM_TARGETS``, else ``gpu_targets.yaml`` here, else the built-in fleet.
 
-    The built-in fleet is said in one line (on stderr, so ``--json`` output stays clean).
+    The built-in fleet is said in one line (on stderr, so ``--json`` output stays clean), unless ``note`` is False
+    (a command that reads the fleet file only for a setting the environment can give, such as ``sign``'s key).
     """
     from trtfarm.vocabulary.fleet_file import BUILTIN_FLEET, default_targets_file
 
     found = str(path or default_targets_file())
-    if found == BUILTIN_FLEET:
+    if found == BUILTIN_FLEET and note:
         err.print(message_text("no gpu_targets.yaml here: using this machine's built-in fleet (its GPUs and "
                                "installed toolchains); `trtfarm init` writes one to edit"), highlight=False,
                   soft_wrap=not err.is_terminal)
     return found
+
+
+def onnx_not_found(path: Path) -> str:
+    """Why ``path`` is no ONNX file to build, and the nearest one: a folder's ``model.onnx``, a sibling's name."""
+    from trtfarm.nearest import closest
+
+    if path.is_dir():
+        inside = sorted(p.name for p in path.glob("*.onnx"))
+        if inside:
+            pick = "model.onnx" if "model.onnx" in inside else inside[0]
+            return f"is a folder, not an ONNX file; build {path / pick}"
+        return "is a folder with no .onnx file in it; give the ONNX file's path"
+    here = path.parent if path.parent.is_dir() else None
+    found = {p.name: p for p in (here.glob("*.onnx") if here else ())}
+    found |= {p.name: p / "model.onnx" for p in (here.iterdir() if here else ()) if (p / "model.onnx").is_file()}
+    near = closest(path.name, found)
+    return f"no such ONNX file; did you mean {found[near]}?" if near else "no such ONNX file"
 
 
 def output_path(path: Path, flag: str, *, folder: bool = True) -> Path:

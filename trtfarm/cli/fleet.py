@@ -34,6 +34,11 @@ STATE_STYLE = {"released": "green", "pending": "yellow", "stale": "dark_orange",
                "refused": "bold magenta", "damaged": "bold magenta", "missing": "dim"}
 
 
+def _n(count: int, noun: str) -> str:
+    """``1 model``, ``2 models``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def print_decisions(decisions, title: str, wide: bool = False) -> None:
     """The decisions of a what-if (or a dry run) for a terminal: the changes, the cost per pool, what keeps."""
     from trtfarm.vocabulary.fleetview import duration_text  # not on --help's path
@@ -219,7 +224,7 @@ def print_status(found, wide: bool = False) -> None:
     from trtfarm.vocabulary.fleetview import age_text
 
     counts = ", ".join(f"{n} {s}" for s, n in found.counts().items() if n) or "nothing"
-    out.print(message_text(f"fleet status: {len(found.models)} models x {len(found.targets)} targets in "
+    out.print(message_text(f"fleet status: {_n(len(found.models), 'model')} x {_n(len(found.targets), 'target')} in "
                            f"{found.store}: {counts}"), highlight=False)
     table = Table("model", *(escape(t) for t in found.targets), show_lines=False)
     for model in found.models:

@@ -104,8 +104,10 @@ def _main() -> None:
         sys.exit(e.exit_code)
     except typer.Abort:
         sys.exit(1)
-    except interrupt.Interrupted:
+    except interrupt.Interrupted as stopped:
         scratch.remove_all()  # what the signal caught mid-way (between creating a temporary and its cleanup)
+        err.print(message_text(interrupt.stopped_line(int(stopped.code or 130))), highlight=False,
+                  soft_wrap=not err.is_terminal)
         raise
     except ModuleNotFoundError as e:  # an optional module of an extra this install lacks: one line naming it
         extra = missing_extra(e)

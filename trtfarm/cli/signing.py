@@ -26,16 +26,17 @@ def sign(models: list[str] = typer.Argument(None, help="model names [default: ev
          targets_file: Path = TARGETS_OPT, store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     """Sign the published plans and releases that have no signature, with the worker key (TRTFARM_SIGNING_KEY).
 
-    Each plan is re-hashed against its manifest first; one that does not match, or whose manifest sits in another
-    model's folder, is refused and listed (exit 1), never signed. Releases with no signed claim, or one that expires
-    within 10 days, are signed again (next version, same plan).
+    Each plan is re-hashed against its manifest first; one that does not match, is missing, or whose manifest sits
+    in another model's folder, is refused and listed, never signed, while every sound plan and release is signed
+    (exit 1 with the count refused). Releases with no signed claim, or one that expires within 10 days, are signed
+    again (next version, same plan). A model name the store does not hold is bad input (exit 2).
     """
     from trtfarm.publishing.sign_store import sign_store
     from trtfarm.store import open_store
     from trtfarm.vocabulary.fleet_file import signing_settings
 
     uri = store_uri(store)  # a store that is not there is named before the key is looked for
-    signer = signing_settings(targets_path(targets_file), only="key").signer()
+    signer = signing_settings(targets_path(targets_file, note=False), only="key").signer()
     if signer is None:
         raise fail("no signing key: set TRTFARM_SIGNING_KEY=PATH (the workers' PEM key) or signing.key in "
                    "gpu_targets.yaml")
@@ -48,5 +49,8 @@ def sign(models: list[str] = typer.Argument(None, help="model names [default: ev
                   f"signed, {len(done.refused)} refused", highlight=False)
     if done.refused:
         if not as_json:
-            err.print(message_text(f"refused: {done.refused[0]}"), highlight=False, soft_wrap=True)
+            more = f" (and {len(done.refused) - 1} more, above)" if len(done.refused) > 1 else ""
+            err.print("[bold red]error:[/] " + message_text(f"{len(done.refused)} refused, left unsigned: "
+                                                              f"{done.refused[0]}{more}"),
+                      highlight=False, soft_wrap=True)
         raise typer.Exit(1)

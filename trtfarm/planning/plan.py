@@ -69,6 +69,20 @@ def _profiles(request: MatrixRequest, path: Path, spec) -> list[Profile]:
     return spec_profiles(path, spec)[0]
 
 
+def model_name(given: str | None, export: ExportRef, spec_name: str | None, path: Path) -> str:
+    """The one naming rule of every entry point (build, farm run, models push, the webhook's exports).
+
+    ``--name`` when given; else a registered export's name (what ``models push`` named it, by this same rule); else
+    farm.yaml's ``name:``; else the default: the folder's name for a ``model.onnx``, the file's stem otherwise (for
+    an export URI, the folder the URI names, not the local copy).
+    """
+    if given:
+        return given
+    if export.name and export.named:
+        return export.name
+    return spec_name or export.name or model_name_from_path(path)
+
+
 def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm: bool,
                 fleet: Fleet | None = None, caps: Capabilities | None = None,
                 index: StoreIndex | None = None, targets: list[ResolvedTarget] | None = None) -> ExportPlan:
@@ -99,7 +113,7 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
                              "out to use farm.yaml's name or the file name")
     # the files' digests find what is published; the model is checked (onnx.checker, the graph digest, the profiles
     # against its inputs) when something is to be built from it
-    model = model_source(path, request.name or export.name or spec.name or model_name_from_path(path), verify=False)
+    model = model_source(path, model_name(request.name, export, spec.name, path), verify=False)
     profiles = first.profiles if first else _profiles(request, path, spec)
     if is_uri(export.uri):
         model = model.model_copy(update={"source_uri": f"{export.uri}/{layout.ONNX_NAME}"})
@@ -253,7 +267,7 @@ def listed_stage(request: MatrixRequest, export: ExportRef, store: Store, fleet:
     if recipe.mode != "fp32" or recipe.auto_pin or not (request.profiles or spec.profiles):
         return None
     resolved = _targets(request, fleet, spec, targets)
-    name = request.name or export.name or spec.name or model_name_from_path(path)
+    name = model_name(request.name, export, spec.name, path)
     model = ModelSource(name=name, path=path, source_uri=f"{export.uri}/{layout.ONNX_NAME}",
                         onnx_digest=record.onnx_digest, graph_digest=record.graph_digest,
                         exported_at=record.registered_at)

@@ -49,7 +49,8 @@ class MatrixRequest(BaseModel):
                                 "heldout.npz beside the model); a local build's path")
     release: bool | None = Field(None, description="move the release pointers: true for any recipe, false for none; "
                                  "default: only for the model's declared recipe (farm.yaml's precision, else fp32)")
-    name: str | None = Field(None, description="model name in the store (default: farm.yaml name, else file name)")
+    name: str | None = Field(None, description="model name in the store (default: farm.yaml name, else the "
+                                 "folder's name for a model.onnx, else the file's stem)")
     profiles: list[ProfileText] = Field(default_factory=list, description="optimization profiles (default: farm.yaml)")
     store: str = Field(default_factory=default_store, description="artifact store: a path, file:// or s3://bucket/prefix")
     targets_file: str = Field(default_factory=default_targets_file, description="the fleet's gpu_targets.yaml")

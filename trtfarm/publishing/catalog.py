@@ -20,6 +20,7 @@ from trtfarm.layout import (
     parse_short_ref,
     plans_prefix,
     provenance_name,
+    releases_prefix,
 )
 from trtfarm.publishing.provenance import provenance_from_json
 from trtfarm.publishing.publish import read_manifest
@@ -61,6 +62,12 @@ def manifests_in(store, model: str | None = None, problems: list[str] | None = N
                 found.append(Listed(key, store.url(key), m))
     return sorted(found, key=lambda x: (x.manifest.model.name, x.manifest.target.gpu,
                                         x.manifest.target.toolchain_version, x.manifest.created_at))
+
+
+def store_models(store, *, plans: bool = True, releases: bool = True) -> list[str]:
+    """The model names the store holds plans (and/or) releases of, sorted: for messages naming the known ones."""
+    prefixes = [p for p, wanted in ((plans_prefix(), plans), (releases_prefix(), releases)) if wanted]
+    return sorted({key.split("/")[1] for prefix in prefixes for key in store.list(prefix) if key.count("/") >= 2})
 
 
 def load_manifest(ref: str, store_uri: str) -> tuple[str, Manifest]:

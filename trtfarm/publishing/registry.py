@@ -115,8 +115,8 @@ def latest_exports(store: Store) -> list[ExportRef]:
 def resolve_model(store: Store, ref: str) -> ExportRef:
     """``name``, ``name@export_id`` or an export folder URI -> the export to build."""
     if is_uri(ref):
-        uri = export_folder(ref)
-        return ExportRef(uri, export_name(uri))
+        uri = export_folder(ref)  # a dropped folder's farm.yaml names it, as for a build of its model.onnx
+        return ExportRef(uri, export_name(uri), named=is_registry_export(uri))
     name, _, wanted = ref.partition("@")
     check_name("model name", name)
     ids = _exports(store, name)

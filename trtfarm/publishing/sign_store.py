@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from trtfarm import layout
-from trtfarm.errors import CorruptObject
+from trtfarm.errors import CorruptObject, UserInputError
+from trtfarm.nearest import did_you_mean, known
 from trtfarm.publishing.attest import read_stored, sha256_bytes, signed_names
-from trtfarm.publishing.catalog import manifests_in
+from trtfarm.publishing.catalog import manifests_in, store_models
 from trtfarm.publishing.publish import plan_rehash
 from trtfarm.publishing.release import read_pointer, refresh_release
 from trtfarm.publishing.release_check import manifest_identity_problem
@@ -53,6 +54,8 @@ def sign_plan_folder(store: Store, key: str, signer: Signer) -> str | None:
     problem = manifest_identity_problem(key, m)
     if problem:
         return problem
+    if not store.exists(m.plan.key):  # deleted by hand: named, never signed, and the rest of the store still is
+        return f"{store.url(m.plan.key)}: the plan object is missing; rebuild it or `trtfarm gc` its manifest"
     damaged = plan_rehash(store, m)
     if damaged:
         return f"{store.url(key)}: {damaged}"
@@ -66,25 +69,51 @@ def sign_plan_folder(store: Store, key: str, signer: Signer) -> str | None:
     return None
 
 
+def _sign_one_plan(store: Store, key: str, signer: Signer, done: Signed, say: Callable[[str], None]) -> None:
+    """Sign one plan folder into ``done`` (signed, already signed or refused with why); the others go on."""
+    try:
+        if read_stored(store, key).signature is not None:
+            done.already += 1
+            return
+        why = sign_plan_folder(store, key, signer)
+    except (SignatureRefused, CorruptObject) as err:
+        why = str(err)
+    (done.refused if why else done.plans).append(why or key)
+    say(f"refused: {why}" if why else f"signed {layout.short_ref(key)}")
+
+
 def _needs_claim(pointer, within: timedelta) -> bool:
     claim = unverified_claim(pointer.claim)
     return claim is None or claim.expires() - now_utc() < within
 
 
+def _has_any(store: Store, prefix: str) -> bool:
+    return next(iter(store.list(prefix)), None) is not None
+
+
+def check_models(store: Store, models: Sequence[str]) -> None:
+    """Refuse (bad input) a model name the store holds no plan or release of, naming the nearest and the known ones."""
+    unknown = [m for m in dict.fromkeys(models) if not layout.is_name(m) or not (
+        _has_any(store, layout.plans_prefix(m)) or _has_any(store, layout.releases_prefix(m)))]
+    if unknown:
+        names = store_models(store)
+        raise UserInputError(f"no plan or release of {', '.join(map(repr, unknown))} in {store.location}; "
+                             f"{did_you_mean(unknown[0], names)}known models: {known(names)}. Fix: check the name "
+                             "(`trtfarm plans`) and --store")
+
+
 def sign_store(store: Store, signer: Signer, models: Sequence[str] = (), *, refresh_within: timedelta = REFRESH_WITHIN,
                reason: str = "signed by `trtfarm sign`", note: Callable[[str], None] | None = None) -> Signed:
     """Sign the unsigned plans and releases of ``models`` (all when empty) in ``store``; ``note`` hears each step."""
+    check_models(store, models)
     done, say = Signed(), note or (lambda _line: None)
-    for model in models or [None]:
+    for model in dict.fromkeys(models) or [None]:
         problems: list[str] = []
         for listed in manifests_in(store, model, problems):
-            if read_stored(store, listed.key).signature is not None:
-                done.already += 1
-                continue
-            why = sign_plan_folder(store, listed.key, signer)
-            (done.refused if why else done.plans).append(why or listed.key)
-            say(f"refused: {why}" if why else f"signed {layout.short_ref(listed.key)}")
-        done.refused += problems
+            _sign_one_plan(store, listed.key, signer, done, say)
+        for problem in problems:
+            done.refused.append(problem)
+            say(f"refused: {problem}")
         for key in store.list(layout.releases_prefix(model)):
             try:
                 pointer, _ = read_pointer(store, key)

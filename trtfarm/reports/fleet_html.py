@@ -45,6 +45,11 @@ LEGEND = {"released": "released (age; * engine check still pending on its GPU)",
           "damaged": "an object of its state is damaged", "missing": "nothing released"}
 
 
+def _n(count: int, noun: str) -> str:
+    """``1 model``, ``2 models``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def cell_text(c: TargetStatus) -> str:
     """A matrix cell: ``ok 3d`` (``*``: engine pending), ``pend``, ``stale``, ``FAIL`` or ``—``."""
     if c.state == "released":
@@ -100,7 +105,7 @@ def status_html(status: FleetStatus) -> str:
         if status.problems else []
     return _page("trtfarm fleet status", [
         f'<p class="meta">Generated {escape(status.generated_at)} · store <code>{escape(status.store)}</code> · '
-        f"{len(status.models)} models x {len(status.targets)} targets · {escape(counts)}</p>",
+        f"{_n(len(status.models), 'model')} x {_n(len(status.targets), 'target')} · {escape(counts)}</p>",
         f'<p class="legend">{legend}</p>',
         f'<table id="matrix"><thead><tr><th scope="col">model</th>{head}</tr></thead><tbody>',
         *rows, "</tbody></table>", *details, *problems])
@@ -125,7 +130,8 @@ def status_markdown(status: FleetStatus, page: str, link: str | None, max_models
     """The matrix as markdown for a Prefect artifact (models beyond ``max_models`` are on the page only)."""
     counts = ", ".join(f"{n} {s}" for s, n in status.counts().items() if n) or "nothing"
     where = f"[status.html]({link})" if link else f"`{page}`"
-    lines = ["# trtfarm fleet status", "", f"{len(status.models)} models x {len(status.targets)} targets: {counts}. "
+    size = f"{_n(len(status.models), 'model')} x {_n(len(status.targets), 'target')}"
+    lines = ["# trtfarm fleet status", "", f"{size}: {counts}. "
              f"The whole page: {where}.", "",
              "| model | " + " | ".join(status.targets) + " |", "|---|" + "---|" * len(status.targets)]
     for model in status.models[:max_models]:

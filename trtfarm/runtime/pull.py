@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from trtfarm.errors import UserInputError
+from trtfarm.errors import OutputRefused, UserInputError
 from trtfarm.layout import release_key
 from trtfarm.machine.gpu import GpuScan
 from trtfarm.publishing.release import list_pointers
@@ -45,7 +45,10 @@ def local_gpu_key(fleet: Fleet, gpus: GpuScan, override: str | None) -> str:
     """The fleet's key for this host's GPU (``--gpu`` wins); a clear error when it is unknown."""
     if override:
         if override not in fleet.gpus:
-            raise UserInputError(f"--gpu {override!r} is not in the fleet; known GPUs: {sorted(fleet.gpus)}")
+            from trtfarm.nearest import did_you_mean
+
+            raise UserInputError(f"--gpu {override!r} is not in the fleet; {did_you_mean(override, fleet.gpus)}"
+                                 f"known GPUs: {', '.join(sorted(fleet.gpus))}")
         return override
     key = fleet_gpu_of(fleet, gpus)
     if key:
@@ -77,6 +80,16 @@ def local_toolchains(installed: dict[str, str | None], override: str | None) -> 
     return labels
 
 
+def _remember(accepted: AcceptedReleases, store_uri: str, claim, written: list[Path]) -> None:
+    """Remember the accepted release; when that fails, the pull is refused and what it wrote is removed."""
+    try:
+        accepted.remember(store_uri, claim)
+    except OutputRefused:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
+
+
 def pull_release(store: Store, model: str, gpu: str, toolchains: list[str], dest: Path | None = None,
                  progress: Progress | None = None, fleet: Fleet | None = None,
                  trust: TrustedKeys | None = None, accepted: AcceptedReleases | None = None,
@@ -90,6 +103,8 @@ def pull_release(store: Store, model: str, gpu: str, toolchains: list[str], dest
     holds and not frozen (``max_age``), and the plan folder must be signed (``SignatureRefused``). Without ``trust``
     the pull is unsigned-checked, and a version-compatible plan refused. The accepted release is remembered.
     """
+    if accepted is not None:  # refused before any byte lands at dest, never after the plan is there
+        accepted.check_writable()
     for label in toolchains:
         key = release_key(model, gpu, label)
         served = served_release(store, key, trust, accepted, fleet=fleet, max_age=max_age)  # status asks the same
@@ -112,7 +127,8 @@ def pull_release(store: Store, model: str, gpu: str, toolchains: list[str], dest
             else:
                 path.write_bytes(data)
         if accepted is not None and released.claim is not None:
-            accepted.remember(store.uri, released.claim)
+            _remember(accepted, store.uri, released.claim, [dest, mpath, signature_beside(dest),
+                                                           provenance_beside(dest), release_beside(dest)])
         return Pulled(dest, mpath, key, size, verdict, released, got.note)
     existing = [f"{p.gpu} / {p.toolchain}" for p in list_pointers(store, model)]
     raise UserInputError(f"no released plan of {model!r} for GPU {gpu!r} with {' or '.join(toolchains)}. "

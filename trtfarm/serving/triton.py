@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from trtfarm.errors import UserInputError
-from trtfarm.layout import release_key
+from trtfarm.layout import release_key, releases_prefix
 from trtfarm.profiles.profile import ProfilesFile, profiles_json
 from trtfarm.publishing.attest import StoredPlan, read_stored
 from trtfarm.publishing.release import ReleasePointer, list_pointers
@@ -99,7 +99,10 @@ def _pointers(store: Store, fleet: Fleet, req: TritonRequest, notes: list[str]) 
     """One release pointer per GPU of the repository (the fleet's, or ``--gpu``'s)."""
     unknown = [g for g in req.gpus if g not in fleet.gpus]
     if unknown:
-        raise UserInputError(f"--gpu {unknown} not in the fleet; its GPUs are {sorted(fleet.gpus)}")
+        from trtfarm.nearest import did_you_mean
+
+        raise UserInputError(f"--gpu {unknown} not in the fleet; {did_you_mean(unknown[0], fleet.gpus)}its GPUs are "
+                             f"{', '.join(sorted(fleet.gpus))}")
     wanted = list(req.gpus) or sorted(fleet.gpus)
     found: dict[str, list[ReleasePointer]] = {}
     for p in list_pointers(store, req.model):
@@ -112,13 +115,25 @@ def _pointers(store: Store, fleet: Fleet, req: TritonRequest, notes: list[str]) 
     missing = [g for g in wanted if g not in found]
     if not found:
         raise UserInputError(f"{req.model!r} has no release for {wanted}"
-                             + (f" with {req.toolchain}" if req.toolchain else "") + f" in {store.uri}; build and "
-                             "release it first (`trtfarm build`, `trtfarm release`)")
+                             + (f" with {req.toolchain}" if req.toolchain else "") + f" in {store.uri}; "
+                             + _released_models(store, req.model) + "build and release it first (`trtfarm build`, "
+                             "`trtfarm release`)")
     if missing and req.gpus:
         raise UserInputError(f"--gpu {missing}: {req.model!r} has no release there")
     if missing:
         notes.append(f"not in the repository (no release of {req.model}): {', '.join(missing)}")
     return [found[g][0] for g in sorted(found)]
+
+
+def _released_models(store: Store, model: str) -> str:
+    """For a model with no release at all: the nearest released model and the released ones, as a message's part."""
+    from trtfarm.nearest import did_you_mean, known
+    from trtfarm.publishing.catalog import store_models
+
+    if next(iter(store.list(releases_prefix(model))), None) is not None:
+        return ""
+    names = store_models(store, plans=False)
+    return f"{did_you_mean(model, names)}released models: {known(names)}; "
 
 
 class _Manifests:

@@ -11,6 +11,7 @@ an old view). The file is ``TRTFARM_RELEASE_STATE``, else ``$XDG_STATE_HOME/trtf
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from trtfarm.errors import UserInputError
+from trtfarm.errors import OutputRefused, UserInputError
 from trtfarm.signing.bundle import SignatureRefused
 from trtfarm.signing.release_claim import ReleaseClaim
 
@@ -32,7 +33,11 @@ def parse_age(text: str, source: str = MAX_AGE_ENV) -> timedelta:
     match = _AGE.match(text.strip())
     if not match or int(match.group(1)) == 0:
         raise UserInputError(f"{source}={text!r} is not an age; write seconds or 15m, 36h, 14d")
-    return timedelta(seconds=int(match.group(1)) * _UNIT[match.group(2)])
+    try:
+        return timedelta(seconds=int(match.group(1)) * _UNIT[match.group(2)])
+    except OverflowError:  # past timedelta's 999,999,999 days
+        raise UserInputError(f"{source}={text!r} is longer than any age trtfarm can count; write at most "
+                             "36500d (or leave it unset: each claim's own expiry still holds)") from None
 
 
 def configured_max_age(env: dict[str, str] | None = None) -> timedelta | None:
@@ -93,10 +98,33 @@ class AcceptedReleases:
         self._doc[f"{store}#{claim.identity}"] = {"version": claim.version, "manifest_sha256": claim.manifest_sha256,
                                                   "exported_at": claim.exported_at, "action": claim.action,
                                                   "issued_at": claim.issued_at}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self._doc, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(self._doc, indent=2, sort_keys=True) + "\n")
+            os.replace(tmp, self.path)
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise self._refused(err) from err
+
+    def check_writable(self) -> None:
+        """Refuse (before any download) when this host's memory cannot be written: a pull must remember what it took.
+
+        Creates the folder where missing, and a temporary file in it, removed again.
+        """
+        probe = self.path.with_name(f".{self.path.name}.{os.getpid()}.probe")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as err:
+            raise self._refused(err) from err
+
+    def _refused(self, err: OSError) -> OutputRefused:
+        return OutputRefused(f"{self.path}: this host's accepted-releases file cannot be written "
+                             f"({err.strerror or err}); make {self.path.parent} writable, or set {STATE_ENV} to a "
+                             "file in a folder you can write")
 
 
 def check_not_frozen(claim: ReleaseClaim, now: datetime, max_age: timedelta | None) -> None:

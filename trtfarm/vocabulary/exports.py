@@ -12,11 +12,16 @@ from trtfarm.vocabulary.manifest import validation_problems
 
 @dataclass(frozen=True)
 class ExportRef:
-    """One model export: the folder's URI, the model name, and its id in the registry (None: not registered)."""
+    """One model export: the folder's URI, the model name, and its id in the registry (None: not registered).
+
+    ``named``: the name is the export's own (the registry's, or a hook's ``name``); False when it is only the folder's
+    default, which the export's farm.yaml ``name:`` overrides (``planning.plan.model_name``).
+    """
 
     uri: str
     name: str
     export_id: str | None = None
+    named: bool = True
 
     def to_json(self) -> dict:
         """``{uri, name, export_id}``."""

@@ -343,7 +343,9 @@ def select_targets(fleet: Fleet, ids: list[str] | None = None) -> list[ResolvedT
     unknown = [i for i in ids or [] if i not in by_id]
     if unknown:
         from trtfarm.errors import UserInputError
+        from trtfarm.nearest import did_you_mean
 
-        raise UserInputError(f"unknown target(s) {unknown}; known targets: {', '.join(by_id)}")
+        raise UserInputError(f"unknown target(s) {unknown}; {did_you_mean(unknown[0], by_id)}known targets: "
+                             f"{', '.join(by_id)}")
     chosen = [by_id[i] for i in ids] if ids else fleet.targets
     return [resolve_target(fleet, t) for t in chosen]

@@ -1,0 +1,125 @@
+"""Every environment variable trtfarm reads, set to bad values: one line or a clean run, never a traceback.
+
+The variables are found in trtfarm/'s source (every ``"TRTFARM_..."`` string), so a new one fails this test until it
+has a command here that reads it. Each runs as a person runs it, against a real store holding a signed release of the
+encoder (TensorRT-RTX), and moto's S3 server for the S3 settings.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from trtfarm.signing.keys import PemKeySigner
+from trtfarm.store import open_store
+
+from .conftest import REPO
+from .conftest_builds import publish_export
+from .test_signing import RELEASED_FLEET, TOOLCHAIN, key_pair
+
+SOURCES = sorted((REPO / "trtfarm").rglob("*.py"))
+NAMES = sorted({n for p in SOURCES for n in re.findall(r"\"(TRTFARM_[A-Z0-9_]+)\"", p.read_text())})
+WRITTEN_ONLY = {"TRTFARM_TOOLCHAIN_FLAVOUR": "trtfarm/workers/images.py"}  # set for a worker image's build only
+BAD = ["", " ", "100000000000d", "-1", "nan", "1e400", "/nonexistent/x", "{folder}", "{file}", "{ro}/x",
+       "über\tx"]
+PULL = ["pull", "encoder", "--gpu", "rtx-4090", "--toolchain", TOOLCHAIN, "--to", "{out}/got.plan",
+        "--targets-file", "{fleet}", "--store", "{store}"]
+# the command that reads each variable, and the variables it needs set to good values to get that far
+COMMANDS = {
+    "TRTFARM_CACHE_DIR": (["status", "--targets-file", "{fleet}", "--store", "{store}"], {}),
+    "TRTFARM_HOME": (["images", "build", "--targets-file", "{fleet}"], {}),
+    "TRTFARM_RELEASE_MAX_AGE": (PULL, {"TRTFARM_TRUSTED_KEYS": "{public}"}),
+    "TRTFARM_RELEASE_STATE": (PULL, {"TRTFARM_TRUSTED_KEYS": "{public}"}),
+    "TRTFARM_TRUSTED_KEYS": (PULL, {}),
+    "TRTFARM_SIGNING_KEY": (["sign", "--store", "{store}"], {}),
+    "TRTFARM_STORE": (["plans"], {}),
+    "TRTFARM_TARGETS": (["targets"], {}),
+    "TRTFARM_S3_CONNECT_TIMEOUT": (["plans", "--store", "{s3}"], {}),
+    "TRTFARM_S3_READ_TIMEOUT": (["plans", "--store", "{s3}"], {}),
+    "TRTFARM_S3_MAX_ATTEMPTS": (["plans", "--store", "{s3}"], {}),
+    "TRTFARM_WEBHOOK_SECRET": (["webhook", "serve", "--port", "0", "--store", "{store}"],
+                               {"PREFECT_API_URL": "http://127.0.0.1:9/api"}),
+    "TRTFARM_WORKER_IMAGE": (["build", "{onnx}", "--store", "{out}/s", "--targets-file", "{fleet}"],
+                             {"TRTFARM_SIGNING_KEY": "{private}"}),
+    "TRTFARM_WORKER_NAME": (["build", "{onnx}", "--store", "{out}/s", "--targets-file", "{fleet}"],
+                            {"TRTFARM_SIGNING_KEY": "{private}"}),
+    "TRTFARM_WORKER_POOL": (["build", "{onnx}", "--store", "{out}/s", "--targets-file", "{fleet}"],
+                            {"TRTFARM_SIGNING_KEY": "{private}"}),
+}
+
+
+def trtfarm(*args: str, env: dict[str, str], cwd, timeout: float = 120) -> subprocess.CompletedProcess:
+    """The command as a person runs it, with none of this shell's TRTFARM_ settings."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("TRTFARM_")}
+    return subprocess.run([sys.executable, "-m", "trtfarm", *args], env={**base, "COLUMNS": "200", **env}, cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_every_variable_in_the_source_has_a_command_here():
+    assert sorted(set(COMMANDS) | set(WRITTEN_ONLY)) == NAMES
+    for name, where in WRITTEN_ONLY.items():
+        assert [p.relative_to(REPO).as_posix() for p in SOURCES if name in p.read_text()] == [where]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, s3_endpoint):
+    import boto3
+
+    root = tmp_path_factory.mktemp("env")
+    fleet = root / "gpu_targets.yaml"
+    fleet.write_text(RELEASED_FLEET)
+    private, public = key_pair(root, "worker")
+    store = open_store((root / "store").as_uri())
+    publish_export(store, fleet, root / "encoder", 0, 1_700_000_000, ["rtx-4090-rtx1.7"], signer=PemKeySigner(private))
+    boto3.client("s3").create_bucket(Bucket="env-values")
+    (root / "folder").mkdir()
+    (root / "file").write_text("not a key\n")
+    ro = root / "ro"  # a read-only file system (root ignores a folder's permissions)
+    ro.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(ro)], check=True)
+    yield {"fleet": fleet, "store": store.uri, "public": public, "private": private, "s3": "s3://env-values/x",
+           "onnx": root / "encoder" / "model.onnx", "folder": root / "folder", "file": root / "file", "ro": ro}
+    subprocess.run(["umount", "-l", str(ro)], check=False)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_bad_values_are_one_line_never_a_traceback(world, tmp_path, name):
+    args, needs = COMMANDS[name]
+    fill = {**{k: str(v) for k, v in world.items()}, "out": str(tmp_path)}
+    for value in BAD:
+        env = {"XDG_STATE_HOME": str(tmp_path / "state")} | {k: v.format(**fill) for k, v in needs.items()} | \
+            {name: value.format(**fill)}
+        try:
+            done = trtfarm(*(a.format(**fill) for a in args), env=env, cwd=tmp_path, timeout=20)
+        except subprocess.TimeoutExpired as served:  # a receiver that took the value and serves: no error to show
+            assert name == "TRTFARM_WEBHOOK_SECRET" and b"Traceback" not in (served.stderr or b""), value
+            continue
+        errors = [x for x in done.stderr.splitlines() if x.startswith("error:")]
+        assert "Traceback" not in done.stderr, (name, value, done.stderr[-3000:])
+        assert done.returncode in (0, 1, 2, 3), (name, value, done.returncode, done.stderr[-2000:])
+        assert done.returncode == 0 or len(errors) == 1, (name, value, done.stderr[-2000:])
+        if done.returncode == 0 and "pull" in args:
+            assert (tmp_path / "got.plan").is_file()
+            for got in tmp_path.glob("got.*"):  # the next value starts from an empty --to
+                got.unlink()
+        elif "pull" in args:  # a refused pull leaves nothing at --to
+            assert not list(tmp_path.glob("got.*")), (name, value, sorted(tmp_path.iterdir()))
+
+
+def test_a_pull_whose_state_folder_is_read_only_is_refused_before_any_byte(world, tmp_path):
+    fill = {**{k: str(v) for k, v in world.items()}, "out": str(tmp_path)}
+    done = trtfarm(*(a.format(**fill) for a in PULL), cwd=tmp_path,
+                   env={"TRTFARM_TRUSTED_KEYS": str(world["public"]),
+                        "TRTFARM_RELEASE_STATE": str(world["ro"] / "accepted.json")})
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "cannot be written" in done.stderr and "TRTFARM_RELEASE_STATE" in done.stderr, done.stderr
+    assert not list(tmp_path.glob("got.*")), sorted(tmp_path.iterdir())
+    good = trtfarm(*(a.format(**fill) for a in PULL), cwd=tmp_path,
+                   env={"TRTFARM_TRUSTED_KEYS": str(world["public"]),
+                        "TRTFARM_RELEASE_STATE": str(tmp_path / "state" / "accepted.json")})
+    assert good.returncode == 0 and (tmp_path / "got.plan").is_file(), good.stderr
