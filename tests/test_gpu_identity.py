@@ -272,7 +272,8 @@ def test_a_real_build_for_a_whole_gpu_and_its_mig_slice_is_two_plans_neither_sta
 def test_a_tensorrt_rtx_hardware_level_decides_which_capabilities_share_a_plan(level, same, serves_86):
     """TensorRT-RTX plans are portable by default; at same_compute_capability a plan runs only on its GPU's capability,
     so an RTX 4090 (8.9) and an RTX 3090 (8.6) get two builds and the 4090's plan is refused on the 3090."""
-    from trtfarm.machine.match import fit, spec_of_target
+    from trtfarm.machine.match import fit
+    from trtfarm.vocabulary.device_spec import spec_of_target
     from trtfarm.vocabulary.fleet import Fleet, select_targets
 
     fleet = Fleet.model_validate({

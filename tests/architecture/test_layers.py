@@ -44,7 +44,7 @@ def imports(path: Path, top_level_only: bool = False) -> set[str]:
 # Bottom first. A unit is a core package (trtfarm/<package>/) or top-level module (trtfarm/<module>.py); units on
 # one level do not import each other.
 LEVELS: tuple[tuple[str, ...], ...] = (
-    ("trtfarm", "errors"),  # the package itself (its version), the error kinds
+    ("trtfarm", "errors", "nearest"),  # the package itself (its version), the error kinds, the name nearest a typo
     ("interrupt", "scratch", "cachedir", "yamlfile", "onnxfile", "extras", "layout"),  # plain utilities; store keys
     ("identity",),  # content addresses
     ("store", "signing", "profiles", "machine"),  # storage adapters, keys and signatures, shapes, this machine

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtfarm import interrupt
+from trtfarm.building.device import build_device, served_gpus
 from trtfarm.building.outcome import outcome_from_manifest, release_if_allowed
 from trtfarm.building.timing_cache import (
     TimingCacheRefused,
@@ -42,13 +43,11 @@ from trtfarm.vocabulary.fleet import Flavour, bindings_api_check
 from trtfarm.vocabulary.manifest import (
     BuildInfo,
     Check,
-    DeviceInfo,
     Manifest,
     ModelFile,
     ModelInfo,
     PlanInfo,
     PrecisionInfo,
-    ServedGpu,
     ServingImageInfo,
     TargetInfo,
     TimingCacheInfo,
@@ -230,31 +229,6 @@ def serving_images(plan: TargetPlan) -> list[ServingImageInfo]:
     tc = plan.target.toolchain
     return [ServingImageInfo(image=s.image, flavour=(s.flavour or tc.flavour).value,
                              tensorrt_version=s.tensorrt_version) for s in tc.serving_images]
-
-
-def served_gpus(plan: TargetPlan) -> list[ServedGpu]:
-    """Every fleet GPU the target's plan serves (its own, then its declared group), with their PCI ids."""
-    t = plan.target
-    return [ServedGpu(gpu=k, gpu_name=g.nvml_name, pci_ids=list(g.pci_ids)) for k, g in ((t.gpu_key, t.gpu), *t.group)]
-
-
-def build_device(plan: TargetPlan) -> DeviceInfo | None:
-    """The local device a TensorRT build ran and was validated on (the one serving its target).
-
-    None for builds ahead of time (TensorRT-RTX) and where no local device serves it.
-    """
-    if plan.target.toolchain.flavour is not Flavour.tensorrt:
-        return None
-    from trtfarm.machine.gpu import scan_gpus
-    from trtfarm.machine.match import best_fit, spec_of_target
-
-    found = best_fit(spec_of_target(plan.target), scan_gpus())
-    g = found.device if found.ok else None
-    if g is None:
-        return None
-    return DeviceInfo(name=g.name, pci_device_id=g.pci_device_id, pci_subsystem_id=g.pci_subsystem_id,
-                      compute_capability=g.compute_capability, memory_gib=round(g.memory_gib, 2),
-                      sm_count=g.sm_count, ecc=g.ecc, mig=g.mig.profile if g.mig else None)
 
 
 def build_manifest(model: ModelSource, plan: TargetPlan, built_by: TargetPlan, result: BuildResult, profiles,

@@ -280,7 +280,8 @@ def targets(targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
 
 def device_match(t, gpus) -> dict:
     """How this machine's best device serves target ``t``: exact (PCI id), group, class, name or no, and why."""
-    from trtfarm.machine.match import best_fit, spec_of_target
+    from trtfarm.machine.match import best_fit
+    from trtfarm.vocabulary.device_spec import spec_of_target
 
     found = best_fit(spec_of_target(t), gpus)
     return {"pci_ids": list(t.gpu.pci_ids), "mig": t.mig, "serves": [t.gpu_key, *(k for k, _ in t.group)],

@@ -127,7 +127,7 @@ def _asked(call, *args):
 
 def _devices(pynvml, i: int, h) -> list[LocalGpu]:
     """GPU ``i``, or its MIG instances when MIG mode is on and some exist (CUDA then sees only those)."""
-    from trtfarm.vocabulary.gpu_ids import device_id_of, vendor_id_of
+    from trtfarm.machine.gpu_ids import device_id_of, vendor_id_of
 
     major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
     pci = pynvml.nvmlDeviceGetPciInfo(h)

@@ -14,14 +14,9 @@ One rule for the worker's self-check, ``trtfarm targets``, ``verify``, ``pull`` 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from trtfarm.machine.gpu import GpuScan, LocalGpu
-from trtfarm.vocabulary.fleet import RTX_COMPUTE_CAPABILITIES
-
-if TYPE_CHECKING:
-    from trtfarm.vocabulary.fleet import ResolvedTarget
-    from trtfarm.vocabulary.manifest import Manifest
+from trtfarm.machine.gpu_ids import RTX_COMPUTE_CAPABILITIES
 
 
 @dataclass(frozen=True)
@@ -49,20 +44,6 @@ class DeviceSpec:
         """``NVIDIA H100 PCIe (PCI 0x2331, cc 9.0)``."""
         pci = f"PCI {'/'.join(self.pci_ids)}, " if self.pci_ids else ""
         return f"{self.name} ({pci}cc {self.compute_capability}{f', MIG {self.mig}' if self.mig else ''})"
-
-
-def spec_of_target(t: ResolvedTarget) -> DeviceSpec:
-    """The device a fleet target builds for."""
-    group = tuple(GroupMember(k, g.nvml_name, tuple(g.pci_ids)) for k, g in t.group)
-    return DeviceSpec(t.gpu_key, t.gpu.nvml_name, t.gpu.compute_capability, tuple(t.gpu.pci_ids), t.compat_class,
-                      t.mig, group)
-
-
-def spec_of_manifest(m: Manifest) -> DeviceSpec:
-    """The device a published plan is for, as its manifest records it."""
-    t = m.target
-    group = tuple(GroupMember(s.gpu, s.gpu_name, tuple(s.pci_ids)) for s in t.serves if s.gpu != t.gpu)
-    return DeviceSpec(t.gpu, t.gpu_name, t.compute_capability, tuple(t.pci_ids), t.compat_class, t.mig, group)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from trtfarm.identity import sha256_file
 from trtfarm.machine.flavour import installed_version
 from trtfarm.machine.gpu import GpuScan, scan_gpus
 from trtfarm.machine.header import read_plan_header, version_matches
-from trtfarm.machine.match import best_fit, spec_of_manifest
+from trtfarm.machine.match import best_fit
+from trtfarm.vocabulary.device_spec import spec_of_manifest
 from trtfarm.vocabulary.fleet_file import signing_settings
 from trtfarm.vocabulary.manifest import Manifest, manifest_from_json
 

@@ -15,10 +15,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from trtfarm.vocabulary.gpu_ids import mig_problem, pci_id
+from trtfarm.machine.gpu_ids import RTX_COMPUTE_CAPABILITIES, mig_problem, pci_id
 from trtfarm.yamlfile import LocatedValueError
 
-RTX_COMPUTE_CAPABILITIES = ("8.0", "8.6", "8.9", "12.0", "12.1")
 # The TensorRT versions whose code path the suite checks against NVIDIA's own Python bindings of that version (the
 # PyPI wheel named here; tools/apicheck/ in the repository): API names and signatures, not TensorRT's behaviour. The
 # fleet's `tensorrt` toolchains (gpu_targets.yaml) should name one of these; a manifest claims the check only for them.

@@ -17,8 +17,8 @@ import functools
 import re
 from importlib import resources
 
+from trtfarm.machine.gpu_ids import KNOWN_PCI_IDS
 from trtfarm.vocabulary.fleet import RTX_COMPUTE_CAPABILITIES, Flavour, Fleet, Gpu, Target, Toolchain
-from trtfarm.vocabulary.gpu_ids import KNOWN_PCI_IDS
 
 RTX_VERSION = "1.7.1.116"  # the [rtx] extra's tensorrt-rtx-cu13
 TENSORRT_VERSION = "11.4.0.106"  # the [tensorrt] extra's

@@ -29,7 +29,8 @@ def serve_check(target: ResolvedTarget, caps: Capabilities) -> str | None:
         return f"installed {flavour} is {have}, the target needs {want}"
     if target.toolchain.flavour is Flavour.tensorrt_rtx:
         return None  # ahead-of-time build: no GPU needed
-    from trtfarm.machine.match import best_fit, spec_of_target
+    from trtfarm.machine.match import best_fit
+    from trtfarm.vocabulary.device_spec import spec_of_target
 
     spec = spec_of_target(target)
     found = best_fit(spec, caps.gpus)

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from trtfarm.machine.flavour import INSTALL_HINT
 from trtfarm.machine.gpu import GpuScan
 from trtfarm.machine.header import version_matches
-from trtfarm.machine.match import best_fit, spec_of_target
+from trtfarm.machine.match import best_fit
+from trtfarm.vocabulary.device_spec import spec_of_target
 from trtfarm.vocabulary.fleet import Flavour, Fleet, select_targets
 from trtfarm.workers.pools import CONTROL_POOL
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import re
 
+RTX_COMPUTE_CAPABILITIES = ("8.0", "8.6", "8.9", "12.0", "12.1")  # where TensorRT-RTX plans run (and 12.x)
+
 NVIDIA_VENDOR = "0x10de"
 PCI_ID = re.compile(r"^0x[0-9a-f]{4}$")
 
