@@ -60,18 +60,19 @@ def served_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet
     """What a serving host (``pull``) says of the release at ``key``.
 
     Asked of ``release_check.served_release`` itself; kept on this machine per version of every object the answer
-    reads (the pointer, and the manifest folder it names), the trusted keys and the fleet's serving images, and
-    asked again once the signed release it judged has expired.
+    reads (the pointer, and every object of the plan folder it names), the trusted keys and the fleet's serving
+    images, and asked again once the signed release it judged has expired.
     """
     from trtfarm.publishing.release_check import served_release
 
     listed = survey.pointers.get(key)
     if listed is None:
         return ServedCheck(None)
-    folders = ";".join(f"{k}@{o.version}" for f in survey.by_model.get(layout.parse_release_key(key).model, [])
-                       for k, o in sorted(survey.folders[f.prefix].items()))
+    named = survey.pointer_summaries([key]).get(key)  # read (or remembered) already by the cell it is asked for
+    objects = survey.folders.get(layout.folder_of(named.manifest), {}) if named else {}
+    folder = ";".join(f"{k}@{o.version}" for k, o in sorted(objects.items()))
     stamp = ",".join(sorted(k.hint for k in trust.keys)) if trust else "-"
-    version = hashlib.sha256("|".join([listed.version, folders, stamp, _serving(fleet)]).encode()).hexdigest()
+    version = hashlib.sha256("|".join([listed.version, folder, stamp, _serving(fleet)]).encode()).hexdigest()
     cached = survey.cache.get("served", key, version)
     if isinstance(cached, list) and len(cached) == 3 and all(isinstance(v, str | None) for v in cached[:2]) and \
             isinstance(cached[2], list) and all(isinstance(k, str) for k in cached[2]) and \
@@ -89,8 +90,15 @@ def served_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet
 
 
 def _serving(fleet: Fleet) -> str:
-    """What of the fleet a serving host's check reads: each toolchain's declared serving images."""
-    return ";".join(f"{k}={t.model_dump_json()}" for k, t in sorted(fleet.toolchains.items()))
+    """What of the fleet a serving host's check reads: each toolchain's declared serving images (once per fleet)."""
+    kept = _SERVING.get(id(fleet))
+    if kept is None or kept[0] is not fleet:
+        kept = _SERVING[id(fleet)] = (fleet, ";".join(f"{k}={t.model_dump_json()}"
+                                                      for k, t in sorted(fleet.toolchains.items())))
+    return kept[1]
+
+
+_SERVING: dict[int, tuple[Fleet, str]] = {}
 
 
 def one_line(text: str, limit: int = 300) -> str:
