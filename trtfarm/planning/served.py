@@ -65,19 +65,12 @@ def served_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet
     """
     from trtfarm.publishing.release_check import served_release
 
-    listed = survey.pointers.get(key)
-    if listed is None:
+    if survey.pointers.get(key) is None:
         return ServedCheck(None)
-    named = survey.pointer_summaries([key]).get(key)  # read (or remembered) already by the cell it is asked for
-    objects = survey.folders.get(layout.folder_of(named.manifest), {}) if named else {}
-    folder = ";".join(f"{k}@{o.version}" for k, o in sorted(objects.items()))
-    stamp = ",".join(sorted(k.hint for k in trust.keys)) if trust else "-"
-    version = hashlib.sha256("|".join([listed.version, folder, stamp, _serving(fleet)]).encode()).hexdigest()
-    cached = survey.cache.get("served", key, version)
-    if isinstance(cached, list) and len(cached) == 3 and all(isinstance(v, str | None) for v in cached[:2]) and \
-            isinstance(cached[2], list) and all(isinstance(k, str) for k in cached[2]) and \
-            not expired(cached[1], now):
-        return ServedCheck(cached[0], cached[1], tuple(cached[2]))
+    version = _version(survey, key, trust, fleet)
+    kept = remembered_check(survey, key, trust, fleet, now, version)
+    if kept is not None:
+        return kept
     try:
         served = served_release(survey.store, key, trust, fleet=fleet, now=now, attestations=False)
         claim = served.release.claim if served else None
@@ -87,6 +80,28 @@ def served_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet
         check = ServedCheck(one_line(str(refused)))
     survey.cache.put("served", key, version, [check.refusal, check.expires, list(check.keys)])
     return check
+
+
+def _version(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet: Fleet, named=None) -> str:
+    """Everything a serving host's answer about ``key`` depends on, as one digest (``named``: its pointer's summary)."""
+    named = named or survey.pointer_summaries([key]).get(key)  # read (or remembered) by the cell it is asked for
+    objects = survey.folders.get(layout.folder_of(named.manifest), {}) if named else {}
+    folder = ";".join(f"{k}@{o.version}" for k, o in sorted(objects.items()))
+    stamp = ",".join(sorted(k.hint for k in trust.keys)) if trust else "-"
+    return hashlib.sha256("|".join([survey.pointers[key].version, folder, stamp, _serving(fleet)]).encode()).hexdigest()
+
+
+def remembered_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet: Fleet, now: datetime,
+                     version: str | None = None, named=None) -> ServedCheck | None:
+    """The answer this machine kept for ``key`` at the versions listed now (None: ask ``served_check``)."""
+    if survey.pointers.get(key) is None:
+        return ServedCheck(None)
+    cached = survey.cache.get("served", key, version or _version(survey, key, trust, fleet, named))
+    if isinstance(cached, list) and len(cached) == 3 and all(isinstance(v, str | None) for v in cached[:2]) and \
+            isinstance(cached[2], list) and all(isinstance(k, str) for k in cached[2]) and \
+            not expired(cached[1], now):
+        return ServedCheck(cached[0], cached[1], tuple(cached[2]))
+    return None
 
 
 def _serving(fleet: Fleet) -> str:

@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 
 from trtfarm import layout
 from trtfarm.planning.expected import ExpectedExport, digest_part, stale_changes
-from trtfarm.planning.served import expired, has_release, one_line, release_key_of, served_check
+from trtfarm.planning.served import expired, has_release, one_line, release_key_of, remembered_check, served_check
 from trtfarm.publishing.state_record import RecordedCell, RecordedState, now_iso
 from trtfarm.publishing.summaries import ManifestSummary, OutcomeSummary, PointerSummary
 from trtfarm.publishing.survey import READ_THREADS, StoreSurvey
@@ -187,10 +187,16 @@ def _cells(survey: StoreSurvey, pairs: list[_Pair], now: datetime, fleet: Fleet,
     cells = [_rewritten(survey, _cell(survey, p, pointers.get(p.pointer_key), manifests,
                                       latest.get((p.model, p.target.id)), now), previous)
              for p in pairs]
-    chained = [c for c in cells if has_release(c)]
+    refusals = {}
+    for c in cells:  # what this machine kept answers at once; the rest is asked many at once
+        key = release_key_of(c) if has_release(c) else None
+        kept = remembered_check(survey, key, None, fleet, now, named=pointers.get(key)) if key else None
+        if kept is not None:
+            refusals[id(c)] = kept.refusal
+    asked = [c for c in cells if has_release(c) and id(c) not in refusals]
     with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
-        refusals = dict(zip([id(c) for c in chained], pool.map(
-            lambda c: served_check(survey, release_key_of(c), None, fleet, now).refusal, chained), strict=True))
+        refusals.update(zip([id(c) for c in asked], pool.map(
+            lambda c: served_check(survey, release_key_of(c), None, fleet, now).refusal, asked), strict=True))
     return [TargetStatus(**{**c.__dict__, "state": "refused", "signed": "refused",
                             "reason": f"serving hosts refuse it: {refusals[id(c)]}"}) if refusals.get(id(c)) else c
             for c in cells]

@@ -196,6 +196,8 @@ class StoreSurvey:
                 self.damaged[key] = str(damaged)
                 return None
 
+        if not todo:  # every one remembered: no reader threads
+            return out
         with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
             for key, value in zip(todo, pool.map(fetch, todo), strict=True):
                 if value is not None:
