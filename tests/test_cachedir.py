@@ -217,3 +217,36 @@ def test_builds_of_registered_exports_read_no_planted_export_or_spec(farm, share
     assert answers["hostile"] == answers["clean"]
     assert ["encoder", "rtx4090-rtx1.7", "up-to-date"] in answers["clean"][0]
     assert _snapshot(shared) == before
+
+
+# --- a damaged own cache (each garbage shape, whole files and single entries) is read again, never a crash: each
+# cached entry is checked when read (its shape, and each value against its field's type) and the object read again
+
+def _damage(cache: Path, shape: bytes) -> int:
+    """Every file of the own cache replaced by ``shape``, and each entry of each summary file by it; how many."""
+    count = 0
+    for path in [p for p in cache.rglob("*") if p.is_file()]:
+        doc = None
+        try:
+            doc = json.loads(path.read_bytes())
+        except ValueError:
+            pass
+        if isinstance(doc, dict) and isinstance(doc.get("entries"), dict) and doc["entries"]:
+            bad = json.loads(shape) if shape != b"{not json" else "{not json"
+            entries = {k: (bad if i % 2 else [v[0], bad]) for i, (k, v) in enumerate(doc["entries"].items())}
+            path.write_text(json.dumps({**doc, "entries": entries}))
+        else:
+            path.write_bytes(shape)
+        count += 1
+    return count
+
+
+@pytest.mark.parametrize("shape", GARBAGE, ids=[g.decode()[:20] for g in GARBAGE])
+def test_a_damaged_own_cache_is_read_again_never_a_crash(farm, tmp_path, shape):
+    env = _clean_env(tmp_path / "own")
+    clean = _views(farm, env, tmp_path)  # fills the cache
+    cache = tmp_path / "own" / "cache" / "trtfarm"
+    assert (cache / "survey").is_dir() and stat.S_IMODE(cache.stat().st_mode) == 0o700
+    assert _damage(cache, shape) > 0
+    assert _views(farm, env, tmp_path) == clean
+    assert _views(farm, env, tmp_path) == clean  # and again, from what the second run wrote

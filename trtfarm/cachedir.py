@@ -39,24 +39,28 @@ def cache_root() -> Path:
 
 def cache_dir(*parts: str) -> Path | None:
     """``<cache root>/<parts>``, made mode 0700 and checked; None when it may not be used (said once on stderr)."""
+    path, root, problem = _checked(parts)
+    if path is None:
+        _say_once(f"note: not using the cache folder {root}: {problem}; going on without it")
+    return path
+
+
+def _checked(parts: tuple[str, ...]) -> tuple[Path | None, Path, str | None]:
+    """The folder ``parts`` below the cache root when it may be used; else None, the root and the problem."""
     root = cache_root()
     problem = _root_verdict(root)
     if problem is None:
         path, problem = _below(root, parts)
         if problem is None:
-            return path
-    _say_once(f"note: not using the cache folder {root}: {problem}; going on without it")
-    return None
+            return path, root, None
+    return None, root, problem
 
 
 def work_dir(*parts: str) -> Path:
     """``cache_dir(*parts)``, or (when that may not be used) the same folder below a private one of this process."""
-    root = cache_root()
-    problem = _root_verdict(root)
-    if problem is None:
-        path, problem = _below(root, parts)
-        if problem is None:
-            return path
+    path, root, problem = _checked(parts)
+    if path is not None:
+        return path
     _say_once(f"note: not using the cache folder {root}: {problem}; using a private folder of this run instead")
     path, problem = _below(_private_root(), parts)
     if path is None:  # only this process writes there: a failure is the disk's, and the caller's write says so
