@@ -23,7 +23,8 @@ from trtfarm.planning.overview import record_states, status
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.registry import register_export
 from trtfarm.publishing.release import move_release, read_pointer
-from trtfarm.signing.keys import load_trusted_keys
+from trtfarm.signing.keys import PemKeySigner, load_trusted_keys
+from trtfarm.signing.release_claim import unverified_claim
 from trtfarm.store import open_store
 from trtfarm.vocabulary.fleet_file import load_fleet
 
@@ -262,3 +263,31 @@ def test_a_failure_recorded_without_its_build_counts_only_against_the_export_it_
     register_export(store, newer)  # registered after the run that failed: that failure is not of this export
     cell = status(store, fleet).cell("dedupe", "rtx4090-rtx1.7")
     assert cell.state == "missing" and cell.since is None, cell
+
+
+
+def test_a_signed_release_is_refused_once_its_claim_expires_whether_computed_or_read_from_a_record(farm, signed):
+    store, fleet, keys = farm
+    trust = keys["worker"]
+    for record in (False, True):  # computed from the store's objects, then read from a signed state record
+        if record:
+            record_states(store, fleet, by="test", signer=PemKeySigner(signed["keys"]["worker"][0]), trust=trust)
+        recorded = json.loads(store.get(layout.state_key("enc")).data)["cells"][SIGNED_TARGET] if record else None
+        hints = sorted(k.hint for k in trust.keys)
+        assert recorded is None or (recorded["verified"], recorded["keys"]) == ("signed", hints), recorded
+        pointer, _ = read_pointer(store, layout.release_key("enc", GPU, TOOLCHAIN))
+        claim = unverified_claim(pointer.claim)
+        expires = claim.expires()
+        assert recorded is None or recorded["expires_at"] == claim.expires_at
+        before = status(store, fleet, trust=trust, now=expires - timedelta(minutes=1))
+        assert (before.cell("enc", SIGNED_TARGET).signed, before.notes == []) == ("signed", record), before
+        after = status(store, fleet, trust=trust, now=expires + timedelta(minutes=1)).cell("enc", SIGNED_TARGET)
+        assert (after.state, after.signed) == ("refused", "refused") and "expired" in after.reason, after
+
+
+def test_a_refused_release_stays_refused_when_its_answer_is_read_from_this_machines_cache(farm):
+    store, fleet, keys = farm
+    pointer, _ = read_pointer(store, layout.release_key("mlp", GPU, TOOLCHAIN))
+    store.delete(pointer.manifest)
+    first, again = (status(store, fleet).cell("mlp", SIGNED_TARGET) for _ in range(2))
+    assert (again.state, again.reason) == (first.state, first.reason) and first.state == "refused", again
