@@ -291,3 +291,15 @@ def test_a_refused_release_stays_refused_when_its_answer_is_read_from_this_machi
     store.delete(pointer.manifest)
     first, again = (status(store, fleet).cell("mlp", SIGNED_TARGET) for _ in range(2))
     assert (again.state, again.reason) == (first.state, first.reason) and first.state == "refused", again
+
+
+def test_a_damaged_state_record_costs_reads_never_an_answer_and_is_named_with_its_fix(views):
+    store, fleet = views
+    truth = _states(status(store, fleet))
+    record_states(store, fleet, by="test")
+    key = layout.state_key("encoder")
+    store.compare_and_swap(key, b'{"format": 1, "model": "encoder"}', store.get(key).etag)
+    found = status(store, fleet)
+    assert _states(found) == truth and any("1 of 2 models" in n for n in found.notes), found.notes
+    named = [p for p in found.problems if store.url(key) in p]
+    assert len(named) == 1 and "not a recorded state" in named[0] and "trtfarm status --record" in named[0], named
