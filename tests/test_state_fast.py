@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from trtfarm import layout
+from trtfarm.errors import UserInputError
 from trtfarm.planning.overview import record_states, status
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.registry import register_export
@@ -303,3 +304,40 @@ def test_a_damaged_state_record_costs_reads_never_an_answer_and_is_named_with_it
     assert _states(found) == truth and any("1 of 2 models" in n for n in found.notes), found.notes
     named = [p for p in found.problems if store.url(key) in p]
     assert len(named) == 1 and "not a recorded state" in named[0] and "trtfarm status --record" in named[0], named
+
+
+def test_an_unsigned_record_is_not_read_where_keys_are_trusted_however_it_reads(farm):
+    store, fleet, keys = farm
+    record_states(store, fleet, by="forger", trust=keys["worker"])  # says signed, and signed by nobody
+    key = layout.state_key("mlp")
+    doc = json.loads(store.get(key).data)
+    doc["cells"][SIGNED_TARGET]["reason"] = "forged"
+    store.compare_and_swap(key, json.dumps(doc).encode(), store.get(key).etag)
+    assert status(store, fleet).cell("mlp", SIGNED_TARGET).reason == "forged"  # no keys: its words are read
+    found = status(store, fleet, trust=keys["worker"])
+    mlp = found.cell("mlp", SIGNED_TARGET)
+    assert (mlp.state, mlp.signed) == ("released", "signed") and mlp.reason != "forged", mlp
+    assert any("2 of 2 models" in n for n in found.notes), found.notes
+
+
+def test_a_plan_rewritten_under_its_recorded_manifest_is_refused(views):
+    store, fleet = views
+    assert record_states(store, fleet, ["encoder"], by="test") == ["encoder"]
+    assert {m: json.loads(store.get(layout.state_key(m)).data)["by"] == "test" for m in ("dedupe", "encoder")} == {
+        "dedupe": False, "encoder": True}  # only the model asked (the runs recorded both)
+    manifest = status(store, fleet).cell("encoder", "rtx4090-rtx1.7").manifest
+    plan = layout.plan_key(layout.folder_of(manifest))
+    blob = store.get(plan)
+    store.compare_and_swap(plan, bytes(b ^ 1 for b in blob.data), blob.etag)  # the same size, other bytes
+    cell = status(store, fleet).cell("encoder", "rtx4090-rtx1.7")
+    assert (cell.state, cell.signed) == ("refused", "refused") and "was rewritten" in cell.reason, cell
+    assert status(store, fleet).cell("encoder", "rtx5090-rtx1.7").state == "released"
+
+
+def test_a_view_of_some_targets_has_only_their_cells_and_an_unknown_model_is_named_with_the_known(views):
+    store, fleet = views
+    found = status(store, fleet, targets=["rtx5090-rtx1.7"])
+    assert found.targets == ["rtx5090-rtx1.7"] and {c.target for c in found.cells} == {"rtx5090-rtx1.7"}
+    with pytest.raises(UserInputError) as refused:
+        status(store, fleet, ["encoder", "nope"])
+    assert "'nope'" in str(refused.value) and "known models: dedupe, encoder." in str(refused.value)
