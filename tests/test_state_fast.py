@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -31,6 +32,7 @@ from trtfarm.vocabulary.fleet_file import load_fleet
 
 from .fleet_store import build_all, built_store, dedupe_export, encoder_export
 from .signed_farm import GPU, TARGETS, build_farm
+from .store_requests import CountingStore
 
 TOOLCHAIN = "tensorrt_rtx-1.7.1.116"
 SIGNED_TARGET = "rtx-4090-rtx1.7"
@@ -341,3 +343,14 @@ def test_a_view_of_some_targets_has_only_their_cells_and_an_unknown_model_is_nam
     with pytest.raises(UserInputError) as refused:
         status(store, fleet, ["encoder", "nope"])
     assert "'nope'" in str(refused.value) and "known models: dedupe, encoder." in str(refused.value)
+
+
+def test_a_warm_view_with_trusted_keys_reads_no_object_again(farm):
+    store, fleet, keys = farm
+    counted = CountingStore(store, Counter())
+    for trust in (None, keys["worker"]):
+        status(counted, fleet, trust=trust)  # cold: reads what it judges, and keeps what pull said of it
+        counted.calls.clear()
+        again = status(counted, fleet, trust=trust)
+        assert {c.signed for c in _released(again)} == {"signed" if trust else "unverified"}
+        assert [k for (method, k) in counted.calls if method == "get"] == [], counted.calls

@@ -72,7 +72,8 @@ def served_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet
                        for k, o in sorted(survey.folders[f.prefix].items()))
     stamp = ",".join(sorted(k.hint for k in trust.keys)) if trust else "-"
     version = hashlib.sha256("|".join([listed.version, folders, stamp, _serving(fleet)]).encode()).hexdigest()
-    cached = survey.cache.get("served", key, version)
+    kind = "served-trusted" if trust else "served"  # a view asks both (its cells, then with keys): one entry each
+    cached = survey.cache.get(kind, key, version)
     if isinstance(cached, list) and len(cached) == 3 and all(isinstance(v, str | None) for v in cached[:2]) and \
             isinstance(cached[2], list) and all(isinstance(k, str) for k in cached[2]) and \
             not expired(cached[1], now):
@@ -84,7 +85,7 @@ def served_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet
         check = ServedCheck(None, claim.expires_at if claim else None, tuple(dict.fromkeys(keys)))
     except TrtfarmError as refused:
         check = ServedCheck(one_line(str(refused)))
-    survey.cache.put("served", key, version, [check.refusal, check.expires, list(check.keys)])
+    survey.cache.put(kind, key, version, [check.refusal, check.expires, list(check.keys)])
     return check
 
 
