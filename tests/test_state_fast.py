@@ -354,3 +354,12 @@ def test_a_warm_view_with_trusted_keys_reads_no_object_again(farm):
         again = status(counted, fleet, trust=trust)
         assert {c.signed for c in _released(again)} == {"signed" if trust else "unverified"}
         assert [k for (method, k) in counted.calls if method == "get"] == [], counted.calls
+
+
+def test_a_released_plan_object_gone_is_named_by_its_key(views):
+    store, fleet = views
+    manifest = status(store, fleet).cell("encoder", "rtx5090-rtx1.7").manifest
+    plan = layout.plan_key(layout.folder_of(manifest))
+    store.delete(plan)
+    cell = status(store, fleet).cell("encoder", "rtx5090-rtx1.7")
+    assert cell.state in ("refused", "damaged") and plan in cell.reason, cell
