@@ -209,7 +209,10 @@ def test_sign_signs_an_unsigned_store_refreshes_claims_and_refuses_damage(tmp_pa
     assert sorted(done.releases) == [layout.release_key("enc", "rtx-4090", TC), layout.release_key("mlp", "rtx-4090",
                                                                                                     TC)]
     assert any("sha256" in r for r in done.refused) and any("is not signed" in r for r in done.refused)
-    assert lines[0].startswith(("signed ", "refused: ")) and done.to_json()["already_signed"] == 0
+    assert sorted(lines) == sorted([f"signed {layout.short_ref(k)}" for k in done.plans] + [  # each step, said
+        f"refused: {r}" for r in done.refused] + [f"signed the release {k}" for k in done.releases])
+    assert done.to_json() == {  # `trtfarm sign --json`
+        "signed_plans": done.plans, "signed_releases": done.releases, "refused": done.refused, "already_signed": 0}
     got = farm.pull()
     assert got.verdict.ok is True and got.release.claim.action == "refresh" and got.release.claim.version == 3
     again = sign_store(farm.store, farm.signer, ["enc"])

@@ -13,22 +13,26 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 
 import pytest
 import yaml
 
 from trtfarm import layout
+from trtfarm.errors import UserInputError
 from trtfarm.planning.overview import record_states, status
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.registry import register_export
 from trtfarm.publishing.release import move_release, read_pointer
-from trtfarm.signing.keys import load_trusted_keys
+from trtfarm.signing.keys import PemKeySigner, load_trusted_keys
+from trtfarm.signing.release_claim import unverified_claim
 from trtfarm.store import open_store
 from trtfarm.vocabulary.fleet_file import load_fleet
 
 from .fleet_store import build_all, built_store, dedupe_export, encoder_export
 from .signed_farm import GPU, TARGETS, build_farm
+from .store_requests import CountingStore
 
 TOOLCHAIN = "tensorrt_rtx-1.7.1.116"
 SIGNED_TARGET = "rtx-4090-rtx1.7"
@@ -262,3 +266,100 @@ def test_a_failure_recorded_without_its_build_counts_only_against_the_export_it_
     register_export(store, newer)  # registered after the run that failed: that failure is not of this export
     cell = status(store, fleet).cell("dedupe", "rtx4090-rtx1.7")
     assert cell.state == "missing" and cell.since is None, cell
+
+
+
+def test_a_signed_release_is_refused_once_its_claim_expires_whether_computed_or_read_from_a_record(farm, signed):
+    store, fleet, keys = farm
+    trust = keys["worker"]
+    for record in (False, True):  # computed from the store's objects, then read from a signed state record
+        if record:
+            record_states(store, fleet, by="test", signer=PemKeySigner(signed["keys"]["worker"][0]), trust=trust)
+        recorded = json.loads(store.get(layout.state_key("enc")).data)["cells"][SIGNED_TARGET] if record else None
+        hints = sorted(k.hint for k in trust.keys)
+        assert recorded is None or (recorded["verified"], recorded["keys"]) == ("signed", hints), recorded
+        pointer, _ = read_pointer(store, layout.release_key("enc", GPU, TOOLCHAIN))
+        claim = unverified_claim(pointer.claim)
+        expires = claim.expires()
+        assert recorded is None or recorded["expires_at"] == claim.expires_at
+        before = status(store, fleet, trust=trust, now=expires - timedelta(minutes=1))
+        assert (before.cell("enc", SIGNED_TARGET).signed, before.notes == []) == ("signed", record), before
+        after = status(store, fleet, trust=trust, now=expires + timedelta(minutes=1)).cell("enc", SIGNED_TARGET)
+        assert (after.state, after.signed) == ("refused", "refused") and "expired" in after.reason, after
+
+
+def test_a_refused_release_stays_refused_when_its_answer_is_read_from_this_machines_cache(farm):
+    store, fleet, keys = farm
+    pointer, _ = read_pointer(store, layout.release_key("mlp", GPU, TOOLCHAIN))
+    store.delete(pointer.manifest)
+    first, again = (status(store, fleet).cell("mlp", SIGNED_TARGET) for _ in range(2))
+    assert (again.state, again.reason) == (first.state, first.reason) and first.state == "refused", again
+
+
+def test_a_damaged_state_record_costs_reads_never_an_answer_and_is_named_with_its_fix(views):
+    store, fleet = views
+    truth = _states(status(store, fleet))
+    record_states(store, fleet, by="test")
+    key = layout.state_key("encoder")
+    store.compare_and_swap(key, b'{"format": 1, "model": "encoder"}', store.get(key).etag)
+    found = status(store, fleet)
+    assert _states(found) == truth and any("1 of 2 models" in n for n in found.notes), found.notes
+    named = [p for p in found.problems if store.url(key) in p]
+    assert len(named) == 1 and "not a recorded state" in named[0] and "trtfarm status --record" in named[0], named
+
+
+def test_an_unsigned_record_is_not_read_where_keys_are_trusted_however_it_reads(farm):
+    store, fleet, keys = farm
+    record_states(store, fleet, by="forger", trust=keys["worker"])  # says signed, and signed by nobody
+    key = layout.state_key("mlp")
+    doc = json.loads(store.get(key).data)
+    doc["cells"][SIGNED_TARGET]["reason"] = "forged"
+    store.compare_and_swap(key, json.dumps(doc).encode(), store.get(key).etag)
+    assert status(store, fleet).cell("mlp", SIGNED_TARGET).reason == "forged"  # no keys: its words are read
+    found = status(store, fleet, trust=keys["worker"])
+    mlp = found.cell("mlp", SIGNED_TARGET)
+    assert (mlp.state, mlp.signed) == ("released", "signed") and mlp.reason != "forged", mlp
+    assert any("2 of 2 models" in n for n in found.notes), found.notes
+
+
+def test_a_plan_rewritten_under_its_recorded_manifest_is_refused(views):
+    store, fleet = views
+    assert record_states(store, fleet, ["encoder"], by="test") == ["encoder"]
+    assert {m: json.loads(store.get(layout.state_key(m)).data)["by"] == "test" for m in ("dedupe", "encoder")} == {
+        "dedupe": False, "encoder": True}  # only the model asked (the runs recorded both)
+    manifest = status(store, fleet).cell("encoder", "rtx4090-rtx1.7").manifest
+    plan = layout.plan_key(layout.folder_of(manifest))
+    blob = store.get(plan)
+    store.compare_and_swap(plan, bytes(b ^ 1 for b in blob.data), blob.etag)  # the same size, other bytes
+    cell = status(store, fleet).cell("encoder", "rtx4090-rtx1.7")
+    assert (cell.state, cell.signed) == ("refused", "refused") and "was rewritten" in cell.reason, cell
+    assert status(store, fleet).cell("encoder", "rtx5090-rtx1.7").state == "released"
+
+
+def test_a_view_of_some_targets_has_only_their_cells_and_an_unknown_model_is_named_with_the_known(views):
+    store, fleet = views
+    found = status(store, fleet, targets=["rtx5090-rtx1.7"])
+    assert found.targets == ["rtx5090-rtx1.7"] and {c.target for c in found.cells} == {"rtx5090-rtx1.7"}
+    with pytest.raises(UserInputError) as refused:
+        status(store, fleet, ["encoder", "nope"])
+    assert "'nope'" in str(refused.value) and "known models: dedupe, encoder." in str(refused.value)
+
+
+def test_a_warm_view_with_trusted_keys_reads_no_object_again(farm):
+    store, fleet, keys = farm
+    counted = CountingStore(store, Counter())
+    for trust in (None, keys["worker"]):
+        status(counted, fleet, trust=trust)  # cold: reads what it judges, and keeps what pull said of it
+        counted.calls.clear()
+        again = status(counted, fleet, trust=trust)
+        assert {c.signed for c in _released(again)} == {"signed" if trust else "unverified"}
+        assert [k for (method, k) in counted.calls if method == "get"] == [], counted.calls
+
+
+def test_a_released_plan_object_gone_is_named_by_its_key(views):
+    store, fleet = views
+    manifest = status(store, fleet).cell("encoder", "rtx5090-rtx1.7").manifest
+    plan = layout.plan_key(layout.folder_of(manifest))
+    store.delete(plan)
+    cell = status(store, fleet).cell("encoder", "rtx5090-rtx1.7")
+    assert cell.state in ("refused", "damaged") and plan in cell.reason, cell

@@ -133,7 +133,14 @@ def test_plan_fleet_calls_a_target_new_exactly_when_nothing_of_the_model_is_publ
     proposed_file = tmp_path / "proposed.yaml"
     proposed_file.write_text(yaml.safe_dump(doc))
     current, proposed = load_fleet(fleet_file), load_fleet(proposed_file)
-    decisions = plan_fleet(open_store(store_uri), current, proposed, cache=False).decisions
+    planned = plan_fleet(open_store(store_uri), current, proposed, cache=False)
+    decisions = planned.decisions
+    changed = [d for d in decisions if d.action != "keep"]  # a Triton repository changes with each plan it serves
+    assert planned.triton == {m: [d.target for d in changed if d.model == m] for m in dict.fromkeys(
+        d.model for d in changed)}
+    removed = name.removeprefix("remove-") if name.startswith("remove-") else None
+    assert all(line.startswith("dedupe: ") and removed in line for line in planned.refused), planned.refused
+    assert removed is not None or planned.refused == []  # a fleet that keeps every target refuses no model
     owners = {t.id: t for t in select_targets(proposed)} | {t.id: t for t in select_targets(current)}
     published = _judge(store_dir, [current, proposed], {(d.model, d.target) for d in decisions}, owners)
     _assert_honest(decisions, published)

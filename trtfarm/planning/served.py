@@ -78,8 +78,13 @@ def served_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet
         check = ServedCheck(None, claim.expires_at if claim else None, tuple(dict.fromkeys(keys)))
     except TrtfarmError as refused:
         check = ServedCheck(one_line(str(refused)))
-    survey.cache.put("served", key, version, [check.refusal, check.expires, list(check.keys)])
+    survey.cache.put(_kind(trust), key, version, [check.refusal, check.expires, list(check.keys)])
     return check
+
+
+def _kind(trust: TrustedKeys | None) -> str:
+    """The cache's kind for answers without and with trusted keys (kept apart: a view asks both of one release)."""
+    return "served-trusted" if trust else "served"
 
 
 def _version(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet: Fleet, named=None) -> str:
@@ -96,7 +101,8 @@ def remembered_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, f
     """The answer this machine kept for ``key`` at the versions listed now (None: ask ``served_check``)."""
     if survey.pointers.get(key) is None:
         return ServedCheck(None)
-    cached = survey.cache.get("served", key, version or _version(survey, key, trust, fleet, named))
+    # a view asks both (its cells, then with keys): one entry each, or each answer would replace the other
+    cached = survey.cache.get(_kind(trust), key, version or _version(survey, key, trust, fleet, named))
     if isinstance(cached, list) and len(cached) == 3 and all(isinstance(v, str | None) for v in cached[:2]) and \
             isinstance(cached[2], list) and all(isinstance(k, str) for k in cached[2]) and \
             not expired(cached[1], now):
