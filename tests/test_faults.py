@@ -257,7 +257,7 @@ def test_a_damaged_manifest_in_the_store_is_named_by_plans_and_replaced_by_build
     manifest = sorted(store.glob("plans/**/manifest.json"))[0]
     manifest.write_text('{"schema_version": 2, "model": {}}')
     one_error(trtfarm(work, "plans", "--store", str(store)), 1, manifest.relative_to(store).as_posix(),
-              "not a valid trtfarm manifest")
+              "trtfarm manifest", "Rebuild the plan")
     rebuilt = build(work, str(store), "--json")
     assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
     assert "built" in {r["status"] for r in json.loads(rebuilt.stdout)}

@@ -174,7 +174,7 @@ def record_changed_states(store: Store, fleet: Fleet, changed: list[str], by: st
     Best effort: the builds stand when the store refuses the record, and views compute what is not recorded.
     """
     from trtfarm.errors import TrtfarmError
-    from trtfarm.planning.overview import record_states
+    from trtfarm.planning.record import record_states
     from trtfarm.publishing.release import who
 
     if not changed:

@@ -17,13 +17,8 @@ from functools import cached_property
 from trtfarm import layout
 from trtfarm.errors import CorruptObject, IntegrityError, UserInputError
 from trtfarm.identity import build_digest_of, model_digest_part, target_digest_part
-from trtfarm.precision.recipe import Recipe
-from trtfarm.precision.step import precision_key_of
-from trtfarm.profiles.profile import profiles_json
-from trtfarm.publishing.registry import export_record, fetch_export, fetch_folder, local_copy
 from trtfarm.publishing.summaries import ManifestSummary, SpecSummary
 from trtfarm.publishing.survey import READ_THREADS, StoreSurvey
-from trtfarm.vocabulary.buildspec import SHAPES_NAME, spec_for_model, spec_profiles
 from trtfarm.vocabulary.exports import ExportRecord, ExportRef
 from trtfarm.vocabulary.fleet import ResolvedTarget
 
@@ -107,6 +102,10 @@ def expected_exports(survey: StoreSurvey, models: list[str], precision: str | No
 
 def _spec(survey: StoreSurvey, ref: ExportRef, record: ExportRecord, cache_key: str | None) -> SpecSummary:
     """The export's build spec as planning reads it: fetched without the model, kept per immutable export."""
+    from trtfarm.profiles.profile import profiles_json
+    from trtfarm.publishing.registry import fetch_export, fetch_folder, local_copy
+    from trtfarm.vocabulary.buildspec import SHAPES_NAME, spec_for_model, spec_profiles
+
     if cache_key:
         cached = survey.cache.get("spec", cache_key, record.export_id, SpecSummary)
         if cached is not None:
@@ -131,6 +130,10 @@ def _spec(survey: StoreSurvey, ref: ExportRef, record: ExportRecord, cache_key: 
 
 def _from_export(survey: StoreSurvey, ref: ExportRef, record: ExportRecord | None,
                  precision: str | None) -> ExpectedExport:
+    from trtfarm.precision.recipe import Recipe  # a registered export's recipe: not on a local build's path
+    from trtfarm.precision.step import precision_key_of
+    from trtfarm.publishing.registry import export_record
+
     name = ref.name
     try:
         record = record or export_record(ref)
@@ -182,7 +185,9 @@ def _converted_digest(survey: StoreSurvey, model: str, onnx_digest: str, step: s
 
 def _unrecorded(survey: StoreSurvey, ref: ExportRef, precision: str | None) -> ExpectedExport:
     """An export folder without a record (a pipeline dropped it): fetched whole, digested as a run would."""
-    from trtfarm.vocabulary.buildspec import spec_precision
+    from trtfarm.profiles.profile import profiles_json
+    from trtfarm.publishing.registry import local_copy
+    from trtfarm.vocabulary.buildspec import spec_for_model, spec_precision, spec_profiles
     from trtfarm.vocabulary.model import model_source
 
     path = local_copy(ref)

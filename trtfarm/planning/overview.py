@@ -10,7 +10,8 @@ from datetime import datetime
 
 from trtfarm.errors import UserInputError
 from trtfarm.planning.expected import ExpectedExport, expected_exports
-from trtfarm.planning.status import RUNS_BACK, fleet_status, model_state
+from trtfarm.planning.record import record_states  # noqa: F401 - an entry point of the views, as the others
+from trtfarm.planning.status import RUNS_BACK, fleet_status
 from trtfarm.planning.whatif import decide_fleet
 from trtfarm.publishing.registry import resolve_model
 from trtfarm.publishing.state_record import RecordedState
@@ -19,7 +20,7 @@ from trtfarm.publishing.survey import StoreSurvey
 from trtfarm.signing.keys import TrustedKeys
 from trtfarm.store import Store
 from trtfarm.vocabulary.exports import ExportRef
-from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
+from trtfarm.vocabulary.fleet import Fleet
 from trtfarm.vocabulary.fleetview import FleetDecisions, FleetStatus
 
 
@@ -139,26 +140,3 @@ def _signed_by(state: RecordedState, trust: TrustedKeys | None) -> bool:
     except SignatureRefused:
         return False
     return True
-
-
-def record_states(store: Store, fleet: Fleet, models: list[str] | None = None, *, by: str,
-                  targets: list[ResolvedTarget] | None = None, signer=None,
-                  trust: TrustedKeys | None = None) -> list[str]:
-    """Compute each model's state from the store's records and record it there (``state/<model>.json``).
-
-    ``models``: those (default: every model in the store); ``targets``: the fleet's every target, if resolved
-    already; ``trust``: the fleet's trusted keys, each release verified with them; ``signer``: signs each record.
-    Returns the models recorded; a record another writer replaced meanwhile is left to it.
-    """
-    from trtfarm.publishing.state_record import write_state
-
-    names = models if models is not None else survey_of(store, cache=False).models()
-    targets = targets if targets is not None else select_targets(fleet, None)
-    done = []
-    for model in names:
-        survey = StoreSurvey(store, None, runs=True, model=model)
-        expected = expected_exports(survey, [model])
-        state = model_state(survey, model, expected[model], fleet, by, targets, trust) if model in expected else None
-        if state is not None and write_state(store, state, signer):
-            done.append(model)
-    return done

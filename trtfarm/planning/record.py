@@ -1,0 +1,38 @@
+"""Recording each model's state in the store (``state/<model>.json``), as every run does for the models it changed.
+
+Kept apart from the views' entry points (``overview.py``) so that a local build records its model without importing
+the what-if: the model's own listings, its next export and its cells (``planning/status.py``), then one
+compare-and-swap.
+"""
+
+from __future__ import annotations
+
+from trtfarm.planning.expected import expected_exports
+from trtfarm.planning.status import model_state
+from trtfarm.publishing.survey import StoreSurvey
+from trtfarm.signing.keys import TrustedKeys
+from trtfarm.store import Store
+from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
+
+
+def record_states(store: Store, fleet: Fleet, models: list[str] | None = None, *, by: str,
+                  targets: list[ResolvedTarget] | None = None, signer=None,
+                  trust: TrustedKeys | None = None) -> list[str]:
+    """Compute each model's state from the store's records and record it there (``state/<model>.json``).
+
+    ``models``: those (default: every model in the store); ``targets``: the fleet's every target, if resolved
+    already; ``trust``: the fleet's trusted keys, each release verified with them; ``signer``: signs each record.
+    Returns the models recorded; a record another writer replaced meanwhile is left to it.
+    """
+    from trtfarm.publishing.state_record import write_state
+
+    names = models if models is not None else StoreSurvey(store, None).models()
+    targets = targets if targets is not None else select_targets(fleet, None)
+    done = []
+    for model in names:
+        survey = StoreSurvey(store, None, runs=True, model=model)
+        expected = expected_exports(survey, [model])
+        state = model_state(survey, model, expected[model], fleet, by, targets, trust) if model in expected else None
+        if state is not None and write_state(store, state, signer):
+            done.append(model)
+    return done
