@@ -66,7 +66,9 @@ def test_init_adds_this_machines_gpus_the_template_lacks_under_the_built_in_name
         (same,) = select_targets(written, [t.id])
         assert (same.gpu_key, same.toolchain_label, same.gpu.pool) == (t.gpu_key, t.toolchain_label, t.gpu.pool)
     assert {"h200-trt10.8", "rtx-4090-trt10.8", "rtx-4090-rtx1.7", "h100-trt11.4"} <= {t.id for t in written.targets}
-    assert text.startswith((REPO / "gpu_targets.yaml").read_text().split("\ngpus:")[0])  # the comments are kept
+    kept = text.splitlines()  # every line of the template is kept, its comments included, each section's together
+    assert all(line in kept for line in (REPO / "gpu_targets.yaml").read_text().splitlines())
+    assert kept.index("  trt-10.8:") < min(i for i, line in enumerate(kept) if line.startswith("# A GPU model is"))
 
 
 def _env(tmp_path):

@@ -86,6 +86,15 @@ def _gpu_block(key: str, fleet: Fleet) -> str:
             f"    memory_gib: {g.memory_gib:g}\n    pool: {g.pool}\n    count: {g.count}\n")
 
 
+def _before_section(template: str, section: str, block: str) -> str:
+    """``template`` with ``block`` (entries of the section above) put before ``section`` and the comments over it."""
+    lines = template.splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.rstrip() == section)
+    while at > 0 and (not lines[at - 1].strip() or lines[at - 1].startswith("#")):
+        at -= 1  # the blank lines and comments that introduce the section stay with it
+    return "".join(lines[:at]) + block + "".join(lines[at:])
+
+
 def fleet_yaml(template: str, template_fleet: Fleet, machine: Fleet) -> str:
     """The fleet template with this machine's GPUs, toolchains and targets that it lacks, under the same names."""
     toolchains = [k for k in machine.toolchains if k not in template_fleet.toolchains]
@@ -93,11 +102,9 @@ def fleet_yaml(template: str, template_fleet: Fleet, machine: Fleet) -> str:
     known = {t.id for t in template_fleet.targets}
     targets = [t for t in machine.targets if t.id not in known]
     if toolchains:
-        text = "".join(_toolchain_block(k, machine) for k in toolchains)
-        template = template.replace("\ngpus:\n", f"{text}\ngpus:\n", 1)
+        template = _before_section(template, "gpus:", "".join(_toolchain_block(k, machine) for k in toolchains))
     if gpus:
-        text = "".join(_gpu_block(k, machine) for k in gpus)
-        template = template.replace("\ndefaults:\n", f"{text}\ndefaults:\n", 1)
+        template = _before_section(template, "defaults:", "".join(_gpu_block(k, machine) for k in gpus))
     for t in targets:
         extra = ", release_on: built" if t.release_on == "built" else ""
         template = template.rstrip("\n") + f"\n  - {{id: {t.id}, gpu: {t.gpu}, toolchain: {t.toolchain}{extra}}}" \
