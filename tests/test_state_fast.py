@@ -21,7 +21,8 @@ import yaml
 
 from trtfarm import layout
 from trtfarm.errors import UserInputError
-from trtfarm.planning.overview import record_states, status
+from trtfarm.planning.overview import status
+from trtfarm.planning.record import record_states
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.registry import register_export
 from trtfarm.publishing.release import move_release, read_pointer

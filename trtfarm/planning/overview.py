@@ -10,7 +10,6 @@ from datetime import datetime
 
 from trtfarm.errors import UserInputError
 from trtfarm.planning.expected import ExpectedExport, expected_exports
-from trtfarm.planning.record import record_states  # noqa: F401 - an entry point of the views, as the others
 from trtfarm.planning.status import RUNS_BACK, fleet_status
 from trtfarm.planning.whatif import decide_fleet
 from trtfarm.publishing.registry import resolve_model

@@ -165,8 +165,7 @@ def _signed(survey: StoreSurvey, c: TargetStatus, trust: TrustedKeys | None, fle
     refusal = served_check(survey, release_key_of(c), trust, fleet, now).refusal
     if refusal is None:
         return TargetStatus(**{**c.__dict__, "signed": "signed"})
-    return TargetStatus(**{**c.__dict__, "state": "refused", "signed": "refused",
-                           "reason": f"serving hosts refuse it: {refusal}"})
+    return _refused(c, refusal)
 
 
 def _cells(survey: StoreSurvey, pairs: list[_Pair], now: datetime, fleet: Fleet,
@@ -197,9 +196,7 @@ def _cells(survey: StoreSurvey, pairs: list[_Pair], now: datetime, fleet: Fleet,
     with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
         refusals.update(zip([id(c) for c in asked], pool.map(
             lambda c: served_check(survey, release_key_of(c), None, fleet, now).refusal, asked), strict=True))
-    return [TargetStatus(**{**c.__dict__, "state": "refused", "signed": "refused",
-                            "reason": f"serving hosts refuse it: {refusals[id(c)]}"}) if refusals.get(id(c)) else c
-            for c in cells]
+    return [_refused(c, refusals[id(c)]) if refusals.get(id(c)) else c for c in cells]
 
 
 def object_versions(survey: StoreSurvey, manifest_key: str) -> tuple[str | None, str | None]:
@@ -221,10 +218,15 @@ def _rewritten(survey: StoreSurvey, c: TargetStatus, previous: dict[str, Recorde
     manifest_version, plan_version = object_versions(survey, c.manifest)
     if manifest_version != seen.manifest_version or plan_version in (None, seen.plan_version):
         return c
-    return TargetStatus(**{**c.__dict__, "state": "refused", "signed": "refused", "reason": (
-        f"serving hosts refuse it: the plan object {layout.plan_key(layout.folder_of(c.manifest))} was rewritten "
-        "after it was published (its manifest is unchanged), so its sha256 no longer matches; `trtfarm build` "
-        "rebuilds it")})
+    return _refused(c, f"the plan object {layout.plan_key(layout.folder_of(c.manifest))} was rewritten after it "
+                       "was published (its manifest is unchanged), so its sha256 no longer matches; `trtfarm build` "
+                       "rebuilds it")
+
+
+def _refused(c: TargetStatus, why: str) -> TargetStatus:
+    """The cell as serving hosts see it: refused, in their words."""
+    return TargetStatus(**{**c.__dict__, "state": "refused", "signed": "refused",
+                           "reason": f"serving hosts refuse it: {why}"})
 
 
 def _plan_problem(survey: StoreSurvey, prefix: str, m: ManifestSummary) -> str | None:
