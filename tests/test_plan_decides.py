@@ -151,4 +151,7 @@ def test_build_prints_the_moved_pointer_when_it_repaired_it_first(tmp_path):
         proc.stdout
     moved = json.loads(store.get(pointer).data)["manifest"]
     assert moved != old
-    assert f"released: {pointer}: {layout.short_ref(old)} -> {layout.short_ref(moved)}" in text, proc.stdout
+    model, gpu, toolchain = layout.parse_release_key(pointer)
+    here = f"{model}/{gpu}/"
+    was, now = layout.short_ref(old).removeprefix(here), layout.short_ref(moved).removeprefix(here)
+    assert f"released: {model}/{gpu} {toolchain}: {was} -> {now}" in text, proc.stdout
