@@ -102,6 +102,8 @@ def link_venv(folder: Path, venv: Path) -> None:
 
 
 def unlink_venv(folder: Path) -> None:
+    """Undo ``link_venv``: every bind mount at ``folder/.venv`` (``Path.is_mount`` misses a bind mount of a folder on
+    the same filesystem, so the mount table is asked)."""
     link = folder / ".venv"
-    if link.is_mount():
+    while subprocess.run(["mountpoint", "-q", str(link)]).returncode == 0:
         subprocess.run(["umount", str(link)], check=True)

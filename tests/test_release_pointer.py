@@ -41,7 +41,7 @@ def farm(tmp_path):
 
 def _schema_1(pointer) -> bytes:
     """The pointer as a trtfarm before signed releases wrote it: schema 1, no version, no claim."""
-    doc = json.loads(pointer.model_dump_json())
+    doc = json.loads(pointer.to_json())  # schema 2 for a stable pointer
     del doc["version"], doc["claim"]
     return json.dumps({**doc, "schema_version": 1}, indent=2).encode()
 
@@ -82,7 +82,8 @@ def test_a_schema_1_pointer_reads_as_an_unsigned_release_of_version_0(farm):
     assert "`trtfarm sign`" in str(err) and "\n" not in str(err)
     assert sign_store(farm.store, farm.signer, ["enc"]).releases == [KEY]
     signed, _ = farm.pointer()
-    assert json.loads(farm.store.get(KEY).data)["schema_version"] == POINTER_SCHEMA
+    # a stable pointer that uses nothing of schema 3 is written as schema 2: older serving hosts keep reading it
+    assert json.loads(farm.store.get(KEY).data)["schema_version"] == 2 == POINTER_SCHEMA - 1
     assert (signed.version, _signed_by(farm, signed), signed.current.action) == (1, 1, "refresh")
     assert farm.pull().release.claim.version == 1
 
@@ -125,10 +126,14 @@ def test_a_newer_pointer_schema_is_one_line_naming_the_upgrade_and_is_never_repa
     ({"schema_version": 2, "version": -1}, "version: Input should be greater than or equal to 0"),
     ({"schema_version": 2, "version": None}, "version: Input should be a valid integer"),
     ({"schema_version": 2, "version": 1, "extra": 1}, "extra: Extra inputs are not permitted"),
+    ({"schema_version": 2, "channel": "stable"}, "schema 2 has no channel (schema 3 fields)"),
+    ({"schema_version": 3, "channel": "beta"}, "channel: Input should be 'stable' or 'candidate'"),
+    ({"schema_version": 3, "promotion": {"receipts": -1}}, "promotion.receipts: Input should be greater than"),
 ])
 def test_a_pointer_of_a_known_schema_with_wrong_fields_is_damaged(farm, doc, why):
     enc, _ = farm.pointer()
-    base = json.loads(_schema_1(enc) if doc["schema_version"] == 1 else enc.model_dump_json())
+    base = json.loads(_schema_1(enc) if doc["schema_version"] == 1 else enc.to_json() if doc["schema_version"] == 2
+                      else enc.model_dump_json())
     farm.put_pointer(json.dumps({**base, **doc}).encode())
     with pytest.raises(CorruptObject, match="not a release pointer") as err:
         read_pointer(farm.store, KEY)

@@ -31,7 +31,8 @@ def settle(store: Store, plan: ExportPlan, signer=None) -> JobResult:
     for w in plan.withdrawals:
         withdraw(store, w.prefix)
     outcomes = [replace(plan.outcomes[r.target], release=release_if_allowed(
-        store, r.manifest_key, r.manifest, r.release_on, None, r.trial, r.pointer, signer)) for r in plan.releases]
+        store, r.manifest_key, r.manifest, r.release_on, None, r.trial, r.pointer, signer, r.promotion))
+        for r in plan.releases]
     return JobResult(job_id="settle", model=plan.name, outcomes=outcomes)
 
 

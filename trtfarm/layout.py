@@ -3,7 +3,9 @@
 ```
 plans/<model>/<onnx_digest:12>/<gpu>/<toolchain>-<version>/<build_digest:12>/{model.plan,manifest.json}
     .../<build_digest:12>/{provenance-<manifest_sha256:16>.json,signature-<manifest_sha256:16>.sigstore.json}
-releases/<model>/<gpu>/<toolchain>-<version>.json
+releases/<model>/<gpu>/<toolchain>-<version>.json       (the stable channel: what serving hosts pull)
+candidates/<model>/<gpu>/<toolchain>-<version>.json     (the candidate channel, with farm.yaml's promotion:)
+receipts/<model>/<gpu>/<toolchain>-<version>/<channel>/<plan_sha256:16>/<at>-<host>-<nonce>.json
 timing-caches/<flavour>-<exact_version>/<gpu>-sm<compute_capability>/<cache_flags:12>.cache
 converted/<model>/<onnx_digest:12>/<precision_step:12>/{model.onnx,report.json}
 models/<model>/<export_id>/{model.onnx,farm.yaml,...,export.json}
@@ -30,6 +32,8 @@ ONNX_NAME, EXPORT_NAME = "model.onnx", "export.json"
 CONVERTED_REPORT = "report.json"  # a precision step's gate report, beside its converted model.onnx
 PLANS, RELEASES, TIMING_CACHES, CONVERTED, MODELS, REPORTS, RUNS, STATUS, STATE = (
     "plans", "releases", "timing-caches", "converted", "models", "reports", "runs", "status", "state")
+CANDIDATES, RECEIPTS = "candidates", "receipts"
+CHANNEL_ROOTS = {"stable": RELEASES, "candidate": CANDIDATES}
 OUTCOMES_NAME = "outcomes.json"  # a run's outcomes of one model, in its report folder
 PROVENANCE_PREFIX, SIGNATURE_PREFIX, SIGNATURE_SUFFIX = "provenance-", "signature-", ".sigstore.json"
 TEMP_PREFIX = ".tmp-"  # in-flight writes of the file store; never a key
@@ -184,6 +188,41 @@ def parse_release_key(key: str) -> ReleaseName | None:
     if len(parts) != 4 or parts[0] != RELEASES or not parts[3].endswith(".json"):
         return None
     return ReleaseName(parts[1], parts[2], parts[3].removesuffix(".json"))
+
+
+def channel_key(model: str, gpu: str, toolchain_label: str, channel: str = "stable") -> str:
+    """The pointer of one channel: ``release_key`` for ``stable``, ``candidates/...`` for ``candidate``."""
+    key = release_key(model, gpu, toolchain_label)
+    if channel not in CHANNEL_ROOTS:
+        raise UserInputError(f"channel {channel!r} is not a channel; use {' or '.join(CHANNEL_ROOTS)}")
+    return CHANNEL_ROOTS[channel] + key.removeprefix(RELEASES)
+
+
+def parse_channel_key(key: str) -> tuple[ReleaseName, str] | None:
+    """A channel pointer's (model, GPU, toolchain label) and channel; None for any other key."""
+    for channel, root in CHANNEL_ROOTS.items():
+        if key.startswith(root + "/"):
+            name = parse_release_key(RELEASES + key.removeprefix(root))
+            return (name, channel) if name else None
+    return None
+
+
+def channel_prefix(channel: str, model: str | None = None) -> str:
+    """Where every pointer of ``channel`` (of ``model``) lives."""
+    return CHANNEL_ROOTS[channel] + releases_prefix(model).removeprefix(RELEASES)
+
+
+def receipts_prefix(model: str, gpu: str | None = None, toolchain_label: str | None = None,
+                    channel: str | None = None, plan_sha256: str | None = None) -> str:
+    """Where the load receipts of a model (narrowed by GPU, toolchain, channel and plan, in that order) live."""
+    parts = [RECEIPTS, check_name("model name", model)]
+    for kind, value in (("GPU", gpu), ("toolchain", toolchain_label), ("channel", channel)):
+        if value is None:
+            return "/".join(parts) + "/"
+        parts.append(_segment(kind, value))
+    if plan_sha256 is not None:
+        parts.append(plan_sha256[:16])
+    return "/".join(parts) + "/"
 
 
 def releases_prefix(model: str | None = None) -> str:

@@ -323,7 +323,7 @@ def _build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], 
             note = shared if pub.created else _already_published_note(pub.manifest, result)
             outcome = outcome_from_manifest(store, plan, pub.manifest, status="built", reason=note)
             outcome.release = release_if_allowed(store, pub.manifest_key, pub.manifest, plan.target.release_on, run_id,
-                                                 model.trial, plan.pointer, signer)
+                                                 model.trial, plan.pointer, signer, plan.promotion)
             return outcome
 
         if len(group) == 1:

@@ -49,16 +49,18 @@ def outcome_from_manifest(store: Store, plan: TargetPlan, manifest: Manifest, st
 
 def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, release_on: str,
                        run_id: str | None, trial: str | None = None, seen: SeenPointer | None = None,
-                       signer=None) -> ReleaseOutcome:
+                       signer=None, promotion=None) -> ReleaseOutcome:
     """Move the release pointer when the target's policy allows (and the build is no trial); what happened, as a value.
 
     A damaged pointer (not JSON, fields missing) is trtfarm's own object: it is repaired first, and the outcome
     says so (``repaired``). ``seen``: the pointer as planning read it (its ETag starts the compare-and-swap; a stale
     one conflicts and the pointer is read afresh), else it is read. ``signer`` (the worker's key) signs the release
     claim, and the repair of a damaged pointer; only a process without a key writes an unsigned one (``trtfarm
-    sign`` signs it later).
+    sign`` signs it later). ``promotion`` (the model's farm.yaml block): the release goes to the candidate channel,
+    whose pointer carries the policy; without it, to stable (the candidate channel follows stable).
     """
-    key = pointer_key(manifest)
+    channel = "candidate" if promotion else "stable"
+    key = pointer_key(manifest, channel)
     repaired = ""
     if seen is None or seen.key != key:
         repaired = repair_pointer(store, key, release_on, signer) or ""
@@ -67,18 +69,19 @@ def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, rele
     before = seen.pointer
     old = short_ref(before.manifest) if before else "nothing"
     if trial:
-        return ReleaseOutcome("kept", key, old, why=trial, repaired=repaired)
+        return ReleaseOutcome("kept", key, old, why=trial, repaired=repaired, channel=channel)
     if before and before.manifest == manifest_key:
-        return ReleaseOutcome("already", key, old, old, repaired=repaired)
+        return ReleaseOutcome("already", key, old, old, repaired=repaired, channel=channel)
     try:
         moved = move_release(store, manifest_key, manifest, release_on=release_on, by="trtfarm",
                              reason=f"built by run {run_id}" if run_id else "built by trtfarm", seen=seen,
-                             signer=signer, vouched=True)  # the manifest this run published or read
+                             signer=signer, vouched=True, channel=channel, promotion=promotion)  # the manifest
+        # this run published or read
     except (ReleaseRefused, SignatureRefused) as refused:  # a tampered pointer is left for a person to look at
-        return ReleaseOutcome("refused", key, old, why=str(refused), repaired=repaired)
+        return ReleaseOutcome("refused", key, old, why=str(refused), repaired=repaired, channel=channel)
     if len(moved.history) > 1:  # where it moved from, also when a concurrent writer moved it since planning
         old = short_ref(moved.history[-2].manifest)
-    return ReleaseOutcome("moved", key, old, short_ref(manifest_key), repaired=repaired)
+    return ReleaseOutcome("moved", key, old, short_ref(manifest_key), repaired=repaired, channel=channel)
 
 
 @dataclass
@@ -135,7 +138,7 @@ def triage(store: Store, plans: Sequence[TargetPlan], force: bool = False, verif
         outcome = outcome_from_manifest(store, p, existing)
         if outcome.status != "failed":
             found.releases.append(Release(p.target.id, p.manifest_key, existing, p.target.release_on, p.pointer,
-                                          trial))
+                                          trial, p.promotion))
         found.done[p.target.id] = outcome
     return found
 

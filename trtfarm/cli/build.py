@@ -174,7 +174,7 @@ def _releases(rows: list[TargetOutcome]) -> None:
         if r.repaired:
             labelled(out, "repaired:", message_text(r.repaired))
         if r.action == "moved":
-            labelled(out, "released:", message_text(_move(r)))
+            labelled(out, f"released{r.to}:", message_text(_move(r)))
     kept = [r for r in done if r.action == "kept"]
     for why in dict.fromkeys(r.why for r in kept):
         out.print(message_text(f"not released, {why}; the pointers stay:"), highlight=False)
@@ -184,11 +184,12 @@ def _releases(rows: list[TargetOutcome]) -> None:
 
 def _move(r) -> str:
     """A moved pointer in one line at 80 columns: ``MODEL/GPU TOOLCHAIN: OLD -> NEW`` with the plans by build id."""
-    from trtfarm.layout import parse_release_key
+    from trtfarm.layout import parse_channel_key
 
-    name = parse_release_key(r.key)
-    if name is None:
+    parsed = parse_channel_key(r.key)
+    if parsed is None:
         return r.move
+    name = parsed[0]
     here = f"{name[0]}/{name[1]}/"
     return f"{here.rstrip('/')} {name[2]}: {r.old.removeprefix(here)} -> {r.new.removeprefix(here)}"
 

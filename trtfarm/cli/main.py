@@ -32,6 +32,7 @@ COMMAND_MODULES = {
     "precision": "quality", "report": "quality", "triton": "serving", "sign": "signing",
     "release": "store_ops", "pull": "store_ops", "verify": "store_ops", "gc": "store_ops", "cache": "store_ops",
     "webhook": "webhook",
+    "promote": "channels", "rollback": "channels", "history": "channels", "receipt": "channels",
 }
 
 

@@ -120,7 +120,7 @@ def release(manifest: str = typer.Argument(..., help="the plan's manifest: store
     except ManifestInvalid as e:  # a store's manifest that is not one is a damaged object; a local file, bad input
         raise fail(e, code=None if Path(manifest).is_file() else 1) from e
     if as_json:
-        print(pointer.model_dump_json(indent=2))
+        print(pointer.to_json().decode())
         return
     ev = pointer.released  # an unmoved pointer: its release, not a later refresh
     signed = f", version {pointer.version} signed" if pointer.claim else f", version {pointer.version} unsigned"
@@ -144,6 +144,9 @@ def pull(model: str = typer.Argument(..., help="model name"),
          toolchain: str = typer.Option(None, "--toolchain", help="e.g. tensorrt-11.4.0.106 instead of the installed"),
          check: bool = typer.Option(False, "--check", help="then run verify's checks on the pulled plan here "
                                     "(the runtime's header check included); exit 1 when one refuses it"),
+         channel: str = typer.Option("stable", "--channel", help="stable, or candidate (a canary host)"),
+         report: bool = typer.Option(False, "--report", help="then record a load receipt in the store: ok when "
+                                     "--check's checks pass, else failed with the first refusal (implies --check)"),
          targets_file: Path = TARGETS_OPT, store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     """Fetch the plan released for this host's GPU and toolchain, checked, with its manifest beside it.
 
@@ -158,6 +161,9 @@ def pull(model: str = typer.Argument(..., help="model name"),
 
     if to is not None:
         output_path(to, "--to", folder=to.is_dir())
+    if channel not in ("stable", "candidate"):
+        raise fail(f"--channel {channel!r}: use stable or candidate")
+    check = check or report
     uri = store_uri(store)
     caps = local_capabilities()
     fleet = load_fleet(targets_path(targets_file))
@@ -166,7 +172,7 @@ def pull(model: str = typer.Argument(..., help="model name"),
     accepted, max_age = _host_memory(trust)
     pulled = pull_release(open_store(uri), model, gpu_key,
                           local_toolchains(caps.versions, toolchain), to, fleet=fleet, trust=trust,
-                          accepted=accepted, max_age=max_age)
+                          accepted=accepted, max_age=max_age, channel=channel)
     claim = pulled.release.claim
     doc = {"plan": str(pulled.plan), "manifest": str(pulled.manifest_path), "release": pulled.pointer_key,
            "bytes": pulled.bytes, "transfer": pulled.transfer,
@@ -176,6 +182,8 @@ def pull(model: str = typer.Argument(..., help="model name"),
     if checks is not None:
         doc["check"] = {"ok": all(c.ok is not False for c in checks),
                         "checks": [{"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks]}
+    if report:
+        doc["receipt"] = _report(open_store(uri), pulled, checks, targets_file)
     if as_json:
         print(json.dumps(doc, indent=2))
     else:
@@ -188,8 +196,29 @@ def pull(model: str = typer.Argument(..., help="model name"),
         (out if claim else err).print(message_text(f"release: {pulled.release.detail}"), highlight=False)
         if checks is not None:
             _check_line(checks)
+        if report:
+            out.print(message_text(f"receipt: {doc['receipt']}"), highlight=False)
     if checks is not None and not doc["check"]["ok"]:
         raise typer.Exit(1)
+
+
+def _report(s, pulled, checks, targets_file) -> str:
+    """Record the pull's load receipt (ok, or the first refused check) against the channel it pulled from."""
+    from trtfarm.publishing.channels import record_receipt
+    from trtfarm.publishing.receipts import new_receipt, this_host
+    from trtfarm.publishing.release import who
+    from trtfarm.vocabulary.fleet_file import signing_settings
+
+    bad = next((c for c in checks if c.ok is False), None)
+    settings = signing_settings(targets_path(targets_file, note=False))
+    plan_sha = pulled.release.claim.plan_sha256 if pulled.release.claim else None
+    done = record_receipt(s, pulled.pointer_key, lambda p: new_receipt(
+        p, ok=bad is None, error=f"{bad.name}: {bad.detail}" if bad else None, load_ms=None, latency_ms=None,
+        by=who(), host=this_host(), plan_sha256=plan_sha), signer=settings.signer(),
+        trust=settings.trusted_keys())
+    moved = f"; stable rolled back to {done.rolled_back.manifest}" if done.rolled_back else \
+        f"; {done.blocked}" if done.blocked else ""
+    return f"{'ok' if done.receipt.ok else 'failed'}, {s.url(done.key)}{moved}"
 
 
 def _pulled_checks(pulled, trust, model: str) -> list:

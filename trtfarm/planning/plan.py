@@ -114,6 +114,7 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
     # the files' digests find what is published; the model is checked (onnx.checker, the graph digest, the profiles
     # against its inputs) when something is to be built from it
     model = model_source(path, model_name(request.name, export, spec.name, path), verify=False)
+    model = model.model_copy(update={"promotion": spec.promotion})
     profiles = first.profiles if first else _profiles(request, path, spec)
     if is_uri(export.uri):
         model = model.model_copy(update={"source_uri": f"{export.uri}/{layout.ONNX_NAME}"})
@@ -270,7 +271,7 @@ def listed_stage(request: MatrixRequest, export: ExportRef, store: Store, fleet:
     name = model_name(request.name, export, spec.name, path)
     model = ModelSource(name=name, path=path, source_uri=f"{export.uri}/{layout.ONNX_NAME}",
                         onnx_digest=record.onnx_digest, graph_digest=record.graph_digest,
-                        exported_at=record.registered_at)
+                        exported_at=record.registered_at, promotion=spec.promotion)
     profiles = _profiles(request, path, spec)
     plans = plan_targets(model, model.onnx_digest, resolved, profiles, None)
     found = triage_listed(store, plans, index)

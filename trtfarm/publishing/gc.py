@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from trtfarm.errors import CorruptObject
-from trtfarm.layout import folder_of, release_key, releases_prefix
+from trtfarm.layout import channel_prefix, folder_of, releases_prefix
 from trtfarm.publishing.attest import folder_attestations, read_stored
 from trtfarm.publishing.catalog import manifests_in
 from trtfarm.publishing.release import read_pointer, toolchain_label
@@ -51,18 +51,19 @@ def plans_to_delete(store: Store, keep: int, skipped: list[str] | None = None) -
     """
     skipped = [] if skipped is None else skipped
     referenced, unknown = set(), set()
-    for key in store.list(releases_prefix()):
+    keys = [*store.list(releases_prefix()), *store.list(channel_prefix("candidate"))]  # both channels' plans stay
+    for key in keys:
         try:
             pointer, _ = read_pointer(store, key)
         except CorruptObject as damaged:
-            unknown.add(key)
+            unknown.add(asked_identity(key))
             skipped.append(f"{damaged} gc keeps every plan of this release.")
             continue
         if pointer:
             referenced.add(pointer.manifest)
             problem = _identity_problem(store, key, pointer)
             if problem:
-                unknown.add(key)
+                unknown.add(asked_identity(key))
                 skipped.append(f"{problem}; gc keeps every plan of {asked_identity(key)}.")
     groups: dict[tuple[str, str, str], list] = defaultdict(list)
     damaged_manifests: list[str] = []
@@ -75,7 +76,7 @@ def plans_to_delete(store: Store, keep: int, skipped: list[str] | None = None) -
     skipped.extend(f"{d} gc keeps it." for d in damaged_manifests)
     doomed = []
     for (model, gpu, tc), items in sorted(groups.items()):
-        if release_key(model, gpu, tc) in unknown:
+        if f"{model}/{gpu}/{tc}" in unknown:
             continue
         items.sort(key=lambda x: (x[1].model.exported_at or "", x[1].created_at), reverse=True)
         for rank, (key, m) in enumerate(items):

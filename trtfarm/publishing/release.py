@@ -15,14 +15,14 @@ from datetime import datetime, timedelta, timezone
 
 from pydantic import ValidationError
 
-from trtfarm.errors import CorruptObject, UserInputError
+from trtfarm.errors import CorruptObject, MismatchError, UserInputError
 from trtfarm.layout import (
     PLAN_NAME,
+    channel_key,
     folder_of,
     manifest_key,
+    parse_channel_key,
     parse_plan_key,
-    parse_release_key,
-    release_key,
     releases_prefix,
 )
 from trtfarm.publishing.publish import plan_intact, plan_rehash, read_manifest
@@ -53,14 +53,18 @@ class ReleaseRefused(UserInputError):
     """The pointer may not move to this plan; the message says why and how to override on purpose."""
 
 
+class ChannelRefused(MismatchError):
+    """A channel move the store's state refuses: a promotion another writer made first, no earlier good release."""
+
+
 def toolchain_label(m: Manifest) -> str:
     """``tensorrt-11.4.0.106`` for a manifest's target."""
     return f"{m.target.flavour}-{m.target.toolchain_version}"
 
 
-def pointer_key(m: Manifest) -> str:
-    """The pointer this manifest's plan would be released under."""
-    return release_key(m.model.name, m.target.gpu, toolchain_label(m))
+def pointer_key(m: Manifest, channel: str = "stable") -> str:
+    """The pointer of ``channel`` this manifest's plan would be released under."""
+    return channel_key(m.model.name, m.target.gpu, toolchain_label(m), channel)
 
 
 def policy_blocker(m: Manifest, release_on: str) -> str | None:
@@ -110,10 +114,11 @@ def _newest_releasable(store: Store, key: str, release_on: str) -> str | None:
     from trtfarm.publishing.catalog import manifests_in
     from trtfarm.publishing.release_check import manifest_identity_problem
 
-    name = parse_release_key(key)
-    if name is None:
+    parsed = parse_channel_key(key)
+    if parsed is None:
         return None
-    found = [x for x in manifests_in(store, name.model, problems=[]) if pointer_key(x.manifest) == key
+    name, channel = parsed
+    found = [x for x in manifests_in(store, name.model, problems=[]) if pointer_key(x.manifest, channel) == key
              and policy_blocker(x.manifest, release_on) is None and not manifest_identity_problem(x.key, x.manifest)]
     newest = max(found, key=lambda x: (x.manifest.model.exported_at or "", x.manifest.created_at), default=None)
     return newest.key if newest else None
@@ -147,13 +152,15 @@ def repair_pointer(store: Store, key: str, release_on: str = "engine", signer=No
     event = ReleaseEvent(action="release", manifest=manifest, onnx_digest=m.model.onnx_digest,
                          exported_at=m.model.exported_at, by=f"trtfarm repair ({who()})", reason=f"repaired: {why}",
                          at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    pointer = ReleasePointer(model=m.model.name, gpu=m.target.gpu, toolchain=toolchain_label(m), manifest=manifest,
+    channel = parse_channel_key(key)[1]  # type: ignore[index]  # read_pointer found a pointer key's object
+    pointer = ReleasePointer(channel=channel, model=m.model.name, gpu=m.target.gpu, toolchain=toolchain_label(m),
+                             manifest=manifest,
                              plan_key=m.plan.key, plan_sha256=m.plan.sha256, onnx_digest=m.model.onnx_digest,
                              build_digest=m.build.build_digest, exported_at=m.model.exported_at,
                              history=with_event(history, event), version=version + 1)
     pointer, _ = _signed(pointer, m, stored.manifest_sha256, signer, DEFAULT_EXPIRY)
     try:
-        store.compare_and_swap(key, pointer.model_dump_json(indent=2).encode(), blob.etag)
+        store.compare_and_swap(key, pointer.to_json(), blob.etag)
     except Conflict:
         return None  # someone rewrote it meanwhile: theirs stands
     source = "its history" if last else "the newest manifest"
@@ -230,7 +237,7 @@ def _checked_current(store: Store, key: str, current: ReleasePointer | None, tru
         check_identity(store, key, current, stored)
         if trust is not None and current.claim is not None:
             _, claim = check_claim(store, key, current, stored, trust)
-            check_not_rolled_back(claim, accepted.get(store.uri, claim.identity) if accepted else None)
+            check_not_rolled_back(claim, accepted.get(store.uri, claim.track) if accepted else None)
     except SignatureRefused as err:
         raise SignatureRefused(err.reason, f"not released: {err.detail}; `--force` replaces it") from err
 
@@ -245,20 +252,22 @@ def _signed(pointer: ReleasePointer, m: Manifest, manifest_sha256: str, signer,
     action = "rollback" if ev.action == "refresh" and pointer.released.action == "rollback" else ev.action
     claim = ReleaseClaim(model=pointer.model, gpu=pointer.gpu, toolchain=pointer.toolchain, manifest=pointer.manifest,
                          manifest_sha256=manifest_sha256, plan_sha256=m.plan.sha256, exported_at=m.model.exported_at,
-                         version=pointer.version, action=action, by=ev.by, reason=ev.reason,
-                         issued_at=issued.isoformat(), expires_at=(issued + expiry).isoformat())
+                         version=pointer.version, action="release" if action == "promote" else action, by=ev.by,
+                         reason=ev.reason, issued_at=issued.isoformat(), expires_at=(issued + expiry).isoformat(),
+                         channel=pointer.channel)
     return pointer.model_copy(update={"claim": sign_release(signer, claim)}), claim
 
 
 def _next_version(store: Store, current: ReleasePointer | None, accepted) -> int:
-    seen = accepted.get(store.uri, current.identity) if accepted is not None and current else None
+    seen = accepted.get(store.uri, current.track) if accepted is not None and current else None
     return max(current.version if current else 0, seen.version if seen else 0) + 1
 
 
 def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: str = "engine", reason: str,
                  by: str | None = None, rollback: bool = False, force: bool = False,
                  max_attempts: int = 20, trust=None, seen: SeenPointer | None = None, signer=None,
-                 accepted=None, expiry: timedelta = DEFAULT_EXPIRY, vouched: bool = False) -> ReleasePointer:
+                 accepted=None, expiry: timedelta = DEFAULT_EXPIRY, vouched: bool = False, channel: str = "stable",
+                 promotion=None, promote: dict[str, str] | None = None) -> ReleasePointer:
     """Point (model, GPU, toolchain) at ``manifest_key``; ``ReleaseRefused`` when policy or ordering forbid it.
 
     With ``trust`` (the fleet's ``TrustedKeys``), a plan that serving hosts would refuse is not released
@@ -269,6 +278,8 @@ def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: st
     ``seen``: the pointer as the run read it before; the first swap names its ETag (a stale one conflicts, and the
     pointer is read afresh). ``vouched``: ``m`` is what the store holds at ``manifest_key`` (the caller wrote or read
     it this run), so with neither ``trust`` nor ``signer`` it is not read back; its identity is checked all the same.
+    ``channel`` is the pointer moved (``candidate`` carries the model's ``promotion`` policy); ``promote``: this move
+    promotes a candidate into ``stable``, with its gates as they stood (the history's ``promote`` event).
     """
     if not reason.strip():
         raise ReleaseRefused("not released: the reason is empty; say why the pointer moves (it goes in its history)")
@@ -290,7 +301,7 @@ def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: st
     blocker = None if force else policy_blocker(m, release_on)
     if blocker:
         raise ReleaseRefused(f"not released: {blocker}")
-    key = pointer_key(m)
+    key = pointer_key(m, channel)
     msha = stored.manifest_sha256 if stored else hashlib.sha256(m.to_json()).hexdigest()
     for attempt in range(max_attempts):
         current, etag = (seen.pointer, seen.etag) if seen and seen.key == key and not attempt else \
@@ -298,25 +309,30 @@ def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: st
         if not force:
             _checked_current(store, key, current, trust, accepted)
         if current and current.manifest == manifest_key and not force:
+            if promote is not None:  # the loser of two racing promotions is told, never promoted twice
+                raise ChannelRefused(f"not promoted: {key} is already at {manifest_key} ({current.current.action} by "
+                                     f"{current.current.by} at {current.current.at})")
             return current
         if current and _older(m, current) and not rollback:
             raise ReleaseRefused(
                 f"not released: {key} points at an export from {current.exported_at}; this plan's export is older "
                 f"({m.model.exported_at}). Use `trtfarm release MANIFEST --rollback --reason ...` to go back "
                 "on purpose.")
-        action = "forced" if force else "rollback" if rollback and current and _older(m, current) else "release"
+        action = "forced" if force else "rollback" if rollback and current and _older(m, current) else \
+            "promote" if promote is not None else "release"
         event = ReleaseEvent(action=action, manifest=manifest_key, onnx_digest=m.model.onnx_digest,
-                             exported_at=m.model.exported_at, by=by or who(), reason=reason,
+                             exported_at=m.model.exported_at, by=by or who(), reason=reason, gates=promote,
                              at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-        pointer = ReleasePointer(model=m.model.name, gpu=m.target.gpu, toolchain=toolchain_label(m),
-                                 manifest=manifest_key, plan_key=m.plan.key, plan_sha256=m.plan.sha256,
+        pointer = ReleasePointer(channel=channel, promotion=promotion, model=m.model.name, gpu=m.target.gpu,
+                                 toolchain=toolchain_label(m), manifest=manifest_key,
+                                 plan_key=m.plan.key, plan_sha256=m.plan.sha256,
                                  onnx_digest=m.model.onnx_digest, build_digest=m.build.build_digest,
                                  exported_at=m.model.exported_at,
                                  history=with_event(current.history if current else [], event),
                                  version=_next_version(store, current, accepted))
         pointer, claim = _signed(pointer, m, msha, signer, expiry)
         try:
-            store.compare_and_swap(key, pointer.model_dump_json(indent=2).encode(), etag)
+            store.compare_and_swap(key, pointer.to_json(), etag)
         except Conflict:
             continue
         if accepted is not None and claim is not None:
@@ -348,7 +364,7 @@ def refresh_release(store: Store, key: str, signer, *, reason: str, by: str | No
                                              "version": current.version + 1})
         pointer, _ = _signed(pointer, m, stored.manifest_sha256, signer, expiry)
         try:
-            store.compare_and_swap(key, pointer.model_dump_json(indent=2).encode(), etag)
+            store.compare_and_swap(key, pointer.to_json(), etag)
             return pointer
         except Conflict:
             continue

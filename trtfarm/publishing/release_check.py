@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from trtfarm.errors import CorruptObject
-from trtfarm.layout import folder_of, parse_plan_key, parse_release_key
+from trtfarm.layout import folder_of, parse_channel_key, parse_plan_key
 from trtfarm.publishing.attest import StoredPlan
 from trtfarm.signing.accepted import AcceptedReleases, check_not_frozen, check_not_rolled_back
 from trtfarm.signing.bundle import SignatureRefused
@@ -33,9 +33,15 @@ def identity_of(m: Manifest) -> str:
 
 
 def asked_identity(pointer_key: str) -> str:
-    """``model/gpu/toolchain`` a release key asks for (the key itself when it is not a release key)."""
-    parts = parse_release_key(pointer_key)
-    return "/".join(parts) if parts else pointer_key
+    """``model/gpu/toolchain`` a channel's pointer key asks for (the key itself when it is not a pointer key)."""
+    parsed = parse_channel_key(pointer_key)
+    return "/".join(parsed[0]) if parsed else pointer_key
+
+
+def asked_channel(pointer_key: str) -> str:
+    """The channel a pointer key is of (``stable`` for ``releases/``, ``candidate`` for ``candidates/``)."""
+    parsed = parse_channel_key(pointer_key)
+    return parsed[1] if parsed else "stable"
 
 
 def manifest_identity_problem(manifest_key: str, m: Manifest) -> str | None:
@@ -56,6 +62,9 @@ def check_identity(store: Store, key: str, pointer: ReleasePointer, stored: Stor
     if pointer.identity != asked:
         raise SignatureRefused("other identity", f"{url} asks for {asked}, but the pointer there names "
                                f"{pointer.identity}: it was copied from another release")
+    if pointer.channel != asked_channel(key):
+        raise SignatureRefused("other identity", f"{url} is the {asked_channel(key)} channel of {asked}, but the "
+                               f"pointer there is its {pointer.channel} channel's: it was copied from that channel")
     if stored is None:
         raise SignatureRefused("tampered", f"{url} points at {pointer.manifest}, which is not in the store: the "
                                "store was changed outside trtfarm (or the plan deleted by hand); find who changed "
@@ -94,6 +103,9 @@ def check_claim(store: Store, key: str, pointer: ReleasePointer, stored: StoredP
     if claim.identity != asked:
         raise SignatureRefused("other identity", f"{url} asks for {asked}, but its signed release is of "
                                f"{claim.identity}")
+    if claim.channel != asked_channel(key):
+        raise SignatureRefused("other identity", f"{url} is the {asked_channel(key)} channel of {asked}, but its "
+                               f"signed release is of the {claim.channel} channel")
     if claim.manifest != pointer.manifest:
         raise SignatureRefused("other identity", f"{url}: the signed release of {asked} names {claim.manifest}, the "
                                f"pointer {pointer.manifest}")
@@ -120,7 +132,7 @@ def check_release(store: Store, key: str, pointer: ReleasePointer, stored: Store
     signer, claim = check_claim(store, key, pointer, stored, trust)
     if freshness:
         check_not_frozen(claim, now or now_utc(), max_age)
-    check_not_rolled_back(claim, accepted.get(store.uri, claim.identity) if accepted is not None else None)
+    check_not_rolled_back(claim, accepted.get(store.uri, claim.track) if accepted is not None else None)
     return ReleaseVerdict(claim, signer, f"release version {claim.version} ({claim.action} by {claim.by}) signed by "
                                          f"trusted key {signer.label}, expires {claim.expires_at}")
 

@@ -14,8 +14,9 @@ from datetime import timedelta
 from pathlib import Path
 
 from trtfarm.errors import OutputRefused, UserInputError
-from trtfarm.layout import release_key
+from trtfarm.layout import ReleaseName
 from trtfarm.machine.gpu import GpuScan
+from trtfarm.publishing.channels import serving_key
 from trtfarm.publishing.release import list_pointers
 from trtfarm.publishing.release_check import ReleaseVerdict, served_release
 from trtfarm.runtime.loader import manifest_beside, provenance_beside, release_beside, signature_beside
@@ -93,7 +94,7 @@ def _remember(accepted: AcceptedReleases, store_uri: str, claim, written: list[P
 def pull_release(store: Store, model: str, gpu: str, toolchains: list[str], dest: Path | None = None,
                  progress: Progress | None = None, fleet: Fleet | None = None,
                  trust: TrustedKeys | None = None, accepted: AcceptedReleases | None = None,
-                 max_age: timedelta | None = None) -> Pulled:
+                 max_age: timedelta | None = None, channel: str = "stable") -> Pulled:
     """Download the plan released for (model, gpu, one of toolchains) to ``dest``, sha256-checked.
 
     Before any plan byte: the pointer, its manifest and that manifest's folder must name this (model, GPU,
@@ -102,11 +103,13 @@ def pull_release(store: Store, model: str, gpu: str, toolchains: list[str], dest
     the release must carry a claim signed by a trusted key, not older than what ``accepted`` (this host's memory)
     holds and not frozen (``max_age``), and the plan folder must be signed (``SignatureRefused``). Without ``trust``
     the pull is unsigned-checked, and a version-compatible plan refused. The accepted release is remembered.
+    ``channel``: ``stable`` (what serving hosts run) or ``candidate`` (a canary host; a model without promotion:
+    has none, and its candidate channel follows stable).
     """
     if accepted is not None:  # refused before any byte lands at dest, never after the plan is there
         accepted.check_writable()
     for label in toolchains:
-        key = release_key(model, gpu, label)
+        key = serving_key(store, ReleaseName(model, gpu, label), channel)
         served = served_release(store, key, trust, accepted, fleet=fleet, max_age=max_age)  # status asks the same
         if served is None:
             continue

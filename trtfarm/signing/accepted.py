@@ -92,10 +92,10 @@ class AcceptedReleases:
 
     def remember(self, store: str, claim: ReleaseClaim) -> None:
         """Record ``claim`` as accepted (only ever upwards) and write the file atomically."""
-        before = self.get(store, claim.identity)
+        before = self.get(store, claim.track)
         if before is not None and before.version > claim.version:
             return
-        self._doc[f"{store}#{claim.identity}"] = {"version": claim.version, "manifest_sha256": claim.manifest_sha256,
+        self._doc[f"{store}#{claim.track}"] = {"version": claim.version, "manifest_sha256": claim.manifest_sha256,
                                                   "exported_at": claim.exported_at, "action": claim.action,
                                                   "issued_at": claim.issued_at}
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")

@@ -44,11 +44,17 @@ class ReleaseClaim(BaseModel):
     reason: str
     issued_at: str
     expires_at: str
+    channel: Literal["stable", "candidate"] = "stable"
 
     @property
     def identity(self) -> str:
         """``model/gpu/toolchain``, as messages name a release."""
         return f"{self.model}/{self.gpu}/{self.toolchain}"
+
+    @property
+    def track(self) -> str:
+        """The identity and, for the candidate channel, ``#candidate``: a host remembers each channel apart."""
+        return self.identity + ("" if self.channel == "stable" else f"#{self.channel}")
 
     def issued(self) -> datetime:
         """``issued_at`` as an aware datetime."""
@@ -74,8 +80,10 @@ def now_utc() -> datetime:
 
 def release_statement(claim: ReleaseClaim) -> dict:
     """The in-toto statement of ``claim``: the manifest (by key and sha256) as its subject."""
-    return statement([{"name": claim.manifest, "digest": {"sha256": claim.manifest_sha256}}], RELEASE_PREDICATE,
-                     claim.model_dump())
+    doc = claim.model_dump()
+    if claim.channel == "stable":  # a stable claim reads as it did before channels: older verifiers accept it
+        doc.pop("channel")
+    return statement([{"name": claim.manifest, "digest": {"sha256": claim.manifest_sha256}}], RELEASE_PREDICATE, doc)
 
 
 def sign_release(signer: Signer, claim: ReleaseClaim) -> dict:

@@ -8,6 +8,7 @@ profiles:                # one entry per optimization profile ...
   - input_ids: 1x16:16x128:32x512
     attention_mask: {min: [1, 16], opt: [16, 128], max: [32, 512]}
 # profiles: profiles.yaml   ... or a profiles file (`trtfarm profiles derive` writes one)
+promotion: {receipts: 2}  # optional: releases wait in candidate until `trtfarm promote` (docs: README channels)
 ```
 With no profiles given, a ``shapes.jsonl`` beside the model is turned into profiles (``trtfarm.profiles.derive``).
 """
@@ -20,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from trtfarm.precision.recipe import Recipe
 from trtfarm.profiles.profile import Profile, load_profiles_file
+from trtfarm.vocabulary.promotion import Promotion
 from trtfarm.yamlfile import model_from_yaml
 
 SPEC_NAME = "farm.yaml"
@@ -36,6 +38,8 @@ class BuildSpec(BaseModel):
     heldout: str | None = Field(None, description="held-out .npz for the gate (default: heldout.npz)")
     targets: list[str] = []
     profiles: list[Profile] | str = []
+    promotion: Promotion | None = Field(None, description="release to candidate and promote on evidence "
+                                                          "(vocabulary/promotion.py); None: release to stable")
 
 
 def spec_for_model(onnx_path: Path) -> tuple[BuildSpec, Path | None]:
@@ -43,7 +47,7 @@ def spec_for_model(onnx_path: Path) -> tuple[BuildSpec, Path | None]:
     path = Path(onnx_path).with_name(SPEC_NAME)
     if not path.is_file():
         return BuildSpec(), None
-    return model_from_yaml(path, BuildSpec, hint="Keys: name, precision, targets, profiles."), path
+    return model_from_yaml(path, BuildSpec, hint="Keys: name, precision, targets, profiles, promotion."), path
 
 
 def spec_profiles(onnx_path: Path, spec: BuildSpec) -> tuple[list[Profile], str]:

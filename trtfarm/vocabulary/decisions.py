@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from trtfarm.vocabulary.manifest import Manifest
 from trtfarm.vocabulary.pointer import SeenPointer
+from trtfarm.vocabulary.promotion import Promotion
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class Release:
     release_on: str
     pointer: SeenPointer | None
     trial: str | None = None
+    promotion: Promotion | None = None  # the model's promotion: policy: the release goes to the candidate channel
 
     def describe(self) -> str:
         """One line for a person: what carrying this out would do."""

@@ -19,6 +19,7 @@ from trtfarm.identity import files_digest, graph_digest, model_files, sha256_fil
 from trtfarm.onnxfile import check_errors, check_model, load_model
 from trtfarm.precision.recipe import Recipe
 from trtfarm.precision.record import OutputFigures
+from trtfarm.vocabulary.promotion import Promotion
 
 
 class Accuracy(BaseModel):
@@ -78,6 +79,8 @@ class ModelSource(BaseModel):
     heldout: Path | None = None
     # why this run's plans move no release pointer (a trial of a recipe other than the model's declared one)
     trial: str | None = None
+    # farm.yaml's promotion: block: releases land in the candidate channel (None: in stable, as before)
+    promotion: Promotion | None = None
 
     @property
     def plan_input(self) -> Path:

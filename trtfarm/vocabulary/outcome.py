@@ -34,16 +34,22 @@ class ReleaseOutcome:
     new: str = ""
     why: str = ""
     repaired: str = ""
+    channel: str = "stable"  # the channel whose pointer this is (``candidate``: the model declares promotion:)
 
     @property
     def move(self) -> str:
         """``KEY: OLD -> NEW`` for a moved pointer, else ``""``."""
         return f"{self.key}: {self.old} -> {self.new}" if self.action == "moved" else ""
 
+    @property
+    def to(self) -> str:
+        """`` to candidate`` for the candidate channel, else ``""`` (stable: the candidate follows it)."""
+        return f" to {self.channel}" if self.channel != "stable" else ""
+
     def __str__(self) -> str:
         note = f"{self.repaired}; " if self.repaired else ""
         if self.action == "moved":
-            return f"{note}released: {self.move}"
+            return f"{note}released{self.to}: {self.move}"
         if self.action == "already":
             return f"{note}released: {self.key} (already at {self.old})"
         if self.action == "kept":

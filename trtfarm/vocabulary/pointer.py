@@ -3,9 +3,12 @@
 The pointers themselves are read and moved by ``trtfarm.publishing.release``; the types live here so a build job can
 carry what planning read (``SeenPointer``) and the release move starts its compare-and-swap from it.
 
-Schema 2 added the release's ``version`` and its signed ``claim``. ``pointer_from_json`` upgrades a schema 1 pointer
-(written before releases were signed) through ``_UPGRADES`` to an unsigned release of version 0, and refuses a
-newer schema in one line: upgrade trtfarm (an older trtfarm must not read, let alone repair, what it cannot know).
+Schema 2 added the release's ``version`` and its signed ``claim``; schema 3 its ``channel`` (release channels: a
+candidate pointer carries the model's ``promotion`` policy), promotions in the history and a move's gate figures.
+``pointer_from_json`` upgrades older schemas through ``_UPGRADES`` (schema 1: an unsigned release of version 0;
+schema 2: the stable channel), and refuses a newer schema in one line: upgrade trtfarm (an older trtfarm must not
+read, let alone repair, what it cannot know). ``to_json`` writes a stable pointer that uses nothing of schema 3 as
+schema 2, so serving hosts on an older trtfarm keep pulling the models that declare no promotion.
 """
 
 from __future__ import annotations
@@ -18,28 +21,31 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trtfarm.errors import UserInputError
 from trtfarm.vocabulary.manifest import validation_problems
+from trtfarm.vocabulary.promotion import Channel, Promotion
 
-POINTER_SCHEMA = 2
+POINTER_SCHEMA = 3
 
 
 class ReleaseEvent(BaseModel):
     """One move of a pointer."""
 
     model_config = ConfigDict(extra="forbid")
-    action: Literal["release", "rollback", "forced", "refresh"]
+    action: Literal["release", "rollback", "forced", "refresh", "promote"]
     manifest: str
     onnx_digest: str
     exported_at: str | None
     at: str
     by: str
     reason: str
+    gates: dict[str, str] | None = Field(None, description="a promotion's gates as they stood: name -> verdict")
 
 
 class ReleasePointer(BaseModel):
     """What a serving host of (model, GPU, toolchain version) should run."""
 
     model_config = ConfigDict(extra="forbid")
-    schema_version: Literal[2] = POINTER_SCHEMA
+    schema_version: Literal[3] = POINTER_SCHEMA
+    channel: Channel = "stable"
     model: str
     gpu: str
     toolchain: str
@@ -54,6 +60,24 @@ class ReleasePointer(BaseModel):
                                            "pointer, never versioned)")
     claim: dict | None = Field(None, description="the signed release (a bundle; signing/release_claim.py), or None "
                                                  "when the move was not signed")
+    promotion: Promotion | None = Field(None, description="a candidate's promotion policy (farm.yaml's promotion:)")
+
+    def to_json(self) -> bytes:
+        """The pointer's bytes: schema 2 when it uses nothing of schema 3 (a stable pointer without promotions)."""
+        doc = self.model_dump(mode="json")
+        events = doc["history"]
+        if self.channel == "stable" and self.promotion is None and \
+                all(e["action"] != "promote" and e["gates"] is None for e in events):
+            doc.pop("channel"), doc.pop("promotion")
+            doc["schema_version"] = 2
+            for e in events:
+                e.pop("gates")
+        return json.dumps(doc, indent=2).encode()
+
+    @property
+    def track(self) -> str:
+        """``model/gpu/toolchain``, and ``#candidate`` for the candidate channel: what a host remembers it by."""
+        return self.identity + ("" if self.channel == "stable" else f"#{self.channel}")
 
     @property
     def identity(self) -> str:
@@ -96,7 +120,15 @@ def _from_v1(doc: dict) -> dict:
     return {**doc, "schema_version": 2, "version": 0, "claim": None}
 
 
-_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _from_v1}  # from_version -> the next version's document
+def _from_v2(doc: dict) -> dict:
+    """Schema 2 -> 3: a pointer written before channels is the stable channel's."""
+    newer = sorted({"channel", "promotion"} & doc.keys())
+    if newer:
+        raise PointerInvalid(f"schema 2 has no {' or '.join(newer)} (schema 3 fields)")
+    return {**doc, "schema_version": 3}
+
+
+_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _from_v1, 2: _from_v2}  # from_version -> the next version's document
 
 
 def pointer_from_json(data: bytes | str, source: str = "release pointer") -> ReleasePointer:

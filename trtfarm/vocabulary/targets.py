@@ -17,6 +17,7 @@ from trtfarm.profiles.profile import Profile, profiles_json
 from trtfarm.vocabulary.fleet import Flavour, ResolvedTarget
 from trtfarm.vocabulary.model import ModelSource
 from trtfarm.vocabulary.pointer import SeenPointer
+from trtfarm.vocabulary.promotion import Promotion
 
 
 def serve_check(target: ResolvedTarget, caps: Capabilities) -> str | None:
@@ -48,9 +49,10 @@ class TargetPlan:
     build_digest: str
     prefix: str
     skip_reason: str | None
-    release_key: str  # the release pointer this target's plans move
+    release_key: str  # the release pointer this target's plans move (the candidate channel's, with promotion)
     pointer: SeenPointer | None = None  # the release pointer as planning read it (None: not read, or damaged)
     manifest_absent: bool = False  # planning found no manifest of this build: the publish need not look again
+    promotion: Promotion | None = None  # farm.yaml's promotion: releases go to the candidate channel
 
     @property
     def manifest_key(self) -> str:
@@ -72,7 +74,9 @@ def plan_targets(model: ModelSource, converted_digest: str, targets: Sequence[Re
                               toolchain_version=t.toolchain.version, compat_class=t.compat_class)
         prefix = layout.plan_prefix(model.name, model.onnx_digest, t.gpu_key, t.toolchain_label, digest)
         plans.append(TargetPlan(t, digest, prefix, serve_check(t, caps) if caps else None,
-                                layout.release_key(model.name, t.gpu_key, t.toolchain_label)))
+                                layout.channel_key(model.name, t.gpu_key, t.toolchain_label,
+                                                   "candidate" if model.promotion else "stable"),
+                                promotion=model.promotion))
     return plans
 
 

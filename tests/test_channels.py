@@ -1,0 +1,161 @@
+"""Release channels end to end on a real store: build -> candidate, receipts, promote, a failed receipt rolls
+stable back, the history, a promotion race; every step through the command line as a serving team runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from trtfarm import layout
+from trtfarm.publishing.channels import promote_move
+from trtfarm.publishing.release import ChannelRefused
+from trtfarm.publishing.release_check import read_pointer
+from trtfarm.store import open_store
+
+from .fleet_store import encoder_export
+from .fleets import ONE_RTX_TARGET
+
+TARGET = "rtx-4090-rtx1.7"
+STABLE = "releases/encoder/rtx-4090/tensorrt_rtx-1.7.1.116.json"
+CANDIDATE = "candidates/encoder/rtx-4090/tensorrt_rtx-1.7.1.116.json"
+PROMOTION = "promotion: {receipts: 2, soak_s: 0, on_failed_receipt: rollback}\n"
+
+
+@pytest.fixture(scope="module")
+def channels(tmp_path_factory):
+    """A store where build 0 is stable (no promotion: yet) and build 1 (promotion: declared) is the candidate."""
+    root = tmp_path_factory.mktemp("channels")
+    fleet = root / "gpu_targets.yaml"
+    fleet.write_text(ONE_RTX_TARGET)
+    env = {**os.environ, "COLUMNS": "200", "TRTFARM_SIGNING_KEY": "", "TRTFARM_TRUSTED_KEYS": "",
+           "TRTFARM_STORE": str(root / "store"), "TRTFARM_TARGETS": str(fleet),
+           "TRTFARM_ACCEPTED_RELEASES": str(root / "accepted.json")}
+    first = encoder_export(root / "enc0", 0)
+    second = encoder_export(root / "enc1", 1)
+    (second / "farm.yaml").write_text((second / "farm.yaml").read_text() + PROMOTION)
+    builds = [run(env, "build", str(first / "model.onnx")), run(env, "build", str(second / "model.onnx"))]
+    return root, env, builds
+
+
+def run(env, *args, code: int = 0) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "trtfarm", *args], capture_output=True, text=True, timeout=300,
+                          env=env, cwd=env["TRTFARM_STORE"].rsplit("/", 1)[0])
+    assert proc.returncode == code, f"{args}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def _pointer(env, key):
+    return read_pointer(open_store(env["TRTFARM_STORE"]), key)[0]
+
+
+def _pulled_sha(env, root, channel: str) -> str:
+    doc = json.loads(run(env, "pull", "encoder", "--gpu", "rtx-4090", "--toolchain", "tensorrt_rtx-1.7.1.116",
+                         "--channel", channel, "--to", str(root / f"{channel}.plan"), "--json").stdout)
+    with open(doc["manifest"]) as f:
+        return json.load(f)["plan"]["sha256"]
+
+
+def test_a_build_with_promotion_lands_in_candidate_and_stable_serves_the_previous_plan(channels):
+    root, env, builds = channels
+    assert "released to candidate:" in " ".join(builds[1].stdout.split()), builds[1].stdout
+    stable, candidate = _pointer(env, STABLE), _pointer(env, CANDIDATE)
+    assert stable.manifest != candidate.manifest and candidate.channel == "candidate" and candidate.promotion
+    assert json.loads(open_store(env["TRTFARM_STORE"]).get(STABLE).data)["schema_version"] == 2  # older hosts read it
+    assert _pulled_sha(env, root, "stable") == stable.plan_sha256
+    assert _pulled_sha(env, root, "candidate") == candidate.plan_sha256
+
+
+def test_receipts_gate_the_promotion_and_a_failed_stable_receipt_rolls_it_back(channels):
+    root, env, _ = channels
+    before, candidate = _pointer(env, STABLE), _pointer(env, CANDIDATE)
+    waits = json.loads(run(env, "promote", "encoder", "--json").stdout)
+    assert [(r["verdict"], r["promoted"]) for r in waits] == [("waits", False)]
+    assert {g["gate"]: g["verdict"] for g in waits[0]["gates"]}["canary"] == "waits"
+    assert _pointer(env, STABLE).manifest == before.manifest  # nothing moved
+    for _ in range(2):
+        run(env, "receipt", "encoder", "--target", TARGET, "--channel", "candidate", "--ok", "--latency-ms", "1.5")
+    text = " ".join(run(env, "promote", "encoder").stdout.split())
+    assert "promoted" in text and "2 ok receipts" in text, text
+    assert _pointer(env, STABLE).manifest == candidate.manifest
+    failed = run(env, "receipt", "encoder", "--target", TARGET, "--failed", "CUDA error 700 on load")
+    assert "rolled back:" in failed.stdout, failed.stdout
+    after = _pointer(env, STABLE)
+    assert after.manifest == before.manifest and after.current.action == "rollback"
+    assert _pulled_sha(env, root, "stable") == before.plan_sha256
+    events = json.loads(run(env, "history", "encoder", "--json").stdout)
+    actions = [(e["channel"], e["action"]) for e in events]
+    assert actions[-2:] == [("stable", "promote"), ("stable", "rollback")], actions
+    assert ("candidate", "release") in actions and ("stable", "release") in actions
+    assert all({"action", "channel", "at", "build"} <= e.keys() for e in events)
+    again = json.loads(run(env, "promote", "encoder", "--json").stdout)  # the plan that failed is not promoted again
+    assert again[0]["verdict"] == "fails" and not again[0]["promoted"], again
+
+
+def test_two_racing_promotions_leave_one_winner_and_one_history(channels):
+    root, env, _ = channels
+    store = open_store(env["TRTFARM_STORE"])
+    candidate = _pointer(env, CANDIDATE)
+    before = len(_pointer(env, STABLE).history)
+    results: list[object] = []
+
+    def go():
+        try:
+            results.append(promote_move(store, candidate, {"canary": "forced"}, reason="race", force=False))
+        except ChannelRefused as lost:
+            results.append(lost)
+
+    threads = [threading.Thread(target=go) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lost = [r for r in results if isinstance(r, ChannelRefused)]
+    assert len(lost) == 1 and "already at" in str(lost[0]), results
+    after = _pointer(env, STABLE)
+    assert after.manifest == candidate.manifest and len(after.history) == before + 1
+
+
+@pytest.mark.parametrize("args, code, words", [
+    (["promote", "encodr"], 2, "did you mean"),
+    (["promote", "encoder", "--target", "nope"], 2, "unknown target"),
+    (["rollback", "encoder", "--channel", "beta"], 2, "use stable or candidate"),
+    (["receipt", "encoder", "--target", TARGET, "--ok", "--failed", "x"], 2, "one of them"),
+    (["receipt", "encoder", "--target", TARGET, "--channel", "candidate", "--ok", "--plan", "0" * 64], 2,
+     "is not in the candidate channel"),
+    (["receipt", "encoder", "--target", TARGET, "--ok", "--load-ms", "fast"], 2, "--load-ms"),
+])
+def test_bad_input_is_one_line_with_its_exit_code(channels, args, code, words):
+    _, env, _ = channels
+    proc = run(env, *args, code=code)
+    assert words in proc.stderr and len(proc.stderr.strip().splitlines()) <= 2, proc.stderr
+
+
+def test_a_channel_pointer_copied_into_another_channel_is_refused(channels, tmp_path):
+    root, env, _ = channels
+    store = open_store(env["TRTFARM_STORE"])
+    saved = store.get(STABLE)
+    candidate = store.get(CANDIDATE).data
+    store.compare_and_swap(STABLE, candidate, saved.etag)  # candidate swapped into stable
+    try:
+        proc = run(env, "pull", "encoder", "--gpu", "rtx-4090", "--toolchain", "tensorrt_rtx-1.7.1.116",
+                   "--to", str(tmp_path / "x.plan"), code=1)
+        assert "candidate channel" in proc.stderr and not (tmp_path / "x.plan").exists(), proc.stderr
+    finally:
+        store.compare_and_swap(STABLE, saved.data, store.get(STABLE).etag)
+    assert layout.parse_channel_key(CANDIDATE)[1] == "candidate"
+
+
+def test_gc_keeps_the_plans_of_both_channels(channels):
+    from trtfarm.publishing.gc import plans_to_delete
+
+    _, env, _ = channels
+    store = open_store(env["TRTFARM_STORE"])
+    kept = {_pointer(env, STABLE).manifest, _pointer(env, CANDIDATE).manifest}
+    doomed = {d.manifest_key for d in plans_to_delete(store, keep=0)}
+    assert doomed and not kept & doomed, doomed  # an older build goes; neither channel's plan does

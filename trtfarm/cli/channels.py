@@ -1,0 +1,235 @@
+"""``promote``, ``rollback``, ``history`` and ``receipt``: release channels (candidate, stable) and their evidence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from trtfarm.cli.common import JSON_OPT, STORE_OPT, TARGETS_OPT, app, fail, message_text, out, store_uri, targets_path
+from trtfarm.cli.tables import Column, fitted_table, labelled
+
+TARGET_OPT = typer.Option([], "--target", metavar="ID", help="a fleet target id (repeat); default: every one")
+VERDICT_STYLE = {"holds": "green", "waits": "yellow", "fails": "bold red", "already": "dim"}
+
+
+def _known_model(store, model: str) -> None:
+    """Exit 2 naming the known models when ``model`` has no pointer in any channel."""
+    from trtfarm.layout import channel_prefix
+    from trtfarm.nearest import did_you_mean
+
+    if any(next(iter(store.list(channel_prefix(c, model))), None) for c in ("stable", "candidate")):
+        return
+    known = sorted({k.split("/")[1] for k in store.list("releases/")})
+    raise fail(f"{model!r} has no releases in {store.location}; {did_you_mean(model, known)}"
+               + (f"released models: {', '.join(known)}" if known else "build and release one first"))
+
+
+def _names(store_, model: str, targets: list[str], targets_file: Path | None):
+    """The (model, gpu, toolchain) names of ``targets`` (every fleet target when empty) and each one's release_on."""
+    from trtfarm.layout import ReleaseName
+    from trtfarm.vocabulary.fleet import select_targets
+    from trtfarm.vocabulary.fleet_file import load_fleet
+
+    resolved = select_targets(load_fleet(targets_path(targets_file, note=False)), targets or None)
+    return {ReleaseName(model, t.gpu_key, t.toolchain_label): t for t in resolved}
+
+
+def _settings(targets_file: Path | None):
+    from trtfarm.vocabulary.fleet_file import signing_settings
+
+    return signing_settings(targets_path(targets_file, note=False))
+
+
+def _signing(trust, signer):
+    """``(trust, signer)``; exit 2 when serving hosts verify and there is no key to sign the move with."""
+    if trust is not None and signer is None:
+        raise fail("verification is on, and serving hosts refuse a move no trusted key signed: set "
+                   "TRTFARM_SIGNING_KEY (or signing.key in gpu_targets.yaml) to a key whose public half is trusted")
+    return trust, signer
+
+
+@app.command()
+def promote(model: str = typer.Argument(..., help="model name (as released)"),
+            target: list[str] = TARGET_OPT,
+            from_: str = typer.Option("candidate", "--from", metavar="CHANNEL",
+                                      help="the channel promoted from (candidate)"),
+            to: str = typer.Option("stable", "--to", metavar="CHANNEL", help="the channel moved (stable)"),
+            force: bool = typer.Option(False, "--force", help="promote although gates wait or fail (needs --reason; "
+                                                              "recorded as an operator override)"),
+            reason: str = typer.Option(None, "--reason", help="why (recorded in the history)"),
+            targets_file: Path = TARGETS_OPT, store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
+    """Move stable to each candidate whose gates hold (accuracy, engine check, latency, canary receipts)."""
+    from trtfarm.planning.gates import candidates
+    from trtfarm.publishing.channels import promote_move
+    from trtfarm.publishing.release import ChannelRefused
+    from trtfarm.store import open_store
+
+    if (from_, to) != ("candidate", "stable"):
+        raise fail(f"--from {from_} --to {to}: promotion moves stable to the candidate (--from candidate --to "
+                   "stable)")
+    if force and not (reason or "").strip():
+        raise fail("--force needs --reason: an override is recorded with why")
+    s = open_store(store_uri(store))
+    _known_model(s, model)
+    names = _names(s, model, target, targets_file)
+    settings = _settings(targets_file)
+    trust, signer = _signing(settings.trusted_keys(), settings.signer())
+    found = [c for c in candidates(s, model, {(n.gpu, n.toolchain): t.release_on for n, t in names.items()})
+             if c.name in names]
+    rows = []
+    for c in found:
+        moved, why = None, ""
+        if c.verdict == "holds" or (force and c.verdict != "already"):
+            text = reason or "promoted: every gate holds"
+            try:
+                moved = promote_move(s, c.pointer, c.figures(), reason=text, force=force, signer=signer, trust=trust)
+            except ChannelRefused as lost:  # another promotion moved it first
+                why = str(lost)
+        rows.append((c, moved, why))
+    if as_json:
+        print(json.dumps([{**c.to_json(), "promoted": moved is not None, "refused": why or None}
+                          for c, moved, why in rows], indent=2))
+    else:
+        _print_promotions(model, rows)
+    if not found:
+        raise fail(f"{model} has no candidate for {', '.join(t.id for t in names.values())}: its farm.yaml declares "
+                   "no promotion: block (its releases go to stable), or nothing was built since", code=1)
+    if any(why for _, _, why in rows):
+        raise typer.Exit(1)
+
+
+def _print_promotions(model: str, rows) -> None:
+    from trtfarm.layout import short_ref
+
+    for c, moved, why in rows:
+        head = f"{c.name.gpu} {c.name.toolchain}: candidate {short_ref(c.pointer.manifest).split('/')[-1]}"
+        stable = short_ref(c.stable.manifest).split("/")[-1] if c.stable else "nothing"
+        verdict = "promoted" if moved else "refused" if why else c.verdict
+        out.print(f"[{VERDICT_STYLE.get(c.verdict, 'green')}]{verdict}[/] " + message_text(f"{head}, stable "
+                  f"{stable}"), highlight=False)
+        for g in c.gates:
+            out.print(f"  [{VERDICT_STYLE[g.verdict]}]{g.verdict:5}[/] " + message_text(f"{g.name}: {g.detail}"),
+                      highlight=False)
+        if why:
+            labelled(out, "refused:", message_text(why))
+
+
+@app.command()
+def rollback(model: str = typer.Argument(..., help="model name (as released)"),
+             target: list[str] = TARGET_OPT,
+             channel: str = typer.Option(..., "--channel", help="the channel to move back: stable or candidate"),
+             reason: str = typer.Option("rolled back by hand", "--reason", help="why (recorded in the history)"),
+             targets_file: Path = TARGETS_OPT, store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
+    """Move a channel back to its previous good release (one with no failed receipt), recorded in its history."""
+    from trtfarm.layout import channel_key, short_ref
+    from trtfarm.publishing.channels import rollback_channel
+    from trtfarm.store import open_store
+
+    if channel not in ("stable", "candidate"):
+        raise fail(f"--channel {channel!r}: use stable or candidate")
+    s = open_store(store_uri(store))
+    _known_model(s, model)
+    names = _names(s, model, target, targets_file)
+    settings = _settings(targets_file)
+    trust, signer = _signing(settings.trusted_keys(), settings.signer())
+    keys = [channel_key(*n, channel) for n in names if s.get(channel_key(*n, channel)) is not None]
+    if not keys:
+        raise fail(f"{model} has no {channel} release for {', '.join(t.id for t in names.values())}")
+    moved = [rollback_channel(s, k, reason=reason, signer=signer, trust=trust) for k in keys]
+    if as_json:
+        print(json.dumps([json.loads(p.to_json()) for p in moved], indent=2))
+        return
+    for p in moved:
+        back = short_ref(p.manifest).split("/")[-1]
+        gone = short_ref(p.history[-2].manifest).split("/")[-1] if len(p.history) > 1 else "?"
+        labelled(out, "rolled back:", message_text(f"{p.identity} {channel}: {gone} -> {back}"))
+
+
+@app.command()
+def history(model: str = typer.Argument(..., help="model name (as released)"),
+            target: list[str] = TARGET_OPT,
+            targets_file: Path = TARGETS_OPT, store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
+    """Every release, promotion, rollback, refresh and override of MODEL's channels: when, by whom, why."""
+    from trtfarm.publishing.channels import channel_history
+    from trtfarm.store import open_store
+
+    s = open_store(store_uri(store))
+    _known_model(s, model)
+    names = _names(s, model, target, targets_file) if target else None
+    problems: list[str] = []
+    entries = [h for h in channel_history(s, model, problems) if names is None or
+               (h.model, h.gpu, h.toolchain) in names]
+    if as_json:
+        print(json.dumps([h.to_json() for h in entries], indent=2))
+        return
+    rows = [{"when": h.event.at[:19].replace("T", " "), "channel": h.channel, "action": h.event.action,
+             "build": h.to_json()["build"].split("/")[-1], "target": f"{h.gpu} {h.toolchain}",
+             "why": f"{h.event.reason} ({h.event.by})"} for h in entries]
+    shown, _ = fitted_table(out, [Column("when", 2), Column("channel"), Column("action"), Column("build"),
+                                  Column("target", 1), Column("why", 3)], rows)
+    out.print(shown)
+    for p in problems:
+        labelled(out, "damaged:", message_text(p))
+
+
+@app.command()
+def receipt(model: str = typer.Argument(..., help="model name (as released)"),
+            target: str = typer.Option(..., "--target", metavar="ID", help="the fleet target the host serves"),
+            channel: str = typer.Option("stable", "--channel", help="the channel the host pulled: stable or "
+                                                                    "candidate"),
+            ok: bool = typer.Option(False, "--ok", help="the plan loaded"),
+            failed: str = typer.Option(None, "--failed", metavar="REASON", help="the plan did not load: why"),
+            load_ms: float = typer.Option(None, "--load-ms", min=0, help="deserialisation time"),
+            latency_ms: float = typer.Option(None, "--latency-ms", min=0, help="first inference latency"),
+            plan: str = typer.Option(None, "--plan", metavar="SHA256", help="the plan's sha256 the host loaded "
+                                     "(default: the channel's current plan)"),
+            targets_file: Path = TARGETS_OPT, store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
+    """Record a serving host's load of a channel's plan: --ok, or --failed REASON (on stable it may roll back)."""
+    from trtfarm.layout import short_ref
+    from trtfarm.publishing.channels import record_receipt, serving_key
+    from trtfarm.publishing.receipts import new_receipt, this_host
+    from trtfarm.publishing.release import who
+    from trtfarm.store import open_store
+
+    if ok == (failed is not None):
+        raise fail("say how the load went: --ok, or --failed REASON (one of them)")
+    if channel not in ("stable", "candidate"):
+        raise fail(f"--channel {channel!r}: use stable or candidate")
+    s = open_store(store_uri(store))
+    _known_model(s, model)
+    (name,) = _names(s, model, [target], targets_file)
+    settings = _settings(targets_file)
+    trust, signer = _signing(settings.trusted_keys(), settings.signer())
+    key = serving_key(s, name, channel)
+    done = record_receipt(s, key, lambda p: new_receipt(
+        p, ok=ok, error=failed, load_ms=load_ms, latency_ms=latency_ms, by=who(), host=this_host(),
+        plan_sha256=plan), signer=signer, trust=trust)
+    _emit(done)
+    if as_json:
+        print(json.dumps({"receipt": s.url(done.key), **done.receipt.model_dump(mode="json"),
+                          "rolled_back_to": short_ref(done.rolled_back.manifest) if done.rolled_back else None,
+                          "blocked": done.blocked or None}, indent=2))
+        return
+    r = done.receipt
+    labelled(out, "receipt:", message_text(f"{'ok' if r.ok else 'failed'} for {short_ref(r.manifest)} "
+                                           f"({r.channel}) from {r.host.name}"))
+    if done.rolled_back:
+        p = done.rolled_back
+        labelled(out, "rolled back:", message_text(f"{p.identity} stable -> {short_ref(p.manifest)} "
+                                                   f"({p.current.reason})"))
+    if done.blocked:
+        labelled(out, "blocked:", message_text(done.blocked))
+
+
+def _emit(done) -> None:
+    """A Prefect event when a failed receipt rolled stable back or blocked it (where a Prefect API is configured)."""
+    if done.receipt.ok or not (done.rolled_back or done.blocked):
+        return
+    from flows.events import release_event
+
+    r = done.receipt
+    release_event("trtfarm.release.rolled-back" if done.rolled_back else "trtfarm.release.receipt-failed",
+                  f"{r.model}/{r.gpu}/{r.toolchain}", {"error": r.error, "host": r.host.name,
+                                                       "to": done.rolled_back.manifest if done.rolled_back else None})
