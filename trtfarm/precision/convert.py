@@ -27,7 +27,7 @@ from trtfarm.errors import UserInputError, first_line, library_failure
 from trtfarm.identity import onnx_digest
 from trtfarm.precision.nodes import NodePrecision, node_precision
 from trtfarm.precision.normalise import normalised_for_converters
-from trtfarm.precision.recipe import Recipe
+from trtfarm.precision.recipe import Recipe, clip
 from trtfarm.precision.workarounds import modelopt_workarounds
 from trtfarm.scratch import scratch_dir
 
@@ -207,7 +207,7 @@ def _translated(err: Exception, recipe: Recipe, src: Path, logged: list[str], da
         fix = ("check calib.npz against the model's inputs (names, shapes, value ranges)" if calibration else
                "pass real inputs (--heldout heldout.npz; int8/fp8: --calibration calib.npz)")
         return ConversionError(f"{src}: {recipe.mode} conversion stopped in {library}'s run of the FP32 model on "
-                               f"{what}: onnxruntime refused it ({(ort or reason).strip()[:300]}). Fix: {fix}")
+                               f"{what}: onnxruntime refused it ({clip(ort or reason)}). Fix: {fix}")
     if "valid ONNX" in reason or where.startswith("onnx/"):
         fix = "re-export the model at opset 13 or later with a current exporter, or keep it fp32"
     elif re.search(r"node|op type|operator", reason, re.IGNORECASE):
@@ -215,9 +215,9 @@ def _translated(err: Exception, recipe: Recipe, src: Path, logged: list[str], da
                "model fp32")
     else:
         fix = f"keep this model fp32 (ModelOpt cannot {recipe.mode}-convert it), and report the model to ModelOpt"
-    detail = f" ({logged[-1].splitlines()[0][:200]})" if logged and "See log" in reason else ""
+    detail = f" ({clip(logged[-1].splitlines()[0], 200)})" if logged and "See log" in reason else ""
     return ConversionError(f"{src}: {recipe.mode} conversion failed in {library} ({type(err).__name__} at {where}: "
-                           f"{reason[:300]}{detail}). Fix: {fix}")
+                           f"{clip(reason)}{detail}). Fix: {fix}")
 
 
 # onnxruntime's integer quantization: its own operators, which neither ModelOpt nor TensorRT's parser takes
@@ -260,7 +260,7 @@ def convert_onnx(src: Path, recipe: Recipe, out: Path, *, feeds: list[dict] | No
             onnx.checker.check_model(str(out))
         except onnx.checker.ValidationError as err:
             raise ConversionError(f"{src}: ModelOpt's {recipe.mode} conversion wrote a model that fails onnx.checker "
-                                  f"({first_line(err)[:300]}). Fix: keep the model fp32, and report it to ModelOpt") \
+                                  f"({clip(first_line(err))}). Fix: keep the model fp32, and report it to ModelOpt") \
                 from err
         nodes = node_precision(clean, out, recipe.mode, kept, keep_fp32=recipe.keep_fp32,
                                keep_fp32_ops=recipe.keep_fp32_ops)
