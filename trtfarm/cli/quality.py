@@ -11,6 +11,10 @@ from rich.table import Table
 
 from trtfarm.cli.common import JSON_OPT, STORE_OPT, app, err, fail, message_text, out, output_path, store_uri
 
+# `trtfarm precision`'s exit when the gate could not judge an output (no sample of its inputs carries signal there):
+# neither a pass (0) nor a refusal of the conversion (1); README's command-line section lists it
+NOT_JUDGED_EXIT = 4
+
 
 @app.command()
 def precision(
@@ -33,7 +37,10 @@ def precision(
     out_path: Path = typer.Option(None, "--out", help="converted ONNX [default: MODEL_<MODE>.onnx beside it]"),
     as_json: bool = JSON_OPT,
 ) -> None:
-    """Convert an ONNX export's precision with ModelOpt and gate its accuracy against FP32 on CPU."""
+    """Convert an ONNX export's precision with ModelOpt and gate its accuracy against FP32 on CPU.
+
+    Exits 1 when the gate fails, 4 when it could not judge an output (no input sample carries signal there).
+    """
     from typing import get_args
 
     from pydantic import ValidationError
@@ -70,6 +77,8 @@ def precision(
         out.print(message_text(result.summary()), highlight=False)
     if result.report.passed is False:
         raise typer.Exit(1)
+    if result.report.verdict == "not judged":
+        raise typer.Exit(NOT_JUDGED_EXIT)
 
 
 def _output_range(text: str) -> tuple[str, tuple[float, float]]:

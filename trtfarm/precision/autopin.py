@@ -69,7 +69,7 @@ def auto_pin(src: Path, recipe: Recipe, work: Path, feeds: list[dict], progress:
     conv, report = attempt([])
     if report.passed is not False:
         return Pinned(conv, report, [], tries, [f"auto-pin: the naive conversion (every node in {recipe.mode}) "
-                                                "passes; nothing pinned"])
+                                                f"is not refused ({report.verdict}); nothing pinned"])
     limit = FP16_MAX if recipe.mode == "fp16" else float(np.finfo(np.float32).max) / 2
     candidates = list(dict.fromkeys(overflow_candidates(src, feeds[0], limit)
                                     + [d["node"] for d in report.diverging_nodes]))
@@ -79,16 +79,16 @@ def auto_pin(src: Path, recipe: Recipe, work: Path, feeds: list[dict], progress:
             break
         pins.append(name)
         conv, report = attempt(pins)
-        if report.passed:
+        if report.passed is not False:  # passed, or not judged (then every attempt is: the FP32 outputs decide)
             break
-    if not report.passed:
+    if report.passed is False:
         raise ConversionError(f"--auto-pin: keeping {len(pins)} node(s) in FP32 ({', '.join(pins) or 'none'}) "
                               f"still fails the gate: {'; '.join(report.failures)}. Keep larger regions with "
                               "--keep-fp32 REGEX, or use fp32.")
     best = (conv, report)
     for name in list(pins):  # minimality: drop every pin the gate does not need, or that changes nothing
         trial = [p for p in pins if p != name]
-        if tries < MAX_TRIES and (found := attempt(trial))[1].passed:
+        if tries < MAX_TRIES and (found := attempt(trial))[1].passed is not False:
             pins, best = trial, found
     conv = best[0]
     default = convert_onnx(src, recipe.model_copy(update={"auto_pin": False}), work / "default.onnx", feeds=feeds)

@@ -27,7 +27,7 @@ from trtfarm.errors import UserInputError, first_line, library_failure
 from trtfarm.identity import onnx_digest
 from trtfarm.precision.nodes import NodePrecision, node_precision
 from trtfarm.precision.normalise import normalised_for_converters
-from trtfarm.precision.recipe import Recipe
+from trtfarm.precision.recipe import Recipe, clip
 from trtfarm.precision.workarounds import modelopt_workarounds
 from trtfarm.scratch import scratch_dir
 
@@ -207,7 +207,7 @@ def _translated(err: Exception, recipe: Recipe, src: Path, logged: list[str], da
         fix = ("check calib.npz against the model's inputs (names, shapes, value ranges)" if calibration else
                "pass real inputs (--heldout heldout.npz; int8/fp8: --calibration calib.npz)")
         return ConversionError(f"{src}: {recipe.mode} conversion stopped in {library}'s run of the FP32 model on "
-                               f"{what}: onnxruntime refused it ({(ort or reason).strip()[:300]}). Fix: {fix}")
+                               f"{what}: onnxruntime refused it ({clip(ort or reason)}). Fix: {fix}")
     if "valid ONNX" in reason or where.startswith("onnx/"):
         fix = "re-export the model at opset 13 or later with a current exporter, or keep it fp32"
     elif re.search(r"node|op type|operator", reason, re.IGNORECASE):
@@ -215,9 +215,9 @@ def _translated(err: Exception, recipe: Recipe, src: Path, logged: list[str], da
                "model fp32")
     else:
         fix = f"keep this model fp32 (ModelOpt cannot {recipe.mode}-convert it), and report the model to ModelOpt"
-    detail = f" ({logged[-1].splitlines()[0][:200]})" if logged and "See log" in reason else ""
+    detail = f" ({clip(logged[-1].splitlines()[0], 200)})" if logged and "See log" in reason else ""
     return ConversionError(f"{src}: {recipe.mode} conversion failed in {library} ({type(err).__name__} at {where}: "
-                           f"{reason[:300]}{detail}). Fix: {fix}")
+                           f"{clip(reason)}{detail}). Fix: {fix}")
 
 
 # onnxruntime's integer quantization: its own operators, which neither ModelOpt nor TensorRT's parser takes
@@ -227,16 +227,38 @@ ORT_QUANTIZED_OPS = {"ConvInteger", "MatMulInteger", "DynamicQuantizeLinear", "Q
                      "MatMulIntegerToFloat", "DynamicQuantizeLSTM"}
 
 
-def _refuse_quantized(src: Path, recipe: Recipe) -> None:
-    found: dict[str, int] = {}
-    for node in onnx.load(str(src), load_external_data=False).graph.node:
-        if node.op_type in ORT_QUANTIZED_OPS:
-            found[node.op_type] = found.get(node.op_type, 0) + 1
-    if found:
-        ops = ", ".join(f"{op} x{n}" for op, n in sorted(found.items()))
-        raise ConversionError(f"{src}: the model is already quantized with onnxruntime's operators ({ops}); "
+# ONNX's own quantization: a quantized export, or ModelOpt's int8/fp8 output
+QDQ_OPS = {"QuantizeLinear", "DequantizeLinear"}
+
+
+def _counted(ops: list[str]) -> str:
+    return ", ".join(f"{op} x{ops.count(op)}" for op in sorted(set(ops)))
+
+
+def refuse_unconvertible(src: Path, model: onnx.ModelProto, recipe: Recipe) -> None:
+    """``ConversionError`` (one line) for a model no conversion starts from; checked before any data is read.
+
+    Already quantized (onnxruntime's operators, or Q/DQ nodes), or holding ``ai.onnx.ml`` operators.
+    """
+    if recipe.mode == "fp32":
+        return
+    nodes = model.graph.node
+    ort = [n.op_type for n in nodes if n.op_type in ORT_QUANTIZED_OPS
+           or n.domain == "com.microsoft" and n.op_type.startswith(("QLinear", "DynamicQuantize"))]
+    if ort:
+        raise ConversionError(f"{src}: the model is already quantized with onnxruntime's operators ({_counted(ort)}); "
                               f"{recipe.mode} conversion starts from an FP32 model, and TensorRT cannot build these "
                               "operators. Fix: give the FP32 export (the model before quantize_dynamic)")
+    qdq = [n.op_type for n in nodes if n.op_type in QDQ_OPS and n.domain in ("", "ai.onnx")]
+    if qdq:
+        raise ConversionError(f"{src}: the model is already quantized ({_counted(qdq)}); {recipe.mode} conversion "
+                              "starts from an FP32 model. Fix: give the FP32 export, or build this one as it is "
+                              "(precision fp32: TensorRT builds its Q/DQ nodes)")
+    ml = [n.op_type for n in nodes if n.domain == "ai.onnx.ml"]
+    if ml:
+        raise ConversionError(f"{src}: the model has ai.onnx.ml operators ({_counted(ml)}), which ModelOpt cannot "
+                              f"{recipe.mode}-convert and TensorRT cannot build. Fix: export the network without "
+                              "them (run that step outside the model)")
 
 
 def convert_onnx(src: Path, recipe: Recipe, out: Path, *, feeds: list[dict] | None = None) -> Converted:
@@ -247,7 +269,7 @@ def convert_onnx(src: Path, recipe: Recipe, out: Path, *, feeds: list[dict] | No
     start = time.perf_counter()
     if recipe.mode == "fp32":
         return Converted(Path(src), onnx_digest(Path(src)), 0.0)
-    _refuse_quantized(Path(src), recipe)
+    refuse_unconvertible(Path(src), onnx.load(str(src), load_external_data=False), recipe)
     out.parent.mkdir(parents=True, exist_ok=True)
     kept: dict[str, str] = {}
     with scratch_dir("trtfarm-convert-") as tmp:  # quantize() rewrites its input file: it gets this copy
@@ -260,7 +282,7 @@ def convert_onnx(src: Path, recipe: Recipe, out: Path, *, feeds: list[dict] | No
             onnx.checker.check_model(str(out))
         except onnx.checker.ValidationError as err:
             raise ConversionError(f"{src}: ModelOpt's {recipe.mode} conversion wrote a model that fails onnx.checker "
-                                  f"({first_line(err)[:300]}). Fix: keep the model fp32, and report it to ModelOpt") \
+                                  f"({clip(first_line(err))}). Fix: keep the model fp32, and report it to ModelOpt") \
                 from err
         nodes = node_precision(clean, out, recipe.mode, kept, keep_fp32=recipe.keep_fp32,
                                keep_fp32_ops=recipe.keep_fp32_ops)

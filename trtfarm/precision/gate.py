@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import onnx
@@ -21,7 +22,7 @@ from trtfarm.precision.figures import OutputFigures, figure_failures, output_fig
 from trtfarm.precision.recipe import Recipe
 from trtfarm.precision.runs import all_tensors, infer, joined, low_precision_tensors, reference, run_models
 
-__all__ = ["FP16_MAX", "GateReport", "OutputFigures", "accuracy_gate", "all_tensors", "figure_failures",
+__all__ = ["FP16_MAX", "GateReport", "Verdict", "OutputFigures", "accuracy_gate", "all_tensors", "figure_failures",
            "fp16_overflows", "layerwise_divergence", "output_figures", "run_models"]
 
 FP16_MAX = 65504.0
@@ -29,11 +30,18 @@ HELDOUT_ADVICE = ("pass real inputs as held-out data (heldout.npz: numpy.savez k
                   "heldout.npz beside the export) so the gate sees the outputs the model gives in use")
 
 
+# passed, failed; "not judged": the figures are within limits, but on an output where no sample carries signal, so
+# they say nothing of it; "not verified": the numerics could not be run here (BF16 on CPU)
+Verdict = Literal["passed", "failed", "not judged", "not verified"]
+
+
 @dataclass
 class GateReport:
-    """The gate's verdict. ``passed`` is None when the numerics could not be run here (BF16 on CPU).
+    """The gate's verdict. ``passed`` is None when there is none: ``verdict`` says why (not judged, not verified).
 
-    ``warnings`` say where the verdict rests on little evidence (outputs the inputs made degenerate).
+    ``warnings`` say where the verdict rests on little evidence (outputs the inputs made degenerate). A report
+    whose figures pass on an output where no sample carries signal is ``not judged`` (also one stored before this
+    verdict existed, as ``passed``): ``note`` names the outputs and asks for held-out data.
     """
 
     mode: str
@@ -44,10 +52,25 @@ class GateReport:
     diverging_nodes: list[dict] = field(default_factory=list)
     note: str = ""
     warnings: list[str] = field(default_factory=list)
+    verdict: Verdict | Literal[""] = ""
+
+    def __post_init__(self) -> None:
+        blind = [f for f in self.figures if f.signal_rows == 0]
+        if self.passed and blind:
+            self.passed, self.verdict, self.note = None, "not judged", _not_judged(self.mode, blind)
+        if not self.verdict:
+            self.verdict = {True: "passed", False: "failed", None: "not verified"}[self.passed]
 
     def to_json(self) -> dict:
         """Plain JSON for the manifest and ``--json``."""
         return asdict(self)
+
+
+def _not_judged(mode: str, blind: list[OutputFigures]) -> str:
+    names = ", ".join(repr(f.output) for f in blind)
+    return (f"{mode} gate not judged: no sample of the gate's inputs carries signal on output(s) {names} "
+            f"({blind[0].uninformative or 'every row is below the signal floor'}), so the figures there say nothing "
+            f"of the conversion; the recipe stays undecided. Fix: {HELDOUT_ADVICE}")
 
 
 def overflow_counts(v: np.ndarray) -> tuple[int, int]:

@@ -25,6 +25,7 @@ from onnx import helper
 
 from trtfarm.errors import UserInputError
 from trtfarm.onnxfile import dim_label, dim_names, dim_size, is_expression, shape_tensor_inputs
+from trtfarm.precision.recipe import clip
 
 DATA_FIX = ("pass real inputs: --calibration calib.npz / --heldout heldout.npz (numpy.savez keyed by input name, "
             "samples along the batch axis)")
@@ -320,5 +321,6 @@ def probe_sizes(model: onnx.ModelProto, run, seq: int = 64, path: str = "the mod
 
 
 def _reason(err: Exception | None) -> str:
-    text = str(err or "")
-    return text.split("(", 1)[1].rsplit(")", 1)[0][:300] if "(" in text else text[:300]
+    """The reason inside ``err``'s parentheses (the gate run's error), without the fix it gives its own reader."""
+    text = str(err or "").split(". Fix: ", 1)[0]
+    return clip(text.split("(", 1)[1].rsplit(")", 1)[0] if "(" in text else text)

@@ -91,6 +91,20 @@ class Recipe(BaseModel):
         return default.model_copy(update=self.thresholds.model_dump(exclude_unset=True))
 
 
+def clip(text: str, limit: int = 300) -> str:
+    """``text`` whole when it fits ``limit`` characters, else cut at the last word boundary before it, with "…".
+
+    For a library's reason quoted inside a refusal: a cut never leaves half a word (or half an option) behind.
+    """
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    space = cut.rfind(" ")
+    cut = cut[:space] if space > limit // 2 else cut  # one very long word (a path): cut inside it, marked
+    return cut.rstrip(" ,;:.-") + "…"
+
+
 class GateFailed(UserInputError):
     """The converted model is not accurate enough; every build of this recipe stops."""
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from trtfarm.precision.recipe import GateError
+from trtfarm.precision.recipe import GateError, clip
 
 # ops that cannot turn finite inputs into inf/NaN: an FP16 overflow first shows at some other op's output
 BOUNDED_OPS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "Tanh", "Softmax", "Resize", "MaxPool",
@@ -146,7 +146,7 @@ def infer(path: Path, feeds: list[dict], extra: tuple[str, ...] | str = (),
         watching = " with its FP16 tensors watched for overflow" if extra and extra != "all" else \
             " with every tensor as an output" if extra else ""
         raise GateError(f"{path}: onnxruntime could not run the model{watching} ({type(err).__name__}: "
-                        f"{first[:300]}). Fix: check the model runs in onnxruntime on CPU "
+                        f"{clip(first)}). Fix: check the model runs in onnxruntime on CPU "
                         "(polygraphy run MODEL --onnxrt); keep the failing nodes in FP32 (--keep-fp32 REGEX)") from err
     return results
 

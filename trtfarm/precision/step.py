@@ -21,7 +21,7 @@ from trtfarm.identity import onnx_digest as digest_of
 from trtfarm.layout import converted_model_key, converted_prefix, converted_report_key
 from trtfarm.onnxfile import external_files
 from trtfarm.precision.autopin import auto_pin
-from trtfarm.precision.convert import QUANTIZE, ConversionError, Converted, convert_onnx
+from trtfarm.precision.convert import QUANTIZE, ConversionError, Converted, convert_onnx, refuse_unconvertible
 from trtfarm.precision.gate import GateReport, OutputFigures, accuracy_gate
 from trtfarm.precision.inputs import (
     batched,
@@ -128,6 +128,7 @@ def convert_and_gate(src: Path, recipe: Recipe, out: Path, *, calibration: Path 
         model = onnx.load(str(src), load_external_data=False)
     except (DecodeError, OSError, ValueError) as err:  # protobuf could not parse it, or the file is unreadable
         raise ConversionError(f"{src}: not a valid ONNX model ({type(err).__name__}); re-export it") from err
+    refuse_unconvertible(src, model, recipe)  # already quantized, or ai.onnx.ml operators: said before any data
     del model
     calib = calibration_feeds(src, calibration) if calibration else None
     notes: list[str] = []
