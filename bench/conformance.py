@@ -5,8 +5,8 @@ tests/corpus/families.py, one process per family: the plain TensorRT-RTX builder
 build`, its rerun, `verify`, a weight change, onnxruntime on the FP32 model (the referee of precision), and
 `trtfarm precision` fp16 and int8. Prints one row per family (models; the plain builder's builds; how many builds
 agree with it; refusals carrying the builder's reason; models onnxruntime runs; fp16 and int8 verdicts: passed /
-failed / refused; tracebacks; models judged wrong), the date and the machine. --markdown prints the README's table;
---json every cell. The hand-written matrix of tests/corpus/matrix.py is bench/conformance_matrix.py.
+failed / refused; tracebacks; models judged wrong), the date and the machine. --markdown prints docs/conformance.md's
+table; --json every cell. The hand-written matrix of tests/corpus/matrix.py is bench/conformance_matrix.py.
 
     python bench/conformance.py [--families NAME,...] [--share N] [--names MODEL,...]
                                 [--save FILE | --from FILE]
@@ -95,7 +95,7 @@ def main() -> int:
     parser.add_argument("--share", type=int, default=1, help="run 1/N of each family (default: all)")
     parser.add_argument("--names", default="", help="comma-separated models of the families (default: every one)")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--markdown", action="store_true", help="the README's table")
+    parser.add_argument("--markdown", action="store_true", help="docs/conformance.md's table")
     parser.add_argument("--save", type=Path, help="append each model's JSON line to this file as it is measured")
     parser.add_argument("--from", dest="source", type=Path, help="render the table from a --save file")
     args = parser.parse_args()

@@ -4,7 +4,7 @@ Runs tests/corpus/matrix.py's rows (ONNX files from pinned PyPI wheels, and expo
 random-initialised transformers models) through every step a user runs: the plain TensorRT-RTX builder (the
 referee), the profile pre-check, `trtfarm build` and its rerun, `trtfarm verify`, and `trtfarm precision` fp16 and
 int8. Prints a table (outcome and seconds per cell, with whether it matches the row's expectation) and, with
---markdown, the README's table; --json prints every cell.
+--markdown, docs/conformance.md's table; --json prints every cell.
 
     python bench/conformance_matrix.py [--rows NAME,...] [--steps STEP,...] [--json] [--markdown]
 """
@@ -42,7 +42,7 @@ def main() -> int:
     parser.add_argument("--rows", default="", help="comma-separated row names (default: every row)")
     parser.add_argument("--steps", default=",".join(STEPS), help="comma-separated steps (default: every step)")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--markdown", action="store_true", help="the README's table")
+    parser.add_argument("--markdown", action="store_true", help="docs/conformance.md's table")
     args = parser.parse_args()
     steps = tuple(args.steps.split(","))
     if set(steps) - set(STEPS):

@@ -1,11 +1,12 @@
 """Every command block of README.md and docs/*.md runs as written, or says why not and what runs it instead.
 
 A block marked ``<!-- run by tests/test_doc_blocks.py -->`` runs here as a user runs it: in a clone of the repository
-outside it (README order, top to bottom), each block twice in a row, in a venv that holds exactly what the text
-installs, from the wheel (tests/docrun.py says how the install set is read). "Your model" is a conv net of the test's
-own, not the bundled encoder. The farm block runs on a port and a Postgres folder of its own, never the ones the docs
-tell users to use. After every block has run twice, the clone has nothing to commit: what the blocks write (stores,
-keys, plans, repositories) is covered by .gitignore. Blocks that need a GPU, AWS or Docker registries carry
+outside it (README.md top to bottom, then docs/*.md by name: fleet-views.md, precision.md, profiles.md, serving.md,
+signing.md), each block twice in a row, in a venv that holds exactly what the text installs, from the wheel
+(tests/docrun.py says how the install set is read). "Your model" is a conv net of the test's own, not the bundled
+encoder. The farm block runs on a port and a Postgres folder of its own, never the ones the docs tell users to use.
+After every block has run twice, the clone has nothing to commit: what the blocks write (stores, keys, plans,
+repositories) is covered by .gitignore. Blocks that need a GPU, AWS or Docker registries carry
 ``<!-- not run here: WHY -->``; the test command (CI's) is ``run by .ci/run``.
 """
 
@@ -156,8 +157,8 @@ def check_outputs(outputs: dict[str, list[str]], work: Path, home: Path) -> None
     signed = outputs[readme("TRTFARM_TRUSTED_KEYS").where]
     assert all("signature: signed by trusted key" in o for o in signed)
     written = (work / "triton-repo/encoder/config.pbtxt").read_text()
-    shown = next(b.text for b in blocks(REPO / "README.md") if b.text.startswith("# Written by `trtfarm triton"))
-    assert written == shown  # the README shows the config this command writes
+    shown = next(b.text for b in blocks(REPO / "docs/serving.md") if b.text.startswith("# Written by `trtfarm triton"))
+    assert written == shown  # docs/serving.md shows the config this command writes
     farm = outputs[readme("prefect server start").where]
     first = farm[0].split("build-matrix run ", 1)[1]
     assert "COMPLETED" in first.split("\n", 1)[0] and "FAILED" not in farm[0], farm[0][-3000:]

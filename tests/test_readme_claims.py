@@ -1,4 +1,4 @@
-"""README claims that no other test held: each sentence, as written, against the real command."""
+"""README and docs/*.md claims that no other test held: each sentence, as written, against the real command."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from trtfarm.store import open_store
 from .conftest import REPO
 from .test_triton import ONE_CLASS, fleet, publish, write
 
-README = " ".join((REPO / "README.md").read_text().split())  # the words, however a paragraph is wrapped
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]  # the README links each docs/ page
+README = " ".join(" ".join(p.read_text() for p in DOCS).split())  # the words, however a paragraph is wrapped
 
 
 def test_worker_refuses_to_start_when_the_signing_key_does_not_load(tmp_path):
@@ -50,7 +51,7 @@ def test_triton_asks_for_a_rebuild_of_a_plan_from_before_manifest_schema_2(tmp_p
 
 
 def test_the_readmes_test_pointers_name_files_that_hold_what_they_say():
-    """A sentence that sends a reader to a test for a flow names the file that drives it."""
+    """A sentence that sends a reader to a test for a flow names the file that drives it (docs/triggers.md)."""
     pointers = {"tests/flows/test_farm.py drives the same flow against moto's SNS and S3": "sns.create_topic"}
     for sentence, code in pointers.items():
         assert sentence in README

@@ -4,7 +4,8 @@ Given a real ``prefect server start`` with its UI on 127.0.0.1 and a build-matri
 process, dispatch local) against it, headless Chromium opens the run's report artifact in both Prefect UIs (V2, the
 default, under /v2/; V1 at the root) and the HTML page ``trtfarm report`` writes, and every chart must be a loaded image
 with a non-zero natural size and the table must name every target. Screenshots go to the test's folder; with
-TRTFARM_UPDATE_SCREENSHOTS=1 the V2 one also replaces docs/images/ for the README (a test run leaves the tree as it is).
+TRTFARM_UPDATE_SCREENSHOTS=1 the V2 one also replaces docs/images/ for docs/serving.md (a test run leaves the tree
+as it is).
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def test_the_prefect_ui_shows_the_reports_charts_and_every_target(ui, chromium, 
         assert image["src"].startswith("data:image/png;base64"), image
     assert [t for t in targets if t not in cells] == []
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
-    if ui == "v2" and os.environ.get("TRTFARM_UPDATE_SCREENSHOTS"):  # the README's picture, retaken on request
+    if ui == "v2" and os.environ.get("TRTFARM_UPDATE_SCREENSHOTS"):  # docs/serving.md's picture, retaken on request
         README_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shot, README_SCREENSHOT)
 

@@ -1,9 +1,9 @@
 """What a run asks of the store stays bounded: the planner reads each fact once and the build job carries it.
 
-Real RTX builds against a real file:// store wrapped to count each request (tests/store_requests.py). The bounds are
-the counts on the commit that removed the repeats (README, "What a run asks of the store"); a change that reads the
-same fact again fails here. Before: a local build of three targets made 27 requests, its up-to-date rerun 12, a
-refit run 24, a farm run's planning 14 and its jobs 26.
+Real RTX builds against a real file:// store wrapped to count each request (tests/store_requests.py). The bounds are the
+counts on the commit that removed the repeats (docs/measurements.md, "What a run asks of the store"); a change that
+reads the same fact again fails here. Before: a local build of three targets made 27 requests, its up-to-date rerun 12,
+a refit run 24, a farm run's planning 14 and its jobs 26.
 """
 
 from __future__ import annotations

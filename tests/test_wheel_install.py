@@ -83,7 +83,7 @@ def test_in_a_base_install_each_command_names_the_extra_the_readme_table_gives_i
     in one line (exit 2) to install that extra."""
     import re
 
-    readme = (REPO / "README.md").read_text().split("### What to install", 1)[1].split("Each row is", 1)[0]
+    readme = (REPO / "README.md").read_text().split("## What to install", 1)[1].split("Each row is", 1)[0]
     rows = {m.group(1): re.findall(r"`([a-z][a-z ]*)`", m.group(2).split(":", 1)[1])
             for m in re.finditer(r"^\| `trtfarm\[(\w+)\]` \| ([^|]*) \|", readme, re.M) if ":" in m.group(2)}
     venv = tmp_path / "venv"
