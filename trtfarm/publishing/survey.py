@@ -24,7 +24,7 @@ from trtfarm.store import Store
 from trtfarm.store.base import ListedObject
 from trtfarm.vocabulary.exports import ExportRecord
 from trtfarm.vocabulary.manifest import manifest_from_json
-from trtfarm.vocabulary.pointer import ReleasePointer
+from trtfarm.vocabulary.pointer import pointer_from_json
 
 READ_THREADS = 16  # objects read at once (their requests overlap; the store client is shared)
 
@@ -126,7 +126,7 @@ class StoreSurvey:
         """The summaries of these release pointers (those listed and readable)."""
         def parse(data: bytes, key: str) -> PointerSummary:
             try:
-                return PointerSummary.of(ReleasePointer.model_validate_json(data))
+                return PointerSummary.of(pointer_from_json(data, self.store.url(key)))  # older schemas upgraded
             except ValueError as err:
                 raise CorruptObject(f"{self.store.url(key)}: not a release pointer; `trtfarm build` of the model "
                                     "repairs it") from err
