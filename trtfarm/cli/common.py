@@ -157,6 +157,15 @@ def message_text(message: str) -> str:
     return re.sub(r"`([^`\n]+)`", r"[bold]\1[/bold]", escape(message))
 
 
+def print_json(doc: object, indent: int | None = 2) -> None:
+    """Print ``--json`` output: indented, its strings plain text (``plain_text``: no backticks, no markup)."""
+    import json
+
+    from trtfarm.errors import plain_json
+
+    print(json.dumps(plain_json(doc), indent=indent))
+
+
 def fail(message: str | Exception, code: int | None = None) -> typer.Exit:
     """Print one line (``error: ...``) and return the exit to raise.
 
