@@ -17,9 +17,11 @@ from trtfarm.cli.common import (
     err,
     fail,
     message_text,
+    note_new_store,
     onnx_not_found,
     out,
     print_json,
+    store_is_empty,
     store_uri,
     targets_path,
 )
@@ -74,7 +76,9 @@ def build(
         from trtfarm.toolchain.trtlog import set_log_severity
 
         set_log_severity("VERBOSE")
+    was_empty = store_is_empty(request.store)
     rows = _record(request, verbose) if record else _run_here(request)
+    note_new_store(request.store, was_empty)
     if as_json:
         print_json([r.to_json() for r in rows])
     else:

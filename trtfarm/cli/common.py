@@ -92,6 +92,31 @@ def store_uri(store: str | None, *, creates: bool = False, check: bool = True) -
                          "(`trtfarm build MODEL.onnx --store ...` creates it)")
 
 
+def store_is_empty(uri: str) -> bool:
+    """True when the store holds nothing yet: a local folder not there (or empty), an ``s3://`` prefix with no object.
+
+    A command that writes asks before and after its work: a store it created is named (``note_new_store``), so a
+    typo in ``--store`` is seen at once rather than as a second, silent store.
+    """
+    from trtfarm.store import StoreURI, open_store
+
+    where = StoreURI.parse(uri)
+    if where.local:
+        return not where.path.is_dir() or next(where.path.iterdir(), None) is None
+    return next(iter(open_store(uri).list()), None) is None
+
+
+def note_new_store(uri: str, was_empty: bool) -> None:
+    """``new store: PATH`` on stderr when the store was empty before this command and holds something now."""
+    from trtfarm.store import StoreURI
+
+    if was_empty and not store_is_empty(uri):
+        where = StoreURI.parse(uri)
+        path = where.path.absolute() if where.local else None
+        shown = uri if path is None else path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+        err.print(message_text(f"new store: {shown}"), highlight=False, soft_wrap=not err.is_terminal)
+
+
 def targets_path(path: Path | None, *, note: bool = True) -> str:
     """``--targets-file``, else ``$TRTFARM_TARGETS``, else ``gpu_targets.yaml`` here, else the built-in fleet.
 

@@ -7,7 +7,17 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from trtfarm.cli.common import JSON_OPT, STORE_OPT, app, message_text, out, print_json, store_uri
+from trtfarm.cli.common import (
+    JSON_OPT,
+    STORE_OPT,
+    app,
+    message_text,
+    note_new_store,
+    out,
+    print_json,
+    store_is_empty,
+    store_uri,
+)
 
 models_app = typer.Typer(no_args_is_help=True, help="The model registry in the store (what nightly runs build).")
 app.add_typer(models_app, name="models")
@@ -23,7 +33,10 @@ def models_push(folder: Path = typer.Argument(..., exists=True, file_okay=False,
     from trtfarm.publishing.registry import register_export
     from trtfarm.store import open_store
 
-    ref = register_export(open_store(store_uri(store, creates=True)), folder, name)
+    uri = store_uri(store, creates=True)
+    was_empty = store_is_empty(uri)
+    ref = register_export(open_store(uri), folder, name)
+    note_new_store(uri, was_empty)
     if as_json:
         print_json(ref.to_json(), indent=None)
     else:
