@@ -86,3 +86,15 @@ def test_init_into_a_file_or_a_read_only_folder_is_one_line(tmp_path):
         subprocess.run(["umount", "-l", str(ro)], check=False)
     assert done.returncode == 1 and done.stderr.count("error:") == 1, done.stderr
     assert "read-only file system" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_init_says_what_it_did_with_farm_yaml_and_which_model_to_build(tmp_path):
+    write_small_cnn(tmp_path / "project" / "detector.onnx")
+    here = " ".join(cli(["init"], tmp_path / "project").stdout.split())
+    assert "farm.yaml (already beside detector.onnx, fitted to it)" in here and "next to your" not in here, here
+    assert here.endswith("then trtfarm build detector.onnx."), here
+    (tmp_path / "project" / "prefect.yaml").unlink()  # written again; farm.yaml kept: no claim it was written
+    kept = " ".join(cli(["init", "project"], tmp_path).stdout.split())
+    assert "and farm.yaml, then trtfarm build project/detector.onnx." in kept and "fitted" not in kept, kept
+    empty = " ".join(cli(["init", "empty"], tmp_path).stdout.split())  # no model here: where farm.yaml goes
+    assert "put farm.yaml next to your model.onnx, then trtfarm build model.onnx." in empty, empty

@@ -232,3 +232,14 @@ def test_a_store_in_a_folder_called_plans_builds_lists_and_reports(workdir, exam
     assert report.returncode == 0, report.stderr
     (row,) = json.loads(report.stdout)["rows"]
     assert row["target"] == "rtx-4090-rtx1.7" and row["build_s"] is not None
+
+
+def test_the_build_that_creates_a_store_names_it_once(workdir, example_dir, store_uri):
+    if store_uri.startswith("file:"):  # a typo'd path next to the real store: a folder that was not there
+        store_uri = "./trtfarm-stor"
+    lines = []
+    for _ in range(2):
+        done = build(workdir, example_dir / "model.onnx", "--store", store_uri, "--targets-file", "gpu_targets.yaml")
+        assert {r["status"] for r in json.loads(done.stdout)} <= {"built", "up-to-date"}, done.stdout
+        lines.append([line for line in done.stderr.splitlines() if line.startswith("new store:")])
+    assert lines == [[f"new store: {store_uri.removeprefix('./')}"], []], lines

@@ -18,6 +18,9 @@ exit code (tests/architecture/test_docs_match.py holds the list to the code).
 
 from __future__ import annotations
 
+import re
+from html import escape
+
 
 class TrtfarmError(Exception):
     """Base class for every error trtfarm raises on purpose; ``exit_code`` is what the command line exits with."""
@@ -159,3 +162,34 @@ def library_failure(err: BaseException) -> tuple[str, str] | None:
         return None
     entered = next(found for f in frames if (found := _library_of(f.filename)) is not None)
     return entered[0], f"{raised[1]}:{frames[-1].lineno}"
+
+
+_MARKUP = re.compile(r"\[/?(?:bold|dim|italic|underline|red|green|yellow|blue|cyan|magenta)(?: [a-z]+)*\]|\[/\]")
+
+
+def plain_text(message: str) -> str:
+    """A message for machines and pages: no backticks around `commands`, no Rich markup (``[bold]``, ``[/]``).
+
+    Messages are written for the terminal (the command line makes a backticked span bold); ``--json`` and the HTML
+    pages carry this plain text instead, through ``plain_json`` and the pages' ``html_text``.
+    """
+    return _MARKUP.sub("", message).replace("`", "")
+
+
+def plain_json(doc: object) -> object:
+    """``doc`` (JSON-ready: dicts, lists, strings, numbers) with every string, keys too, made ``plain_text``."""
+    if isinstance(doc, str):
+        return plain_text(doc)
+    if isinstance(doc, dict):
+        return {plain_json(k): plain_json(v) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [plain_json(v) for v in doc]
+    return doc
+
+
+def html_text(message: str) -> str:
+    """A message as HTML text: escaped, a backticked span a ``<code>`` element, no markup (see ``plain_text``)."""
+    spans = _MARKUP.sub("", message).split("`")
+    if len(spans) % 2 == 0:  # an unpaired backtick is no code span
+        return escape(plain_text(message))
+    return "".join(f"<code>{escape(s)}</code>" if i % 2 else escape(s) for i, s in enumerate(spans))

@@ -17,8 +17,11 @@ from trtfarm.cli.common import (
     err,
     fail,
     message_text,
+    note_new_store,
     onnx_not_found,
     out,
+    print_json,
+    store_is_empty,
     store_uri,
     targets_path,
 )
@@ -73,9 +76,11 @@ def build(
         from trtfarm.toolchain.trtlog import set_log_severity
 
         set_log_severity("VERBOSE")
+    was_empty = store_is_empty(request.store)
     rows = _record(request, verbose) if record else _run_here(request)
+    note_new_store(request.store, was_empty)
     if as_json:
-        print(json.dumps([r.to_json() for r in rows], indent=2))
+        print_json([r.to_json() for r in rows])
     else:
         outcome_table([r.outcome for r in rows], store_uri(store, check=False), wide, verbose)
     failed = [r.outcome for r in rows if r.outcome.status == "failed"]
@@ -253,7 +258,7 @@ def targets(targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
     if as_json:
         machine = {"gpus": caps.gpus.describe(), "toolchains": dict(caps.versions), "driver": caps.gpus.driver,
                    "devices": [g.identity() for g in caps.gpus.gpus]}
-        print(json.dumps({"machine": machine, "targets": rows}, indent=2))
+        print_json({"machine": machine, "targets": rows})
         return
     for g in caps.gpus.gpus:  # wrapped beside its label, never under it
         labelled(out, "this machine:", message_text(device_line(g)))

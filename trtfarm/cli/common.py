@@ -92,6 +92,31 @@ def store_uri(store: str | None, *, creates: bool = False, check: bool = True) -
                          "(`trtfarm build MODEL.onnx --store ...` creates it)")
 
 
+def store_is_empty(uri: str) -> bool:
+    """True when the store holds nothing yet: a local folder not there (or empty), an ``s3://`` prefix with no object.
+
+    A command that writes asks before and after its work: a store it created is named (``note_new_store``), so a
+    typo in ``--store`` is seen at once rather than as a second, silent store.
+    """
+    from trtfarm.store import StoreURI, open_store
+
+    where = StoreURI.parse(uri)
+    if where.local:
+        return not where.path.is_dir() or next(where.path.iterdir(), None) is None
+    return next(iter(open_store(uri).list()), None) is None
+
+
+def note_new_store(uri: str, was_empty: bool) -> None:
+    """``new store: PATH`` on stderr when the store was empty before this command and holds something now."""
+    from trtfarm.store import StoreURI
+
+    if was_empty and not store_is_empty(uri):
+        where = StoreURI.parse(uri)
+        path = where.path.absolute() if where.local else None
+        shown = uri if path is None else path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+        err.print(message_text(f"new store: {shown}"), highlight=False, soft_wrap=not err.is_terminal)
+
+
 def targets_path(path: Path | None, *, note: bool = True) -> str:
     """``--targets-file``, else ``$TRTFARM_TARGETS``, else ``gpu_targets.yaml`` here, else the built-in fleet.
 
@@ -157,6 +182,15 @@ def message_text(message: str) -> str:
     return re.sub(r"`([^`\n]+)`", r"[bold]\1[/bold]", escape(message))
 
 
+def print_json(doc: object, indent: int | None = 2) -> None:
+    """Print ``--json`` output: indented, its strings plain text (``plain_text``: no backticks, no markup)."""
+    import json
+
+    from trtfarm.errors import plain_json
+
+    print(json.dumps(plain_json(doc), indent=indent))
+
+
 def fail(message: str | Exception, code: int | None = None) -> typer.Exit:
     """Print one line (``error: ...``) and return the exit to raise.
 
@@ -178,11 +212,28 @@ def project_root() -> Path:
     return Path(os.environ.get("TRTFARM_HOME") or Path(__file__).resolve().parents[2])
 
 
+def one_line_paragraphs(text: str) -> str:
+    """Help text with each paragraph on one line, for Rich to wrap to the terminal.
+
+    A docstring breaks its lines to fit the source's 120 columns; Rich (typer's rich markup mode) keeps each of those
+    breaks, so a paragraph printed at 80 columns broke mid-sentence. A paragraph that starts with click's
+    keep-my-lines mark (a backspace) is kept as it is; a backticked span is bold (``code_bold``).
+    """
+    paragraphs = code_bold(text).split("\n\n")
+    return "\n\n".join(p if p.startswith("\b") else " ".join(p.split()) for p in paragraphs)
+
+
+def code_bold(help_text: str) -> str:
+    """Help text (Rich markup) with each backticked span bold, as ``message_text`` prints a message's commands."""
+    return re.sub(r"``?([^`\n]+)``?", r"[bold]\1[/bold]", help_text)
+
+
 def plain_metavars(typer_app: typer.Typer) -> None:
     """Give every option and argument a metavar people read (``PROFILE``), never a type name (``<list[str]>``).
 
     A flag shows none; an option that names its own metavar keeps it. A ``[`` in help text that Rich would read as
-    markup is escaped. Runs once over the registered commands (and groups) before the app parses anything.
+    markup is escaped, and each command's help has its paragraphs on one line (``one_line_paragraphs``). Runs over the
+    registered commands (and groups) before the app parses anything.
     """
     import inspect
 
@@ -191,12 +242,13 @@ def plain_metavars(typer_app: typer.Typer) -> None:
     for command in typer_app.registered_commands:
         if command.cls in (None, typer.core.TyperCommand):
             command.cls = PlainHelpCommand
+        command.help = one_line_paragraphs(command.help or inspect.getdoc(command.callback) or "")
         for name, param in inspect.signature(command.callback).parameters.items():
             info = param.default
             if not isinstance(info, (OptionInfo, ArgumentInfo)):
                 continue
             if info.help:  # help text is text: a "[default: ...]" Rich would take for a tag is escaped
-                info.help = re.sub(r"(?<!\\)\[(?=[a-z#/@])", r"\\[", info.help)
+                info.help = code_bold(re.sub(r"(?<!\\)\[(?=[a-z#/@])(?!/?bold\])", r"\\[", info.help))
             if info.metavar is None:
                 info.metavar = "" if param.annotation in (bool, "bool") else name.upper()
     def plain_group(cls) -> bool:  # typer's default (a placeholder until it builds the group)

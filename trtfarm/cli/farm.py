@@ -22,6 +22,7 @@ from trtfarm.cli.common import (
     message_text,
     out,
     output_path,
+    print_json,
     project_root,
     store_uri,
     targets_path,
@@ -74,8 +75,8 @@ def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve 
     result = check_worker(load_fleet(fleet_path), pool, caps.gpus, caps.versions, queue)
     signing_settings(fleet_path, only="key").signer()  # a configured key must load, now
     if as_json:
-        print(json.dumps({"pool": pool, "queue": queue, "ok": result.ok, "found": result.found, "needs": result.needs,
-                          "targets": result.targets, "problems": result.problems}, indent=2))
+        print_json({"pool": pool, "queue": queue, "ok": result.ok, "found": result.found, "needs": result.needs,
+                    "targets": result.targets, "problems": result.problems})
     else:
         out.print(message_text(f"pool {pool}: needs {result.needs}\nthis machine: {result.found}"), highlight=False)
     if not result.ok:
@@ -132,8 +133,8 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
 
     drift = asyncio.run(sync_work_pools(desired, apply=not check, templates=templates))
     if as_json:
-        print(json.dumps([{"pool": d.pool, "declared": d.declared, "on_server": d.on_server, "action": d.action}
-                          for d in drift], indent=2))
+        print_json([{"pool": d.pool, "declared": d.declared, "on_server": d.on_server, "action": d.action}
+                    for d in drift])
     else:
         table = Table("pool", "declared", "on server", "check" if check else "action")
         for d in drift:
@@ -246,7 +247,7 @@ def _dry_run(request, as_json: bool, fleet) -> None:
     decisions = dry_run(store, fleet, run_exports(store, request.model),
                         targets=request.targets, precision=request.precision, force=request.force)
     if as_json:
-        print(json.dumps([d.to_json() for d in decisions.decisions], indent=2))
+        print_json([d.to_json() for d in decisions.decisions])
     else:
         print_decisions(decisions, "farm run --dry-run (nothing started)")
 
@@ -275,7 +276,7 @@ def _published_already(request, fleet, targets) -> list | None:
 def _print_run(run, as_json: bool) -> None:
     """A ``MatrixRun`` (``flows.client``): its state, one row per target, the children lost to their hosts."""
     if as_json:
-        print(json.dumps(run.to_json(), indent=2))
+        print_json(run.to_json())
         return
     name = f"build-matrix run {run.flow_run_id}" if run.flow_run_id else "build-matrix"
     out.print(message_text(f"{name}: {run.state}" + (f" ({run.message})" if run.message else "")), highlight=False,
@@ -341,8 +342,8 @@ def farm_deploy(prefect_file: Path = typer.Option(None, "--prefect-file", exists
 
     automation = asyncio.run(sync_lost_host_automation())
     if as_json:
-        print(json.dumps({"prefect_file": str(path), "api": api, "deployments": rows,
-                          "automation": {"name": AUTOMATION, "action": automation}}, indent=2))
+        print_json({"prefect_file": str(path), "api": api, "deployments": rows,
+                    "automation": {"name": AUTOMATION, "action": automation}})
         return
     by_pool: dict[str, list[str]] = {}
     for r in rows:

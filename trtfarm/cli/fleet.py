@@ -5,7 +5,6 @@ Both read the store and write nothing to it. ``farm run --dry-run`` prints its d
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
@@ -22,6 +21,7 @@ from trtfarm.cli.common import (
     message_text,
     out,
     output_path,
+    print_json,
     store_uri,
     targets_path,
 )
@@ -147,7 +147,7 @@ def plan(models: list[str] = typer.Argument(None, help="models to plan (default:
         decisions = plan_fleet(open_store(store_uri(store)), current, proposed, models or [])
     written = _plan_page(decisions, fleet, html) if html else None
     if as_json:
-        print(json.dumps([d.to_json() for d in decisions.decisions], indent=2))
+        print_json([d.to_json() for d in decisions.decisions])
     else:
         print_decisions(decisions, f"plan {fleet.name}", wide)
     if written:
@@ -211,7 +211,7 @@ def status(models: list[str] = typer.Argument(None, help="models to show (defaul
     for problem in found.problems:
         err.print(message_text(f"skipped: {problem}"), highlight=False, soft_wrap=True)
     if as_json:
-        print(json.dumps([c.to_json() for c in found.cells], indent=2))
+        print_json([c.to_json() for c in found.cells])
     else:
         print_status(found, wide)
     if html:

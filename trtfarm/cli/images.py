@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
-from trtfarm.cli.common import JSON_OPT, TARGETS_OPT, app, message_text, out, project_root, targets_path
+from trtfarm.cli.common import JSON_OPT, TARGETS_OPT, app, message_text, out, print_json, project_root, targets_path
 
 images_app = typer.Typer(no_args_is_help=True, help="Worker images: one per toolchain version in gpu_targets.yaml.")
 app.add_typer(images_app, name="images")
@@ -42,7 +41,7 @@ def images_build(toolchain: list[str] = typer.Option([], "--toolchain", help="to
             push_image(client, result)
         results.append(result)
     if as_json:
-        print(json.dumps([r.to_json() for r in results], indent=2))
+        print_json([r.to_json() for r in results])
     else:
         table = Table("toolchain", "tag", "status", "detail")
         for r in results:

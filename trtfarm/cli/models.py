@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
-from trtfarm.cli.common import JSON_OPT, STORE_OPT, app, message_text, out, store_uri
+from trtfarm.cli.common import (
+    JSON_OPT,
+    STORE_OPT,
+    app,
+    message_text,
+    note_new_store,
+    out,
+    print_json,
+    store_is_empty,
+    store_uri,
+)
 
 models_app = typer.Typer(no_args_is_help=True, help="The model registry in the store (what nightly runs build).")
 app.add_typer(models_app, name="models")
@@ -24,9 +33,12 @@ def models_push(folder: Path = typer.Argument(..., exists=True, file_okay=False,
     from trtfarm.publishing.registry import register_export
     from trtfarm.store import open_store
 
-    ref = register_export(open_store(store_uri(store, creates=True)), folder, name)
+    uri = store_uri(store, creates=True)
+    was_empty = store_is_empty(uri)
+    ref = register_export(open_store(uri), folder, name)
+    note_new_store(uri, was_empty)
     if as_json:
-        print(json.dumps(ref.to_json()))
+        print_json(ref.to_json(), indent=None)
     else:
         out.print(message_text(f"registered {ref.name} export {ref.export_id}: {ref.uri}"), highlight=False,
                   soft_wrap=not out.is_terminal)
@@ -40,7 +52,7 @@ def models_ls(store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
 
     refs = latest_exports(open_store(store_uri(store)))
     if as_json:
-        print(json.dumps([r.to_json() for r in refs], indent=2))
+        print_json([r.to_json() for r in refs])
         return
     table = Table("model", "latest export", "uri")
     for r in refs:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
-from trtfarm.cli.common import JSON_OPT, app, err, output_path
+from trtfarm.cli.common import JSON_OPT, app, err, output_path, print_json
 
 profiles_app = typer.Typer(no_args_is_help=True, help="Optimization profiles from logged request shapes.")
 app.add_typer(profiles_app, name="profiles")
@@ -49,8 +48,8 @@ def profiles_derive(
     if out:
         write_profiles_file(doc, out)
     if as_json:
-        print(json.dumps({"profiles": profile_texts(doc.profiles),
-                          "buckets": doc.buckets, "report": doc.report}, indent=2))
+        print_json({"profiles": profile_texts(doc.profiles),
+                    "buckets": doc.buckets, "report": doc.report})
         return
     from trtfarm.publishing.catalog import derivation_table
 

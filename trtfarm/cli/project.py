@@ -74,5 +74,15 @@ def init(folder: Path = typer.Argument(Path("."), help="where to write them"),
     if len(kept) == len(paths):
         out.print("every file is already there: nothing written", highlight=False)
         return
-    out.print(message_text("Next: edit gpu_targets.yaml (`trtfarm targets` shows it), put farm.yaml next to your "
-                           "model.onnx, then `trtfarm build model.onnx`."), highlight=False)
+    out.print(message_text(next_step(folder, force or folder / "farm.yaml" not in kept)), highlight=False)
+
+
+def next_step(folder: Path, wrote_farm: bool) -> str:
+    """What to do after ``init``: a farm.yaml written beside the folder's model says so; else where it goes."""
+    model = project_model(folder)
+    if model is None:
+        return ("Next: edit gpu_targets.yaml (`trtfarm targets` shows it), put farm.yaml next to your model.onnx, "
+                "then `trtfarm build model.onnx`.")
+    build = model if folder != Path(".") else Path(model.name)
+    farm = f"farm.yaml (already beside {model.name}, fitted to it)" if wrote_farm else "farm.yaml"
+    return f"Next: edit gpu_targets.yaml (`trtfarm targets` shows it) and {farm}, then `trtfarm build {build}`."

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from trtfarm.cli.common import JSON_OPT, STORE_OPT, app, err, fail, message_text, out, output_path, store_uri
+from trtfarm.cli.common import (
+    JSON_OPT,
+    STORE_OPT,
+    app,
+    err,
+    fail,
+    message_text,
+    out,
+    output_path,
+    print_json,
+    store_uri,
+)
 
 # `trtfarm precision`'s exit when the gate could not judge an output (no sample of its inputs carries signal there):
 # neither a pass (0) nor a refusal of the conversion (1); README's command-line section lists it
@@ -63,7 +73,7 @@ def precision(
     target = out_path or model.with_name(f"{model.stem}_{mode}.onnx")
     result = convert_and_gate(model, recipe, target, calibration=calibration, heldout=heldout)
     if as_json:
-        print(json.dumps(result.to_json(), indent=2))
+        print_json(result.to_json())
     else:
         table = Table(title=message_text(f"{mode} accuracy gate: {model.name} -> {result.path.name}"))
         for col in ("output", "max error / scale", "cosine (signal)", "cosine mean/min (all)", "task figure"):
@@ -125,8 +135,8 @@ def report(ref: str = typer.Argument(..., help="a run id (reports/<model>/<run>/
     written = write_report(s, model, run, outcomes, out_dir)
     path, rows = written.path, written.rows
     if as_json:
-        print(json.dumps({"report": str(path), "html": str(path.with_name("report.html")),
-                          "rows": [asdict(r) for r in rows]}, indent=2))
+        print_json({"report": str(path), "html": str(path.with_name("report.html")),
+                    "rows": [asdict(r) for r in rows]})
         return
 
     from trtfarm.cli.tables import Column, fitted_table

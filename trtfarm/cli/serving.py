@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
@@ -17,6 +16,7 @@ from trtfarm.cli.common import (
     message_text,
     out,
     output_path,
+    print_json,
     store_uri,
     targets_path,
 )
@@ -59,7 +59,7 @@ def triton(
                         load_profiles_file(profiles) if profiles else None, trust, accepted, max_age)
     result = triton_repositories(open_store(store_uri(store)), load_fleet(targets_path(targets_file)), req)
     if as_json:
-        print(json.dumps(result.to_json(), indent=2))
+        print_json(result.to_json())
         return
     for reason in result.split:
         out.print(f"one repository per GPU model: {escape(reason)}", highlight=False, soft_wrap=not out.is_terminal)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
@@ -16,6 +15,7 @@ from trtfarm.cli.common import (
     fail,
     message_text,
     out,
+    print_json,
     store_uri,
     targets_path,
 )
@@ -43,7 +43,7 @@ def sign(models: list[str] = typer.Argument(None, help="model names [default: ev
     done = sign_store(open_store(uri), signer, models or (),
                       note=None if as_json else lambda line: out.print(message_text(line), highlight=False))
     if as_json:
-        print(json.dumps(done.to_json(), indent=2))
+        print_json(done.to_json())
     else:
         out.print(f"{len(done.plans)} plan(s) and {len(done.releases)} release(s) signed, {done.already} already "
                   f"signed, {len(done.refused)} refused", highlight=False)

@@ -18,6 +18,7 @@ from trtfarm.cli.common import (
     message_text,
     out,
     output_path,
+    print_json,
     store_uri,
     targets_path,
 )
@@ -36,7 +37,7 @@ def cache_ls(store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     s = open_store(store_uri(store))
     rows = [{"key": k, "bytes": len(s.get(k).data)} for k in s.list(f"{TIMING_CACHES}/")]
     if as_json:
-        print(json.dumps(rows, indent=2))
+        print_json(rows)
         return
     table = Table(title=message_text(f"timing caches in {s.uri}"))
     table.add_column("toolchain / GPU-SM / flags")
@@ -185,7 +186,7 @@ def pull(model: str = typer.Argument(..., help="model name"),
     if report:
         doc["receipt"] = _report(open_store(uri), pulled, checks, targets_file)
     if as_json:
-        print(json.dumps(doc, indent=2))
+        print_json(doc)
     else:
         if pulled.transfer:
             err.print(message_text(pulled.transfer), highlight=False)
@@ -275,7 +276,7 @@ def verify(ref: Path = typer.Argument(..., help="a plan (manifest beside it) or 
     sig = next(c for c in checks if c.name == "signature")
     signature = "signed" if sig.ok else "unsigned-checked" if sig.ok is None else "refused"
     if as_json:
-        print(json.dumps({"plan": str(plan), "ok": ok, "signature": signature, "checks": rows}, indent=2))
+        print_json({"plan": str(plan), "ok": ok, "signature": signature, "checks": rows})
     else:
         _verify_table(plan, checks)
     if not ok:
@@ -358,8 +359,8 @@ def gc(keep: int = typer.Option(3, "--keep", min=1, help="newest plans to keep p
     for line in skipped:
         err.print(f"skipped: {line}", highlight=False, soft_wrap=not err.is_terminal, markup=False)
     if as_json:
-        print(json.dumps({"applied": apply, "freed_bytes": freed, "plans": [d.__dict__ for d in doomed],
-                          "skipped": skipped}, indent=2))
+        print_json({"applied": apply, "freed_bytes": freed, "plans": [d.__dict__ for d in doomed],
+                    "skipped": skipped})
         return
     for d in doomed:
         out.print(message_text(f"{'deleted' if apply else 'would delete'} {d.manifest_key} ({d.bytes:,} bytes): "

@@ -9,6 +9,7 @@ from html import escape
 from pathlib import Path
 
 from trtfarm import layout
+from trtfarm.errors import html_text, plain_text
 from trtfarm.reports.html import data_uri
 from trtfarm.reports.report import NO_CHARTS, charts_available
 from trtfarm.store import Conflict, Store
@@ -60,7 +61,7 @@ def cell_text(c: TargetStatus) -> str:
 def _title(c: TargetStatus) -> str:
     facts = [c.state, c.reason, c.released_at and f"released {c.released_at}", c.since and f"since {c.since}",
              c.precision, c.engine and f"engine {c.engine}", c.signed, c.manifest]
-    return " · ".join(f for f in facts if f)
+    return plain_text(" · ".join(f for f in facts if f))
 
 
 def _page(title: str, body: list[str]) -> str:
@@ -73,7 +74,7 @@ def _page(title: str, body: list[str]) -> str:
 def _list(items: list[str], none: str) -> str:
     if not items:
         return f"<p>{escape(none)}</p>"
-    return "<ul>" + "".join(f"<li>{escape(i)}</li>" for i in items) + "</ul>"
+    return "<ul>" + "".join(f"<li>{html_text(i)}</li>" for i in items) + "</ul>"
 
 
 def status_html(status: FleetStatus) -> str:
@@ -185,7 +186,8 @@ def plan_html(title: str, decisions: FleetDecisions, chart: Path | None) -> str:
     rows = [f'<tr class="{d.action}" data-model="{escape(d.model)}" data-target="{escape(d.target)}">'
             f"<td>{escape(d.model)}</td><td>{escape(d.target)}</td><td>{d.action}</td>"
             f'<td class="num">{"shared" if d.basis_kind == "shared" else duration_text(d.estimate_s)}</td>'
-            f"<td>{escape(d.pool or '')}</td><td>{escape('; '.join(d.reasons))}</td><td>{escape(d.basis)}</td></tr>"
+            f"<td>{escape(d.pool or '')}</td><td>{html_text('; '.join(d.reasons))}</td>"
+            f"<td>{html_text(d.basis)}</td></tr>"
             for d in decisions.changed()]
     pools = "".join(f'<tr><td>{escape(p)}</td><td class="num">{duration_text(s)}</td></tr>'
                     for p, s in decisions.pool_seconds().items())

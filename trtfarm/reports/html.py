@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from html import escape
 from pathlib import Path
 
+from trtfarm.errors import html_text
 from trtfarm.reports.rows import ReportRow
 
 _CSS = """
@@ -54,7 +55,7 @@ def _row(r: ReportRow) -> str:
 def _items(items: list[str], none: str) -> str:
     if not items:
         return f"<p>{escape(none)}</p>"
-    return "<ul>" + "".join(f"<li>{escape(i)}</li>" for i in items) + "</ul>"
+    return "<ul>" + "".join(f"<li>{html_text(i)}</li>" for i in items) + "</ul>"
 
 
 def _charts(charts: list[Path], note: str = "") -> str:
