@@ -7,7 +7,18 @@ from pathlib import Path
 
 import typer
 
-from trtfarm.cli.common import JSON_OPT, STORE_OPT, TARGETS_OPT, app, fail, message_text, out, store_uri, targets_path
+from trtfarm.cli.common import (
+    JSON_OPT,
+    STORE_OPT,
+    TARGETS_OPT,
+    app,
+    fail,
+    message_text,
+    out,
+    print_json,
+    store_uri,
+    targets_path,
+)
 from trtfarm.cli.tables import Column, fitted_table, labelled
 
 TARGET_OPT = typer.Option([], "--target", metavar="ID", help="a fleet target id (repeat); default: every one")
@@ -89,8 +100,8 @@ def promote(model: str = typer.Argument(..., help="model name (as released)"),
                 why = str(lost)
         rows.append((c, moved, why))
     if as_json:
-        print(json.dumps([{**c.to_json(), "promoted": moved is not None, "refused": why or None}
-                          for c, moved, why in rows], indent=2))
+        print_json([{**c.to_json(), "promoted": moved is not None, "refused": why or None}
+                          for c, moved, why in rows])
     else:
         _print_promotions(model, rows)
     if not found:
@@ -139,7 +150,7 @@ def rollback(model: str = typer.Argument(..., help="model name (as released)"),
         raise fail(f"{model} has no {channel} release for {', '.join(t.id for t in names.values())}")
     moved = [rollback_channel(s, k, reason=reason, signer=signer, trust=trust) for k in keys]
     if as_json:
-        print(json.dumps([json.loads(p.to_json()) for p in moved], indent=2))
+        print_json([json.loads(p.to_json()) for p in moved])
         return
     for p in moved:
         back = short_ref(p.manifest).split("/")[-1]
@@ -162,7 +173,7 @@ def history(model: str = typer.Argument(..., help="model name (as released)"),
     entries = [h for h in channel_history(s, model, problems) if names is None or
                (h.model, h.gpu, h.toolchain) in names]
     if as_json:
-        print(json.dumps([h.to_json() for h in entries], indent=2))
+        print_json([h.to_json() for h in entries])
         return
     rows = [{"when": h.event.at[:19].replace("T", " "), "channel": h.channel, "action": h.event.action,
              "build": h.to_json()["build"].split("/")[-1], "target": f"{h.gpu} {h.toolchain}",
@@ -208,9 +219,9 @@ def receipt(model: str = typer.Argument(..., help="model name (as released)"),
         plan_sha256=plan), signer=signer, trust=trust)
     _emit(done)
     if as_json:
-        print(json.dumps({"receipt": s.url(done.key), **done.receipt.model_dump(mode="json"),
+        print_json({"receipt": s.url(done.key), **done.receipt.model_dump(mode="json"),
                           "rolled_back_to": short_ref(done.rolled_back.manifest) if done.rolled_back else None,
-                          "blocked": done.blocked or None}, indent=2))
+                          "blocked": done.blocked or None})
         return
     r = done.receipt
     labelled(out, "receipt:", message_text(f"{'ok' if r.ok else 'failed'} for {short_ref(r.manifest)} "
