@@ -119,6 +119,11 @@ def _table(*words: str) -> Callable[[str], None]:
 
 
 # bench -> (the arguments of its smallest scale, a check of its standard output)
+def _extras_agree(out: str) -> None:
+    doc = json.loads(out)  # [triton] into [rtx]'s venv: protobuf and ml_dtypes were downgraded before the base pins
+    assert doc["extras"] == ["rtx", "triton"] and doc["packages_together"] > 30 and doc["differences"] == [], doc
+
+
 SMALLEST: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "fleet_views.py": (["--smoke", "--json"], _fleet_views),
     "store_requests.py": (["--json"], _store_requests),
@@ -134,6 +139,7 @@ SMALLEST: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "dispatch_latency.py": (["--n", "1", "--sleep", "0", "--modes", "task-worker", "--no-crash", "--json"],
                             _dispatch),
     "install_sizes.py": (["--extras", "base", "--no-deps", "--json"], _install),
+    "extras_agree.py": (["--extras", "rtx,triton", "--json"], _extras_agree),
     "precision_speed.py": (["--models", "encoder"], _table("| encoder |", "passed / passed")),
     "farm_fanout.py": (["--models", "1", "--json"], _fanout),
     "farm_soak.py": (["--models", "1", "--workers-per-pool", "1", "--faults", "none", "--json"], _soak),
