@@ -71,6 +71,21 @@ def test_a_build_with_promotion_lands_in_candidate_and_stable_serves_the_previou
     assert _pulled_sha(env, root, "candidate") == candidate.plan_sha256
 
 
+def test_status_shows_the_channels_side_by_side_as_promote_judges_them(channels):
+    _, env, _ = channels
+    stable, candidate = _pointer(env, STABLE), _pointer(env, CANDIDATE)
+    [cell] = json.loads(run(env, "status", "--json").stdout)
+    assert cell["state"] == "released" and cell["manifest"] == stable.manifest
+    assert cell["candidate"] == {"build": layout.short_ref(candidate.manifest), "verdict": "waits",
+                                 "detail": "canary: 0 of 2 ok receipts"}, cell
+    text = " ".join(run(env, "status", "encoder").stdout.split())
+    build = candidate.manifest.split("/")[-2]
+    assert f"candidate {TARGET} of encoder: {build} waits (stable {stable.manifest.split('/')[-2]}): canary: 0 of 2" \
+        in text, text
+    [row] = json.loads(run(env, "promote", "encoder", "--json").stdout)  # the same verdict, the same gates
+    assert row["verdict"] == cell["candidate"]["verdict"] and not row["promoted"]
+
+
 def test_receipts_gate_the_promotion_and_a_failed_stable_receipt_rolls_it_back(channels):
     root, env, _ = channels
     before, candidate = _pointer(env, STABLE), _pointer(env, CANDIDATE)

@@ -301,10 +301,10 @@ def test_status_reads_nothing_again_that_has_not_changed_and_writes_nothing(buil
     for tally in (cold, warm):
         assert sum(tally.by_method().get(m, 0) for m in WRITES) == 0, tally.by_method()
     assert cold.by_method()["get"] > 0 and warm.by_method().get("get", 0) == 0, (cold.by_method(), warm.by_method())
-    # the registry, plans, release pointers, precision steps, runs and state records: one listing each
-    assert warm.by_method() == {"list_versions": 6}
+    # the registry, plans, both channels' pointers, precision steps, runs and state records: one listing each
+    assert warm.by_method() == {"list_versions": 7}
     # cold, each model's state as the runs recorded it is current: one object per model, nothing else
-    assert cold.by_method() == {"list_versions": 6, "get": len(first.models)}, cold.by_method()
+    assert cold.by_method() == {"list_versions": 7, "get": len(first.models)}, cold.by_method()
     assert first.notes == []
 
 

@@ -30,11 +30,12 @@ def test_a_local_build_reads_each_targets_pointer_and_manifest_once_and_parses_t
     figures = {name: t.figures() for name, t in local_build(tmp_path, store_of(tmp_path)).items()}
     first, again = figures["local build"], figures["local build, up to date"]
     # three targets: a manifest read and a pointer read each at planning; the publish and release read neither.
-    # Then the model's state is recorded (state/encoder.json: one read, one swap) from fresh listings (six), reading
+    # Then the model's state is recorded (state/encoder.json: one read, one swap) from fresh listings (seven: the
+    # registry, plans, both channels' pointers, precision steps, runs and state records), reading
     # each target's pointer and manifest for its cell, and again as a serving host checks the chain: 6 + 6 more
     assert first["manifest_reads"] == 3 + 6 and first["pointer_reads"] == 3 + 6
     assert first["by_method"]["compare_and_swap"] == 3 + 1 and first["requests"] <= 18 + 21
-    assert first["by_method"]["list_versions"] == 6
+    assert first["by_method"]["list_versions"] == 7
     # the rerun changed nothing: it records nothing
     assert again["manifest_reads"] == 3 and again["pointer_reads"] == 3 and again["requests"] <= 9
     reported = figures["local build with its full report"]  # the report takes each manifest from its outcome
@@ -48,7 +49,7 @@ def test_a_local_build_reads_each_targets_pointer_and_manifest_once_and_parses_t
     assert again["onnx_parses"] == 0 and again["onnx_checks"] == 0  # up to date: the files' digests said so
 
 
-RECORD_REQUESTS = 6 + 3  # recording a model's state: six listings of its objects, its state record read and swapped
+RECORD_REQUESTS = 7 + 3  # recording a model's state: seven listings of its objects, its state record read and swapped
 
 
 def test_a_refit_run_reads_the_pointer_and_the_parent_manifest_at_planning_only(tmp_path):

@@ -239,6 +239,7 @@ def print_status(found, wide: bool = False) -> None:
                                "pend waiting for its engine check, stale, FAIL failed, REFU refused by serving "
                                "hosts, DMG damaged, — missing, · not a target of the model"), highlight=False)
         _why(found)
+        _candidates(found)
         return
     width = 2 + max(map(len, found.targets), default=0)
     for model in found.models:
@@ -258,7 +259,27 @@ def print_status(found, wide: bool = False) -> None:
                 detail = c.reason + (f" (since {c.since[:16].replace('T', ' ')})" if c.since and c.state ==
                                      "failed" else "")
             block.add_row(f"  {escape(target)}", f"[{STATE_STYLE[c.state]}]{c.state}[/]", message_text(detail))
+            if c.candidate and c.candidate_verdict != "already":
+                block.add_row("    candidate", f"[{CANDIDATE_STYLE.get(c.candidate_verdict, 'yellow')}]"
+                              f"{c.candidate_verdict}[/]", message_text(f"{c.candidate.split('/')[-1]}: "
+                                                                        f"{c.candidate_detail}"))
         out.print(block)
+
+
+def _candidates(found) -> None:
+    """The candidate channel beside stable, a line per target with a candidate: its build and what it waits for."""
+    from trtfarm.layout import short_ref
+
+    for c in found.cells:
+        if c.candidate and c.candidate_verdict != "already":
+            build = c.candidate.split("/")[-1]
+            stable = short_ref(c.manifest).split("/")[-1] if c.state == "released" and c.manifest else "nothing"
+            out.print(f"  [{CANDIDATE_STYLE.get(c.candidate_verdict, 'yellow')}]candidate[/] " + message_text(
+                f"{c.target} of {c.model}: {build} {c.candidate_verdict} (stable {stable})"
+                + (f": {c.candidate_detail}" if c.candidate_detail else "")), highlight=False)
+
+
+CANDIDATE_STYLE = {"holds": "green", "waits": "yellow", "fails": "bold red", "damaged": "bold red"}
 
 
 def _why(found) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 from trtfarm import layout
@@ -108,7 +108,8 @@ def fleet_status(survey: StoreSurvey, expected: dict[str, ExpectedExport], fleet
                 found[p.model, p.target.id] = taken
     todo = [p for p in pairs if (p.model, p.target.id) not in found]
     found.update({(c.model, c.target): c for c in _cells(survey, todo, now, fleet, previous)})
-    cells = [_signed(survey, found[p.model, p.target.id], trust, fleet, now) for p in pairs]
+    cells = [_with_candidate(survey, p, _signed(survey, found[p.model, p.target.id], trust, fleet, now), now)
+             for p in pairs]
     problems = [*survey.problems, *(x for s in (recorded or {}).values() for x in s.problems)]
     return FleetStatus(sorted(expected), [t.id for t in targets], cells, now.isoformat(timespec="seconds"),
                        survey.store.location, list(dict.fromkeys(problems)))
@@ -197,6 +198,31 @@ def _cells(survey: StoreSurvey, pairs: list[_Pair], now: datetime, fleet: Fleet,
         refusals.update(zip([id(c) for c in asked], pool.map(
             lambda c: served_check(survey, release_key_of(c), None, fleet, now).refusal, asked), strict=True))
     return [_refused(c, refusals[id(c)]) if refusals.get(id(c)) else c for c in cells]
+
+
+def _with_candidate(survey: StoreSurvey, p: _Pair, c: TargetStatus, now: datetime) -> TargetStatus:
+    """The cell with its candidate channel beside it: the build and its gates' verdict.
+
+    The verdict is ``planning.gates``', the rule ``promote`` applies; read only for the targets the listing shows a
+    candidate pointer of.
+    """
+    key = layout.channel_key(p.model, p.target.gpu_key, p.target.toolchain_label, "candidate")
+    if key not in survey.candidates:
+        return c
+    from trtfarm.errors import CorruptObject
+    from trtfarm.planning.gates import candidate_gates
+    from trtfarm.publishing.release_check import read_pointer
+
+    try:
+        pointer, _ = read_pointer(survey.store, key)
+    except CorruptObject as damaged:
+        return replace(c, candidate="?", candidate_verdict="damaged", candidate_detail=str(damaged))
+    if pointer is None:
+        return c
+    cand = candidate_gates(survey.store, layout.parse_channel_key(key)[0], pointer, p.target.release_on, now)
+    detail = "; ".join(f"{g.name}: {g.detail}" for g in cand.gates if g.verdict == cand.verdict)
+    return replace(c, candidate=layout.short_ref(pointer.manifest), candidate_verdict=cand.verdict,
+                   candidate_detail=detail)
 
 
 def object_versions(survey: StoreSurvey, manifest_key: str) -> tuple[str | None, str | None]:

@@ -50,7 +50,7 @@ class StoreSurvey:
         self.problems: list[str] = []
         self.damaged: dict[str, str] = {}  # key -> what is wrong with it, for the objects read and found damaged
         prefixes = [layout.exports_prefix(model), layout.plans_prefix(model), layout.releases_prefix(model),
-                    layout.converted_models_prefix(model)]
+                    layout.converted_models_prefix(model), layout.channel_prefix("candidate", model)]
         if runs:
             prefixes.append(layout.reports_prefix(model))
         with ThreadPoolExecutor(max_workers=len(prefixes) + 1) as pool:
@@ -62,7 +62,8 @@ class StoreSurvey:
         self.folders = _folders(listed[1])
         self.pointers = {o.key: o for o in listed[2]}
         self.converted = _by_model(listed[3], 1)
-        self.runs = _runs(listed[4]) if runs else {}
+        self.candidates = {o.key: o for o in listed[4]}  # the candidate channel's pointers (models with promotion:)
+        self.runs = _runs(listed[5]) if runs else {}
         self._pointers_of = _by_model(listed[2], 1)
 
     def model_inputs(self, model: str, runs_back: int) -> str:
@@ -76,6 +77,7 @@ class StoreSurvey:
         parts += sorted(f"{o.key}@{o.version}" for f in self.by_model.get(model, [])
                         for o in self.folders[f.prefix].values())
         parts += sorted(f"{o.key}@{o.version}" for o in self._pointers_of.get(model, []))
+        parts += sorted(f"{k}@{o.version}" for k, o in self.candidates.items() if k.split("/")[1] == model)
         parts += sorted(f"{o.key}@{o.version}" for o in self.converted.get(model, []))
         parts += [f"{o.key}@{o.version}" for _, o in self.runs.get(model, [])[:runs_back]]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()

@@ -113,13 +113,20 @@ class TargetStatus:
     since: str | None = None
     manifest: str | None = None  # the store key of the released (or pending, or failed) manifest
     export: str | None = None  # the export the state is judged against (its id, or its onnx digest's 12)
+    # the candidate channel (a model with promotion:): its build (MODEL/GPU/BUILD), the gates' verdict
+    # (holds, waits, fails, already) and what it waits for or why it fails
+    candidate: str | None = None
+    candidate_verdict: str | None = None
+    candidate_detail: str = ""
 
     def to_json(self) -> dict:
         """``{model, target, state, reason, released_at, ...}`` (``trtfarm status --json``, one per pair)."""
         return {"model": self.model, "target": self.target, "state": self.state, "reason": self.reason,
                 "released_at": self.released_at, "age_s": self.age_s, "precision": self.precision,
                 "engine": self.engine, "signed": self.signed, "since": self.since, "manifest": self.manifest,
-                "export": self.export}
+                "export": self.export,
+                "candidate": {"build": self.candidate, "verdict": self.candidate_verdict,
+                              "detail": self.candidate_detail} if self.candidate else None}
 
 
 @dataclass(frozen=True)
