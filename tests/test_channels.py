@@ -174,3 +174,16 @@ def test_gc_keeps_the_plans_of_both_channels(channels):
     kept = {_pointer(env, STABLE).manifest, _pointer(env, CANDIDATE).manifest}
     doomed = {d.manifest_key for d in plans_to_delete(store, keep=0)}
     assert doomed and not kept & doomed, doomed  # an older build goes; neither channel's plan does
+
+
+@pytest.mark.parametrize("args, most", [(["promote", "encoder"], 5), (["history", "encoder"], 5),
+                                        (["status", "encoder"], 14)])
+def test_promote_history_and_status_fit_80_columns(channels, args, most):
+    """At 80 columns: promote 5 lines (a verdict line and its four gates), history a heading and two lines per
+    move (5 after the two builds), status 14 with the candidate beside stable."""
+    _, env, _ = channels
+    text = run({**env, "COLUMNS": "80"}, *args).stdout
+    lines = text.rstrip("\n").splitlines()
+    if args[0] == "history":  # the moves so far: the tests before this one made more than the two builds
+        most = 1 + 2 * len(json.loads(run(env, "history", "encoder", "--json").stdout))
+    assert max(map(len, lines)) <= 80 and len(lines) <= most, text

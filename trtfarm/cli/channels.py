@@ -19,7 +19,7 @@ from trtfarm.cli.common import (
     store_uri,
     targets_path,
 )
-from trtfarm.cli.tables import Column, fitted_table, labelled
+from trtfarm.cli.tables import labelled
 
 TARGET_OPT = typer.Option([], "--target", metavar="ID", help="a fleet target id (repeat); default: every one")
 VERDICT_STYLE = {"holds": "green", "waits": "yellow", "fails": "bold red", "already": "dim"}
@@ -112,17 +112,23 @@ def promote(model: str = typer.Argument(..., help="model name (as released)"),
 
 
 def _print_promotions(model: str, rows) -> None:
+    from rich.table import Table
+
     from trtfarm.layout import short_ref
 
     for c, moved, why in rows:
-        head = f"{c.name.gpu} {c.name.toolchain}: candidate {short_ref(c.pointer.manifest).split('/')[-1]}"
+        head = f"{c.name.gpu} {c.name.toolchain}: {short_ref(c.pointer.manifest).split('/')[-1]}"
         stable = short_ref(c.stable.manifest).split("/")[-1] if c.stable else "nothing"
         verdict = "promoted" if moved else "refused" if why else c.verdict
-        out.print(f"[{VERDICT_STYLE.get(c.verdict, 'green')}]{verdict}[/] " + message_text(f"{head}, stable "
-                  f"{stable}"), highlight=False)
+        out.print(f"[{VERDICT_STYLE.get(c.verdict, 'green')}]{verdict}[/] " + message_text(f"{head} (stable "
+                  f"{stable})"), highlight=False)
+        gates = Table.grid(padding=(0, 1))
+        gates.add_column(no_wrap=True, min_width=7)
+        gates.add_column(no_wrap=True)
+        gates.add_column()
         for g in c.gates:
-            out.print(f"  [{VERDICT_STYLE[g.verdict]}]{g.verdict:5}[/] " + message_text(f"{g.name}: {g.detail}"),
-                      highlight=False)
+            gates.add_row(f"  [{VERDICT_STYLE[g.verdict]}]{g.verdict}[/]", g.name, message_text(g.detail))
+        out.print(gates)
         if why:
             labelled(out, "refused:", message_text(why))
 
@@ -175,12 +181,18 @@ def history(model: str = typer.Argument(..., help="model name (as released)"),
     if as_json:
         print_json([h.to_json() for h in entries])
         return
-    rows = [{"when": h.event.at[:19].replace("T", " "), "channel": h.channel, "action": h.event.action,
-             "build": h.to_json()["build"].split("/")[-1], "target": f"{h.gpu} {h.toolchain}",
-             "why": f"{h.event.reason} ({h.event.by})"} for h in entries]
-    shown, _ = fitted_table(out, [Column("when", 2), Column("channel"), Column("action"), Column("build"),
-                                  Column("target", 1), Column("why", 3)], rows)
-    out.print(shown)
+    from rich.padding import Padding
+
+    groups: dict[tuple[str, str], list] = {}
+    for h in entries:
+        groups.setdefault((h.gpu, h.toolchain), []).append(h)
+    for (gpu, toolchain), moves in groups.items():
+        out.print(message_text(f"{model} on {gpu} {toolchain}"), style="bold", highlight=False)
+        for h in moves:  # a line per move, and why (by whom) under it, folded with its indent
+            e = h.event
+            out.print(message_text(f"  {e.at[:16].replace('T', ' ')}  {h.channel:9} {e.action:8} "
+                                   f"{e.manifest.split('/')[-2]}"), highlight=False)
+            out.print(Padding(message_text(f"{e.reason} ({e.by})"), (0, 0, 0, 6)), highlight=False)
     for p in problems:
         labelled(out, "damaged:", message_text(p))
 

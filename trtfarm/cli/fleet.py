@@ -25,7 +25,7 @@ from trtfarm.cli.common import (
     store_uri,
     targets_path,
 )
-from trtfarm.cli.tables import Column, fitted_table
+from trtfarm.cli.tables import Column, fitted_table, labelled
 
 WIDE_OPT = typer.Option(False, "--wide", help="every column, however wide the terminal")
 FOLD = 40  # more changes than this: the table groups them by target (``--json`` lists each pair)
@@ -274,9 +274,9 @@ def _candidates(found) -> None:
         if c.candidate and c.candidate_verdict != "already":
             build = c.candidate.split("/")[-1]
             stable = short_ref(c.manifest).split("/")[-1] if c.state == "released" and c.manifest else "nothing"
-            out.print(f"  [{CANDIDATE_STYLE.get(c.candidate_verdict, 'yellow')}]candidate[/] " + message_text(
+            labelled(out, f"  [{CANDIDATE_STYLE.get(c.candidate_verdict, 'yellow')}]candidate[/]", message_text(
                 f"{c.target} of {c.model}: {build} {c.candidate_verdict} (stable {stable})"
-                + (f": {c.candidate_detail}" if c.candidate_detail else "")), highlight=False)
+                + (f": {c.candidate_detail}" if c.candidate_detail else "")))
 
 
 CANDIDATE_STYLE = {"holds": "green", "waits": "yellow", "fails": "bold red", "damaged": "bold red"}

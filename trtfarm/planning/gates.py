@@ -87,7 +87,7 @@ def _engine(m: Manifest, release_on: str) -> Gate:
     if status == "failed":
         return Gate("engine", "fails", f"engine check failed on {m.target.gpu_name}")
     if release_on == "built":
-        return Gate("engine", "holds", f"engine check {status}; the target releases on build (release_on: built)")
+        return Gate("engine", "holds", f"engine check {status}; not waited for (release_on: built)")
     return Gate("engine", "waits", f"engine check {status} on {m.target.gpu_name}")
 
 
