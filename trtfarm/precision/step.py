@@ -24,7 +24,7 @@ from trtfarm.precision.autopin import auto_pin
 from trtfarm.precision.convert import QUANTIZE, ConversionError, Converted, convert_onnx, refuse_unconvertible
 from trtfarm.precision.gate import GateReport, OutputFigures, accuracy_gate
 from trtfarm.precision.inputs import (
-    batched,
+    batch_axes,
     batches,
     fixed_batch,
     generated_inputs,
@@ -95,7 +95,8 @@ def gate_inputs(model_path: Path, heldout: Path | None, notes: list[str] | None 
     was decided (fewer samples for a large input).
     """
     model = onnx.load(str(model_path), load_external_data=False)
-    unbatched = set(model_inputs(model)) - batched(model)
+    axes = batch_axes(model)
+    unbatched = set(model_inputs(model)) - set(axes)
     if heldout:
         data = load_npz(heldout, model, "held-out data")
     else:
@@ -106,14 +107,15 @@ def gate_inputs(model_path: Path, heldout: Path | None, notes: list[str] | None 
         data = made.data
         if notes is not None:
             notes += made.notes
-    return batches(data, fixed_batch(model) or 16, unbatched)
+    return batches(data, fixed_batch(model) or 16, unbatched, axes)
 
 
 def calibration_feeds(model_path: Path, calibration: Path) -> list[dict]:
     """The calibration ``.npz`` as batches (a static export's own batch; scalars given whole with each)."""
     model = onnx.load(str(model_path), load_external_data=False)
     data = load_npz(calibration, model, "calibration data")
-    return batches(data, fixed_batch(model) or 16, set(model_inputs(model)) - batched(model))
+    axes = batch_axes(model)
+    return batches(data, fixed_batch(model) or 16, set(model_inputs(model)) - set(axes), axes)
 
 
 def convert_and_gate(src: Path, recipe: Recipe, out: Path, *, calibration: Path | None = None,
