@@ -284,21 +284,30 @@ def generate_inputs(model: onnx.ModelProto, samples: int = 64, seq: int = 64, se
     return generated_inputs(model, samples, seq, seed).data
 
 
+def sample_shapes(model: onnx.ModelProto, sizes: dict[str, int], rows: int = 1,
+                  path: str = "the model") -> dict[str, list[int]]:
+    """Every input's shape for ``rows`` samples, the named dimensions given ``sizes``; unsizable: one line."""
+    axes = batch_axes(model)
+    shapes = {n: _shape(dims, sizes, rows, axes.get(n)) for n, (_, dims) in model_inputs(model).items()}
+    unknown = [n for n, s in shapes.items() if s is None]
+    if unknown:
+        raise UserInputError(f"{path}: cannot size input(s) {unknown}: their dimension names follow no rule trtfarm "
+                             f"can evaluate. Fix: {DATA_FIX}")
+    return shapes
+
+
 def generated_inputs(model: onnx.ModelProto, samples: int = 64, seq: int = 64, seed: int = 0,
-                     sizes: dict[str, int] | None = None, path: str = "the model") -> Generated:
+                     sizes: dict[str, int] | None = None, path: str = "the model",
+                     fits: tuple[int, str] | None = None) -> Generated:
     """``samples`` rows of generated inputs (fewer for large inputs: at most ``MAX_GENERATED_VALUES`` values).
 
     ``sizes``: the named dimensions' sizes (``symbol_sizes``, or what the probe found); dynamic dimensions get
-    ``seq`` by default.
+    ``seq`` by default. ``fits``: the most samples the memory budget holds, and why (``memory.MemoryPlan``).
     """
     _refuse_shape_tensors(model, path)
     spec, rows_of = model_inputs(model), batch_axes(model)
     sizes = dict(sizes) if sizes is not None else symbol_sizes(model, seq)[0]
-    one = {n: _shape(dims, sizes, 1, rows_of.get(n)) for n, (_, dims) in spec.items()}
-    unknown = [n for n, s in one.items() if s is None]
-    if unknown:
-        raise UserInputError(f"{path}: cannot size input(s) {unknown}: their dimension names follow no rule trtfarm "
-                             f"can evaluate. Fix: {DATA_FIX}")
+    one = sample_shapes(model, sizes, 1, path)
     per_sample = sum(int(np.prod(s)) for n, s in one.items() if n in rows_of) or 1
     fixed = fixed_batch(model) or 1
     wanted = samples - samples % fixed or fixed
@@ -311,6 +320,9 @@ def generated_inputs(model: onnx.ModelProto, samples: int = 64, seq: int = 64, s
                if by_values <= by_runs else f"the export fixes its batch at {fixed}, and the step keeps to {MAX_RUNS} "
                "runs of each model")
         notes.append(f"generated {count} samples instead of {wanted}: {why}")
+    if fits and count > max(fits[0], fixed):
+        count = max(fixed, fits[0] // fixed * fixed)
+        notes[:] = [f"generated {count} samples instead of {wanted}: {fits[1]}"]
     shapes = {n: _shape(spec[n][1], sizes, count, rows_of.get(n)) for n in spec}
     return Generated(inputs_for_shapes(model, shapes, seed), set(spec) - set(rows_of), axes=rows_of, sizes=sizes,
                      notes=notes)
