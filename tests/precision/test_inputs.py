@@ -52,3 +52,46 @@ def test_inputs_sharing_a_dimension_name_share_its_size_and_run(tmp_path):
         assert feed["x"].shape[0] == feed["h0"].shape[1] == feed["c0"].shape[1]
     out = joined(infer(path, feeds), axes=batch_axes_of(path))  # the state joined along its batch axis
     assert out["y"].shape == (x.shape[0], 8) and out["hn"].shape == (2, x.shape[0], 8)
+
+
+def positions(path, rows: int = 64) -> None:
+    """Token ids through a 100-row table, plus positions ``past .. past + seq`` through a ``rows``-row table.
+
+    ``past`` is the length of ``past_key`` [batch, past, 8] (a decoder's cache), ``seq`` that of ``input_ids``.
+    """
+    rng = np.random.default_rng(0)
+    table = [numpy_helper.from_array(rng.standard_normal((100, 8)).astype(np.float32), "tokens"),
+             numpy_helper.from_array(rng.standard_normal((rows, 8)).astype(np.float32), "positions"),
+             numpy_helper.from_array(np.array(1, np.int64), "one"), numpy_helper.from_array(np.array([1]), "at1")]
+    n = helper.make_node
+    nodes = [n("Gather", ["tokens", "input_ids"], ["tok"], name="embed"),
+             n("Shape", ["past_key"], ["ps"], name="past_shape"), n("Shape", ["input_ids"], ["ss"], name="seq_shape"),
+             n("Gather", ["ps", "one"], ["past"], name="past_len"), n("Gather", ["ss", "one"], ["seq"], name="seq_len"),
+             n("Add", ["past", "seq"], ["end"], name="end"), n("Range", ["past", "end", "one"], ["pos"], name="range"),
+             n("Gather", ["positions", "pos"], ["pe"], name="position_embed"),
+             n("Add", ["tok", "pe"], ["hidden"], name="sum"),
+             n("ReduceMean", ["past_key", "at1"], ["pk"], name="cache", keepdims=1),
+             n("Add", ["hidden", "pk"], ["out"], name="with_cache")]
+    graph = helper.make_graph(
+        nodes, "positions", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+                             helper.make_tensor_value_info("past_key", TensorProto.FLOAT, ["batch", "past", 8])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", "seq", 8])], table)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+
+
+def test_ids_stay_inside_their_tables_and_positions_past_a_table_shrink_the_lengths(tmp_path):
+    path = tmp_path / "positions.onnx"
+    positions(path)
+    notes: list[str] = []
+    feeds = gate_inputs(path, None, notes)
+    (note,) = [n for n in notes if n.startswith("dynamic dimensions sized")]
+    assert "sized 32, not 64" in note and "index out of range" in note, notes
+    for feed in feeds:
+        ids, past = feed["input_ids"], feed["past_key"]
+        assert ids.min() >= 0 and ids.max() < 100  # token ids inside the token table
+        assert past.shape[1] + ids.shape[1] <= 64  # past + current positions inside the 64-row table
+    out = joined(infer(path, feeds))
+    assert out["out"].shape == (sum(len(f["input_ids"]) for f in feeds), feeds[0]["input_ids"].shape[1], 8)

@@ -15,6 +15,7 @@ Generated inputs follow the model's own shape rules, as the export wrote them:
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -347,12 +348,30 @@ def batches(data: dict[str, np.ndarray], size: int = 16, unbatched: set[str] = f
     return [{k: part(k, v, i) for k, v in data.items()} for i in range(0, n, size)]
 
 
-def probe_sizes(model: onnx.ModelProto, run, seq: int = 64, path: str = "the model") -> dict[str, int]:
+def probe_sizes(model: onnx.ModelProto, run, seq: int = 64, path: str = "the model",
+                notes: list[str] | None = None) -> dict[str, int]:
     """Sizes that onnxruntime runs the model with: one row through ``run(feed)`` per candidate, the first that runs.
 
     ``run`` raises on failure. A dimension named once is tried as the common size, then as each size the graph's
-    outputs name. When none runs, ``UserInputError`` names the input and asks for real data.
+    outputs name. When onnxruntime reports an index out of range (positions past + current beyond a position
+    table's rows), the common size is halved until it runs, and ``notes`` says so. When none runs,
+    ``UserInputError`` names the input and asks for real data.
     """
+    tries = [seq] + [s for s in (seq // 2, seq // 4, seq // 8, seq // 16) if s >= 4]
+    for size in tries:
+        try:
+            found = _probe(model, run, size, path)
+            break
+        except UserInputError as err:  # only an index out of range is worth shorter lengths
+            if size == tries[-1] or not re.search(r"out of (data )?(bounds|range)", str(err), re.I):
+                raise
+    if size < seq and notes is not None:
+        notes.append(f"dynamic dimensions sized {size}, not {seq}: at larger sizes onnxruntime reported an index "
+                     "out of range (positions past a position table's rows)")
+    return found
+
+
+def _probe(model: onnx.ModelProto, run, seq: int, path: str) -> dict[str, int]:
     sizes, lone = symbol_sizes(model, seq)
     trials = [dict(sizes)]
     for _, _, label in lone:

@@ -113,7 +113,7 @@ def gate_inputs(model_path: Path, heldout: Path | None, notes: list[str] | None 
             first = None
         if first:
             plan_memory(model, first, rows, budget, path)  # before the probe allocates anything
-        sizes = probe_sizes(model, lambda feed: infer(model_path, [feed]), path=path)
+        sizes = probe_sizes(model, lambda feed: infer(model_path, [feed]), path=path, notes=notes)
         plan = plan_memory(model, sample_shapes(model, sizes, rows, path), rows, budget, path)
         made = generated_inputs(model, sizes=sizes, path=path, fits=(plan.samples, plan.why()))
         data = made.data
