@@ -45,6 +45,8 @@ def precision(
     max_error: float = typer.Option(None, "--max-error", min=0, help="max |error| as a share of the output's scale "
                                     "(default: the mode's, e.g. 0.01 for fp16)"),
     out_path: Path = typer.Option(None, "--out", help="converted ONNX [default: MODEL_<MODE>.onnx beside it]"),
+    max_memory: str = typer.Option("4GiB", "--max-memory", help="memory the step may use: it gates on as many "
+                                   "samples as fit, and refuses when not one does (e.g. 8GiB, 512MiB)"),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Convert an ONNX export's precision with ModelOpt and gate its accuracy against FP32 on CPU.
@@ -55,6 +57,7 @@ def precision(
 
     from pydantic import ValidationError
 
+    from trtfarm.precision.memory import parse_size
     from trtfarm.precision.recipe import Mode, Recipe
     from trtfarm.precision.step import convert_and_gate
 
@@ -62,6 +65,7 @@ def precision(
         raise fail(f"--mode {mode!r}: use one of {', '.join(get_args(Mode))}")
     if out_path is not None:
         output_path(out_path, "--out", folder=False)
+    budget = parse_size(max_memory)
     try:
         recipe = Recipe(mode=mode, keep_fp32=keep_fp32, keep_fp32_ops=keep_fp32_op, data_max=data_max,
                         auto_pin=auto_pin, task=task, output_ranges=dict(_output_range(r) for r in output_range),
@@ -71,7 +75,7 @@ def precision(
                                                    f"{x['msg'].removeprefix('Value error, ')}"
                                                    for x in e.errors())) from e
     target = out_path or model.with_name(f"{model.stem}_{mode}.onnx")
-    result = convert_and_gate(model, recipe, target, calibration=calibration, heldout=heldout)
+    result = convert_and_gate(model, recipe, target, calibration=calibration, heldout=heldout, max_memory=budget)
     if as_json:
         print_json(result.to_json())
     else:

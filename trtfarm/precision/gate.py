@@ -20,7 +20,15 @@ import onnx
 
 from trtfarm.precision.figures import OutputFigures, figure_failures, output_figures, output_ranges
 from trtfarm.precision.recipe import Recipe
-from trtfarm.precision.runs import all_tensors, infer, joined, low_precision_tensors, reference, run_models
+from trtfarm.precision.runs import (
+    all_tensors,
+    batch_axes_of,
+    infer,
+    joined,
+    low_precision_tensors,
+    reference,
+    run_models,
+)
 
 __all__ = ["FP16_MAX", "GateReport", "Verdict", "OutputFigures", "accuracy_gate", "all_tensors", "figure_failures",
            "fp16_overflows", "layerwise_divergence", "output_figures", "run_models"]
@@ -121,7 +129,7 @@ def converted_outputs(converted: Path, feeds: list[dict], outputs: list[str],
     names = set(watched) if isinstance(watched, tuple) else None
     results = infer(converted, feeds, extra=watched, each=lambda v: _not_finite(v, set(outputs), names), step=step,
                     keep=False)
-    outs = joined([{k: r[k] for k in outputs} for r in results])
+    outs = joined([{k: r[k] for k in outputs} for r in results], axes=batch_axes_of(converted))
     counts = {k: sum(int(r[k]) for r in results) for k in results[0] if k not in outputs}
     return outs, counts
 

@@ -15,6 +15,7 @@ Generated inputs follow the model's own shape rules, as the export wrote them:
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,18 +46,46 @@ def model_inputs(model: onnx.ModelProto) -> dict[str, tuple[np.dtype, list]]:
 
 
 def batch_dim(model: onnx.ModelProto) -> int | str | None:
-    """The first dimension the inputs share: a name (dynamic batch) or a size (a static export's batch)."""
-    firsts = Counter(dims[0] for _, dims in model_inputs(model).values() if dims)
+    """The batch: the first dimension the inputs share, a name (dynamic batch) or a size (a static export's batch).
+
+    A name counts wherever an input carries it (a recurrent state ``[layers, batch, hidden]`` shares ``batch`` with
+    its features ``[batch, time, feat]``); a fixed size or an unnamed dimension only as an input's first.
+    """
+    spec = [dims for _, dims in model_inputs(model).values() if dims]
+    firsts = Counter(dims[0] for dims in spec)
     if not firsts:
         return None
-    label, count = firsts.most_common(1)[0]
-    return label if count > 1 or len(firsts) == 1 else None
+
+    def reach(label) -> int:
+        return sum(label in dims for dims in spec) if _named(label) else firsts[label]
+
+    label = max(firsts, key=reach)
+    return label if reach(label) > 1 or len(firsts) == 1 else None
+
+
+def _named(label) -> bool:
+    return isinstance(label, str) and label != "?"
+
+
+def batch_axes(model: onnx.ModelProto) -> dict[str, int]:
+    """Inputs that carry the batch, and the axis their samples run along there (the rest are one value)."""
+    batch = batch_dim(model)
+    if batch is None:
+        return {}
+    return {n: dims.index(batch) if _named(batch) else 0 for n, (_, dims) in model_inputs(model).items()
+            if dims and (dims[0] == batch or _named(batch) and batch in dims)}
+
+
+def output_axes(model: onnx.ModelProto) -> dict[str, int]:
+    """Outputs that carry a named batch at an axis other than the first (a recurrent state): name -> that axis."""
+    batch = batch_dim(model)
+    dims = {o.name: [dim_label(d) for d in o.type.tensor_type.shape.dim] for o in model.graph.output}
+    return {n: d.index(batch) for n, d in dims.items() if _named(batch) and batch in d and d.index(batch) > 0}
 
 
 def batched(model: onnx.ModelProto) -> set[str]:
-    """Inputs whose first dimension is the batch: their samples run along axis 0 (the rest are one value)."""
-    batch = batch_dim(model)
-    return {n for n, (_, dims) in model_inputs(model).items() if dims and batch is not None and dims[0] == batch}
+    """Inputs that carry the batch: their samples run along its axis (``batch_axes``); the rest are one value."""
+    return set(batch_axes(model))
 
 
 def fixed_batch(model: onnx.ModelProto) -> int | None:
@@ -68,10 +97,11 @@ def fixed_batch(model: onnx.ModelProto) -> int | None:
 def load_npz(path: Path, model: onnx.ModelProto, what: str) -> dict[str, np.ndarray]:
     """Read an ``.npz`` keyed by input name; refuse wrong names, ranks or fixed dimensions with the fix.
 
-    A batched input holds its samples along axis 0; any other input (a rank-0 scalar included) holds one value of
-    its own shape, given with every batch.
+    A batched input holds its samples along its batch axis (``batch_axes``: axis 0, or where a recurrent state
+    names the batch); any other input (a rank-0 scalar included) holds one value of its own shape, given with
+    every batch.
     """
-    fix = "write it with numpy.savez(path, **inputs): one numeric array per input name, samples along axis 0"
+    fix = "write it with numpy.savez(path, **inputs): one numeric array per input name, samples along the batch axis"
     try:
         loaded = np.load(path, allow_pickle=False)
         if not isinstance(loaded, np.lib.npyio.NpzFile):  # a bare .npy array: no input names
@@ -80,7 +110,7 @@ def load_npz(path: Path, model: onnx.ModelProto, what: str) -> dict[str, np.ndar
             data = {k: npz[k] for k in npz.files}
     except (OSError, ValueError, EOFError) as err:
         raise UserInputError(f"{path}: cannot read {what} ({err}); {fix}") from err
-    spec, rows = model_inputs(model), batched(model)
+    spec, rows = model_inputs(model), batch_axes(model)
     _check_arrays(path, what, data, rows, fix)
     unknown, missing = sorted(set(data) - set(spec)), sorted(set(spec) - set(data))
     if unknown or missing:
@@ -93,10 +123,11 @@ def load_npz(path: Path, model: onnx.ModelProto, what: str) -> dict[str, np.ndar
             one = "" if name in rows else " (one value given with every batch: a scalar is shape [])"
             raise UserInputError(f"{path}: {what} input {name!r} has shape {list(arr.shape)}, the model takes rank "
                                  f"{len(dims)} ({dims}){one}")
-        if name in rows and isinstance(dims[0], int) and dims[0] > 0 and arr.shape[0] % dims[0]:
+        axis = rows.get(name)
+        if axis == 0 and isinstance(dims[0], int) and dims[0] > 0 and arr.shape[0] % dims[0]:
             raise UserInputError(f"{path}: {what} input {name!r} has {arr.shape[0]} rows; the model takes batches "
                                  f"of {dims[0]}, so give a multiple of {dims[0]} rows (samples run along axis 0)")
-        fixed = [(i, d) for i, d in enumerate(dims) if (i or name not in rows) and isinstance(d, int) and d >= 0
+        fixed = [(i, d) for i, d in enumerate(dims) if i != axis and isinstance(d, int) and d >= 0
                  and arr.shape[i] != d]
         if fixed:
             raise UserInputError(f"{path}: {what} input {name!r} has shape {list(arr.shape)}; dimension "
@@ -105,17 +136,17 @@ def load_npz(path: Path, model: onnx.ModelProto, what: str) -> dict[str, np.ndar
     return data
 
 
-def _check_arrays(path: Path, what: str, data: dict[str, np.ndarray], rows: set[str], fix: str) -> None:
+def _check_arrays(path: Path, what: str, data: dict[str, np.ndarray], rows: dict[str, int], fix: str) -> None:
     """Numbers only, at least one sample, and one sample count for every batched input."""
     for name, arr in data.items():
         if arr.dtype.kind not in "biuf":
             raise UserInputError(f"{path}: {what} input {name!r} holds {arr.dtype} values, not numbers; {fix}")
-        if name in rows and (arr.ndim == 0 or arr.shape[0] == 0):
+        if name in rows and (arr.ndim <= rows[name] or arr.shape[rows[name]] == 0):
             raise UserInputError(f"{path}: {what} input {name!r} has no samples (shape {list(arr.shape)}); {fix}")
-    counts = {name: arr.shape[0] for name, arr in data.items() if name in rows and arr.ndim}
+    counts = {name: arr.shape[rows[name]] for name, arr in data.items() if name in rows}
     if len(set(counts.values())) > 1:
-        raise UserInputError(f"{path}: {what} inputs disagree on the number of samples along axis 0 ({counts}); "
-                             "give every batched input the same number of rows")
+        raise UserInputError(f"{path}: {what} inputs disagree on the number of samples along the batch axis "
+                             f"({counts}); give every batched input the same number of samples")
 
 
 # --- generated inputs ------------------------------------------------------------------------------------------
@@ -153,14 +184,15 @@ class Generated:
 
     data: dict[str, np.ndarray]
     unbatched: set[str] = field(default_factory=set)
+    axes: dict[str, int] = field(default_factory=dict)  # the batched inputs' batch axes (``batch_axes``)
     sizes: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
-def _shape(dims: list, sizes: dict[str, int], rows: int, batch, is_batched: bool) -> list[int] | None:
+def _shape(dims: list, sizes: dict[str, int], rows: int, axis: int | None) -> list[int] | None:
     shape = []
     for i, d in enumerate(dims):
-        if i == 0 and is_batched:
+        if i == axis:
             shape.append(rows)
         elif isinstance(d, int) and d >= 0:
             shape.append(d)
@@ -174,11 +206,11 @@ def _shape(dims: list, sizes: dict[str, int], rows: int, batch, is_batched: bool
 
 def symbol_sizes(model: onnx.ModelProto, seq: int) -> tuple[dict[str, int], list[tuple[str, int, str]]]:
     """Sizes for the named dimensions, and the lone ones: ``(input, axis, name)`` named once, by no rule."""
-    batch = batch_dim(model)
+    batch, axes = batch_dim(model), batch_axes(model)
     uses: dict[str, list[tuple[str, int]]] = {}
     for name, (_, dims) in model_inputs(model).items():
         for axis, d in enumerate(dims):
-            if isinstance(d, str) and (d != batch or axis > 0):  # the batch's name elsewhere: a size like others
+            if isinstance(d, str) and axis != axes.get(name):  # an unnamed batch's '?' elsewhere: a size as others
                 uses.setdefault(d, []).append((name, axis))
     sizes = {d: seq for d in uses if not is_expression(d)}
     for d in [d for d in uses if d not in sizes]:  # expressions: their names get the common size
@@ -253,21 +285,30 @@ def generate_inputs(model: onnx.ModelProto, samples: int = 64, seq: int = 64, se
     return generated_inputs(model, samples, seq, seed).data
 
 
-def generated_inputs(model: onnx.ModelProto, samples: int = 64, seq: int = 64, seed: int = 0,
-                     sizes: dict[str, int] | None = None, path: str = "the model") -> Generated:
-    """``samples`` rows of generated inputs (fewer for large inputs: at most ``MAX_GENERATED_VALUES`` values).
-
-    ``sizes``: the named dimensions' sizes (``symbol_sizes``, or what the probe found); dynamic dimensions get
-    ``seq`` by default.
-    """
-    _refuse_shape_tensors(model, path)
-    spec, rows_of, batch = model_inputs(model), batched(model), batch_dim(model)
-    sizes = dict(sizes) if sizes is not None else symbol_sizes(model, seq)[0]
-    one = {n: _shape(dims, sizes, 1, batch, n in rows_of) for n, (_, dims) in spec.items()}
-    unknown = [n for n, s in one.items() if s is None]
+def sample_shapes(model: onnx.ModelProto, sizes: dict[str, int], rows: int = 1,
+                  path: str = "the model") -> dict[str, list[int]]:
+    """Every input's shape for ``rows`` samples, the named dimensions given ``sizes``; unsizable: one line."""
+    axes = batch_axes(model)
+    shapes = {n: _shape(dims, sizes, rows, axes.get(n)) for n, (_, dims) in model_inputs(model).items()}
+    unknown = [n for n, s in shapes.items() if s is None]
     if unknown:
         raise UserInputError(f"{path}: cannot size input(s) {unknown}: their dimension names follow no rule trtfarm "
                              f"can evaluate. Fix: {DATA_FIX}")
+    return shapes
+
+
+def generated_inputs(model: onnx.ModelProto, samples: int = 64, seq: int = 64, seed: int = 0,
+                     sizes: dict[str, int] | None = None, path: str = "the model",
+                     fits: tuple[int, str] | None = None) -> Generated:
+    """``samples`` rows of generated inputs (fewer for large inputs: at most ``MAX_GENERATED_VALUES`` values).
+
+    ``sizes``: the named dimensions' sizes (``symbol_sizes``, or what the probe found); dynamic dimensions get
+    ``seq`` by default. ``fits``: the most samples the memory budget holds, and why (``memory.MemoryPlan``).
+    """
+    _refuse_shape_tensors(model, path)
+    spec, rows_of = model_inputs(model), batch_axes(model)
+    sizes = dict(sizes) if sizes is not None else symbol_sizes(model, seq)[0]
+    one = sample_shapes(model, sizes, 1, path)
     per_sample = sum(int(np.prod(s)) for n, s in one.items() if n in rows_of) or 1
     fixed = fixed_batch(model) or 1
     wanted = samples - samples % fixed or fixed
@@ -280,25 +321,57 @@ def generated_inputs(model: onnx.ModelProto, samples: int = 64, seq: int = 64, s
                if by_values <= by_runs else f"the export fixes its batch at {fixed}, and the step keeps to {MAX_RUNS} "
                "runs of each model")
         notes.append(f"generated {count} samples instead of {wanted}: {why}")
-    shapes = {n: _shape(spec[n][1], sizes, count, batch, n in rows_of) for n in spec}
-    return Generated(inputs_for_shapes(model, shapes, seed), set(spec) - rows_of, sizes, notes)
+    if fits and count > max(fits[0], fixed):
+        count = max(fixed, fits[0] // fixed * fixed)
+        notes[:] = [f"generated {count} samples instead of {wanted}: {fits[1]}"]
+    shapes = {n: _shape(spec[n][1], sizes, count, rows_of.get(n)) for n in spec}
+    return Generated(inputs_for_shapes(model, shapes, seed), set(spec) - set(rows_of), axes=rows_of, sizes=sizes,
+                     notes=notes)
 
 
-def batches(data: dict[str, np.ndarray], size: int = 16, unbatched: set[str] = frozenset()) -> list[dict]:
-    """Split samples (first axis) into feed dicts of ``size`` rows; ``unbatched`` inputs go whole into each."""
+def batches(data: dict[str, np.ndarray], size: int = 16, unbatched: set[str] = frozenset(),
+            axes: dict[str, int] | None = None) -> list[dict]:
+    """Split samples into feed dicts of ``size`` rows; ``unbatched`` inputs go whole into each.
+
+    Samples run along each input's ``axes`` entry (``batch_axes``: a recurrent state's batch is its axis 1),
+    else along the first axis.
+    """
+    axes = axes or {}
     rows = [k for k in data if k not in unbatched]
     if not rows:
         return [dict(data)]
-    n = len(data[rows[0]])
-    return [{k: (v if k in unbatched else v[i:i + size]) for k, v in data.items()} for i in range(0, n, size)]
+
+    def part(k: str, v: np.ndarray, i: int) -> np.ndarray:
+        return v if k in unbatched else v[(slice(None),) * axes.get(k, 0) + (slice(i, i + size),)]
+
+    n = data[rows[0]].shape[axes.get(rows[0], 0)]
+    return [{k: part(k, v, i) for k, v in data.items()} for i in range(0, n, size)]
 
 
-def probe_sizes(model: onnx.ModelProto, run, seq: int = 64, path: str = "the model") -> dict[str, int]:
+def probe_sizes(model: onnx.ModelProto, run, seq: int = 64, path: str = "the model",
+                notes: list[str] | None = None) -> dict[str, int]:
     """Sizes that onnxruntime runs the model with: one row through ``run(feed)`` per candidate, the first that runs.
 
     ``run`` raises on failure. A dimension named once is tried as the common size, then as each size the graph's
-    outputs name. When none runs, ``UserInputError`` names the input and asks for real data.
+    outputs name. When onnxruntime reports an index out of range (positions past + current beyond a position
+    table's rows), the common size is halved until it runs, and ``notes`` says so. When none runs,
+    ``UserInputError`` names the input and asks for real data.
     """
+    tries = [seq] + [s for s in (seq // 2, seq // 4, seq // 8, seq // 16) if s >= 4]
+    for size in tries:
+        try:
+            found = _probe(model, run, size, path)
+            break
+        except UserInputError as err:  # only an index out of range is worth shorter lengths
+            if size == tries[-1] or not re.search(r"out of (data )?(bounds|range)", str(err), re.I):
+                raise
+    if size < seq and notes is not None:
+        notes.append(f"dynamic dimensions sized {size}, not {seq}: at larger sizes onnxruntime reported an index "
+                     "out of range (positions past a position table's rows)")
+    return found
+
+
+def _probe(model: onnx.ModelProto, run, seq: int, path: str) -> dict[str, int]:
     sizes, lone = symbol_sizes(model, seq)
     trials = [dict(sizes)]
     for _, _, label in lone:
@@ -306,9 +379,8 @@ def probe_sizes(model: onnx.ModelProto, run, seq: int = 64, path: str = "the mod
             trials.append({**sizes, label: size})
     error = None
     for trial in trials:
-        feed = batches(generated_inputs(model, samples=1, seed=1, sizes=trial, path=path).data, 1 << 30,
-                       set(model_inputs(model)) - batched(model))[0]
-        feed = {k: v[: fixed_batch(model) or 1] if k in batched(model) else v for k, v in feed.items()}
+        made = generated_inputs(model, samples=1, seed=1, sizes=trial, path=path)
+        feed = batches(made.data, fixed_batch(model) or 1, made.unbatched, made.axes)[0]
         try:
             run(feed)
             return trial

@@ -151,21 +151,30 @@ def infer(path: Path, feeds: list[dict], extra: tuple[str, ...] | str = (),
     return results
 
 
-def stack(parts: list[np.ndarray]) -> np.ndarray:
+def stack(parts: list[np.ndarray], axis: int = 0) -> np.ndarray:
     """Concatenate per-feed results along the batch axis (scalars and shape tensors: the first feed's)."""
-    return np.concatenate(parts) if parts[0].ndim else parts[0]
+    return np.concatenate(parts, axis=axis) if parts[0].ndim > axis else parts[0]
 
 
-def joined(results: list[dict[str, np.ndarray]], keep_dtype: bool = False) -> dict[str, np.ndarray]:
-    """Per-feed outputs concatenated over feeds (float32 unless ``keep_dtype``)."""
-    return {k: stack([r[k] if keep_dtype else np.asarray(r[k], dtype=np.float32) for r in results])
+def batch_axes_of(path: Path) -> dict[str, int]:
+    """The model's outputs whose batch is not their first axis (a recurrent state's ``[layers, batch, hidden]``)."""
+    from trtfarm.precision.inputs import output_axes
+
+    return output_axes(onnx.load(str(path), load_external_data=False))
+
+
+def joined(results: list[dict[str, np.ndarray]], keep_dtype: bool = False,
+           axes: dict[str, int] | None = None) -> dict[str, np.ndarray]:
+    """Per-feed outputs concatenated over feeds (float32 unless ``keep_dtype``), along ``axes`` or the first."""
+    axes = axes or {}
+    return {k: stack([r[k] if keep_dtype else np.asarray(r[k], dtype=np.float32) for r in results], axes.get(k, 0))
             for k in results[0]}
 
 
 def reference(path: Path, feeds: list[dict], step: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
     """FP32 outputs of ``path`` on ``feeds`` (float32, concatenated), computed once per model and feeds."""
     def make():
-        return joined(infer(path, feeds, step=step))
+        return joined(infer(path, feeds, step=step), axes=batch_axes_of(path))
 
     key = (model_key(path), feeds_key(feeds))
     if key in _REFERENCE and step:
@@ -191,7 +200,7 @@ def all_tensors(path: Path, feed: dict, keep: bool = True) -> tuple[onnx.ModelPr
 
 def run_models(paths: list, feeds: list[dict], keep_dtype: bool = False) -> list[dict[str, np.ndarray]]:
     """Run each model on every feed; outputs concatenated over feeds (sessions not kept)."""
-    return [joined(infer(Path(p), feeds, keep=False), keep_dtype) for p in paths]
+    return [joined(infer(Path(p), feeds, keep=False), keep_dtype, batch_axes_of(Path(p))) for p in paths]
 
 
 FP16_MAX = 65504.0

@@ -24,14 +24,17 @@ from trtfarm.precision.autopin import auto_pin
 from trtfarm.precision.convert import QUANTIZE, ConversionError, Converted, convert_onnx, refuse_unconvertible
 from trtfarm.precision.gate import GateReport, OutputFigures, accuracy_gate
 from trtfarm.precision.inputs import (
-    batched,
+    batch_axes,
     batches,
     fixed_batch,
     generated_inputs,
     load_npz,
     model_inputs,
     probe_sizes,
+    sample_shapes,
+    symbol_sizes,
 )
+from trtfarm.precision.memory import DEFAULT_BUDGET, plan_memory
 from trtfarm.precision.nodes import NodePrecision
 from trtfarm.precision.progress import precision_progress
 from trtfarm.precision.recipe import GateFailed, Recipe, Thresholds
@@ -88,37 +91,64 @@ def _figure_text(f: OutputFigures) -> str:
     return f"{f.output}: max error {f.max_abs:.3g} = {scale}; {cosine}"
 
 
-def gate_inputs(model_path: Path, heldout: Path | None, notes: list[str] | None = None) -> list[dict]:
+def gate_inputs(model_path: Path, heldout: Path | None, notes: list[str] | None = None,
+                budget: int = DEFAULT_BUDGET) -> list[dict]:
     """Held-out inputs from ``heldout.npz``, else generated ones that follow the model's shape rules.
 
-    Generated sizes are checked with a one-row onnxruntime run first (``probe_sizes``); ``notes`` receives what
-    was decided (fewer samples for a large input).
+    Generated sizes are checked with a one-row onnxruntime run first (``probe_sizes``), after a memory check
+    that refuses a model of which not even one sample fits ``budget`` (``memory``); ``notes`` receives what was
+    decided (fewer samples for a large input, or for the memory budget).
     """
-    model = onnx.load(str(model_path), load_external_data=False)
-    unbatched = set(model_inputs(model)) - batched(model)
+    model, path = onnx.load(str(model_path), load_external_data=False), str(model_path)
+    notes = [] if notes is None else notes
+    axes, rows = batch_axes(model), fixed_batch(model) or 1
     if heldout:
-        data = load_npz(heldout, model, "held-out data")
+        data = _within(model, load_npz(heldout, model, "held-out data"), budget, path, "held-out", notes)
     else:
         from trtfarm.precision.runs import infer
 
-        sizes = probe_sizes(model, lambda feed: infer(model_path, [feed]), path=str(model_path))
-        made = generated_inputs(model, sizes=sizes, path=str(model_path))
+        try:
+            first = sample_shapes(model, symbol_sizes(model, 64)[0], rows, path)
+        except UserInputError:  # said in the generator's own words below
+            first = None
+        if first:
+            plan_memory(model, first, rows, budget, path)  # before the probe allocates anything
+        sizes = probe_sizes(model, lambda feed: infer(model_path, [feed]), path=path, notes=notes)
+        plan = plan_memory(model, sample_shapes(model, sizes, rows, path), rows, budget, path)
+        made = generated_inputs(model, sizes=sizes, path=path, fits=(plan.samples, plan.why()))
         data = made.data
-        if notes is not None:
-            notes += made.notes
-    return batches(data, fixed_batch(model) or 16, unbatched)
+        notes += made.notes
+    return batches(data, fixed_batch(model) or 16, set(model_inputs(model)) - set(axes), axes)
 
 
-def calibration_feeds(model_path: Path, calibration: Path) -> list[dict]:
+def calibration_feeds(model_path: Path, calibration: Path, budget: int = DEFAULT_BUDGET,
+                      notes: list[str] | None = None) -> list[dict]:
     """The calibration ``.npz`` as batches (a static export's own batch; scalars given whole with each)."""
     model = onnx.load(str(model_path), load_external_data=False)
-    data = load_npz(calibration, model, "calibration data")
-    return batches(data, fixed_batch(model) or 16, set(model_inputs(model)) - batched(model))
+    data = _within(model, load_npz(calibration, model, "calibration data"), budget, str(model_path), "calibration",
+                   [] if notes is None else notes)
+    axes = batch_axes(model)
+    return batches(data, fixed_batch(model) or 16, set(model_inputs(model)) - set(axes), axes)
+
+
+def _within(model: onnx.ModelProto, data: dict, budget: int, path: str, what: str, notes: list[str]) -> dict:
+    """``data``'s first samples, as many as the memory budget holds (a note says so when fewer than all)."""
+    axes, rows = batch_axes(model), fixed_batch(model) or 1
+    shapes = {n: [rows if i == axes.get(n) else d for i, d in enumerate(a.shape)] for n, a in data.items()}
+    plan = plan_memory(model, shapes, rows, budget, path)
+    count = next((a.shape[axes[n]] for n, a in data.items() if n in axes), 0)
+    if count <= plan.samples:
+        return data
+    keep = max(rows, plan.samples // rows * rows)
+    notes.append(f"used the first {keep} of {count} {what} samples: {plan.why()}")
+    return {n: a[(slice(None),) * axes[n] + (slice(0, keep),)] if n in axes else a for n, a in data.items()}
 
 
 def convert_and_gate(src: Path, recipe: Recipe, out: Path, *, calibration: Path | None = None,
-                     heldout: Path | None = None) -> PrecisionResult:
+                     heldout: Path | None = None, max_memory: int = DEFAULT_BUDGET) -> PrecisionResult:
     """Convert ``src`` by ``recipe`` into ``out`` and run the gate (auto-pin when the recipe asks).
+
+    ``max_memory``: the bytes the step may hold (``memory``): it gates on as many samples as fit.
 
     ``out`` may not be any file the step reads (the export, its external data, the calibration or held-out data):
     that is refused before anything is written.
@@ -130,9 +160,9 @@ def convert_and_gate(src: Path, recipe: Recipe, out: Path, *, calibration: Path 
         raise ConversionError(f"{src}: not a valid ONNX model ({type(err).__name__}); re-export it") from err
     refuse_unconvertible(src, model, recipe)  # already quantized, or ai.onnx.ml operators: said before any data
     del model
-    calib = calibration_feeds(src, calibration) if calibration else None
     notes: list[str] = []
-    feeds = gate_inputs(src, heldout, notes)
+    calib = calibration_feeds(src, calibration, max_memory, notes) if calibration else None
+    feeds = gate_inputs(src, heldout, notes, max_memory)
     with precision_progress() as progress:
         if recipe.auto_pin and recipe.mode in ("fp16", "bf16"):
             with scratch_dir("trtfarm-autopin-") as tmp:

@@ -1,0 +1,83 @@
+"""The precision step keeps within its memory budget (``--max-memory``), or refuses in one line when it cannot.
+
+An audio model takes 144,160 samples per input and widens them to 16 and more channels: one sample's activations
+are tens of MiB, so the 64 samples the gate generates by default would not fit a small budget. The step's peak
+resident memory is measured as the operating system saw it, in a process of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+pytestmark = pytest.mark.integration
+
+BUDGET = 1 << 30
+# runs the command and prints its peak resident memory (KiB) last on stderr
+PEAK = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(r.returncode)")
+
+
+def wide_audio(path, channels: int, samples: int = 144_160) -> None:
+    """``audio`` [batch, samples] -> two 1x1 Conv + Relu layers of ``channels`` -> mean over time [batch, channels]."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.array([1], np.int64), "one"),
+             numpy_helper.from_array(rng.standard_normal((channels, 1, 1)).astype(np.float32), "w1"),
+             numpy_helper.from_array((rng.standard_normal((channels, channels, 1)) / channels ** 0.5)
+                                     .astype(np.float32), "w2")]
+    n = helper.make_node
+    nodes = [n("Unsqueeze", ["audio", "one"], ["a"], name="lift"), n("Conv", ["a", "w1"], ["c1"], name="conv1"),
+             n("Relu", ["c1"], ["r1"], name="relu1"), n("Conv", ["r1", "w2"], ["c2"], name="conv2"),
+             n("Relu", ["c2"], ["r2"], name="relu2"),
+             n("ReduceMean", ["r2"], ["emb"], name="pool", axes=[2], keepdims=0)]
+    graph = helper.make_graph(
+        nodes, "wide", [helper.make_tensor_value_info("audio", TensorProto.FLOAT, ["batch", samples])],
+        [helper.make_tensor_value_info("emb", TensorProto.FLOAT, ["batch", channels])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+
+
+def precision(tmp_path, model, *args) -> tuple[subprocess.CompletedProcess, int]:
+    """``trtfarm precision MODEL --mode fp16 ARGS`` in a process of its own: the result and its peak RSS (bytes)."""
+    env = {**os.environ, "COLUMNS": "2000"}
+    proc = subprocess.run([sys.executable, "-c", PEAK, sys.executable, "-m", "trtfarm", "precision", str(model),
+                           "--mode", "fp16", *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+    *said, peak = proc.stderr.strip().splitlines()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout, "\n".join(said)), int(peak) * 1024
+
+
+def test_the_step_gates_as_many_samples_as_the_budget_holds_and_stays_under_it(tmp_path):
+    wide_audio(tmp_path / "wide.onnx", channels=16)
+    proc, peak = precision(tmp_path, tmp_path / "wide.onnx", "--max-memory", "1GiB", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["gate"]["verdict"] == "passed"
+    (note,) = [n for n in doc["notes"] if n.startswith("generated ")]
+    count = int(note.split()[1])
+    assert 2 <= count < 64 and "1 GiB budget" in note, note
+    assert doc["gate"]["figures"][0]["rows"] == count
+    assert peak < BUDGET, f"peak RSS {peak / 2**20:.0f} MiB over the 1 GiB budget"
+
+
+def test_a_model_of_which_one_sample_does_not_fit_is_refused_in_one_line_before_any_run(tmp_path):
+    wide_audio(tmp_path / "huge.onnx", channels=2048)  # one sample: 2048 x 144,160 floats a layer, over 1 GiB each
+    proc, peak = precision(tmp_path, tmp_path / "huge.onnx", "--max-memory", "1GiB")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert "not even one sample fits the memory budget" in line and "Fix: --max-memory" in line
+    assert "the largest tensor is 'c1' (1.1 GiB a sample)" in line  # the first of the widest, in graph order
+    assert "Traceback" not in proc.stderr and peak < BUDGET / 2  # refused before anything large was allocated
+    assert not (tmp_path / "huge_fp16.onnx").exists()
+
+    bad, _ = precision(tmp_path, tmp_path / "huge.onnx", "--max-memory", "lots")
+    assert bad.returncode == 2 and "--max-memory 'lots': give a size such as 4GiB" in bad.stderr
