@@ -365,6 +365,9 @@ def _referee(farm: Farm, versions: dict, tmp: Path) -> None:
         assert hashlib.sha256(newest.read_bytes()).hexdigest() == sha and not (newest.parent.parent / "3").exists()
     other = pointer_from_json(versions["stable", 2], "stable").plan_sha256
     assert sha != other  # the channels serve different plans, so each repository shows whose it read
+    bad = _channel_cli(farm, "triton", "canary", tmp / "bad", farm.state, True)
+    assert (bad.exit_code, bad.stderr.strip()) == (2, "error: --channel 'canary': use stable or candidate")
+    assert not (tmp / "bad").exists()
     memory = json.loads(farm.state.read_text())
     assert sorted(v["version"] for v in memory.values()) == [2, 2] and len(memory) == 2
 
