@@ -31,6 +31,7 @@ from trtfarm.signing.bundle import sign_resources
 from trtfarm.signing.keys import PemKeySigner, load_trusted_keys
 from trtfarm.signing.release_claim import sign_release, unverified_claim
 from trtfarm.vocabulary.manifest import ManifestInvalid
+from trtfarm.vocabulary.pointer import pointer_from_json
 
 from .signed_farm import GPU, OTHER_GPU, build_farm
 from .test_signing import RTX, RTX4090, TOOLCHAIN
@@ -48,9 +49,7 @@ def _chain(store, model: str, gpu: str, pointer_bytes: bytes | None = None) -> d
     data = pointer_bytes or store.get(key).data
     pointer, _ = read_pointer(store, key) if pointer_bytes is None else (None, None)
     if pointer is None:
-        from trtfarm.vocabulary.pointer import ReleasePointer
-
-        pointer = ReleasePointer.model_validate_json(data)
+        pointer = pointer_from_json(data, key)  # a stable pointer is written as schema 2: read through upgrades
     stored = read_stored(store, pointer.manifest)
     return {"plan": store.get(pointer.plan_key).data, "manifest": stored.manifest_bytes,
             "provenance": stored.provenance, "bundle": stored.signature, "pointer": data}
@@ -255,3 +254,169 @@ def test_the_matrix_refuses_every_tampered_combination(farm, tmp_path):
           f"{sum(n for (_, code), n in outcomes.items() if code == 1)}; identical bytes: {same}")
     assert all(s in ("plan: other target", "plan: older release") for s in same), same
     assert not failures, f"{len(failures)} cells not refused:\n" + "\n".join(failures[:40])
+
+
+# --- channel pointers: each attack on each channel's pointer, against pull, triton and load_plan, with and
+# without trusted keys. enc on rtx-4090 gets a candidate channel: version 1 names stable's plan (T1), version 2
+# goes back to the T0 plan, so the two channels serve different plans.
+
+CHANNELS = ("stable", "candidate")
+CHANNEL_ATTACKS = ("the other channel's pointer", "an older version of it", "another model's plan",
+                   "its channel field edited")
+CHANNEL_CELLS = list(itertools.product(CHANNEL_ATTACKS, CHANNELS, ("pull", "triton", "load_plan"), (True, False)))
+OTHER = {"stable": "candidate", "candidate": "stable"}
+
+
+def refused_here(attack: str, channel: str, consumer: str, keys: bool) -> bool:
+    """The rule each cell is held to (docs/signing.md, "Channel pointers").
+
+    On a host, the release beside the plan is the other channel's: a stable host refuses a candidate's, with or
+    without keys (without them its channel is read unverified); a candidate host serves stable (a model without
+    promotion: has no candidate). In the store, without keys only the pointer's own fields can be checked: a
+    consistent older pointer (a replay) and a pointer whose channel field was edited to match its key pass.
+    """
+    if consumer == "load_plan" and attack in ("the other channel's pointer", "its channel field edited"):
+        return channel == "stable"
+    return keys or attack in ("the other channel's pointer", "another model's plan")
+
+
+def _channel_farm(farm: Farm) -> dict[tuple[str, int], bytes]:
+    """Give enc on rtx-4090 a candidate channel (two signed versions); each channel's pointers by version."""
+    from trtfarm.publishing.release import move_release
+    from trtfarm.vocabulary.promotion import Promotion
+
+    signer, v2 = PemKeySigner(farm.keys["worker"][0]), read_pointer(farm.store, farm.pointer_key)[0]
+    candidate = layout.channel_key("enc", GPU, TOOLCHAIN, "candidate")
+    versions = {("stable", 1): farm.sources["older release"]["pointer"], ("stable", 2): farm.mine["pointer"]}
+    for n, event in enumerate((v2.history[-1], v2.history[0]), start=1):
+        m = read_stored(farm.store, event.manifest).manifest
+        move_release(farm.store, event.manifest, m, release_on="built", reason=f"candidate {n}", signer=signer,
+                     channel="candidate", promotion=Promotion(), rollback=n == 2)
+        versions["candidate", n] = farm.store.get(candidate).data
+    return versions
+
+
+def _tampered(farm: Farm, versions: dict, attack: str, channel: str) -> bytes:
+    """What the attack puts at ``channel``'s pointer key."""
+    if attack == "the other channel's pointer":
+        return versions[OTHER[channel], 2]
+    if attack == "an older version of it":
+        return versions[channel, 1]
+    doc = json.loads(versions[channel, 2] if attack == "another model's plan" else versions[OTHER[channel], 2])
+    if attack == "another model's plan":
+        mlp = json.loads(farm.sources["other model"]["pointer"])
+        doc.update(manifest=mlp["manifest"], plan_sha256=mlp["plan_sha256"])
+    else:  # as a writer who knows the format edits it: a channel field is schema 3's
+        doc.update(channel=channel, schema_version=3)
+    return json.dumps(doc).encode()
+
+
+def _pulled_by(farm: Farm, pointer: bytes, folder: Path) -> Path:
+    """The files ``pull`` would write from the release at ``pointer``: its plan, manifest and signed claim."""
+    p = pointer_from_json(pointer, "tampered")
+    stored = read_stored(farm.store, p.manifest)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    plan = folder / "enc.plan"
+    plan.write_bytes(farm.store.get(stored.manifest.plan.key).data)
+    for suffix, data in ((".manifest.json", stored.manifest_bytes), (".provenance.json", stored.provenance),
+                         (".sigstore.json", stored.signature),
+                         (".release.json", json.dumps(p.claim).encode() if p.claim else None)):
+        if data is not None:
+            (folder / f"enc.plan{suffix}").write_bytes(data)
+    return plan
+
+
+def _channel_cli(farm: Farm, consumer: str, channel: str, work: Path, state: Path, keys: bool):
+    env = {**(farm.trust_env if keys else {"TRTFARM_TRUSTED_KEYS": ""}), "TRTFARM_RELEASE_STATE": str(state)}
+    common = ["--store", farm.store.uri, "--targets-file", str(farm.fleet), "--channel", channel]
+    if consumer == "pull":
+        return _invoke(["pull", "enc", "--gpu", GPU, "--toolchain", TOOLCHAIN, "--to", str(work / "enc.plan"),
+                        *common], env)
+    return _invoke(["triton", "enc", "--repo", str(work / "repo"), "--gpu", GPU, *common], env)
+
+
+def _load(farm: Farm, plan: Path, channel: str, state: Path, keys: bool) -> str:
+    """load_plan's verdict: its refusal, or ``runtime: ...`` when every check passed and the runtime (no GPU here)
+    had the last word."""
+    from trtfarm.signing.accepted import AcceptedReleases
+
+    trust = load_trusted_keys([farm.keys["worker"][1]], "test") if keys else None
+    try:
+        load_plan(plan, expected_model="enc", installed=RTX, gpus=RTX4090, trust=trust, channel=channel,
+                  store=farm.store, accepted=AcceptedReleases(state) if keys else None)
+    except PlanMismatch as err:
+        return ("runtime: " if "runtime's header check" in str(err) else "") + "; ".join(err.differences)
+    return "loaded"
+
+
+def _referee(farm: Farm, versions: dict, tmp: Path) -> None:
+    """Untampered: each channel pulls, loads up to the runtime and serves its own plan with triton (its versions
+    from its own history); with keys the host remembers both channels' versions."""
+    for channel, keys in itertools.product(CHANNELS, (True, False)):
+        work = tmp / f"ref-{channel}-{keys}"
+        for consumer in ("pull", "triton"):
+            result = _channel_cli(farm, consumer, channel, work, farm.state, keys)
+            assert result.exit_code == 0, (channel, keys, consumer, result.stderr)
+        verdict = _load(farm, work / "enc.plan", channel, farm.state, keys)
+        assert verdict.startswith("runtime: the tensorrt_rtx runtime's header check"), verdict
+        sha = pointer_from_json(versions[channel, 2], channel).plan_sha256
+        newest = work / "repo" / "enc" / "2" / f"model.{GPU}.plan"
+        assert hashlib.sha256(newest.read_bytes()).hexdigest() == sha and not (newest.parent.parent / "3").exists()
+    other = pointer_from_json(versions["stable", 2], "stable").plan_sha256
+    assert sha != other  # the channels serve different plans, so each repository shows whose it read
+    bad = _channel_cli(farm, "triton", "canary", tmp / "bad", farm.state, True)
+    assert (bad.exit_code, bad.stderr.strip()) == (2, "error: --channel 'canary': use stable or candidate")
+    assert not (tmp / "bad").exists()
+    memory = json.loads(farm.state.read_text())
+    assert sorted(v["version"] for v in memory.values()) == [2, 2] and len(memory) == 2
+
+
+def test_channel_pointers_swapped_replayed_crossed_and_relabelled_are_refused(farm, tmp_path, monkeypatch):
+    monkeypatch.delenv("TRTFARM_TRUSTED_KEYS", raising=False)
+    monkeypatch.delenv("TRTFARM_TARGETS", raising=False)
+    monkeypatch.chdir(tmp_path)  # load_plan without keys reads no fleet file's keys
+    versions = _channel_farm(farm)
+    saved = farm.state.read_bytes() if farm.state.exists() else None
+    farm.state.unlink(missing_ok=True)
+    try:
+        _referee(farm, versions, tmp_path)
+        failures, refusals = _channel_cells(farm, versions, tmp_path)
+    finally:
+        farm.restore()
+        farm.state.unlink(missing_ok=True)
+        if saved is not None:
+            farm.state.write_bytes(saved)
+    only_with_keys = sorted({(a, c, n) for a, c, n, k in CHANNEL_CELLS if refused_here(a, c, n, True)
+                             and not refused_here(a, c, n, False)})
+    print(f"\nchannel cells: {len(CHANNEL_CELLS)}, refused {len(refusals)}; refused only with keys: {only_with_keys}")
+    assert not failures, f"{len(failures)} channel cells not as expected:\n" + "\n".join(failures)
+    assert {r.split(": ")[0] for r in refusals} >= {"other identity", "rollback", "other channel"}
+
+
+def _channel_cells(farm: Farm, versions: dict, tmp: Path) -> tuple[list[str], list[str]]:
+    failures, refusals = [], []
+    for attack, channel, consumer, keys in CHANNEL_CELLS:
+        name = f"{consumer} --channel {channel} {'with' if keys else 'without'} keys x {channel}: {attack}"
+        key = layout.channel_key("enc", GPU, TOOLCHAIN, channel)
+        tampered = _tampered(farm, versions, attack, channel)
+        (farm.files / key).write_bytes(tampered)
+        work, state = tmp / "work", tmp / "state.json"
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copy(farm.state, state)
+        if consumer == "load_plan":
+            line = _load(farm, _pulled_by(farm, tampered, work), channel, state, keys)
+            refused = line != "loaded" and not line.startswith("runtime: ")
+        else:
+            code, line = _verdict(_channel_cli(farm, consumer, channel, work, state, keys))
+            written = [p for p in (work / "enc.plan", work / "repo" / "enc") if p.exists()]
+            refused = code == 1 and not written and "\n" not in line
+            if refused and state.read_bytes() != farm.state.read_bytes():
+                failures.append(f"{name}: refused, but the host's memory changed")
+            if not refused and code != 0:
+                failures.append(f"{name}: exit {code}: {line}")
+        refusals += [line.split("refused: ", 1)[-1]] if refused else []
+        if refused != refused_here(attack, channel, consumer, keys):
+            failures.append(f"{name}: {'refused' if refused else 'not refused'}: {line}")
+        (farm.files / key).write_bytes(versions[channel, 2])
+    return failures, refusals

@@ -362,3 +362,64 @@ def test_contexts_fill_the_memory_by_traffic_after_one_per_profile():
     with pytest.raises(UserInputError, match="one context per profile needs 2,000 bytes; only 1,800 are available"):
         contexts_that_fit(2_000, [1000, 1000])
     assert contexts_that_fit(1_000, [0, 0], reserve_fraction=0.0) == [501, 501]  # a profile needing nothing
+
+
+# --- load_plan(report=True): the load receipt, written after the refusal (no GPU here runs a plan) ---
+
+def test_a_refused_load_records_a_failed_receipt_and_a_receipt_that_cannot_be_written_only_warns(farm, tmp_path,
+                                                                                                monkeypatch):
+    from trtfarm.publishing.receipts import list_receipts
+    from trtfarm.publishing.release import move_release
+
+    for name in ("TRTFARM_TRUSTED_KEYS", "TRTFARM_SIGNING_KEY", "TRTFARM_TARGETS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    got = farm.pull()
+    sha = read_stored(farm.store, farm.keys["enc", "rtx-4090", "2026-02-01T00:00:00+00:00"]).manifest.plan.sha256
+    with pytest.raises(UserInputError, match=r"report=True\) needs store="):
+        load_plan(got.plan, report=True)
+    with pytest.warns(UserWarning, match="stable kept"), pytest.raises(PlanMismatch) as wrong_gpu:
+        load_plan(got.plan, installed=RTX, gpus=gpus(("Tesla T4", "7.5")), trust=farm.trust, report=True,
+                  store=farm.store.uri)
+    with pytest.warns(UserWarning, match="stable kept"), pytest.raises(PlanMismatch) as runtime:
+        load_plan(got.plan, installed=RTX, gpus=RTX4090, trust=farm.trust, report=True, store=farm.store)
+    receipts = list_receipts(farm.store, "enc", "rtx-4090", TC, "stable", sha)
+    assert [(r.ok, r.error, r.load_ms) for r in receipts] == [
+        (False, "; ".join(wrong_gpu.value.differences), None), (False, "; ".join(runtime.value.differences), None)]
+    assert "header check refused it" in receipts[1].error  # every check passed: the runtime had the last word
+    t0 = farm.keys["enc", "rtx-4090", "2026-01-01T00:00:00+00:00"]
+    move_release(farm.store, t0, read_stored(farm.store, t0).manifest, release_on="built", reason="back",
+                 rollback=True, signer=farm.signer)  # the pulled plan is no longer what stable serves
+    with pytest.warns(UserWarning, match=r"load receipt not recorded: the plan \w+ is not in the stable channel"), \
+            pytest.raises(PlanMismatch, match="compute capability 7.5"):
+        load_plan(got.plan, installed=RTX, gpus=gpus(("Tesla T4", "7.5")), trust=farm.trust, report=True,
+                  store=farm.store)
+    assert len(list_receipts(farm.store, "enc", "rtx-4090", TC, "stable", sha)) == 2
+
+
+def test_load_plan_serves_one_channel_and_refuses_a_rollback_this_host_remembers(farm, tmp_path, monkeypatch):
+    from trtfarm.signing.accepted import AcceptedReleases
+
+    monkeypatch.delenv("TRTFARM_TRUSTED_KEYS", raising=False)
+    got = farm.pull()
+    claim = unverified_claim(json.loads(release_beside(got.plan).read_bytes()))
+    with pytest.raises(UserInputError, match="'canary' is not a channel"):
+        load_plan(got.plan, channel="canary")
+    for trust in (farm.trust, None):  # a candidate host serves stable: it gets past every check to the runtime
+        with pytest.raises(PlanMismatch, match="runtime's header check"):
+            load_plan(got.plan, installed=RTX, gpus=RTX4090, trust=trust, channel="candidate")
+    release_beside(got.plan).write_text(json.dumps(sign_release(farm.signer, claim.model_copy(update={
+        "channel": "candidate"}))))
+    for trust in (farm.trust, None):  # without keys the claim's channel is read unverified
+        with pytest.raises(UntrustedPlan, match="other channel: the signed release beside the plan is of the "
+                           "candidate channel of enc/rtx-4090/.*, and this host serves stable; `trtfarm pull enc "
+                           "--channel stable`"):
+            load_plan(got.plan, installed=RTX, gpus=RTX4090, trust=trust)
+    release_beside(got.plan).write_text(json.dumps(sign_release(farm.signer, claim.model_copy(update={
+        "version": 1}))))
+    memory = AcceptedReleases(farm.root / "accepted.json")
+    with pytest.raises(UntrustedPlan, match="rollback: the release beside the plan: the release of .* is version 1"):
+        load_plan(got.plan, installed=RTX, gpus=RTX4090, trust=farm.trust, store=farm.store, accepted=memory)
+    with pytest.raises(PlanMismatch, match="runtime's header check"):  # a host with no memory of version 2
+        load_plan(got.plan, installed=RTX, gpus=RTX4090, trust=farm.trust, store=farm.store,
+                  accepted=AcceptedReleases(tmp_path / "new.json"))

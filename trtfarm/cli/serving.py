@@ -13,6 +13,7 @@ from trtfarm.cli.common import (
     TARGETS_OPT,
     app,
     err,
+    fail,
     message_text,
     out,
     output_path,
@@ -38,6 +39,8 @@ def triton(
     profiles: Path = typer.Option(None, "--profiles", exists=True, dir_okay=False,
                                   help="the profiles file `trtfarm profiles derive` wrote: its "
                                   "traffic buckets give the preferred batch sizes"),
+    channel: str = typer.Option("stable", "--channel", help="stable, or candidate (a canary's repository; a "
+                                "model without promotion: serves stable there)"),
     targets_file: Path = TARGETS_OPT,
     store: str = STORE_OPT,
     as_json: bool = JSON_OPT,
@@ -51,12 +54,14 @@ def triton(
     from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 
     output_path(repo, "--repo")
+    if channel not in ("stable", "candidate"):
+        raise fail(f"--channel {channel!r}: use stable or candidate")
     require("tritonclient")  # a base install: one line naming the [triton] extra, before the store is read
     trust = signing_settings(targets_path(targets_file), only="trust").trusted_keys()
     accepted, max_age = (AcceptedReleases(), configured_max_age()) if trust else (None, None)
     req = TritonRequest(model, repo, tuple(gpu), toolchain, keep, instances,
                         "dynamic" if dynamic_batching else "explicit",
-                        load_profiles_file(profiles) if profiles else None, trust, accepted, max_age)
+                        load_profiles_file(profiles) if profiles else None, trust, accepted, max_age, channel)
     result = triton_repositories(open_store(store_uri(store)), load_fleet(targets_path(targets_file)), req)
     if as_json:
         print_json(result.to_json())

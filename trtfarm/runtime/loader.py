@@ -4,12 +4,15 @@ Before deserialising: the plan's sha256 against its manifest, the plan header (n
 caller expects, the installed toolchain flavour and version, the local GPU model and compute capability, and the
 signature against the fleet's trusted keys (``TRTFARM_TRUSTED_KEYS`` or gpu_targets.yaml). Then the runtime itself.
 Any difference raises ``PlanMismatch`` naming what differs and how to get the right plan; an untrusted plan raises
-``UntrustedPlan`` (a ``PlanMismatch``) and is never deserialised.
+``UntrustedPlan`` (a ``PlanMismatch``) and is never deserialised. ``load_plan`` serves one release channel: the
+signed release ``pull`` wrote beside the plan must be of it, and ``report=True`` records the load's receipt there.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +24,7 @@ from trtfarm.machine.flavour import installed_version
 from trtfarm.machine.gpu import GpuScan, scan_gpus
 from trtfarm.machine.header import read_plan_header, version_matches
 from trtfarm.machine.match import best_fit
+from trtfarm.runtime.load_receipt import open_by, record_load
 from trtfarm.vocabulary.device_spec import spec_of_manifest
 from trtfarm.vocabulary.fleet_file import signing_settings
 from trtfarm.vocabulary.manifest import Manifest, manifest_from_json
@@ -144,17 +148,46 @@ def _identity(m: Manifest) -> str:
     return f"{m.model.name}/{m.target.gpu}/{m.target.flavour}-{m.target.toolchain_version}"
 
 
-def release_problem(files: PlanFiles, trust, msha: str) -> str | None:
-    """Why the signed release beside a pulled plan does not release this manifest, or None (none beside, or fine)."""
-    import json
+def channel_problem(claim, channel: str | None) -> str | None:
+    """Why a release of ``claim``'s channel is not served on a host of ``channel`` (None: any channel), or None.
 
+    A candidate host may serve a stable release: a model without ``promotion:`` has no candidate pointer, and its
+    candidate channel follows stable (``channels.serving_key``). A stable host serves stable releases only.
+    """
+    if channel is None or claim.channel == channel or (channel, claim.channel) == ("candidate", "stable"):
+        return None
+    return (f"other channel: the signed release beside the plan is of the {claim.channel} channel of "
+            f"{claim.identity}, and this host serves {channel}; `trtfarm pull {claim.model} --channel {channel}`")
+
+
+def _unverified(release: bytes):
+    from trtfarm.signing.release_claim import unverified_claim
+
+    try:
+        return unverified_claim(json.loads(release))
+    except ValueError:
+        return None
+
+
+def release_problem(files: PlanFiles, trust, msha: str, channel: str | None = None,
+                    remembered=None) -> str | None:
+    """Why the signed release beside a pulled plan does not release this manifest, or None (none beside, or fine).
+
+    ``channel``: the channel this host serves (``channel_problem``); without ``trust`` the claim's channel is read
+    unverified (a mix-up is caught, not an attacker: without keys nothing beside the plan is proven).
+    ``remembered(track)``: this host's accepted release of that track (a lower version is a ``rollback``).
+    """
+    from trtfarm.signing.accepted import check_not_rolled_back
     from trtfarm.signing.bundle import SignatureRefused
     from trtfarm.signing.release_claim import verify_release
 
     if files.release is None or trust is None:
-        return None
+        claim = _unverified(files.release) if files.release is not None else None
+        return channel_problem(claim, channel) if claim is not None else None
     try:
         _, claim = verify_release(json.loads(files.release), trust)
+        if remembered is not None:
+            check_not_rolled_back(claim, remembered(claim.track))
     except ValueError:
         return "malformed: the release beside the plan is not JSON"
     except SignatureRefused as err:
@@ -162,13 +195,15 @@ def release_problem(files: PlanFiles, trust, msha: str) -> str | None:
     if claim.identity != _identity(files.manifest) or claim.manifest_sha256 != msha:
         return (f"other identity: the signed release beside the plan is of {claim.identity} (manifest sha256 "
                 f"{claim.manifest_sha256[:16]}), the manifest is of {_identity(files.manifest)} (sha256 {msha[:16]})")
-    return None
+    return channel_problem(claim, channel)
 
 
-def signature_check(files: PlanFiles, trust, plan_sha256: str) -> VerifyCheck:
+def signature_check(files: PlanFiles, trust, plan_sha256: str, channel: str | None = None,
+                    remembered=None) -> VerifyCheck:
     """The ``signature`` check: signed by a trusted key (ok), unsigned-checked (None: no trust), or refused.
 
-    With a signed release beside the plan (what ``pull`` writes), it must name this manifest and its identity.
+    With a signed release beside the plan (what ``pull`` writes), it must name this manifest and its identity, and
+    be of ``channel`` (``release_problem``).
     """
     from trtfarm.signing.verdict import check_signature
 
@@ -177,7 +212,7 @@ def signature_check(files: PlanFiles, trust, plan_sha256: str) -> VerifyCheck:
     if files.provenance is not None:
         actual[layout.provenance_name(msha)] = hashlib.sha256(files.provenance).hexdigest()
     verdict = check_signature(trust, files.signature, actual, host_code=files.manifest.target.version_compatible)
-    problem = release_problem(files, trust, msha) if verdict.ok is not False else None
+    problem = release_problem(files, trust, msha, channel, remembered) if verdict.ok is not False else None
     return VerifyCheck("signature", False if problem else verdict.ok, problem or verdict.detail)
 
 
@@ -192,8 +227,12 @@ def gpu_check(m: Manifest, gpus: GpuScan) -> VerifyCheck:
 def static_checks(plan: Path, m: Manifest, *, expected_onnx_digest: str | None = None,
                   expected_model: str | None = None,
                   installed: Mapping[str, str | None] | None = None, gpus: GpuScan | None = None,
-                  files: PlanFiles | None = None, trust=None) -> list[VerifyCheck]:
-    """Everything that can be checked without running the engine; with ``files``, the signature against ``trust``."""
+                  files: PlanFiles | None = None, trust=None, channel: str | None = None,
+                  remembered=None) -> list[VerifyCheck]:
+    """Everything that can be checked without running the engine; with ``files``, the signature against ``trust``.
+
+    ``channel`` and ``remembered``: what ``signature_check`` holds the release beside the plan to (None: nothing).
+    """
     checks = []
     digest = sha256_file(plan)
     checks.append(VerifyCheck("sha256", digest == m.plan.sha256, f"plan sha256 {digest[:16]}…, manifest says "
@@ -219,7 +258,7 @@ def static_checks(plan: Path, m: Manifest, *, expected_onnx_digest: str | None =
                         f"{have or 'not importable'}"))
     checks.append(gpu_check(m, gpus or scan_gpus()))
     if files is not None:
-        checks.append(signature_check(files, trust, digest))
+        checks.append(signature_check(files, trust, digest, channel, remembered))
     return checks
 
 
@@ -240,19 +279,54 @@ def validity_verdict(trt, data: bytes) -> tuple[bool | None, str]:
 
 
 def load_plan(ref: str | Path, *, expected_onnx_digest: str | None = None, expected_model: str | None = None,
-              installed: Mapping[str, str | None] | None = None, gpus: GpuScan | None = None, trust=None):
+              installed: Mapping[str, str | None] | None = None, gpus: GpuScan | None = None, trust=None,
+              channel: str = "stable", report: bool = False, store=None, accepted=None):
     """Check the plan against its manifest, this host and the fleet's trusted keys, then deserialise it.
 
     ``expected_model``: the model this server asked for (a manifest of another model is ``UntrustedPlan``).
     ``trust`` (``TrustedKeys``) overrides the configured keys (``TRTFARM_TRUSTED_KEYS``, else gpu_targets.yaml).
     Without trusted keys a plan loads unsigned-checked, except a version-compatible one. Where the runtime has a
     header-only validity check (TensorRT-RTX), a plan it calls INVALID is refused before deserialising. Returns the
-    engine.
+    engine. ``channel``: the release channel this host serves; a plan whose signed release (beside it) is of
+    another is ``UntrustedPlan`` (a candidate host serves stable too: a model without promotion: has no candidate).
+    ``store`` (a ``Store`` or its URI, where the plan was pulled from) with ``accepted`` (this host's
+    ``AcceptedReleases``): a signed release older than the one this host accepted there is refused (``rollback``).
+    ``report``: record a load receipt in ``store`` for the channel's plan (ok with the deserialisation time, or
+    failed with the refusal), never raising when it cannot be written (a warning says why).
     """
+    from trtfarm.layout import CHANNEL_ROOTS
+
+    if channel not in CHANNEL_ROOTS:
+        raise UserInputError(f"channel {channel!r} is not a channel; use {' or '.join(CHANNEL_ROOTS)}")
+    if report and store is None:
+        raise UserInputError("load_plan(report=True) needs store=: the store (or its URI) the plan was pulled from")
     files = find_files(Path(ref))
+    trust = trust or configured_trust()
+    remembered = _memory(store, accepted) if trust is not None else None
+    try:
+        engine, load_ms = _checked_load(files, trust, channel, remembered, expected_onnx_digest=expected_onnx_digest,
+                                        expected_model=expected_model, installed=installed, gpus=gpus)
+    except PlanMismatch as refused:
+        if report:
+            record_load(store, files.manifest, channel, error="; ".join(refused.differences))
+        raise
+    if report:
+        record_load(store, files.manifest, channel, load_ms=load_ms)
+    return engine
+
+
+def _memory(store, accepted):
+    """``remembered(track)``: what this host accepted from ``store`` (None without a store or a memory)."""
+    if store is None or accepted is None:
+        return None
+    uri = open_by(store).uri
+    return lambda track: accepted.get(uri, track)
+
+
+def _checked_load(files: PlanFiles, trust, channel: str, remembered, **expected) -> tuple[object, float]:
+    """The engine and its deserialisation time (ms), after every check; ``PlanMismatch`` (or ``UntrustedPlan``)."""
     plan, m = files.plan, files.manifest
-    checks = static_checks(plan, m, expected_onnx_digest=expected_onnx_digest, expected_model=expected_model,
-                           installed=installed, gpus=gpus, files=files, trust=trust or configured_trust())
+    checks = static_checks(plan, m, files=files, trust=trust, channel=channel, remembered=remembered, **expected)
     bad = [c.detail for c in checks if c.ok is False]
     if any(c.name in ("signature", "identity") and c.ok is False for c in checks):
         raise UntrustedPlan(plan, bad)
@@ -266,10 +340,12 @@ def load_plan(ref: str | Path, *, expected_onnx_digest: str | None = None, expec
     if valid is False:
         raise PlanMismatch(plan, [f"the {m.target.flavour} runtime's header check refused it, so it was not "
                                   f"deserialised: {verdict}"])
+    started = time.perf_counter()
     try:
-        return deserialize_plan(trt, data, allow_host_code=m.target.version_compatible)
+        engine = deserialize_plan(trt, data, allow_host_code=m.target.version_compatible)
     except EngineRejected as err:
         raise PlanMismatch(plan, [f"the {m.target.flavour} runtime refused it: {err}"]) from err
+    return engine, (time.perf_counter() - started) * 1000
 
 
 def runtime_check(plan: Path, m: Manifest) -> VerifyCheck:

@@ -9,6 +9,8 @@ Every plan is sha256-checked as it is downloaded and refused when its TensorRT d
 image (``publishing.serving_pin``), or, with trusted keys configured, when no trusted key signed it (before any
 plan byte is downloaded; without trusted keys the repository is unsigned-checked, and says so). The repository is
 assembled in a scratch folder beside it and moved into place, so a server polling ``DIR`` never sees half a model.
+``--channel candidate`` reads each GPU's candidate pointer (its stable one where the model has none,
+``channels.serving_key``), its history giving the versions, with the same checks.
 """
 
 from __future__ import annotations
@@ -21,11 +23,18 @@ from pathlib import Path
 from typing import Literal
 
 from trtfarm.errors import UserInputError
-from trtfarm.layout import release_key, releases_prefix
+from trtfarm.layout import ReleaseName, channel_prefix, parse_channel_key, releases_prefix
 from trtfarm.profiles.profile import ProfilesFile, profiles_json
 from trtfarm.publishing.attest import StoredPlan, read_stored
-from trtfarm.publishing.release import ReleasePointer, list_pointers
-from trtfarm.publishing.release_check import check_release, identity_of, manifest_identity_problem
+from trtfarm.publishing.channels import serving_key
+from trtfarm.publishing.release import ReleasePointer
+from trtfarm.publishing.release_check import (
+    asked_identity,
+    check_release,
+    identity_of,
+    manifest_identity_problem,
+    read_pointer,
+)
 from trtfarm.publishing.serving_pin import check_serving_images
 from trtfarm.scratch import scratch_dir
 from trtfarm.serving.triton_config import ConfigSpec, config_text
@@ -60,6 +69,7 @@ class TritonRequest:
     trust: TrustedKeys | None = None  # the fleet's trusted keys (None: unsigned-checked)
     accepted: AcceptedReleases | None = None  # this host's memory of accepted releases (rollback)
     max_age: timedelta | None = None  # this host's freeze limit on release claims
+    channel: Literal["stable", "candidate"] = "stable"  # the channel whose pointers are served
 
 
 @dataclass
@@ -95,8 +105,23 @@ def plan_file(gpu: str) -> str:
     return f"model.{gpu}.plan"
 
 
-def _pointers(store: Store, fleet: Fleet, req: TritonRequest, notes: list[str]) -> list[ReleasePointer]:
-    """One release pointer per GPU of the repository (the fleet's, or ``--gpu``'s)."""
+def channel_pointers(store: Store, model: str, channel: str) -> list[tuple[str, ReleasePointer]]:
+    """(key, pointer) of each (GPU, toolchain) of ``model``, read where a host of ``channel`` reads it."""
+    names = {parsed[0] for root in sorted({"stable", channel}) for k in store.list(channel_prefix(root, model))
+             if (parsed := parse_channel_key(k))}
+    found = []
+    for name in sorted(names):
+        key = serving_key(store, ReleaseName(*name), channel)
+        pointer, _ = read_pointer(store, key)
+        if pointer is not None and pointer.identity != asked_identity(key):
+            raise SignatureRefused("other identity", f"{store.url(key)} asks for {asked_identity(key)}, but the "
+                                   f"pointer there names {pointer.identity}: it was copied from another release")
+        found += [(key, pointer)] if pointer is not None else []
+    return found
+
+
+def _pointers(store: Store, fleet: Fleet, req: TritonRequest, notes: list[str]) -> list[tuple[str, ReleasePointer]]:
+    """(key, pointer) of the channel's release per GPU of the repository (the fleet's, or ``--gpu``'s)."""
     unknown = [g for g in req.gpus if g not in fleet.gpus]
     if unknown:
         from trtfarm.nearest import did_you_mean
@@ -104,11 +129,11 @@ def _pointers(store: Store, fleet: Fleet, req: TritonRequest, notes: list[str]) 
         raise UserInputError(f"--gpu {unknown} not in the fleet; {did_you_mean(unknown[0], fleet.gpus)}its GPUs are "
                              f"{', '.join(sorted(fleet.gpus))}")
     wanted = list(req.gpus) or sorted(fleet.gpus)
-    found: dict[str, list[ReleasePointer]] = {}
-    for p in list_pointers(store, req.model):
+    found: dict[str, list[tuple[str, ReleasePointer]]] = {}
+    for key, p in channel_pointers(store, req.model, req.channel):
         if p.gpu in wanted and (req.toolchain is None or p.toolchain == req.toolchain):
-            found.setdefault(p.gpu, []).append(p)
-    several = {g: [p.toolchain for p in ps] for g, ps in found.items() if len(ps) > 1}
+            found.setdefault(p.gpu, []).append((key, p))
+    several = {g: [p.toolchain for _, p in ps] for g, ps in found.items() if len(ps) > 1}
     if several:
         raise UserInputError(f"{req.model!r} is released for {several} with several toolchains, and one Triton image "
                              "carries one TensorRT; pass --toolchain LABEL (one of those)")
@@ -175,7 +200,7 @@ class _Manifests:
         return kept
 
 
-def _checked_releases(store: Store, pointers: Sequence[ReleasePointer], manifests: _Manifests,
+def _checked_releases(store: Store, pointers: Sequence[tuple[str, ReleasePointer]], manifests: _Manifests,
                       req: TritonRequest) -> list[ReleaseClaim]:
     """Check each GPU's current release (identity, signed claim, rollback, freeze) before any plan is fetched.
 
@@ -183,8 +208,7 @@ def _checked_releases(store: Store, pointers: Sequence[ReleasePointer], manifest
     what each pointer names now, so a history whose last release was edited to name another plan is refused.
     """
     claims = []
-    for p in pointers:
-        key = release_key(req.model, p.gpu, p.toolchain)
+    for key, p in pointers:
         manifests.get(p.manifest)
         verdict = check_release(store, key, p, manifests.stored[p.manifest], req.trust, req.accepted,
                                 max_age=req.max_age)
@@ -321,9 +345,12 @@ def triton_repositories(store: Store, fleet: Fleet, req: TritonRequest) -> Trito
     if req.keep < 0:
         raise UserInputError("--keep must be 0 or more (older versions kept beside the newest)")
     notes: list[str] = []
-    pointers = _pointers(store, fleet, req, notes)
+    keyed = _pointers(store, fleet, req, notes)
     manifests = _Manifests(store)
-    claims = _checked_releases(store, pointers, manifests, req)
+    claims = _checked_releases(store, keyed, manifests, req)
+    pointers = [p for _, p in keyed]
+    if req.channel != "stable":
+        notes.append(f"channel {req.channel}: " + ", ".join(f"{p.gpu} from {key}" for key, p in keyed))
     combined = manifests.complete(model_versions(pointers), [])[-(req.keep + 1):]
     splits = capability_collisions(combined, manifests.seen) if len(pointers) > 1 else []
     if splits:
