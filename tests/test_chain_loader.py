@@ -22,6 +22,7 @@ from trtfarm.publishing.attest import read_stored
 from trtfarm.runtime.loader import (
     FIX,
     PlanMismatch,
+    RuntimeRefused,
     UntrustedPlan,
     VerifyCheck,
     contexts_that_fit,
@@ -330,7 +331,7 @@ def test_load_plan_refuses_another_model_and_a_bad_signature_as_untrusted_in_one
         load_plan(got.plan, installed=RTX, gpus=RTX4090)
     with pytest.raises(PlanMismatch, match="runtime.s header check refused it") as err:  # the given keys win
         load_plan(got.plan, installed=RTX, gpus=RTX4090, trust=farm.trust)
-    assert type(err.value) is PlanMismatch
+    assert type(err.value) is RuntimeRefused  # not untrusted: every check passed, the runtime said no
 
 
 def test_when_every_check_passes_the_runtime_gets_the_plan_and_refuses_bytes_that_are_no_engine(tmp_path,
@@ -339,7 +340,7 @@ def test_when_every_check_passes_the_runtime_gets_the_plan_and_refuses_bytes_tha
     plan, m = local_plan(tmp_path)
     with pytest.raises(PlanMismatch) as err:
         load_plan(plan, expected_onnx_digest=ONNX, expected_model="enc", installed=RTX, gpus=RTX4090)
-    assert type(err.value) is PlanMismatch and len(err.value.differences) == 1
+    assert type(err.value) is RuntimeRefused and len(err.value.differences) == 1
     # the runtime's header-only check answers first (with no GPU here: INVALID), so nothing is deserialised
     assert err.value.differences[0].startswith("the tensorrt_rtx runtime's header check refused it, so it was not "
                                                "deserialised: get_engine_validity: INVALID")
@@ -378,23 +379,25 @@ def test_a_refused_load_records_a_failed_receipt_and_a_receipt_that_cannot_be_wr
     sha = read_stored(farm.store, farm.keys["enc", "rtx-4090", "2026-02-01T00:00:00+00:00"]).manifest.plan.sha256
     with pytest.raises(UserInputError, match=r"report=True\) needs store="):
         load_plan(got.plan, report=True)
-    with pytest.warns(UserWarning, match="stable kept"), pytest.raises(PlanMismatch) as wrong_gpu:
+    # another GPU: this host's own mismatch says nothing of the plan, so no receipt (and no rollback for the fleet)
+    with pytest.warns(UserWarning, match="load receipt not recorded: this host refused the plan before the runtime"), \
+            pytest.raises(PlanMismatch) as wrong_gpu:
         load_plan(got.plan, installed=RTX, gpus=gpus(("Tesla T4", "7.5")), trust=farm.trust, report=True,
                   store=farm.store.uri)
-    with pytest.warns(UserWarning, match="stable kept"), pytest.raises(PlanMismatch) as runtime:
+    assert not isinstance(wrong_gpu.value, RuntimeRefused)
+    assert list_receipts(farm.store, "enc", "rtx-4090", TC, "stable", sha) == []
+    with pytest.warns(UserWarning, match="stable kept"), pytest.raises(RuntimeRefused) as runtime:
         load_plan(got.plan, installed=RTX, gpus=RTX4090, trust=farm.trust, report=True, store=farm.store)
     receipts = list_receipts(farm.store, "enc", "rtx-4090", TC, "stable", sha)
-    assert [(r.ok, r.error, r.load_ms) for r in receipts] == [
-        (False, "; ".join(wrong_gpu.value.differences), None), (False, "; ".join(runtime.value.differences), None)]
-    assert "header check refused it" in receipts[1].error  # every check passed: the runtime had the last word
+    assert [(r.ok, r.error, r.load_ms) for r in receipts] == [(False, "; ".join(runtime.value.differences), None)]
+    assert "header check refused it" in receipts[0].error  # every check passed: the runtime had the last word
     t0 = farm.keys["enc", "rtx-4090", "2026-01-01T00:00:00+00:00"]
     move_release(farm.store, t0, read_stored(farm.store, t0).manifest, release_on="built", reason="back",
                  rollback=True, signer=farm.signer)  # the pulled plan is no longer what stable serves
     with pytest.warns(UserWarning, match=r"load receipt not recorded: the plan \w+ is not in the stable channel"), \
-            pytest.raises(PlanMismatch, match="compute capability 7.5"):
-        load_plan(got.plan, installed=RTX, gpus=gpus(("Tesla T4", "7.5")), trust=farm.trust, report=True,
-                  store=farm.store)
-    assert len(list_receipts(farm.store, "enc", "rtx-4090", TC, "stable", sha)) == 2
+            pytest.raises(RuntimeRefused):
+        load_plan(got.plan, installed=RTX, gpus=RTX4090, trust=farm.trust, report=True, store=farm.store)
+    assert len(list_receipts(farm.store, "enc", "rtx-4090", TC, "stable", sha)) == 1
 
 
 def test_load_plan_serves_one_channel_and_refuses_a_rollback_this_host_remembers(farm, tmp_path, monkeypatch):

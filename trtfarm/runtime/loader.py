@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,10 @@ class PlanMismatch(UserInputError):
     def __init__(self, plan: Path, differences: list[str]) -> None:
         self.differences = differences
         super().__init__(f"{plan}: refusing to load it:\n" + "\n".join(f"  - {d}" for d in differences) + f"\n{FIX}")
+
+
+class RuntimeRefused(PlanMismatch):
+    """The plan matched this host in every check, and the runtime refused it (a failed receipt; not one before)."""
 
 
 class UntrustedPlan(PlanMismatch):
@@ -292,7 +297,8 @@ def load_plan(ref: str | Path, *, expected_onnx_digest: str | None = None, expec
     ``store`` (a ``Store`` or its URI, where the plan was pulled from) with ``accepted`` (this host's
     ``AcceptedReleases``): a signed release older than the one this host accepted there is refused (``rollback``).
     ``report``: record a load receipt in ``store`` for the channel's plan (ok with the deserialisation time, or
-    failed with the refusal), never raising when it cannot be written (a warning says why).
+    failed with the runtime's refusal, ``RuntimeRefused``; a refusal before the runtime is this host's and writes
+    none), never raising when it cannot be written (a warning says why).
     """
     from trtfarm.layout import CHANNEL_ROOTS
 
@@ -306,9 +312,14 @@ def load_plan(ref: str | Path, *, expected_onnx_digest: str | None = None, expec
     try:
         engine, load_ms = _checked_load(files, trust, channel, remembered, expected_onnx_digest=expected_onnx_digest,
                                         expected_model=expected_model, installed=installed, gpus=gpus)
-    except PlanMismatch as refused:
+    except RuntimeRefused as refused:  # evidence against the plan: a failed receipt (it may roll stable back)
         if report:
             record_load(store, files.manifest, channel, error="; ".join(refused.differences))
+        raise
+    except PlanMismatch as refused:  # this host's own mismatch or copy: no receipt, so no rollback for the fleet
+        if report:
+            warnings.warn("load receipt not recorded: this host refused the plan before the runtime saw it ("
+                          f"{refused.differences[0]}); fix the host or pull again", stacklevel=2)
         raise
     if report:
         record_load(store, files.manifest, channel, load_ms=load_ms)
@@ -338,13 +349,13 @@ def _checked_load(files: PlanFiles, trust, channel: str, remembered, **expected)
     trt, data = import_flavour(m.target.flavour), plan.read_bytes()
     valid, verdict = validity_verdict(trt, data)
     if valid is False:
-        raise PlanMismatch(plan, [f"the {m.target.flavour} runtime's header check refused it, so it was not "
+        raise RuntimeRefused(plan, [f"the {m.target.flavour} runtime's header check refused it, so it was not "
                                   f"deserialised: {verdict}"])
     started = time.perf_counter()
     try:
         engine = deserialize_plan(trt, data, allow_host_code=m.target.version_compatible)
     except EngineRejected as err:
-        raise PlanMismatch(plan, [f"the {m.target.flavour} runtime refused it: {err}"]) from err
+        raise RuntimeRefused(plan, [f"the {m.target.flavour} runtime refused it: {err}"]) from err
     return engine, (time.perf_counter() - started) * 1000
 
 
