@@ -1,8 +1,9 @@
 """Release channels on the farm: a nightly run releases to candidate; the promote deployment moves it after receipts.
 
-A real Prefect server (Postgres), the build-matrix and promote-candidates deployments from prefect.yaml, one
-``trtfarm worker`` on the control pool signing with the farm's key, a file store and real TensorRT-RTX builds. The
-encoder's first export (no ``promotion:``) is stable; its second declares ``promotion: {receipts: 1, soak_s: 0}``.
+A real Prefect server (Postgres), the build-matrix, build-target and promote-candidates deployments from
+prefect.yaml, a ``trtfarm worker`` on the control pool and one on the GPU's pool, both signing with the farm's key,
+a file store and real TensorRT-RTX builds. The encoder's first export (no ``promotion:``) is stable; its second
+declares ``promotion: {receipts: 1, soak_s: 0}``.
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ pytestmark = pytest.mark.integration
 STABLE = "releases/encoder/rtx-4090/tensorrt_rtx-1.7.1.116.json"
 CANDIDATE = "candidates/encoder/rtx-4090/tensorrt_rtx-1.7.1.116.json"
 PROMOTION = "promotion: {receipts: 1, soak_s: 0}\n"
+POOLS = ("trtfarm-control", "rtx-4090")
 
 
 @pytest.fixture(scope="module")
 def farm(tmp_path_factory):
-    """Server, the two control deployments, one control worker; a store where export 0 of the encoder is stable."""
+    """Server, deployments, a control and a GPU pool worker; a store where export 0 of the encoder is stable."""
     from ..test_signing import key_pair
 
     home = tmp_path_factory.mktemp("promote-farm")
@@ -48,10 +50,11 @@ def farm(tmp_path_factory):
     try:
         f.start_server()
         f.trtfarm("pools", "sync")
-        f.deploy("build-matrix", "promote-candidates")
-        f.start_worker("trtfarm-control")
+        f.deploy("build-matrix", "promote-candidates", "rtx-4090")
+        for pool in POOLS:
+            f.start_worker(pool)
         with farm_client(f) as c:
-            wait_for(lambda: c.read_work_pool("trtfarm-control").status.value == "READY", 180, "the control worker")
+            wait_for(lambda: all(c.read_work_pool(p).status.value == "READY" for p in POOLS), 180, "the workers")
         yield f
     finally:
         f.stop()
@@ -87,8 +90,8 @@ def test_a_nightly_run_releases_to_candidate_and_the_promote_deployment_moves_it
     (second / "farm.yaml").write_text((second / "farm.yaml").read_text() + PROMOTION)
     register_export(store, second)
 
-    # the nightly: every registered model's latest export, built in the control run (no GPU pool in this farm)
-    _run(farm, "build-matrix/build-matrix", {"dispatch": "local"})
+    # the nightly: every registered model's latest export, one child run on the GPU's pool
+    _run(farm, "build-matrix/build-matrix", {})
     candidate, _ = read_pointer(store, CANDIDATE)
     assert candidate is not None and candidate.channel == "candidate" and candidate.promotion.receipts == 1
     assert candidate.manifest != stable_before.manifest
