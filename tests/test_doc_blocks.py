@@ -165,7 +165,7 @@ def check_outputs(outputs: dict[str, list[str]], work: Path, home: Path) -> None
     assert first.index("COMPLETED") < first.index("rtx-4090-rtx1.7")  # the state, then the table
     assert "every target is published already: no run started" in farm[0] and "FAILED" not in farm[1]
     deployed = farm[0].split("deployed ", 1)[1]
-    assert deployed.startswith("7 deployments from prefect.yaml") and "prefect worker start" not in farm[0]
+    assert deployed.startswith("8 deployments from prefect.yaml") and "prefect worker start" not in farm[0]
     assert len(deployed.split("registered encoder", 1)[0].splitlines()) <= 12  # quiet: pools, the lost-host automation
     assert "ProcessWorker" not in farm[0] and "telemetry" not in (work / "prefect-server.log").read_text().lower()
     manifests = list((work / "farm-store").rglob("manifest.json"))

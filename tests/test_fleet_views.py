@@ -209,7 +209,8 @@ def test_plan_prints_json_one_object_per_pair_and_an_html_page_with_its_chart(bu
                 "--json", "--html", str(tmp_path / "page"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
-    assert all(list(r) == ["model", "target", "action", "reasons", "estimate_s", "basis"] for r in rows)
+    assert all(list(r) == ["model", "target", "action", "reasons", "estimate_s", "basis", "channel"] for r in rows)
+    assert {r["channel"] for r in rows} == {"stable"}  # no farm.yaml here declares promotion:
     # encoder's three RTX targets rebuild; dedupe's RTX target (its build failed) is new; both H100 targets unchanged
     assert Counter(r["action"] for r in rows) == Counter(rebuild=3, new=1, keep=2)
     assert [r["reasons"][:2] for r in rows if r["action"] == "new"] == [
@@ -225,11 +226,25 @@ def test_plan_prints_json_one_object_per_pair_and_an_html_page_with_its_chart(bu
 
 def test_farm_run_dry_run_lists_exactly_what_the_planner_would_send_out(own_store):
     work, store_uri, fleet_file = own_store
-    register_export(open_store(store_uri), encoder_export(work / "encoder-1", 1))  # a new export: all of it to build
+    export = encoder_export(work / "encoder-1", 1)  # a new export: all of it to build, released to candidate
+    (export / "farm.yaml").write_text((export / "farm.yaml").read_text() + "promotion: {receipts: 1}\n")
+    register_export(open_store(store_uri), export)
     done = _cli("farm", "run", "--dry-run", "--json", "--targets-file", str(fleet_file), "--store", store_uri,
                 cwd=work)
     assert done.returncode == 0, done.stderr
     listed = {(r["model"], r["target"]): r for r in json.loads(done.stdout)}
+    assert {(m, r["channel"]) for (m, _), r in listed.items()} == {("encoder", "candidate"), ("dedupe", "stable")}
+    text = _cli("farm", "run", "--dry-run", "--targets-file", str(fleet_file), "--store", store_uri, cwd=work)
+    assert "released to candidate, not stable (farm.yaml declares promotion:): encoder;" in " ".join(
+        text.stdout.split()), text.stdout
+    assert max(map(len, text.stdout.splitlines())) <= 80, text.stdout
+    doc = yaml.safe_load(fleet_file.read_text())
+    doc["toolchains"]["rtx-1.7"]["version"] = "1.7.2.1"
+    (work / "p.yaml").write_text(yaml.safe_dump(doc))
+    planned = _cli("plan", "--fleet", str(work / "p.yaml"), "--targets-file", str(fleet_file), "--store", store_uri,
+                   "--json", cwd=work)
+    assert {(r["model"], r["channel"]) for r in json.loads(planned.stdout) if r["action"] != "keep"} == {
+        ("encoder", "candidate"), ("dedupe", "stable")}, planned.stdout
     todo = {pair for pair, (_, published) in planner_prefixes(store_uri, fleet_file).items() if not published}
     assert {pair for pair, r in listed.items() if r["action"] != "keep"} == todo
     assert all(r["reasons"][0].startswith("export: ") for (m, t), r in listed.items() if m == "encoder"

@@ -4,20 +4,25 @@ Planning (``planning/plan.py``) reads the store and returns decisions: build job
 withdrawals of damaged ones. ``execute`` carries them out, for ``trtfarm build`` in its own process and for the
 build-matrix flow around its children alike: it withdraws the damaged publishes, completes the releases (or keeps a
 trial's pointer), runs the jobs through the caller's ``dispatch`` (this process, or one farm child per job), builds
-in full the refits the workers could not do, and returns one row per target.
+in full the refits the workers could not do, and returns one row per target. ``promote`` carries out what the
+promotion gates (``planning/gates.py``) decided: ``trtfarm promote`` and the promote-candidates flow call it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from trtfarm.building.outcome import release_if_allowed
+from trtfarm.planning.gates import Candidate
 from trtfarm.planning.plan import ExportPlan, full_build_of
+from trtfarm.publishing.channels import promote_move
 from trtfarm.publishing.publish import withdraw
+from trtfarm.publishing.release import ChannelRefused
 from trtfarm.store import Store
 from trtfarm.vocabulary.job import BuildJob, JobResult
 from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
+from trtfarm.vocabulary.pointer import ReleasePointer
 
 Dispatch = Callable[[list[BuildJob]], Awaitable[list[JobResult]]]
 
@@ -82,3 +87,40 @@ def changed_models(plans: list[ExportPlan], rows: Iterable[RunRow]) -> list[str]
     moved = {r.model for r in rows if r.outcome.release is not None
              and (r.outcome.release.action == "moved" or r.outcome.release.repaired)}
     return [p.name for p in plans if p.jobs or p.withdrawals or p.name in moved]
+
+
+@dataclass(frozen=True)
+class PromotionResult:
+    """A candidate with its gates as they stood, and what the promotion did: moved stable, or lost a race."""
+
+    candidate: Candidate
+    moved: ReleasePointer | None = None
+    refused: str = ""
+
+    @property
+    def action(self) -> str:
+        """``promoted``, ``refused`` (another promotion moved stable first), else the candidate's verdict."""
+        return "promoted" if self.moved else "refused" if self.refused else self.candidate.verdict
+
+    def to_json(self) -> dict:
+        """One ``promote --json`` row: the candidate's, with ``promoted`` and ``refused``."""
+        return {**self.candidate.to_json(), "promoted": self.moved is not None, "refused": self.refused or None}
+
+
+def promote(store: Store, found: list[Candidate], *, reason: str = "promoted: every gate holds", by: str | None = None,
+            force: bool = False, signer=None, trust=None) -> list[PromotionResult]:
+    """Move stable to each candidate whose gates hold (every one not already served, with ``force``).
+
+    The loser of a promotion race (``ChannelRefused``: another writer moved stable first) is reported, not raised.
+    """
+    done = []
+    for c in found:
+        moved, why = None, ""
+        if c.verdict == "holds" or (force and c.verdict != "already"):
+            try:
+                moved = promote_move(store, c.pointer, c.figures(), reason=reason, by=by, force=force, signer=signer,
+                                     trust=trust)
+            except ChannelRefused as lost:
+                why = str(lost)
+        done.append(PromotionResult(c, moved, why))
+    return done

@@ -72,9 +72,8 @@ def promote(model: str = typer.Argument(..., help="model name (as released)"),
             reason: str = typer.Option(None, "--reason", help="why (recorded in the history)"),
             targets_file: Path = TARGETS_OPT, store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     """Move stable to each candidate whose gates hold (accuracy, engine check, latency, canary receipts)."""
+    from trtfarm.executor import promote as promote_found
     from trtfarm.planning.gates import candidates
-    from trtfarm.publishing.channels import promote_move
-    from trtfarm.publishing.release import ChannelRefused
     from trtfarm.store import open_store
 
     if (from_, to) != ("candidate", "stable"):
@@ -89,38 +88,29 @@ def promote(model: str = typer.Argument(..., help="model name (as released)"),
     trust, signer = _signing(settings.trusted_keys(), settings.signer())
     found = [c for c in candidates(s, model, {(n.gpu, n.toolchain): t.release_on for n, t in names.items()})
              if c.name in names]
-    rows = []
-    for c in found:
-        moved, why = None, ""
-        if c.verdict == "holds" or (force and c.verdict != "already"):
-            text = reason or "promoted: every gate holds"
-            try:
-                moved = promote_move(s, c.pointer, c.figures(), reason=text, force=force, signer=signer, trust=trust)
-            except ChannelRefused as lost:  # another promotion moved it first
-                why = str(lost)
-        rows.append((c, moved, why))
+    rows = promote_found(s, found, reason=reason or "promoted: every gate holds", force=force, signer=signer,
+                         trust=trust)
     if as_json:
-        print_json([{**c.to_json(), "promoted": moved is not None, "refused": why or None}
-                          for c, moved, why in rows])
+        print_json([r.to_json() for r in rows])
     else:
-        _print_promotions(model, rows)
+        _print_promotions(rows)
     if not found:
         raise fail(f"{model} has no candidate for {', '.join(t.id for t in names.values())}: its farm.yaml declares "
                    "no promotion: block (its releases go to stable), or nothing was built since", code=1)
-    if any(why for _, _, why in rows):
+    if any(r.refused for r in rows):
         raise typer.Exit(1)
 
 
-def _print_promotions(model: str, rows) -> None:
+def _print_promotions(rows) -> None:
     from rich.table import Table
 
     from trtfarm.layout import short_ref
 
-    for c, moved, why in rows:
+    for r in rows:
+        c = r.candidate
         head = f"{c.name.gpu} {c.name.toolchain}: {short_ref(c.pointer.manifest).split('/')[-1]}"
         stable = short_ref(c.stable.manifest).split("/")[-1] if c.stable else "nothing"
-        verdict = "promoted" if moved else "refused" if why else c.verdict
-        out.print(f"[{VERDICT_STYLE.get(c.verdict, 'green')}]{verdict}[/] " + message_text(f"{head} (stable "
+        out.print(f"[{VERDICT_STYLE.get(c.verdict, 'green')}]{r.action}[/] " + message_text(f"{head} (stable "
                   f"{stable})"), highlight=False)
         gates = Table.grid(padding=(0, 1))
         gates.add_column(no_wrap=True, min_width=7)
@@ -129,8 +119,8 @@ def _print_promotions(model: str, rows) -> None:
         for g in c.gates:
             gates.add_row(f"  [{VERDICT_STYLE[g.verdict]}]{g.verdict}[/]", g.name, message_text(g.detail))
         out.print(gates)
-        if why:
-            labelled(out, "refused:", message_text(why))
+        if r.refused:
+            labelled(out, "refused:", message_text(r.refused))
 
 
 @app.command()

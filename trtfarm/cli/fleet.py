@@ -53,6 +53,11 @@ def print_decisions(decisions, title: str, wide: bool = False) -> None:
         _changes_table(changed, wide)
     else:
         _grouped_table(changed)
+    candidates = sorted({d.model for d in changed if d.channel == "candidate" and d.action != "drop"})
+    if candidates:
+        out.print(message_text(f"released to candidate, not stable (farm.yaml declares promotion:): "
+                               f"{', '.join(candidates)}; stable moves when the gates hold (`trtfarm promote`)"),
+                  highlight=False)
     pools = decisions.pool_seconds()
     if pools:
         out.print("estimated build time per work pool:", highlight=False)

@@ -147,7 +147,8 @@ def pull(model: str = typer.Argument(..., help="model name"),
                                     "(the runtime's header check included); exit 1 when one refuses it"),
          channel: str = typer.Option("stable", "--channel", help="stable, or candidate (a canary host)"),
          report: bool = typer.Option(False, "--report", help="then record a load receipt in the store: ok when "
-                                     "--check's checks pass, else failed with the first refusal (implies --check)"),
+                                     "--check's checks pass, failed when only the runtime refuses the plan "
+                                     "(implies --check)"),
          targets_file: Path = TARGETS_OPT, store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     """Fetch the plan released for this host's GPU and toolchain, checked, with its manifest beside it.
 
@@ -211,6 +212,8 @@ def _report(s, pulled, checks, targets_file) -> str:
     from trtfarm.vocabulary.fleet_file import signing_settings
 
     bad = next((c for c in checks if c.ok is False), None)
+    if bad is not None and bad.name != "runtime":  # this host's mismatch or copy, not the plan: no receipt
+        return f"not recorded: this host refused the plan before the runtime saw it ({bad.name}: {bad.detail})"
     settings = signing_settings(targets_path(targets_file, note=False))
     plan_sha = pulled.release.claim.plan_sha256 if pulled.release.claim else None
     done = record_receipt(s, pulled.pointer_key, lambda p: new_receipt(

@@ -38,6 +38,7 @@ class ExpectedExport:
     size_bytes: int | None = None  # the ONNX and its external data
     unknown: str | None = None  # why no build digest can be computed before a run
     damaged: str | None = None  # the export's record is not what trtfarm wrote (what is wrong, and the fix)
+    channel: str = "stable"  # where its releases go: candidate when farm.yaml declares promotion:
 
     def to_record(self) -> dict:
         """The fields as a state record keeps them (``from_record`` reads them back)."""
@@ -122,7 +123,7 @@ def _spec(survey: StoreSurvey, ref: ExportRef, record: ExportRecord, cache_key: 
     calibration = spec.calibration or ("calib.npz" if "calib.npz" in record.files else None)
     heldout = spec.heldout or ("heldout.npz" if "heldout.npz" in record.files else None)
     summary = SpecSummary(recipe=spec.precision.model_dump(mode="json"), profiles=profiles, targets=spec.targets,
-                          calibration=calibration, heldout=heldout)
+                          calibration=calibration, heldout=heldout, promotion=spec.promotion is not None)
     if cache_key:
         survey.cache.put("spec", cache_key, record.export_id, summary)
     return summary
@@ -150,7 +151,8 @@ def _from_export(survey: StoreSurvey, ref: ExportRef, record: ExportRecord | Non
     size = sum(f.bytes for n, f in record.files.items() if n in (record.model_files or [layout.ONNX_NAME]))
     base = ExpectedExport(name, record.onnx_digest, recipe.mode, record.onnx_digest, spec.profiles,
                           export_id=record.export_id, registered_at=record.registered_at,
-                          targets=tuple(spec.targets) or None, size_bytes=size)
+                          targets=tuple(spec.targets) or None, size_bytes=size,
+                          channel="candidate" if spec.promotion else "stable")
     if recipe.mode == "fp32" and not recipe.auto_pin:
         return base
     sha = {n: f.sha256 for n, f in record.files.items()}
@@ -197,7 +199,8 @@ def _unrecorded(survey: StoreSurvey, ref: ExportRef, precision: str | None) -> E
     profiles = profiles_json(spec_profiles(path, spec)[0])
     size = sum((path.parent / n).stat().st_size for n, _ in model.files)
     base = ExpectedExport(ref.name, model.onnx_digest, recipe.mode, model.onnx_digest, profiles,
-                          registered_at=model.exported_at, targets=tuple(spec.targets) or None, size_bytes=size)
+                          registered_at=model.exported_at, targets=tuple(spec.targets) or None, size_bytes=size,
+                          channel="candidate" if spec.promotion is not None else "stable")
     if recipe.mode == "fp32" and not recipe.auto_pin:
         return base
     return ExpectedExport(**{**base.__dict__, "converted_digest": None, "unknown": (

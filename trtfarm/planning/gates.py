@@ -168,3 +168,9 @@ def candidates(store: Store, model: str, release_on: dict[tuple[str, str], str] 
         found.append(candidate_gates(store, name, pointer, (release_on or {}).get((name.gpu, name.toolchain),
                                                                                   "engine"), now))
     return found
+
+
+def candidate_models(store: Store) -> list[str]:
+    """Every model with a candidate pointer in the store, sorted."""
+    return sorted({parsed[0].model for key in store.list(channel_prefix("candidate"))
+                   if (parsed := parse_channel_key(key)) is not None})

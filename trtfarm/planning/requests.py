@@ -68,3 +68,13 @@ class MatrixRequest(BaseModel):
         """The run's fleet and its targets, read and resolved once; ``UserInputError`` names unknown target ids."""
         fleet = load_fleet(self.targets_file)
         return fleet, select_targets(fleet, self.targets or None)
+
+
+class PromoteRequest(BaseModel):
+    """Promote every candidate whose gates hold (the hourly promote-candidates run)."""
+
+    models: list[str] = Field(default_factory=list, description="model names (default: every model with a "
+                              "candidate pointer in the store)")
+    store: str = Field(default_factory=default_store, description="artifact store: a path, file:// or s3://bucket/prefix")
+    targets_file: str = Field(default_factory=default_targets_file, description="the fleet's gpu_targets.yaml (each "
+                              "target's release_on, the signing key)")

@@ -12,7 +12,7 @@ unchanged is ``farm run --dry-run``: the same function, the same fleet twice.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from trtfarm import layout
@@ -79,7 +79,8 @@ def decide_fleet(survey: StoreSurvey, expected: dict[str, ExpectedExport], curre
             if t is None:
                 decisions[model, tid] = TargetDecision(model, tid, "drop", ("target removed from the fleet: its "
                                                        "released plans stay in the store until `trtfarm gc`",),
-                                                       0.0, "nothing to build", "nothing to build", c.gpu.pool)
+                                                       0.0, "nothing to build", "nothing to build", c.gpu.pool,
+                                                       channel=x.channel)
                 continue
             digest = x.digest(t, parts[tid])
             published = digest is not None and survey.published(x.prefix(t, digest))
@@ -87,7 +88,7 @@ def decide_fleet(survey: StoreSurvey, expected: dict[str, ExpectedExport], curre
             keep = _kept(survey, x, t, published, changes, force)
             if keep is not None:
                 decisions[model, tid] = TargetDecision(model, tid, "keep", keep, 0.0, "nothing to build",
-                                                       "nothing to build", t.gpu.pool, digest, published)
+                                                       "nothing to build", t.gpu.pool, digest, published, x.channel)
             else:
                 pending.append(_Open(model, t, c, digest, _predecessor(survey, x, tid, c or t, slots),
                                      _closest(survey, x, c or t), changes))
@@ -182,7 +183,7 @@ def _open_decisions(survey: StoreSurvey, expected: dict[str, ExpectedExport], pe
         if force and action == "rebuild":
             reasons = ["--force: published targets are rebuilt", *[r for r in reasons if r != SAME_INPUTS]]
         out[p.model, p.target.id] = TargetDecision(p.model, p.target.id, action, tuple(reasons), seconds, basis, kind,
-                                                   p.target.gpu.pool, p.digest)
+                                                   p.target.gpu.pool, p.digest, channel=x.channel)
     return out
 
 
@@ -221,9 +222,8 @@ def _share_builds(decisions: list[TargetDecision]) -> list[TargetDecision]:
         key = (d.model, d.build_digest or "")
         if d.action in ("rebuild", "new") and d.build_digest:
             if key in lead:
-                d = TargetDecision(d.model, d.target, d.action, d.reasons, 0.0,
-                                   f"built once with {lead[key]} (same build digest {d.build_digest[:12]})",
-                                   "shared", d.pool, d.build_digest)
+                d = replace(d, estimate_s=0.0, basis=f"built once with {lead[key]} (same build digest "
+                            f"{d.build_digest[:12]})", basis_kind="shared", published=False)
             else:
                 lead[key] = d.target
         out.append(d)

@@ -159,6 +159,9 @@ class SpecSummary(BaseModel):
     targets: list[str] = []
     calibration: str | None = None  # the data files the precision step hashes, as the export names them
     heldout: str | None = None
+    # farm.yaml declares promotion: (releases go to the candidate channel); required, so that an entry cached before
+    # it was summarised is read again rather than taken for "no promotion"
+    promotion: bool
 
 
 class SummaryCache:

@@ -34,7 +34,7 @@ class Release:
         """One line for a person: what carrying this out would do."""
         if self.trial:
             return f"keep {self.manifest.target.gpu}'s pointer ({self.trial})"
-        return f"release {self.manifest_key}"
+        return f"release {self.manifest_key}" + (" to candidate (promotion: declared)" if self.promotion else "")
 
 
 @dataclass(frozen=True)

@@ -36,11 +36,12 @@ class TargetDecision:
     pool: str | None = None  # the work pool the build runs on (the proposed fleet's; the current one's for drop)
     build_digest: str | None = None  # the proposed build (None: dropped, or not computable before the precision step)
     published: bool = False  # whether that build is in the store now
+    channel: str = "stable"  # the pointer its release moves: candidate when the model's farm.yaml declares promotion:
 
     def to_json(self) -> dict:
-        """``{model, target, action, reasons, estimate_s, basis}`` (``trtfarm plan --json``, one per pair)."""
+        """``{model, target, action, reasons, estimate_s, basis, channel}`` (``trtfarm plan --json``, one per pair)."""
         return {"model": self.model, "target": self.target, "action": self.action, "reasons": list(self.reasons),
-                "estimate_s": self.estimate_s, "basis": self.basis}
+                "estimate_s": self.estimate_s, "basis": self.basis, "channel": self.channel}
 
 
 @dataclass(frozen=True)
