@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from trtfarm import layout
-from trtfarm.errors import UserInputError
+from trtfarm.errors import UserInputError, plain_text
 from trtfarm.planning.overview import plan_fleet
 from trtfarm.store import open_store
 from trtfarm.vocabulary.fleet import BuilderSettings, ResolvedTarget, select_targets
@@ -156,7 +156,7 @@ def test_plan_fleet_calls_a_target_new_exactly_when_nothing_of_the_model_is_publ
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     assert [(r["model"], r["target"], r["action"], r["reasons"]) for r in rows] == \
-        [(d.model, d.target, d.action, list(d.reasons)) for d in decisions]
+        [(d.model, d.target, d.action, [plain_text(r) for r in d.reasons]) for d in decisions]  # --json: plain text
 
 
 @pytest.mark.parametrize("name,doc", FAMILY, ids=[m[0] for m in FAMILY])
