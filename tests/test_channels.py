@@ -144,6 +144,7 @@ def test_two_racing_promotions_leave_one_winner_and_one_history(channels):
     (["receipt", "encoder", "--target", TARGET, "--channel", "candidate", "--ok", "--plan", "0" * 64], 2,
      "is not in the candidate channel"),
     (["receipt", "encoder", "--target", TARGET, "--ok", "--load-ms", "fast"], 2, "--load-ms"),
+    (["rollback", "encoder", "--channel", "candidate"], 1, "has no earlier good release"),  # one move, nothing before
 ])
 def test_bad_input_is_one_line_with_its_exit_code(channels, args, code, words):
     _, env, _ = channels
