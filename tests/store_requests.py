@@ -285,6 +285,9 @@ def farm_run(work: Path, store: str) -> dict[str, Tally]:
 
     building, results = _counted(build)
     assert [o.status for r in results for o in r.outcomes] == ["built"] * 3, results
+    from trtfarm.planning.record import record_states
+
+    record_states(_open(store), request.check_targets()[0], ["encoder"], by="test")  # as the flow does after a run
 
     def rerun():
         rows = _published_already(request, *request.check_targets())

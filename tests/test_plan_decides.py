@@ -155,3 +155,30 @@ def test_build_prints_the_moved_pointer_when_it_repaired_it_first(tmp_path):
     here = f"{model}/{gpu}/"
     was, now = layout.short_ref(old).removeprefix(here), layout.short_ref(moved).removeprefix(here)
     assert f"released: {model}/{gpu} {toolchain}: {was} -> {now}" in text, proc.stdout
+
+
+def test_farm_runs_up_to_date_check_agrees_with_status_on_a_tampered_pointer(built):
+    """Published and released by the listings, yet the pointer names another plan sha256: status calls it refused,
+    and the up-to-date check (the same state function) leaves it to the run, never "every target is published"."""
+    work, uri, fleet = built
+    _, pointer = _published(uri)
+    store = open_store(uri)
+    saved = store.get(pointer)
+    doc = json.loads(saved.data)
+    code = ("import json, sys; from trtfarm.cli.farm import _published_already; "
+            "from trtfarm.planning.requests import MatrixRequest; "
+            f"r = MatrixRequest(store={uri!r}, targets_file={str(fleet)!r}); "
+            "print(json.dumps(None if (rows := _published_already(r, *r.check_targets())) is None else len(rows)))")
+    env = {**os.environ, "TRTFARM_SIGNING_KEY": "", "TRTFARM_TRUSTED_KEYS": ""}
+
+    def check():
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    assert check() == 1  # sound: up to date, no run
+    store.compare_and_swap(pointer, json.dumps({**doc, "plan_sha256": "0" * 64}).encode(), saved.etag)
+    try:
+        assert check() is None
+    finally:
+        store.compare_and_swap(pointer, saved.data, store.get(pointer).etag)

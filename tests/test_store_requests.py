@@ -71,7 +71,10 @@ def test_a_farm_run_plans_once_and_its_jobs_read_no_pointer_or_manifest(tmp_path
     assert planning["manifest_reads"] == 0 and planning["pointer_reads"] == 0  # the listings said: none yet
     assert planning["requests"] <= 10 and planning["select_targets"] <= 2  # `farm run`'s check, then the flow's plan
     assert jobs["manifest_reads"] == 0 and jobs["pointer_reads"] == 0 and jobs["requests"] <= 14
-    assert figures["farm run, up to date"]["requests"] <= 3
+    # up to date: the registry's record and two listings say every target is published and released, then the fleet's
+    # state (status's function) agrees from its seven listings and the model's recorded state (one object)
+    assert figures["farm run, up to date"]["requests"] <= 3 + 7 + 1
+    assert figures["farm run, up to date"]["pointer_reads"] == 0 == figures["farm run, up to date"]["manifest_reads"]
 
 
 

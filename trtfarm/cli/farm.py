@@ -255,6 +255,9 @@ def _dry_run(request, as_json: bool, fleet) -> None:
 def _published_already(request, fleet, targets) -> list | None:
     """Every target's ``RunRow`` when all of them are published and released (from the listings), else None.
 
+    Then the fleet's state (``planning.status``, the function every view reads) must agree: a cell it calls damaged,
+    refused (a tampered pointer), stale, failed or missing is the run's to repair, so the farm is asked.
+
     Asks the store this shell names (``--store`` / ``$TRTFARM_STORE``, which ``--wait`` needs to be the farm's).
     """
     from trtfarm.building.outcome import StoreIndex
@@ -268,9 +271,21 @@ def _published_already(request, fleet, targets) -> list | None:
         exports, index = find_exports(store, request.model), StoreIndex(store)
         checks = (up_to_date_export(request, e, store, fleet, index, targets) for e in exports)  # lazily, in order:
         plans = list(iter(lambda: next(checks, None), None))  # the first model with work ends it (the run plans it)
+        if not exports or len(plans) != len(exports):
+            return None
+        if _unsound(store, fleet, [p.name for p in plans], [t.id for t in targets] if targets else None):
+            return None  # the one state function sees what a run must repair: the run does it
     except TrtfarmError:  # this shell's store is not the farm's (or cannot say): let the farm decide
         return None
-    return rows_for(plans, []) if exports and len(plans) == len(exports) else None
+    return rows_for(plans, [])
+
+
+def _unsound(store, fleet, models: list[str], targets: list[str] | None) -> list:
+    """The cells of ``models`` the fleet's state calls damaged, refused, stale, failed or missing (status's rule)."""
+    from trtfarm.planning.overview import status
+
+    found = status(store, fleet, models, targets=targets)
+    return [c for c in found.cells if c.state in ("damaged", "refused", "stale", "failed", "missing")]
 
 
 def _print_run(run, as_json: bool) -> None:
