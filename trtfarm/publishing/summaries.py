@@ -186,6 +186,9 @@ class SummaryCache:
         return cls(cache_dir("survey", hashlib.sha256(store_uri.encode()).hexdigest()[:16]))
 
     def _kind(self, kind: str) -> dict[str, list]:
+        found = self._kinds.get(kind)  # read once per kind and never replaced: no lock needed once it is there
+        if found is not None:
+            return found
         with self._lock:
             if kind not in self._kinds:
                 found: dict = {}

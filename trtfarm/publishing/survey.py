@@ -200,11 +200,14 @@ class StoreSurvey:
 
         if not todo:  # every one remembered: no reader threads
             return out
-        with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
-            for key, value in zip(todo, pool.map(fetch, todo), strict=True):
-                if value is not None:
-                    self.cache.put(kind, key, items[key].version, value)
-                    out[(by or str)(key)] = value
+        size = max(1, min(64, len(todo) // (READ_THREADS * 4)))  # a task per batch: a submit per key cost more CPU
+        batches = [todo[i:i + size] for i in range(0, len(todo), size)]  # than the read it started, on 2 cores
+        with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(batches))) as pool:
+            for batch, values in zip(batches, pool.map(lambda b: [fetch(k) for k in b], batches), strict=True):
+                for key, value in zip(batch, values, strict=True):
+                    if value is not None:
+                        self.cache.put(kind, key, items[key].version, value)
+                        out[(by or str)(key)] = value
         return out
 
 
