@@ -14,6 +14,8 @@ def release_event(event: str, identity: str, payload: dict) -> bool:
     if not os.environ.get("PREFECT_API_URL"):
         return False
     from prefect.events import emit_event
+    from prefect.events.worker import EventsWorker
 
     emit_event(event=event, resource={"prefect.resource.id": f"trtfarm.release.{identity}"}, payload=payload)
+    EventsWorker.drain_all(timeout=30)  # sent before a short command exits, not left in its queue
     return True

@@ -8,6 +8,7 @@ declares ``promotion: {receipts: 1, soak_s: 0}``.
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -118,3 +119,28 @@ def test_a_nightly_run_releases_to_candidate_and_the_promote_deployment_moves_it
 
     again = _report(farm, _run(farm, "promote-candidates/promote-candidates", {}))  # nothing left to move
     assert "0 of 1 candidate(s) promoted" in again and "**already**" in again, again
+
+
+def test_a_failed_receipt_on_stable_rolls_it_back_and_emits_the_event_automations_page_on(farm):
+    """After the promotion above: a serving host's failed receipt (the command line, with the farm's Prefect API)
+    moves stable back and the server holds a ``trtfarm.release.rolled-back`` event naming the release."""
+    import httpx
+
+    store = open_store(farm.env["TRTFARM_STORE"])
+    promoted, _ = read_pointer(store, STABLE)
+    assert promoted.current.action == "promote"
+    done = farm.trtfarm("receipt", "encoder", "--target", "rtx-4090-rtx1.7", "--failed", "CUDA error 700", "--json")
+    assert json.loads(done.stdout)["rolled_back_to"], done.stdout
+    back, _ = read_pointer(store, STABLE)
+    assert back.manifest != promoted.manifest and back.current.action == "rollback"
+
+    def events():
+        r = httpx.post(f"{farm.api}/events/filter", json={"filter": {"event": {"name": [
+            "trtfarm.release.rolled-back"]}}, "limit": 10}, timeout=30)
+        r.raise_for_status()
+        return r.json()["events"]
+
+    wait_for(lambda: events(), 60, "the rolled-back event")
+    [event] = events()
+    assert event["resource"]["prefect.resource.id"] == "trtfarm.release.encoder/rtx-4090/tensorrt_rtx-1.7.1.116"
+    assert event["payload"]["error"] == "CUDA error 700" and event["payload"]["to"] == back.manifest
