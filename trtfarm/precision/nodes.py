@@ -39,7 +39,9 @@ class NodePrecision:
         """``12 of 14 compute nodes in fp16; FP32: fc2 (AutoCast data_max: ...), ...``."""
         if not self.compute_nodes:
             return ""
-        head = f"{self.low_precision_nodes} of {self.compute_nodes} compute nodes in {mode}"
+        low = {p: n for p, n in self.by_precision.items() if p != "fp32"}
+        mix = f"low precision ({', '.join(f'{p} {n}' for p, n in low.items())})" if len(low) > 1 else mode
+        head = f"{self.low_precision_nodes} of {self.compute_nodes} compute nodes in {mix}"
         if not self.fp32_nodes:
             return head
         shown = [f"{n} ({why})" for n, why in list(self.fp32_nodes.items())[:limit]]
