@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trtfarm.precision.convert import ConversionError, Converted, convert_onnx
+from trtfarm.precision.convert import QUANTIZE, ConversionError, Converted, convert_onnx
 from trtfarm.precision.gate import FP16_MAX, GateReport, accuracy_gate, all_tensors
 from trtfarm.precision.progress import Progress
 from trtfarm.precision.recipe import Recipe
@@ -46,8 +46,14 @@ def _exact(names: list[str]) -> list[str]:
     return [f"^{re.escape(n)}$" for n in names]
 
 
-def auto_pin(src: Path, recipe: Recipe, work: Path, feeds: list[dict], progress: Progress | None = None) -> Pinned:
-    """Search the minimal FP32 node set (on top of the recipe's own keep lists)."""
+def auto_pin(src: Path, recipe: Recipe, work: Path, feeds: list[dict], progress: Progress | None = None, *,
+             calibration: list[dict] | None = None) -> Pinned:
+    """Search the minimal FP32 node set (on top of the recipe's own keep lists).
+
+    ``feeds`` are the gate's (and AutoCast's reference run's); int8/fp8 quantize on ``calibration``, and their
+    candidates are the layers the gate names as costing the most accuracy, costliest first.
+    """
+    quantized = recipe.mode in QUANTIZE
     naive = recipe.model_copy(update={"data_max": float("inf"), "auto_pin": False})
     progress = progress or Progress()
     tries = 0
@@ -60,7 +66,7 @@ def auto_pin(src: Path, recipe: Recipe, work: Path, feeds: list[dict], progress:
         r = naive.model_copy(update={"keep_fp32": [*recipe.keep_fp32, *_exact(pins)]})
         label = f"auto-pin {tries}: {len(pins)} node(s) in FP32"
         with progress.stage(f"{label}, converting"):
-            conv = convert_onnx(src, r, work / f"try-{tries}.onnx", feeds=feeds)
+            conv = convert_onnx(src, r, work / f"try-{tries}.onnx", feeds=calibration if quantized else feeds)
         if conv.digest not in gated:
             with progress.stage(f"{label}, comparing", 2 * len(feeds)) as step:
                 gated[conv.digest] = accuracy_gate(src, conv.path, feeds, r, diagnose=tries == 1, step=step)
@@ -71,7 +77,7 @@ def auto_pin(src: Path, recipe: Recipe, work: Path, feeds: list[dict], progress:
         return Pinned(conv, report, [], tries, [f"auto-pin: the naive conversion (every node in {recipe.mode}) "
                                                 f"is not refused ({report.verdict}); nothing pinned"])
     limit = FP16_MAX if recipe.mode == "fp16" else float(np.finfo(np.float32).max) / 2
-    candidates = list(dict.fromkeys(overflow_candidates(src, feeds[0], limit)
+    candidates = list(dict.fromkeys(([] if quantized else overflow_candidates(src, feeds[0], limit))
                                     + [d["node"] for d in report.diverging_nodes]))
     pins: list[str] = []
     for name in candidates:
@@ -81,6 +87,10 @@ def auto_pin(src: Path, recipe: Recipe, work: Path, feeds: list[dict], progress:
         conv, report = attempt(pins)
         if report.passed is not False:  # passed, or not judged (then every attempt is: the FP32 outputs decide)
             break
+    if report.passed is False and quantized:
+        raise ConversionError(f"--auto-pin: {recipe.mode} is not for this model: with the {len(pins)} layer(s) that "
+                              f"cost the most accuracy in FP32 ({', '.join(pins) or 'none'}) the gate still fails: "
+                              f"{'; '.join(report.failures)}. Fix: use fp16 (--mode fp16), or fp32")
     if report.passed is False:
         raise ConversionError(f"--auto-pin: keeping {len(pins)} node(s) in FP32 ({', '.join(pins) or 'none'}) "
                               f"still fails the gate: {'; '.join(report.failures)}. Keep larger regions with "
@@ -91,7 +101,8 @@ def auto_pin(src: Path, recipe: Recipe, work: Path, feeds: list[dict], progress:
         if tries < MAX_TRIES and (found := attempt(trial))[1].passed is not False:
             pins, best = trial, found
     conv = best[0]
-    default = convert_onnx(src, recipe.model_copy(update={"auto_pin": False}), work / "default.onnx", feeds=feeds)
+    default = convert_onnx(src, recipe.model_copy(update={"auto_pin": False}), work / "default.onnx",
+                           feeds=calibration if quantized else feeds)
     if default.digest == conv.digest:  # the pins changed nothing AutoCast's own rules would not have done
         return Pinned(default, best[1], [], tries + 1, [
             f"auto-pin: the smallest FP32 set it found is the one AutoCast's default rules keep (data_max "
@@ -100,4 +111,7 @@ def auto_pin(src: Path, recipe: Recipe, work: Path, feeds: list[dict], progress:
     reasons.update({n: "auto-pin: the gate fails without it" for n in pins if n in reasons})
     nodes = replace(conv.nodes, fp32_nodes=reasons)
     notes = [f"auto-pin searched from the naive conversion (every node in {recipe.mode}) in {tries} conversion(s)"]
+    if quantized:  # ModelOpt runs what it does not quantize in FP16 (its high_precision_dtype)
+        notes.append(f"auto-pin kept {', '.join(pins)} out of {recipe.mode} quantization; ModelOpt runs the layers "
+                     "it does not quantize in FP16")
     return Pinned(replace(conv, nodes=nodes), best[1], pins, tries, notes)

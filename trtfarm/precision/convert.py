@@ -34,6 +34,9 @@ from trtfarm.scratch import scratch_dir
 AUTOCAST = {"fp16", "bf16"}
 REFERENCE_BATCHES = 4
 QUANTIZE = {"int8", "fp8"}
+# control flow whose body AutoCast (ModelOpt 0.47) leaves FP32 after casting its loop-carried inputs to FP16, which
+# onnxruntime then refuses (MatMul bound to float16 and float): kept in FP32 whole. An If's branches it casts right.
+LOOPS = {"Loop", "Scan"}
 
 
 class ConversionError(UserInputError):
@@ -137,18 +140,21 @@ def _autocast(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, wo
 
     # AutoCast marks every tensor as an output of its reference run: a few batches give its ranges
     data = str(_write_feeds(feeds[:REFERENCE_BATCHES], work / "reference")) if feeds else None
+    loops = {n.name: n.op_type for n in onnx.load(str(src), load_external_data=False).graph.node
+             if n.op_type in LOOPS}
     with _modelopt_log() as log, modelopt_workarounds():
         try:
             model = convert_to_mixed_precision(
                 onnx_path=str(src), low_precision_type=recipe.mode, nodes_to_exclude=recipe.keep_fp32 or None,
-                op_types_to_exclude=recipe.keep_fp32_ops or None, data_max=recipe.data_max,
+                op_types_to_exclude=[*recipe.keep_fp32_ops, *set(loops.values())] or None, data_max=recipe.data_max,
                 init_max=recipe.init_max, keep_io_types=True, calibration_data=data, providers=["cpu"])
         except Exception as err:  # only what ModelOpt's (or its libraries') code raised is translated
             if (said := _translated(err, recipe, named, log.errors, bool(feeds))) is err:
                 raise
             raise said from err
     onnx.save(model, str(out))
-    return log.kept
+    return {**log.kept, **{name: f"kept in FP32 with its body: AutoCast casts a {op}'s loop-carried inputs but not "
+                                 "its body" for name, op in loops.items() if op not in recipe.keep_fp32_ops}}
 
 
 class _Feeds:

@@ -5,7 +5,7 @@ auto-pin attempts (``runs``). Per output the gate measures error against the out
 where the reference carries signal (``figures``). The converted model's FP16 tensors are watched in the same run:
 under strong typing TensorRT stores every FP16 tensor in FP16, so an overflow between two nodes that onnxruntime's
 CPU kernels upcast away would reach a TensorRT engine's outputs. Only when the gate fails does a layer-wise run
-name the first nodes where the conversion diverges.
+name the nodes that cost the most accuracy.
 """
 
 from __future__ import annotations
@@ -212,9 +212,15 @@ def fp16_overflows(converted: Path, feeds: list[dict], limit: int = 5) -> list[d
 
 def layerwise_divergence(fp32: Path, converted: Path, feed: dict, limit: int = 5,
                          rel_tol: float = 1e-2) -> list[dict]:
-    """The first nodes (graph order) whose outputs overflow or drift from FP32 beyond ``rel_tol``."""
+    """The nodes that cost the most accuracy, costliest first: each one's own share of the drift from FP32.
+
+    A node's cost is the relative error of its output less the largest relative error among its inputs (what it
+    added, not what it inherited), from one run of each model marking every tensor; a node whose output overflows
+    where FP32's does not costs most. Nodes whose output drifts less than ``rel_tol`` are left out.
+    """
     model, ref = all_tensors(fp32, feed)
     _, got = all_tensors(converted, feed, keep=False)
+    errors: dict[str, float] = {}
     found = []
     for node in model.graph.node:
         for t in node.output:
@@ -222,14 +228,14 @@ def layerwise_divergence(fp32: Path, converted: Path, feed: dict, limit: int = 5
                 continue
             a, b = ref[t].astype(np.float64), got[t].astype(np.float64)
             if not np.isfinite(b).all() and np.isfinite(a).all():
-                issue = f"overflow: non-finite values (FP32 max |x| = {np.abs(a).max():.4g})"
+                errors[t] = np.inf
+                cost, issue = np.inf, f"overflow: non-finite values (FP32 max |x| = {np.abs(a).max():.4g})"
             else:
-                rel = float(np.abs(a - b).max() / (np.abs(a).max() + 1e-12))
-                if rel <= rel_tol:
-                    continue
-                issue = f"relative error {rel:.3g}"
-            found.append({"node": node.name, "op": node.op_type, "tensor": t, "issue": issue})
+                errors[t] = rel = float(np.abs(a - b).max() / (np.abs(a).max() + 1e-12))
+                cost = rel - max((errors.get(i, 0.0) for i in node.input), default=0.0)
+                issue = f"relative error {rel:.3g}, {max(cost, 0.0):.3g} of it added here"
+            if errors[t] > rel_tol and cost > 0:
+                found.append({"node": node.name, "op": node.op_type, "tensor": t, "issue": issue,
+                              "cost": float(min(cost, 1e308))})
             break
-        if len(found) >= limit:
-            break
-    return found
+    return sorted(found, key=lambda d: -d["cost"])[:limit]

@@ -4,12 +4,13 @@ A compute node is a node of the FP32 export with a floating-point output (``Cons
 the converted model it runs in the precision of that output: FP16/BF16 (AutoCast), INT8/FP8 when its inputs come
 from ``DequantizeLinear`` (quantization), else FP32. Each FP32 node gets its reason: AutoCast's rule as AutoCast
 logged it (``data_max``, ``init_max``, an op type without an FP16 form), a pin (``--keep-fp32``/``--keep-fp32-op``),
-or auto-pin.
+or auto-pin. The nodes inside control flow (an If's branches, a Loop's body) are judged by the types they compute in.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -39,7 +40,9 @@ class NodePrecision:
         """``12 of 14 compute nodes in fp16; FP32: fc2 (AutoCast data_max: ...), ...``."""
         if not self.compute_nodes:
             return ""
-        head = f"{self.low_precision_nodes} of {self.compute_nodes} compute nodes in {mode}"
+        low = {p: n for p, n in self.by_precision.items() if p != "fp32"}
+        mix = f"low precision ({', '.join(f'{p} {n}' for p, n in low.items())})" if len(low) > 1 else mode
+        head = f"{self.low_precision_nodes} of {self.compute_nodes} compute nodes in {mix}"
         if not self.fp32_nodes:
             return head
         shown = [f"{n} ({why})" for n, why in list(self.fp32_nodes.items())[:limit]]
@@ -83,7 +86,34 @@ def node_precision(source: Path, converted: Path, mode: str, reasons: dict[str, 
             report.low_precision_nodes += 1
             continue
         report.fp32_nodes[node.name] = _why(node, mode, reasons, keep_fp32, keep_fp32_ops, auto_pinned)
+    for node in out.graph.node:  # control flow: the nodes of its subgraphs, by the types they compute in
+        for inner, dtype in _inner(node, out_types):
+            if inner.op_type in NOT_COMPUTE or dtype not in FLOATS:
+                continue
+            precision = FLOATS[dtype]
+            report.compute_nodes += 1
+            report.by_precision[precision] = report.by_precision.get(precision, 0) + 1
+            if precision != "fp32":
+                report.low_precision_nodes += 1
+            else:
+                report.fp32_nodes[inner.name or f"{node.name}/{inner.op_type}"] = \
+                    f"in the subgraph of {node.op_type} {node.name}, which the conversion left in FP32"
     return report
+
+
+def _inner(node: onnx.NodeProto, outer: dict[str, int]) -> Iterator[tuple[onnx.NodeProto, int | None]]:
+    """Each node of ``node``'s subgraphs (nested ones too), with the float type it computes in (None: no float)."""
+    for attr in node.attribute:
+        for graph in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+            types = {**outer, **{v.name: v.type.tensor_type.elem_type for v in [*graph.input, *graph.value_info]},
+                     **{i.name: i.data_type for i in graph.initializer}}
+            for n in graph.node:
+                to = next((a.i if a.name == "to" else a.t.data_type for a in n.attribute
+                           if (n.op_type, a.name) in (("Cast", "to"), ("Constant", "value"))), None)
+                dtype = to if to is not None else next((types[i] for i in n.input if types.get(i) in FLOATS), None)
+                types.update({t: dtype for t in n.output if dtype is not None})
+                yield n, dtype
+                yield from _inner(n, types)
 
 
 def _why(node: onnx.NodeProto, mode: str, reasons: dict[str, str], keep_fp32, keep_fp32_ops, auto_pinned) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from trtfarm.layout import converted_model_key, converted_prefix, converted_repo
 from trtfarm.onnxfile import external_files
 from trtfarm.precision.autopin import auto_pin
 from trtfarm.precision.convert import QUANTIZE, ConversionError, Converted, convert_onnx, refuse_unconvertible
-from trtfarm.precision.gate import GateReport, OutputFigures, accuracy_gate
+from trtfarm.precision.gate import GateReport, OutputFigures, accuracy_gate, figure_failures
 from trtfarm.precision.inputs import (
     batch_axes,
     batches,
@@ -57,12 +59,14 @@ class PrecisionResult:
     reused: bool = False
     nodes: NodePrecision | None = None
     notes: list[str] = field(default_factory=list)
+    # a failed gate's way forward: the failing outputs, the costliest layers and the commands that would fix it
+    fix: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        """``precision --json``: the converted model, its node precision, what was normalised, and the gate."""
+        """``precision --json``: the converted model, its node precision, what was normalised, the gate, the fix."""
         return {"converted": str(self.path), "digest": self.digest, "pinned_fp32_nodes": self.pinned,
                 "nodes": self.nodes.to_json() if self.nodes else None, "notes": self.notes,
-                "gate": self.report.to_json()}
+                "gate": self.report.to_json(), "fix": self.fix or None}
 
     def summary(self) -> str:
         """One paragraph for people: pass/fail, the failing outputs, the first diverging nodes, warnings."""
@@ -76,9 +80,28 @@ class PrecisionResult:
             figs = "; ".join(_figure_text(f) for f in r.figures)
             return f"{self.recipe.mode} gate passed ({figs or r.note}).{nodes}{notes}{warnings}"
         diverging = "; ".join(f"{d['node']} ({d['op']}): {d['issue']}" for d in r.diverging_nodes) or "none found"
-        return (f"{self.recipe.mode} accuracy gate failed: {'; '.join(r.failures)}. First diverging nodes: "
-                f"{diverging}.{nodes} Fix: --auto-pin, or keep those nodes in FP32 with --keep-fp32 REGEX."
-                + notes + warnings)
+        fix = (f"`{self.fix['auto_pin']}`" + (f", or keep those layers in FP32: `{self.fix['keep_fp32']}`"
+                                              if self.fix.get("keep_fp32") else "")) if self.fix else \
+            "--auto-pin, or keep those nodes in FP32 with --keep-fp32 REGEX"
+        return (f"{self.recipe.mode} accuracy gate failed: {'; '.join(r.failures)}. Layers that cost the most "
+                f"accuracy: {diverging}.{nodes} Fix: {fix}." + notes + warnings)
+
+
+def way_forward(src: Path, recipe: Recipe, report: GateReport, **data: Path | None) -> dict:
+    """A failed gate's fix: its failing outputs, its costliest layers, and the two commands that would fix it.
+
+    ``data``: the calibration and held-out files the step was given (the commands give them again).
+    """
+    if report.passed is not False:
+        return {}
+    layers = [d["node"] for d in report.diverging_nodes]
+    base = ["trtfarm", "precision", str(src), "--mode", recipe.mode,
+            *(x for what, path in data.items() if path for x in (f"--{what}", str(path)))]
+    keep = "^(" + "|".join(re.escape(n) for n in layers) + ")$" if layers else ""
+    return {"failing_outputs": [f.output for f in report.figures if figure_failures([f], recipe)],
+            "costliest_layers": layers, "auto_pin": shlex.join([*base, "--auto-pin"]),
+            "keep_fp32": shlex.join([*base, *(x for p in [*recipe.keep_fp32, keep] for x in ("--keep-fp32", p))])
+            if keep else ""}
 
 
 def _figure_text(f: OutputFigures) -> str:
@@ -164,9 +187,9 @@ def convert_and_gate(src: Path, recipe: Recipe, out: Path, *, calibration: Path 
     calib = calibration_feeds(src, calibration, max_memory, notes) if calibration else None
     feeds = gate_inputs(src, heldout, notes, max_memory)
     with precision_progress() as progress:
-        if recipe.auto_pin and recipe.mode in ("fp16", "bf16"):
+        if recipe.auto_pin and recipe.mode != "fp32":
             with scratch_dir("trtfarm-autopin-") as tmp:
-                found = auto_pin(src, recipe, tmp, feeds, progress)
+                found = auto_pin(src, recipe, tmp, feeds, progress, calibration=calib)
                 out.parent.mkdir(parents=True, exist_ok=True)
                 out.write_bytes(found.converted.path.read_bytes())
             conv = found.converted
@@ -178,7 +201,8 @@ def convert_and_gate(src: Path, recipe: Recipe, out: Path, *, calibration: Path 
         with progress.stage(f"{recipe.mode}: comparing with FP32 on {len(feeds)} batches", runs) as step:
             report = accuracy_gate(src, conv.path, feeds, recipe, step=step)
     return PrecisionResult(recipe, conv.path, conv.digest, report, [], nodes=conv.nodes,
-                           notes=[*conv.notes, *notes])
+                           notes=[*conv.notes, *notes],
+                           fix=way_forward(src, recipe, report, calibration=calibration, heldout=heldout))
 
 
 def _refuse_overwriting_inputs(src: Path, out: Path, **data: Path | None) -> None:
@@ -228,7 +252,7 @@ def prepare_precision(store, model_name: str, src: Path, onnx_digest: str, recip
         report = GateReport(**{**doc["report"], "figures": [OutputFigures(**f) for f in doc["report"]["figures"]]})
         nodes = NodePrecision(**doc["nodes"]) if doc.get("nodes") else None
         result = PrecisionResult(recipe, work / "model.onnx", doc["digest"], report, doc["pinned"], reused=True,
-                                 nodes=nodes, notes=doc.get("notes", []))
+                                 nodes=nodes, notes=doc.get("notes", []), fix=doc.get("fix") or {})
         if result.report.passed is False:
             raise GateFailed(result.summary())
         store.download_file(converted_model_key(prefix), result.path, sha256=doc["sha256"])
@@ -247,7 +271,7 @@ def prepare_precision(store, model_name: str, src: Path, onnx_digest: str, recip
             result = replace(result, digest=digest_of(result.path))
     doc = {"digest": result.digest, "sha256": sha256_file(result.path), "pinned": result.pinned,
            "recipe": recipe.model_dump(mode="json"), "report": result.report.to_json(),
-           "nodes": result.nodes.to_json() if result.nodes else None, "notes": result.notes}
+           "nodes": result.nodes.to_json() if result.nodes else None, "notes": result.notes, "fix": result.fix}
     if not store.put_if_absent(converted_report_key(prefix), json.dumps(doc, indent=2).encode()):
         stored = json.loads(store.get(converted_report_key(prefix)).data)
         if result.report.passed is not False and stored["sha256"] != doc["sha256"]:

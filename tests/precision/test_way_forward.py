@@ -1,0 +1,82 @@
+"""A failed gate gives a way forward: the failing outputs, the layers that cost the most accuracy, and the command.
+
+The model is a small MLP whose middle layer reads one activation channel scaled by 3000 (and its weights scaled
+back): FP32 is exact, but INT8's per-tensor scale of that input is set by the one large channel, so every other
+channel quantizes to zero and the output is lost. The costliest layer is the MatMul that reads it (``fc2``);
+keeping it out of INT8 is enough.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from trtfarm.precision.step import ConversionError, Recipe, convert_and_gate
+
+F = TensorProto.FLOAT
+
+
+def outlier_mlp(folder):
+    rng = np.random.default_rng(0)
+    boost = np.ones(32, np.float32)
+    boost[0] = 3000.0
+    w2 = (rng.standard_normal((32, 32)) / 6).astype(np.float32)
+    w2[0] /= 3000.0
+    arrays = {"w1": (rng.standard_normal((16, 32)) / 4).astype(np.float32), "boost": boost, "w2": w2,
+              "w3": (rng.standard_normal((32, 8)) / 6).astype(np.float32)}
+    n = helper.make_node
+    nodes = [n("MatMul", ["x", "w1"], ["h1"], name="fc1"), n("Relu", ["h1"], ["a1"], name="relu1"),
+             n("Mul", ["a1", "boost"], ["big"], name="outlier"), n("MatMul", ["big", "w2"], ["h2"], name="fc2"),
+             n("Relu", ["h2"], ["a2"], name="relu2"), n("MatMul", ["a2", "w3"], ["y"], name="fc3")]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", F, ["b", 16])],
+                              [helper.make_tensor_value_info("y", F, ["b", 8])],
+                              [numpy_helper.from_array(v, k) for k, v in arrays.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(folder / "m.onnx"))
+    np.savez(folder / "calib.npz", x=np.random.default_rng(1).standard_normal((64, 16)).astype(np.float32))
+    return folder / "m.onnx", folder / "calib.npz"
+
+
+def test_failed_int8_names_its_costliest_layer_and_the_command_that_fixes_it(tmp_path):
+    model, calib = outlier_mlp(tmp_path)
+    result = convert_and_gate(model, Recipe(mode="int8"), tmp_path / "q.onnx", calibration=calib)
+    assert result.report.passed is False
+    assert result.fix["failing_outputs"] == ["y"]
+    assert result.fix["costliest_layers"][0] == "fc2"
+    assert result.report.diverging_nodes[0]["cost"] > 0.5
+    assert result.fix["auto_pin"] == f"trtfarm precision {model} --mode int8 --calibration {calib} --auto-pin"
+    assert "--keep-fp32 '^(fc2" in result.fix["keep_fp32"]
+    text = result.summary()
+    assert "cost the most accuracy: fc2 (MatMul)" in text and result.fix["auto_pin"] in text
+    assert result.to_json()["fix"] == result.fix
+
+
+def test_auto_pin_on_int8_keeps_the_costly_layer_out_and_passes(tmp_path):
+    model, calib = outlier_mlp(tmp_path)
+    env = {**os.environ, "COLUMNS": "2000"}
+    proc = subprocess.run([sys.executable, "-m", "trtfarm", "precision", str(model), "--mode", "int8",
+                           "--calibration", str(calib), "--auto-pin", "--json", "--out", str(tmp_path / "p.onnx")],
+                          env=env, text=True, capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["gate"]["verdict"] == "passed" and doc["pinned_fp32_nodes"] == ["fc2"]
+    assert doc["fix"] is None
+    pinned = onnx.load(str(tmp_path / "p.onnx"))
+    producers = {t: node.op_type for node in pinned.graph.node for t in node.output}
+    fc2 = next(node for node in pinned.graph.node if node.name == "fc2")
+    assert "DequantizeLinear" not in {producers.get(i) for i in fc2.input}
+
+
+def test_int8_auto_pin_that_cannot_pass_says_int8_is_not_for_this_model(tmp_path):
+    model, calib = outlier_mlp(tmp_path)
+    strict = Recipe(mode="int8", auto_pin=True, thresholds={"cosine_min": 1.0, "cosine_mean": 1.0, "max_error": 0.0})
+    with pytest.raises(ConversionError, match="int8 is not for this model: .* still fails: output 'y'"):
+        convert_and_gate(model, strict, tmp_path / "s.onnx", calibration=calib)
