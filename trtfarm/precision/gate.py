@@ -18,6 +18,7 @@ from typing import Literal
 import numpy as np
 import onnx
 
+from trtfarm.onnxfile import load_model
 from trtfarm.precision.figures import OutputFigures, figure_failures, output_figures, output_ranges
 from trtfarm.precision.recipe import Recipe
 from trtfarm.precision.runs import (
@@ -171,16 +172,17 @@ def accuracy_gate(fp32: Path, converted: Path, feeds: list[dict], recipe: Recipe
         return GateReport("fp32", True, thresholds, note="fp32 recipe: the model is used as exported")
     if recipe.mode == "bf16":
         onnx.checker.check_model(str(converted))
-        n = sum(1 for t in onnx.load(str(converted)).graph.initializer if t.data_type == onnx.TensorProto.BFLOAT16)
+        n = sum(1 for t in load_model(converted, weights=True).graph.initializer
+                if t.data_type == onnx.TensorProto.BFLOAT16)
         return GateReport("bf16", None, thresholds, note=f"BF16 numerics not verified here: onnxruntime has no BF16 "
                           f"kernels on CPU. Checked: onnx.checker passes; {n} BF16 initializers. The engine check on "
                           "the target GPU is the first numeric comparison.")
     ref = reference(Path(fp32), feeds, step=step)
     got, counts = converted_outputs(Path(converted), feeds, list(ref), step=step)
-    ranges = output_ranges(onnx.load(str(fp32), load_external_data=False))
+    ranges = output_ranges(load_model(fp32))
     figs = [output_figures(name, ref[name], got[name], recipe, *(
         (ranges[name][0], f"output of {ranges[name][1]}") if name in ranges else (None, ""))) for name in ref]
-    graph = onnx.load(str(converted), load_external_data=False)
+    graph = load_model(converted)
     nonfinite = {k.split(":", 1)[1]: n for k, n in counts.items() if k.startswith("nonfinite:")}
     overflows = _overflow_list(graph, nonfinite)
     figure_problems = figure_failures(figs, recipe)
@@ -204,7 +206,7 @@ def accuracy_gate(fp32: Path, converted: Path, feeds: list[dict], recipe: Recipe
 
 def fp16_overflows(converted: Path, feeds: list[dict], limit: int = 5) -> list[dict]:
     """FP16 tensors of the converted graph that hold inf/NaN on the held-out data (see ``converted_outputs``)."""
-    model = onnx.load(str(converted), load_external_data=False)
+    model = load_model(converted)
     _, counts = converted_outputs(Path(converted), feeds, [o.name for o in model.graph.output])
     return _overflow_list(model, {k.split(":", 1)[1]: n for k, n in counts.items() if k.startswith("nonfinite:")},
                           limit)

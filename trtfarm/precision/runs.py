@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from trtfarm.onnxfile import load_model
 from trtfarm.precision.recipe import GateError, clip
 
 # ops that cannot turn finite inputs into inf/NaN: an FP16 overflow first shows at some other op's output
@@ -160,7 +161,7 @@ def batch_axes_of(path: Path) -> dict[str, int]:
     """The model's outputs whose batch is not their first axis (a recurrent state's ``[layers, batch, hidden]``)."""
     from trtfarm.precision.inputs import output_axes
 
-    return output_axes(onnx.load(str(path), load_external_data=False))
+    return output_axes(load_model(path))
 
 
 def joined(results: list[dict[str, np.ndarray]], keep_dtype: bool = False,
@@ -189,7 +190,7 @@ def all_tensors(path: Path, feed: dict, keep: bool = True) -> tuple[onnx.ModelPr
     ``keep``: the result is kept for the next call with the same model and feed (the FP32 model during one
     auto-pin search); the session is never kept (one run).
     """
-    model = onnx.load(str(path), load_external_data=False)
+    model = load_model(path)
 
     def make():
         return infer(path, [feed], extra="all", keep=False)[0]
@@ -238,7 +239,7 @@ def low_precision_tensors(path: Path) -> tuple[str, ...] | str:
     time (Paddle2ONNX writes every weight as a ``Constant`` node); and ``DequantizeLinear`` outputs whose constant
     scale keeps them inside FP16's range (``bounded_dequantize``).
     """
-    model = onnx.load(str(path), load_external_data=False)
+    model = load_model(path)
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
     except onnx.shape_inference.InferenceError:
