@@ -157,11 +157,14 @@ def stack(parts: list[np.ndarray], axis: int = 0) -> np.ndarray:
     return np.concatenate(parts, axis=axis) if parts[0].ndim > axis else parts[0]
 
 
-def batch_axes_of(path: Path) -> dict[str, int]:
-    """The model's outputs whose batch is not their first axis (a recurrent state's ``[layers, batch, hidden]``)."""
+def batch_axes_of(path: Path, model: onnx.ModelProto | None = None) -> dict[str, int]:
+    """The model's outputs whose batch is not their first axis (a recurrent state's ``[layers, batch, hidden]``).
+
+    ``model``: the model at ``path`` when the caller has read it already (it is not read again).
+    """
     from trtfarm.precision.inputs import output_axes
 
-    return output_axes(load_model(path))
+    return output_axes(model if model is not None else load_model(path))
 
 
 def joined(results: list[dict[str, np.ndarray]], keep_dtype: bool = False,
@@ -230,16 +233,16 @@ def bounded_dequantize(model: onnx.ModelProto, types: dict[str, int]) -> set[str
     return found
 
 
-def low_precision_tensors(path: Path) -> tuple[str, ...] | str:
+def low_precision_tensors(path: Path, model: onnx.ModelProto | None = None) -> tuple[str, ...] | str:
     """FP16 intermediate tensors where an overflow can first appear, or "all" where ONNX type inference fails.
 
     Outputs of ``BOUNDED_OPS`` are left out: they only pass on an overflow that an earlier tensor already shows,
     and marking fewer tensors keeps the run's memory and time down. So are constants (``Constant`` nodes'
     outputs, initializers): only computed tensors can be returned as outputs, and a constant cannot overflow at run
     time (Paddle2ONNX writes every weight as a ``Constant`` node); and ``DequantizeLinear`` outputs whose constant
-    scale keeps them inside FP16's range (``bounded_dequantize``).
+    scale keeps them inside FP16's range (``bounded_dequantize``). ``model``: the model at ``path``, if read already.
     """
-    model = load_model(path)
+    model = model if model is not None else load_model(path)
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
     except onnx.shape_inference.InferenceError:
