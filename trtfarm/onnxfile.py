@@ -95,18 +95,21 @@ def onnx_native() -> ModuleType:
     return _onnx_part("native")
 
 
-def load_model(path: str | Path) -> onnx.ModelProto:
-    """The ModelProto of the file at ``path`` without its external data: ``onnx.load(path, load_external_data=False)``.
+def load_model(path: str | Path, *, weights: bool = False) -> onnx.ModelProto:
+    """The ModelProto of the file at ``path``: ``onnx.load(path, load_external_data=weights)``, the one reader.
 
-    Raises ``google.protobuf.message.DecodeError`` for bytes that are not a ModelProto, as ``onnx.load`` does.
+    ``weights``: the external data files' bytes are read into the model too (that alone imports onnx). Raises
+    ``google.protobuf.message.DecodeError`` for bytes that are not a ModelProto, as ``onnx.load`` does.
     """
     from google.protobuf.message import DecodeError
 
-    data = Path(path).read_bytes()
-    model = onnx_messages().ModelProto()
+    data, model = Path(path).read_bytes(), onnx_messages().ModelProto()
     decoded = model.ParseFromString(data)
     if decoded is not None and decoded != len(data):
         raise DecodeError(f"Protobuf decoding consumed too few bytes: {decoded} out of {len(data)}")
+    if weights:
+        from onnx.external_data_helper import load_external_data_for_model
+        load_external_data_for_model(model, os.path.dirname(os.fspath(path)))
     return model
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from trtfarm.errors import UserInputError
-from trtfarm.store.uri import StoreURI, is_uri
+from trtfarm.store.uri import StoreURI, is_store_uri, is_uri, uri_parts
 
 REPO = Path(__file__).resolve().parents[2]
 HOME = REPO / "trtfarm" / "store" / "uri.py"
@@ -29,6 +29,50 @@ def test_only_the_store_uri_type_tells_a_uri_from_a_path():
                  for p in sorted((REPO / pkg).rglob("*.py")) if p != HOME for line in _scheme_tests(p)]
     assert offenders == [], f"ask trtfarm.store.uri (StoreURI / is_uri) instead: {offenders}"
     assert _scheme_tests(HOME), "the type itself decides it"
+
+
+# URL parsing that is not about a store: (file, function) -> why it parses a URL itself
+NOT_A_STORE = {
+    ("trtfarm/triggers/webhook.py", "check_sns_signature"): "SNS's https certificate URL: its host is checked",
+    ("trtfarm/triggers/receiver.py", "_sns_get"): "an https SNS URL redirected to AWS_ENDPOINT_URL's host",
+}
+PARSERS = {"urlparse", "urlsplit"}
+
+
+def _url_parses(path: Path) -> list[tuple[int, str]]:
+    """``(line, enclosing function)`` of each use of ``urlparse``/``urlsplit`` in ``path`` (imports aside)."""
+    tree, found = ast.parse(path.read_text()), []
+    aliases = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+               for a in n.names if a.name in PARSERS}
+
+    def visit(node: ast.AST, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                visit(child, child.name)
+                continue
+            if (isinstance(child, ast.Name) and child.id in aliases) or \
+                    (isinstance(child, ast.Attribute) and child.attr in PARSERS):
+                found.append((child.lineno, where))
+            visit(child, where)
+
+    visit(tree, "<module>")
+    return found
+
+
+def test_only_the_store_uri_module_parses_a_store_uri():
+    offenders = [f"{p.relative_to(REPO)}:{line} ({where})" for pkg in ("trtfarm", "flows", "tasks")
+                 for p in sorted((REPO / pkg).rglob("*.py")) if p != HOME
+                 for line, where in _url_parses(p) if (str(p.relative_to(REPO)), where) not in NOT_A_STORE]
+    assert offenders == [], f"ask trtfarm.store.uri (uri_parts / is_store_uri / StoreURI) instead: {offenders}"
+    assert _url_parses(HOME), "the module itself parses"
+
+
+@pytest.mark.parametrize(("text", "parts", "store"), [
+    ("s3://b/p%20q/", ("s3", "b", "/p%20q/"), True), ("file:///abs/x", ("file", "", "/abs/x"), True),
+    ("file://localhost/x", ("file", "localhost", "/x"), True), ("https://h/c.pem", ("https", "h", "/c.pem"), False),
+    ("rel/dir", ("", "", "rel/dir"), False)])
+def test_uri_parts_are_as_written(text, parts, store):
+    assert (uri_parts(text), is_store_uri(text)) == (parts, store)
 
 
 @pytest.mark.parametrize(("text", "scheme", "local"), [

@@ -31,7 +31,7 @@ from trtfarm.vocabulary.decisions import Release, Withdraw
 from trtfarm.vocabulary.manifest import Manifest
 from trtfarm.vocabulary.outcome import ReleaseOutcome, Status, TargetOutcome
 from trtfarm.vocabulary.pointer import SeenPointer
-from trtfarm.vocabulary.targets import TargetPlan, serve_check
+from trtfarm.vocabulary.targets import TargetPlan, serve_gap
 
 
 def outcome_from_manifest(store: Store, plan: TargetPlan, manifest: Manifest, status: Status = "up-to-date",
@@ -119,7 +119,7 @@ def triage(store: Store, plans: Sequence[TargetPlan], force: bool = False, verif
     for p in plans:
         if p.skip_reason:
             found.done[p.target.id] = TargetOutcome(p.target.id, "skipped", p.skip_reason,
-                                                    build_digest=p.build_digest)
+                                                    build_digest=p.build_digest, fix=p.skip_fix)
             continue
         p = replace(p, pointer=p.pointer or seen_pointer(store, p.release_key))  # the build's release starts here
         try:
@@ -151,8 +151,8 @@ def skip_unservable(plans: Sequence[TargetPlan], caps: Capabilities) -> tuple[di
     """
     done, todo = {}, []
     for p in plans:
-        if (why := serve_check(p.target, caps)) is not None:
-            done[p.target.id] = TargetOutcome(p.target.id, "skipped", why)
+        if (gap := serve_gap(p.target, caps)) is not None:
+            done[p.target.id] = TargetOutcome(p.target.id, "skipped", gap.reason, fix=gap.fix)
         else:
             todo.append(p)
     return done, todo
@@ -189,7 +189,8 @@ def triage_listed(store: Store, plans: Sequence[TargetPlan], index: StoreIndex |
     for p in plans:
         t = p.target
         if p.skip_reason:
-            found.done[t.id] = TargetOutcome(t.id, "skipped", p.skip_reason, build_digest=p.build_digest)
+            found.done[t.id] = TargetOutcome(t.id, "skipped", p.skip_reason, build_digest=p.build_digest,
+                                             fix=p.skip_fix)
         elif p.manifest_key not in sizes or not sizes.get(layout.plan_key(p.prefix)):
             unreleased = SeenPointer(key=p.release_key, pointer=None, etag=None) if p.release_key not in pointers \
                 else None  # what the listings said travels with the plan: neither is read again

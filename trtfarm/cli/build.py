@@ -148,12 +148,11 @@ MARK = {"passed": "[green]✓[/]", "failed": "[red]✗[/]", "pending": "[yellow]
 
 
 def skip_fixes(rows: list[TargetOutcome]) -> dict[str, list[str]]:
-    """What each skipped target needs (the reason after its first clause), and the targets that need it."""
+    """What each skipped target needs (its ``fix``, else its reason), and the targets that need it."""
     fixes: dict[str, list[str]] = {}
     for o in rows:
         if o.status == "skipped":
-            first = o.reason.splitlines()[0] if o.reason else ""
-            fixes.setdefault(first.split("; ", 1)[1] if "; " in first else first, []).append(o.target)
+            fixes.setdefault(o.fix or (o.reason.splitlines()[0] if o.reason else ""), []).append(o.target)
     return fixes
 
 
@@ -165,7 +164,7 @@ def _note(o: TargetOutcome) -> str:
     from trtfarm.layout import short_ref
 
     first = o.reason.splitlines()[0] if o.reason else ""
-    note = first.split("; ")[0]
+    note = first.removesuffix(f"; {o.fix}") if o.fix else first.split("; ")[0]  # a built one's: its first note
     if o.status in ("built", "up-to-date") and o.manifest_key:
         ref = short_ref(o.manifest_key)
         note = f"{note} · {ref}" if note and o.status == "built" else ref
@@ -245,15 +244,16 @@ def targets(targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
     from trtfarm.machine.capabilities import local_capabilities
     from trtfarm.vocabulary.fleet import bindings_api_check, select_targets
     from trtfarm.vocabulary.fleet_file import load_fleet
-    from trtfarm.vocabulary.targets import serve_check
+    from trtfarm.vocabulary.targets import ServeGap, serve_gap
 
     resolved = select_targets(load_fleet(targets_path(targets_file)))
     caps = local_capabilities()
+    gaps = {t.id: serve_gap(t, caps) for t in resolved}
     rows = [{"target": t.id, "gpu": t.gpu_key, "gpu_name": t.gpu.nvml_name, "compute_capability":
              t.gpu.compute_capability, "toolchain": t.toolchain_label, "pool": t.gpu.pool,
-             "compat_class": t.compat_class, "servable": (reason := serve_check(t, caps)) is None,
-             "reason": reason or "", "api_checked": (api := bindings_api_check(t.toolchain.flavour,
-                                                                                t.toolchain.version))[0] is True,
+             "compat_class": t.compat_class, "servable": gaps[t.id] is None,
+             "reason": (gaps[t.id] or ServeGap("")).reason, "fix": (gaps[t.id] or ServeGap("")).fix,
+             "api_checked": (api := bindings_api_check(t.toolchain.flavour, t.toolchain.version))[0] is True,
              "api_check": api[1], **device_match(t, caps.gpus)} for t in resolved]
     if as_json:
         machine = {"gpus": caps.gpus.describe(), "toolchains": dict(caps.versions), "driver": caps.gpus.driver,
@@ -274,11 +274,12 @@ def targets(targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
                                   "bindings API (names and signatures; not built, not run on a GPU)")
     out.print(table)
     if "why not" in dropped:  # the reasons on their own lines, one a target, so the table stays one line a row
-        notes(out, [(r["target"], r["reason"].split("; ")[0]) for r in rows if not r["servable"]])
+        notes(out, [(r["target"], r["reason"].removesuffix(f"; {r['fix']}") if r["fix"] else r["reason"])
+                    for r in rows if not r["servable"]])
     fixes: dict[str, list[str]] = {}
     for r in rows:
-        if not r["servable"] and "; " in r["reason"]:
-            fixes.setdefault(r["reason"].split("; ", 1)[1], []).append(r["target"])
+        if not r["servable"] and r["fix"]:
+            fixes.setdefault(r["fix"], []).append(r["target"])
     notes(out, [(f"to build {', '.join(ids)}", fix) for fix, ids in fixes.items()])
     if dropped:
         out.print(f"(--wide adds {', '.join(dropped)})", highlight=False)

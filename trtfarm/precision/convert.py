@@ -25,6 +25,7 @@ import onnx
 
 from trtfarm.errors import UserInputError, first_line, library_failure
 from trtfarm.identity import onnx_digest
+from trtfarm.onnxfile import load_model
 from trtfarm.precision.nodes import NodePrecision, node_precision
 from trtfarm.precision.normalise import normalised_for_converters
 from trtfarm.precision.recipe import Recipe, clip
@@ -275,7 +276,7 @@ def convert_onnx(src: Path, recipe: Recipe, out: Path, *, feeds: list[dict] | No
     start = time.perf_counter()
     if recipe.mode == "fp32":
         return Converted(Path(src), onnx_digest(Path(src)), 0.0)
-    refuse_unconvertible(Path(src), onnx.load(str(src), load_external_data=False), recipe)
+    refuse_unconvertible(Path(src), load_model(src), recipe)
     out.parent.mkdir(parents=True, exist_ok=True)
     kept: dict[str, str] = {}
     with scratch_dir("trtfarm-convert-") as tmp:  # quantize() rewrites its input file: it gets this copy

@@ -18,6 +18,7 @@ from typing import Literal
 import numpy as np
 import onnx
 
+from trtfarm.onnxfile import load_model
 from trtfarm.precision.figures import OutputFigures, figure_failures, output_figures, output_ranges
 from trtfarm.precision.recipe import Recipe
 from trtfarm.precision.runs import (
@@ -117,19 +118,19 @@ def _not_finite(values: dict[str, np.ndarray], outputs: set[str], watched: set[s
     return out
 
 
-def converted_outputs(converted: Path, feeds: list[dict], outputs: list[str],
-                      step: Callable[[], None] | None = None) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+def converted_outputs(converted: Path, feeds: list[dict], outputs: list[str], step: Callable[[], None] | None = None,
+                      model: onnx.ModelProto | None = None) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """The converted model's outputs on ``feeds`` and, per FP16 tensor, how many values overflowed.
 
     Counts are keyed ``nonfinite:<tensor>`` (NaN and +inf) and ``neginf:<tensor>`` (-inf). One run per feed: the
     FP16 tensors are marked as extra outputs and reduced to counts as each feed finishes, so memory holds one
-    feed's activations, not all of them.
+    feed's activations, not all of them. ``model``: the converted model, when the caller has read it already.
     """
-    watched = low_precision_tensors(converted)
+    watched = low_precision_tensors(converted, model)
     names = set(watched) if isinstance(watched, tuple) else None
     results = infer(converted, feeds, extra=watched, each=lambda v: _not_finite(v, set(outputs), names), step=step,
                     keep=False)
-    outs = joined([{k: r[k] for k in outputs} for r in results], axes=batch_axes_of(converted))
+    outs = joined([{k: r[k] for k in outputs} for r in results], axes=batch_axes_of(converted, model))
     counts = {k: sum(int(r[k]) for r in results) for k in results[0] if k not in outputs}
     return outs, counts
 
@@ -171,16 +172,17 @@ def accuracy_gate(fp32: Path, converted: Path, feeds: list[dict], recipe: Recipe
         return GateReport("fp32", True, thresholds, note="fp32 recipe: the model is used as exported")
     if recipe.mode == "bf16":
         onnx.checker.check_model(str(converted))
-        n = sum(1 for t in onnx.load(str(converted)).graph.initializer if t.data_type == onnx.TensorProto.BFLOAT16)
+        n = sum(1 for t in load_model(converted, weights=True).graph.initializer
+                if t.data_type == onnx.TensorProto.BFLOAT16)
         return GateReport("bf16", None, thresholds, note=f"BF16 numerics not verified here: onnxruntime has no BF16 "
                           f"kernels on CPU. Checked: onnx.checker passes; {n} BF16 initializers. The engine check on "
                           "the target GPU is the first numeric comparison.")
     ref = reference(Path(fp32), feeds, step=step)
-    got, counts = converted_outputs(Path(converted), feeds, list(ref), step=step)
-    ranges = output_ranges(onnx.load(str(fp32), load_external_data=False))
+    graph = load_model(converted)  # read once: the runs and the overflow search below all take it
+    got, counts = converted_outputs(Path(converted), feeds, list(ref), step=step, model=graph)
+    ranges = output_ranges(load_model(fp32))
     figs = [output_figures(name, ref[name], got[name], recipe, *(
         (ranges[name][0], f"output of {ranges[name][1]}") if name in ranges else (None, ""))) for name in ref]
-    graph = onnx.load(str(converted), load_external_data=False)
     nonfinite = {k.split(":", 1)[1]: n for k, n in counts.items() if k.startswith("nonfinite:")}
     overflows = _overflow_list(graph, nonfinite)
     figure_problems = figure_failures(figs, recipe)
@@ -204,8 +206,8 @@ def accuracy_gate(fp32: Path, converted: Path, feeds: list[dict], recipe: Recipe
 
 def fp16_overflows(converted: Path, feeds: list[dict], limit: int = 5) -> list[dict]:
     """FP16 tensors of the converted graph that hold inf/NaN on the held-out data (see ``converted_outputs``)."""
-    model = onnx.load(str(converted), load_external_data=False)
-    _, counts = converted_outputs(Path(converted), feeds, [o.name for o in model.graph.output])
+    model = load_model(converted)
+    _, counts = converted_outputs(Path(converted), feeds, [o.name for o in model.graph.output], model=model)
     return _overflow_list(model, {k.split(":", 1)[1]: n for k, n in counts.items() if k.startswith("nonfinite:")},
                           limit)
 

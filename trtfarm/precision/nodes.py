@@ -16,6 +16,8 @@ from pathlib import Path
 
 import onnx
 
+from trtfarm.onnxfile import load_model
+
 FLOATS = {onnx.TensorProto.FLOAT: "fp32", onnx.TensorProto.FLOAT16: "fp16", onnx.TensorProto.BFLOAT16: "bf16",
           onnx.TensorProto.DOUBLE: "fp64"}
 NOT_COMPUTE = {"Constant", "ConstantOfShape", "Cast", "QuantizeLinear", "DequantizeLinear", "Identity", "Shape",
@@ -65,8 +67,8 @@ def node_precision(source: Path, converted: Path, mode: str, reasons: dict[str, 
                    keep_fp32: list[str] = (), keep_fp32_ops: list[str] = (),
                    auto_pinned: list[str] = ()) -> NodePrecision:
     """Compare the (normalised) FP32 graph at ``source`` with ``converted``, node by node name."""
-    src = onnx.load(str(source), load_external_data=False)
-    out = onnx.load(str(converted), load_external_data=False)
+    src = load_model(source)
+    out = load_model(converted)
     src_types, out_types = _types(src), _types(out)
     producers = {t: n for n in out.graph.node for t in n.output}
     by_name = {n.name: n for n in out.graph.node}

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import onnx
 
+from trtfarm.onnxfile import load_model
+
 
 def _ir3_inputs(model: onnx.ModelProto) -> list[str]:
     """Notes for (and the removal of) initializers listed as graph inputs, IR version below 4 only."""
@@ -59,7 +61,7 @@ def normalised_for_converters(src: Path, dest: Path) -> tuple[Path, list[str]]:
 
     Weights kept in external data files are read and written inline (the copy is scratch, for the converter).
     """
-    model = onnx.load(str(src))
+    model = load_model(src, weights=True)
     notes = _ir3_inputs(model) + _name_nodes(model)
     del model.graph.value_info[:]
     onnx.save(model, str(dest))

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from trtfarm.onnxfile import load_model
 from trtfarm.precision.recipe import GateError, clip
 
 # ops that cannot turn finite inputs into inf/NaN: an FP16 overflow first shows at some other op's output
@@ -156,11 +157,14 @@ def stack(parts: list[np.ndarray], axis: int = 0) -> np.ndarray:
     return np.concatenate(parts, axis=axis) if parts[0].ndim > axis else parts[0]
 
 
-def batch_axes_of(path: Path) -> dict[str, int]:
-    """The model's outputs whose batch is not their first axis (a recurrent state's ``[layers, batch, hidden]``)."""
+def batch_axes_of(path: Path, model: onnx.ModelProto | None = None) -> dict[str, int]:
+    """The model's outputs whose batch is not their first axis (a recurrent state's ``[layers, batch, hidden]``).
+
+    ``model``: the model at ``path`` when the caller has read it already (it is not read again).
+    """
     from trtfarm.precision.inputs import output_axes
 
-    return output_axes(onnx.load(str(path), load_external_data=False))
+    return output_axes(model if model is not None else load_model(path))
 
 
 def joined(results: list[dict[str, np.ndarray]], keep_dtype: bool = False,
@@ -189,7 +193,7 @@ def all_tensors(path: Path, feed: dict, keep: bool = True) -> tuple[onnx.ModelPr
     ``keep``: the result is kept for the next call with the same model and feed (the FP32 model during one
     auto-pin search); the session is never kept (one run).
     """
-    model = onnx.load(str(path), load_external_data=False)
+    model = load_model(path)
 
     def make():
         return infer(path, [feed], extra="all", keep=False)[0]
@@ -229,16 +233,16 @@ def bounded_dequantize(model: onnx.ModelProto, types: dict[str, int]) -> set[str
     return found
 
 
-def low_precision_tensors(path: Path) -> tuple[str, ...] | str:
+def low_precision_tensors(path: Path, model: onnx.ModelProto | None = None) -> tuple[str, ...] | str:
     """FP16 intermediate tensors where an overflow can first appear, or "all" where ONNX type inference fails.
 
     Outputs of ``BOUNDED_OPS`` are left out: they only pass on an overflow that an earlier tensor already shows,
     and marking fewer tensors keeps the run's memory and time down. So are constants (``Constant`` nodes'
     outputs, initializers): only computed tensors can be returned as outputs, and a constant cannot overflow at run
     time (Paddle2ONNX writes every weight as a ``Constant`` node); and ``DequantizeLinear`` outputs whose constant
-    scale keeps them inside FP16's range (``bounded_dequantize``).
+    scale keeps them inside FP16's range (``bounded_dequantize``). ``model``: the model at ``path``, if read already.
     """
-    model = onnx.load(str(path), load_external_data=False)
+    model = model if model is not None else load_model(path)
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
     except onnx.shape_inference.InferenceError:

@@ -21,7 +21,7 @@ from trtfarm.errors import IntegrityError, UserInputError
 from trtfarm.identity import canonical_json, sha256_file
 from trtfarm.identity import onnx_digest as digest_of
 from trtfarm.layout import converted_model_key, converted_prefix, converted_report_key
-from trtfarm.onnxfile import external_files
+from trtfarm.onnxfile import external_files, load_model
 from trtfarm.precision.autopin import auto_pin
 from trtfarm.precision.convert import QUANTIZE, ConversionError, Converted, convert_onnx, refuse_unconvertible
 from trtfarm.precision.gate import GateReport, OutputFigures, accuracy_gate, figure_failures
@@ -122,7 +122,7 @@ def gate_inputs(model_path: Path, heldout: Path | None, notes: list[str] | None 
     that refuses a model of which not even one sample fits ``budget`` (``memory``); ``notes`` receives what was
     decided (fewer samples for a large input, or for the memory budget).
     """
-    model, path = onnx.load(str(model_path), load_external_data=False), str(model_path)
+    model, path = load_model(model_path), str(model_path)
     notes = [] if notes is None else notes
     axes, rows = batch_axes(model), fixed_batch(model) or 1
     if heldout:
@@ -147,7 +147,7 @@ def gate_inputs(model_path: Path, heldout: Path | None, notes: list[str] | None 
 def calibration_feeds(model_path: Path, calibration: Path, budget: int = DEFAULT_BUDGET,
                       notes: list[str] | None = None) -> list[dict]:
     """The calibration ``.npz`` as batches (a static export's own batch; scalars given whole with each)."""
-    model = onnx.load(str(model_path), load_external_data=False)
+    model = load_model(model_path)
     data = _within(model, load_npz(calibration, model, "calibration data"), budget, str(model_path), "calibration",
                    [] if notes is None else notes)
     axes = batch_axes(model)
@@ -178,7 +178,7 @@ def convert_and_gate(src: Path, recipe: Recipe, out: Path, *, calibration: Path 
     """
     _refuse_overwriting_inputs(src, out, calibration=calibration, heldout=heldout)
     try:
-        model = onnx.load(str(src), load_external_data=False)
+        model = load_model(src)
     except (DecodeError, OSError, ValueError) as err:  # protobuf could not parse it, or the file is unreadable
         raise ConversionError(f"{src}: not a valid ONNX model ({type(err).__name__}); re-export it") from err
     refuse_unconvertible(src, model, recipe)  # already quantized, or ai.onnx.ml operators: said before any data

@@ -26,6 +26,7 @@ import numpy as np
 import yaml
 
 from trtfarm.errors import UserInputError
+from trtfarm.onnxfile import load_model
 from trtfarm.profiles.profile import InputRange, Profile, ProfilesFile
 from trtfarm.profiles.shapelog import ShapeTable
 
@@ -283,7 +284,7 @@ def onnx_activation_bytes(model_path) -> MemoryModel:
     import onnx
     from onnx import helper, shape_inference
 
-    model = onnx.load(str(model_path), load_external_data=False)
+    model = load_model(model_path)
     cache: dict[tuple, float] = {}
 
     def estimate(shapes: dict[str, list[int]]) -> float:

@@ -6,7 +6,6 @@ import hashlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
-from urllib.parse import urlparse
 
 from rich.markup import escape
 from rich.table import Table
@@ -24,7 +23,7 @@ from trtfarm.layout import (
 )
 from trtfarm.publishing.provenance import provenance_from_json
 from trtfarm.publishing.publish import read_manifest
-from trtfarm.store import open_store
+from trtfarm.store import open_store, uri_parts
 from trtfarm.vocabulary.manifest import Manifest, manifest_from_json
 
 
@@ -92,12 +91,12 @@ def _local(path: Path) -> tuple[str, bytes, Callable[[str], bytes | None]]:
 
 def load_attested(ref: str, store_uri: str, provenance: bool = True) -> tuple[str, Manifest, dict | None]:
     """``load_manifest`` with the provenance statement beside the manifest (None when there is none, or not asked)."""
-    parsed = urlparse(ref)
-    if parsed.scheme == "file" or (parsed.scheme != "s3" and Path(ref).is_file()):
-        url, data, sibling = _local(Path(parsed.path) if parsed.scheme == "file" else Path(ref))
+    scheme, host, path = uri_parts(ref)
+    if scheme == "file" or (scheme != "s3" and Path(ref).is_file()):
+        url, data, sibling = _local(Path(path) if scheme == "file" else Path(ref))
     else:
-        if parsed.scheme == "s3":
-            store, key = open_store(f"s3://{parsed.netloc}"), parsed.path.lstrip("/")
+        if scheme == "s3":
+            store, key = open_store(f"s3://{host}"), path.lstrip("/")
         else:
             store, key = open_store(store_uri), ref.rstrip("/")
             if parse_short_ref(key) is not None:

@@ -17,7 +17,6 @@ import hashlib
 import os
 from datetime import datetime, timezone
 from pathlib import Path
-from urllib.parse import urlparse
 
 from trtfarm.cachedir import work_dir
 from trtfarm.errors import UserInputError
@@ -33,7 +32,7 @@ from trtfarm.layout import (
     parse_export_record_key,
 )
 from trtfarm.onnxfile import external_files, external_locations, load_model, location_path
-from trtfarm.store import AlreadyExists, Store, is_uri, open_store
+from trtfarm.store import AlreadyExists, Store, is_store_uri, is_uri, open_store, uri_parts
 from trtfarm.vocabulary.buildspec import SHAPES_NAME, SPEC_NAME, spec_for_model
 from trtfarm.vocabulary.exports import ExportFile, ExportRecord, ExportRef
 
@@ -138,21 +137,20 @@ def export_folder(uri: str) -> str:
 
 def is_registry_export(folder_uri: str) -> bool:
     """True for a folder laid out by the registry: ``.../models/<name>/<export_id>``."""
-    parts = [p for p in urlparse(folder_uri).path.split("/") if p]
+    parts = [p for p in uri_parts(folder_uri)[2].split("/") if p]
     return len(parts) >= 3 and parts[-3] == MODELS
 
 
 def export_name(folder_uri: str) -> str:
     """The model name of an export folder: a registry export's model, else the folder's name."""
-    parts = [p for p in urlparse(folder_uri).path.split("/") if p]
+    parts = [p for p in uri_parts(folder_uri)[2].split("/") if p]
     if is_registry_export(folder_uri):
         return parts[-2]
     return model_name_from_path(Path(parts[-1] if parts else "model") / ONNX_NAME)
 
 
 def _folder_store(uri: str) -> Store:
-    parsed = urlparse(uri)
-    if parsed.scheme not in ("s3", "file"):
+    if not is_store_uri(uri):
         raise UserInputError(f"export {uri!r}: use s3://bucket/path or file:///path")
     return open_store(uri.rstrip("/"))
 

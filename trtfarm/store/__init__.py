@@ -6,7 +6,7 @@ import os
 
 from trtfarm.store.base import AlreadyExists, Blob, Conflict, Store, Uploaded
 from trtfarm.store.local import LocalStore
-from trtfarm.store.uri import StoreURI, is_uri
+from trtfarm.store.uri import StoreURI, is_store_uri, is_uri, uri_parts
 
 DEFAULT_STORE = "trtfarm-store"
 
@@ -15,7 +15,8 @@ def default_store_uri() -> str:
     """``$TRTFARM_STORE``, else ``trtfarm-store`` under the working directory."""
     return os.environ.get("TRTFARM_STORE") or DEFAULT_STORE
 
-__all__ = ["AlreadyExists", "Blob", "Conflict", "LocalStore", "Store", "StoreURI", "Uploaded", "is_uri", "open_store"]
+__all__ = ["AlreadyExists", "Blob", "Conflict", "LocalStore", "Store", "StoreURI", "Uploaded", "is_store_uri", "is_uri",
+           "open_store", "uri_parts"]
 
 
 def open_store(uri: str | None = None) -> Store:

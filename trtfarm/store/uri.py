@@ -20,6 +20,20 @@ def is_uri(text: str) -> bool:
     return "://" in text
 
 
+def uri_parts(text: str) -> tuple[str, str, str]:
+    """``(scheme, host, path)`` as written, not percent-decoded: ``s3://b/p%20q`` -> ``("s3", "b", "/p%20q")``.
+
+    A plain path has scheme ``""``. Raises ``ValueError`` for text no URI parser reads (``s3://[bad``).
+    """
+    parsed = urlparse(text)
+    return parsed.scheme, parsed.netloc, parsed.path
+
+
+def is_store_uri(text: str) -> bool:
+    """True for a URI of a store trtfarm opens (``s3://``, ``file://``); False for a path or another scheme."""
+    return uri_parts(text)[0] in SCHEMES
+
+
 @dataclass(frozen=True)
 class StoreURI:
     """A store location, parsed once: ``scheme`` is ``s3``, ``file`` or ``""`` (a plain local path).

@@ -36,7 +36,8 @@ from urllib.parse import unquote, unquote_plus, urlparse
 from trtfarm.errors import StoreError
 from trtfarm.layout import is_name, webhook_claim_key
 from trtfarm.publishing.registry import EXPORT_NAME, ONNX_NAME, export_folder, export_name, is_registry_export
-from trtfarm.store import Store, is_uri
+from trtfarm.store import Store, is_store_uri, is_uri, uri_parts
+from trtfarm.store.uri import SCHEMES
 
 EVENT_NAME = "trtfarm.model.exported"
 REFIT_EVENT = "trtfarm.model.weights-updated"  # same graph, new weights: the refit deployment takes these
@@ -105,10 +106,10 @@ def location(uri: str, what: str = "model_uri") -> Root:
 
     File paths are resolved (symlinks followed) without touching anything that is not there.
     """
-    parsed = urlparse(uri)
-    path = unquote(parsed.path)  # what open_store does: %2e%2e becomes .. here, so check after decoding
+    scheme, host, raw = uri_parts(uri)
+    path = unquote(raw)  # what open_store does: %2e%2e becomes .. here, so check after decoding
     parts = tuple(p for p in path.split("/") if p)
-    if parsed.scheme not in ("s3", "file"):
+    if scheme not in SCHEMES:
         raise Rejected(400, f"{what} {uri!r}: use s3://bucket/path or file:///path")
     if any(p in (".", "..") for p in parts) or "\0" in path:
         raise Rejected(400, f"{what} {uri!r}: '.' and '..' segments (%2e%2e too) are not allowed; give the folder's "
@@ -116,13 +117,13 @@ def location(uri: str, what: str = "model_uri") -> Root:
     if any(len(p.encode()) > MAX_COMPONENT for p in parts) or len(path.encode()) > MAX_PATH:
         raise Rejected(400, f"{what} {uri[:80]!r}...: a path component is longer than {MAX_COMPONENT} bytes or the "
                             f"path longer than {MAX_PATH}; no store holds such a name")
-    if parsed.scheme == "s3":
-        if not S3_BUCKET.fullmatch(parsed.netloc):
-            raise Rejected(400, f"{what} {uri!r}: {parsed.netloc!r} is not an S3 bucket name")
-        return Root("s3", parsed.netloc, parts)
-    if parsed.netloc not in ("", "localhost"):
+    if scheme == "s3":
+        if not S3_BUCKET.fullmatch(host):
+            raise Rejected(400, f"{what} {uri!r}: {host!r} is not an S3 bucket name")
+        return Root("s3", host, parts)
+    if host not in ("", "localhost"):
         raise Rejected(400, f"{what} {uri!r}: a file:// URI names this host's files (file:///path), not "
-                            f"{parsed.netloc}'s")
+                            f"{host}'s")
     return Root("file", "", Path("/", *parts).resolve().parts[1:])
 
 
@@ -184,7 +185,7 @@ def export_from_json(body: bytes, folder_etag, roots: Sequence[Root]) -> Export:
     """
     doc = _json(body)
     uri = doc.get("model_uri") if isinstance(doc, dict) else None
-    if not isinstance(uri, str) or urlparse(uri).scheme not in ("s3", "file") or not urlparse(uri).path.strip("/"):
+    if not isinstance(uri, str) or not is_store_uri(uri) or not uri_parts(uri)[2].strip("/"):
         raise Rejected(400, 'body must be {"model_uri": "s3://bucket/path/to/export/"} (an export folder URI)')
     uri = canonical_uri(export_folder(uri))
     check_allowed(uri, roots)

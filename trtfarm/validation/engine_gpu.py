@@ -16,8 +16,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import onnx
-
+from trtfarm.onnxfile import load_model
 from trtfarm.precision.recipe import Recipe
 from trtfarm.profiles.profile import Profile, format_shape
 from trtfarm.runtime.loader import contexts_that_fit
@@ -74,7 +73,7 @@ def validate_engine(plan: Path, onnx_fp32: Path, profiles: list[Profile], recipe
     from polygraphy.backend.trt import EngineFromBytes, TrtRunner
 
     engine = EngineFromBytes(plan.read_bytes())()
-    model = onnx.load(str(onnx_fp32), load_external_data=False)
+    model = load_model(onnx_fp32)
     result = EngineValidation([], {})
     with OnnxrtRunner(SessionFromOnnx(str(onnx_fp32), providers=["cpu"])) as reference:
         for index, profile in enumerate(profiles):

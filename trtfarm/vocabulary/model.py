@@ -167,7 +167,7 @@ def _valid_as_the_parser_reads_it(path: Path) -> bool:
     from trtfarm.precision.normalise import normalised_for_checker
 
     try:
-        model, notes = normalised_for_checker(onnx.load(str(path), load_external_data=False))
+        model, notes = normalised_for_checker(load_model(path))
     except (DecodeError, ValueError, OSError):  # not a model at all: the checker's own message says so
         return False
     if not notes:

@@ -63,7 +63,8 @@ class TargetOutcome:
 
     ``manifest_key`` is the store key; ``manifest`` its URL, for people and the ``--json`` rows. ``published`` is the
     manifest itself when the run had it in hand (a build just published it, or planning read it), so the report
-    does not read it again.
+    does not read it again. ``fix``: what would let this machine build a skipped target (what to install, what
+    it lacks), said apart from the ``reason`` that ends with it, so a view groups skips by it without parsing text.
     """
 
     target: str
@@ -77,12 +78,13 @@ class TargetOutcome:
     manifest_key: str | None = None
     published: Manifest | None = None
     build_digest: str | None = None  # the build this outcome is of (None: not known, e.g. the precision gate refused)
+    fix: str = ""
 
     def to_json(self) -> dict:
-        """``{target, status, reason, manifest, build_s, plan_bytes, verification, release}``."""
-        return {"target": self.target, "status": self.status, "reason": self.reason, "manifest": self.manifest,
-                "build_s": self.build_s, "plan_bytes": self.plan_bytes, "verification": self.verification,
-                "release": str(self.release or "")}
+        """``{target, status, reason, fix, manifest, build_s, plan_bytes, verification, release}``."""
+        return {"target": self.target, "status": self.status, "reason": self.reason, "fix": self.fix,
+                "manifest": self.manifest, "build_s": self.build_s, "plan_bytes": self.plan_bytes,
+                "verification": self.verification, "release": str(self.release or "")}
 
     def to_record(self) -> dict:
         """The stored form: ``to_json``, the manifest's store key, the build digest and the release outcome's fields.
@@ -105,7 +107,7 @@ class TargetOutcome:
             ReleaseOutcome("recorded", why=record["release"]) if record.get("release") else None
         return cls(record["target"], record["status"], record.get("reason") or "", url, record.get("build_s"),
                    record.get("plan_bytes"), record.get("verification") or {}, release, key,
-                   build_digest=record.get("build_digest"))
+                   build_digest=record.get("build_digest"), fix=record.get("fix") or "")
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,7 @@ class RunRow:
     outcome: TargetOutcome
 
     def to_json(self) -> dict:
-        """``{model, target, status, reason, manifest, build_s, plan_bytes, verification, release}``."""
+        """``{model, target, status, reason, fix, manifest, build_s, plan_bytes, verification, release}``."""
         return {"model": self.model, **self.outcome.to_json()}
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from trtfarm import layout
 from trtfarm.identity import build_digest
@@ -20,14 +21,32 @@ from trtfarm.vocabulary.pointer import SeenPointer
 from trtfarm.vocabulary.promotion import Promotion
 
 
+class ServeGap(NamedTuple):
+    """Why this machine cannot build a target, and apart from it what would change that (``""``: nothing said)."""
+
+    why: str
+    fix: str = ""
+
+    @property
+    def reason(self) -> str:
+        """The one line a person reads: ``why; fix``."""
+        return f"{self.why}; {self.fix}" if self.fix else self.why
+
+
 def serve_check(target: ResolvedTarget, caps: Capabilities) -> str | None:
-    """None when this machine can build ``target``; else the reason it cannot."""
+    """None when this machine can build ``target``; else the reason it cannot (``serve_gap``'s, as one line)."""
+    gap = serve_gap(target, caps)
+    return gap.reason if gap else None
+
+
+def serve_gap(target: ResolvedTarget, caps: Capabilities) -> ServeGap | None:
+    """None when this machine can build ``target``; else why not and, as its own field, what would fix it."""
     flavour, want = target.toolchain.flavour.value, target.toolchain.version
     have = caps.versions.get(flavour)
     if have is None:
-        return f"`{flavour}` {want} is not installed here; {INSTALL_HINT[flavour].replace('VERSION', want)}"
+        return ServeGap(f"`{flavour}` {want} is not installed here", INSTALL_HINT[flavour].replace('VERSION', want))
     if not version_matches(have, want):
-        return f"installed {flavour} is {have}, the target needs {want}"
+        return ServeGap(f"installed {flavour} is {have}, the target needs {want}")
     if target.toolchain.flavour is Flavour.tensorrt_rtx:
         return None  # ahead-of-time build: no GPU needed
     from trtfarm.machine.match import best_fit
@@ -37,7 +56,7 @@ def serve_check(target: ResolvedTarget, caps: Capabilities) -> str | None:
     found = best_fit(spec, caps.gpus)
     if not found.ok:
         why = f" ({found.reason})" if caps.gpus.gpus else ""
-        return f"needs a {spec.describe()} GPU to build on; this machine has {caps.gpus.describe()}{why}"
+        return ServeGap(f"needs a {spec.describe()} GPU to build on", f"this machine has {caps.gpus.describe()}{why}")
     return None
 
 
@@ -48,11 +67,12 @@ class TargetPlan:
     target: ResolvedTarget
     build_digest: str
     prefix: str
-    skip_reason: str | None
+    skip_reason: str | None  # why this machine cannot build it (``ServeGap.reason``); None: it can
     release_key: str  # the release pointer this target's plans move (the candidate channel's, with promotion)
     pointer: SeenPointer | None = None  # the release pointer as planning read it (None: not read, or damaged)
     manifest_absent: bool = False  # planning found no manifest of this build: the publish need not look again
     promotion: Promotion | None = None  # farm.yaml's promotion: releases go to the candidate channel
+    skip_fix: str = ""  # with a skip_reason: what would let this machine build it (``ServeGap.fix``)
 
     @property
     def manifest_key(self) -> str:
@@ -73,10 +93,11 @@ def plan_targets(model: ModelSource, converted_digest: str, targets: Sequence[Re
                               settings=t.settings.model_dump(mode="json"), flavour=t.toolchain.flavour.value,
                               toolchain_version=t.toolchain.version, compat_class=t.compat_class)
         prefix = layout.plan_prefix(model.name, model.onnx_digest, t.gpu_key, t.toolchain_label, digest)
-        plans.append(TargetPlan(t, digest, prefix, serve_check(t, caps) if caps else None,
+        gap = serve_gap(t, caps) if caps else None
+        plans.append(TargetPlan(t, digest, prefix, gap.reason if gap else None,
                                 layout.channel_key(model.name, t.gpu_key, t.toolchain_label,
                                                    "candidate" if model.promotion else "stable"),
-                                promotion=model.promotion))
+                                promotion=model.promotion, skip_fix=gap.fix if gap else ""))
     return plans
 
 
