@@ -141,7 +141,7 @@ def _autocast(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, wo
 
     # AutoCast marks every tensor as an output of its reference run: a few batches give its ranges
     data = str(_write_feeds(feeds[:REFERENCE_BATCHES], work / "reference")) if feeds else None
-    loops = {n.name: n.op_type for n in onnx.load(str(src), load_external_data=False).graph.node
+    loops = {n.name: n.op_type for n in load_model(src, weights=False).graph.node
              if n.op_type in LOOPS}
     with _modelopt_log() as log, modelopt_workarounds():
         try:
