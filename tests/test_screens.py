@@ -182,3 +182,24 @@ def test_a_build_of_the_readme_fleet_is_at_most_20_lines_at_80_columns(farm_dir)
         assert max(len(line) for line in shown) <= 80 and len(shown) <= 24, (name, len(shown), shown)
         if name == "status":  # one model built: counted in the singular
             assert "1 model x 6 targets" in " ".join(shown) and "1 models" not in " ".join(shown), shown
+
+
+@pytest.mark.integration
+def test_the_day_to_day_screens_fit_80_columns_in_the_lines_stated(farm_dir, monkeypatch):
+    """After a build of the README's fleet, at 80 columns: ``targets`` 24 lines, ``status`` 23 (the folded view:
+    each skipped target's reason in full), ``plan --fleet`` of the same fleet 7, ``sign`` 5 (a line per plan and
+    release signed, then the count). Each fits 80 columns, words whole. The counts are what they are today: a
+    screen that grows fails here."""
+    from .test_signing import key_pair
+
+    subprocess.run(TRTFARM + ["build", "encoder/model.onnx"], cwd=farm_dir, capture_output=True, check=True,
+                   timeout=300, env={**os.environ, "TRTFARM_SIGNING_KEY": ""})
+    monkeypatch.setenv("TRTFARM_SIGNING_KEY", str(key_pair(farm_dir, "screens")[0]))
+    stated = {("targets",): 24, ("status",): 23, ("plan", "--fleet", "gpu_targets.yaml"): 7, ("sign",): 5}
+    for args, most in stated.items():
+        screen = on_terminal(list(args), farm_dir, 80)
+        lines = [line for line in shown_lines(screen) if not line.startswith("⠋")]  # a spinner's frame
+        assert max(map(len, lines)) <= 80 and len(lines) <= most, (args, len(lines), screen)
+        if args[0] not in ("status", "sign"):  # ages move between two renderings; sign's second run signs nothing
+            wide = on_terminal(list(args), farm_dir, 400)
+            assert split_words(screen, wide) == [], (args, split_words(screen, wide))
