@@ -38,9 +38,12 @@ def serving_key(store: Store, name: ReleaseName, channel: str) -> str:
 
 def policy_of(store: Store, name: ReleaseName) -> Promotion | None:
     """The model's promotion policy, as its candidate pointer carries it (None: the model declares none)."""
+    from trtfarm.errors import CorruptObject
+    from trtfarm.vocabulary.pointer import PointerTooNew
+
     try:
         pointer, _ = read_pointer(store, channel_key(*name, "candidate"))
-    except Exception:  # noqa: BLE001  # a damaged candidate pointer has no policy to read: the safe answer is none
+    except (CorruptObject, PointerTooNew):  # a damaged or newer candidate pointer: no policy read, so none applies
         return None
     return pointer.promotion if pointer else None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 
+from trtfarm.errors import TrtfarmError
 from trtfarm.layout import ReleaseName
 from trtfarm.publishing.channels import ReceiptRecord, record_receipt, serving_key
 from trtfarm.publishing.receipts import new_receipt, this_host
@@ -33,7 +34,7 @@ def record_load(store: Store | str, m: Manifest, channel: str, *, load_ms: float
         done = record_receipt(s, key, lambda p: new_receipt(
             p, ok=error is None, error=error[:2000] if error else None, load_ms=load_ms, latency_ms=None, by=who(),
             host=this_host(), plan_sha256=m.plan.sha256), signer=settings.signer(), trust=settings.trusted_keys())
-    except Exception as err:  # noqa: BLE001  # a load is never failed (nor its refusal hidden) by its receipt
+    except (TrtfarmError, OSError) as err:  # a load is never failed (nor its refusal hidden) by its receipt
         warnings.warn(f"load receipt not recorded: {' '.join(str(err).split())}", stacklevel=3)
         return None
     if done.rolled_back is not None or done.blocked:
