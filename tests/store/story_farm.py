@@ -28,6 +28,7 @@ from trtfarm.signing.bundle import sign_resources
 from trtfarm.signing.keys import PemKeySigner
 from trtfarm.signing.release_claim import sign_release, unverified_claim
 from trtfarm.store import open_store
+from trtfarm.vocabulary.promotion import Promotion
 
 from ..fleet_store import build_all, encoder_export
 from ..test_signing import key_pair
@@ -50,6 +51,7 @@ READERS = {"trusted": FLEET + "signing:\n  trusted_keys: [worker.pub]\n", "plain
 OBJECTS = ("pointer", "manifest", "plan", "bundle", "provenance", "export", "outcomes")
 DAMAGE = ("truncated", "garbage", "shape")
 SWAPS = ("other-model", "other-target")
+CHANNEL_SWAP = "other-channel"  # the pointer only: the candidate channel's signed pointer of the same release
 PER_MODEL = ("export", "outcomes")  # one per model, not per target: no other target's to swap in
 ATTESTATIONS = ("attested", "unattested", "untrusted")
 CACHES = ("cold", "warm")  # warm: the views ran on this machine before the store changed
@@ -82,7 +84,7 @@ def object_states() -> list[tuple[str, str]]:
     """Every (object, variant) of the family, the untouched release first."""
     out = [("release", "intact")]
     for obj in OBJECTS:
-        swaps = SWAPS[:1] if obj in PER_MODEL else SWAPS
+        swaps = SWAPS[:1] if obj in PER_MODEL else (*SWAPS, CHANNEL_SWAP) if obj == "pointer" else SWAPS
         out += [(obj, v) for v in ("missing", *DAMAGE, *swaps)]
     return out
 
@@ -115,6 +117,20 @@ def _release_keys(files: Path, model: str, gpu: str) -> dict[str, str]:
             "export": export, "outcomes": outcomes}
 
 
+def _candidate_pointer(store, manifest_key: str, key: Path) -> bytes:
+    """The bytes of a candidate-channel pointer of the same release, signed by the worker (then taken away again)."""
+    from trtfarm.publishing.attest import read_stored
+    from trtfarm.publishing.release import move_release
+
+    m = read_stored(store, manifest_key).manifest
+    pointer = move_release(store, manifest_key, m, release_on="built", reason="a canary", channel="candidate",
+                           promotion=Promotion(), signer=PemKeySigner(key))
+    candidate = layout.channel_key(m.model.name, m.target.gpu, pointer.toolchain, "candidate")
+    data = store.get(candidate).data
+    store.delete(candidate)
+    return data
+
+
 class StoryFarm:
     """The built farm (under ``root``), the keys of the release under test and the objects to swap in."""
 
@@ -136,6 +152,7 @@ class StoryFarm:
         sources = {"other-model": _release_keys(files, "mlp", GPU), "other-target": _release_keys(files, "enc",
                                                                                                  OTHER_GPU)}
         self.swaps = {v: {o: (files / k).read_bytes() for o, k in keys.items()} for v, keys in sources.items()}
+        self.swaps[CHANNEL_SWAP] = {"pointer": _candidate_pointer(store, self.keys["manifest"], root / "worker.pem")}
         self.stranger = PemKeySigner(root / "stranger.pem")
 
     def copy(self, state: State, to: Path) -> tuple[str, Path]:
