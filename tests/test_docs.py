@@ -35,3 +35,14 @@ def test_every_command_in_the_readme_table_exists_with_its_flags():
         assert result.exit_code == 0, result.output
         for flag in re.findall(r"--[a-z-]+", usage):
             assert flag in result.output, (command, flag)
+
+
+def test_the_readme_starts_with_the_start_and_stays_short():
+    """A newcomer reads top-down: the quick start, the test command and the farm on the first screen (60 lines),
+    concepts after, measurements in docs/; the README at most about 400 lines."""
+    lines = README.splitlines()
+    first = "\n".join(lines[:60])
+    assert len(lines) <= 410, len(lines)
+    assert "## Quick start" in first and "## Run the tests" in first and "## A farm on one machine" in first
+    assert next(b for b in bash_blocks() if "pytest" in b) in first  # the test command, whole
+    assert "docs/measurements.md" in README and "## Concepts" in README
