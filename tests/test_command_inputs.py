@@ -34,7 +34,7 @@ ROLES = {
 CREATES_STORE = {"build", "models push", "webhook serve"}  # make the store when its folder exists
 # required arguments that are not paths: a value that gets the command as far as its paths
 REQUIRED = {"mode": "fp16", "reason": "checked", "pool": "rtx-4090", "model": "encoder", "manifest": "{manifest}",
-            "ref": "{ref}"}
+            "ref": "{ref}", "channel": "stable", "target": "rtx-4090-rtx1.7"}
 
 
 def commands(tapp=app, prefix=()):

@@ -206,11 +206,12 @@ def receipt(model: str = typer.Argument(..., help="model name (as released)"),
     from trtfarm.publishing.release import who
     from trtfarm.store import open_store
 
+    uri = store_uri(store)  # a store that is not there is named first, as every command does
     if ok == (failed is not None):
         raise fail("say how the load went: --ok, or --failed REASON (one of them)")
     if channel not in ("stable", "candidate"):
         raise fail(f"--channel {channel!r}: use stable or candidate")
-    s = open_store(store_uri(store))
+    s = open_store(uri)
     _known_model(s, model)
     (name,) = _names(s, model, [target], targets_file)
     settings = _settings(targets_file)
