@@ -77,8 +77,11 @@ def test_dims_that_share_a_name_must_share_an_opt_as_the_builder_says(workdir):
 
 def test_the_fp16_gate_of_a_paddle_detector_watches_only_computed_tensors(tmp_path):
     det = corpus_file("ppocr-det")
-    done = run(tmp_path, "precision", str(det), "--mode", "fp16", "--out", str(tmp_path / "det16.onnx"), "--json")
-    assert json.loads(done.stdout)["gate"]["passed"] is True
+    done = run(tmp_path, "precision", str(det), "--mode", "fp16", "--out", str(tmp_path / "det16.onnx"), "--json",
+               check=False)
+    # its one output carries no signal on generated inputs: not judged (exit 4), naming the output, not passed
+    gate = json.loads(done.stdout)["gate"]
+    assert (done.returncode, gate["verdict"]) == (4, "not judged") and "sigmoid_0.tmp_0" in gate["note"], gate
     converted = onnx.load(str(tmp_path / "det16.onnx"), load_external_data=False)
     constants = {t for n in converted.graph.node if n.op_type == "Constant" for t in n.output}
     watched = low_precision_tensors(tmp_path / "det16.onnx")
