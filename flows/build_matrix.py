@@ -12,12 +12,12 @@ from prefect import flow, get_run_logger
 from prefect.runtime import deployment, flow_run
 
 from flows.dispatch import SKIPPED, ChildJob, ChildRun, cancel_children, lost_rows, run_children
-from tasks.build import build_job, plan_models, settle_model
+from tasks.build import build_job, plan_models, precision_step, replan_model, settle_model
 from tasks.report import report_run
 from tasks.status import publish_status, record_model_states
 from trtfarm import layout
 from trtfarm.errors import TrtfarmError
-from trtfarm.executor import changed_models, execute
+from trtfarm.executor import changed_models, execute, precision_first
 from trtfarm.pipeline import find_exports
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.store import Store, open_store
@@ -25,6 +25,7 @@ from trtfarm.vocabulary.fleet import select_targets
 from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 from trtfarm.vocabulary.job import BuildJob, JobResult
 from trtfarm.vocabulary.outcome import LostChild, RunRow, TargetOutcome
+from trtfarm.vocabulary.precision_job import PrecisionJob, PrecisionRun
 
 
 def _farm_mode(request: MatrixRequest) -> bool:
@@ -86,6 +87,40 @@ async def _dispatch(jobs: list[BuildJob], farm: bool, request: MatrixRequest, st
     return [_result_of(store, j, c, parent) for j, c in zip(jobs, children, strict=True)]
 
 
+def _precision_child(job: PrecisionJob, request: MatrixRequest, parent: str) -> ChildJob:
+    """A precision step's child: on its model's first target's pool, queue and image (a worker that builds anyway)."""
+    lead = job.lead
+
+    def parameters(attempt: int) -> dict:
+        return {"precision": job.model_dump(mode="json"), "store": request.store,
+                "result_key": layout.job_result_key(parent, f"{job.job_id}-{attempt}")}
+
+    return ChildJob((lead.gpu.pool,), lead.toolchain_label, lead.toolchain.image, parameters,
+                    f"{parent}:{job.job_id}", f"{job.model.name}-precision-{job.recipe.mode}", lead.gpu.nvml_name)
+
+
+def _precision_of(store: Store, job: PrecisionJob, child: ChildRun, parent: str) -> PrecisionRun:
+    """The child's ``PrecisionRun`` from the store; its state message where it wrote none (crash, timeout, skip)."""
+    blob = store.get(layout.job_result_key(parent, f"{job.job_id}-{child.attempts}")) if child.flow_run_id else None
+    if blob is None:
+        losses = "; ".join(loss.sentence() for loss in child.losses)
+        why = child.message or f"precision child run ended {child.state} without a result"
+        return PrecisionRun(job_id=job.job_id, model=job.model.name, failed="; ".join(filter(None, [why, losses])))
+    return PrecisionRun.model_validate_json(blob.data)
+
+
+async def _dispatch_precision(jobs: list[PrecisionJob], farm: bool, request: MatrixRequest, store: Store,
+                              lost: list[LostChild]) -> list[PrecisionRun]:
+    """Run the precision steps: each on a worker of its model's first target (farm), or in this process (local)."""
+    if not farm:
+        return [precision_step(request.store, job) for job in jobs]
+    parent = str(flow_run.get_id())
+    children = await run_children([_precision_child(j, request, parent) for j in jobs], request.child_timeout_s,
+                                  request.wait_for_workers, request.child_pending_limit_s)
+    lost += lost_rows(children)
+    return [_precision_of(store, j, c, parent) for j, c in zip(jobs, children, strict=True)]
+
+
 async def _cancel_children_hook(flow, run, state) -> None:
     await cancel_children(run.id, f"parent build-matrix run {run.id} was cancelled")
 
@@ -102,9 +137,14 @@ async def build_matrix(request: MatrixRequest) -> list[RunRow]:
     logger.info("%s mode: %d model(s): %s", "farm" if farm else "local", len(exports),
                 ", ".join(e.name or e.uri for e in exports))
     plans = plan_models(request, exports, farm, fleet, targets)
+    lost: list[LostChild] = []
+
+    async def steps(jobs: list[PrecisionJob]) -> list[PrecisionRun]:
+        return await _dispatch_precision(jobs, farm, request, store, lost)
+
+    plans = await precision_first(plans, steps, lambda plan: replan_model(request, plan, farm, fleet, targets))
     if not any(plan.jobs for plan in plans):
         logger.info("every target is up to date or skipped: nothing to dispatch")
-    lost: list[LostChild] = []
 
     async def dispatch(jobs: list[BuildJob]) -> list[JobResult]:
         return await _dispatch(jobs, farm, request, store, lost)

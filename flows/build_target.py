@@ -19,20 +19,28 @@ from prefect import flow, get_run_logger
 from prefect.states import Completed, Crashed, Failed
 
 from flows.heartbeats import NOTICE
-from tasks.build import build_job
+from tasks.build import build_job, precision_step
 from trtfarm import interrupt
 from trtfarm.building.warm import warm_in_background
 from trtfarm.store import open_store
 from trtfarm.vocabulary.job import BuildJob
+from trtfarm.vocabulary.precision_job import PrecisionJob
 from trtfarm.workers.identity import NAME_ENV
 
 warm_in_background()  # the S3 client and the toolchain, while the engine starts the run (building/warm.py)
 
 
 @flow(name="build-target")
-def build_target(job: BuildJob, store: str, result_key: str | None = None):
-    """Build ``job`` (one compatibility class) and publish a manifest for each of its targets."""
+def build_target(job: BuildJob | None = None, store: str = "", result_key: str | None = None,
+                 precision: PrecisionJob | None = None):
+    """Build ``job`` (one compatibility class) and publish a manifest for each of its targets.
+
+    With ``precision`` instead: run that precision step before the model's builds (on a worker of its first
+    target) and write its ``PrecisionRun`` to ``result_key``.
+    """
     logger = get_run_logger()
+    if precision is not None:
+        return _precision(precision, store, result_key)
     logger.info("building %s for %s (build %s)", job.model.name, ", ".join(job.targets), job.build_digest[:12])
     try:
         with interrupt.stopping_on(signal.SIGTERM):
@@ -48,6 +56,22 @@ def build_target(job: BuildJob, store: str, result_key: str | None = None):
         logger.error("%s", why)
         return Failed(message=why)
     return Completed(message=f"published {len(result.outcomes)} target(s)")
+
+
+def _precision(job: PrecisionJob, store: str, result_key: str | None):
+    """Run the precision step; Failed when its gate (or its input) refused the recipe, as a build's failure is."""
+    get_run_logger().info("precision step of %s: %s (step %s)", job.model.name, job.recipe.mode, job.key[:12])
+    try:
+        with interrupt.stopping_on(signal.SIGTERM):
+            run = precision_step(store, job)
+    except interrupt.Interrupted as stopped:
+        return _noticed(stopped)
+    if result_key:
+        open_store(store).put_if_absent(result_key, run.model_dump_json(indent=2).encode())
+    if run.failed:
+        get_run_logger().error("%s", run.failed)
+        return Failed(message=run.failed)
+    return Completed(message=f"precision step {job.recipe.mode}: {run.step.gate}")
 
 
 def _noticed(stopped: interrupt.Interrupted):

@@ -9,9 +9,9 @@ from prefect.runtime import flow_run
 from trtfarm.building import progress
 from trtfarm.building.job import run_job
 from trtfarm.building.warm import wait_warm
-from trtfarm.errors import InfrastructureError
+from trtfarm.errors import InfrastructureError, UserInputError
 from trtfarm.executor import settle
-from trtfarm.pipeline import WORK_PREFIX, plan_run, sweep_stale_work
+from trtfarm.pipeline import WORK_PREFIX, plan_run, replanner, sweep_stale_work
 from trtfarm.planning.plan import ExportPlan
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.scratch import scratch_dir
@@ -20,6 +20,7 @@ from trtfarm.vocabulary.exports import ExportRef
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget
 from trtfarm.vocabulary.fleet_file import signing_settings
 from trtfarm.vocabulary.job import BuildJob, JobResult
+from trtfarm.vocabulary.precision_job import PrecisionJob, PrecisionRun
 
 
 def retry_infrastructure_only(task, task_run, state) -> bool:
@@ -57,3 +58,21 @@ def build_job(store_uri: str, job: BuildJob) -> JobResult:
         build_log = progress.LoggingProgress(job.lead.target.id, get_run_logger())  # phases in the run's logs
         return run_job(open_store(store_uri), job, work, progress=build_log,
                        run_id=str(flow_run.get_id() or "") or None, signer=signer)
+
+
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
+def replan_model(request: MatrixRequest, plan: ExportPlan, farm: bool, fleet: Fleet,
+                 targets: list[ResolvedTarget]) -> ExportPlan:
+    """A model planned again once its precision step ran: it reads the step's record, and still writes nothing."""
+    return replanner(request, open_store(request.store), farm, fleet, targets)(plan)
+
+
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
+def precision_step(store_uri: str, job: PrecisionJob) -> PrecisionRun:
+    """Run one precision step (convert, gate, record); a refused input is the model's failure, in its own words."""
+    from trtfarm.building.precision_job import run_precision
+
+    try:
+        return run_precision(open_store(store_uri), job)
+    except UserInputError as err:
+        return PrecisionRun(job_id=job.job_id, model=job.model.name, failed=str(err))

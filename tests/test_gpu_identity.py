@@ -205,9 +205,9 @@ targets:
 
 def _whole_and_slice_plans(tmp_path, caps=None):
     from trtfarm.identity import build_digest
+    from trtfarm.modelfile import model_source
     from trtfarm.profiles.profile import profile_from_args
     from trtfarm.vocabulary.fleet import select_targets
-    from trtfarm.vocabulary.model import model_source
     from trtfarm.vocabulary.targets import plan_targets, profiles_json
 
     from .conftest import ENCODER_PROFILE, make_model

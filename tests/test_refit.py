@@ -9,6 +9,7 @@ import pytest
 
 from trtfarm.building.build import build_group
 from trtfarm.building.refit import refit_and_publish, refit_decision
+from trtfarm.modelfile import model_source
 from trtfarm.pipeline import run_local
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.profiles.profile import profile_from_args, profiles_json
@@ -19,7 +20,6 @@ from trtfarm.toolchain import import_flavour
 from trtfarm.toolchain.refitter import RefitUnavailable, refit_plan
 from trtfarm.vocabulary.fleet import select_targets
 from trtfarm.vocabulary.fleet_file import load_fleet
-from trtfarm.vocabulary.model import model_source
 from trtfarm.vocabulary.targets import plan_targets
 
 from .conftest import ENCODER_PROFILE, REPO, make_model

@@ -14,6 +14,7 @@ from tritonclient.grpc import model_config_pb2
 from trtfarm.building.build import build_group
 from trtfarm.identity import sha256_file
 from trtfarm.machine.capabilities import local_capabilities
+from trtfarm.modelfile import model_source
 from trtfarm.profiles.profile import ProfilesFile, profile_from_args
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.release import list_pointers, move_release
@@ -23,7 +24,6 @@ from trtfarm.serving.versions import model_versions
 from trtfarm.store import open_store
 from trtfarm.vocabulary.fleet import select_targets
 from trtfarm.vocabulary.fleet_file import load_fleet
-from trtfarm.vocabulary.model import model_source
 from trtfarm.vocabulary.targets import group_by_build, plan_targets
 
 from .conftest import make_model

@@ -1,7 +1,9 @@
 """Carry out a run's plans: the one place that acts on what planning decided.
 
 Planning (``planning/plan.py``) reads the store and returns decisions: build jobs, releases of published targets,
-withdrawals of damaged ones. ``execute`` carries them out, for ``trtfarm build`` in its own process and for the
+withdrawals of damaged ones, a precision step to run before a model's builds. ``precision_first`` runs those steps
+(through the caller's dispatch) and has the models planned again, their builds now known; ``execute`` carries the
+rest out, for ``trtfarm build`` in its own process and for the
 build-matrix flow around its children alike: it withdraws the damaged publishes, completes the releases (or keeps a
 trial's pointer), runs the jobs through the caller's ``dispatch`` (this process, or one farm child per job), builds
 in full the refits the workers could not do, and returns one row per target. ``promote`` carries out what the
@@ -23,8 +25,47 @@ from trtfarm.store import Store
 from trtfarm.vocabulary.job import BuildJob, JobResult
 from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
 from trtfarm.vocabulary.pointer import ReleasePointer
+from trtfarm.vocabulary.precision_job import PrecisionJob, PrecisionRun
 
 Dispatch = Callable[[list[BuildJob]], Awaitable[list[JobResult]]]
+PrecisionDispatch = Callable[[list[PrecisionJob]], Awaitable[list[PrecisionRun]]]
+
+
+async def precision_first(plans: list[ExportPlan], dispatch: PrecisionDispatch,
+                          replan: Callable[[ExportPlan], ExportPlan]) -> list[ExportPlan]:
+    """The plans with each decided precision step run, before any build.
+
+    A refused gate fails the model's every target (its words kept); a passed one has the model planned again
+    (``replan``, which reads the step's record) for its builds.
+
+    ``dispatch`` runs the steps and returns their ``PrecisionRun``s in order (this process, or farm children).
+    """
+    pending = [p for p in plans if p.precision is not None]
+    if not pending:
+        return plans
+    runs = await dispatch([p.precision for p in pending])
+    after = {id(p): _after_step(p, run, replan) for p, run in zip(pending, runs, strict=True)}
+    return [after.get(id(p), p) for p in plans]
+
+
+def _after_step(plan: ExportPlan, run: PrecisionRun, replan: Callable[[ExportPlan], ExportPlan]) -> ExportPlan:
+    """The plan once its precision step ran: failed on every target, or planned again with the step's result."""
+    if run.failed:
+        return _failed_plan(plan, run.failed)
+    again = replan(plan)
+    if again.precision is not None:  # the step ran, yet its record is not in the store
+        return _failed_plan(plan, f"the precision step ran but the store holds no record of it "
+                                  f"({again.precision.key[:12]}); rerun the build")
+    if run.build_path is None:
+        return again
+    jobs = [j.model_copy(update={"model": j.model.model_copy(update={"build_path": run.build_path})})
+            for j in again.jobs]  # a build on the machine that converted reads its file (checked by sha256)
+    return again.model_copy(update={"jobs": jobs})
+
+
+def _failed_plan(plan: ExportPlan, why: str) -> ExportPlan:
+    return plan.model_copy(update={"precision": None,
+                                   "outcomes": {t: TargetOutcome(t, "failed", why) for t in plan.targets}})
 
 
 def settle(store: Store, plan: ExportPlan, signer=None) -> JobResult:

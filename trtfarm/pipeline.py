@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from trtfarm import layout
 from trtfarm.building.outcome import StoreIndex
-from trtfarm.executor import changed_models, execute
+from trtfarm.executor import changed_models, execute, precision_first
 from trtfarm.machine.capabilities import local_capabilities
 from trtfarm.planning.plan import ExportPlan, plan_export
 from trtfarm.planning.requests import MatrixRequest
@@ -31,6 +31,7 @@ from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 from trtfarm.vocabulary.job import BuildJob, JobResult
 from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
+from trtfarm.vocabulary.precision_job import PrecisionJob, PrecisionRun
 
 if TYPE_CHECKING:  # the builder and the toolchain are imported by the first build (a rerun that is up to date has none)
     from trtfarm.toolchain import BuildProgress
@@ -67,6 +68,26 @@ def plan_run(request: MatrixRequest, store: Store, exports: Iterable[ExportRef],
     with ThreadPoolExecutor(max_workers=min(PLAN_THREADS, max(len(exports), 1))) as pool:
         return list(pool.map(lambda e: plan_export(request, e, store, farm=True, fleet=fleet, index=index,
                                                    targets=targets), exports))
+
+
+def replanner(request: MatrixRequest, store: Store, farm: bool, fleet: Fleet,
+              targets: list[ResolvedTarget]) -> Callable[[ExportPlan], ExportPlan]:
+    """Plan a model again once its precision step ran (``executor.precision_first``): it reads the step's record."""
+    def again(plan: ExportPlan) -> ExportPlan:
+        return plan_export(request, plan.precision.export, store, farm=farm, fleet=fleet,
+                           caps=None if farm else local_capabilities(), targets=targets)
+
+    return again
+
+
+def _here_precision(store: Store):
+    """The precision steps run one after another in this process (ModelOpt is imported by the first)."""
+    async def run(batch: list[PrecisionJob]) -> list[PrecisionRun]:
+        from trtfarm.building.precision_job import run_precision
+
+        return [run_precision(store, job) for job in batch]
+
+    return run
 
 
 def has_news(statuses: Iterable[str]) -> bool:
@@ -142,6 +163,8 @@ def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress
     signer = signing_settings(request.targets_file, only="key", fleet=fleet).signer()  # a bad key fails first
     targets = select_targets(fleet, request.targets or None)  # once: the plan and the state record use them
     plans = plan_run(request, store, find_exports(store, request.model), farm=False, fleet=fleet, targets=targets)
+    plans = _to_the_end(precision_first(plans, _here_precision(store), replanner(request, store, False, fleet,
+                                                                                  targets)))
     jobs = [job for plan in plans for job in plan.jobs]
     sweep_stale_work()
     for job in jobs:  # what a killed build of these plans left in the store

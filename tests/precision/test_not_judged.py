@@ -16,11 +16,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from trtfarm.building.precision_job import with_precision
 from trtfarm.identity import onnx_digest
 from trtfarm.layout import converted_prefix
+from trtfarm.modelfile import model_source
 from trtfarm.precision.step import Recipe, convert_and_gate, precision_key
 from trtfarm.store import open_store
-from trtfarm.vocabulary.model import model_source, with_precision
 
 pytestmark = pytest.mark.integration
 

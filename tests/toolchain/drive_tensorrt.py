@@ -91,8 +91,8 @@ def _build_group(trt, tmp: Path, store, shared: bytes | None) -> tuple[list, str
     from trtfarm.building import build
     from trtfarm.building.timing_cache import cache_flags_digest
     from trtfarm.layout import timing_cache_key
+    from trtfarm.modelfile import model_source
     from trtfarm.vocabulary.fleet import Fleet, resolve_target
-    from trtfarm.vocabulary.model import model_source
     from trtfarm.vocabulary.targets import plan_targets
 
     fleet = Fleet.model_validate({

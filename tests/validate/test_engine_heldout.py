@@ -13,8 +13,9 @@ import numpy as np
 
 from trtfarm.building.build import heldout_samples
 from trtfarm.building.job import job_model
+from trtfarm.building.precision_job import with_precision
+from trtfarm.modelfile import model_source
 from trtfarm.vocabulary.buildspec import BuildSpec, spec_precision
-from trtfarm.vocabulary.model import model_source, with_precision
 
 
 def _export(tmp_path, example_onnx):

@@ -30,6 +30,7 @@ from trtfarm.building.timing_cache import (
 from trtfarm.errors import StoreError, UserInputError
 from trtfarm.identity import sha256_file
 from trtfarm.layout import timing_cache_key
+from trtfarm.modelfile import verified
 from trtfarm.profiles.profile import Profile, profiles_json
 from trtfarm.publishing.attest import Attestation
 from trtfarm.publishing.provenance import BuildContext, provenance_bytes, provenance_statement
@@ -53,7 +54,7 @@ from trtfarm.vocabulary.manifest import (
     TimingCacheInfo,
     Verification,
 )
-from trtfarm.vocabulary.model import ModelSource, verified
+from trtfarm.vocabulary.model import ModelSource
 from trtfarm.vocabulary.outcome import TargetOutcome
 from trtfarm.vocabulary.targets import TargetPlan
 from trtfarm.workers.identity import this_worker

@@ -187,10 +187,10 @@ def _converted_digest(survey: StoreSurvey, model: str, onnx_digest: str, step: s
 
 def _unrecorded(survey: StoreSurvey, ref: ExportRef, precision: str | None) -> ExpectedExport:
     """An export folder without a record (a pipeline dropped it): fetched whole, digested as a run would."""
+    from trtfarm.modelfile import model_source
     from trtfarm.profiles.profile import profiles_json
     from trtfarm.publishing.registry import local_copy
     from trtfarm.vocabulary.buildspec import spec_for_model, spec_precision, spec_profiles
-    from trtfarm.vocabulary.model import model_source
 
     path = local_copy(ref)
     spec, _ = spec_for_model(path)

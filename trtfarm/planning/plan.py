@@ -1,8 +1,9 @@
 """Plan once: what one run does for one model export, decided before anything is built.
 
 ``plan_export`` fetches the export (or takes a local ONNX), reads its build spec, resolves targets and profiles,
-runs (or reuses) the precision step, computes every target's build digest, and looks up what is already published.
-It yields a frozen ``ExportPlan``: the outcomes already known (skipped, up to date, refused by the precision gate)
+reuses the precision step the store recorded (else decides the ``PrecisionJob`` the executor runs first, and the
+model is planned again after it), computes every target's build digest, and looks up what is already published. It
+yields a frozen ``ExportPlan``: the outcomes already known (skipped, up to date, refused by the precision gate)
 and one ``BuildJob`` per compatibility-class build still missing. A job carries all a builder needs; whoever runs
 it (this process, or a farm child on a worker) never plans again.
 """
@@ -21,6 +22,8 @@ from trtfarm.building.outcome import StoreIndex, Triage, skip_unservable, triage
 from trtfarm.errors import CorruptObject, UserInputError
 from trtfarm.identity import model_name_from_path
 from trtfarm.machine.capabilities import Capabilities, local_capabilities
+from trtfarm.modelfile import model_source, verified
+from trtfarm.planning.precision import planned_precision
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.precision.recipe import GateFailed
 from trtfarm.profiles.profile import (
@@ -39,8 +42,9 @@ from trtfarm.vocabulary.exports import ExportRecord, ExportRef
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 from trtfarm.vocabulary.fleet_file import load_fleet
 from trtfarm.vocabulary.job import BuildJob, ProfileText
-from trtfarm.vocabulary.model import ModelSource, model_source, verified, with_precision
+from trtfarm.vocabulary.model import ModelSource
 from trtfarm.vocabulary.outcome import TargetOutcome
+from trtfarm.vocabulary.precision_job import PrecisionJob
 from trtfarm.vocabulary.targets import TargetPlan, group_by_build, plan_targets
 
 
@@ -56,11 +60,13 @@ class ExportPlan(BaseModel):
     jobs: list[BuildJob] = []
     releases: list[Release] = []  # published targets to release (policy permitting), carried out by the executor
     withdrawals: list[Withdraw] = []  # damaged publishes to withdraw before their rebuild
+    # the precision step to run before any build (the store holds no record of it); the builds are planned after it
+    precision: PrecisionJob | None = None
 
     @property
     def settled(self) -> bool:
         """True when nothing is left to do for this model: no build, no release, no withdrawal."""
-        return not (self.jobs or self.releases or self.withdrawals)
+        return not (self.jobs or self.releases or self.withdrawals or self.precision)
 
 
 def _profiles(request: MatrixRequest, path: Path, spec) -> list[Profile]:
@@ -126,12 +132,14 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
     if checked:  # the precision step converts a checked model
         model = _checked(model, profiles)
     try:
-        model = with_precision(store, model, recipe, calibration, heldout)
-        model = model.model_copy(update={"trial": trial_reason(request.release, recipe.mode, spec.precision.mode,
-                                                               spec_path is not None)})
+        found = planned_precision(store, model, recipe, calibration, heldout, export, next(iter(resolved), None))
     except GateFailed as failed:
         return ExportPlan(name=model.name, model=None, profiles=texts, targets=ids,
                           outcomes={t: TargetOutcome(t, "failed", str(failed)) for t in ids})
+    if isinstance(found, PrecisionJob):  # the builds wait for the step: planned again once it ran
+        return ExportPlan(name=model.name, model=None, profiles=texts, targets=ids, precision=found)
+    model = found.model_copy(update={"trial": trial_reason(request.release, recipe.mode, spec.precision.mode,
+                                                           spec_path is not None)})
     plans = plan_targets(model, model.plan_digest, resolved, profiles, None)
     known, plans = first.settled(plans) if first else (Triage(), plans)
     found = triage(store, plans, request.force, request.verify_store, model.trial)

@@ -44,7 +44,7 @@ from trtfarm.scratch import scratch_dir
 from trtfarm.store import AlreadyExists
 
 __all__ = ["ConversionError", "GateFailed", "PrecisionResult", "Recipe", "Thresholds", "convert_and_gate",
-           "prepare_precision"]
+           "prepare_precision", "stored_result"]
 
 
 @dataclass
@@ -234,6 +234,21 @@ def precision_key_of(recipe: Recipe, onnx_digest: str, calibration_sha256: str |
     return hashlib.sha256(canonical_json(doc)).hexdigest()
 
 
+def stored_result(store, prefix: str, recipe: Recipe, path: Path) -> tuple[PrecisionResult, str] | None:
+    """The recorded result of the step at ``prefix`` and its model's sha256, or None; reads one object only.
+
+    ``path``: where the converted model is to lie on this machine (nothing is downloaded here).
+    """
+    stored = store.get(converted_report_key(prefix))
+    if stored is None:
+        return None
+    doc = json.loads(stored.data)
+    report = GateReport(**{**doc["report"], "figures": [OutputFigures(**f) for f in doc["report"]["figures"]]})
+    nodes = NodePrecision(**doc["nodes"]) if doc.get("nodes") else None
+    return PrecisionResult(recipe, path, doc["digest"], report, doc["pinned"], reused=True, nodes=nodes,
+                           notes=doc.get("notes", []), fix=doc.get("fix") or {}), doc["sha256"]
+
+
 def prepare_precision(store, model_name: str, src: Path, onnx_digest: str, recipe: Recipe, work: Path, *,
                       calibration: Path | None = None, heldout: Path | None = None,
                       key: str | None = None) -> PrecisionResult:
@@ -246,16 +261,12 @@ def prepare_precision(store, model_name: str, src: Path, onnx_digest: str, recip
         return PrecisionResult(recipe, src, onnx_digest, accuracy_gate(src, src, [], recipe), [])
     key = key or precision_key(recipe, onnx_digest, calibration, heldout)
     prefix = converted_prefix(model_name, onnx_digest, key)
-    stored = store.get(converted_report_key(prefix))
+    stored = stored_result(store, prefix, recipe, work / "model.onnx")
     if stored is not None:
-        doc = json.loads(stored.data)
-        report = GateReport(**{**doc["report"], "figures": [OutputFigures(**f) for f in doc["report"]["figures"]]})
-        nodes = NodePrecision(**doc["nodes"]) if doc.get("nodes") else None
-        result = PrecisionResult(recipe, work / "model.onnx", doc["digest"], report, doc["pinned"], reused=True,
-                                 nodes=nodes, notes=doc.get("notes", []), fix=doc.get("fix") or {})
+        result, sha256 = stored
         if result.report.passed is False:
             raise GateFailed(result.summary())
-        store.download_file(converted_model_key(prefix), result.path, sha256=doc["sha256"])
+        store.download_file(converted_model_key(prefix), result.path, sha256=sha256)
         return result
     work.mkdir(parents=True, exist_ok=True)  # shared by builds of this step on this machine: written whole, by rename
     with scratch_dir(".converting-", work) as tmp:

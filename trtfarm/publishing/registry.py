@@ -64,7 +64,7 @@ def export_files(folder: Path) -> list[Path]:
 
 def register_export(store: Store, folder: Path, name: str | None = None, progress=None) -> ExportRef:
     """Upload an export folder into the registry; the ONNX is checked first. Returns its reference."""
-    from trtfarm.vocabulary.model import model_source
+    from trtfarm.modelfile import model_source
 
     folder = Path(folder)
     files = export_files(folder)
