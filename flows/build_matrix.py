@@ -20,9 +20,9 @@ from trtfarm.errors import TrtfarmError
 from trtfarm.executor import changed_models, execute
 from trtfarm.pipeline import find_exports
 from trtfarm.planning.requests import MatrixRequest
+from trtfarm.project.fleet_file import load_fleet, signing_settings
 from trtfarm.store import Store, open_store
 from trtfarm.vocabulary.fleet import select_targets
-from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 from trtfarm.vocabulary.job import BuildJob, JobResult
 from trtfarm.vocabulary.outcome import LostChild, RunRow, TargetOutcome
 

@@ -14,11 +14,11 @@ from trtfarm.executor import settle
 from trtfarm.pipeline import WORK_PREFIX, plan_run, sweep_stale_work
 from trtfarm.planning.plan import ExportPlan
 from trtfarm.planning.requests import MatrixRequest
+from trtfarm.project.fleet_file import signing_settings
 from trtfarm.scratch import scratch_dir
 from trtfarm.store import Store, open_store
 from trtfarm.vocabulary.exports import ExportRef
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget
-from trtfarm.vocabulary.fleet_file import signing_settings
 from trtfarm.vocabulary.job import BuildJob, JobResult
 
 

@@ -10,9 +10,9 @@ from tasks.build import retry_infrastructure_only
 from tasks.report import SHARE_S
 from trtfarm import layout
 from trtfarm.planning.overview import status
+from trtfarm.project.fleet_file import load_fleet, signing_settings
 from trtfarm.reports.fleet_html import status_html, status_markdown, store_status_page
 from trtfarm.store import open_store
-from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)

@@ -8,8 +8,8 @@ from pathlib import Path
 from trtfarm.building.build import build_group
 from trtfarm.machine.capabilities import local_capabilities
 from trtfarm.profiles.profile import profile_from_args
+from trtfarm.project.fleet_file import load_fleet
 from trtfarm.vocabulary.fleet import select_targets
-from trtfarm.vocabulary.fleet_file import load_fleet
 from trtfarm.vocabulary.model import model_source
 from trtfarm.vocabulary.targets import plan_targets
 

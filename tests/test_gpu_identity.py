@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from trtfarm.machine.gpu import GpuScan, LocalGpu, MigInstance
-from trtfarm.vocabulary.fleet_file import load_fleet
+from trtfarm.project.fleet_file import load_fleet
 from trtfarm.workers.admission import check_worker
 
 from .conftest import REPO

@@ -18,13 +18,13 @@ from trtfarm.building.outcome import Triage, triage, triage_listed
 from trtfarm.errors import CorruptObject, UserInputError
 from trtfarm.executor import settle
 from trtfarm.planning.plan import ExportPlan
+from trtfarm.project.fleet_file import load_fleet
 from trtfarm.publishing.attest import read_stored
 from trtfarm.publishing.release import list_pointers, move_release, read_pointer, repair_pointer, seen_pointer
 from trtfarm.publishing.release_check import check_release
 from trtfarm.publishing.sign_store import sign_store
 from trtfarm.signing.release_claim import unverified_claim, verify_release
 from trtfarm.vocabulary.fleet import select_targets
-from trtfarm.vocabulary.fleet_file import load_fleet
 from trtfarm.vocabulary.pointer import POINTER_SCHEMA, PointerInvalid, PointerTooNew, pointer_from_json
 from trtfarm.vocabulary.targets import TargetPlan
 

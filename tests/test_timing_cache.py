@@ -87,8 +87,8 @@ def test_another_exact_build_or_gpu_gets_its_own_cache():
 
 
 def test_tensorrt_rtx_builds_pull_no_shared_cache(tmp_path):
+    from trtfarm.project.fleet_file import load_fleet
     from trtfarm.vocabulary.fleet import resolve_target
-    from trtfarm.vocabulary.fleet_file import load_fleet
     from trtfarm.vocabulary.targets import TargetPlan
 
     from .conftest import RTX_FLEET

@@ -15,6 +15,7 @@ from trtfarm.building.build import build_group
 from trtfarm.identity import sha256_file
 from trtfarm.machine.capabilities import local_capabilities
 from trtfarm.profiles.profile import ProfilesFile, profile_from_args
+from trtfarm.project.fleet_file import load_fleet
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.release import list_pointers, move_release
 from trtfarm.serving.triton import TritonRequest, config_spec, triton_repositories
@@ -22,7 +23,6 @@ from trtfarm.serving.triton_config import TritonConfigRefused, validated_config
 from trtfarm.serving.versions import model_versions
 from trtfarm.store import open_store
 from trtfarm.vocabulary.fleet import select_targets
-from trtfarm.vocabulary.fleet_file import load_fleet
 from trtfarm.vocabulary.model import model_source
 from trtfarm.vocabulary.targets import group_by_build, plan_targets
 

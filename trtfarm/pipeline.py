@@ -22,13 +22,13 @@ from trtfarm.executor import changed_models, execute
 from trtfarm.machine.capabilities import local_capabilities
 from trtfarm.planning.plan import ExportPlan, plan_export
 from trtfarm.planning.requests import MatrixRequest
+from trtfarm.project.fleet_file import load_fleet, signing_settings
 from trtfarm.publishing.registry import latest_exports, resolve_model
 from trtfarm.scratch import scratch_dir
 from trtfarm.store import Store, is_uri, open_store
 from trtfarm.store.base import Progress
 from trtfarm.vocabulary.exports import ExportRef
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
-from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 from trtfarm.vocabulary.job import BuildJob, JobResult
 from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
 

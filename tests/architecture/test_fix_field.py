@@ -6,8 +6,8 @@ import ast
 from pathlib import Path
 
 from trtfarm.machine.capabilities import Capabilities
+from trtfarm.project.fleet_file import load_fleet
 from trtfarm.vocabulary.fleet import select_targets
-from trtfarm.vocabulary.fleet_file import load_fleet
 from trtfarm.vocabulary.outcome import TargetOutcome
 from trtfarm.vocabulary.targets import serve_gap
 

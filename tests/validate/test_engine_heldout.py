@@ -13,7 +13,8 @@ import numpy as np
 
 from trtfarm.building.build import heldout_samples
 from trtfarm.building.job import job_model
-from trtfarm.vocabulary.buildspec import BuildSpec, spec_precision
+from trtfarm.project.spec_file import spec_precision
+from trtfarm.vocabulary.buildspec import BuildSpec
 from trtfarm.vocabulary.model import model_source, with_precision
 
 

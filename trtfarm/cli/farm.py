@@ -66,7 +66,7 @@ def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve 
            targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT, server_wait: int = SERVER_WAIT_OPT) -> None:
     """Check the local GPU and toolchains against POOL's targets; only then start a Prefect worker on it."""
     from trtfarm.machine.capabilities import local_capabilities
-    from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
+    from trtfarm.project.fleet_file import load_fleet, signing_settings
     from trtfarm.workers.admission import check_worker
     from trtfarm.workers.identity import NAME_ENV, POOL_ENV
 
@@ -113,7 +113,7 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
                                                  "./prefect.yaml when there is one]"),
                as_json: bool = JSON_OPT, server_wait: int = SERVER_WAIT_OPT) -> None:
     """Create or update one work pool per GPU model (limit = its GPU count) and the control pool; report drift."""
-    from trtfarm.vocabulary.fleet_file import load_fleet
+    from trtfarm.project.fleet_file import load_fleet
     from trtfarm.workers.pools import deployment_drift, desired_pools
 
     fleet = load_fleet(targets_path(targets_file))
@@ -155,7 +155,7 @@ def pools_k8s(out_dir: Path = typer.Option(Path("infra/k8s"), "--out", help="whe
     """Write each GPU pool's Kubernetes base job template and prefect-worker Helm values (for GitOps)."""
     import yaml
 
-    from trtfarm.vocabulary.fleet_file import load_fleet
+    from trtfarm.project.fleet_file import load_fleet
     from trtfarm.workers.k8s import job_template, worker_values
     from trtfarm.workers.pools import desired_pools
 

@@ -31,13 +31,13 @@ from trtfarm.profiles.profile import (
     profile_texts,
     profiles_json,
 )
+from trtfarm.project.fleet_file import load_fleet
+from trtfarm.project.spec_file import spec_for_model, spec_precision, spec_profiles
 from trtfarm.publishing.registry import export_record, fetch_export, fetch_folder, local_copy
 from trtfarm.store import Store, is_uri
-from trtfarm.vocabulary.buildspec import spec_for_model, spec_precision, spec_profiles
 from trtfarm.vocabulary.decisions import Release, Withdraw
 from trtfarm.vocabulary.exports import ExportRecord, ExportRef
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
-from trtfarm.vocabulary.fleet_file import load_fleet
 from trtfarm.vocabulary.job import BuildJob, ProfileText
 from trtfarm.vocabulary.model import ModelSource, model_source, verified, with_precision
 from trtfarm.vocabulary.outcome import TargetOutcome
