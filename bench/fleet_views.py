@@ -301,7 +301,7 @@ def recorded(spec: dict, backend: str, uri: str, view, rows: list[dict]) -> list
 
     Its answer must be the cold status's without records: one record, the same story.
     """
-    from trtfarm.planning.record import record_states
+    from trtfarm.planning.record_state import record_states
     from trtfarm.project.fleet_file import load_fleet
 
     fleet = load_fleet(spec["fleet"])

@@ -24,7 +24,7 @@ from trtfarm.project.fleet_file import load_fleet, signing_settings
 from trtfarm.store import Store, open_store
 from trtfarm.vocabulary.fleet import select_targets
 from trtfarm.vocabulary.job import BuildJob, JobResult
-from trtfarm.vocabulary.outcome import LostChild, RunRow, TargetOutcome
+from trtfarm.vocabulary.target_outcome import LostChild, RunRow, TargetOutcome
 
 
 def _farm_mode(request: MatrixRequest) -> bool:

@@ -24,7 +24,7 @@ from trtfarm import interrupt
 from trtfarm.building.warm import warm_in_background
 from trtfarm.store import open_store
 from trtfarm.vocabulary.job import BuildJob
-from trtfarm.workers.identity import NAME_ENV
+from trtfarm.workers.built_by import NAME_ENV
 
 warm_in_background()  # the S3 client and the toolchain, while the engine starts the run (building/warm.py)
 

@@ -6,8 +6,8 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
-from trtfarm.building import progress
-from trtfarm.building.job import run_job
+from trtfarm.building import phase_log as progress
+from trtfarm.building.run_job import run_job
 from trtfarm.building.warm import wait_warm
 from trtfarm.errors import InfrastructureError
 from trtfarm.executor import settle

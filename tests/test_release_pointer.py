@@ -14,10 +14,10 @@ from dataclasses import replace
 import pytest
 
 from trtfarm import layout
-from trtfarm.building.outcome import Triage, triage, triage_listed
 from trtfarm.errors import CorruptObject, UserInputError
 from trtfarm.executor import settle
 from trtfarm.planning.plan import ExportPlan
+from trtfarm.planning.triage import Triage, triage, triage_listed
 from trtfarm.project.fleet_file import load_fleet
 from trtfarm.publishing.attest import read_stored
 from trtfarm.publishing.release import list_pointers, move_release, read_pointer, repair_pointer, seen_pointer

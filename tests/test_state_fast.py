@@ -22,7 +22,7 @@ import yaml
 from trtfarm import layout
 from trtfarm.errors import UserInputError
 from trtfarm.planning.overview import status
-from trtfarm.planning.record import record_states
+from trtfarm.planning.record_state import record_states
 from trtfarm.project.fleet_file import load_fleet
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.registry import register_export

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 
-from trtfarm.building.outcome import release_if_allowed
+from trtfarm.building.release_move import release_if_allowed
 from trtfarm.planning.gates import Candidate
 from trtfarm.planning.plan import ExportPlan, full_build_of
 from trtfarm.publishing.channels import promote_move
@@ -21,8 +21,8 @@ from trtfarm.publishing.publish import withdraw
 from trtfarm.publishing.release import ChannelRefused
 from trtfarm.store import Store
 from trtfarm.vocabulary.job import BuildJob, JobResult
-from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
 from trtfarm.vocabulary.pointer import ReleasePointer
+from trtfarm.vocabulary.target_outcome import RunRow, TargetOutcome
 
 Dispatch = Callable[[list[BuildJob]], Awaitable[list[JobResult]]]
 

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtfarm import layout
-from trtfarm.building.outcome import StoreIndex
 from trtfarm.executor import changed_models, execute
 from trtfarm.machine.capabilities import local_capabilities
 from trtfarm.planning.plan import ExportPlan, plan_export
 from trtfarm.planning.requests import MatrixRequest
+from trtfarm.planning.triage import StoreIndex
 from trtfarm.project.fleet_file import load_fleet, signing_settings
 from trtfarm.publishing.registry import latest_exports, resolve_model
 from trtfarm.scratch import scratch_dir
@@ -30,7 +30,7 @@ from trtfarm.store.base import Progress
 from trtfarm.vocabulary.exports import ExportRef
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 from trtfarm.vocabulary.job import BuildJob, JobResult
-from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
+from trtfarm.vocabulary.target_outcome import RunRow, TargetOutcome
 
 if TYPE_CHECKING:  # the builder and the toolchain are imported by the first build (a rerun that is up to date has none)
     from trtfarm.toolchain import BuildProgress
@@ -174,7 +174,7 @@ def record_changed_states(store: Store, fleet: Fleet, changed: list[str], by: st
     Best effort: the builds stand when the store refuses the record, and views compute what is not recorded.
     """
     from trtfarm.errors import TrtfarmError
-    from trtfarm.planning.record import record_states
+    from trtfarm.planning.record_state import record_states
     from trtfarm.publishing.release import who
 
     if not changed:
@@ -190,7 +190,7 @@ def record_changed_states(store: Store, fleet: Fleet, changed: list[str], by: st
 def _run_jobs(store: Store, jobs: list[BuildJob], run: str, progress, upload, signer) -> list[JobResult]:
     if not jobs:  # up to date: the builder is not even imported
         return []
-    from trtfarm.building.job import run_job
+    from trtfarm.building.run_job import run_job
 
     results = []
     for job in jobs:

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from trtfarm.building.build import heldout_samples
-from trtfarm.building.job import job_model
+from trtfarm.building.run_job import job_model
 from trtfarm.project.spec_file import spec_precision
 from trtfarm.vocabulary.buildspec import BuildSpec
 from trtfarm.vocabulary.model import model_source, with_precision

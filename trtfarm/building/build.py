@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from trtfarm import interrupt
 from trtfarm.building.device import build_device, served_gpus
-from trtfarm.building.outcome import outcome_from_manifest, release_if_allowed
+from trtfarm.building.release_move import outcome_from_manifest, release_if_allowed
 from trtfarm.building.timing_cache import (
     TimingCacheRefused,
     cache_flags_digest,
@@ -54,9 +54,9 @@ from trtfarm.vocabulary.manifest import (
     Verification,
 )
 from trtfarm.vocabulary.model import ModelSource, verified
-from trtfarm.vocabulary.outcome import TargetOutcome
+from trtfarm.vocabulary.target_outcome import TargetOutcome
 from trtfarm.vocabulary.targets import TargetPlan
-from trtfarm.workers.identity import this_worker
+from trtfarm.workers.built_by import this_worker
 
 if TYPE_CHECKING:
     from trtfarm.signing.keys import Signer

@@ -22,7 +22,7 @@ from trtfarm.store import Store
 from trtfarm.toolchain import BuildResult
 from trtfarm.vocabulary.manifest import Lineage, Manifest, PlanInfo, TimingCacheInfo
 from trtfarm.vocabulary.model import ModelSource
-from trtfarm.vocabulary.outcome import TargetOutcome
+from trtfarm.vocabulary.target_outcome import TargetOutcome
 from trtfarm.vocabulary.targets import TargetPlan
 
 
@@ -83,7 +83,7 @@ def refit_and_publish(store: Store, model: ModelSource, plan: TargetPlan, parent
     where the engine cannot load. ``parent``: the manifest at ``parent_key`` as planning read it (else it is read).
     """
     from trtfarm.building.build import attestation, build_manifest, engine_result
-    from trtfarm.building.outcome import outcome_from_manifest, release_if_allowed
+    from trtfarm.building.release_move import outcome_from_manifest, release_if_allowed
     from trtfarm.toolchain import import_flavour, read_plan_header
     from trtfarm.toolchain.refitter import refit_plan
 

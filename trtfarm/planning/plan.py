@@ -17,11 +17,11 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from trtfarm import layout
-from trtfarm.building.outcome import StoreIndex, Triage, skip_unservable, triage, triage_listed
 from trtfarm.errors import CorruptObject, UserInputError
 from trtfarm.identity import model_name_from_path
 from trtfarm.machine.capabilities import Capabilities, local_capabilities
 from trtfarm.planning.requests import MatrixRequest
+from trtfarm.planning.triage import StoreIndex, Triage, skip_unservable, triage, triage_listed
 from trtfarm.precision.recipe import GateFailed
 from trtfarm.profiles.profile import (
     Profile,
@@ -40,7 +40,7 @@ from trtfarm.vocabulary.exports import ExportRecord, ExportRef
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 from trtfarm.vocabulary.job import BuildJob, ProfileText
 from trtfarm.vocabulary.model import ModelSource, model_source, verified, with_precision
-from trtfarm.vocabulary.outcome import TargetOutcome
+from trtfarm.vocabulary.target_outcome import TargetOutcome
 from trtfarm.vocabulary.targets import TargetPlan, group_by_build, plan_targets
 
 

@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict
 from trtfarm.profiles.profile import Profile
 from trtfarm.vocabulary.manifest import Manifest
 from trtfarm.vocabulary.model import ModelSource
-from trtfarm.vocabulary.outcome import TargetOutcome
+from trtfarm.vocabulary.target_outcome import TargetOutcome
 from trtfarm.vocabulary.targets import TargetPlan
 
 ProfileText = dict[str, str]  # {"input_ids": "1x16:16x128:32x512", ...}

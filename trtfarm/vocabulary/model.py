@@ -17,8 +17,8 @@ from trtfarm.cachedir import work_dir
 from trtfarm.errors import UserInputError, invalid_model
 from trtfarm.identity import files_digest, graph_digest, model_files, sha256_file
 from trtfarm.onnxfile import check_errors, check_model, load_model
+from trtfarm.precision.output_record import OutputFigures
 from trtfarm.precision.recipe import Recipe
-from trtfarm.precision.record import OutputFigures
 from trtfarm.vocabulary.promotion import Promotion
 
 

@@ -185,7 +185,7 @@ def status(models: list[str] = typer.Argument(None, help="models to show (defaul
     Reads the store (each model's recorded state where it is current); writes nothing to it unless --record.
     """
     from trtfarm.planning.overview import status as fleet_status
-    from trtfarm.planning.record import record_states
+    from trtfarm.planning.record_state import record_states
     from trtfarm.project.fleet_file import load_fleet, signing_settings
     from trtfarm.publishing.release import who
     from trtfarm.store import open_store

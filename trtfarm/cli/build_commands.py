@@ -28,7 +28,7 @@ from trtfarm.cli.common import (
 from trtfarm.cli.tables import Column, fitted_table, labelled, notes
 
 if TYPE_CHECKING:  # the command imports what it runs when it runs (`trtfarm --help` needs none of it)
-    from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
+    from trtfarm.vocabulary.target_outcome import RunRow, TargetOutcome
 
 
 @app.command()
@@ -99,7 +99,7 @@ def _run_here(request) -> list[RunRow]:
 
     if not err.is_terminal:  # logs and pipes get no progress display: nothing to draw it with is imported
         return run_local(request, report="outcomes")
-    from trtfarm.cli.progress import RichBuild, progress_bars, upload_bar
+    from trtfarm.cli.progress_bars import RichBuild, progress_bars, upload_bar
 
     with progress_bars(err) as bars:
         # the run's outcomes go to the store; `trtfarm report MODEL_OR_RUN` renders charts and HTML on demand
