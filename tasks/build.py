@@ -12,7 +12,7 @@ from trtfarm.building.warm import wait_warm
 from trtfarm.errors import InfrastructureError
 from trtfarm.executor import settle
 from trtfarm.pipeline import WORK_PREFIX, plan_run, sweep_stale_work
-from trtfarm.planning.plan import ExportPlan
+from trtfarm.planning.plan import ExportWork
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.project.fleet_file import signing_settings
 from trtfarm.scratch import scratch_dir
@@ -29,7 +29,7 @@ def retry_infrastructure_only(task, task_run, state) -> bool:
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
 def plan_models(request: MatrixRequest, exports: list[ExportRef], farm: bool, fleet: Fleet,
-                targets: list[ResolvedTarget]) -> list[ExportPlan]:
+                targets: list[ResolvedTarget]) -> list[ExportWork]:
     """Everything decided before any build, for every model of the run: outcomes known now, and the decisions.
 
     One task for the whole run: the core plans the models together (one store listing, models on threads). It
@@ -39,7 +39,7 @@ def plan_models(request: MatrixRequest, exports: list[ExportRef], farm: bool, fl
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
-def settle_model(store: Store, plan: ExportPlan, signer) -> JobResult:
+def settle_model(store: Store, plan: ExportWork, signer) -> JobResult:
     """Carry out a model's decisions about what is published (withdrawals, releases); store failures are retried."""
     return settle(store, plan, signer)
 

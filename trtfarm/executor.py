@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from trtfarm.building.release_move import release_if_allowed
 from trtfarm.planning.gates import Candidate
-from trtfarm.planning.plan import ExportPlan, full_build_of
+from trtfarm.planning.plan import ExportWork, full_build_of
 from trtfarm.publishing.channels import promote_move
 from trtfarm.publishing.publish import withdraw
 from trtfarm.publishing.release import ChannelRefused
@@ -27,7 +27,7 @@ from trtfarm.vocabulary.target_outcome import RunRow, TargetOutcome
 Dispatch = Callable[[list[BuildJob]], Awaitable[list[JobResult]]]
 
 
-def settle(store: Store, plan: ExportPlan, signer=None) -> JobResult:
+def settle(store: Store, plan: ExportWork, signer=None) -> JobResult:
     """Carry out a model's decisions about published targets: withdrawals first, then releases.
 
     Returns the released targets' outcomes, each with its typed ``ReleaseOutcome``. ``signer`` (this process's
@@ -41,7 +41,7 @@ def settle(store: Store, plan: ExportPlan, signer=None) -> JobResult:
     return JobResult(job_id="settle", model=plan.name, outcomes=outcomes)
 
 
-async def execute(store: Store, plans: list[ExportPlan], dispatch: Dispatch, where: Callable[[BuildJob], str],
+async def execute(store: Store, plans: list[ExportWork], dispatch: Dispatch, where: Callable[[BuildJob], str],
                   signer=None, settler: Callable[..., JobResult] = settle) -> list[RunRow]:
     """Carry out ``plans``: settle each model's published targets, run its jobs, fall back from failed refits.
 
@@ -64,7 +64,7 @@ def refit_fallbacks(jobs: list[BuildJob], results: list[JobResult], where: Calla
             for job, result in zip(jobs, results, strict=True) if result.refit_unavailable]
 
 
-def rows_for(plans: list[ExportPlan], results: Iterable[JobResult]) -> list[RunRow]:
+def rows_for(plans: list[ExportWork], results: Iterable[JobResult]) -> list[RunRow]:
     """One row per model and target, in the fleet's order (``RunRow.to_json`` is the ``--json`` contract).
 
     A result's outcome (a build's, or a settled release's) wins over the one planning knew.
@@ -79,7 +79,7 @@ def rows_for(plans: list[ExportPlan], results: Iterable[JobResult]) -> list[RunR
     return rows
 
 
-def changed_models(plans: list[ExportPlan], rows: Iterable[RunRow]) -> list[str]:
+def changed_models(plans: list[ExportWork], rows: Iterable[RunRow]) -> list[str]:
     """The models whose objects a run changed: it ran jobs for them, withdrew a plan, or moved or repaired a pointer.
 
     Their recorded state is out of date; a rerun that changed nothing leaves it (and the store) as it was.

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from trtfarm import layout
 from trtfarm.executor import changed_models, execute
 from trtfarm.machine.capabilities import local_capabilities
-from trtfarm.planning.plan import ExportPlan, plan_export
+from trtfarm.planning.plan import ExportWork, plan_export
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.planning.triage import StoreIndex
 from trtfarm.project.fleet_file import load_fleet, signing_settings
@@ -49,7 +49,7 @@ def find_exports(store: Store, model: str | None) -> list[ExportRef]:
 
 
 def plan_run(request: MatrixRequest, store: Store, exports: Iterable[ExportRef], farm: bool,
-             fleet: Fleet | None = None, targets: list[ResolvedTarget] | None = None) -> list[ExportPlan]:
+             fleet: Fleet | None = None, targets: list[ResolvedTarget] | None = None) -> list[ExportWork]:
     """Plan every model of the run; the fleet is parsed, its targets resolved and this machine scanned once per run.
 
     A farm run over several models lists the store's plans and release pointers once and plans the models on a

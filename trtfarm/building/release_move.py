@@ -20,10 +20,10 @@ from trtfarm.store import Store
 from trtfarm.vocabulary.manifest import Manifest
 from trtfarm.vocabulary.pointer import SeenPointer
 from trtfarm.vocabulary.target_outcome import ReleaseOutcome, Status, TargetOutcome
-from trtfarm.vocabulary.targets import TargetPlan
+from trtfarm.vocabulary.targets import TargetWork
 
 
-def outcome_from_manifest(store: Store, plan: TargetPlan, manifest: Manifest, status: Status = "up-to-date",
+def outcome_from_manifest(store: Store, plan: TargetWork, manifest: Manifest, status: Status = "up-to-date",
                           reason: str | None = None) -> TargetOutcome:
     """A target whose manifest exists: up to date, or just built (failed when a verification failed)."""
     failed = [f"{k}: {c.detail}" for k, c in manifest.verification if c.status == "failed"]

@@ -2,7 +2,7 @@
 
 ``plan_export`` fetches the export (or takes a local ONNX), reads its build spec, resolves targets and profiles,
 runs (or reuses) the precision step, computes every target's build digest, and looks up what is already published.
-It yields a frozen ``ExportPlan``: the outcomes already known (skipped, up to date, refused by the precision gate)
+It yields a frozen ``ExportWork``: the outcomes already known (skipped, up to date, refused by the precision gate)
 and one ``BuildJob`` per compatibility-class build still missing. A job carries all a builder needs; whoever runs
 it (this process, or a farm child on a worker) never plans again.
 """
@@ -41,11 +41,14 @@ from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 from trtfarm.vocabulary.job import BuildJob, ProfileText
 from trtfarm.vocabulary.model import ModelSource, model_source, verified, with_precision
 from trtfarm.vocabulary.target_outcome import TargetOutcome
-from trtfarm.vocabulary.targets import TargetPlan, group_by_build, plan_targets
+from trtfarm.vocabulary.targets import TargetWork, group_by_build, plan_targets
 
 
-class ExportPlan(BaseModel):
-    """One model of a run: every target in order, the outcomes known before any build, and the builds to run."""
+class ExportWork(BaseModel):
+    """One model of a run: every target in order, the outcomes known before any build, and the builds to run.
+
+    The run's work for the model (not a TensorRT plan, nor ``trtfarm plan --fleet``'s what-if).
+    """
 
     model_config = ConfigDict(frozen=True)
     name: str
@@ -85,7 +88,7 @@ def model_name(given: str | None, export: ExportRef, spec_name: str | None, path
 
 def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm: bool,
                 fleet: Fleet | None = None, caps: Capabilities | None = None,
-                index: StoreIndex | None = None, targets: list[ResolvedTarget] | None = None) -> ExportPlan:
+                index: StoreIndex | None = None, targets: list[ResolvedTarget] | None = None) -> ExportWork:
     """Decide what to build for ``export``; a refused precision recipe fails every target (nothing is built).
 
     ``fleet``, ``caps`` and ``targets`` (the request's targets, resolved) come once per run from the caller;
@@ -130,7 +133,7 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
         model = model.model_copy(update={"trial": trial_reason(request.release, recipe.mode, spec.precision.mode,
                                                                spec_path is not None)})
     except GateFailed as failed:
-        return ExportPlan(name=model.name, model=None, profiles=texts, targets=ids,
+        return ExportWork(name=model.name, model=None, profiles=texts, targets=ids,
                           outcomes={t: TargetOutcome(t, "failed", str(failed)) for t in ids})
     plans = plan_targets(model, model.plan_digest, resolved, profiles, None)
     known, plans = first.settled(plans) if first else (Triage(), plans)
@@ -143,7 +146,7 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
     if todo and not checked:  # a local build runs onnx.checker and the graph digest beside TensorRT's build
         model = _checked(model, profiles, beside_the_build=not (farm or request.refit))  # (a refit compares graphs)
     jobs = _jobs(store, request, model, export.uri if is_uri(export.uri) else str(path), texts, todo)
-    return ExportPlan(name=model.name, model=model, profiles=texts, targets=ids, outcomes=found.done, jobs=jobs,
+    return ExportWork(name=model.name, model=model, profiles=texts, targets=ids, outcomes=found.done, jobs=jobs,
                       releases=found.releases, withdrawals=found.withdrawals)
 
 
@@ -220,10 +223,10 @@ class ListedStage:
     record: ExportRecord
     resolved: list[ResolvedTarget]
     profiles: list[Profile]
-    plan: ExportPlan  # the targets settled so far (every target when nothing is to build), with their decisions
-    todo: list[TargetPlan]  # carrying what the listings said: no manifest, no release pointer
+    plan: ExportWork  # the targets settled so far (every target when nothing is to build), with their decisions
+    todo: list[TargetWork]  # carrying what the listings said: no manifest, no release pointer
 
-    def settled(self, plans: list[TargetPlan]) -> tuple[Triage, list[TargetPlan]]:
+    def settled(self, plans: list[TargetWork]) -> tuple[Triage, list[TargetWork]]:
         """What this stage settled for ``plans`` (the same builds), and the plans still to look at."""
         done = self.plan.outcomes
         listed = {p.manifest_key: p for p in self.todo}
@@ -236,7 +239,7 @@ class ListedStage:
 
 def up_to_date_export(request: MatrixRequest, export: ExportRef, store: Store, fleet: Fleet,
                       index: StoreIndex | None = None,
-                      targets: list[ResolvedTarget] | None = None) -> ExportPlan | None:
+                      targets: list[ResolvedTarget] | None = None) -> ExportWork | None:
     """The plan of a registered export whose every target is published and released, else None; reads only.
 
     None when anything needs more: a build, or a release a killed run left undone (the run carries it out).
@@ -275,13 +278,13 @@ def listed_stage(request: MatrixRequest, export: ExportRef, store: Store, fleet:
     profiles = _profiles(request, path, spec)
     plans = plan_targets(model, model.onnx_digest, resolved, profiles, None)
     found = triage_listed(store, plans, index)
-    return ListedStage(record, resolved, profiles, ExportPlan(
+    return ListedStage(record, resolved, profiles, ExportWork(
         name=name, model=model, profiles=profile_texts(profiles), targets=[t.id for t in resolved],
         outcomes=found.done, releases=found.releases, withdrawals=found.withdrawals), found.todo)
 
 
 def _jobs(store: Store, request: MatrixRequest, model: ModelSource, uri: str, texts: list[ProfileText],
-          todo: list[TargetPlan]) -> list[BuildJob]:
+          todo: list[TargetWork]) -> list[BuildJob]:
     """One job per build digest; with ``refit``, one refit job per target whose released plan can take the weights."""
     base = {"model": model, "model_uri": uri, "profiles": texts}
     reasons: dict[str, str] = {}

@@ -23,7 +23,7 @@ from trtfarm.store import Store
 from trtfarm.vocabulary.decisions import Release, Withdraw
 from trtfarm.vocabulary.pointer import SeenPointer
 from trtfarm.vocabulary.target_outcome import TargetOutcome
-from trtfarm.vocabulary.targets import TargetPlan, serve_gap
+from trtfarm.vocabulary.targets import TargetWork, serve_gap
 
 
 @dataclass
@@ -35,7 +35,7 @@ class Triage:
     """
 
     done: dict[str, TargetOutcome] = field(default_factory=dict)
-    todo: list[TargetPlan] = field(default_factory=list)
+    todo: list[TargetWork] = field(default_factory=list)
     releases: list[Release] = field(default_factory=list)
     withdrawals: list[Withdraw] = field(default_factory=list)
 
@@ -47,7 +47,7 @@ class Triage:
         self.withdrawals += other.withdrawals
 
 
-def triage(store: Store, plans: Sequence[TargetPlan], force: bool = False, verify: bool = False,
+def triage(store: Store, plans: Sequence[TargetWork], force: bool = False, verify: bool = False,
            trial: str | None = None) -> Triage:
     """Split a run into finished outcomes (skipped, up to date) and the plans that still need a build; read only.
 
@@ -85,8 +85,8 @@ def triage(store: Store, plans: Sequence[TargetPlan], force: bool = False, verif
     return found
 
 
-def skip_unservable(plans: Sequence[TargetPlan], caps: Capabilities) -> tuple[dict[str, TargetOutcome],
-                                                                               list[TargetPlan]]:
+def skip_unservable(plans: Sequence[TargetWork], caps: Capabilities) -> tuple[dict[str, TargetOutcome],
+                                                                               list[TargetWork]]:
     """Of the plans still to build, the targets this machine cannot build are skipped (the reason says why).
 
     Asked after ``triage``: a target already published is up to date here without importing its toolchain.
@@ -111,7 +111,7 @@ class StoreIndex:
         self.pointers = set(store.list(layout.releases_prefix()))
 
 
-def triage_listed(store: Store, plans: Sequence[TargetPlan], index: StoreIndex | None = None) -> Triage:
+def triage_listed(store: Store, plans: Sequence[TargetWork], index: StoreIndex | None = None) -> Triage:
     """``triage`` at the floor for runs over many models: listings instead of a manifest read per target.
 
     A target is up to date when its manifest and a non-empty plan object are listed (its manifest is not read). A

@@ -61,8 +61,11 @@ def serve_gap(target: ResolvedTarget, caps: Capabilities) -> ServeGap | None:
 
 
 @dataclass(frozen=True)
-class TargetPlan:
-    """One target of a run: its build digest, where its plan goes, and whether this machine can build it."""
+class TargetWork:
+    """One target of a run: its build digest, where its plan goes, and whether this machine can build it.
+
+    Work for a run, not a TensorRT plan: the plan is what its build writes under ``prefix``.
+    """
 
     target: ResolvedTarget
     build_digest: str
@@ -81,7 +84,7 @@ class TargetPlan:
 
 
 def plan_targets(model: ModelSource, converted_digest: str, targets: Sequence[ResolvedTarget],
-                 profiles: Sequence[Profile], caps: Capabilities | None) -> list[TargetPlan]:
+                 profiles: Sequence[Profile], caps: Capabilities | None) -> list[TargetWork]:
     """Compute every target's build digest and plan key (keyed on its compatibility class).
 
     ``caps`` is this machine's (local mode: targets it cannot serve are skipped); None in farm mode, where each target
@@ -94,19 +97,19 @@ def plan_targets(model: ModelSource, converted_digest: str, targets: Sequence[Re
                               toolchain_version=t.toolchain.version, compat_class=t.compat_class)
         prefix = layout.plan_prefix(model.name, model.onnx_digest, t.gpu_key, t.toolchain_label, digest)
         gap = serve_gap(t, caps) if caps else None
-        plans.append(TargetPlan(t, digest, prefix, gap.reason if gap else None,
+        plans.append(TargetWork(t, digest, prefix, gap.reason if gap else None,
                                 layout.channel_key(model.name, t.gpu_key, t.toolchain_label,
                                                    "candidate" if model.promotion else "stable"),
                                 promotion=model.promotion, skip_fix=gap.fix if gap else ""))
     return plans
 
 
-def group_by_build(plans: Sequence[TargetPlan]) -> list[list[TargetPlan]]:
+def group_by_build(plans: Sequence[TargetWork]) -> list[list[TargetWork]]:
     """Targets that share a build digest (one compatibility class) are built once: group them, order kept.
 
     This holds in farm mode too: a class that spans several GPU models' pools is built on one of them.
     """
-    groups: dict[str, list[TargetPlan]] = {}
+    groups: dict[str, list[TargetWork]] = {}
     for p in plans:
         groups.setdefault(p.build_digest, []).append(p)
     return list(groups.values())
