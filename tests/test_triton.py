@@ -15,6 +15,7 @@ from trtfarm.building.build import build_group
 from trtfarm.identity import sha256_file
 from trtfarm.machine.capabilities import local_capabilities
 from trtfarm.profiles.profile import ProfilesFile, profile_from_args
+from trtfarm.project.buildable import buildable_here
 from trtfarm.project.fleet_file import load_fleet
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.release import list_pointers, move_release
@@ -67,7 +68,7 @@ def publish(store, fleet_file, folder, seed=0, mtime=1_700_000_000):
     os.utime(path, (mtime, mtime))
     model = model_source(path, "encoder")
     plans = plan_targets(model, model.onnx_digest, select_targets(load_fleet(fleet_file)), PROFILES,
-                         local_capabilities())
+                         buildable_here(local_capabilities()))
     return {o.target: o for group in group_by_build(plans) for o in build_group(store, model, group, PROFILES)}
 
 

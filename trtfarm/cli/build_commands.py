@@ -242,9 +242,10 @@ def targets(targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
             wide: bool = typer.Option(False, "--wide", help="every column, however wide the terminal")) -> None:
     """Show the fleet's targets and which ones this machine can build."""
     from trtfarm.machine.capabilities import local_capabilities
+    from trtfarm.project.buildable import serve_gap
     from trtfarm.project.fleet_file import load_fleet
     from trtfarm.vocabulary.fleet import bindings_api_check, select_targets
-    from trtfarm.vocabulary.targets import ServeGap, serve_gap
+    from trtfarm.vocabulary.targets import ServeGap
 
     resolved = select_targets(load_fleet(targets_path(targets_file)))
     caps = local_capabilities()

@@ -17,13 +17,14 @@ from trtfarm import layout
 from trtfarm.building.release_move import outcome_from_manifest
 from trtfarm.errors import CorruptObject
 from trtfarm.machine.capabilities import Capabilities
+from trtfarm.project.buildable import serve_gap
 from trtfarm.publishing.publish import plan_intact, plan_rehash, read_manifest
 from trtfarm.publishing.release import seen_pointer
 from trtfarm.store import Store
 from trtfarm.vocabulary.decisions import Release, Withdraw
 from trtfarm.vocabulary.pointer import SeenPointer
 from trtfarm.vocabulary.target_outcome import TargetOutcome
-from trtfarm.vocabulary.targets import TargetWork, serve_gap
+from trtfarm.vocabulary.targets import TargetWork
 
 
 @dataclass
