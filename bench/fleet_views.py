@@ -249,8 +249,8 @@ def with_cache(folder: Path, fn):
 def views(uri: str, fleet_file: Path) -> dict:
     """Each view by name: a function of ``open_store`` returning the view's counts."""
     from trtfarm.planning.overview import dry_run, plan_fleet, run_exports, status
+    from trtfarm.project.fleet_file import load_fleet
     from trtfarm.vocabulary.fleet import Fleet
-    from trtfarm.vocabulary.fleet_file import load_fleet
 
     current = load_fleet(fleet_file)
     bump = fleet_doc()
@@ -301,8 +301,8 @@ def recorded(spec: dict, backend: str, uri: str, view, rows: list[dict]) -> list
 
     Its answer must be the cold status's without records: one record, the same story.
     """
-    from trtfarm.planning.record import record_states
-    from trtfarm.vocabulary.fleet_file import load_fleet
+    from trtfarm.planning.record_state import record_states
+    from trtfarm.project.fleet_file import load_fleet
 
     fleet = load_fleet(spec["fleet"])
     folder = Path(spec["caches"]) / backend / "recorded"
@@ -335,7 +335,7 @@ def build_stores(args, work: Path, console, moto_started) -> list[tuple[str, str
     """The synthetic store on each backend asked for; (backend, URI) of each."""
     import yaml
 
-    from trtfarm.vocabulary.fleet_file import load_fleet
+    from trtfarm.project.fleet_file import load_fleet
 
     fleet_file = work / "gpu_targets.yaml"
     fleet_file.write_text(yaml.safe_dump(fleet_doc()))

@@ -52,13 +52,13 @@ def seed_store(store_uri: str, fleet: Path, models: int, work: Path) -> None:
     """Register ``models`` exports and publish every target of each (one RTX build per model)."""
     from examples.encoder import make_model
     from trtfarm.building.build import build_group
-    from trtfarm.building.precision_job import with_precision
+    from trtfarm.building.precision_runner import with_precision
     from trtfarm.modelfile import model_source
+    from trtfarm.project.fleet_file import load_fleet
+    from trtfarm.project.spec_file import spec_for_model, spec_precision, spec_profiles
     from trtfarm.publishing.registry import register_export
     from trtfarm.store import open_store
-    from trtfarm.vocabulary.buildspec import spec_for_model, spec_precision, spec_profiles
     from trtfarm.vocabulary.fleet import select_targets
-    from trtfarm.vocabulary.fleet_file import load_fleet
     from trtfarm.vocabulary.targets import group_by_build, plan_targets
 
     store = open_store(store_uri)

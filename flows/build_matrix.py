@@ -20,12 +20,12 @@ from trtfarm.errors import TrtfarmError
 from trtfarm.executor import changed_models, execute, precision_first
 from trtfarm.pipeline import find_exports
 from trtfarm.planning.requests import MatrixRequest
+from trtfarm.project.fleet_file import load_fleet, signing_settings
 from trtfarm.store import Store, open_store
 from trtfarm.vocabulary.fleet import select_targets
-from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 from trtfarm.vocabulary.job import BuildJob, JobResult
-from trtfarm.vocabulary.outcome import LostChild, RunRow, TargetOutcome
 from trtfarm.vocabulary.precision_job import PrecisionJob, PrecisionRun
+from trtfarm.vocabulary.target_outcome import LostChild, RunRow, TargetOutcome
 
 
 def _farm_mode(request: MatrixRequest) -> bool:

@@ -25,7 +25,7 @@ from trtfarm.building.warm import warm_in_background
 from trtfarm.store import open_store
 from trtfarm.vocabulary.job import BuildJob
 from trtfarm.vocabulary.precision_job import PrecisionJob
-from trtfarm.workers.identity import NAME_ENV
+from trtfarm.workers.built_by import NAME_ENV
 
 warm_in_background()  # the S3 client and the toolchain, while the engine starts the run (building/warm.py)
 

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 
 from trtfarm.errors import UserInputError
-from trtfarm.vocabulary.outcome import LostChild, RunRow
+from trtfarm.vocabulary.target_outcome import LostChild, RunRow
 from trtfarm.workers.server import server_failure
 
 
@@ -137,7 +137,7 @@ async def _submit_matrix(deployment: str, request, wait: bool) -> MatrixRun:
     from prefect.deployments import run_deployment
     from prefect.flow_runs import wait_for_flow_run
 
-    from trtfarm.reports.outcomes import run_outcomes
+    from trtfarm.reports.stored_outcomes import run_outcomes
     from trtfarm.store import open_store
 
     run = await run_deployment(deployment, parameters={"request": request.model_dump(mode="json", exclude_unset=True)},

@@ -35,7 +35,7 @@ from prefect.states import Cancelling
 from flows.ends import Ends
 from flows.heartbeats import LOST_AFTER_S, detection_off, loss_of, worker_of
 from flows.pending import crash_if_orphaned
-from trtfarm.vocabulary.outcome import LostChild
+from trtfarm.vocabulary.target_outcome import LostChild
 
 WAIT_SLICE_S = 15  # how often a waiting parent looks at a child that is still Pending
 MAX_LOSSES = 3  # a child is resubmitted once per lost host, this many times at most

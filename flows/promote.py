@@ -17,9 +17,9 @@ from trtfarm.executor import PromotionResult, promote
 from trtfarm.layout import short_ref
 from trtfarm.planning.gates import candidate_models, candidates
 from trtfarm.planning.requests import PromoteRequest
+from trtfarm.project.fleet_file import load_fleet, signing_settings
 from trtfarm.store import open_store
 from trtfarm.vocabulary.fleet import select_targets
-from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 
 ARTIFACT = "promote-candidates"  # the report's key: each run adds a version the UI lists under it
 

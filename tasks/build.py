@@ -6,19 +6,19 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
-from trtfarm.building import progress
-from trtfarm.building.job import run_job
+from trtfarm.building import phase_log as progress
+from trtfarm.building.run_job import run_job
 from trtfarm.building.warm import wait_warm
 from trtfarm.errors import InfrastructureError, UserInputError
 from trtfarm.executor import settle
 from trtfarm.pipeline import WORK_PREFIX, plan_run, replanner, sweep_stale_work
-from trtfarm.planning.plan import ExportPlan
+from trtfarm.planning.plan import ExportWork
 from trtfarm.planning.requests import MatrixRequest
+from trtfarm.project.fleet_file import signing_settings
 from trtfarm.scratch import scratch_dir
 from trtfarm.store import Store, open_store
 from trtfarm.vocabulary.exports import ExportRef
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget
-from trtfarm.vocabulary.fleet_file import signing_settings
 from trtfarm.vocabulary.job import BuildJob, JobResult
 from trtfarm.vocabulary.precision_job import PrecisionJob, PrecisionRun
 
@@ -30,7 +30,7 @@ def retry_infrastructure_only(task, task_run, state) -> bool:
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
 def plan_models(request: MatrixRequest, exports: list[ExportRef], farm: bool, fleet: Fleet,
-                targets: list[ResolvedTarget]) -> list[ExportPlan]:
+                targets: list[ResolvedTarget]) -> list[ExportWork]:
     """Everything decided before any build, for every model of the run: outcomes known now, and the decisions.
 
     One task for the whole run: the core plans the models together (one store listing, models on threads). It
@@ -40,7 +40,7 @@ def plan_models(request: MatrixRequest, exports: list[ExportRef], farm: bool, fl
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
-def settle_model(store: Store, plan: ExportPlan, signer) -> JobResult:
+def settle_model(store: Store, plan: ExportWork, signer) -> JobResult:
     """Carry out a model's decisions about what is published (withdrawals, releases); store failures are retried."""
     return settle(store, plan, signer)
 
@@ -61,8 +61,8 @@ def build_job(store_uri: str, job: BuildJob) -> JobResult:
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
-def replan_model(request: MatrixRequest, plan: ExportPlan, farm: bool, fleet: Fleet,
-                 targets: list[ResolvedTarget]) -> ExportPlan:
+def replan_model(request: MatrixRequest, plan: ExportWork, farm: bool, fleet: Fleet,
+                 targets: list[ResolvedTarget]) -> ExportWork:
     """A model planned again once its precision step ran: it reads the step's record, and still writes nothing."""
     return replanner(request, open_store(request.store), farm, fleet, targets)(plan)
 
@@ -70,7 +70,7 @@ def replan_model(request: MatrixRequest, plan: ExportPlan, farm: bool, fleet: Fl
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
 def precision_step(store_uri: str, job: PrecisionJob) -> PrecisionRun:
     """Run one precision step (convert, gate, record); a refused input is the model's failure, in its own words."""
-    from trtfarm.building.precision_job import run_precision
+    from trtfarm.building.precision_runner import run_precision
 
     try:
         return run_precision(open_store(store_uri), job)

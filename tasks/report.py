@@ -18,7 +18,7 @@ from trtfarm import layout
 from trtfarm.pipeline import store_reports
 from trtfarm.reports.html import data_uri
 from trtfarm.store import Store, open_store
-from trtfarm.vocabulary.outcome import LostChild, RunRow
+from trtfarm.vocabulary.target_outcome import LostChild, RunRow
 
 # The self-hosted API (3.9.1) sets no bound on an artifact's data, but the row is read whole by every artifact view:
 # keep a report artifact well under a megabyte. Three 100-dpi bar charts inline in about 50 KB.

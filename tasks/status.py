@@ -10,9 +10,9 @@ from tasks.build import retry_infrastructure_only
 from tasks.report import SHARE_S
 from trtfarm import layout
 from trtfarm.planning.overview import status
+from trtfarm.project.fleet_file import load_fleet, signing_settings
 from trtfarm.reports.fleet_html import status_html, status_markdown, store_status_page
 from trtfarm.store import open_store
-from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
@@ -35,7 +35,7 @@ def publish_status(store_uri: str, targets_file: str) -> str:
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
 def record_model_states(store_uri: str, targets_file: str, models: list[str]) -> list[str]:
     """Record in the store the state of the models a run changed (``state/<model>.json``), which views read first."""
-    from trtfarm.planning.record import record_states
+    from trtfarm.planning.record_state import record_states
     from trtfarm.publishing.release import who
 
     fleet = load_fleet(targets_file)

@@ -9,8 +9,9 @@ from trtfarm.building.build import build_group
 from trtfarm.machine.capabilities import local_capabilities
 from trtfarm.modelfile import model_source
 from trtfarm.profiles.profile import profile_from_args
+from trtfarm.project.buildable import buildable_here
+from trtfarm.project.fleet_file import load_fleet
 from trtfarm.vocabulary.fleet import select_targets
-from trtfarm.vocabulary.fleet_file import load_fleet
 from trtfarm.vocabulary.targets import plan_targets
 
 from .conftest import ENCODER_PROFILE, make_model
@@ -27,7 +28,7 @@ def publish_export(store, fleet_file: Path, folder: Path, seed: int, mtime: floa
     model = model_source(path, name)
     profiles = [profile_from_args(ENCODER_PROFILE)]
     plans = plan_targets(model, model.onnx_digest, select_targets(load_fleet(fleet_file), targets), profiles,
-                         local_capabilities())
+                         buildable_here(local_capabilities()))
     outcomes = []
     for plan in plans:
         outcomes += build_group(store, model, [plan], profiles, signer=signer)

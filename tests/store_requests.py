@@ -140,7 +140,7 @@ class Tally:
 
 
 COUNTED = {"onnx.load": (onnx, "load"), "onnx.checker.check_model": (onnx.checker, "check_model")}
-PRELOADED = ("trtfarm.pipeline", "trtfarm.building.job", "trtfarm.building.refit", "trtfarm.building.build",
+PRELOADED = ("trtfarm.pipeline", "trtfarm.building.run_job", "trtfarm.building.refit", "trtfarm.building.build",
              "trtfarm.precision.step", "trtfarm.publishing.registry", "trtfarm.cli.farm", "trtfarm.toolchain.refitter")
 COUNTED_CORE = {"select_targets": "trtfarm.vocabulary.fleet", "precision_key": "trtfarm.precision.step",
                 "onnxfile.load_model": "trtfarm.onnxfile", "onnxfile.check_model": "trtfarm.onnxfile"}
@@ -259,7 +259,7 @@ def farm_run(work: Path, store: str) -> dict[str, Tally]:
 
     ``farm run``'s preview (``trtfarm.cli.farm``) and the flow's ``plan_run`` both count, as a farm run does both.
     """
-    from trtfarm.building.job import run_job
+    from trtfarm.building.run_job import run_job
     from trtfarm.cli.farm import _published_already
     from trtfarm.pipeline import find_exports, plan_run
     from trtfarm.publishing.registry import register_export
@@ -285,7 +285,7 @@ def farm_run(work: Path, store: str) -> dict[str, Tally]:
 
     building, results = _counted(build)
     assert [o.status for r in results for o in r.outcomes] == ["built"] * 3, results
-    from trtfarm.planning.record import record_states
+    from trtfarm.planning.record_state import record_states
 
     record_states(_open(store), request.check_targets()[0], ["encoder"], by="test")  # as the flow does after a run
 

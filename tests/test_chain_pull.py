@@ -10,11 +10,11 @@ import pytest
 from trtfarm import layout
 from trtfarm.errors import IntegrityError, UserInputError
 from trtfarm.machine.gpu import GpuScan, LocalGpu
+from trtfarm.project.fleet_file import load_fleet
 from trtfarm.publishing.release import refresh_release
 from trtfarm.publishing.serving_pin import ServingImageMismatch
 from trtfarm.runtime.pull import local_gpu_key, local_toolchains, pull_release
 from trtfarm.signing.bundle import SignatureRefused
-from trtfarm.vocabulary.fleet_file import load_fleet
 
 from .chain_farm import T1, TC, Farm, refused
 from .fleets import REFIT_FLEET

@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
+from trtfarm.project.builtin_fleet import template_fleet
+from trtfarm.project.fleet_file import BUILTIN_FLEET, load_fleet
 from trtfarm.vocabulary.fleet import select_targets
-from trtfarm.vocabulary.fleet_file import BUILTIN_FLEET, load_fleet
 from trtfarm.vocabulary.machine_fleet import gpu_key, machine_fleet
 
 from .conftest import REPO
@@ -34,7 +35,7 @@ def pointer(folder, gpu="rtx-4090"):
 
 
 def test_with_no_gpu_the_built_in_fleet_is_the_portable_rtx_targets():
-    fleet = machine_fleet([], {"tensorrt_rtx": "1.7.1.116", "tensorrt": None})
+    fleet = machine_fleet([], {"tensorrt_rtx": "1.7.1.116", "tensorrt": None}, template_fleet())
     targets = select_targets(fleet)
     assert [t.id for t in targets] == ["rtx-4090-rtx1.7", "rtx-5090-rtx1.7"]
     assert {t.compat_class for t in targets} == {"rtx-portable"} and {t.release_on for t in targets} == {"built"}
@@ -43,16 +44,19 @@ def test_with_no_gpu_the_built_in_fleet_is_the_portable_rtx_targets():
 def test_the_built_in_fleet_has_this_machines_gpus_and_toolchains():
     h100 = ("NVIDIA H100 80GB HBM3", "9.0", 79.6)
     fleet = machine_fleet([h100, h100, ("NVIDIA GeForce RTX 4090", "8.9", 23.5)],
-                          {"tensorrt": "10.16.1.11", "tensorrt_rtx": None})
+                          {"tensorrt": "10.16.1.11", "tensorrt_rtx": None}, template_fleet())
     ids = [t.id for t in fleet.targets]
     assert ids == ["h100-trt10.16", "rtx-4090-rtx1.7", "rtx-4090-trt10.16"]  # the fleet template's GPU keys
     assert fleet.gpus["h100"].count == 2 and fleet.gpus["h100"].compute_capability == "9.0"
     assert fleet.gpus["h100"].pool == "gpu-h100"  # the template's pool, so `trtfarm worker --pool` agrees
     assert fleet.toolchains["rtx-1.7"].version == "1.7.1.116"  # not installed: the [rtx] extra's, so targets says how
-    no_trt = machine_fleet([h100], {"tensorrt": None, "tensorrt_rtx": "1.7.1.116"})
+    no_trt = machine_fleet([h100], {"tensorrt": None, "tensorrt_rtx": "1.7.1.116"},
+                           template_fleet())
     assert [t.id for t in no_trt.targets] == ["h100-trt11.4"]  # no RTX plan runs on a 9.0 GPU
-    assert gpu_key("NVIDIA L4") == "l4" and gpu_key("NVIDIA GeForce RTX 5090") == "rtx-5090"
-    assert gpu_key("NVIDIA H200") == "h200" and gpu_key("NVIDIA A100-SXM4-80GB") == "a100-sxm4-80gb"
+    named = {n: gpu_key(n, template_fleet()) for n in ("NVIDIA L4", "NVIDIA GeForce RTX 5090", "NVIDIA H200",
+                                                       "NVIDIA A100-SXM4-80GB")}
+    assert named == {"NVIDIA L4": "l4", "NVIDIA GeForce RTX 5090": "rtx-5090", "NVIDIA H200": "h200",
+                     "NVIDIA A100-SXM4-80GB": "a100-sxm4-80gb"}
 
 
 def test_an_explicit_fleet_file_that_is_missing_names_init(tmp_path):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from trtfarm.errors import ConfigError, UserInputError
+from trtfarm.project.fleet_file import load_fleet
 from trtfarm.vocabulary.fleet import select_targets
-from trtfarm.vocabulary.fleet_file import load_fleet
 
 from .conftest import REPO, RTX_FLEET
 

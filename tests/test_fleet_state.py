@@ -162,14 +162,14 @@ def test_a_released_plan_object_gone_is_refused_by_status_as_by_pull(farm, host)
 
 
 def _trusted(path: Path):
-    from trtfarm.vocabulary.fleet_file import signing_settings
+    from trtfarm.project.fleet_file import signing_settings
 
     return signing_settings(env={"TRTFARM_TRUSTED_KEYS": str(path)}, only="trust").trusted_keys()
 
 
 def test_a_signed_state_record_is_one_object_per_model_for_a_host_that_trusts_its_key(farm, host, tmp_path):
     from trtfarm.planning.overview import status as fleet_status
-    from trtfarm.vocabulary.fleet_file import load_fleet
+    from trtfarm.project.fleet_file import load_fleet
 
     from .store_requests import Tally, counting
 

@@ -21,10 +21,10 @@ import yaml
 
 from trtfarm.errors import UserInputError
 from trtfarm.planning.overview import plan_fleet, status
+from trtfarm.project.fleet_file import load_fleet
 from trtfarm.publishing.registry import register_export
 from trtfarm.store import open_store
 from trtfarm.vocabulary.fleet import BuilderSettings, Fleet, select_targets
-from trtfarm.vocabulary.fleet_file import load_fleet
 
 from .fleet_store import DEDUPE_TARGETS, FLEET, build_all, built_store, encoder_export, planner_prefixes
 from .store_requests import Tally, _open, counting

@@ -14,7 +14,8 @@ import sys
 import pytest
 
 from trtfarm.machine.gpu import GpuScan, LocalGpu, MigInstance
-from trtfarm.vocabulary.fleet_file import load_fleet
+from trtfarm.project.buildable import buildable_here
+from trtfarm.project.fleet_file import load_fleet
 from trtfarm.workers.admission import check_worker
 
 from .conftest import REPO
@@ -218,7 +219,7 @@ def _whole_and_slice_plans(tmp_path, caps=None):
     path.write_bytes(make_model.encoder_model(0).SerializeToString(deterministic=True))
     model, profiles = model_source(path, "encoder"), [profile_from_args(ENCODER_PROFILE)]
     plans = plan_targets(model, model.onnx_digest, select_targets(load_fleet(tmp_path / "gpu_targets.yaml")),
-                         profiles, caps)
+                         profiles, buildable_here(caps) if caps else None)
     for p in plans:  # a whole GPU's digest is what it was before MIG profiles: its published plans stay current
         t = p.target
         base = build_digest(converted_onnx_digest=model.onnx_digest, profiles=profiles_json(profiles),

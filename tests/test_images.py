@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from trtfarm.vocabulary.fleet_file import load_fleet
+from trtfarm.project.fleet_file import load_fleet
 from trtfarm.workers.images import DockerUnavailable, docker_client, image_jobs
 
 from .conftest import REPO

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from prefect.utilities.templating import apply_values
 
+from trtfarm.project.fleet_file import load_fleet
 from trtfarm.vocabulary.fleet import Flavour
-from trtfarm.vocabulary.fleet_file import load_fleet
 from trtfarm.workers.k8s import GPU_PRODUCT_LABEL, GPU_RESOURCE, job_template, worker_values
 from trtfarm.workers.pools import desired_pools
 

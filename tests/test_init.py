@@ -9,8 +9,8 @@ import sys
 import pytest
 import yaml
 
+from trtfarm.project.init_files import farm_yaml
 from trtfarm.vocabulary.buildspec import BuildSpec
-from trtfarm.vocabulary.project_files import farm_yaml
 
 from .conftest import REPO
 from .models import write_small_cnn

@@ -12,9 +12,10 @@ import sys
 
 import pytest
 
+from trtfarm.project.builtin_fleet import template_fleet
+from trtfarm.project.init_files import fleet_yaml
 from trtfarm.vocabulary.fleet import Flavour, select_targets
-from trtfarm.vocabulary.machine_fleet import machine_fleet, target_id, template_fleet, toolchain_key
-from trtfarm.vocabulary.project_files import fleet_yaml
+from trtfarm.vocabulary.machine_fleet import machine_fleet, target_id, toolchain_key
 from trtfarm.yamlfile import model_from_yaml
 
 from .conftest import REPO
@@ -37,7 +38,8 @@ def test_a_gpu_the_template_declares_has_its_names_in_the_built_in_fleet(key):
     declared = template_fleet().gpus[key]
     for tensorrt in (None, "10.16.1.11", "11.4.0.106"):
         versions = {**VERSIONS, "tensorrt": tensorrt}
-        built_in = machine_fleet([(declared.nvml_name, declared.compute_capability, 23.6)], versions)
+        built_in = machine_fleet([(declared.nvml_name, declared.compute_capability, 23.6)], versions,
+                                 template_fleet())
         assert list(built_in.gpus) == [key] and built_in.gpus[key].pool == declared.pool
         template_pairs = {(t.gpu, t.toolchain): t.id for t in template_fleet().targets}
         for t in built_in.targets:
@@ -47,7 +49,7 @@ def test_a_gpu_the_template_declares_has_its_names_in_the_built_in_fleet(key):
 
 
 def test_with_no_gpu_the_built_in_fleet_is_the_templates_rtx_targets():
-    built_in = machine_fleet([], VERSIONS)
+    built_in = machine_fleet([], VERSIONS, template_fleet())
     template = {t.id: t for t in template_fleet().targets}
     for t in built_in.targets:
         assert template[t.id].gpu == t.gpu and template[t.id].toolchain == t.toolchain
@@ -58,7 +60,7 @@ def test_with_no_gpu_the_built_in_fleet_is_the_templates_rtx_targets():
 
 def test_init_adds_this_machines_gpus_the_template_lacks_under_the_built_in_names(tmp_path):
     machine = machine_fleet([("NVIDIA H200", "9.0", 139.8), ("NVIDIA GeForce RTX 4090", "8.9", 23.5)],
-                            {"tensorrt": "10.8.0.43", "tensorrt_rtx": None})
+                            {"tensorrt": "10.8.0.43", "tensorrt_rtx": None}, template_fleet())
     text = fleet_yaml((REPO / "gpu_targets.yaml").read_text(), template_fleet(), machine)
     (tmp_path / "gpu_targets.yaml").write_text(text)
     written = model_from_yaml(tmp_path / "gpu_targets.yaml", type(machine))

@@ -1,7 +1,7 @@
 """Planning reads only, for every recipe: the precision step is a job the executor runs before the builds.
 
 fp16, int8 and auto-pin recipes are planned against a store that refuses every write (``WritesRefused``): the plan
-is the step's ``PrecisionJob`` and no build yet. The job runs (``building.precision_job.run_precision``, as the
+is the step's ``PrecisionJob`` and no build yet. The job runs (``building.precision_runner.run_precision``, as the
 executor calls it); planning again, still refusing writes, reuses the recorded step and plans the builds carrying
 its result. The farm's planning runs without ModelOpt; ``trtfarm build`` of an fp16 recipe builds, then is up to
 date; a refused gate exits as it always did, with nothing published.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from trtfarm.building.precision_job import run_precision
+from trtfarm.building.precision_runner import run_precision
 from trtfarm.pipeline import find_exports, plan_run
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.store import open_store

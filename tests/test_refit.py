@@ -13,13 +13,13 @@ from trtfarm.modelfile import model_source
 from trtfarm.pipeline import run_local
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.profiles.profile import profile_from_args, profiles_json
+from trtfarm.project.fleet_file import load_fleet
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.release import read_pointer
 from trtfarm.store import open_store
 from trtfarm.toolchain import import_flavour
 from trtfarm.toolchain.refitter import RefitUnavailable, refit_plan
 from trtfarm.vocabulary.fleet import select_targets
-from trtfarm.vocabulary.fleet_file import load_fleet
 from trtfarm.vocabulary.targets import plan_targets
 
 from .conftest import ENCODER_PROFILE, REPO, make_model

@@ -14,19 +14,19 @@ from dataclasses import replace
 import pytest
 
 from trtfarm import layout
-from trtfarm.building.outcome import Triage, triage, triage_listed
 from trtfarm.errors import CorruptObject, UserInputError
 from trtfarm.executor import settle
-from trtfarm.planning.plan import ExportPlan
+from trtfarm.planning.plan import ExportWork
+from trtfarm.planning.triage import Triage, triage, triage_listed
+from trtfarm.project.fleet_file import load_fleet
 from trtfarm.publishing.attest import read_stored
 from trtfarm.publishing.release import list_pointers, move_release, read_pointer, repair_pointer, seen_pointer
 from trtfarm.publishing.release_check import check_release
 from trtfarm.publishing.sign_store import sign_store
 from trtfarm.signing.release_claim import unverified_claim, verify_release
 from trtfarm.vocabulary.fleet import select_targets
-from trtfarm.vocabulary.fleet_file import load_fleet
 from trtfarm.vocabulary.pointer import POINTER_SCHEMA, PointerInvalid, PointerTooNew, pointer_from_json
-from trtfarm.vocabulary.targets import TargetPlan
+from trtfarm.vocabulary.targets import TargetWork
 
 from .chain_farm import T0, T1, TC, Farm, refused
 from .fleets import ONE_RTX_TARGET
@@ -46,13 +46,13 @@ def _schema_1(pointer) -> bytes:
     return json.dumps({**doc, "schema_version": 1}, indent=2).encode()
 
 
-def _plan(farm: Farm, tmp_path, exported: str = T1) -> TargetPlan:
+def _plan(farm: Farm, tmp_path, exported: str = T1) -> TargetWork:
     """The fleet's rtx-4090 target, planned onto the farm's enc build of ``exported`` (what planning computes)."""
     (tmp_path / "gpu_targets.yaml").write_text(ONE_RTX_TARGET)
     target = select_targets(load_fleet(tmp_path / "gpu_targets.yaml"), None)[0]
     key = farm.keys["enc", "rtx-4090", exported]
     m = read_stored(farm.store, key).manifest
-    return TargetPlan(target, m.build.build_digest, layout.folder_of(key), None, KEY)
+    return TargetWork(target, m.build.build_digest, layout.folder_of(key), None, KEY)
 
 
 def _carried_out(farm: Farm, found: Triage, signer=None) -> dict:
@@ -60,7 +60,7 @@ def _carried_out(farm: Farm, found: Triage, signer=None) -> dict:
     before = farm.store.get(KEY)
     assert found.releases and not found.todo, found
     assert (farm.store.get(KEY) or None) == before  # deciding wrote nothing
-    plan = ExportPlan(name="enc", model=None, targets=list(found.done), outcomes=found.done,
+    plan = ExportWork(name="enc", model=None, targets=list(found.done), outcomes=found.done,
                       releases=found.releases, withdrawals=found.withdrawals)
     return {o.target: o for o in settle(farm.store, plan, signer).outcomes}
 

@@ -236,7 +236,7 @@ def test_the_fleet_file_can_hold_the_keys_and_rejects_unknown_signing_keys(tmp_p
     shutil.copy(public, tmp_path / "fleet.pub")
     fleet = tmp_path / "gpu_targets.yaml"
     fleet.write_text(RELEASED_FLEET + f"signing:\n  key: {private}\n  trusted_keys: [fleet.pub]\n")
-    from trtfarm.vocabulary.fleet_file import signing_settings
+    from trtfarm.project.fleet_file import signing_settings
 
     settings = signing_settings(fleet, env={})
     assert settings.key == private and settings.trusted == (tmp_path / "fleet.pub",)
@@ -346,8 +346,8 @@ def test_the_provenance_records_inputs_matching_the_manifest_and_the_worker(tmp_
 
 
 def test_triton_refuses_a_plan_no_trusted_key_signed(tmp_path, keys):
+    from trtfarm.project.fleet_file import load_fleet
     from trtfarm.serving.triton import TritonRequest, triton_repositories
-    from trtfarm.vocabulary.fleet_file import load_fleet
 
     store, fleet, _, _ = signed_store((tmp_path / "store").as_uri(), tmp_path, PemKeySigner(keys["stranger"][0]))
     req = TritonRequest("encoder", tmp_path / "repo", ("rtx-4090",), trust=load_trusted_keys([keys["old"][1]], "t"))

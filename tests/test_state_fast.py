@@ -22,14 +22,14 @@ import yaml
 from trtfarm import layout
 from trtfarm.errors import UserInputError
 from trtfarm.planning.overview import status
-from trtfarm.planning.record import record_states
+from trtfarm.planning.record_state import record_states
+from trtfarm.project.fleet_file import load_fleet
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.registry import register_export
 from trtfarm.publishing.release import move_release, read_pointer
 from trtfarm.signing.keys import PemKeySigner, load_trusted_keys
 from trtfarm.signing.release_claim import unverified_claim
 from trtfarm.store import open_store
-from trtfarm.vocabulary.fleet_file import load_fleet
 
 from .fleet_store import build_all, built_store, dedupe_export, encoder_export
 from .signed_farm import GPU, TARGETS, build_farm

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from trtfarm.building.job import run_job
+from trtfarm.building.run_job import run_job
 from trtfarm.pipeline import find_exports, plan_run, run_local
 from trtfarm.publishing.release import ReleaseEvent, read_pointer
 from trtfarm.scratch import scratch_dir

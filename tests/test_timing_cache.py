@@ -87,9 +87,9 @@ def test_another_exact_build_or_gpu_gets_its_own_cache():
 
 
 def test_tensorrt_rtx_builds_pull_no_shared_cache(tmp_path):
+    from trtfarm.project.fleet_file import load_fleet
     from trtfarm.vocabulary.fleet import resolve_target
-    from trtfarm.vocabulary.fleet_file import load_fleet
-    from trtfarm.vocabulary.targets import TargetPlan
+    from trtfarm.vocabulary.targets import TargetWork
 
     from .conftest import RTX_FLEET
 
@@ -100,5 +100,5 @@ def test_tensorrt_rtx_builds_pull_no_shared_cache(tmp_path):
     rtx = [t for t in rtx if t.toolchain.flavour.value == "tensorrt_rtx"]
     assert rtx and all(t.settings.timing_cache for t in rtx)  # the fleet asks for one: RTX has none to give
     for t in rtx:
-        plan = TargetPlan(t, "0" * 64, "plans/x", None, "releases/x/y/z.json")
+        plan = TargetWork(t, "0" * 64, "plans/x", None, "releases/x/y/z.json")
         assert _timing(store, plan, None) == (None, None)  # no key, no pull

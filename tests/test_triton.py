@@ -16,6 +16,8 @@ from trtfarm.identity import sha256_file
 from trtfarm.machine.capabilities import local_capabilities
 from trtfarm.modelfile import model_source
 from trtfarm.profiles.profile import ProfilesFile, profile_from_args
+from trtfarm.project.buildable import buildable_here
+from trtfarm.project.fleet_file import load_fleet
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.release import list_pointers, move_release
 from trtfarm.serving.triton import TritonRequest, config_spec, triton_repositories
@@ -23,7 +25,6 @@ from trtfarm.serving.triton_config import TritonConfigRefused, validated_config
 from trtfarm.serving.versions import model_versions
 from trtfarm.store import open_store
 from trtfarm.vocabulary.fleet import select_targets
-from trtfarm.vocabulary.fleet_file import load_fleet
 from trtfarm.vocabulary.targets import group_by_build, plan_targets
 
 from .conftest import make_model
@@ -67,7 +68,7 @@ def publish(store, fleet_file, folder, seed=0, mtime=1_700_000_000):
     os.utime(path, (mtime, mtime))
     model = model_source(path, "encoder")
     plans = plan_targets(model, model.onnx_digest, select_targets(load_fleet(fleet_file)), PROFILES,
-                         local_capabilities())
+                         buildable_here(local_capabilities()))
     return {o.target: o for group in group_by_build(plans) for o in build_group(store, model, group, PROFILES)}
 
 

@@ -23,9 +23,9 @@ import yaml
 from trtfarm import layout
 from trtfarm.errors import UserInputError, plain_text
 from trtfarm.planning.overview import plan_fleet
+from trtfarm.project.fleet_file import load_fleet
 from trtfarm.store import open_store
 from trtfarm.vocabulary.fleet import BuilderSettings, ResolvedTarget, select_targets
-from trtfarm.vocabulary.fleet_file import load_fleet
 
 from .fleet_store import FLEET, built_store, planner_prefixes
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from trtfarm.machine.gpu import GpuScan, LocalGpu
-from trtfarm.vocabulary.fleet_file import load_fleet
+from trtfarm.project.fleet_file import load_fleet
 from trtfarm.workers.admission import check_worker
 
 from .conftest import REPO

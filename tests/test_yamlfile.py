@@ -6,8 +6,8 @@ import pytest
 
 from trtfarm.errors import ConfigError
 from trtfarm.profiles.profile import load_profiles_file
-from trtfarm.vocabulary.buildspec import spec_for_model
-from trtfarm.vocabulary.fleet_file import load_fleet
+from trtfarm.project.fleet_file import load_fleet
+from trtfarm.project.spec_file import spec_for_model
 from trtfarm.workers.pools import PoolSpec, deployment_drift
 from trtfarm.yamlfile import load_yaml
 

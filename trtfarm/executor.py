@@ -15,24 +15,24 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 
-from trtfarm.building.outcome import release_if_allowed
+from trtfarm.building.release_move import release_if_allowed
 from trtfarm.planning.gates import Candidate
-from trtfarm.planning.plan import ExportPlan, full_build_of
+from trtfarm.planning.plan import ExportWork, full_build_of
 from trtfarm.publishing.channels import promote_move
 from trtfarm.publishing.publish import withdraw
 from trtfarm.publishing.release import ChannelRefused
 from trtfarm.store import Store
 from trtfarm.vocabulary.job import BuildJob, JobResult
-from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
 from trtfarm.vocabulary.pointer import ReleasePointer
 from trtfarm.vocabulary.precision_job import PrecisionJob, PrecisionRun
+from trtfarm.vocabulary.target_outcome import RunRow, TargetOutcome
 
 Dispatch = Callable[[list[BuildJob]], Awaitable[list[JobResult]]]
 PrecisionDispatch = Callable[[list[PrecisionJob]], Awaitable[list[PrecisionRun]]]
 
 
-async def precision_first(plans: list[ExportPlan], dispatch: PrecisionDispatch,
-                          replan: Callable[[ExportPlan], ExportPlan]) -> list[ExportPlan]:
+async def precision_first(plans: list[ExportWork], dispatch: PrecisionDispatch,
+                          replan: Callable[[ExportWork], ExportWork]) -> list[ExportWork]:
     """The plans with each decided precision step run, before any build.
 
     A refused gate fails the model's every target (its words kept); a passed one has the model planned again
@@ -48,7 +48,7 @@ async def precision_first(plans: list[ExportPlan], dispatch: PrecisionDispatch,
     return [after.get(id(p), p) for p in plans]
 
 
-def _after_step(plan: ExportPlan, run: PrecisionRun, replan: Callable[[ExportPlan], ExportPlan]) -> ExportPlan:
+def _after_step(plan: ExportWork, run: PrecisionRun, replan: Callable[[ExportWork], ExportWork]) -> ExportWork:
     """The plan once its precision step ran: failed on every target, or planned again with the step's result."""
     if run.failed:
         return _failed_plan(plan, run.failed)
@@ -63,12 +63,12 @@ def _after_step(plan: ExportPlan, run: PrecisionRun, replan: Callable[[ExportPla
     return again.model_copy(update={"jobs": jobs})
 
 
-def _failed_plan(plan: ExportPlan, why: str) -> ExportPlan:
+def _failed_plan(plan: ExportWork, why: str) -> ExportWork:
     return plan.model_copy(update={"precision": None,
                                    "outcomes": {t: TargetOutcome(t, "failed", why) for t in plan.targets}})
 
 
-def settle(store: Store, plan: ExportPlan, signer=None) -> JobResult:
+def settle(store: Store, plan: ExportWork, signer=None) -> JobResult:
     """Carry out a model's decisions about published targets: withdrawals first, then releases.
 
     Returns the released targets' outcomes, each with its typed ``ReleaseOutcome``. ``signer`` (this process's
@@ -82,7 +82,7 @@ def settle(store: Store, plan: ExportPlan, signer=None) -> JobResult:
     return JobResult(job_id="settle", model=plan.name, outcomes=outcomes)
 
 
-async def execute(store: Store, plans: list[ExportPlan], dispatch: Dispatch, where: Callable[[BuildJob], str],
+async def execute(store: Store, plans: list[ExportWork], dispatch: Dispatch, where: Callable[[BuildJob], str],
                   signer=None, settler: Callable[..., JobResult] = settle) -> list[RunRow]:
     """Carry out ``plans``: settle each model's published targets, run its jobs, fall back from failed refits.
 
@@ -105,7 +105,7 @@ def refit_fallbacks(jobs: list[BuildJob], results: list[JobResult], where: Calla
             for job, result in zip(jobs, results, strict=True) if result.refit_unavailable]
 
 
-def rows_for(plans: list[ExportPlan], results: Iterable[JobResult]) -> list[RunRow]:
+def rows_for(plans: list[ExportWork], results: Iterable[JobResult]) -> list[RunRow]:
     """One row per model and target, in the fleet's order (``RunRow.to_json`` is the ``--json`` contract).
 
     A result's outcome (a build's, or a settled release's) wins over the one planning knew.
@@ -120,7 +120,7 @@ def rows_for(plans: list[ExportPlan], results: Iterable[JobResult]) -> list[RunR
     return rows
 
 
-def changed_models(plans: list[ExportPlan], rows: Iterable[RunRow]) -> list[str]:
+def changed_models(plans: list[ExportWork], rows: Iterable[RunRow]) -> list[str]:
     """The models whose objects a run changed: it ran jobs for them, withdrew a plan, or moved or repaired a pointer.
 
     Their recorded state is out of date; a rerun that changed nothing leaves it (and the store) as it was.

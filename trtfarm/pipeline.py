@@ -17,21 +17,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtfarm import layout
-from trtfarm.building.outcome import StoreIndex
 from trtfarm.executor import changed_models, execute, precision_first
 from trtfarm.machine.capabilities import local_capabilities
-from trtfarm.planning.plan import ExportPlan, plan_export
+from trtfarm.planning.plan import ExportWork, plan_export
 from trtfarm.planning.requests import MatrixRequest
+from trtfarm.planning.triage import StoreIndex
+from trtfarm.project.fleet_file import load_fleet, signing_settings
 from trtfarm.publishing.registry import latest_exports, resolve_model
 from trtfarm.scratch import scratch_dir
 from trtfarm.store import Store, is_uri, open_store
 from trtfarm.store.base import Progress
 from trtfarm.vocabulary.exports import ExportRef
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
-from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 from trtfarm.vocabulary.job import BuildJob, JobResult
-from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
 from trtfarm.vocabulary.precision_job import PrecisionJob, PrecisionRun
+from trtfarm.vocabulary.target_outcome import RunRow, TargetOutcome
 
 if TYPE_CHECKING:  # the builder and the toolchain are imported by the first build (a rerun that is up to date has none)
     from trtfarm.toolchain import BuildProgress
@@ -50,7 +50,7 @@ def find_exports(store: Store, model: str | None) -> list[ExportRef]:
 
 
 def plan_run(request: MatrixRequest, store: Store, exports: Iterable[ExportRef], farm: bool,
-             fleet: Fleet | None = None, targets: list[ResolvedTarget] | None = None) -> list[ExportPlan]:
+             fleet: Fleet | None = None, targets: list[ResolvedTarget] | None = None) -> list[ExportWork]:
     """Plan every model of the run; the fleet is parsed, its targets resolved and this machine scanned once per run.
 
     A farm run over several models lists the store's plans and release pointers once and plans the models on a
@@ -71,9 +71,9 @@ def plan_run(request: MatrixRequest, store: Store, exports: Iterable[ExportRef],
 
 
 def replanner(request: MatrixRequest, store: Store, farm: bool, fleet: Fleet,
-              targets: list[ResolvedTarget]) -> Callable[[ExportPlan], ExportPlan]:
+              targets: list[ResolvedTarget]) -> Callable[[ExportWork], ExportWork]:
     """Plan a model again once its precision step ran (``executor.precision_first``): it reads the step's record."""
-    def again(plan: ExportPlan) -> ExportPlan:
+    def again(plan: ExportWork) -> ExportWork:
         return plan_export(request, plan.precision.export, store, farm=farm, fleet=fleet,
                            caps=None if farm else local_capabilities(), targets=targets)
 
@@ -83,7 +83,7 @@ def replanner(request: MatrixRequest, store: Store, farm: bool, fleet: Fleet,
 def _here_precision(store: Store):
     """The precision steps run one after another in this process (ModelOpt is imported by the first)."""
     async def run(batch: list[PrecisionJob]) -> list[PrecisionRun]:
-        from trtfarm.building.precision_job import run_precision
+        from trtfarm.building.precision_runner import run_precision
 
         return [run_precision(store, job) for job in batch]
 
@@ -197,7 +197,7 @@ def record_changed_states(store: Store, fleet: Fleet, changed: list[str], by: st
     Best effort: the builds stand when the store refuses the record, and views compute what is not recorded.
     """
     from trtfarm.errors import TrtfarmError
-    from trtfarm.planning.record import record_states
+    from trtfarm.planning.record_state import record_states
     from trtfarm.publishing.release import who
 
     if not changed:
@@ -213,7 +213,7 @@ def record_changed_states(store: Store, fleet: Fleet, changed: list[str], by: st
 def _run_jobs(store: Store, jobs: list[BuildJob], run: str, progress, upload, signer) -> list[JobResult]:
     if not jobs:  # up to date: the builder is not even imported
         return []
-    from trtfarm.building.job import run_job
+    from trtfarm.building.run_job import run_job
 
     results = []
     for job in jobs:

@@ -6,10 +6,10 @@ import ast
 from pathlib import Path
 
 from trtfarm.machine.capabilities import Capabilities
+from trtfarm.project.buildable import serve_gap
+from trtfarm.project.fleet_file import load_fleet
 from trtfarm.vocabulary.fleet import select_targets
-from trtfarm.vocabulary.fleet_file import load_fleet
-from trtfarm.vocabulary.outcome import TargetOutcome
-from trtfarm.vocabulary.targets import serve_gap
+from trtfarm.vocabulary.target_outcome import TargetOutcome
 
 from ..conftest import RTX_FLEET
 

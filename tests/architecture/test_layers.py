@@ -50,6 +50,7 @@ LEVELS: tuple[tuple[str, ...], ...] = (
     ("store", "signing", "profiles", "machine"),  # storage adapters, keys and signatures, shapes, this machine
     ("precision",),  # ModelOpt conversion and the accuracy gate
     ("vocabulary",),  # fleet schema, build specs, models and exports, targets, jobs, outcomes
+    ("project",),  # what a project's folders and this machine say: the fleet file or built-in fleet, farm.yaml
     ("toolchain", "modelfile"),  # the TensorRT / TensorRT-RTX builder seam; an export's ONNX checked and digested
     ("workers",),  # worker admission, pools, images, identity
     ("publishing",),  # manifests, publish, releases, the model registry, attestations, gc

@@ -62,11 +62,11 @@ def _carriers(functions: dict[str, Function]) -> set[str]:
 def test_the_walk_finds_the_known_paths_to_a_pointer_move():
     carry = _carriers(_functions())
     assert WRITERS <= set(_functions())  # the writers are where this test thinks they are
-    for known in ("building.outcome.release_if_allowed", "executor.settle",
-                  "building.job.run_job", "publishing.sign_store.sign_store"):
+    for known in ("building.release_move.release_if_allowed", "executor.settle",
+                  "building.run_job.run_job", "publishing.sign_store.sign_store"):
         assert f"trtfarm.{known}" in carry, known
     assert "tasks.build.settle_model" in carry  # the flow's settle (the executor calls it through its settler)
-    for planner in ("building.outcome.triage", "building.outcome.triage_listed", "planning.plan.plan_export",
+    for planner in ("planning.triage.triage", "planning.triage.triage_listed", "planning.plan.plan_export",
                     "planning.plan.listed_stage", "pipeline.plan_run"):  # planning decides: it moves nothing
         assert f"trtfarm.{planner}" not in carry, planner
 

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from trtfarm.reports.outcomes import run_outcomes
+from trtfarm.reports.stored_outcomes import run_outcomes
 from trtfarm.store import open_store
 
 from ..farm_server import TRTFARM, Farm, farm_client, processes_of_flow_run, wait_for

@@ -30,7 +30,7 @@ from flows.heartbeats import (
     lost_host_automation,
 )
 from trtfarm import interrupt
-from trtfarm.vocabulary.outcome import LostChild
+from trtfarm.vocabulary.target_outcome import LostChild
 
 from ..conftest import REPO
 

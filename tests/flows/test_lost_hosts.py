@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from trtfarm import layout
-from trtfarm.reports.outcomes import run_outcomes
+from trtfarm.reports.stored_outcomes import run_outcomes
 from trtfarm.store import open_store
 
 from ..conftest import REPO, make_model

@@ -16,7 +16,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from trtfarm.building.precision_job import with_precision
+from trtfarm.building.precision_runner import with_precision
 from trtfarm.identity import onnx_digest
 from trtfarm.layout import converted_prefix
 from trtfarm.modelfile import model_source

@@ -212,7 +212,7 @@ def test_a_builder_refusal_stays_a_build_failure_that_is_not_retried(example_onn
 def test_a_farm_build_logs_its_phases_to_the_logger_it_is_given(example_onnx, tmp_path):
     import logging
 
-    from trtfarm.building.progress import LoggingProgress
+    from trtfarm.building.phase_log import LoggingProgress
 
     class Lines(logging.Handler):
         def __init__(self):

@@ -12,10 +12,11 @@ from types import SimpleNamespace
 import numpy as np
 
 from trtfarm.building.build import heldout_samples
-from trtfarm.building.job import job_model
-from trtfarm.building.precision_job import with_precision
+from trtfarm.building.precision_runner import with_precision
+from trtfarm.building.run_job import job_model
 from trtfarm.modelfile import model_source
-from trtfarm.vocabulary.buildspec import BuildSpec, spec_precision
+from trtfarm.project.spec_file import spec_precision
+from trtfarm.vocabulary.buildspec import BuildSpec
 
 
 def _export(tmp_path, example_onnx):

@@ -13,7 +13,7 @@ from trtfarm.publishing.publish import publish_plan
 from trtfarm.reports.report import write_report
 from trtfarm.store import open_store
 from trtfarm.vocabulary.manifest import Check
-from trtfarm.vocabulary.outcome import TargetOutcome
+from trtfarm.vocabulary.target_outcome import TargetOutcome
 
 from ..conftest import REPO
 from ..test_manifest import sample

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from trtfarm import interrupt
 from trtfarm.building.device import build_device, served_gpus
-from trtfarm.building.outcome import outcome_from_manifest, release_if_allowed
+from trtfarm.building.release_move import outcome_from_manifest, release_if_allowed
 from trtfarm.building.timing_cache import (
     TimingCacheRefused,
     cache_flags_digest,
@@ -55,9 +55,9 @@ from trtfarm.vocabulary.manifest import (
     Verification,
 )
 from trtfarm.vocabulary.model import ModelSource
-from trtfarm.vocabulary.outcome import TargetOutcome
-from trtfarm.vocabulary.targets import TargetPlan
-from trtfarm.workers.identity import this_worker
+from trtfarm.vocabulary.target_outcome import TargetOutcome
+from trtfarm.vocabulary.targets import TargetWork
+from trtfarm.workers.built_by import this_worker
 
 if TYPE_CHECKING:
     from trtfarm.signing.keys import Signer
@@ -66,7 +66,7 @@ PUBLISH_THREADS = 8  # targets sharing one build publish at once: their store re
 log = logging.getLogger("trtfarm.build")
 
 
-def reproduce_command(model: ModelSource, plan: TargetPlan, profiles: Sequence[Profile]) -> str:
+def reproduce_command(model: ModelSource, plan: TargetWork, profiles: Sequence[Profile]) -> str:
     """The ``trtfarm build`` command that rebuilds this plan."""
     args = ["trtfarm", "build", str(model.path), "--name", model.name, "--target", plan.target.id]
     if model.recipe_mode != "fp32":
@@ -76,7 +76,7 @@ def reproduce_command(model: ModelSource, plan: TargetPlan, profiles: Sequence[P
     return shlex.join(args)
 
 
-def _timing(store: Store, plan: TargetPlan, trt) -> tuple[bytes | None, str | None]:
+def _timing(store: Store, plan: TargetWork, trt) -> tuple[bytes | None, str | None]:
     """The shared cache and its key: by the installed toolchain's exact build, the GPU and the cache-relevant flags.
 
     TensorRT-RTX has none (its cache calls are no-ops): nothing is pulled, attached or merged for its builds.
@@ -127,13 +127,13 @@ class EngineResult:
     memory: list[int] | None = None
 
 
-def pending_engine(plan: TargetPlan, why: str = "built ahead-of-time on a CPU") -> Check:
+def pending_engine(plan: TargetWork, why: str = "built ahead-of-time on a CPU") -> Check:
     """``engine: pending on <GPU>``: never a fabricated figure."""
     return Check(status="pending", detail=f"engine: pending on {plan.target.gpu.nvml_name} ({why}; "
                                           "deserialisation, accuracy and latency need that GPU)")
 
 
-def engine_result(store: Store, model: ModelSource, plan: TargetPlan, profiles, result: BuildResult) -> EngineResult:
+def engine_result(store: Store, model: ModelSource, plan: TargetWork, profiles, result: BuildResult) -> EngineResult:
     """Validate and time the plan on this GPU (TensorRT targets); otherwise the check stays pending."""
     t = plan.target
     if t.toolchain.flavour is not Flavour.tensorrt:
@@ -173,7 +173,7 @@ def engine_recipe(model: ModelSource):
     return recipe
 
 
-def released_manifest(store: Store, plan: TargetPlan) -> Manifest | None:
+def released_manifest(store: Store, plan: TargetWork) -> Manifest | None:
     """The manifest the target's release pointer names (the previous release), if any; the pointer as planned."""
     from trtfarm.errors import CorruptObject
     from trtfarm.publishing.release import read_pointer
@@ -185,7 +185,7 @@ def released_manifest(store: Store, plan: TargetPlan) -> Manifest | None:
         return None
 
 
-def _determinism(trt, model: ModelSource, plan: TargetPlan, profiles, result: BuildResult, tmp: Path,
+def _determinism(trt, model: ModelSource, plan: TargetWork, profiles, result: BuildResult, tmp: Path,
                  engine: EngineResult) -> dict:
     """Build again and compare: plan bytes always, tactic digests where the engine ran here (GPU builds)."""
     if not plan.target.determinism_check:
@@ -204,7 +204,7 @@ def _determinism(trt, model: ModelSource, plan: TargetPlan, profiles, result: Bu
     return out
 
 
-def _verification(model: ModelSource, plan: TargetPlan, result: BuildResult, engine: Check,
+def _verification(model: ModelSource, plan: TargetWork, result: BuildResult, engine: Check,
                   determinism: dict) -> Verification:
     t = plan.target
     header_ok = result.header_version is not None
@@ -225,14 +225,14 @@ def _onnx_check(model: ModelSource) -> Check:
     return Check(status=p.gate, detail=p.gate_detail, figures=figures)
 
 
-def serving_images(plan: TargetPlan) -> list[ServingImageInfo]:
+def serving_images(plan: TargetWork) -> list[ServingImageInfo]:
     """The serving images the target's toolchain declares, as the manifest records them."""
     tc = plan.target.toolchain
     return [ServingImageInfo(image=s.image, flavour=(s.flavour or tc.flavour).value,
                              tensorrt_version=s.tensorrt_version) for s in tc.serving_images]
 
 
-def build_manifest(model: ModelSource, plan: TargetPlan, built_by: TargetPlan, result: BuildResult, profiles,
+def build_manifest(model: ModelSource, plan: TargetWork, built_by: TargetWork, result: BuildResult, profiles,
                    cache: TimingCacheInfo, run_id: str | None, plan_info: PlanInfo, engine: EngineResult,
                    determinism: dict) -> Manifest:
     """The manifest of ``plan`` for a finished build (``built_by``: the target whose build made the bytes)."""
@@ -268,7 +268,7 @@ def build_manifest(model: ModelSource, plan: TargetPlan, built_by: TargetPlan, r
     )
 
 
-def attestation(store: Store, model: ModelSource, plan: TargetPlan, signer: Signer | None,
+def attestation(store: Store, model: ModelSource, plan: TargetWork, signer: Signer | None,
                 started_on: str | None = None) -> Attestation:
     """The provenance (this worker, its image and GPU, the converted ONNX) and signer of a publish of ``plan``."""
     t, step = plan.target, model.precision
@@ -278,7 +278,7 @@ def attestation(store: Store, model: ModelSource, plan: TargetPlan, signer: Sign
     return Attestation(lambda m, sha: provenance_bytes(provenance_statement(m, sha, ctx)), signer)
 
 
-def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], profiles: Sequence[Profile], *,
+def build_group(store: Store, model: ModelSource, group: Sequence[TargetWork], profiles: Sequence[Profile], *,
                 progress: BuildProgress | None = None, upload_progress: Callable[[str], Progress] | None = None,
                 run_id: str | None = None, signer: Signer | None = None) -> list[TargetOutcome]:
     """Build the plan of ``group[0]`` once and publish it for every target in ``group`` (same build digest).
@@ -291,7 +291,7 @@ def build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], p
     return outcomes
 
 
-def _build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], profiles: Sequence[Profile],
+def _build_group(store: Store, model: ModelSource, group: Sequence[TargetWork], profiles: Sequence[Profile],
                  progress: BuildProgress | None, upload_progress: Callable[[str], Progress] | None,
                  run_id: str | None, signer: Signer | None) -> list[TargetOutcome]:
     lead = group[0]
@@ -314,7 +314,7 @@ def _build_group(store: Store, model: ModelSource, group: Sequence[TargetPlan], 
         determinism = _determinism(trt, model, lead, profiles, result, tmp, engine)
         attest = attestation(store, model, lead, signer, started)  # one toolchain, one worker for the group
 
-        def publish(plan: TargetPlan) -> TargetOutcome:
+        def publish(plan: TargetWork) -> TargetOutcome:
             def manifest_for(info: PlanInfo) -> Manifest:
                 return build_manifest(model, plan, lead, result, profiles, cache, run_id, info, engine, determinism)
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from trtfarm.vocabulary.fleet import Flavour
 from trtfarm.vocabulary.manifest import DeviceInfo, ServedGpu
-from trtfarm.vocabulary.targets import TargetPlan
+from trtfarm.vocabulary.targets import TargetWork
 
 
-def served_gpus(plan: TargetPlan) -> list[ServedGpu]:
+def served_gpus(plan: TargetWork) -> list[ServedGpu]:
     """Every fleet GPU the target's plan serves (its own, then its declared group), with their PCI ids."""
     t = plan.target
     return [ServedGpu(gpu=k, gpu_name=g.nvml_name, pci_ids=list(g.pci_ids)) for k, g in ((t.gpu_key, t.gpu), *t.group)]
 
 
-def build_device(plan: TargetPlan) -> DeviceInfo | None:
+def build_device(plan: TargetWork) -> DeviceInfo | None:
     """The local device a TensorRT build ran and was validated on (the one serving its target).
 
     None for builds ahead of time (TensorRT-RTX) and where no local device serves it.

@@ -22,8 +22,8 @@ from trtfarm.store import Store
 from trtfarm.toolchain import BuildResult
 from trtfarm.vocabulary.manifest import Lineage, Manifest, PlanInfo, TimingCacheInfo
 from trtfarm.vocabulary.model import ModelSource
-from trtfarm.vocabulary.outcome import TargetOutcome
-from trtfarm.vocabulary.targets import TargetPlan
+from trtfarm.vocabulary.target_outcome import TargetOutcome
+from trtfarm.vocabulary.targets import TargetWork
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class RefitDecision:
     parent: Manifest | None = None  # the manifest at ``parent_manifest``, as read for the decision
 
 
-def refit_decision(store: Store, model: ModelSource, plan: TargetPlan, profiles: list[dict]) -> RefitDecision:
+def refit_decision(store: Store, model: ModelSource, plan: TargetWork, profiles: list[dict]) -> RefitDecision:
     """Decide for one target of a new export whether its released plan can be refitted with the export's weights.
 
     ``profiles`` are the new export's (``profiles_json``): a plan built for other profiles is rebuilt. The pointer is
@@ -72,7 +72,7 @@ def refit_decision(store: Store, model: ModelSource, plan: TargetPlan, profiles:
                          parent)
 
 
-def refit_and_publish(store: Store, model: ModelSource, plan: TargetPlan, parent_key: str, profiles: list[Profile],
+def refit_and_publish(store: Store, model: ModelSource, plan: TargetWork, parent_key: str, profiles: list[Profile],
                       run_id: str | None = None, refit: Callable | None = None, signer=None,
                       parent: Manifest | None = None) -> TargetOutcome:
     """Refit the released plan ``parent_key`` with ``model``'s weights and publish it as this export's plan.
@@ -83,7 +83,7 @@ def refit_and_publish(store: Store, model: ModelSource, plan: TargetPlan, parent
     where the engine cannot load. ``parent``: the manifest at ``parent_key`` as planning read it (else it is read).
     """
     from trtfarm.building.build import attestation, build_manifest, engine_result
-    from trtfarm.building.outcome import outcome_from_manifest, release_if_allowed
+    from trtfarm.building.release_move import outcome_from_manifest, release_if_allowed
     from trtfarm.toolchain import import_flavour, read_plan_header
     from trtfarm.toolchain.refitter import refit_plan
 

@@ -123,7 +123,7 @@ def targets_path(path: Path | None, *, note: bool = True) -> str:
     The built-in fleet is said in one line (on stderr, so ``--json`` output stays clean), unless ``note`` is False
     (a command that reads the fleet file only for a setting the environment can give, such as ``sign``'s key).
     """
-    from trtfarm.vocabulary.fleet_file import BUILTIN_FLEET, default_targets_file
+    from trtfarm.project.fleet_file import BUILTIN_FLEET, default_targets_file
 
     found = str(path or default_targets_file())
     if found == BUILTIN_FLEET and note:

@@ -66,9 +66,9 @@ def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve 
            targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT, server_wait: int = SERVER_WAIT_OPT) -> None:
     """Check the local GPU and toolchains against POOL's targets; only then start a Prefect worker on it."""
     from trtfarm.machine.capabilities import local_capabilities
-    from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
+    from trtfarm.project.fleet_file import load_fleet, signing_settings
     from trtfarm.workers.admission import check_worker
-    from trtfarm.workers.identity import NAME_ENV, POOL_ENV
+    from trtfarm.workers.built_by import NAME_ENV, POOL_ENV
 
     fleet_path = targets_path(targets_file)
     caps = local_capabilities()
@@ -113,7 +113,7 @@ def pools_sync(targets_file: Path = TARGETS_OPT,
                                                  "./prefect.yaml when there is one]"),
                as_json: bool = JSON_OPT, server_wait: int = SERVER_WAIT_OPT) -> None:
     """Create or update one work pool per GPU model (limit = its GPU count) and the control pool; report drift."""
-    from trtfarm.vocabulary.fleet_file import load_fleet
+    from trtfarm.project.fleet_file import load_fleet
     from trtfarm.workers.pools import deployment_drift, desired_pools
 
     fleet = load_fleet(targets_path(targets_file))
@@ -155,7 +155,7 @@ def pools_k8s(out_dir: Path = typer.Option(Path("infra/k8s"), "--out", help="whe
     """Write each GPU pool's Kubernetes base job template and prefect-worker Helm values (for GitOps)."""
     import yaml
 
-    from trtfarm.vocabulary.fleet_file import load_fleet
+    from trtfarm.project.fleet_file import load_fleet
     from trtfarm.workers.k8s import job_template, worker_values
     from trtfarm.workers.pools import desired_pools
 
@@ -236,7 +236,7 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
 
 def _dry_run(request, as_json: bool, fleet) -> None:
     """What the run would do, decided from the store (``planning.overview.dry_run``): nothing starts."""
-    from trtfarm.cli.fleet import print_decisions
+    from trtfarm.cli.fleet_commands import print_decisions
     from trtfarm.planning.overview import dry_run, run_exports
     from trtfarm.store import open_store
 
@@ -260,10 +260,10 @@ def _published_already(request, fleet, targets) -> list | None:
 
     Asks the store this shell names (``--store`` / ``$TRTFARM_STORE``, which ``--wait`` needs to be the farm's).
     """
-    from trtfarm.building.outcome import StoreIndex
     from trtfarm.executor import rows_for
     from trtfarm.pipeline import find_exports
     from trtfarm.planning.plan import up_to_date_export
+    from trtfarm.planning.triage import StoreIndex
     from trtfarm.store import open_store
 
     try:  # read only: a release a killed run left undone is the run's to carry out

@@ -25,14 +25,15 @@ from trtfarm.extras import missing_extra
 # `trtfarm COMMAND ...` imports that module only; help, a typo or no command import them all
 # (tests/test_cli.py holds this table to the commands the modules register).
 COMMAND_MODULES = {
-    "build": "build", "targets": "build", "plans": "build", "show": "build",
+    "build": "build_commands", "targets": "build_commands", "plans": "build_commands", "show": "build_commands",
     "worker": "farm", "pools": "farm", "farm": "farm",
-    "plan": "fleet", "status": "fleet",
-    "images": "images", "models": "models", "profiles": "profiles", "init": "project",
+    "plan": "fleet_commands", "status": "fleet_commands",
+    "images": "image_commands", "models": "models", "profiles": "profiles", "init": "project",
     "precision": "quality", "report": "quality", "triton": "serving", "sign": "signing",
     "release": "store_ops", "pull": "store_ops", "verify": "store_ops", "gc": "store_ops", "cache": "store_ops",
-    "webhook": "webhook",
-    "promote": "channels", "rollback": "channels", "history": "channels", "receipt": "channels",
+    "webhook": "webhook_commands",
+    "promote": "channel_commands", "rollback": "channel_commands", "history": "channel_commands",
+    "receipt": "channel_commands",
 }
 
 

@@ -1,7 +1,7 @@
 """``init``: the files a project edits (the fleet, a build spec, the farm's deployments), from the installed package.
 
 The fleet gets this machine's GPUs and toolchains under the names its built-in fleet uses, and farm.yaml fits the
-model in the folder (vocabulary/project_files.py). A file that is there is kept, so ``init`` can run again.
+model in the folder (project/init_files.py). A file that is there is kept, so ``init`` can run again.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ def project_model(folder: Path) -> Path | None:
 
 def fitted_text(name: str, folder: Path) -> str:
     """What ``init`` writes for one template: the fleet with this machine's GPUs, farm.yaml fitted to the model."""
-    from trtfarm.vocabulary.machine_fleet import template_fleet, this_machine_fleet
-    from trtfarm.vocabulary.project_files import farm_yaml, fleet_yaml
+    from trtfarm.project.builtin_fleet import template_fleet, this_machine_fleet
+    from trtfarm.project.init_files import farm_yaml, fleet_yaml
 
     text = template_text(name)
     if name == "gpu_targets.yaml":

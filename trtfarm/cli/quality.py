@@ -129,8 +129,8 @@ def report(ref: str = typer.Argument(..., help="a run id (reports/<model>/<run>/
     """
     from dataclasses import asdict
 
-    from trtfarm.reports.outcomes import outcomes_for
     from trtfarm.reports.report import write_report
+    from trtfarm.reports.stored_outcomes import outcomes_for
     from trtfarm.store import open_store
 
     output_path(out_dir, "--out")

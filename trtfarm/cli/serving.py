@@ -48,10 +48,10 @@ def triton(
     """Write a Triton model repository (config.pbtxt checked with Triton's schema) from MODEL's released plans."""
     from trtfarm.extras import require
     from trtfarm.profiles.profile import load_profiles_file
+    from trtfarm.project.fleet_file import load_fleet, signing_settings
     from trtfarm.serving.triton import TritonRequest, triton_repositories
     from trtfarm.signing.accepted import AcceptedReleases, configured_max_age
     from trtfarm.store import open_store
-    from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 
     output_path(repo, "--repo")
     if channel not in ("stable", "candidate"):

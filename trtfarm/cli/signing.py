@@ -31,9 +31,9 @@ def sign(models: list[str] = typer.Argument(None, help="model names [default: ev
     (exit 1 with the count refused). Releases with no signed claim, or one that expires within 10 days, are signed
     again (next version, same plan). A model name the store does not hold is bad input (exit 2).
     """
+    from trtfarm.project.fleet_file import signing_settings
     from trtfarm.publishing.sign_store import sign_store
     from trtfarm.store import open_store
-    from trtfarm.vocabulary.fleet_file import signing_settings
 
     uri = store_uri(store)  # a store that is not there is named before the key is looked for
     signer = signing_settings(targets_path(targets_file, note=False), only="key").signer()

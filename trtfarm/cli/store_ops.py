@@ -97,10 +97,10 @@ def release(manifest: str = typer.Argument(..., help="the plan's manifest: store
             force: bool = typer.Option(False, "--force", help="release although the verification policy refuses"),
             targets_file: Path = TARGETS_OPT, store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     """Move (or roll back) a release pointer by hand, recorded with who and why."""
+    from trtfarm.project.fleet_file import signing_settings
     from trtfarm.publishing.catalog import load_manifest
     from trtfarm.publishing.release import move_release, stored_manifest_key
     from trtfarm.store import open_store
-    from trtfarm.vocabulary.fleet_file import signing_settings
     from trtfarm.vocabulary.manifest import ManifestInvalid
 
     if not reason.strip():
@@ -130,7 +130,7 @@ def release(manifest: str = typer.Argument(..., help="the plan's manifest: store
 
 
 def _release_on(targets_file: Path | None, target_id: str) -> str:
-    from trtfarm.vocabulary.fleet_file import load_fleet
+    from trtfarm.project.fleet_file import load_fleet
 
     path = Path(targets_path(targets_file))
     if not path.is_file():
@@ -157,9 +157,9 @@ def pull(model: str = typer.Argument(..., help="model name"),
     the pulled plan on this host and says the verdict in one line.
     """
     from trtfarm.machine.capabilities import local_capabilities
+    from trtfarm.project.fleet_file import load_fleet, signing_settings
     from trtfarm.runtime.pull import local_gpu_key, local_toolchains, pull_release
     from trtfarm.store import open_store
-    from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 
     if to is not None:
         output_path(to, "--to", folder=to.is_dir())
@@ -206,10 +206,10 @@ def pull(model: str = typer.Argument(..., help="model name"),
 
 def _report(s, pulled, checks, targets_file) -> str:
     """Record the pull's load receipt (ok, or the first refused check) against the channel it pulled from."""
+    from trtfarm.project.fleet_file import signing_settings
     from trtfarm.publishing.channels import record_receipt
     from trtfarm.publishing.receipts import new_receipt, this_host
     from trtfarm.publishing.release import who
-    from trtfarm.vocabulary.fleet_file import signing_settings
 
     bad = next((c for c in checks if c.ok is False), None)
     if bad is not None and bad.name != "runtime":  # this host's mismatch or copy, not the plan: no receipt
@@ -260,8 +260,8 @@ def verify(ref: Path = typer.Argument(..., help="a plan (manifest beside it) or 
            targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
     """Check a plan against its manifest, this host and the fleet's trusted keys, then load it."""
     from trtfarm.machine.gpu import GpuScan, LocalGpu
+    from trtfarm.project.fleet_file import signing_settings
     from trtfarm.runtime.loader import find_files
-    from trtfarm.vocabulary.fleet_file import signing_settings
     from trtfarm.vocabulary.manifest import ManifestInvalid
 
     try:

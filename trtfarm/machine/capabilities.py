@@ -53,3 +53,14 @@ class Capabilities:
 def local_capabilities() -> Capabilities:
     """This machine's capabilities, each probed when first asked (each toolchain flavour imported once)."""
     return Capabilities()
+
+
+def fleet_scan(caps: Capabilities | None = None) -> tuple[list[tuple], Mapping[str, str | None]]:
+    """What the built-in fleet is named from: this machine's GPUs, and the toolchain versions that import here.
+
+    Each GPU is (NVML name, compute capability, GiB, PCI id, MIG profile); ``vocabulary/machine_fleet.py`` names
+    the fleet from them.
+    """
+    caps = caps or local_capabilities()
+    return [(g.name, g.compute_capability, g.memory_gib, g.pci_device_id, g.mig.profile if g.mig else None)
+            for g in caps.gpus.gpus], caps.versions

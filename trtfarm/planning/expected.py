@@ -104,8 +104,9 @@ def expected_exports(survey: StoreSurvey, models: list[str], precision: str | No
 def _spec(survey: StoreSurvey, ref: ExportRef, record: ExportRecord, cache_key: str | None) -> SpecSummary:
     """The export's build spec as planning reads it: fetched without the model, kept per immutable export."""
     from trtfarm.profiles.profile import profiles_json
+    from trtfarm.project.spec_file import spec_for_model, spec_profiles
     from trtfarm.publishing.registry import fetch_export, fetch_folder, local_copy
-    from trtfarm.vocabulary.buildspec import SHAPES_NAME, spec_for_model, spec_profiles
+    from trtfarm.vocabulary.buildspec import SHAPES_NAME
 
     if cache_key:
         cached = survey.cache.get("spec", cache_key, record.export_id, SpecSummary)
@@ -189,8 +190,8 @@ def _unrecorded(survey: StoreSurvey, ref: ExportRef, precision: str | None) -> E
     """An export folder without a record (a pipeline dropped it): fetched whole, digested as a run would."""
     from trtfarm.modelfile import model_source
     from trtfarm.profiles.profile import profiles_json
+    from trtfarm.project.spec_file import spec_for_model, spec_precision, spec_profiles
     from trtfarm.publishing.registry import local_copy
-    from trtfarm.vocabulary.buildspec import spec_for_model, spec_precision, spec_profiles
 
     path = local_copy(ref)
     spec, _ = spec_for_model(path)

@@ -3,7 +3,7 @@
 ``plan_export`` fetches the export (or takes a local ONNX), reads its build spec, resolves targets and profiles,
 reuses the precision step the store recorded (else decides the ``PrecisionJob`` the executor runs first, and the
 model is planned again after it), computes every target's build digest, and looks up what is already published. It
-yields a frozen ``ExportPlan``: the outcomes already known (skipped, up to date, refused by the precision gate)
+yields a frozen ``ExportWork``: the outcomes already known (skipped, up to date, refused by the precision gate)
 and one ``BuildJob`` per compatibility-class build still missing. A job carries all a builder needs; whoever runs
 it (this process, or a farm child on a worker) never plans again.
 """
@@ -18,13 +18,13 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from trtfarm import layout
-from trtfarm.building.outcome import StoreIndex, Triage, skip_unservable, triage, triage_listed
 from trtfarm.errors import CorruptObject, UserInputError
 from trtfarm.identity import model_name_from_path
 from trtfarm.machine.capabilities import Capabilities, local_capabilities
 from trtfarm.modelfile import model_source, verified
 from trtfarm.planning.precision import planned_precision
 from trtfarm.planning.requests import MatrixRequest
+from trtfarm.planning.triage import StoreIndex, Triage, skip_unservable, triage, triage_listed
 from trtfarm.precision.recipe import GateFailed
 from trtfarm.profiles.profile import (
     Profile,
@@ -34,22 +34,25 @@ from trtfarm.profiles.profile import (
     profile_texts,
     profiles_json,
 )
+from trtfarm.project.fleet_file import load_fleet
+from trtfarm.project.spec_file import spec_for_model, spec_precision, spec_profiles
 from trtfarm.publishing.registry import export_record, fetch_export, fetch_folder, local_copy
 from trtfarm.store import Store, is_uri
-from trtfarm.vocabulary.buildspec import spec_for_model, spec_precision, spec_profiles
 from trtfarm.vocabulary.decisions import Release, Withdraw
 from trtfarm.vocabulary.exports import ExportRecord, ExportRef
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
-from trtfarm.vocabulary.fleet_file import load_fleet
 from trtfarm.vocabulary.job import BuildJob, ProfileText
 from trtfarm.vocabulary.model import ModelSource
-from trtfarm.vocabulary.outcome import TargetOutcome
 from trtfarm.vocabulary.precision_job import PrecisionJob
-from trtfarm.vocabulary.targets import TargetPlan, group_by_build, plan_targets
+from trtfarm.vocabulary.target_outcome import TargetOutcome
+from trtfarm.vocabulary.targets import TargetWork, group_by_build, plan_targets
 
 
-class ExportPlan(BaseModel):
-    """One model of a run: every target in order, the outcomes known before any build, and the builds to run."""
+class ExportWork(BaseModel):
+    """One model of a run: every target in order, the outcomes known before any build, and the builds to run.
+
+    The run's work for the model (not a TensorRT plan, nor ``trtfarm plan --fleet``'s what-if).
+    """
 
     model_config = ConfigDict(frozen=True)
     name: str
@@ -91,7 +94,7 @@ def model_name(given: str | None, export: ExportRef, spec_name: str | None, path
 
 def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm: bool,
                 fleet: Fleet | None = None, caps: Capabilities | None = None,
-                index: StoreIndex | None = None, targets: list[ResolvedTarget] | None = None) -> ExportPlan:
+                index: StoreIndex | None = None, targets: list[ResolvedTarget] | None = None) -> ExportWork:
     """Decide what to build for ``export``; a refused precision recipe fails every target (nothing is built).
 
     ``fleet``, ``caps`` and ``targets`` (the request's targets, resolved) come once per run from the caller;
@@ -134,10 +137,10 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
     try:
         found = planned_precision(store, model, recipe, calibration, heldout, export, next(iter(resolved), None))
     except GateFailed as failed:
-        return ExportPlan(name=model.name, model=None, profiles=texts, targets=ids,
+        return ExportWork(name=model.name, model=None, profiles=texts, targets=ids,
                           outcomes={t: TargetOutcome(t, "failed", str(failed)) for t in ids})
     if isinstance(found, PrecisionJob):  # the builds wait for the step: planned again once it ran
-        return ExportPlan(name=model.name, model=None, profiles=texts, targets=ids, precision=found)
+        return ExportWork(name=model.name, model=None, profiles=texts, targets=ids, precision=found)
     model = found.model_copy(update={"trial": trial_reason(request.release, recipe.mode, spec.precision.mode,
                                                            spec_path is not None)})
     plans = plan_targets(model, model.plan_digest, resolved, profiles, None)
@@ -151,7 +154,7 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
     if todo and not checked:  # a local build runs onnx.checker and the graph digest beside TensorRT's build
         model = _checked(model, profiles, beside_the_build=not (farm or request.refit))  # (a refit compares graphs)
     jobs = _jobs(store, request, model, export.uri if is_uri(export.uri) else str(path), texts, todo)
-    return ExportPlan(name=model.name, model=model, profiles=texts, targets=ids, outcomes=found.done, jobs=jobs,
+    return ExportWork(name=model.name, model=model, profiles=texts, targets=ids, outcomes=found.done, jobs=jobs,
                       releases=found.releases, withdrawals=found.withdrawals)
 
 
@@ -228,10 +231,10 @@ class ListedStage:
     record: ExportRecord
     resolved: list[ResolvedTarget]
     profiles: list[Profile]
-    plan: ExportPlan  # the targets settled so far (every target when nothing is to build), with their decisions
-    todo: list[TargetPlan]  # carrying what the listings said: no manifest, no release pointer
+    plan: ExportWork  # the targets settled so far (every target when nothing is to build), with their decisions
+    todo: list[TargetWork]  # carrying what the listings said: no manifest, no release pointer
 
-    def settled(self, plans: list[TargetPlan]) -> tuple[Triage, list[TargetPlan]]:
+    def settled(self, plans: list[TargetWork]) -> tuple[Triage, list[TargetWork]]:
         """What this stage settled for ``plans`` (the same builds), and the plans still to look at."""
         done = self.plan.outcomes
         listed = {p.manifest_key: p for p in self.todo}
@@ -244,7 +247,7 @@ class ListedStage:
 
 def up_to_date_export(request: MatrixRequest, export: ExportRef, store: Store, fleet: Fleet,
                       index: StoreIndex | None = None,
-                      targets: list[ResolvedTarget] | None = None) -> ExportPlan | None:
+                      targets: list[ResolvedTarget] | None = None) -> ExportWork | None:
     """The plan of a registered export whose every target is published and released, else None; reads only.
 
     None when anything needs more: a build, or a release a killed run left undone (the run carries it out).
@@ -283,13 +286,13 @@ def listed_stage(request: MatrixRequest, export: ExportRef, store: Store, fleet:
     profiles = _profiles(request, path, spec)
     plans = plan_targets(model, model.onnx_digest, resolved, profiles, None)
     found = triage_listed(store, plans, index)
-    return ListedStage(record, resolved, profiles, ExportPlan(
+    return ListedStage(record, resolved, profiles, ExportWork(
         name=name, model=model, profiles=profile_texts(profiles), targets=[t.id for t in resolved],
         outcomes=found.done, releases=found.releases, withdrawals=found.withdrawals), found.todo)
 
 
 def _jobs(store: Store, request: MatrixRequest, model: ModelSource, uri: str, texts: list[ProfileText],
-          todo: list[TargetPlan]) -> list[BuildJob]:
+          todo: list[TargetWork]) -> list[BuildJob]:
     """One job per build digest; with ``refit``, one refit job per target whose released plan can take the weights."""
     base = {"model": model, "model_uri": uri, "profiles": texts}
     reasons: dict[str, str] = {}

@@ -3,7 +3,7 @@
 The step is keyed by its inputs (``precision_key``: the export, the full recipe, the calibration and held-out data).
 When the store holds its record, planning reads that one object and the builds carry the step's result (the
 converted ONNX's key and digest, accuracy, pinned nodes, the gate's verdict); a recorded refusal is the same
-``GateFailed`` a fresh run raises. Otherwise the executor runs the job first (``building.precision_job``) and the
+``GateFailed`` a fresh run raises. Otherwise the executor runs the job first (``building.precision_runner``) and the
 model is planned again. Planning never imports ModelOpt and never writes.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trtfarm import layout
-from trtfarm.building.precision_job import step_of
+from trtfarm.building.precision_runner import step_of
 from trtfarm.precision.recipe import GateFailed, Recipe
 from trtfarm.precision.step import precision_key, stored_result
 from trtfarm.store import Store

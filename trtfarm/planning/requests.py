@@ -13,9 +13,9 @@ from pydantic import BaseModel, Field
 
 from trtfarm.errors import UserInputError
 from trtfarm.precision.recipe import Mode
+from trtfarm.project.fleet_file import default_targets_file, load_fleet
 from trtfarm.store import default_store_uri as default_store
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
-from trtfarm.vocabulary.fleet_file import default_targets_file, load_fleet
 from trtfarm.vocabulary.job import ProfileText
 
 

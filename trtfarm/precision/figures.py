@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from trtfarm.precision.output_record import OutputFigures
 from trtfarm.precision.recipe import Recipe
-from trtfarm.precision.record import OutputFigures
 
 FP16_TINY = 6.103515625e-05  # smallest normal FP16 value
 # Relative resolution of each mode at an output's scale (FP16: 10-bit mantissa; INT8: a 127-step grid; ...)

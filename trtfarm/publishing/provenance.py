@@ -15,7 +15,7 @@ from trtfarm import __version__, layout
 from trtfarm.errors import UserInputError
 from trtfarm.signing.bundle import statement
 from trtfarm.vocabulary.manifest import Manifest
-from trtfarm.workers.identity import WorkerIdentity
+from trtfarm.workers.built_by import WorkerIdentity
 
 SLSA_PROVENANCE = "https://slsa.dev/provenance/v1"
 BUILD_TYPE = "urn:trtfarm:build-type:tensorrt-plan:v1"  # docs/signing.md describes its parameters

@@ -32,8 +32,9 @@ from trtfarm.layout import (
     parse_export_record_key,
 )
 from trtfarm.onnxfile import external_files, external_locations, load_model, location_path
+from trtfarm.project.spec_file import spec_for_model
 from trtfarm.store import AlreadyExists, Store, is_store_uri, is_uri, open_store, uri_parts
-from trtfarm.vocabulary.buildspec import SHAPES_NAME, SPEC_NAME, spec_for_model
+from trtfarm.vocabulary.buildspec import SHAPES_NAME, SPEC_NAME
 from trtfarm.vocabulary.exports import ExportFile, ExportRecord, ExportRef
 
 OPTIONAL_FILES = ("calib.npz", "heldout.npz", SHAPES_NAME)

@@ -18,7 +18,7 @@ from trtfarm.publishing.publish import read_manifest
 from trtfarm.reports.rows import ReportRow
 from trtfarm.store import AlreadyExists, Store
 from trtfarm.vocabulary.manifest import Manifest
-from trtfarm.vocabulary.outcome import TargetOutcome
+from trtfarm.vocabulary.target_outcome import TargetOutcome
 
 
 def _accuracy(m: Manifest) -> str:

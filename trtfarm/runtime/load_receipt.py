@@ -11,11 +11,11 @@ import warnings
 
 from trtfarm.errors import TrtfarmError
 from trtfarm.layout import ReleaseName
+from trtfarm.project.fleet_file import signing_settings
 from trtfarm.publishing.channels import ReceiptRecord, record_receipt, serving_key
 from trtfarm.publishing.receipts import new_receipt, this_host
 from trtfarm.publishing.release import who
 from trtfarm.store import Store, open_store
-from trtfarm.vocabulary.fleet_file import signing_settings
 from trtfarm.vocabulary.manifest import Manifest
 
 

@@ -25,9 +25,9 @@ from trtfarm.machine.flavour import installed_version
 from trtfarm.machine.gpu import GpuScan, scan_gpus
 from trtfarm.machine.header import read_plan_header, version_matches
 from trtfarm.machine.match import best_fit
+from trtfarm.project.fleet_file import signing_settings
 from trtfarm.runtime.load_receipt import open_by, record_load
 from trtfarm.vocabulary.device_spec import spec_of_manifest
-from trtfarm.vocabulary.fleet_file import signing_settings
 from trtfarm.vocabulary.manifest import Manifest, manifest_from_json
 
 FIX = "Run `trtfarm pull MODEL` on this host to fetch the plan released for its GPU and toolchain."

@@ -7,8 +7,8 @@ from pydantic import BaseModel, ConfigDict
 from trtfarm.profiles.profile import Profile
 from trtfarm.vocabulary.manifest import Manifest
 from trtfarm.vocabulary.model import ModelSource
-from trtfarm.vocabulary.outcome import TargetOutcome
-from trtfarm.vocabulary.targets import TargetPlan
+from trtfarm.vocabulary.target_outcome import TargetOutcome
+from trtfarm.vocabulary.targets import TargetWork
 
 ProfileText = dict[str, str]  # {"input_ids": "1x16:16x128:32x512", ...}
 
@@ -26,7 +26,7 @@ class BuildJob(BaseModel):
     model: ModelSource
     model_uri: str  # the export folder URI (farm) or the local ONNX path (local mode)
     profiles: list[ProfileText]
-    plans: list[TargetPlan]  # every target this build serves; they share one build digest
+    plans: list[TargetWork]  # every target this build serves; they share one build digest
     build_digest: str
     refit_of: str | None = None  # refit this released manifest (store key) instead of building; one target
     parent: Manifest | None = None  # the manifest at ``refit_of``, as planning read it
@@ -34,7 +34,7 @@ class BuildJob(BaseModel):
     fallback: bool = False  # the full build that replaces a refit the workers could not do
 
     @property
-    def lead(self) -> TargetPlan:
+    def lead(self) -> TargetWork:
         """The target whose settings build the plan (the others share its bytes)."""
         return self.plans[0]
 

@@ -1,8 +1,10 @@
-"""The built-in fleet: what this machine can build, for a folder with no ``gpu_targets.yaml``.
+"""The built-in fleet, named: what a machine with these GPUs and toolchains can build (no gpu_targets.yaml).
 
-Its GPUs come from NVML and its toolchains from what imports here. Each GPU gets a TensorRT-RTX target where
-TensorRT-RTX runs on it, and a TensorRT target where TensorRT is installed (or the GPU is one TensorRT-RTX does not
-serve). With no GPU, the fleet is the portable TensorRT-RTX targets (one ahead-of-time build serves every RTX GPU).
+Pure naming: the GPUs (as NVML reported them) and the toolchain versions come in as values (the scan is
+``machine/capabilities.py``'s ``fleet_scan``; ``project/builtin_fleet.py`` joins the two), and so does the fleet
+template. Each GPU gets a TensorRT-RTX target where TensorRT-RTX runs on it, and a TensorRT target where
+TensorRT is installed (or the GPU is one TensorRT-RTX does not serve). With no GPU, the fleet is the portable
+TensorRT-RTX targets (one ahead-of-time build serves every RTX GPU).
 A toolchain that is not installed keeps the version trtfarm's extras pin, so ``trtfarm targets`` says how to get it.
 
 One naming: a GPU that the fleet template (``trtfarm init``'s gpu_targets.yaml) declares keeps the template's key
@@ -13,9 +15,8 @@ target id and ``reproduce`` command after it.
 
 from __future__ import annotations
 
-import functools
 import re
-from importlib import resources
+from collections.abc import Mapping
 
 from trtfarm.machine.gpu_ids import KNOWN_PCI_IDS
 from trtfarm.vocabulary.fleet import RTX_COMPUTE_CAPABILITIES, Flavour, Fleet, Gpu, Target, Toolchain
@@ -26,13 +27,13 @@ PORTABLE_RTX_NAMES = ("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 5090")  # w
 SHORT_FLAVOUR = {Flavour.tensorrt: "trt", Flavour.tensorrt_rtx: "rtx"}
 
 
-def gpu_key(nvml_name: str) -> str:
+def gpu_key(nvml_name: str, template: Fleet) -> str:
     """The fleet template's key for a GPU it declares (``NVIDIA H100 80GB HBM3`` -> ``h100``), else one from its name.
 
     ``NVIDIA GeForce RTX 4090`` -> ``rtx-4090``; ``NVIDIA H200`` -> ``h200``; ``NVIDIA A100-SXM4-80GB`` ->
     ``a100-sxm4-80gb``.
     """
-    known = {g.nvml_name: key for key, g in template_fleet().gpus.items()}
+    known = {g.nvml_name: key for key, g in template.gpus.items()}
     if nvml_name in known:
         return known[nvml_name]
     name = re.sub(r"^(nvidia\s+)?(geforce\s+)?", "", nvml_name.strip().lower())
@@ -49,48 +50,39 @@ def target_id(gpu: str, toolchain: str) -> str:
     return f"{gpu}-{toolchain.replace('-', '', 1)}"
 
 
-@functools.cache
-def template_fleet() -> Fleet:
-    """The fleet template the wheel carries (what ``trtfarm init`` writes as gpu_targets.yaml)."""
-    import yaml
-
-    text = resources.files("trtfarm").joinpath("templates", "gpu_targets.yaml").read_text(encoding="utf-8")
-    return Fleet.model_validate(yaml.safe_load(text))
-
-
 def _rtx_capable(cc: str) -> bool:
     return cc in RTX_COMPUTE_CAPABILITIES or cc.startswith("12.")
 
 
-def _machine_gpus(gpus: list[tuple]) -> dict[str, Gpu]:
+def _machine_gpus(gpus: list[tuple], template: Fleet) -> dict[str, Gpu]:
     """This machine's GPUs by key, counted; a GPU the template declares keeps its pool there.
 
     A GPU's PCI id is the one NVML read (else the one ``gpu_ids.KNOWN_PCI_IDS`` lists for its name); a MIG instance
     is a GPU of its own, keyed ``<gpu>-<profile>`` (``h100-1g.10gb``), with its profile.
     """
-    pools = {g.nvml_name: g.pool for g in template_fleet().gpus.values()}
+    pools = {g.nvml_name: g.pool for g in template.gpus.values()}
     found: dict[str, Gpu] = {}
     for name, cc, gib, *rest in gpus:
         pci, mig = (list(rest) + [None, None])[:2]
         ids = [pci] if pci else list(KNOWN_PCI_IDS.get(name, ((),))[0])
-        key = gpu_key(name) + (f"-{mig}" if mig else "")
-        pool = pools.get(name, gpu_key(name)) + (f"-{mig}" if mig else "")
+        key = gpu_key(name, template) + (f"-{mig}" if mig else "")
+        pool = pools.get(name, gpu_key(name, template)) + (f"-{mig}" if mig else "")
         count = found[key].count + 1 if key in found else 1
         found[key] = Gpu(nvml_name=name, pci_ids=ids, compute_capability=cc, memory_gib=round(gib, 1), pool=pool,
                          count=count, mig=mig)
     return found
 
 
-def machine_fleet(gpus: list[tuple], versions: dict[str, str | None]) -> Fleet:
-    """The fleet of a machine with these GPUs and toolchain versions.
+def machine_fleet(gpus: list[tuple], versions: Mapping[str, str | None], template: Fleet) -> Fleet:
+    """The fleet of a machine with these GPUs and toolchain versions, named as ``template`` names its own.
 
     Each GPU is (NVML name, compute capability, GiB[, PCI id[, MIG profile]]).
     """
     rtx = Toolchain(flavour=Flavour.tensorrt_rtx, version=versions.get("tensorrt_rtx") or RTX_VERSION)
     trt = Toolchain(flavour=Flavour.tensorrt, version=versions.get("tensorrt") or TENSORRT_VERSION)
     rtx_key, trt_key = toolchain_key(rtx.flavour, rtx.version), toolchain_key(trt.flavour, trt.version)
-    found = _machine_gpus(gpus)
-    portable = {key: g for key, g in template_fleet().gpus.items() if g.nvml_name in PORTABLE_RTX_NAMES}
+    found = _machine_gpus(gpus, template)
+    portable = {key: g for key, g in template.gpus.items() if g.nvml_name in PORTABLE_RTX_NAMES}
     targets = []
     for key, gpu in (found or portable).items():
         if _rtx_capable(gpu.compute_capability):
@@ -100,12 +92,3 @@ def machine_fleet(gpus: list[tuple], versions: dict[str, str | None]) -> Fleet:
     used = {t.toolchain for t in targets}
     return Fleet(toolchains={k: v for k, v in ((rtx_key, rtx), (trt_key, trt)) if k in used},
                  gpus=found or portable, targets=targets)
-
-
-def this_machine_fleet() -> Fleet:
-    """The built-in fleet of this machine (NVML scan, toolchain imports)."""
-    from trtfarm.machine.capabilities import local_capabilities
-
-    caps = local_capabilities()
-    return machine_fleet([(g.name, g.compute_capability, g.memory_gib, g.pci_device_id,
-                           g.mig.profile if g.mig else None) for g in caps.gpus.gpus], caps.versions)

@@ -1,7 +1,7 @@
 """The model a run builds: its bytes' content addresses and the precision step that ran before any build.
 
 Values only: checking and digesting a file is ``trtfarm.modelfile``; planning decides the precision step
-(``planning.precision``) and a ``PrecisionJob`` runs it (``building.precision_job``).
+(``planning.precision``) and a ``PrecisionJob`` runs it (``building.precision_runner``).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from trtfarm.precision.output_record import OutputFigures
 from trtfarm.precision.recipe import Recipe
-from trtfarm.precision.record import OutputFigures
 from trtfarm.vocabulary.promotion import Promotion
 
 

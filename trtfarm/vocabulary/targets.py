@@ -1,21 +1,18 @@
-"""Each target of a run: its build digest and plan key, and whether this machine can build it.
+"""Each target of a run: its build digest and plan key, and why this machine cannot build it, as it was told.
 
 Nothing here builds. ``plan_targets`` is pure given its inputs, so the flows and ``trtfarm targets`` share it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from trtfarm import layout
 from trtfarm.identity import build_digest
-from trtfarm.machine.capabilities import Capabilities
-from trtfarm.machine.flavour import INSTALL_HINT
-from trtfarm.machine.header import version_matches
 from trtfarm.profiles.profile import Profile, profiles_json
-from trtfarm.vocabulary.fleet import Flavour, ResolvedTarget
+from trtfarm.vocabulary.fleet import ResolvedTarget
 from trtfarm.vocabulary.model import ModelSource
 from trtfarm.vocabulary.pointer import SeenPointer
 from trtfarm.vocabulary.promotion import Promotion
@@ -33,36 +30,12 @@ class ServeGap(NamedTuple):
         return f"{self.why}; {self.fix}" if self.fix else self.why
 
 
-def serve_check(target: ResolvedTarget, caps: Capabilities) -> str | None:
-    """None when this machine can build ``target``; else the reason it cannot (``serve_gap``'s, as one line)."""
-    gap = serve_gap(target, caps)
-    return gap.reason if gap else None
-
-
-def serve_gap(target: ResolvedTarget, caps: Capabilities) -> ServeGap | None:
-    """None when this machine can build ``target``; else why not and, as its own field, what would fix it."""
-    flavour, want = target.toolchain.flavour.value, target.toolchain.version
-    have = caps.versions.get(flavour)
-    if have is None:
-        return ServeGap(f"`{flavour}` {want} is not installed here", INSTALL_HINT[flavour].replace('VERSION', want))
-    if not version_matches(have, want):
-        return ServeGap(f"installed {flavour} is {have}, the target needs {want}")
-    if target.toolchain.flavour is Flavour.tensorrt_rtx:
-        return None  # ahead-of-time build: no GPU needed
-    from trtfarm.machine.match import best_fit
-    from trtfarm.vocabulary.device_spec import spec_of_target
-
-    spec = spec_of_target(target)
-    found = best_fit(spec, caps.gpus)
-    if not found.ok:
-        why = f" ({found.reason})" if caps.gpus.gpus else ""
-        return ServeGap(f"needs a {spec.describe()} GPU to build on", f"this machine has {caps.gpus.describe()}{why}")
-    return None
-
-
 @dataclass(frozen=True)
-class TargetPlan:
-    """One target of a run: its build digest, where its plan goes, and whether this machine can build it."""
+class TargetWork:
+    """One target of a run: its build digest, where its plan goes, and whether this machine can build it.
+
+    Work for a run, not a TensorRT plan: the plan is what its build writes under ``prefix``.
+    """
 
     target: ResolvedTarget
     build_digest: str
@@ -81,11 +54,13 @@ class TargetPlan:
 
 
 def plan_targets(model: ModelSource, converted_digest: str, targets: Sequence[ResolvedTarget],
-                 profiles: Sequence[Profile], caps: Capabilities | None) -> list[TargetPlan]:
+                 profiles: Sequence[Profile],
+                 gap_of: Callable[[ResolvedTarget], ServeGap | None] | None) -> list[TargetWork]:
     """Compute every target's build digest and plan key (keyed on its compatibility class).
 
-    ``caps`` is this machine's (local mode: targets it cannot serve are skipped); None in farm mode, where each target
-    goes to its pool's workers and they check themselves.
+    ``gap_of`` says why this machine cannot build a target (local mode: those targets are skipped;
+    ``project/buildable.py``'s ``buildable_here``); None in farm mode, where each target goes to its pool's workers
+    and they check themselves.
     """
     plans = []
     for t in targets:
@@ -93,20 +68,20 @@ def plan_targets(model: ModelSource, converted_digest: str, targets: Sequence[Re
                               settings=t.settings.model_dump(mode="json"), flavour=t.toolchain.flavour.value,
                               toolchain_version=t.toolchain.version, compat_class=t.compat_class)
         prefix = layout.plan_prefix(model.name, model.onnx_digest, t.gpu_key, t.toolchain_label, digest)
-        gap = serve_gap(t, caps) if caps else None
-        plans.append(TargetPlan(t, digest, prefix, gap.reason if gap else None,
+        gap = gap_of(t) if gap_of else None
+        plans.append(TargetWork(t, digest, prefix, gap.reason if gap else None,
                                 layout.channel_key(model.name, t.gpu_key, t.toolchain_label,
                                                    "candidate" if model.promotion else "stable"),
                                 promotion=model.promotion, skip_fix=gap.fix if gap else ""))
     return plans
 
 
-def group_by_build(plans: Sequence[TargetPlan]) -> list[list[TargetPlan]]:
+def group_by_build(plans: Sequence[TargetWork]) -> list[list[TargetWork]]:
     """Targets that share a build digest (one compatibility class) are built once: group them, order kept.
 
     This holds in farm mode too: a class that spans several GPU models' pools is built on one of them.
     """
-    groups: dict[str, list[TargetPlan]] = {}
+    groups: dict[str, list[TargetWork]] = {}
     for p in plans:
         groups.setdefault(p.build_digest, []).append(p)
     return list(groups.values())

@@ -141,8 +141,8 @@ def plan(models: list[str] = typer.Argument(None, help="models to plan (default:
     the build times manifests record. Reads the store; writes nothing to it.
     """
     from trtfarm.planning.overview import plan_fleet
+    from trtfarm.project.fleet_file import load_fleet
     from trtfarm.store import open_store
-    from trtfarm.vocabulary.fleet_file import load_fleet
 
     if html:
         output_path(html, "--html")  # a folder: checked before any work
@@ -185,10 +185,10 @@ def status(models: list[str] = typer.Argument(None, help="models to show (defaul
     Reads the store (each model's recorded state where it is current); writes nothing to it unless --record.
     """
     from trtfarm.planning.overview import status as fleet_status
-    from trtfarm.planning.record import record_states
+    from trtfarm.planning.record_state import record_states
+    from trtfarm.project.fleet_file import load_fleet, signing_settings
     from trtfarm.publishing.release import who
     from trtfarm.store import open_store
-    from trtfarm.vocabulary.fleet_file import load_fleet, signing_settings
 
     if html:
         output_path(html, "--html", folder=False)  # a file: checked before any work

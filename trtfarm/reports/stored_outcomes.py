@@ -9,7 +9,7 @@ from trtfarm.errors import UserInputError
 from trtfarm.publishing.catalog import manifests_in
 from trtfarm.store import Store
 from trtfarm.vocabulary.manifest import Manifest
-from trtfarm.vocabulary.outcome import TargetOutcome
+from trtfarm.vocabulary.target_outcome import TargetOutcome
 
 
 def run_outcomes(store: Store, run: str) -> dict[str, list[TargetOutcome]]:

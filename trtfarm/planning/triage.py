@@ -1,10 +1,11 @@
-"""What happened to each target, and the up-to-date decision that finishes what a killed run left.
+"""Planning's triage: each target of a run is finished (skipped, up to date) or still to build; read only.
 
-``triage`` splits a run's targets into finished outcomes (skipped, up to date) and the plans still to build, reading
-the store and writing nothing. A target is up to date when its manifest exists and its plan object still has the
-size the manifest records (a full re-hash is ``trtfarm verify --store``). A published manifest whose release pointer
-was never written (a run killed between the two) gets a release decision, which ``trtfarm.executor`` carries out
-(``release_if_allowed``) when the target's policy allows, so a rerun completes the release.
+``triage`` splits a run's targets into finished outcomes and the plans still to build, reading the store and
+writing nothing. A target is up to date when its manifest exists and its plan object still has the size the
+manifest records (a full re-hash is ``trtfarm verify --store``). A published manifest whose release pointer was
+never written (a run killed between the two) gets a release decision, which ``trtfarm.executor`` carries out
+(``building/release_move.py``: ``release_if_allowed``) when the target's policy allows, so a rerun completes the
+release.
 """
 
 from __future__ import annotations
@@ -13,75 +14,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from trtfarm import layout
+from trtfarm.building.release_move import outcome_from_manifest
 from trtfarm.errors import CorruptObject
-from trtfarm.layout import short_ref
 from trtfarm.machine.capabilities import Capabilities
+from trtfarm.project.buildable import serve_gap
 from trtfarm.publishing.publish import plan_intact, plan_rehash, read_manifest
-from trtfarm.publishing.release import (
-    ReleaseRefused,
-    move_release,
-    pointer_key,
-    read_pointer,
-    repair_pointer,
-    seen_pointer,
-)
-from trtfarm.signing.bundle import SignatureRefused
+from trtfarm.publishing.release import seen_pointer
 from trtfarm.store import Store
 from trtfarm.vocabulary.decisions import Release, Withdraw
-from trtfarm.vocabulary.manifest import Manifest
-from trtfarm.vocabulary.outcome import ReleaseOutcome, Status, TargetOutcome
 from trtfarm.vocabulary.pointer import SeenPointer
-from trtfarm.vocabulary.targets import TargetPlan, serve_gap
-
-
-def outcome_from_manifest(store: Store, plan: TargetPlan, manifest: Manifest, status: Status = "up-to-date",
-                          reason: str | None = None) -> TargetOutcome:
-    """A target whose manifest exists: up to date, or just built (failed when a verification failed)."""
-    failed = [f"{k}: {c.detail}" for k, c in manifest.verification if c.status == "failed"]
-    if failed:
-        status, reason = "failed", f"published for diagnosis, not released: {'; '.join(failed)}"
-    elif reason is None:
-        reason = f"build {plan.build_digest[:12]} already published"
-    return TargetOutcome(plan.target.id, status, reason, store.url(plan.manifest_key), manifest.build.wall_s,
-                         manifest.plan.bytes, {k: v.status for k, v in manifest.verification},
-                         manifest_key=plan.manifest_key, published=manifest, build_digest=plan.build_digest)
-
-
-def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, release_on: str,
-                       run_id: str | None, trial: str | None = None, seen: SeenPointer | None = None,
-                       signer=None, promotion=None) -> ReleaseOutcome:
-    """Move the release pointer when the target's policy allows (and the build is no trial); what happened, as a value.
-
-    A damaged pointer (not JSON, fields missing) is trtfarm's own object: it is repaired first, and the outcome
-    says so (``repaired``). ``seen``: the pointer as planning read it (its ETag starts the compare-and-swap; a stale
-    one conflicts and the pointer is read afresh), else it is read. ``signer`` (the worker's key) signs the release
-    claim, and the repair of a damaged pointer; only a process without a key writes an unsigned one (``trtfarm
-    sign`` signs it later). ``promotion`` (the model's farm.yaml block): the release goes to the candidate channel,
-    whose pointer carries the policy; without it, to stable (the candidate channel follows stable).
-    """
-    channel = "candidate" if promotion else "stable"
-    key = pointer_key(manifest, channel)
-    repaired = ""
-    if seen is None or seen.key != key:
-        repaired = repair_pointer(store, key, release_on, signer) or ""
-        before, etag = read_pointer(store, key)
-        seen = SeenPointer(key=key, pointer=before, etag=etag)
-    before = seen.pointer
-    old = short_ref(before.manifest) if before else "nothing"
-    if trial:
-        return ReleaseOutcome("kept", key, old, why=trial, repaired=repaired, channel=channel)
-    if before and before.manifest == manifest_key:
-        return ReleaseOutcome("already", key, old, old, repaired=repaired, channel=channel)
-    try:
-        moved = move_release(store, manifest_key, manifest, release_on=release_on, by="trtfarm",
-                             reason=f"built by run {run_id}" if run_id else "built by trtfarm", seen=seen,
-                             signer=signer, vouched=True, channel=channel, promotion=promotion)  # the manifest
-        # this run published or read
-    except (ReleaseRefused, SignatureRefused) as refused:  # a tampered pointer is left for a person to look at
-        return ReleaseOutcome("refused", key, old, why=str(refused), repaired=repaired, channel=channel)
-    if len(moved.history) > 1:  # where it moved from, also when a concurrent writer moved it since planning
-        old = short_ref(moved.history[-2].manifest)
-    return ReleaseOutcome("moved", key, old, short_ref(manifest_key), repaired=repaired, channel=channel)
+from trtfarm.vocabulary.target_outcome import TargetOutcome
+from trtfarm.vocabulary.targets import TargetWork
 
 
 @dataclass
@@ -93,7 +36,7 @@ class Triage:
     """
 
     done: dict[str, TargetOutcome] = field(default_factory=dict)
-    todo: list[TargetPlan] = field(default_factory=list)
+    todo: list[TargetWork] = field(default_factory=list)
     releases: list[Release] = field(default_factory=list)
     withdrawals: list[Withdraw] = field(default_factory=list)
 
@@ -105,7 +48,7 @@ class Triage:
         self.withdrawals += other.withdrawals
 
 
-def triage(store: Store, plans: Sequence[TargetPlan], force: bool = False, verify: bool = False,
+def triage(store: Store, plans: Sequence[TargetWork], force: bool = False, verify: bool = False,
            trial: str | None = None) -> Triage:
     """Split a run into finished outcomes (skipped, up to date) and the plans that still need a build; read only.
 
@@ -143,8 +86,8 @@ def triage(store: Store, plans: Sequence[TargetPlan], force: bool = False, verif
     return found
 
 
-def skip_unservable(plans: Sequence[TargetPlan], caps: Capabilities) -> tuple[dict[str, TargetOutcome],
-                                                                               list[TargetPlan]]:
+def skip_unservable(plans: Sequence[TargetWork], caps: Capabilities) -> tuple[dict[str, TargetOutcome],
+                                                                               list[TargetWork]]:
     """Of the plans still to build, the targets this machine cannot build are skipped (the reason says why).
 
     Asked after ``triage``: a target already published is up to date here without importing its toolchain.
@@ -169,7 +112,7 @@ class StoreIndex:
         self.pointers = set(store.list(layout.releases_prefix()))
 
 
-def triage_listed(store: Store, plans: Sequence[TargetPlan], index: StoreIndex | None = None) -> Triage:
+def triage_listed(store: Store, plans: Sequence[TargetWork], index: StoreIndex | None = None) -> Triage:
     """``triage`` at the floor for runs over many models: listings instead of a manifest read per target.
 
     A target is up to date when its manifest and a non-empty plan object are listed (its manifest is not read). A

@@ -24,7 +24,7 @@ def images_build(toolchain: list[str] = typer.Option([], "--toolchain", help="to
                  build_network: str = typer.Option(None, "--build-network", help="network for RUN steps (e.g. none)"),
                  targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
     """Build each worker image, run it to check its toolchain version, and tag only the truthful ones."""
-    from trtfarm.vocabulary.fleet_file import load_fleet
+    from trtfarm.project.fleet_file import load_fleet
     from trtfarm.workers.images import build_image, docker_client, image_jobs, push_image
 
     jobs = image_jobs(load_fleet(targets_path(targets_file)), toolchain or None, dockerfile)

@@ -40,15 +40,15 @@ def _known_model(store, model: str) -> None:
 def _names(store_, model: str, targets: list[str], targets_file: Path | None):
     """The (model, gpu, toolchain) names of ``targets`` (every fleet target when empty) and each one's release_on."""
     from trtfarm.layout import ReleaseName
+    from trtfarm.project.fleet_file import load_fleet
     from trtfarm.vocabulary.fleet import select_targets
-    from trtfarm.vocabulary.fleet_file import load_fleet
 
     resolved = select_targets(load_fleet(targets_path(targets_file, note=False)), targets or None)
     return {ReleaseName(model, t.gpu_key, t.toolchain_label): t for t in resolved}
 
 
 def _settings(targets_file: Path | None):
-    from trtfarm.vocabulary.fleet_file import signing_settings
+    from trtfarm.project.fleet_file import signing_settings
 
     return signing_settings(targets_path(targets_file, note=False))
 

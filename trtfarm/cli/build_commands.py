@@ -28,7 +28,7 @@ from trtfarm.cli.common import (
 from trtfarm.cli.tables import Column, fitted_table, labelled, notes
 
 if TYPE_CHECKING:  # the command imports what it runs when it runs (`trtfarm --help` needs none of it)
-    from trtfarm.vocabulary.outcome import RunRow, TargetOutcome
+    from trtfarm.vocabulary.target_outcome import RunRow, TargetOutcome
 
 
 @app.command()
@@ -99,7 +99,7 @@ def _run_here(request) -> list[RunRow]:
 
     if not err.is_terminal:  # logs and pipes get no progress display: nothing to draw it with is imported
         return run_local(request, report="outcomes")
-    from trtfarm.cli.progress import RichBuild, progress_bars, upload_bar
+    from trtfarm.cli.progress_bars import RichBuild, progress_bars, upload_bar
 
     with progress_bars(err) as bars:
         # the run's outcomes go to the store; `trtfarm report MODEL_OR_RUN` renders charts and HTML on demand
@@ -242,9 +242,10 @@ def targets(targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
             wide: bool = typer.Option(False, "--wide", help="every column, however wide the terminal")) -> None:
     """Show the fleet's targets and which ones this machine can build."""
     from trtfarm.machine.capabilities import local_capabilities
+    from trtfarm.project.buildable import serve_gap
+    from trtfarm.project.fleet_file import load_fleet
     from trtfarm.vocabulary.fleet import bindings_api_check, select_targets
-    from trtfarm.vocabulary.fleet_file import load_fleet
-    from trtfarm.vocabulary.targets import ServeGap, serve_gap
+    from trtfarm.vocabulary.targets import ServeGap
 
     resolved = select_targets(load_fleet(targets_path(targets_file)))
     caps = local_capabilities()

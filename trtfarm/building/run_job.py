@@ -21,7 +21,7 @@ from trtfarm.toolchain import BuildProgress
 from trtfarm.vocabulary.exports import ExportRef
 from trtfarm.vocabulary.job import BuildJob, JobResult
 from trtfarm.vocabulary.model import ModelSource
-from trtfarm.vocabulary.outcome import TargetOutcome
+from trtfarm.vocabulary.target_outcome import TargetOutcome
 
 if TYPE_CHECKING:
     from trtfarm.signing.keys import Signer

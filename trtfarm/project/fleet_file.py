@@ -1,7 +1,7 @@
 """Which fleet a run uses, and the signing settings its file declares.
 
 The fleet is ``$TRTFARM_TARGETS``, else ``gpu_targets.yaml`` in the working directory, else this machine's built-in
-fleet (vocabulary/machine_fleet.py).
+fleet (project/builtin_fleet.py).
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Literal
 
 from trtfarm.errors import UserInputError
+from trtfarm.project.builtin_fleet import this_machine_fleet
 from trtfarm.signing.settings import SigningSettings, env_decides, settings_from
 from trtfarm.vocabulary.fleet import Fleet
-from trtfarm.vocabulary.machine_fleet import this_machine_fleet
 from trtfarm.yamlfile import model_from_yaml
 
 DEFAULT_TARGETS_FILE = "gpu_targets.yaml"
-BUILTIN_FLEET = "builtin:this-machine"  # no fleet file: what this machine can build (vocabulary/machine_fleet.py)
+BUILTIN_FLEET = "builtin:this-machine"  # no fleet file: what this machine can build (project/builtin_fleet.py)
 
 
 def default_targets_file() -> str:
