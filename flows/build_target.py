@@ -19,7 +19,7 @@ from prefect import flow, get_run_logger
 from prefect.states import Completed, Crashed, Failed
 
 from flows.heartbeats import NOTICE
-from tasks.build import build_job
+from tasks.build import build_job, worker_signer
 from trtfarm import interrupt
 from trtfarm.building.warm import warm_in_background
 from trtfarm.store import open_store
@@ -34,13 +34,14 @@ def build_target(job: BuildJob, store: str, result_key: str | None = None):
     """Build ``job`` (one compatibility class) and publish a manifest for each of its targets."""
     logger = get_run_logger()
     logger.info("building %s for %s (build %s)", job.model.name, ", ".join(job.targets), job.build_digest[:12])
+    opened = open_store(store)  # once: the build and its result share it
     try:
         with interrupt.stopping_on(signal.SIGTERM):
-            result = build_job(store, job)
+            result = build_job(opened, job, worker_signer())  # the worker's own key; the job names the run's
     except interrupt.Interrupted as stopped:
         return _noticed(stopped)
     if result_key:
-        open_store(store).put_if_absent(result_key, result.model_dump_json(indent=2).encode())
+        opened.put_if_absent(result_key, result.model_dump_json(indent=2).encode())
     if result.refit_unavailable:
         return Completed(message=f"refit unavailable on this worker: {result.refit_unavailable}")
     if result.failed:

@@ -262,8 +262,8 @@ def _published_already(request, fleet, targets) -> list | None:
     """
     from trtfarm.building.outcome import StoreIndex
     from trtfarm.executor import rows_for
-    from trtfarm.pipeline import find_exports
     from trtfarm.planning.plan import up_to_date_export
+    from trtfarm.run_setup import find_exports
     from trtfarm.store import open_store
 
     try:  # read only: a release a killed run left undone is the run's to carry out
