@@ -1,0 +1,32 @@
+"""Counting the real ``open_store`` and ``load_fleet`` calls of a run: in this process, or in a farm's processes."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+FOLDER = Path(__file__).resolve().parent  # on PYTHONPATH, its sitecustomize counts in every process started
+
+
+def count_calls(monkeypatch, *functions) -> Counter:
+    """Wrap each real function wherever a loaded module binds it; the returned counter counts calls by name.
+
+    A module imported later binds the wrapper too (its ``from ... import`` reads the patched origin module).
+    """
+    counts: Counter = Counter()
+    for fn in functions:
+        def counted(*args, _fn=fn, **kwargs):
+            counts[_fn.__name__] += 1
+            return _fn(*args, **kwargs)
+
+        for module in list(sys.modules.values()):
+            if getattr(module, fn.__name__, None) is fn:
+                monkeypatch.setattr(module, fn.__name__, counted)
+    return counts
+
+
+def counted_in(folder: Path, process: str) -> Counter:
+    """What the sitecustomize counted in one process (a flow run's id)."""
+    path = folder / f"{process}.calls"
+    return Counter(path.read_text().split()) if path.exists() else Counter()

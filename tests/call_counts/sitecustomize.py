@@ -1,0 +1,38 @@
+"""Counts, per process, the calls of ``open_store`` and ``load_fleet`` (the real functions, wrapped), for farm tests.
+
+Active only where ``TRTFARM_COUNT_CALLS`` names a folder and this folder is on ``PYTHONPATH``: it wraps the two
+functions in their own modules before anything imports them, so every ``from ... import`` binds the wrapper. Each
+call appends the function's name to ``<folder>/<flow run id>.calls`` (a flow run's process: Prefect sets
+``PREFECT__FLOW_RUN_ID``), else ``<folder>/pid-<pid>.calls``; a line is written at once, so a killed process keeps
+what it counted.
+"""
+
+import os
+
+FOLDER = os.environ.get("TRTFARM_COUNT_CALLS")
+
+
+def _install(folder: str) -> None:
+    import functools
+
+    import trtfarm.store
+    import trtfarm.vocabulary.fleet_file
+
+    def counted(module, name):
+        real = getattr(module, name)
+
+        @functools.wraps(real)
+        def wrapper(*args, **kwargs):
+            who = os.environ.get("PREFECT__FLOW_RUN_ID") or f"pid-{os.getpid()}"
+            with open(os.path.join(folder, f"{who}.calls"), "a") as f:
+                f.write(f"{name}\n")
+            return real(*args, **kwargs)
+
+        setattr(module, name, wrapper)
+
+    counted(trtfarm.store, "open_store")
+    counted(trtfarm.vocabulary.fleet_file, "load_fleet")
+
+
+if FOLDER:
+    _install(FOLDER)
