@@ -81,8 +81,9 @@ def seed_store(store_uri: str, fleet: Path, models: int, work: Path) -> None:
 
 def core_decision(store_uri: str, fleet: Path) -> tuple[int, int]:
     """Everything the nightly decides, with no orchestrator: (models, builds to run)."""
-    from trtfarm.pipeline import find_exports, plan_run
+    from trtfarm.pipeline import plan_run
     from trtfarm.planning.requests import MatrixRequest
+    from trtfarm.run_setup import find_exports
     from trtfarm.store import open_store
 
     store = open_store(store_uri)

@@ -1,9 +1,11 @@
 """The ``build-matrix`` flow: plan every model once, send each build job where it can run, report.
 
-Farm mode sends one child run per job (one per compatibility class) to a pool whose workers serve that class
-(``flows.dispatch``); local dispatch runs the jobs in this process. Children return typed ``JobResult``s through the
-store; outcomes carry store keys. The core plans (``plan_models``: decisions only, no store writes) and the core's
-executor (``trtfarm.executor``, which ``trtfarm build`` calls too) carries the plans out around the children.
+The run's setup (``trtfarm.run_setup``: store, fleet, targets, key, exports) is read once, as ``trtfarm build``
+reads it; a child gets what it needs in its job. Farm mode sends one child run per job (one per compatibility
+class) to a pool whose workers serve that class (``flows.dispatch``); local dispatch runs the jobs in this process,
+signed by the run's key. Children return typed ``JobResult``s through the store; outcomes carry store keys. The
+core plans (``plan_models``: decisions only, no store writes) and the core's executor (``trtfarm.executor``, which
+``trtfarm build`` calls too) carries the plans out around the children.
 """
 
 from __future__ import annotations
@@ -18,11 +20,9 @@ from tasks.status import publish_status, record_model_states
 from trtfarm import layout
 from trtfarm.errors import TrtfarmError
 from trtfarm.executor import changed_models, execute, precision_first
-from trtfarm.pipeline import find_exports
 from trtfarm.planning.requests import MatrixRequest
-from trtfarm.project.fleet_file import load_fleet, signing_settings
-from trtfarm.store import Store, open_store
-from trtfarm.vocabulary.fleet import select_targets
+from trtfarm.run_setup import RunSetup, setup_run
+from trtfarm.store import Store
 from trtfarm.vocabulary.job import BuildJob, JobResult
 from trtfarm.vocabulary.precision_job import PrecisionJob, PrecisionRun
 from trtfarm.vocabulary.target_outcome import LostChild, RunRow, TargetOutcome
@@ -70,21 +70,20 @@ def _result_of(store: Store, job: BuildJob, child: ChildRun, parent: str) -> Job
     return result
 
 
-async def _dispatch(jobs: list[BuildJob], farm: bool, request: MatrixRequest, store: Store,
-                    lost: list[LostChild]) -> list[JobResult]:
-    """Run the jobs: on their pools (farm), or one after another in this process (local).
+async def _dispatch(jobs: list[BuildJob], farm: bool, setup: RunSetup, lost: list[LostChild]) -> list[JobResult]:
+    """Run the jobs: on their pools (farm), or one after another in this process (local, signed by the run's key).
 
     Children lost to their hosts (and resubmitted) are added to ``lost``, one row per loss.
     """
     if not jobs:
         return []
     if not farm:
-        return [build_job(request.store, job) for job in jobs]
-    parent = str(flow_run.get_id())
+        return [build_job(setup.store, job, setup.signer) for job in jobs]
+    request, parent = setup.request, str(flow_run.get_id())
     children = await run_children([_child(j, request, parent) for j in jobs], request.child_timeout_s,
                                   request.wait_for_workers, request.child_pending_limit_s)
     lost += lost_rows(children)
-    return [_result_of(store, j, c, parent) for j, c in zip(jobs, children, strict=True)]
+    return [_result_of(setup.store, j, c, parent) for j, c in zip(jobs, children, strict=True)]
 
 
 def _precision_child(job: PrecisionJob, request: MatrixRequest, parent: str) -> ChildJob:
@@ -109,16 +108,17 @@ def _precision_of(store: Store, job: PrecisionJob, child: ChildRun, parent: str)
     return PrecisionRun.model_validate_json(blob.data)
 
 
-async def _dispatch_precision(jobs: list[PrecisionJob], farm: bool, request: MatrixRequest, store: Store,
+async def _dispatch_precision(jobs: list[PrecisionJob], farm: bool, setup: RunSetup,
                               lost: list[LostChild]) -> list[PrecisionRun]:
     """Run the precision steps: each on a worker of its model's first target (farm), or in this process (local)."""
     if not farm:
-        return [precision_step(request.store, job) for job in jobs]
+        return [precision_step(setup.store, job) for job in jobs]
     parent = str(flow_run.get_id())
+    request = setup.request
     children = await run_children([_precision_child(j, request, parent) for j in jobs], request.child_timeout_s,
                                   request.wait_for_workers, request.child_pending_limit_s)
     lost += lost_rows(children)
-    return [_precision_of(store, j, c, parent) for j, c in zip(jobs, children, strict=True)]
+    return [_precision_of(setup.store, j, c, parent) for j, c in zip(jobs, children, strict=True)]
 
 
 async def _cancel_children_hook(flow, run, state) -> None:
@@ -128,40 +128,42 @@ async def _cancel_children_hook(flow, run, state) -> None:
 @flow(name="build-matrix", on_cancellation=[_cancel_children_hook], on_crashed=[_cancel_children_hook])
 async def build_matrix(request: MatrixRequest) -> list[RunRow]:
     """Build models for the fleet; returns one row (model, target outcome) per target."""
-    fleet = load_fleet(request.targets_file)  # read and resolved once; the plan and the executor carry them
-    targets = select_targets(fleet, request.targets or None)  # an unknown target fails the run before any work
+    setup = setup_run(request)  # store, fleet, targets, key, exports: read once; an unknown target fails here
     farm = _farm_mode(request)
     logger = get_run_logger()
-    store = open_store(request.store)
-    exports = find_exports(store, request.model)
-    logger.info("%s mode: %d model(s): %s", "farm" if farm else "local", len(exports),
-                ", ".join(e.name or e.uri for e in exports))
-    plans = plan_models(request, exports, farm, fleet, targets)
+    logger.info("%s mode: %d model(s): %s", "farm" if farm else "local", len(setup.exports),
+                ", ".join(e.name or e.uri for e in setup.exports))
+    plans = plan_models(setup, farm)
     lost: list[LostChild] = []
 
     async def steps(jobs: list[PrecisionJob]) -> list[PrecisionRun]:
-        return await _dispatch_precision(jobs, farm, request, store, lost)
+        return await _dispatch_precision(jobs, farm, setup, lost)
 
-    plans = await precision_first(plans, steps, lambda plan: replan_model(request, plan, farm, fleet, targets))
+    plans = await precision_first(plans, steps, lambda plan: replan_model(setup, plan, farm))
     if not any(plan.jobs for plan in plans):
         logger.info("every target is up to date or skipped: nothing to dispatch")
+    setup.sweep_temporaries(plans)  # what a killed build of these plans left in the store
 
     async def dispatch(jobs: list[BuildJob]) -> list[JobResult]:
-        return await _dispatch(jobs, farm, request, store, lost)
+        return await _dispatch(jobs, farm, setup, lost)
 
-    signer = signing_settings(request.targets_file, only="key", fleet=fleet).signer()  # signs what it releases
-    rows = await execute(store, plans, dispatch, lambda job: f"{' or '.join(job.pools)} workers", signer,
+    rows = await execute(setup.store, plans, dispatch, lambda job: f"{' or '.join(job.pools)} workers", setup.signer,
                          settle_model)
-    report_run(rows, request.store, lost)
-    changed = changed_models(plans, rows)
+    setup.note_unsigned(rows)
+    report_run(rows, setup.store, lost)
+    _record(setup, changed_models(plans, rows), logger)
+    return rows
+
+
+def _record(setup: RunSetup, changed: list[str], logger) -> None:
+    """The changed models' states, and on the nightly (every registered model) the fleet's matrix page."""
     if changed:
         try:
-            record_model_states(request.store, request.targets_file, changed)
+            record_model_states(setup, changed)
         except TrtfarmError as e:  # the builds stand; views compute what is not recorded
             logger.warning("state not recorded: %s", e)
-    if request.model is None:  # the nightly (every registered model): the fleet's matrix, in the store and the UI
+    if setup.request.model is None:  # the nightly: the fleet's matrix, in the store and the UI
         try:
-            publish_status(request.store, request.targets_file)
+            publish_status(setup)
         except TrtfarmError as e:  # the builds stand; the next nightly writes the page
             logger.warning("fleet status not written: %s", e)
-    return rows

@@ -19,10 +19,10 @@ from prefect import flow, get_run_logger
 from prefect.states import Completed, Crashed, Failed
 
 from flows.heartbeats import NOTICE
-from tasks.build import build_job, precision_step
+from tasks.build import build_job, precision_step, worker_signer
 from trtfarm import interrupt
 from trtfarm.building.warm import warm_in_background
-from trtfarm.store import open_store
+from trtfarm.store import Store, open_store
 from trtfarm.vocabulary.job import BuildJob
 from trtfarm.vocabulary.precision_job import PrecisionJob
 from trtfarm.workers.built_by import NAME_ENV
@@ -40,15 +40,16 @@ def build_target(job: BuildJob | None = None, store: str = "", result_key: str |
     """
     logger = get_run_logger()
     if precision is not None:
-        return _precision(precision, store, result_key)
+        return _precision(precision, open_store(store), result_key)
     logger.info("building %s for %s (build %s)", job.model.name, ", ".join(job.targets), job.build_digest[:12])
+    opened = open_store(store)  # once: the build and its result share it
     try:
         with interrupt.stopping_on(signal.SIGTERM):
-            result = build_job(store, job)
+            result = build_job(opened, job, worker_signer())  # the worker's own key; the job names the run's
     except interrupt.Interrupted as stopped:
         return _noticed(stopped)
     if result_key:
-        open_store(store).put_if_absent(result_key, result.model_dump_json(indent=2).encode())
+        opened.put_if_absent(result_key, result.model_dump_json(indent=2).encode())
     if result.refit_unavailable:
         return Completed(message=f"refit unavailable on this worker: {result.refit_unavailable}")
     if result.failed:
@@ -58,7 +59,7 @@ def build_target(job: BuildJob | None = None, store: str = "", result_key: str |
     return Completed(message=f"published {len(result.outcomes)} target(s)")
 
 
-def _precision(job: PrecisionJob, store: str, result_key: str | None):
+def _precision(job: PrecisionJob, store: Store, result_key: str | None):
     """Run the precision step; Failed when its gate (or its input) refused the recipe, as a build's failure is."""
     get_run_logger().info("precision step of %s: %s (step %s)", job.model.name, job.recipe.mode, job.key[:12])
     try:
@@ -67,7 +68,7 @@ def _precision(job: PrecisionJob, store: str, result_key: str | None):
     except interrupt.Interrupted as stopped:
         return _noticed(stopped)
     if result_key:
-        open_store(store).put_if_absent(result_key, run.model_dump_json(indent=2).encode())
+        store.put_if_absent(result_key, run.model_dump_json(indent=2).encode())
     if run.failed:
         get_run_logger().error("%s", run.failed)
         return Failed(message=run.failed)

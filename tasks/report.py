@@ -17,7 +17,7 @@ from prefect.runtime import flow_run
 from trtfarm import layout
 from trtfarm.pipeline import store_reports
 from trtfarm.reports.html import data_uri
-from trtfarm.store import Store, open_store
+from trtfarm.store import Store
 from trtfarm.vocabulary.target_outcome import LostChild, RunRow
 
 # The self-hosted API (3.9.1) sets no bound on an artifact's data, but the row is read whole by every artifact view:
@@ -62,7 +62,7 @@ def _artifact_key(text: str) -> str:
 
 
 @task(cache_policy=NO_CACHE)
-def report_run(rows: list[RunRow], store_uri: str, lost: list[LostChild] | None = None) -> None:
+def report_run(rows: list[RunRow], store: Store, lost: list[LostChild] | None = None) -> None:
     """The run's reports in the store (``store_reports``) and as Prefect artifacts.
 
     Each model this run built or failed something for gets its full report as a markdown artifact, charts inline
@@ -73,7 +73,7 @@ def report_run(rows: list[RunRow], store_uri: str, lost: list[LostChild] | None 
     if lost:
         create_table_artifact([r.to_json() for r in lost], key=LOST_ARTIFACT,
                               description=f"{len(lost)} child run(s) lost to their host and resubmitted")
-    store, run = open_store(store_uri), str(flow_run.get_id() or "local")
+    run = str(flow_run.get_id() or "local")
     with tempfile.TemporaryDirectory(prefix="trtfarm-report-") as out:
         for model, report_md in store_reports(store, run, rows, Path(out)).items():
             if report_md is not None:

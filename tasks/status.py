@@ -10,20 +10,19 @@ from tasks.build import retry_infrastructure_only
 from tasks.report import SHARE_S
 from trtfarm import layout
 from trtfarm.planning.overview import status
-from trtfarm.project.fleet_file import load_fleet, signing_settings
 from trtfarm.reports.fleet_html import status_html, status_markdown, store_status_page
-from trtfarm.store import open_store
+from trtfarm.run_setup import RunSetup
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
-def publish_status(store_uri: str, targets_file: str) -> str:
+def publish_status(setup: RunSetup) -> str:
     """Write the matrix of every model x target to the store (``status.html``) and post it as an artifact.
 
     The artifact (key ``fleet-status``) holds the matrix as markdown and a link to the page: a presigned one for an
-    S3 store, the page's URL for a file store. Returns the page's URL.
+    S3 store, the page's URL for a file store. Returns the page's URL. The store and fleet are the run's setup's.
     """
-    store = open_store(store_uri)
-    found = status(store, load_fleet(targets_file), trust=signing_settings(targets_file, only="trust").trusted_keys())
+    store = setup.store
+    found = status(store, setup.fleet, trust=setup.trusted_keys())
     url = store_status_page(store, status_html(found))
     create_markdown_artifact(status_markdown(found, url, store.share_url(layout.status_page_key(), SHARE_S)),
                              key="fleet-status", description="trtfarm fleet status: " + ", ".join(
@@ -33,14 +32,13 @@ def publish_status(store_uri: str, targets_file: str) -> str:
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
-def record_model_states(store_uri: str, targets_file: str, models: list[str]) -> list[str]:
+def record_model_states(setup: RunSetup, models: list[str]) -> list[str]:
     """Record in the store the state of the models a run changed (``state/<model>.json``), which views read first."""
     from trtfarm.planning.record_state import record_states
     from trtfarm.publishing.release import who
 
-    fleet = load_fleet(targets_file)
-    signer = signing_settings(targets_file, only="key", fleet=fleet).signer()
-    trust = signing_settings(targets_file, only="trust", fleet=fleet).trusted_keys() if signer else None
-    done = record_states(open_store(store_uri), fleet, models, by=f"farm run ({who()})", signer=signer, trust=trust)
+    trust = setup.trusted_keys() if setup.signer else None
+    done = record_states(setup.store, setup.fleet, models, by=f"farm run ({who()})", signer=setup.signer,
+                         trust=trust)
     get_run_logger().info("recorded the state of %d model(s)", len(done))
     return done

@@ -261,8 +261,9 @@ def farm_run(work: Path, store: str) -> dict[str, Tally]:
     """
     from trtfarm.building.run_job import run_job
     from trtfarm.cli.farm import _published_already
-    from trtfarm.pipeline import find_exports, plan_run
+    from trtfarm.pipeline import plan_run
     from trtfarm.publishing.registry import register_export
+    from trtfarm.run_setup import find_exports
     from trtfarm.scratch import scratch_dir
 
     fleet = work / "farm_targets.yaml"

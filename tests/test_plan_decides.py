@@ -16,9 +16,10 @@ import sys
 import pytest
 
 from trtfarm import layout
-from trtfarm.pipeline import find_exports, plan_run, run_local
+from trtfarm.pipeline import plan_run, run_local
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.publishing.registry import register_export
+from trtfarm.run_setup import find_exports
 from trtfarm.store import open_store
 
 from .fleet_store import encoder_export

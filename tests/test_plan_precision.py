@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from trtfarm.building.precision_runner import run_precision
-from trtfarm.pipeline import find_exports, plan_run
+from trtfarm.pipeline import plan_run
 from trtfarm.planning.requests import MatrixRequest
+from trtfarm.run_setup import find_exports
 from trtfarm.store import open_store
 
 from .conftest import REPO
@@ -80,7 +81,8 @@ def test_planning_refuses_no_write_decides_the_step_then_reuses_its_record(case,
 
 PLAN_FARM = """
 import json, sys
-from trtfarm.pipeline import find_exports, plan_run
+from trtfarm.pipeline import plan_run
+from trtfarm.run_setup import find_exports
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.store import open_store
 from tests.test_plan_decides import WritesRefused

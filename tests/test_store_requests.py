@@ -11,8 +11,9 @@ from __future__ import annotations
 import pytest
 
 from trtfarm.building.run_job import run_job
-from trtfarm.pipeline import find_exports, plan_run, run_local
+from trtfarm.pipeline import plan_run, run_local
 from trtfarm.publishing.release import ReleaseEvent, read_pointer
+from trtfarm.run_setup import find_exports
 from trtfarm.scratch import scratch_dir
 from trtfarm.store import open_store
 

@@ -22,10 +22,10 @@ from trtfarm.machine.capabilities import local_capabilities
 from trtfarm.planning.plan import ExportWork, plan_export
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.planning.triage import StoreIndex
-from trtfarm.project.fleet_file import load_fleet, signing_settings
-from trtfarm.publishing.registry import latest_exports, resolve_model
+from trtfarm.project.fleet_file import load_fleet
+from trtfarm.run_setup import RunSetup, setup_run
 from trtfarm.scratch import scratch_dir
-from trtfarm.store import Store, is_uri, open_store
+from trtfarm.store import Store
 from trtfarm.store.base import Progress
 from trtfarm.vocabulary.exports import ExportRef
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
@@ -39,14 +39,6 @@ if TYPE_CHECKING:  # the builder and the toolchain are imported by the first bui
 WORK_PREFIX = "trtfarm-build-"
 PLAN_THREADS = 16  # models planned at once in a farm run: their store requests overlap
 STALE_S = 6 * 3600  # a work folder untouched this long belongs to a killed build
-STALE_TEMP_S = 3600  # an in-flight store write this old belongs to a killed writer (a plan uploads in minutes)
-
-
-def find_exports(store: Store, model: str | None) -> list[ExportRef]:
-    """The exports a run builds: a local ONNX path, the named model or URI, or the latest of every registered one."""
-    if model and not is_uri(model) and (Path(model).is_file() or Path(model).suffix == ".onnx"):
-        return [ExportRef(str(Path(model)), "")]
-    return [resolve_model(store, model)] if model else latest_exports(store)
 
 
 def plan_run(request: MatrixRequest, store: Store, exports: Iterable[ExportRef], farm: bool,
@@ -70,12 +62,15 @@ def plan_run(request: MatrixRequest, store: Store, exports: Iterable[ExportRef],
                                                    targets=targets), exports))
 
 
-def replanner(request: MatrixRequest, store: Store, farm: bool, fleet: Fleet,
-              targets: list[ResolvedTarget]) -> Callable[[ExportWork], ExportWork]:
-    """Plan a model again once its precision step ran (``executor.precision_first``): it reads the step's record."""
+def replanner(setup: RunSetup, farm: bool) -> Callable[[ExportWork], ExportWork]:
+    """Plan a model again once its precision step ran (``executor.precision_first``): it reads the step's record.
+
+    The plan is stamped with the run's key id, as the run's first plans are.
+    """
     def again(plan: ExportWork) -> ExportWork:
-        return plan_export(request, plan.precision.export, store, farm=farm, fleet=fleet,
-                           caps=None if farm else local_capabilities(), targets=targets)
+        return setup.stamped([plan_export(setup.request, plan.precision.export, setup.store, farm=farm,
+                                          fleet=setup.fleet, caps=None if farm else local_capabilities(),
+                                          targets=setup.targets)])[0]
 
     return again
 
@@ -139,17 +134,6 @@ def sweep_stale_work(root: Path | None = None, now: float | None = None) -> int:
     return removed
 
 
-def _note_unsigned(store, rows: list[RunRow]) -> None:
-    """Say which up-to-date plans a signing run leaves unsigned (published before the key), and what signs them."""
-    from trtfarm.publishing.attest import read_stored
-
-    for row in rows:
-        o = row.outcome
-        if o.status == "up-to-date" and o.manifest_key and (stored := read_stored(store, o.manifest_key)) \
-                and stored.signature is None:
-            o.reason = f"{o.reason}; unsigned (published before signing was on): `trtfarm sign` signs it"
-
-
 def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress] | None = None,
               upload: Callable[[str], Progress] | None = None, report: str = "full") -> list[RunRow]:
     """Plan and build in this process (``trtfarm build``); returns one row per target.
@@ -158,43 +142,32 @@ def run_local(request: MatrixRequest, *, progress: Callable[[str], BuildProgress
     compatibility class is built once. When the run built or failed something, its report goes to the store:
     ``report="full"`` renders it (markdown, HTML, charts), ``"outcomes"`` stores only the outcomes, ``"none"`` nothing.
     """
-    store = open_store(request.store)
-    fleet = load_fleet(request.targets_file)  # read once: for its signing block and for the plan
-    signer = signing_settings(request.targets_file, only="key", fleet=fleet).signer()  # a bad key fails first
-    targets = select_targets(fleet, request.targets or None)  # once: the plan and the state record use them
-    plans = plan_run(request, store, find_exports(store, request.model), farm=False, fleet=fleet, targets=targets)
-    plans = _to_the_end(precision_first(plans, _here_precision(store), replanner(request, store, False, fleet,
-                                                                                  targets)))
+    setup = setup_run(request)  # the store opened, the fleet read, the key loaded: once for the run
+    plans = setup.stamped(plan_run(request, setup.store, setup.exports, farm=False, fleet=setup.fleet,
+                                   targets=setup.targets))
+    plans = _to_the_end(precision_first(plans, _here_precision(setup.store), replanner(setup, False)))
     jobs = [job for plan in plans for job in plan.jobs]
     sweep_stale_work()
-    for job in jobs:  # what a killed build of these plans left in the store
-        for plan in job.plans:
-            store.sweep_temporaries(plan.prefix, STALE_TEMP_S)
-    run = new_run_id()
+    setup.sweep_temporaries(plans)  # what a killed build of these plans left in the store
+    run, store, signer = new_run_id(), setup.store, setup.signer
 
     async def here(batch: list[BuildJob]) -> list[JobResult]:
         return _run_jobs(store, batch, run, progress, upload, signer)
 
     rows = _to_the_end(execute(store, plans, here, lambda job: "this machine", signer))
-    if signer is not None:
-        _note_unsigned(store, rows)
+    setup.note_unsigned(rows)
     if report != "none" and jobs:
         with scratch_dir("trtfarm-report-") as out:
             store_reports(store, run, rows, out, full=report == "full")
-    record_changed_states(store, fleet, changed_models(plans, rows), "trtfarm build",
-                          None if request.targets else targets, signer, request.targets_file)
+    record_changed_states(setup, changed_models(plans, rows), "trtfarm build")
     return rows
 
 
-def record_changed_states(store: Store, fleet: Fleet, changed: list[str], by: str,
-                          targets: list[ResolvedTarget] | None = None, signer=None,
-                          targets_file: str | None = None) -> list[str]:
+def record_changed_states(setup: RunSetup, changed: list[str], by: str) -> list[str]:
     """Record in the store the state of each model the run changed (``executor.changed_models``).
 
-    ``targets``: the fleet's every target, when the caller resolved them already; ``signer``: the run's key, which
-    signs the records; the fleet file's trusted keys (``targets_file``) verify each release recorded.
-
-    Best effort: the builds stand when the store refuses the record, and views compute what is not recorded.
+    The run's key signs the records; the trusted keys of its fleet file verify each release recorded. Best effort:
+    the builds stand when the store refuses the record, and views compute what is not recorded.
     """
     from trtfarm.errors import TrtfarmError
     from trtfarm.planning.record_state import record_states
@@ -202,10 +175,11 @@ def record_changed_states(store: Store, fleet: Fleet, changed: list[str], by: st
 
     if not changed:
         return []
+    every = None if setup.request.targets else setup.targets  # the fleet's every target, resolved already
     try:
-        trust = signing_settings(targets_file, only="trust", fleet=fleet).trusted_keys() if signer else None
-        return record_states(store, fleet, changed, by=f"{by} ({who()})", targets=targets, signer=signer,
-                             trust=trust)
+        trust = setup.trusted_keys() if setup.signer else None
+        return record_states(setup.store, setup.fleet, changed, by=f"{by} ({who()})", targets=every,
+                             signer=setup.signer, trust=trust)
     except TrtfarmError:
         return []
 

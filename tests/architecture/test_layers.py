@@ -58,7 +58,7 @@ LEVELS: tuple[tuple[str, ...], ...] = (
     ("validation",),  # engine checks and figures
     ("building", "triggers"),  # running one build job; the webhook receiver
     ("planning", "reports", "serving"),  # planning a run; run reports; Triton repositories
-    ("executor",),  # carrying out what planning decided (the local build and the farm's flows share it)
+    ("executor", "run_setup"),  # carrying out what planning decided; one run's setup, read once (both share it)
     ("pipeline",),  # one run, start to end
     ("tasks",), ("flows",), ("cli",), ("__main__",),  # Prefect wiring, the command line, `python -m trtfarm`
 )

@@ -3,9 +3,10 @@
 The functions that write a pointer (``move_release``, ``repair_pointer``, ``refresh_release``) take a ``signer``.
 Following calls through the source (a name resolved through the module's imports), every function that calls one of
 them, or calls a function that takes a signer on the way to one, must have a signer to hand on: a ``signer``
-parameter of its own, or the key loaded right there (``signing_settings(...).signer()``: a command, a task,
-``run_local``). And every such call hands it on. A process with TRTFARM_SIGNING_KEY therefore signs every pointer
-move it makes; tests/test_release_pointer.py checks the moves themselves.
+parameter of its own, or the key loaded right there (``signing_settings(...).signer()``: a command; the run's
+``RunSetup.signer``: ``run_local``, the build-matrix flow; ``worker_signer()``: a farm child). And every such call
+hands it on. A process with TRTFARM_SIGNING_KEY therefore signs every pointer move it makes;
+tests/test_release_pointer.py checks the moves themselves.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ class Function:
         self.qualified, self.node = qualified, node
         self.calls = [(c, names[c.func.id]) for c in ast.walk(node)
                       if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in names]
-        self.loads = any(isinstance(c.func, ast.Attribute) and c.func.attr == "signer"
-                         for c in ast.walk(node) if isinstance(c, ast.Call))
+        self.loads = any(isinstance(c, ast.Attribute) and c.attr == "signer"  # a key loaded, or a run setup's
+                         or isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == "worker_signer"
+                         for c in ast.walk(node))
         params = [a.arg for a in node.args.posonlyargs + node.args.args]
         self.slot = params.index("signer") if "signer" in params else None
         self.takes = self.slot is not None or any(a.arg == "signer" for a in node.args.kwonlyargs)

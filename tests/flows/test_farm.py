@@ -16,9 +16,11 @@ from trtfarm import layout
 from trtfarm.identity import sha256_file
 from trtfarm.publishing.attest import read_stored
 from trtfarm.publishing.publish import read_manifest
-from trtfarm.signing.keys import load_trusted_keys
+from trtfarm.signing.keys import key_hint, load_trusted_keys
 from trtfarm.store import open_store
 
+from ..call_counts import FOLDER as CALL_COUNTS
+from ..call_counts import counted_in
 from ..conftest import REPO
 from ..farm_server import TRTFARM, Farm, processes_of_flow_run, wait_for
 
@@ -62,9 +64,15 @@ def farm(tmp_path_factory, s3_endpoint):
     boto3.client("s3").create_bucket(Bucket=bucket)
     from ..test_signing import key_pair
 
+    counts = home / "calls"
+    counts.mkdir()
     f = Farm(home, {"TRTFARM_STORE": f"s3://{bucket}/store", "TRTFARM_TARGETS": str(fleet),
                     # every worker signs what it publishes, and says which image it runs
-                    "TRTFARM_SIGNING_KEY": str(key_pair(home, "farm")[0]), "TRTFARM_WORKER_IMAGE": WORKER_IMAGE})
+                    "TRTFARM_SIGNING_KEY": str(key_pair(home, "farm")[0]), "TRTFARM_WORKER_IMAGE": WORKER_IMAGE,
+                    # every process counts its open_store and load_fleet calls (tests/call_counts/sitecustomize.py)
+                    "TRTFARM_COUNT_CALLS": str(counts),
+                    "PYTHONPATH": os.pathsep.join(filter(None, [str(CALL_COUNTS), os.environ.get("PYTHONPATH")]))})
+    f.counts = counts
     f.public_key = home / "farm.pub"
     try:
         f.start_server()
@@ -226,6 +234,31 @@ def _assert_provenance_names_the_worker(doc: dict, m, pool: str) -> None:
     assert internal["toolchain"]["version"] == m.target.toolchain_version
 
 
+def test_a_farm_run_opens_the_store_and_reads_the_fleet_once_in_the_parent_and_each_child(farm, client, tmp_path):
+    """The parent flow's process opens the store and reads the run's fleet file once; each child opens the store
+    once and reads no fleet file (its job carries what it needs; its worker's key comes from TRTFARM_SIGNING_KEY)."""
+    from ..fleet_store import encoder_export
+
+    farm.trtfarm_json("models", "push", str(encoder_export(tmp_path / "counted", 7, name="counted")))
+    done = farm.trtfarm_json("farm", "run", "counted", "--wait")
+    assert done["state"] == "COMPLETED" and {r["status"] for r in done["outcomes"]} == {"built"}, done
+    store = open_store(farm.env["TRTFARM_STORE"])
+    children = {read_manifest(store, r["manifest"].split(f"{store.uri}/", 1)[1]).build.flow_run_id
+                for r in done["outcomes"]}
+    assert len(children) == 2  # the portable class and the 5080's own build
+    run = (farm.env["TRTFARM_STORE"], farm.env["TRTFARM_TARGETS"])
+    counts, lines = counted_in(farm.counts, done["flow_run_id"], *run)
+    assert counts == {"open_store": 1, "load_fleet": 1}, lines
+    for child in children:
+        counts, lines = counted_in(farm.counts, child, *run)
+        assert counts == {"open_store": 1} and "load_fleet" not in lines, lines
+    key = key_hint(farm.public_key.read_bytes())
+    for r in done["outcomes"]:  # the worker's key signed each build; the run's key (the same here) is stated too
+        stored = read_stored(store, r["manifest"].split(f"{store.uri}/", 1)[1])
+        signing = json.loads(stored.provenance)["predicate"]["buildDefinition"]["internalParameters"]["signing"]
+        assert signing == {"signed_by_worker": key, "release_key": key}
+
+
 def test_a_local_build_with_record_runs_the_same_flow_on_the_configured_server(farm, client, example_dir, tmp_path):
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName
 
@@ -240,6 +273,33 @@ def test_a_local_build_with_record_runs_the_same_flow_on_the_configured_server(f
     new = [r for r in matrix_runs() if r.id not in before]
     assert len(new) == 1 and new[0].state.is_completed() and new[0].deployment_id is None  # in-process, recorded
     assert any(str(new[0].id) in k for k in open_store(str(store)).list("reports/encoder/"))
+
+
+def test_build_record_signs_builds_and_releases_with_the_key_its_fleet_file_names(farm, example_dir, tmp_path):
+    """`build --record --targets-file X`: X names k2, the default fleet k1; the run's fleet file decides both."""
+    from trtfarm.publishing.release import read_pointer
+    from trtfarm.signing.release_claim import verify_release
+
+    from ..test_signing import key_pair
+
+    (k1, p1), (k2, p2) = key_pair(tmp_path, "k1"), key_pair(tmp_path, "k2")
+    default, run_fleet = tmp_path / "default.yaml", tmp_path / "run.yaml"
+    default.write_text(FOUR_RTX_TARGETS_TWO_POOLS + f"signing:\n  key: {k1}\n")
+    run_fleet.write_text(FOUR_RTX_TARGETS_TWO_POOLS + f"signing:\n  key: {k2}\n")
+    uri = (tmp_path / "two-keys").as_uri()
+    done = farm.run([*TRTFARM, "build", str(example_dir / "model.onnx"), "--record", "--store", uri, "--target",
+                     "rtx-4090-rtx1.7", "--targets-file", str(run_fleet), "--json"],
+                    env={"TRTFARM_SIGNING_KEY": "", "TRTFARM_TARGETS": str(default)})
+    [row] = json.loads(done.stdout)
+    store = open_store(uri)
+    stored = read_stored(store, row["manifest"].removeprefix(store.uri + "/"))
+    signing = json.loads(stored.provenance)["predicate"]["buildDefinition"]["internalParameters"]["signing"]
+    assert signing == {"signed_by_worker": key_hint(p2.read_bytes()), "release_key": key_hint(p2.read_bytes())}
+    assert stored.verdict(load_trusted_keys([p2], "k2")).ok is True
+    assert stored.verdict(load_trusted_keys([p1], "k1")).ok is not True
+    pointer, _ = read_pointer(store, layout.release_key("encoder", "rtx-4090", "tensorrt_rtx-1.7.1.116"))
+    _, claim = verify_release(pointer.claim, load_trusted_keys([p2], "k2"))
+    assert claim.manifest == stored.manifest_key
 
 
 def test_a_worker_for_a_pool_its_machine_does_not_match_refuses_to_start(farm, client):

@@ -36,6 +36,7 @@ from trtfarm.publishing.attest import Attestation
 from trtfarm.publishing.provenance import BuildContext, provenance_bytes, provenance_statement
 from trtfarm.publishing.publish import publish_plan, read_manifest
 from trtfarm.scratch import scratch_dir
+from trtfarm.signing.keys import key_hint
 from trtfarm.store import Store
 from trtfarm.store.base import Progress
 from trtfarm.toolchain import BuildProgress, BuildResult, import_flavour, plan_from_onnx
@@ -269,31 +270,38 @@ def build_manifest(model: ModelSource, plan: TargetWork, built_by: TargetWork, r
 
 
 def attestation(store: Store, model: ModelSource, plan: TargetWork, signer: Signer | None,
-                started_on: str | None = None) -> Attestation:
-    """The provenance (this worker, its image and GPU, the converted ONNX) and signer of a publish of ``plan``."""
+                started_on: str | None = None, release_key: str | None = None) -> Attestation:
+    """The provenance (this worker, its image and GPU, the converted ONNX, the keys) and signer of a publish.
+
+    The provenance states the id of the key that signs the publish (``signer``, this worker's) and the run's key
+    id (``release_key``, from the job), so a build signed by another key than the run's says so.
+    """
     t, step = plan.target, model.precision
     converted = store.url(step.converted_key) if step and step.converted_key else None
     ctx = BuildContext(this_worker(t.toolchain.image, t.toolchain_key), converted,
-                       step.converted_sha256 if step else None, started_on)
+                       step.converted_sha256 if step else None, started_on,
+                       key_hint(signer.public_key_pem) if signer is not None else None, release_key)
     return Attestation(lambda m, sha: provenance_bytes(provenance_statement(m, sha, ctx)), signer)
 
 
 def build_group(store: Store, model: ModelSource, group: Sequence[TargetWork], profiles: Sequence[Profile], *,
                 progress: BuildProgress | None = None, upload_progress: Callable[[str], Progress] | None = None,
-                run_id: str | None = None, signer: Signer | None = None) -> list[TargetOutcome]:
+                run_id: str | None = None, signer: Signer | None = None,
+                release_key: str | None = None) -> list[TargetOutcome]:
     """Build the plan of ``group[0]`` once and publish it for every target in ``group`` (same build digest).
 
     Each publish carries its provenance; with ``signer``, a signature over plan, manifest and provenance.
     """
     with interrupt.doing(f"the build of {model.name} for {', '.join(p.target.id for p in group)}"):
-        outcomes = _build_group(store, model, group, profiles, progress, upload_progress, run_id, signer)
+        outcomes = _build_group(store, model, group, profiles, progress, upload_progress, run_id, signer,
+                                release_key)
     interrupt.finished(f"{model.name} for {', '.join(p.target.id for p in group)}")
     return outcomes
 
 
 def _build_group(store: Store, model: ModelSource, group: Sequence[TargetWork], profiles: Sequence[Profile],
                  progress: BuildProgress | None, upload_progress: Callable[[str], Progress] | None,
-                 run_id: str | None, signer: Signer | None) -> list[TargetOutcome]:
+                 run_id: str | None, signer: Signer | None, release_key: str | None) -> list[TargetOutcome]:
     lead = group[0]
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     trt = import_flavour(lead.target.toolchain.flavour.value)
@@ -312,7 +320,7 @@ def _build_group(store: Store, model: ModelSource, group: Sequence[TargetWork], 
         cache = _cache_info(trt, result, key, before)
         engine = engine_result(store, model, lead, profiles, result)
         determinism = _determinism(trt, model, lead, profiles, result, tmp, engine)
-        attest = attestation(store, model, lead, signer, started)  # one toolchain, one worker for the group
+        attest = attestation(store, model, lead, signer, started, release_key)  # one worker for the group
 
         def publish(plan: TargetWork) -> TargetOutcome:
             def manifest_for(info: PlanInfo) -> Manifest:

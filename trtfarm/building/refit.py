@@ -74,7 +74,7 @@ def refit_decision(store: Store, model: ModelSource, plan: TargetWork, profiles:
 
 def refit_and_publish(store: Store, model: ModelSource, plan: TargetWork, parent_key: str, profiles: list[Profile],
                       run_id: str | None = None, refit: Callable | None = None, signer=None,
-                      parent: Manifest | None = None) -> TargetOutcome:
+                      parent: Manifest | None = None, release_key: str | None = None) -> TargetOutcome:
     """Refit the released plan ``parent_key`` with ``model``'s weights and publish it as this export's plan.
 
     The plan is checked as a build would be and published under the target's key for this export; its manifest
@@ -113,8 +113,8 @@ def refit_and_publish(store: Store, model: ModelSource, plan: TargetWork, parent
                                         "plan": m.plan.model_copy(update=keep),
                                         "build": m.build.model_copy(update={"reproduce": reproduce})})
 
-        pub = publish_plan(store, plan.prefix, path, manifest_for, attest=attestation(store, model, plan, signer),
-                           absent=plan.manifest_absent)
+        attest = attestation(store, model, plan, signer, release_key=release_key)
+        pub = publish_plan(store, plan.prefix, path, manifest_for, attest=attest, absent=plan.manifest_absent)
     outcome = outcome_from_manifest(store, plan, pub.manifest, status="built",
                                     reason=f"refitted from {parent_key} in {wall:.2f} s (no rebuild)")
     outcome.release = release_if_allowed(store, pub.manifest_key, pub.manifest, plan.target.release_on, run_id,

@@ -15,6 +15,7 @@ from trtfarm.building.build import build_group
 from trtfarm.errors import InvalidModel, UserInputError
 from trtfarm.identity import files_digest, onnx_digest, sha256_file, sha256_unchanged
 from trtfarm.publishing.registry import local_copy
+from trtfarm.signing.keys import key_hint
 from trtfarm.store import Store, is_uri
 from trtfarm.store.base import Progress
 from trtfarm.toolchain import BuildProgress
@@ -88,7 +89,8 @@ def run_job(store: Store, job: BuildJob, work: Path, *, run_id: str | None = Non
         if job.refit_of:
             return _refit(store, job, model, run_id, signer)
         outcomes = build_group(store, model, job.plans, job.profile_models(), progress=progress,
-                               upload_progress=upload_progress, run_id=run_id, signer=signer)
+                               upload_progress=upload_progress, run_id=run_id, signer=signer,
+                               release_key=job.release_key)
     except InvalidModel:  # checked beside a local build: the model itself is refused, as planning refuses it
         raise
     except UserInputError as err:
@@ -96,7 +98,24 @@ def run_job(store: Store, job: BuildJob, work: Path, *, run_id: str | None = Non
     if job.full_build_reason:
         for o in outcomes:
             o.reason = "; ".join(filter(None, [f"full build: {job.full_build_reason}", o.reason]))
-    return JobResult(job_id=job.job_id, model=job.model.name, outcomes=outcomes)
+    return _keys_noted(job, signer, JobResult(job_id=job.job_id, model=job.model.name, outcomes=outcomes))
+
+
+def _keys_noted(job: BuildJob, signer: Signer | None, result: JobResult) -> JobResult:
+    """Say on each built target which key signed it where that is not the run's key (``job.release_key``).
+
+    A farm worker signs its builds and their releases with its own key; the provenance states both ids, and the
+    outcome says so when they differ, so a run never signs with two keys unnoticed.
+    """
+    worker = key_hint(signer.public_key_pem) if signer is not None else None
+    if job.release_key is None or worker == job.release_key:  # one key (or none) signs the whole run
+        return result
+    said = (f"signed by this worker's key {worker[:12]}" if worker else "unsigned: this worker has no signing key") \
+        + f", not the run's key {job.release_key[:12]} (the provenance states both)"
+    for o in result.outcomes:
+        if o.status == "built":
+            o.reason = "; ".join(filter(None, [o.reason, said]))
+    return result
 
 
 def _refit(store: Store, job: BuildJob, model: ModelSource, run_id: str | None, signer: Signer | None) -> JobResult:
@@ -105,7 +124,7 @@ def _refit(store: Store, job: BuildJob, model: ModelSource, run_id: str | None, 
 
     try:
         outcome = refit_and_publish(store, model, job.lead, job.refit_of, job.profile_models(), run_id=run_id,
-                                    signer=signer, parent=job.parent)
+                                    signer=signer, parent=job.parent, release_key=job.release_key)
     except RefitUnavailable as err:
         return JobResult(job_id=job.job_id, model=job.model.name, refit_unavailable=str(err))
-    return JobResult(job_id=job.job_id, model=job.model.name, outcomes=[outcome])
+    return _keys_noted(job, signer, JobResult(job_id=job.job_id, model=job.model.name, outcomes=[outcome]))

@@ -261,9 +261,9 @@ def _published_already(request, fleet, targets) -> list | None:
     Asks the store this shell names (``--store`` / ``$TRTFARM_STORE``, which ``--wait`` needs to be the farm's).
     """
     from trtfarm.executor import rows_for
-    from trtfarm.pipeline import find_exports
     from trtfarm.planning.plan import up_to_date_export
     from trtfarm.planning.triage import StoreIndex
+    from trtfarm.run_setup import find_exports
     from trtfarm.store import open_store
 
     try:  # read only: a release a killed run left undone is the run's to carry out

@@ -30,6 +30,8 @@ class BuildContext:
     converted_uri: str | None = None
     converted_sha256: str | None = None
     started_on: str | None = None
+    signed_by_worker: str | None = None  # the id of the key that signs this build on its worker (None: unsigned)
+    release_key: str | None = None  # the id of the run's key, which signs its releases (None: the run signs none)
 
 
 def _model_files(m: Manifest) -> list[dict]:
@@ -61,7 +63,8 @@ def provenance_statement(m: Manifest, manifest_sha256: str, ctx: BuildContext) -
                 "profiles": m.build.profiles, "reproduce": m.build.reproduce}
     internal = {"build_digest": m.build.build_digest, "builder_settings": m.build.settings,
                 "compat_class": t.compat_class, "built_for_target": m.build.built_for_target,
-                "toolchain": {"flavour": t.flavour, "version": t.toolchain_version}, "worker": w.to_json()}
+                "toolchain": {"flavour": t.flavour, "version": t.toolchain_version}, "worker": w.to_json(),
+                "signing": {"signed_by_worker": ctx.signed_by_worker, "release_key": ctx.release_key}}
     builder_id = f"urn:trtfarm:worker:{w.pool}/{w.name}" if w.pool else f"urn:trtfarm:worker:{w.name}"
     predicate = {
         "buildDefinition": {"buildType": BUILD_TYPE, "externalParameters": external,

@@ -32,6 +32,7 @@ class BuildJob(BaseModel):
     parent: Manifest | None = None  # the manifest at ``refit_of``, as planning read it
     full_build_reason: str = ""  # why a refit run builds this target in full
     fallback: bool = False  # the full build that replaces a refit the workers could not do
+    release_key: str | None = None  # the run's key id (what signs its releases); the provenance states it
 
     @property
     def lead(self) -> TargetWork:
