@@ -99,10 +99,16 @@ def fleet_status(survey: StoreSurvey, expected: dict[str, ExpectedExport], fleet
     pairs = _pairs(expected, targets)
     found: dict[tuple[str, str], TargetStatus] = {}
     hints = {k.hint for k in trust.keys} if trust else set()
+    prints: dict[tuple[str, bool], str] = {}  # a target's print is the same for every model that builds for it
     for p in pairs:
         state = (recorded or {}).get(p.model)
         cell = state.cells.get(p.target.id) if state else None
-        if cell is not None and cell.target == p.target.id and cell.target_print == target_print(p.target, p.export):
+        if cell is None or cell.target != p.target.id:
+            continue
+        kept = (p.target.id, p.export.covers(p.target.id))
+        if kept not in prints:
+            prints[kept] = target_print(p.target, p.export)
+        if cell.target_print == prints[kept]:
             taken = _from_record(p.model, cell, now, trust is not None and hints)
             if taken is not None:
                 found[p.model, p.target.id] = taken
@@ -194,9 +200,12 @@ def _cells(survey: StoreSurvey, pairs: list[_Pair], now: datetime, fleet: Fleet,
         if kept is not None:
             refusals[id(c)] = kept.refusal
     asked = [c for c in cells if has_release(c) and id(c) not in refusals]
+    size = max(1, min(64, len(asked) // (READ_THREADS * 4)))  # a task per batch, as the survey reads
+    batches = [asked[i:i + size] for i in range(0, len(asked), size)]
     with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
-        refusals.update(zip([id(c) for c in asked], pool.map(
-            lambda c: served_check(survey, release_key_of(c), None, fleet, now).refusal, asked), strict=True))
+        for batch, answers in zip(batches, pool.map(lambda b: [
+                served_check(survey, release_key_of(c), None, fleet, now).refusal for c in b], batches), strict=True):
+            refusals.update(zip([id(c) for c in batch], answers, strict=True))
     return [_refused(c, refusals[id(c)]) if refusals.get(id(c)) else c for c in cells]
 
 
@@ -206,6 +215,8 @@ def _with_candidate(survey: StoreSurvey, p: _Pair, c: TargetStatus, now: datetim
     The verdict is ``planning.gates``', the rule ``promote`` applies; read only for the targets the listing shows a
     candidate pointer of.
     """
+    if not survey.candidates:  # no candidate pointer listed at all: no key to make per cell
+        return c
     key = layout.channel_key(p.model, p.target.gpu_key, p.target.toolchain_label, "candidate")
     if key not in survey.candidates:
         return c
