@@ -259,6 +259,30 @@ def test_a_farm_run_opens_the_store_and_reads_the_fleet_once_in_the_parent_and_e
         assert signing == {"signed_by_worker": key, "release_key": key}
 
 
+def test_an_fp16_model_on_the_farm_runs_its_precision_step_as_a_child_before_its_builds(farm, client, tmp_path):
+    """The precision step is a job: a build-target child on the first target's pool converts and gates the model,
+    then the parent plans the builds again from the step's record, so the builds carry the converted ONNX."""
+    from ..fleet_store import encoder_export
+
+    export = encoder_export(tmp_path / "halved", 11, name="halved")
+    (export / "farm.yaml").write_text((export / "farm.yaml").read_text().replace("precision: fp32",
+                                                                                 "precision: fp16"))
+    farm.trtfarm_json("models", "push", str(export))
+    done = farm.trtfarm_json("farm", "run", "halved", "--wait")
+    assert done["state"] == "COMPLETED" and {r["status"] for r in done["outcomes"]} == {"built"}, done
+    store = open_store(farm.env["TRTFARM_STORE"])
+    manifests = [read_manifest(store, r["manifest"].split(f"{store.uri}/", 1)[1]) for r in done["outcomes"]]
+    assert {m.precision.recipe for m in manifests} == {"fp16"}
+    assert {m.precision.converted_onnx_digest for m in manifests} != {manifests[0].model.onnx_digest}
+    steps = [r for r in _child_runs(client) if r.name.startswith("halved-precision-fp16")]
+    assert len(steps) == 1 and steps[0].state.is_completed(), [(r.name, r.state) for r in steps]
+    builds = {m.build.flow_run_id for m in manifests}
+    assert str(steps[0].id) not in builds and len(builds) == 2  # the step ran before, in a child of its own
+    again = farm.trtfarm_json("farm", "run", "halved", "--wait")
+    assert {r["status"] for r in again["outcomes"]} == {"up-to-date"}, again  # the step's record is read, not rerun
+    assert len([r for r in _child_runs(client) if r.name.startswith("halved-precision-fp16")]) == 1
+
+
 def test_a_local_build_with_record_runs_the_same_flow_on_the_configured_server(farm, client, example_dir, tmp_path):
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName
 
