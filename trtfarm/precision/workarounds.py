@@ -173,7 +173,7 @@ def _stable_node_ids(convert):
 
 def _wide_merge(merge):
     def merge_histogram(self, old_histogram, data_arr, new_min, new_max, new_threshold):
-        """onnxruntime's merge; when float32 bins overflow, the same merge with thresholds as Python floats."""
+        """The merge onnxruntime does; when float32 bins overflow, the same merge with thresholds as Python floats."""
         try:
             return merge(self, old_histogram, data_arr, new_min, new_max, new_threshold)
         except ValueError as err:
