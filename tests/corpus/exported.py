@@ -195,7 +195,8 @@ def _dynamo_shapes(spec: Spec) -> dict:
 
 
 def export(name: str, out: Path) -> None:
-    """Export ``name`` (one of ``EXPORTS``, or ``gpt2short-ts``/``-dynamo``) to ``out`` (``model.onnx``, and ``model.onnx.data`` for dynamo)."""
+    """Export ``name`` (``EXPORTS``, or ``gpt2short-ts``/``-dynamo``) to ``out`` (``model.onnx``, and
+    ``model.onnx.data`` for dynamo)."""
     import torch
 
     torch.manual_seed(0)
