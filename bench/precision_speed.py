@@ -3,14 +3,15 @@
 Models: PaddleOCR's detector fixed to a static 1x3x800x608 input (a real detector at the size that took 70-85 s),
 the same detector and its recogniser as shipped (dynamic sizes: the sizes the step generates), the model-zoo
 DenseNet-121 (1,746 nodes), a 50 MB MLP (12 MatMul layers of 1024x1024 FP32 weights), and corpus exports (a GPT-2
-decoder with past key values, a dynamo ResNet, ddddocr's detector). int8 calibrates on 32 generated samples. The
-target: every model up to 50 MB within 20 s on the 2-core machine. Other engineers load the machine, so each row
-gives the step's wall time, its CPU time (the process's user + system: what the step costs, whatever the load) and
-the load average when it ran. ``--without-workarounds`` runs ModelOpt without trtfarm's workarounds
-(trtfarm/precision/workarounds.py), for comparison.
+decoder with past key values, the same with a 64-row position table by both exporters, a dynamo ResNet, ddddocr's
+detector). int8 calibrates on 32 generated samples. The target: every model up to 50 MB within 10 s wall on the
+2-core machine at a load of 1 or less, and within 20 s with a build beside it (a load above 1). Other engineers
+load the machine, so each row gives the step's wall time, its CPU time (the process's user + system: what the
+step costs, whatever the load) and the load average when it ran. ``--without-workarounds`` runs ModelOpt
+without trtfarm's workarounds (trtfarm/precision/workarounds.py), for comparison.
 
     python bench/precision_speed.py [--models NAME,...] [--without-workarounds]
-    python bench/precision_speed.py --models encoder     # the smallest scale
+    python bench/precision_speed.py --smoke     # the smallest scale: the example encoder (0.1 MB)
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ MODELS = {"ppocr-det-800x608": static_detector, "ppocr-det": lambda _: corpus_fi
           "ppocr-rec": lambda _: corpus_file("ppocr-rec"), "densenet121": model_zoo("densenet121"),
           "mlp-50mb": mlp_50mb,
           "gpt2-past-ts": lambda _: exported_model("gpt2-ts"),
+          "gpt2-pos64-ts": lambda _: exported_model("gpt2short-ts"),
+          "gpt2-pos64-dynamo": lambda _: exported_model("gpt2short-dynamo"),
           "resnet-dynamo": lambda _: exported_model("resnet-dynamo"),
           "ddddocr-det-416": lambda _: corpus_file("ddddocr-det")}
 
@@ -111,11 +114,19 @@ def precision(path: Path, mode: str, work: Path, without: bool) -> tuple[float, 
     return seconds, cpu, json.loads(done.stdout)
 
 
+def target(load: float) -> float:
+    """The wall seconds a step of a model up to 50 MB may take at this load average: 10 s idle, 20 s beside a build."""
+    return 10.0 if load <= 1 else 20.0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="")
     parser.add_argument("--without-workarounds", action="store_true")
+    parser.add_argument("--smoke", action="store_true", help="the smallest scale: --models encoder")
     args = parser.parse_args()
+    if args.smoke:
+        args.models = "encoder"
     named = {**MODELS, **SMALLEST}
     wanted = [m for m in named if m in args.models.split(",")] if args.models else list(MODELS)
     print(f"precision step, {'without' if args.without_workarounds else 'with'} trtfarm's ModelOpt workarounds; "
@@ -130,7 +141,7 @@ def main() -> int:
             cells, notes, load = [], set(), os.getloadavg()[0]
             for mode in ("fp16", "int8"):
                 seconds, cpu, doc = precision(path, mode, work, args.without_workarounds)
-                slow += seconds > 20 and megabytes(path) <= 50
+                slow += seconds > target(load) and megabytes(path) <= 50
                 verdict = doc if isinstance(doc, str) else {True: "passed", False: "failed"}.get(
                     doc["gate"]["passed"], "not run")
                 cells.append((seconds, cpu, verdict))
@@ -139,7 +150,8 @@ def main() -> int:
             print(f"| {name} | {megabytes(path):.1f} | {nodes} | {cells[0][0]:.1f} / {cells[0][1]:.1f} | "
                   f"{cells[1][0]:.1f} / {cells[1][1]:.1f} | {load} | {cells[0][2]} / {cells[1][2]} |", flush=True)
             reduced += [f"{name}: {n}" for n in sorted(notes)]
-    print("\n".join(["", *reduced, f"{os.cpu_count()} cores; {slow} step(s) of a model up to 50 MB over 20 s wall"]))
+    print("\n".join(["", *reduced, f"{os.cpu_count()} cores; {slow} step(s) of a model up to 50 MB over the target "
+                                   "(10 s wall at a load of 1 or less, 20 s above)"]))
     return 0
 
 

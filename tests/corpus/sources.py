@@ -45,6 +45,8 @@ ONNXRUNTIME = Wheel("onnxruntime==1.32.0", "onnxruntime-1.32.0-cp311-cp311-manyl
                     "5a34fc4dfeb5a7b4a74c95dcba1e773d722abda720b474edf1b0c419dc6d163d", "manylinux_2_28_x86_64")
 RAPIDOCR = Wheel("rapidocr-onnxruntime==1.4.4", "rapidocr_onnxruntime-1.4.4-py3-none-any.whl",
                  "971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf")
+SILERO_VAD = Wheel("silero-vad==6.2.3", "silero_vad-6.2.3-py3-none-any.whl",
+                   "7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8")
 
 MEMBERS = {
     # PyTorch 1.9 CRNN (opset 12): input1 [1, 1, 64, image_width]
@@ -64,6 +66,10 @@ MEMBERS = {
                         "48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b"),
     "ppocr-cls": Member(RAPIDOCR, "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
                         "e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c"),
+    # silero's voice-activity detector (opset 16): input [?, ?] audio, state [2, ?, 128], a rank-0 int64 ``sr``;
+    # an If on ``sr == 16000`` chooses between the 16 kHz and 8 kHz networks, each its own subgraph
+    "silero-vad": Member(SILERO_VAD, "silero_vad/data/silero_vad.onnx",
+                         "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3"),
 }
 
 

@@ -17,6 +17,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from ..fleets import ONE_RTX_TARGET
+
 pytestmark = pytest.mark.integration
 
 BUDGET = 1 << 30
@@ -80,4 +82,23 @@ def test_a_model_of_which_one_sample_does_not_fit_is_refused_in_one_line_before_
     assert not (tmp_path / "huge_fp16.onnx").exists()
 
     bad, _ = precision(tmp_path, tmp_path / "huge.onnx", "--max-memory", "lots")
+    assert bad.returncode == 2 and "--max-memory 'lots': give a size such as 4GiB" in bad.stderr
+
+
+def test_build_with_a_precision_takes_the_same_budget_and_refuses_the_same_line(tmp_path):
+    (tmp_path / "gpu_targets.yaml").write_text(ONE_RTX_TARGET)
+    wide_audio(tmp_path / "huge.onnx", channels=2048)
+    env = {**os.environ, "COLUMNS": "2000"}
+    step, _ = precision(tmp_path, tmp_path / "huge.onnx", "--max-memory", "1GiB")
+    build = subprocess.run([sys.executable, "-m", "trtfarm", "build", "huge.onnx", "--precision", "fp16",
+                            "--max-memory", "1GiB", "--profile", "audio=1x144160:1x144160:1x144160", "--store",
+                            str(tmp_path / "store")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=600)
+    assert build.returncode == 2, build.stdout + build.stderr
+    (line,) = build.stderr.strip().splitlines()
+    assert "not even one sample fits the memory budget" in line and "of the 1 GiB budget" in line
+    assert line.split("Fix: ")[1] == step.stderr.strip().split("Fix: ")[1]  # the precision command's own fix
+    assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*.plan"))
+    bad = subprocess.run([sys.executable, "-m", "trtfarm", "build", "huge.onnx", "--precision", "fp16",
+                          "--max-memory", "lots"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and "--max-memory 'lots': give a size such as 4GiB" in bad.stderr

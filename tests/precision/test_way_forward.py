@@ -73,6 +73,45 @@ def test_auto_pin_on_int8_keeps_the_costly_layer_out_and_passes(tmp_path):
     producers = {t: node.op_type for node in pinned.graph.node for t in node.output}
     fc2 = next(node for node in pinned.graph.node if node.name == "fc2")
     assert "DequantizeLinear" not in {producers.get(i) for i in fc2.input}
+    assert computes_in(pinned, "fc2") == TensorProto.FLOAT  # FP32, as the field's name says
+    assert doc["nodes"]["fp32_nodes"]["fc2"] == "auto-pin: the gate fails without it"
+    assert any("out of int8 quantization, in FP32" in n for n in doc["notes"]), doc["notes"]
+
+
+def computes_in(model: onnx.ModelProto, name: str) -> int:
+    """The element type ``name`` computes in: its output's and each float input's (one type, or an error)."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    g = inferred.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in [*g.value_info, *g.input, *g.output]}
+    types.update({i.name: i.data_type for i in model.graph.initializer})
+    node = next(n for n in model.graph.node if n.name == name)
+    (dtype,) = {types[t] for t in [*node.input, *node.output]}
+    return dtype
+
+
+def test_a_node_kept_out_of_int8_computes_in_fp32_where_modelopt_leaves_it_in_fp16(tmp_path):
+    from modelopt.onnx.quantization import quantize
+
+    from trtfarm.precision.step import calibration_feeds
+    from trtfarm.precision.workarounds import modelopt_workarounds
+
+    model, calib = outlier_mlp(tmp_path)
+    recipe = Recipe(mode="int8", keep_fp32=["^fc2$"])
+    result = convert_and_gate(model, recipe, tmp_path / "q.onnx", calibration=calib)
+    assert recipe.keep_fp32 == ["^fc2$"]  # ModelOpt extends the list it is given: it was given a copy
+    assert computes_in(onnx.load(str(tmp_path / "q.onnx")), "fc2") == TensorProto.FLOAT
+    assert result.nodes.fp32_nodes == {"fc2": "pinned: matches --keep-fp32"}
+    assert result.nodes.by_precision["int8"] >= 1 and result.report.verdict in ("passed", "failed")
+    from onnxruntime.quantization import CalibrationDataReader
+
+    from trtfarm.precision.convert import _Feeds  # the reader trtfarm hands ModelOpt
+
+    reader = type("CalibrationFeeds", (_Feeds, CalibrationDataReader), {})(calibration_feeds(model, calib))
+    own = tmp_path / "own.onnx"
+    with modelopt_workarounds():  # the referee: ModelOpt's own output runs the excluded node in its FP16
+        quantize(onnx_path=str(model), quantize_mode="int8", calibration_data_reader=reader, calibration_eps=["cpu"],
+                 output_path=str(own), nodes_to_exclude=["^fc2$"], log_level="WARNING")
+    assert computes_in(onnx.load(str(own)), "fc2") == TensorProto.FLOAT16
 
 
 def test_int8_auto_pin_that_cannot_pass_says_int8_is_not_for_this_model(tmp_path):

@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from trtfarm.precision import workarounds
-from trtfarm.precision.convert import convert_onnx
+from trtfarm.precision.convert import ConversionError, convert_onnx
 from trtfarm.precision.inputs import batches, fixed_batch, generated_inputs
 from trtfarm.precision.recipe import Recipe
 from trtfarm.precision.workarounds import _declared_shapes_hold, modelopt_workarounds
@@ -21,6 +21,8 @@ from trtfarm.precision.workarounds import _declared_shapes_hold, modelopt_workar
 from ..corpus.exported import exported_model
 from ..corpus.families import family_models
 from ..corpus.sources import corpus_file
+from .test_control_flow import if_model
+from .test_third_party import RATE, speech_like
 
 pytestmark = pytest.mark.integration
 
@@ -79,10 +81,12 @@ def _modelopts_functions():
     from modelopt.onnx import utils
     from modelopt.onnx.autocast.precisionconverter import PrecisionConverter
     from modelopt.onnx.autocast.referencerunner import ReferenceRunner
+    from onnxruntime.quantization.calibrate import HistogramCollector
 
     return (utils._reconcile_stale_output_shapes, PrecisionConverter.__dict__["_cleanup_no_consumer_nodes"],
             utils.remove_redundant_casts, utils._sync_value_info_elem_type,
-            ReferenceRunner.__dict__["_get_ort_runner"])
+            ReferenceRunner.__dict__["_get_ort_runner"], PrecisionConverter.__dict__["_convert_subgraph_precision"],
+            HistogramCollector.__dict__["merge_histogram"])
 
 
 def test_modelopts_functions_are_back_after_the_block():
@@ -112,3 +116,41 @@ def test_the_reference_runs_outputs_are_handed_on_uncopied_because_onnxruntime_n
     assert all(not np.shares_memory(first[k], second[k]) for k in first)  # each run's arrays are its own
     copied = copy.deepcopy(first)
     assert all(copied[k] is first[k] for k in first) and copied is not first
+
+
+def test_if_branches_lose_no_node_to_modelopts_id_lookups_and_convert_as_modelopt_would(tmp_path, monkeypatch):
+    silero = corpus_file("silero-vad")
+    feeds = [{"input": speech_like(4), "state": np.zeros((2, 4, 128), np.float32), "sr": np.array(RATE, np.int64)}]
+    plain = if_model(tmp_path / "if.onnx")  # If branches ModelOpt's own function converts
+    plain_feeds = [{"x": np.ones((2, 8), np.float32), "cond": np.array(True)}]
+    fixed = convert_onnx(silero, Recipe(mode="fp16"), tmp_path / "fixed.onnx", feeds=feeds)
+    fast = convert_onnx(plain, Recipe(mode="fp16"), tmp_path / "fast.onnx", feeds=plain_feeds)
+    monkeypatch.setattr(workarounds, "CHECKED", ())
+    with pytest.raises(ConversionError, match=r"KeyError at modelopt/onnx/autocast/precisionconverter\.py"):
+        convert_onnx(silero, Recipe(mode="fp16"), tmp_path / "own.onnx", feeds=feeds)
+    own = convert_onnx(plain, Recipe(mode="fp16"), tmp_path / "own-if.onnx", feeds=plain_feeds)
+    assert fast.path.read_bytes() == own.path.read_bytes()
+    assert {n.op_type for n in onnx.load(str(fixed.path)).graph.node} >= {"If"}
+
+
+def test_a_histogram_of_float32s_lowest_value_merges_where_onnxruntimes_own_merge_overflows():
+    from onnxruntime.quantization.calibrate import HistogramCollector
+
+    own = HistogramCollector.__dict__["merge_histogram"]
+    collector = HistogramCollector("entropy", True, 128, 128, 99.99, "same")
+    lowest = np.finfo(np.float32).min
+    masked = np.array([lowest, -1.0, 0.0, 1.0], np.float32)  # an additive attention mask's scores
+    threshold = np.float32(-lowest)
+    hist, edges = np.histogram(masked, 128, range=(-float(threshold), float(threshold)))  # ModelOpt's first one
+    first = (hist, edges, masked.min(), masked.max(), threshold)
+    with pytest.raises(ValueError, match="Too many bins"):
+        own(collector, first, masked, masked.min(), masked.max(), threshold)
+    with modelopt_workarounds():
+        merged = HistogramCollector.merge_histogram(collector, first, masked, masked.min(), masked.max(), threshold)
+    assert merged[0].sum() == 2 * masked.size and np.all(np.diff(merged[1]) > 0) and merged[4] == threshold
+    plain = np.array([-2.0, 0.5, 3.0], np.float32)  # a merge onnxruntime does: its own result, unchanged
+    start = (*np.histogram(plain, 128, range=(-3.0, 3.0)), plain.min(), plain.max(), np.float32(3.0))
+    expected = own(collector, start, plain, plain.min(), plain.max(), np.float32(3.0))
+    with modelopt_workarounds():
+        got = HistogramCollector.merge_histogram(collector, start, plain, plain.min(), plain.max(), np.float32(3.0))
+    assert all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))

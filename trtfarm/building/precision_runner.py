@@ -49,7 +49,7 @@ def run_precision(store: Store, job: PrecisionJob) -> PrecisionRun:
     work = work_dir("converted", model.name, model.onnx_digest[:12], job.recipe.mode)  # the user's own, checked
     try:
         result = prepare_precision(store, model.name, model.path, model.onnx_digest, job.recipe, work,
-                                   calibration=calibration, heldout=heldout, key=job.key)
+                                   calibration=calibration, heldout=heldout, key=job.key, max_memory=job.max_memory)
     except GateFailed as failed:
         return PrecisionRun(job_id=job.job_id, model=model.name, failed=str(failed))
     step = step_of(result, model, job.recipe, job.key)

@@ -48,6 +48,8 @@ def build(
     heldout: Path = typer.Option(None, "--heldout", exists=True, dir_okay=False,
                                  help="held-out .npz for the accuracy gate \\[default: farm.yaml's, "
                                  "else heldout.npz beside the model, else generated inputs]"),
+    max_memory: str = typer.Option(None, "--max-memory", help="memory the precision step may use: it gates on as "
+                                   "many samples as fit, and refuses when not one does (e.g. 8GiB) \\[default: 4GiB]"),
     release: bool = typer.Option(None, "--release/--trial", help="move the release pointers for this recipe (--release)"
                                  " or for none (--trial) \\[default: only for the model's declared recipe]"),
     wide: bool = typer.Option(False, "--wide", help="every column, however wide the terminal"),
@@ -64,6 +66,7 @@ def build(
 ) -> None:
     """Build MODEL for the fleet in this process; targets already published are up to date and skipped."""
     from trtfarm.planning.requests import MatrixRequest
+    from trtfarm.precision.memory import parse_size
 
     if not model.is_file():
         raise fail(f"{model}: {onnx_not_found(model)}")
@@ -71,7 +74,8 @@ def build(
                             profiles=_profile_texts(profile, profiles), store=store_uri(store, creates=True),
                             targets_file=targets_path(targets_file), dispatch="local", verify_store=verify_store,
                             calibration=str(calibration) if calibration else None,
-                            heldout=str(heldout) if heldout else None, release=release)
+                            heldout=str(heldout) if heldout else None, release=release,
+                            max_memory=parse_size(max_memory) if max_memory else None)
     if verbose:  # TensorRT filters its own log: without --verbose only its errors leave the library
         from trtfarm.toolchain.trtlog import set_log_severity
 

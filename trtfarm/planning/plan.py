@@ -135,7 +135,8 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
     if checked:  # the precision step converts a checked model
         model = _checked(model, profiles)
     try:
-        found = planned_precision(store, model, recipe, calibration, heldout, export, next(iter(resolved), None))
+        found = planned_precision(store, model, recipe, calibration, heldout, export, next(iter(resolved), None),
+                                  max_memory=request.max_memory)
     except GateFailed as failed:
         return ExportWork(name=model.name, model=None, profiles=texts, targets=ids,
                           outcomes={t: TargetOutcome(t, "failed", str(failed)) for t in ids})

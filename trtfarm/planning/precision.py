@@ -24,11 +24,11 @@ from trtfarm.vocabulary.precision_job import PrecisionJob
 
 def planned_precision(store: Store, model: ModelSource, recipe: Recipe, calibration: Path | None,
                       heldout: Path | None, export: ExportRef,
-                      lead: ResolvedTarget | None) -> ModelSource | PrecisionJob:
+                      lead: ResolvedTarget | None, *, max_memory: int | None = None) -> ModelSource | PrecisionJob:
     """``model`` with its precision step when it is known (fp32, or recorded), else the job that runs it.
 
     ``GateFailed`` when the recorded step's gate refused the recipe. ``lead``: the target whose worker runs the job
-    on a farm.
+    on a farm. ``max_memory``: the bytes the job's step may hold (None: its default budget).
     """
     if recipe.mode == "fp32" and not recipe.auto_pin:  # used as exported: nothing to convert or gate
         step = PrecisionStep.as_exported(recipe, model.onnx_digest)
@@ -38,7 +38,7 @@ def planned_precision(store: Store, model: ModelSource, recipe: Recipe, calibrat
     found = stored_result(store, prefix, recipe, _nowhere(model))
     if found is None:
         return PrecisionJob(model=model.model_copy(update={"heldout": heldout}), export=export, recipe=recipe,
-                            key=key, calibration=calibration, heldout=heldout, lead=lead)
+                            key=key, calibration=calibration, heldout=heldout, lead=lead, max_memory=max_memory)
     result, sha256 = found
     if result.report.passed is False:
         raise GateFailed(result.summary())

@@ -47,6 +47,8 @@ class MatrixRequest(BaseModel):
                                     "calib.npz beside the model); a local build's path")
     heldout: str | None = Field(None, description="held-out .npz for the accuracy gate (default: farm.yaml's, else "
                                 "heldout.npz beside the model); a local build's path")
+    max_memory: int | None = Field(None, ge=1, description="bytes the precision step may hold (default 4 GiB): it "
+                                   "gates on as many samples as fit, and refuses when not one does")
     release: bool | None = Field(None, description="move the release pointers: true for any recipe, false for none; "
                                  "default: only for the model's declared recipe (farm.yaml's precision, else fp32)")
     name: str | None = Field(None, description="model name in the store (default: farm.yaml name, else the "

@@ -111,7 +111,7 @@ def auto_pin(src: Path, recipe: Recipe, work: Path, feeds: list[dict], progress:
     reasons.update({n: "auto-pin: the gate fails without it" for n in pins if n in reasons})
     nodes = replace(conv.nodes, fp32_nodes=reasons)
     notes = [f"auto-pin searched from the naive conversion (every node in {recipe.mode}) in {tries} conversion(s)"]
-    if quantized:  # ModelOpt runs what it does not quantize in FP16 (its high_precision_dtype)
-        notes.append(f"auto-pin kept {', '.join(pins)} out of {recipe.mode} quantization; ModelOpt runs the layers "
-                     "it does not quantize in FP16")
+    if quantized:  # ModelOpt runs what it does not quantize in FP16; the pins are put back in FP32 (pin32)
+        notes.append(f"auto-pin kept {', '.join(pins)} out of {recipe.mode} quantization, in FP32; the other layers "
+                     "ModelOpt does not quantize run in FP16")
     return Pinned(replace(conv, nodes=nodes), best[1], pins, tries, notes)

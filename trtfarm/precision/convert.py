@@ -28,6 +28,7 @@ from trtfarm.identity import onnx_digest
 from trtfarm.onnxfile import load_model
 from trtfarm.precision.nodes import NodePrecision, node_precision
 from trtfarm.precision.normalise import normalised_for_converters
+from trtfarm.precision.pin32 import keep_in_fp32, pinned_names
 from trtfarm.precision.recipe import Recipe, clip
 from trtfarm.precision.workarounds import modelopt_workarounds
 from trtfarm.scratch import scratch_dir
@@ -189,13 +190,24 @@ def _quantize(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, na
     reader = type("CalibrationFeeds", (_Feeds, CalibrationDataReader), {})(feeds)
     with _modelopt_log() as log, modelopt_workarounds():
         try:
+            # copies: ModelOpt extends the lists it is given (its GEMV MatMuls), which are the recipe's
             quantize(onnx_path=str(src), quantize_mode=recipe.mode, calibration_data_reader=reader,
-                     calibration_eps=["cpu"], output_path=str(out), nodes_to_exclude=recipe.keep_fp32 or None,
-                     op_types_to_exclude=recipe.keep_fp32_ops or None, log_level="WARNING")
+                     calibration_eps=["cpu"], output_path=str(out), nodes_to_exclude=[*recipe.keep_fp32] or None,
+                     op_types_to_exclude=[*recipe.keep_fp32_ops] or None, log_level="WARNING")
         except Exception as err:  # only what ModelOpt's (or its libraries') code raised is translated
             if (said := _translated(err, recipe, named, log.errors, True, calibration=True)) is err:
                 raise
             raise said from err
+
+
+def _pins_in_fp32(clean: Path, out: Path, recipe: Recipe) -> None:
+    """The nodes kept out of quantization put in FP32 (ModelOpt leaves them in FP16 with the rest: ``pin32``)."""
+    if not (recipe.keep_fp32 or recipe.keep_fp32_ops):
+        return
+    names = pinned_names(load_model(clean, weights=False), recipe.keep_fp32, recipe.keep_fp32_ops)
+    model = load_model(out, weights=True)
+    if keep_in_fp32(model, names):
+        onnx.save(model, str(out))
 
 
 def _translated(err: Exception, recipe: Recipe, src: Path, logged: list[str], data: bool,
@@ -285,6 +297,7 @@ def convert_onnx(src: Path, recipe: Recipe, out: Path, *, feeds: list[dict] | No
             kept = _autocast(clean, out, recipe, feeds, tmp, Path(src))
         else:
             _quantize(clean, out, recipe, feeds, Path(src))
+            _pins_in_fp32(clean, out, recipe)
         try:
             onnx.checker.check_model(str(out))
         except onnx.checker.ValidationError as err:

@@ -251,11 +251,12 @@ def stored_result(store, prefix: str, recipe: Recipe, path: Path) -> tuple[Preci
 
 def prepare_precision(store, model_name: str, src: Path, onnx_digest: str, recipe: Recipe, work: Path, *,
                       calibration: Path | None = None, heldout: Path | None = None,
-                      key: str | None = None) -> PrecisionResult:
+                      key: str | None = None, max_memory: int | None = None) -> PrecisionResult:
     """The matrix's precision step: reuse the stored result of this exact step, or convert, gate and store it.
 
     A failing gate raises ``GateFailed`` (its report is stored too, for diagnosis). ``key``: the step's
-    ``precision_key``, when the caller computed it already.
+    ``precision_key``, when the caller computed it already. ``max_memory``: the bytes the step may hold (None: the
+    default budget); it decides how many samples are gated, not what is converted, so it is no part of the key.
     """
     if recipe.mode == "fp32" and not recipe.auto_pin:
         return PrecisionResult(recipe, src, onnx_digest, accuracy_gate(src, src, [], recipe), [])
@@ -270,7 +271,8 @@ def prepare_precision(store, model_name: str, src: Path, onnx_digest: str, recip
         return result
     work.mkdir(parents=True, exist_ok=True)  # shared by builds of this step on this machine: written whole, by rename
     with scratch_dir(".converting-", work) as tmp:
-        result = convert_and_gate(src, recipe, tmp / "model.onnx", calibration=calibration, heldout=heldout)
+        result = convert_and_gate(src, recipe, tmp / "model.onnx", calibration=calibration, heldout=heldout,
+                                  max_memory=max_memory or DEFAULT_BUDGET)
         if result.path.parent == tmp:
             os.replace(result.path, work / "model.onnx")
             result = replace(result, path=work / "model.onnx")

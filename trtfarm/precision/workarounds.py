@@ -23,6 +23,19 @@ the precision step's CPU time (bench/precision_speed.py prints the step with and
    deep-copies each run's outputs when there are several runs, in case the runner reuses its buffers.
    onnxruntime's runner does not, and the run marks every tensor as an output: at 800x608 that copy was 3 s of CPU
    and a gigabyte. The outputs are handed on as they are (``_FreshOutputs``).
+5. **Node identities in control flow.** ``PrecisionConverter._convert_subgraph_precision`` (an If branch, a Loop
+   body) classifies each node by ``id(node)`` in one pass over ``subgraph.node`` and looks the ids up in later
+   passes. protobuf's upb runtime makes a new Python object for an element whenever none is alive: a node that
+   nothing kept between passes (a Constant with no inputs) comes back with another id, and the lookup ends in a
+   ``KeyError`` (silero-vad's If branches, at precisionconverter.py:1092). The replacement keeps every node's
+   object alive while ModelOpt's function runs, so each pass sees the same ids; the function itself is unchanged.
+6. **Histograms of masked scores.** int8 calibration merges each batch's histogram into the last one with
+   onnxruntime's ``HistogramCollector.merge_histogram``, whose range is the tensor's threshold as a float32. A
+   tensor that holds float32's lowest value (a decoder's additive attention mask, as the dynamo exporter writes
+   GPT-2's) has a threshold of 3.4e38: numpy spaces the bins in float32, the range's width overflows to inf, and
+   ``np.histogram`` raises "Too many bins for data range". When it does, the same merge is run again with the
+   thresholds as Python floats (numpy then spaces the bins in float64, as ModelOpt already does for a tensor's
+   first histogram); a merge that works is ModelOpt's own, unchanged.
 
 Each replaces ModelOpt's function only while a conversion runs (``modelopt_workarounds``), only on the ModelOpt
 versions they were checked against (``CHECKED``; another version runs unchanged), and gives the model ModelOpt
@@ -146,10 +159,37 @@ def _fresh_outputs_runner(get_ort_runner):
     return _get_ort_runner
 
 
+def _stable_node_ids(convert):
+    def _convert_subgraph_precision(self, subgraph, *args, **kwargs):
+        """ModelOpt's function with the subgraph's node objects held, so ``id(node)`` is the same in every pass."""
+        held = list(subgraph.node)
+        try:
+            return convert(self, subgraph, *args, **kwargs)
+        finally:
+            del held
+
+    return _convert_subgraph_precision
+
+
+def _wide_merge(merge):
+    def merge_histogram(self, old_histogram, data_arr, new_min, new_max, new_threshold):
+        """The merge onnxruntime does; when float32 bins overflow, the same merge with thresholds as Python floats."""
+        try:
+            return merge(self, old_histogram, data_arr, new_min, new_max, new_threshold)
+        except ValueError as err:
+            if "Too many bins" not in str(err):
+                raise
+        wide = (*old_histogram[:4], float(old_histogram[4]))
+        return merge(self, wide, data_arr, new_min, new_max, float(new_threshold))
+
+    return merge_histogram
+
+
 def _install() -> list[tuple[object, str, object]]:
     from modelopt.onnx import utils
     from modelopt.onnx.autocast.precisionconverter import PrecisionConverter
     from modelopt.onnx.autocast.referencerunner import ReferenceRunner
+    from onnxruntime.quantization.calibrate import HistogramCollector
 
     from trtfarm.precision import castindex
 
@@ -158,12 +198,17 @@ def _install() -> list[tuple[object, str, object]]:
                  "_cleanup_no_consumer_nodes"]),
              (utils, "remove_redundant_casts", utils.remove_redundant_casts),
              (utils, "_sync_value_info_elem_type", utils._sync_value_info_elem_type),
-             (ReferenceRunner, "_get_ort_runner", ReferenceRunner.__dict__["_get_ort_runner"])]
+             (ReferenceRunner, "_get_ort_runner", ReferenceRunner.__dict__["_get_ort_runner"]),
+             (PrecisionConverter, "_convert_subgraph_precision",
+              PrecisionConverter.__dict__["_convert_subgraph_precision"]),
+             (HistogramCollector, "merge_histogram", HistogramCollector.__dict__["merge_histogram"])]
     utils._reconcile_stale_output_shapes = _reconcile(saved[0][2])
     PrecisionConverter._cleanup_no_consumer_nodes = _cleanup_no_consumer_nodes
     utils.remove_redundant_casts = castindex.remove_redundant_casts
     utils._sync_value_info_elem_type = castindex.indexed_sync(saved[3][2])
     ReferenceRunner._get_ort_runner = _fresh_outputs_runner(saved[4][2])
+    PrecisionConverter._convert_subgraph_precision = _stable_node_ids(saved[5][2])
+    HistogramCollector.merge_histogram = _wide_merge(saved[6][2])
     return saved
 
 

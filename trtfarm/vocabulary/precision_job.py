@@ -32,6 +32,7 @@ class PrecisionJob(BaseModel):
     calibration: Path | None = None
     heldout: Path | None = None
     lead: ResolvedTarget | None = None
+    max_memory: int | None = None  # the bytes the step may hold (``--max-memory``); None: its default budget
 
     @property
     def job_id(self) -> str:
