@@ -150,9 +150,9 @@ def test_the_nightly_run_writes_status_html_and_the_prefect_ui_shows_its_artifac
         try:
             page.goto(f"{farm.url}/v2/artifacts/artifact/{artifact['id']}")
             # the single-page app renders the markdown when its data arrives: wait for the matrix, then read it
-            page.wait_for(f"(() => {{ const c = {cells_js}; return {json.dumps(targets)}.every(t => c.includes(t)) "
-                          "&& c.includes('ranker'); })()")
-            cells = page.evaluate(cells_js)
+            # the cells are read in the same evaluation that saw them complete (the app may re-render after)
+            cells = page.wait_for(f"(() => {{ const c = {cells_js}; return {json.dumps(targets)}.every(t => "
+                                  "c.includes(t)) && c.includes('ranker') ? c : null; })()")
             page.screenshot(tmp_path_factory.mktemp("shots") / "status-artifact.png")
         finally:
             page.close()
