@@ -16,7 +16,8 @@ measuring process that has imported trtfarm and made the store's client (a comma
   change; each cold and warm;
 - `farm run --dry-run` (the same decisions against the store);
 - `status --record` (each model's state computed and recorded in the store, as every run does for its models), then
-  `status` cold again, reading the records (one object per model): its answer must equal the cold one's.
+  `status` and each `plan` what-if cold again, reading the records (one object per model, in place of its export
+  record and farm.yaml): each answer must equal the same view's cold one.
 Printed per run: wall and CPU time, the load, store requests (and GETs); `--json` adds listings, writes and the
 files the run left in its cache folder. Goal (issue 46): a cold status at most 3 s of CPU and 1,100 requests on the
 file store, a cold what-if at most 5 s. `--smoke` is the smallest scale (3 models, both stores; CI runs it).
@@ -292,14 +293,14 @@ def measure(spec: dict) -> list[dict]:
                 row = in_fork(with_cache(folder, lambda v=view, r=run, c=cache, b=backend: timed(v, c, b, r)))
                 row["cache_files"] = sum(1 for p in folder.rglob("*") if p.is_file())
                 rows.append(row)
-        rows += recorded(spec, backend, uri, named["status"], rows)
+        rows += recorded(spec, backend, uri, named, rows)
     return rows
 
 
-def recorded(spec: dict, backend: str, uri: str, view, rows: list[dict]) -> list[dict]:
-    """Each model's state recorded in the store (as runs do), then a cold status that reads the records.
+def recorded(spec: dict, backend: str, uri: str, named: dict, rows: list[dict]) -> list[dict]:
+    """Each model's state recorded in the store (as runs do), then a cold status and cold what-ifs that read them.
 
-    Its answer must be the cold status's without records: one record, the same story.
+    Each answer must be the same view's cold one without records: one record, the same story.
     """
     from trtfarm.planning.record_state import record_states
     from trtfarm.project.fleet_file import load_fleet
@@ -309,13 +310,16 @@ def recorded(spec: dict, backend: str, uri: str, view, rows: list[dict]) -> list
     folder.mkdir(mode=0o700, parents=True)
     record = in_fork(with_cache(folder, lambda: timed("status --record", "every model", backend, lambda o: {
         "models": len(record_states(o(uri), fleet, by="bench"))})))
-    fresh = Path(spec["caches"]) / backend / "recorded-cold"
-    fresh.mkdir(mode=0o700, parents=True)
-    cold = in_fork(with_cache(fresh, lambda: timed("status", "cold, recorded", backend, view)))
-    before = next(r for r in rows if r["view"] == "status" and r["cache"] == "cold" and r["backend"] == backend)
-    if cold["result"] != before["result"]:
-        raise SystemExit(f"status from the records says {cold['result']}, from the objects {before['result']}")
-    return [record, cold]
+    out = [record]
+    for i, view in enumerate(v for v in named if v == "status" or v.startswith("plan: ")):
+        fresh = Path(spec["caches"]) / backend / f"recorded-cold-{i}"
+        fresh.mkdir(mode=0o700, parents=True)
+        cold = in_fork(with_cache(fresh, lambda v=view: timed(v, "cold, recorded", backend, named[v])))
+        before = next(r for r in rows if r["view"] == view and r["cache"] == "cold" and r["backend"] == backend)
+        if cold["result"] != before["result"]:
+            raise SystemExit(f"{view} from the records says {cold['result']}, from the objects {before['result']}")
+        out.append(cold)
+    return out
 
 
 def measured(work: Path, stores: list[tuple[str, str]], fleet_file: Path) -> list[dict]:

@@ -38,6 +38,8 @@ def _fleet_views(out: str) -> None:
         assert cold["result"] == warm["result"] and sum(cold["result"].values()) == 3 * 20, (cold, warm)
         whatif = rows[("plan: TensorRT 11.5", "cold", backend)]
         assert whatif["cpu_s"] > 0 and whatif["wall_s"] > 0 and whatif["requests"] > 0, whatif
+        again = rows[("plan: TensorRT 11.5", "cold, recorded", backend)]  # each model's state record, not its spec
+        assert again["result"] == whatif["result"] and again["requests"] < whatif["requests"], (again, whatif)
 
 
 def _store_requests(out: str) -> None:

@@ -122,9 +122,9 @@ def duplicate_keys(root: yaml.Node | None) -> list[tuple[str, int, int]]:
     return sorted(found, key=lambda d: d[1])
 
 
-def _parse(path: Path) -> tuple[yaml.Node | None, object]:
+def _parse(path: Path, text: str | None = None) -> tuple[yaml.Node | None, object]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8") if text is None else text
     except OSError as err:
         raise ConfigError(f"{path}: cannot read the file ({err.strerror}).") from err
     except UnicodeDecodeError as err:
@@ -153,9 +153,12 @@ def load_yaml(path: Path) -> object:
     return _parse(Path(path))[1]
 
 
-def model_from_yaml(path: Path, model: type[M], hint: str = "") -> M:
-    """Parse ``path`` into ``model``; raise ``ConfigError`` naming the file, the line and the fix."""
-    root, data = _parse(path)
+def model_from_yaml(path: Path, model: type[M], hint: str = "", text: str | None = None) -> M:
+    """Parse ``path`` into ``model``; raise ``ConfigError`` naming the file, the line and the fix.
+
+    ``text``: the file's text, when the caller holds it already (``path`` then only names it in errors).
+    """
+    root, data = _parse(path, text)
     try:
         return model.model_validate(data if data is not None else {})
     except ValidationError as err:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from functools import cached_property
+from pathlib import Path
 
 from trtfarm import layout
 from trtfarm.errors import CorruptObject, IntegrityError, UserInputError
@@ -113,8 +114,12 @@ def _spec(survey: StoreSurvey, ref: ExportRef, record: ExportRecord, cache_key: 
         if cached is not None:
             return cached
     folder = fetch_folder(ref, "specs")
-    path = fetch_export(ref, folder, spec_only=True, record=record)
-    spec, _ = spec_for_model(path)
+    spec = _inline_spec(survey, ref, record, folder)
+    if spec is None:  # anything but an export of farm.yaml alone, read and valid: fetched as a run fetches it
+        path = fetch_export(ref, folder, spec_only=True, record=record)
+        spec, _ = spec_for_model(path)
+    else:
+        path = folder / layout.ONNX_NAME
     if isinstance(spec.profiles, str) or spec.profiles:
         profiles = profiles_json(spec_profiles(path, spec)[0])
     elif SHAPES_NAME in record.files:  # derived from the shape log: the derivation needs the model
@@ -128,6 +133,38 @@ def _spec(survey: StoreSurvey, ref: ExportRef, record: ExportRecord, cache_key: 
     if cache_key:
         survey.cache.put("spec", cache_key, record.export_id, summary)
     return summary
+
+
+def _inline_spec(survey: StoreSurvey, ref: ExportRef, record: ExportRecord, folder: Path):
+    """The export's ``BuildSpec`` read in one GET, when farm.yaml is the only file planning would fetch.
+
+    Its bytes are checked against the record's sha256 (a copy fetched before is read instead). None for any other
+    export, and for a farm.yaml missing, damaged or invalid: the caller fetches it and says what is wrong, as before.
+    """
+    import hashlib
+
+    from trtfarm.publishing.registry import HEAVY_FILES
+    from trtfarm.vocabulary.buildspec import SPEC_NAME, BuildSpec
+    from trtfarm.yamlfile import model_from_yaml
+
+    heavy = {*HEAVY_FILES, *(record.model_files or [])}
+    light = [n for n in record.files if n not in heavy]
+    prefix = layout.export_prefix(ref.name, ref.export_id) if ref.export_id else None
+    if light != [SPEC_NAME] or layout.ONNX_NAME not in record.files or ref.uri != survey.store.url(prefix or ""):
+        return None  # only a registered export of this store, as its listing found it
+    key = layout.export_file_key(prefix, SPEC_NAME)
+    sha = record.files[SPEC_NAME].sha256
+    local = folder / SPEC_NAME
+    data = local.read_bytes() if local.is_file() else None
+    if data is None or hashlib.sha256(data).hexdigest() != sha:
+        blob = survey.store.get(key)
+        data = blob.data if blob is not None else None
+    if data is None or hashlib.sha256(data).hexdigest() != sha:
+        return None
+    try:
+        return model_from_yaml(local, BuildSpec, text=data.decode("utf-8"))
+    except (UserInputError, UnicodeDecodeError):
+        return None
 
 
 def _from_export(survey: StoreSurvey, ref: ExportRef, record: ExportRecord | None,
