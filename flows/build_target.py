@@ -18,7 +18,7 @@ import signal
 from prefect import flow, get_run_logger
 from prefect.states import Completed, Crashed, Failed
 
-from flows.heartbeats import NOTICE
+from flows.heartbeats import NOTICE, TERMINATION_NOTICE
 from tasks.build import build_job, precision_step, worker_signer
 from trtfarm import interrupt
 from trtfarm.building.warm import warm_in_background
@@ -85,7 +85,7 @@ def _noticed(stopped: interrupt.Interrupted):
     why = (f"{NOTICE} on worker {worker}: the build stopped at once and published nothing; the parent "
            "resubmits it")
     get_run_logger().warning("%s", why)
-    return Crashed(message=why)
+    return Crashed(message=why, name=TERMINATION_NOTICE)
 
 
 def _cancelling() -> bool:

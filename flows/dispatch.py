@@ -58,7 +58,7 @@ class Loss:
     name: str
     pool: str
     worker: str
-    kind: str  # flows.heartbeats.loss_of: host lost, notice, orphaned, crashed
+    kind: str  # flows.heartbeats.loss_of (the state's type and name): host lost, notice, orphaned, crashed
     message: str
 
     def sentence(self) -> str:
@@ -139,7 +139,7 @@ async def run_child(job: ChildJob, pool: str, timeout_s: int, pool_types: dict[s
         state = final.state
         if state is not None and state.is_crashed():
             message = state.message or ""
-            losses.append(Loss(str(run.id), run.name, final.work_pool_name or pool, "", loss_of(message), message))
+            losses.append(Loss(str(run.id), run.name, final.work_pool_name or pool, "", loss_of(state), message))
             if _resubmit(losses):  # at once: the worker each ran on is looked up after
                 pool = await _resubmission_pool(job, pool)
                 continue

@@ -13,7 +13,9 @@ state by events, resubmits it at once (flows/dispatch.py).
 
 A termination notice (SIGTERM: a spot reclaim, ``docker stop``, ``kubectl drain``) needs no heartbeat: the child
 stops its build and ends Crashed with ``NOTICE`` in its message (flows/build_target.py), and the parent resubmits it
-at once. ``loss_of`` turns a crashed child's message into the kind of loss the parent reports.
+at once. Each of these crashes carries its own Prefect state name (``HOST_LOST``, ``TERMINATION_NOTICE``,
+``ORPHANED_NAME``; the type stays CRASHED), and ``loss_of`` reads the kind of loss the parent reports from the state's
+type and name: the message is for people only.
 """
 
 from __future__ import annotations
@@ -28,6 +30,12 @@ LOST = (f"no heartbeat for {LOST_AFTER_S} s: the host running it was lost (power
         "the Prefect server); trtfarm resubmits the build")
 NOTICE = "termination notice (SIGTERM)"
 ORPHANED = "the worker that took it is gone"  # flows/pending.py's message for a child left Pending
+# the state names of the three crashes trtfarm knows, and the loss each is (loss_of); every one is of type CRASHED
+HOST_LOST, TERMINATION_NOTICE, ORPHANED_NAME = "HostLost", "TerminationNotice", "Orphaned"
+KINDS = {HOST_LOST: "host lost", TERMINATION_NOTICE: "notice", ORPHANED_NAME: "orphaned"}
+# Prefect names a state-change event by the state's name (prefect.flow-run.<name>): the final states a trtfarm run
+# may end in, Prefect's and trtfarm's own crashes, each of which closes the automation's window
+FINAL_NAMES = ("Completed", "Failed", "Cancelled", "Crashed", *KINDS)
 
 
 def lost_host_automation():
@@ -44,14 +52,13 @@ def lost_host_automation():
                      "resubmits it."),
         trigger=EventTrigger(
             after={"prefect.flow-run.Running", "prefect.flow-run.heartbeat"},
-            expect={"prefect.flow-run.heartbeat", "prefect.flow-run.Completed", "prefect.flow-run.Failed",
-                    "prefect.flow-run.Cancelled", "prefect.flow-run.Crashed"},
+            expect={"prefect.flow-run.heartbeat", *(f"prefect.flow-run.{end}" for end in FINAL_NAMES)},
             match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
             match_related=ResourceSpecification({"prefect.resource.role": "tag",
                                                  "prefect.resource.id": f"prefect.tag.{TAG}"}),
             for_each={"prefect.resource.id"}, posture=Posture.Proactive, threshold=1,
             within=timedelta(seconds=LOST_AFTER_S)),
-        actions=[ChangeFlowRunState(state=StateType.CRASHED, name="Crashed", message=LOST)])
+        actions=[ChangeFlowRunState(state=StateType.CRASHED, name=HOST_LOST, message=LOST)])
 
 
 async def sync_automation(client) -> str:
@@ -89,15 +96,14 @@ async def detection_off(client) -> str | None:
     return None
 
 
-def loss_of(message: str) -> str:
-    """What a crashed child's state message says happened: ``host lost``, ``notice``, ``orphaned`` or ``crashed``."""
-    if message.startswith(LOST[:30]):
-        return "host lost"
-    if message.startswith(NOTICE):
-        return "notice"
-    if ORPHANED in message:
-        return "orphaned"
-    return "crashed"
+def loss_of(state) -> str:
+    """What a crashed child's state says happened: ``host lost``, ``notice``, ``orphaned`` or ``crashed``.
+
+    Read from the state's type and name (``KINDS``); its message, for people, plays no part.
+    """
+    from prefect.client.schemas.objects import StateType
+
+    return KINDS.get(state.name, "crashed") if state.type == StateType.CRASHED else "crashed"
 
 
 async def worker_of(client, flow_run_id, wait_s: float = 10) -> str:

@@ -21,7 +21,7 @@ from prefect.events.filters import EventFilter, EventNameFilter, EventOccurredFi
 from prefect.exceptions import PrefectHTTPStatusError
 from prefect.states import Crashed
 
-from flows.heartbeats import ORPHANED
+from flows.heartbeats import ORPHANED, ORPHANED_NAME
 
 MISSED_HEARTBEATS = 3  # Prefect's foreman marks a worker offline after this many missed heartbeats
 
@@ -56,7 +56,7 @@ async def _crash_if_orphaned(run_id: UUID, pool: str, limit_s: int) -> bool:
         why = (f"child run {run.name} ({run.id}) was Pending for {pending_s:.0f} s on pool {pool} (limit {limit_s} s, "
                f"child_pending_limit_s) and {gone}: {ORPHANED}")
         get_run_logger().warning("%s; crashing it so that it is resubmitted", why)
-        await client.set_flow_run_state(run.id, Crashed(message=why), force=True)
+        await client.set_flow_run_state(run.id, Crashed(message=why, name=ORPHANED_NAME), force=True)
         return True
 
 

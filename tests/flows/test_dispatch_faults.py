@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 
+from flows.heartbeats import ORPHANED_NAME
 from trtfarm.reports.stored_outcomes import run_outcomes
 from trtfarm.store import open_store
 
@@ -128,7 +129,7 @@ def test_a_child_whose_worker_dies_while_it_is_pending_is_crashed_resubmitted_an
         assert run.state.is_completed(), run.state.message
         children = {r.name.rsplit("-", 1)[1]: r for r in _children_of(client, parent)}
         first = client.read_flow_run(held.id)
-        assert first.state.is_crashed()
+        assert first.state.is_crashed() and first.state.name == ORPHANED_NAME  # the name says how it was lost
         assert f"child run {held.name} ({held.id}) was Pending for" in first.state.message
         assert f"on pool {POOL} (limit 20 s" in first.state.message
         assert sorted(children) == ["1", "2"] and children["2"].state.is_completed()  # the slot was freed

@@ -16,16 +16,23 @@ from pathlib import Path
 
 import pytest
 import yaml
+from prefect.client.schemas.objects import StateType
+from prefect.events.actions import ChangeFlowRunState
+from prefect.states import Cancelled, Crashed, Failed
 
 from flows.dispatch import MAX_LOSSES, ChildRun, Loss, _resubmit, lost_rows
 from flows.heartbeats import (
     AUTOMATION,
     HEARTBEAT_S,
+    HOST_LOST,
     LOST,
     LOST_AFTER_S,
     NOTICE,
     ORPHANED,
+    ORPHANED_NAME,
     TAG,
+    TERMINATION_NOTICE,
+    _same,
     loss_of,
     lost_host_automation,
 )
@@ -58,21 +65,53 @@ def test_the_automation_crashes_a_run_three_heartbeats_after_its_last_and_no_soo
     assert {f"prefect.flow-run.{s}" for s in ("Completed", "Failed", "Cancelled", "Crashed")} <= a.trigger.expect
     assert a.trigger.match_related["prefect.resource.id"] == [f"prefect.tag.{TAG}"]
     (action,) = a.actions
-    assert action.state.value == "CRASHED" and action.message == LOST and not action.force  # a final state stays
+    assert action.state.value == "CRASHED" and action.name == HOST_LOST and action.message == LOST
+    assert not action.force  # a final state stays
 
 
-@pytest.mark.parametrize(("message", "kind"), [
-    (LOST, "host lost"),
-    (f"{NOTICE} on worker gpu-h100-3: the build stopped at once and published nothing", "notice"),
-    (f"child run x-1 (...) was Pending for 130 s on pool p (limit 120 s, child_pending_limit_s) and no worker of "
-     f"pool p is online: {ORPHANED}", "orphaned"),
-    ("Process exited with status code: -9; This indicates that the process exited due to a SIGKILL signal.",
-     "crashed"),
-    ("Execution was aborted by a termination signal.", "crashed"),
-    ("", "crashed"),
-])
-def test_a_crashed_childs_message_says_what_was_lost(message, kind):
-    assert loss_of(message) == kind
+NOTICED = f"{NOTICE} on worker gpu-h100-3: the build stopped at once and published nothing"
+PENDING = (f"child run x-1 (...) was Pending for 130 s on pool p (limit 120 s, child_pending_limit_s) and no worker "
+           f"of pool p is online: {ORPHANED}")
+SIGKILL = "Process exited with status code: -9; This indicates that the process exited due to a SIGKILL signal."
+
+
+@pytest.mark.parametrize(("state", "kind"), [
+    (Crashed(name=HOST_LOST, message=LOST), "host lost"),  # as the automation sets it
+    (Crashed(name=TERMINATION_NOTICE, message=NOTICED), "notice"),  # as flows/build_target.py ends
+    (Crashed(name=ORPHANED_NAME, message=PENDING), "orphaned"),  # as flows/pending.py sets it
+    (Crashed(name=HOST_LOST, message="anything at all"), "host lost"),  # the name says it, whatever the message
+    (Crashed(name=TERMINATION_NOTICE), "notice"),
+    (Crashed(name=ORPHANED_NAME, message=SIGKILL), "orphaned"),
+    (Crashed(message=LOST), "crashed"),  # the texts without the names are crashes of the run's own
+    (Crashed(message=NOTICED), "crashed"),
+    (Crashed(message=PENDING), "crashed"),
+    (Crashed(message=SIGKILL), "crashed"),
+    (Crashed(message="Execution was aborted by a termination signal."), "crashed"),
+    (Crashed(), "crashed"),
+    (Failed(name=HOST_LOST, message=LOST), "crashed"),  # a name counts on a CRASHED state only
+    (Cancelled(name=TERMINATION_NOTICE, message=NOTICED), "crashed"),
+], ids=lambda v: f"{v.type.value}:{v.name}:{(v.message or '')[:12]}" if hasattr(v, "type") else v)
+def test_a_crashed_childs_state_type_and_name_say_what_was_lost_not_its_message(state, kind):
+    assert loss_of(state) == kind
+
+
+def test_each_loss_has_its_own_name_and_every_end_closes_the_automations_window():
+    assert len({HOST_LOST, TERMINATION_NOTICE, ORPHANED_NAME, "Crashed"}) == 4
+    # Prefect names a state's event by the state's name: a child ended by a notice (or orphaned, or crashed by the
+    # automation) must close the window, or the automation would crash it again over its notice
+    expect = lost_host_automation().trigger.expect
+    assert {f"prefect.flow-run.{n}" for n in (HOST_LOST, TERMINATION_NOTICE, ORPHANED_NAME)} <= expect
+
+
+def test_an_automation_deployed_before_the_names_differs_from_ours_so_deploy_updates_it():
+    """sync_automation updates the server's copy when its actions or trigger differ (the farm test deploys it)."""
+    want = lost_host_automation()
+    old_action = ChangeFlowRunState(state=StateType.CRASHED, name="Crashed", message=LOST)
+    assert not _same([old_action], want.actions)
+    old_trigger = want.trigger.model_copy(update={"expect": want.trigger.expect - {
+        f"prefect.flow-run.{n}" for n in (HOST_LOST, TERMINATION_NOTICE, ORPHANED_NAME)}})
+    assert not _same(old_trigger, want.trigger)
+    assert _same(lost_host_automation().actions, want.actions) and _same(lost_host_automation().trigger, want.trigger)
 
 
 def _losses(*kinds: str) -> list[Loss]:

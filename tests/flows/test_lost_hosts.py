@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from flows.heartbeats import AUTOMATION, HOST_LOST, TERMINATION_NOTICE, lost_host_automation
 from trtfarm import layout
 from trtfarm.reports.stored_outcomes import run_outcomes
 from trtfarm.store import open_store
@@ -210,6 +211,26 @@ def _built_by(provenance) -> str:
     return json.dumps(doc)
 
 
+def test_deploy_brings_an_automation_deployed_before_the_state_names_up_to_date(farm):
+    """A farm deployed before the lost states had names: its automation crashes runs as plain "Crashed"."""
+    from prefect.client.schemas.objects import StateType
+    from prefect.events.actions import ChangeFlowRunState
+
+    want = lost_host_automation()
+    (action,) = want.actions
+    old = want.model_copy(update={"actions": [ChangeFlowRunState(state=StateType.CRASHED, name="Crashed",
+                                                                 message=action.message)]})
+    with farm_client(farm) as client:
+        (have,) = client.read_automations_by_name(AUTOMATION)
+        client.update_automation(have.id, old)
+        assert client.read_automations_by_name(AUTOMATION)[0].actions[0].name == "Crashed"
+        done = farm.trtfarm_json("farm", "deploy")
+        (now,) = client.read_automations_by_name(AUTOMATION)
+    assert done["automation"] == {"name": AUTOMATION, "action": "updated"}
+    assert (now.id, now.actions[0].name, now.actions[0].message) == (have.id, HOST_LOST, action.message)
+    assert now.trigger.expect == want.trigger.expect  # the window closes on the named ends' events too
+
+
 def test_a_host_that_goes_away_with_its_running_child_loses_no_build(farm):
     model, hold = "lost-host", farm.home / "hold-lost"
     _push(farm, model, 31)
@@ -238,6 +259,7 @@ def test_a_host_that_goes_away_with_its_running_child_loses_no_build(farm):
           f"{resubmitted_after:.0f} s")
     assert resubmitted_after <= DETECT_S, f"resubmitted {resubmitted_after:.0f} s after the host was lost"
     assert lost.state.is_crashed() and "heartbeat" in lost.state.message, lost.state.message
+    assert lost.state.name == HOST_LOST  # the automation's name for it, which the parent reads
     assert second.state.is_completed() and second.work_pool_name == POOL
     store = open_store(farm.env["TRTFARM_STORE"])
     pointer, provenance = _release(store, model)
@@ -283,6 +305,7 @@ def test_a_worker_given_a_termination_notice_has_its_child_resubmitted_at_once(f
           f"{resubmitted_after:.1f} s")
     assert resubmitted_after <= 10, f"resubmitted {resubmitted_after:.1f} s after the notice"
     assert noticed.state.is_crashed() and "SIGTERM" in noticed.state.message, noticed.state.message
+    assert noticed.state.name == TERMINATION_NOTICE
     assert a.worker.wait(60) is not None  # the worker stopped polling and exited
     assert workers["host-c"] == "OFFLINE" or a.worker.poll() is not None
     assert not folder.exists()  # the stopped build left no scratch behind
