@@ -83,6 +83,7 @@ def score(module: str, tests: list[str], survivors: list[str], per_function: int
                   if str(p.relative_to(work)) != module]
         (work / "setup.cfg").write_text(
             f"[mutmut]\nsource_paths={top}/\nalso_copy=examples\n" + ("    trtfarm\n" if top != "trtfarm" else "") +
+            "pytest_add_cli_args=\n    -n\n    0\n" +  # in mutmut's own process: the suite's xdist workers off
             "pytest_add_cli_args_test_selection=\n" + "".join(f"    {t}\n" for t in tests) +
             "do_not_mutate=\n" + "".join(f"    {o}\n" for o in others))
         started = time.perf_counter()

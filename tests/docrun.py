@@ -43,8 +43,16 @@ def from_wheel(text: str, wheel: Path) -> str:
 
 
 def build_wheel(out: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "-q", "-w", str(out)], check=True,
-                   capture_output=True)
+    """The wheel of this checkout's tracked files, built from a copy of them: setuptools writes build/ and
+    *.egg-info beside the sources, so two builds in one tree (the suite's workers) would clash."""
+    source = out / "source"
+    for name in subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True,
+                               check=True).stdout.split():
+        if (REPO / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, source / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-q", "-w", str(out)],
+                   check=True, capture_output=True)
     return next(out.glob("trtfarm-*.whl"))
 
 

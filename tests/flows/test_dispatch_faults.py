@@ -90,6 +90,15 @@ def _children_of(client, parent_id: str) -> list:
             and str(client.read_task_run(r.parent_task_run_id).flow_run_id) == parent_id]
 
 
+def _why_not_taken(farm, client, parent: str) -> str:
+    """What a wait for the held child saw: the parent's state, its children's, the workers' last log lines."""
+    run = client.read_flow_run(parent)
+    children = [(r.name, r.state.name if r.state else None) for r in _children_of(client, parent)]
+    logs = {name: farm.log(name).splitlines()[-6:] for name in farm.procs if name.startswith("worker-")}
+    return (f"the worker to take the child; parent {run.state.name if run.state else None} "
+            f"({run.state.message if run.state else ''}); children {children}; logs {logs}")
+
+
 def test_a_pool_missing_on_the_server_skips_only_its_targets_and_the_report_is_written(farm, example_dir):
     farm.trtfarm_json("models", "push", str(example_dir))
     fleet = farm.home / "with-a-missing-pool.yaml"
@@ -113,7 +122,8 @@ def test_a_child_whose_worker_dies_while_it_is_pending_is_crashed_resubmitted_an
                                     "--child-pending-limit", "20")
         parent = started["flow_run_id"]
         held = wait_for(lambda: [r for r in _children_of(client, parent) if r.state.is_pending()
-                                  and processes_of_flow_run(str(r.id))], 180, "the worker to take the child")[0]
+                                  and processes_of_flow_run(str(r.id))], 180,
+                        lambda: _why_not_taken(farm, client, parent))[0]
 
         # the worker dies with its child's process: nobody will ever set the run Running
         worker = next(p for name, p in farm.procs.items() if name.startswith(f"worker-{POOL}") and p.poll() is None)

@@ -66,7 +66,6 @@ def build(
 ) -> None:
     """Build MODEL for the fleet in this process; targets already published are up to date and skipped."""
     from trtfarm.planning.requests import MatrixRequest
-    from trtfarm.precision.memory import parse_size
 
     if not model.is_file():
         raise fail(f"{model}: {onnx_not_found(model)}")
@@ -75,7 +74,7 @@ def build(
                             targets_file=targets_path(targets_file), dispatch="local", verify_store=verify_store,
                             calibration=str(calibration) if calibration else None,
                             heldout=str(heldout) if heldout else None, release=release,
-                            max_memory=parse_size(max_memory) if max_memory else None)
+                            max_memory=_budget(max_memory))
     if verbose:  # TensorRT filters its own log: without --verbose only its errors leave the library
         from trtfarm.toolchain.trtlog import set_log_severity
 
@@ -375,3 +374,11 @@ def show(manifest: str = typer.Argument(..., help="manifest: a store key, file:/
     if mismatch:
         raise fail(f"{url}: {mismatch}", code=1)
 
+
+def _budget(text: str | None) -> int | None:
+    """``--max-memory`` in bytes (precision/memory.py imports numpy: only when the option is given)."""
+    if not text:
+        return None
+    from trtfarm.precision.memory import parse_size
+
+    return parse_size(text)

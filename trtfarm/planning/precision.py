@@ -12,9 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trtfarm import layout
-from trtfarm.building.precision_runner import step_of
 from trtfarm.precision.recipe import GateFailed, Recipe
-from trtfarm.precision.step import precision_key, stored_result
 from trtfarm.store import Store
 from trtfarm.vocabulary.exports import ExportRef
 from trtfarm.vocabulary.fleet import ResolvedTarget
@@ -33,6 +31,9 @@ def planned_precision(store: Store, model: ModelSource, recipe: Recipe, calibrat
     if recipe.mode == "fp32" and not recipe.auto_pin:  # used as exported: nothing to convert or gate
         step = PrecisionStep.as_exported(recipe, model.onnx_digest)
         return model.model_copy(update={"build_path": None, "precision": step, "heldout": heldout})
+    from trtfarm.building.precision_runner import step_of  # not on an fp32 build's path (onnx.helper, numpy)
+    from trtfarm.precision.step import precision_key, stored_result
+
     key = precision_key(recipe, model.onnx_digest, calibration, heldout)  # hashes the data files: once
     prefix = layout.converted_prefix(model.name, model.onnx_digest, key)
     found = stored_result(store, prefix, recipe, _nowhere(model))
