@@ -19,23 +19,20 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ["PREFECT_SERVER_ALLOW_EPHEMERAL_MODE"] = "false"
 
 
-# The suite runs on pytest-xdist's workers (pyproject.toml's addopts), a module per worker so that its module-scoped
-# fixtures (farm servers, built stores) are made once. The modules of SPREAD hold many independent, slow tests over
-# cheap fixtures: their tests go to any worker. FIRST are the longest modules, started before the rest so that none
-# of them is left to run alone at the end.
-SPREAD = ("tests/test_conformance.py", "tests/test_benches.py", "tests/test_environment_values.py")
-FIRST = ("tests/test_doc_blocks.py", "tests/flows/test_lost_hosts.py", "tests/flows/test_farm.py",
-         "tests/store/test_one_story.py", "tests/test_local_build.py", "tests/test_faults.py", *SPREAD)
+# The suite runs on pytest-xdist's workers (pyproject.toml's addopts), each test module on one worker (--dist
+# loadfile), so that its module-scoped fixtures (farm servers, built stores) are made once and its tests run in their
+# order. FIRST are the longest modules, started before the rest so that none of them is left to run alone at the end.
+FIRST = ("tests/test_conformance.py", "tests/test_benches.py", "tests/test_doc_blocks.py",
+         "tests/store/test_one_story.py", "tests/test_environment_values.py", "tests/flows/test_farm.py",
+         "tests/flows/test_lost_hosts.py", "tests/test_local_build.py", "tests/test_faults.py")
 
 
 def pytest_collection_modifyitems(config, items):
-    def module(item) -> str:
-        return item.nodeid.split("::", 1)[0]
+    def rank(item) -> int:
+        module = item.nodeid.split("::", 1)[0]
+        return FIRST.index(module) if module in FIRST else len(FIRST)
 
-    for item in items:
-        if module(item) not in SPREAD:
-            item.add_marker(pytest.mark.xdist_group(module(item)))
-    items.sort(key=lambda item: FIRST.index(module(item)) if module(item) in FIRST else len(FIRST))  # stable
+    items.sort(key=rank)  # stable: each module's tests stay together and in their order
 
 
 def _load(name):
