@@ -142,8 +142,8 @@ def main() -> int:
             for mode in ("fp16", "int8"):
                 seconds, cpu, doc = precision(path, mode, work, args.without_workarounds)
                 slow += seconds > target(load) and megabytes(path) <= 50
-                verdict = doc if isinstance(doc, str) else {True: "passed", False: "failed"}.get(
-                    doc["gate"]["passed"], "not run")
+                verdict = doc if isinstance(doc, str) else doc["gate"].get("verdict") or {
+                    True: "passed", False: "failed"}.get(doc["gate"]["passed"], "not judged")
                 cells.append((seconds, cpu, verdict))
                 notes.update(n for n in (doc["notes"] if isinstance(doc, dict) else []) if "samples" in n)
             load = f"{load:.1f}-{os.getloadavg()[0]:.1f}"
