@@ -29,6 +29,7 @@ from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.release import move_release
 from trtfarm.publishing.release_check import asked_identity, manifest_identity_problem, read_pointer, served_release
 from trtfarm.store import open_store
+from trtfarm.vocabulary.fleetview import ReleaseRef
 from trtfarm.vocabulary.promotion import Promotion
 
 from .chain_farm import T0, T1, TC, Farm
@@ -79,7 +80,8 @@ KEPT = re.compile(r"gc keeps every plan of (\S+)\.$")
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    """The farm, a candidate channel naming enc's oldest build, and an unreleased build of enc and of mlp."""
+    """The farm, a candidate channel naming enc's oldest build, and unreleased builds of enc (one without an export
+    time) and of mlp."""
     root = tmp_path_factory.mktemp("gc-states")
     farm = Farm(root / "farm")
     (root / "gpu_targets.yaml").write_text(FLEET)
@@ -88,6 +90,7 @@ def base(tmp_path_factory):
                  signer=farm.signer, channel="candidate", promotion=Promotion())
     farm.keys["enc", "rtx-4090", TM] = farm.publish("enc", "rtx-4090", TM, 5, farm.signer)
     farm.keys["mlp", "rtx-4090", T0] = farm.publish("mlp", "rtx-4090", T0, 6, farm.signer)
+    farm.keys["enc", "rtx-4090", None] = farm.publish("enc", "rtx-4090", None, 7, farm.signer)  # no export time
     return farm, load_fleet(root / "gpu_targets.yaml")
 
 
@@ -214,7 +217,7 @@ def test_gc_never_deletes_what_a_pointer_names_and_keeps_what_hosts_refuse_whole
         skipped: list[str] = []
         doomed = {d.manifest_key for d in plans_to_delete(store, 0, release_references(store, trust), skipped)}
         assert not doomed & named, (trust, doomed & named)
-        assert _kept_whole(skipped) == refused, skipped
+        assert _kept_whole(skipped) == refused and not [line for line in skipped if ".;" in line], skipped
         # everything else goes (keep 0): each intact manifest no pointer names, of an identity hosts are served
         assert doomed == {k for k in manifests if k not in named and _intact(store, k)
                           and "/".join(layout.parse_plan_key(k)[i] for i in (0, 2, 3)) not in refused}, skipped
@@ -222,6 +225,41 @@ def test_gc_never_deletes_what_a_pointer_names_and_keeps_what_hosts_refuse_whole
     flagged = {f"{c.model}/{GPU_OF[c.target]}/{TC}" for c in cells
                if c.state in ("damaged", "refused") or c.candidate_verdict == "damaged"}
     assert flagged == refused, [(c.model, c.target, c.state, c.reason, c.candidate_verdict) for c in cells]
+
+
+def test_retention_ranks_by_export_time_says_the_rank_and_frees_what_it_deletes(copy):
+    """enc on the RTX 4090 holds T1 (released), TM, T0 and a build without an export time (oldest of all)."""
+    farm, _, fresh = copy
+    store = fresh()
+    store.delete(CANDIDATE)
+    undated = farm.keys["enc", "rtx-4090", None]
+    doomed = plans_to_delete(store, 1, release_references(store))
+    ranks = {d.manifest_key: d.why for d in doomed if d.manifest_key.startswith("plans/enc/")}
+    assert ranks == {farm.keys["enc", "rtx-4090", TM]: f"enc/rtx-4090/{TC}: #2 newest, not released (keeping 1)",
+                     farm.keys["enc", "rtx-4090", T0]: f"enc/rtx-4090/{TC}: #3 newest, not released (keeping 1)",
+                     undated: f"enc/rtx-4090/{TC}: #4 newest, not released (keeping 1)"}, ranks
+    assert delete_plans(store, doomed) == sum(d.bytes for d in doomed) > max(d.bytes for d in doomed)
+    assert not any(store.get(k) for d in doomed for k in (d.manifest_key, d.plan_key, *d.attestations))
+
+
+def test_a_manifest_copied_into_an_unreleased_folder_is_kept_and_named(copy):
+    farm, _, fresh = copy
+    store = fresh()
+    tm = farm.keys["enc", "rtx-4090", TM]
+    _swap(store, tm, store.get(farm.keys["mlp", "rtx-4090", T1]).data)
+    skipped: list[str] = []
+    doomed = {d.manifest_key for d in plans_to_delete(store, 0, release_references(store), skipped)}
+    assert tm not in doomed and farm.keys["mlp", "rtx-4090", T0] in doomed
+    assert [line for line in skipped if tm in line and "gc keeps it." in line], skipped
+
+
+def test_a_refused_pointer_is_one_sentence_naming_the_identity_kept_whole(tmp_path):
+    store = open_store((tmp_path / "store").as_uri())
+    key = layout.release_key("enc", "rtx-4090", TC)
+    skipped: list[str] = []
+    refs = [ReleaseRef(key, asked_identity(key), "stable", None, "the pointer names another model's manifest.")]
+    assert plans_to_delete(store, 1, refs, skipped) == []
+    assert skipped == [f"the pointer names another model's manifest; gc keeps every plan of enc/rtx-4090/{TC}."]
 
 
 def test_the_states_cover_what_they_say(copy):
