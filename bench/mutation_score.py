@@ -28,6 +28,7 @@ MUTMUT = Path(sys.executable).with_name("mutmut")
 CHAIN = ["tests/test_chain_fast.py", "tests/test_chain_loader.py", "tests/test_chain_pull.py",
          "tests/test_chain_publish.py", "tests/test_release_pointer.py"]  # the chain's fast tests (tests/chain_farm.py)
 STATE = ["tests/test_state_fast.py"]  # status, its state records (tests/fleet_store.py, tests/signed_farm.py)
+GC = ["tests/test_gc.py"]  # gc on generated store states (tests/chain_farm.py), held to pull and status
 SUITES = {
     "trtfarm/signing/bundle.py": ["tests/test_refusals.py"],
     "trtfarm/signing/verdict.py": ["tests/test_refusals.py"],
@@ -42,8 +43,9 @@ SUITES = {
     "trtfarm/runtime/loader.py": CHAIN,
     # the state model and the views (issue 46): in-process stores built once per module, copied per test
     "trtfarm/planning/status.py": STATE,
-    "trtfarm/planning/served.py": STATE,
-    "trtfarm/planning/overview.py": STATE,
+    "trtfarm/planning/served.py": [*STATE, *GC],  # what hosts say of a release, and what each pointer references
+    "trtfarm/planning/overview.py": [*STATE, *GC],
+    "trtfarm/publishing/gc.py": GC,
     "trtfarm/publishing/state_record.py": STATE,
     "trtfarm/planning/whatif.py": ["tests/test_whatif_actions.py"],
     "trtfarm/serving/versions.py": ["tests/test_versions_fast.py"],

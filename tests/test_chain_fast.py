@@ -16,6 +16,7 @@ import pytest
 
 from trtfarm import layout
 from trtfarm.errors import CorruptObject
+from trtfarm.planning.overview import release_references
 from trtfarm.publishing.attest import Attestation, read_stored
 from trtfarm.publishing.gc import plans_to_delete
 from trtfarm.publishing.publish import publish_plan
@@ -242,20 +243,21 @@ def test_refresh_signs_the_same_manifest_again_and_never_a_tampered_pointer(farm
 
 
 def test_gc_keeps_what_a_tampered_pointer_or_a_copied_manifest_touches(farm):
-    assert [d.manifest_key for d in plans_to_delete(farm.store, keep=1)] == [farm.keys["enc", "rtx-4090", T0]]
+    doomed = plans_to_delete(farm.store, 1, release_references(farm.store, cache=False))
+    assert [d.manifest_key for d in doomed] == [farm.keys["enc", "rtx-4090", T0]]
     enc, _ = farm.pointer()
     mlp, _ = farm.pointer("mlp")
     farm.put_pointer(mlp)
     skipped: list[str] = []
-    assert plans_to_delete(farm.store, keep=1, skipped=skipped) == []
+    assert plans_to_delete(farm.store, 1, release_references(farm.store, cache=False), skipped) == []
     assert any("gc keeps every plan of enc/rtx-4090/" in s for s in skipped)
     farm.put_pointer(enc)
-    doomed = plans_to_delete(farm.store, keep=1)
+    doomed = plans_to_delete(farm.store, 1, release_references(farm.store, cache=False))
     assert [d.manifest_key for d in doomed] == [farm.keys["enc", "rtx-4090", T0]]
     farm.store.delete(farm.keys["enc", "rtx-4090", T0])
     farm.store.put_if_absent(farm.keys["enc", "rtx-4090", T0], read_stored(farm.store, mlp.manifest).manifest_bytes)
     skipped = []
-    assert plans_to_delete(farm.store, keep=1, skipped=skipped) == []
+    assert plans_to_delete(farm.store, 1, release_references(farm.store, cache=False), skipped) == []
     assert any("it was copied from elsewhere" in s and "gc keeps it" in s for s in skipped)
 
 

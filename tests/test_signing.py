@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from trtfarm import layout
 from trtfarm.machine.gpu import GpuScan, LocalGpu
+from trtfarm.planning.overview import release_references
 from trtfarm.publishing.attest import Attestation, read_stored
 from trtfarm.publishing.gc import delete_plans, plans_to_delete
 from trtfarm.publishing.publish import publish_plan, read_manifest
@@ -204,7 +205,7 @@ def test_a_rotation_keeps_old_plans_while_the_old_key_is_trusted_and_refuses_the
     assert pulled.returncode == 0 and f"({old_pub})" in pulled.stdout
 
     # gc keeps the released (old-key) plan and the newest, deletes the middle one with its provenance and signature
-    doomed = plans_to_delete(store, keep=1)
+    doomed = plans_to_delete(store, 1, release_references(store, cache=False))
     assert [d.manifest_key for d in doomed] == [mid_manifest]
     folder = layout.folder_of(mid_manifest)
     assert sorted(k.rsplit("/", 1)[1].split("-")[0] for k in doomed[0].attestations) == ["provenance", "signature"]

@@ -21,9 +21,10 @@ import yaml
 
 from trtfarm import layout
 from trtfarm.errors import UserInputError
-from trtfarm.planning.overview import status
+from trtfarm.planning.overview import release_references, status
 from trtfarm.planning.record_state import record_states
 from trtfarm.project.fleet_file import load_fleet
+from trtfarm.publishing.gc import plans_to_delete
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.registry import register_export
 from trtfarm.publishing.release import move_release, read_pointer
@@ -126,6 +127,21 @@ def test_a_release_whose_manifest_is_gone_is_refused_on_the_next_view(farm):
         cell = status(store, fleet, trust=trust).cell("enc", SIGNED_TARGET)
         assert cell.state == "refused" and "tampered" in cell.reason, cell
     assert status(store, fleet).cell("mlp", SIGNED_TARGET).state == "released"
+
+
+def test_a_pointer_hosts_refuse_is_refused_though_the_build_it_should_name_waits_and_gc_keeps_its_plans(farm):
+    store, fleet, keys = farm
+    key = layout.release_key("enc", GPU, TOOLCHAIN)
+    enc, etag = read_pointer(store, key)
+    mlp, _ = read_pointer(store, layout.release_key("mlp", GPU, TOOLCHAIN))
+    store.compare_and_swap(key, mlp.model_dump_json().encode(), etag)  # enc's build stays published, unreleased
+    for trust in (None, keys["worker"]):
+        cell = status(store, fleet, trust=trust).cell("enc", SIGNED_TARGET)
+        assert (cell.state, cell.manifest) == ("refused", mlp.manifest) and "names mlp/" in cell.reason, cell
+    skipped: list[str] = []
+    doomed = plans_to_delete(store, 0, release_references(store), skipped)
+    assert [line.rsplit(" ", 1)[1] for line in skipped] == [f"enc/{GPU}/{TOOLCHAIN}."], skipped
+    assert not [d for d in doomed if d.manifest_key.startswith("plans/enc/") and f"/{GPU}/" in d.manifest_key]
 
 
 def test_the_cells_of_the_views_store_released_pending_failed_and_missing(views):

@@ -3,33 +3,42 @@
 Each state (tests/store/story_farm.py: one release's objects present, missing, damaged or swapped; its attestations
 present, missing or by an untrusted key; the views run on this machine before the change or not; a reader with or
 without trusted keys) is read as a user would, twice in a row on the same machine: ``status --json``,
-``plan --fleet`` (the same fleet) ``--json``, ``farm run --dry-run --json``, ``pull`` and ``triton`` of the release.
-The answers must agree: no traceback; exit codes from the README's table (0, or 1 for a damaged store object; pull
-and triton 2 where status says nothing is released); ``status`` never calls released and signed what ``pull``
-refuses, and never says ``signed`` to a reader without trusted keys; a damaged object is named and never hides the
-other model's rows; ``plan --fleet`` and ``--dry-run`` keep what ``status`` calls released; ``triton`` refuses what
-``pull`` refuses; the second run answers as the first (no local cache changes an answer). A damaged signature or
-provenance is excused from naming without trusted keys (nothing looks at it, ``pull`` included) and where status
-refuses the release in ``pull``'s words (what pull refuses first may hide a later damage).
+``plan --fleet`` (the same fleet) ``--json``, ``farm run --dry-run --json``, ``gc --json`` (a dry run), ``pull`` and
+``triton`` of the release. The answers must agree: no traceback; exit codes from the README's table (0, or 1 for a
+damaged store object; pull and triton 2 where status says nothing is released); ``status`` never calls released and
+signed what ``pull`` refuses, and never says ``signed`` to a reader without trusted keys; a damaged object is named
+and never hides the other model's rows; ``plan --fleet`` and ``--dry-run`` keep what ``status`` calls released;
+``triton`` refuses what ``pull`` refuses; ``gc`` never deletes what a pointer names, and keeps every plan of the
+release only where ``status`` calls it damaged or refused; the second run answers as the first (no local cache
+changes an answer). A damaged signature or provenance is excused from naming without trusted keys (nothing looks at
+it, ``pull`` included) and where status refuses the release in ``pull``'s words (what pull refuses first may hide a
+later damage).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from trtfarm import layout
 from trtfarm.cli.main import app
+from trtfarm.errors import TrtfarmError
+from trtfarm.publishing.release_check import read_pointer
+from trtfarm.store import open_store
 
 from .story_farm import GPU, OTHER_TARGET, TARGET, TOOLCHAIN, State, StoryFarm, all_states, sampled_states
 
 ENV = {"COLUMNS": "200", "TRTFARM_TRUSTED_KEYS": None, "TRTFARM_SIGNING_KEY": None, "TRTFARM_TARGETS": None,
        "TRTFARM_RELEASE_MAX_AGE": None}
-READERS = ("status", "plan", "dry-run", "pull", "triton")
+READERS = ("status", "plan", "dry-run", "gc", "pull", "triton")
+MINE = f"enc/{GPU}/{TOOLCHAIN}"  # the release under test, as gc names what it keeps whole
+KEPT_WHOLE = re.compile(r"gc keeps every plan of (\S+)\.$")
 # The product: 2 readers x 3 attestations x 2 caches x 42 object states (the pointer swapped for another model's,
 # another target's or the candidate channel's), less the bundle's 12 where unattested took it away: 480 states.
 # SAMPLE of them run (every object state of the trusting reader with the workers' signatures, and a fixed sample of
@@ -79,7 +88,8 @@ def read_views(store: str, fleet: Path) -> dict[str, Answer]:
     where = ["--store", store, "--targets-file", str(fleet)]
     return {"status": _invoke(["status", "--json", *where]),
             "plan": _invoke(["plan", "--fleet", str(fleet), "--json", *where]),
-            "dry-run": _invoke(["farm", "run", "--dry-run", "--json", *where])}
+            "dry-run": _invoke(["farm", "run", "--dry-run", "--json", *where]),
+            "gc": _invoke(["gc", "--json", "--keep", "1", *where])}
 
 
 def _json(answer: Answer) -> list[dict] | None:
@@ -103,8 +113,39 @@ def _leaf(key: str) -> str:
 
 
 # --- the rules of one story ------------------------------------------------------------------------------------------
-def disagreements(state: State, answers: dict[str, Answer], farm: StoryFarm, others: dict) -> list[str]:
-    """What the readers get wrong about ``state``, each as ``cause: what was said``."""
+def named_by_pointers(store: str) -> set[str]:
+    """The manifests the store's channel pointers name (those that can be read)."""
+    s, named = open_store(store), set()
+    for key in [*s.list(layout.releases_prefix()), *s.list(layout.channel_prefix("candidate"))]:
+        try:
+            pointer, _ = read_pointer(s, key)
+        except TrtfarmError:
+            continue
+        named |= {pointer.manifest} if pointer else set()
+    return named
+
+
+def _gc_rules(answer: Answer, mine: dict, named: set[str]) -> list[str]:
+    """gc deletes nothing a pointer names, and keeps a release's plans whole only where status flags it."""
+    try:
+        doc = json.loads(answer.out)
+        doomed = {p["manifest_key"] for p in doc["plans"]}
+        whole = {m.group(1) for line in doc["skipped"] if (m := KEPT_WHOLE.search(line))}
+    except (ValueError, KeyError, TypeError):
+        return [f"gc: no answer, exit {answer.code}: {answer.line()}"]
+    out = [f"gc deletes what a pointer names: {sorted(doomed & named)}"] if doomed & named else []
+    if whole - {MINE}:
+        out.append(f"gc keeps whole what nothing changed: {sorted(whole - {MINE})}")
+    flagged = mine.get("state") in ("damaged", "refused") or (mine.get("candidate") or {}).get("verdict") == "damaged"
+    if MINE in whole and not flagged:
+        out.append(f"gc keeps every plan of {MINE} whole, but status says {mine.get('state')}")
+    return out
+
+
+def disagreements(state: State, answers: dict[str, Answer], farm: StoryFarm, others: dict,
+                  named: set[str] | None = None) -> list[str]:
+    """What the readers get wrong about ``state``, each as ``cause: what was said`` (``named``: what the store's
+    pointers name)."""
     out = [f"traceback: {r}: {a.crash}" for r, a in answers.items() if a.crash]
     status, pull, triton = answers["status"], answers["pull"], answers["triton"]
     cells = _cells(status)
@@ -132,6 +173,7 @@ def disagreements(state: State, answers: dict[str, Answer], farm: StoryFarm, oth
         if not any(name in told for name in (key, _leaf(key), KIND[state.obj])):
             out.append(f"damage not named: status says {mine.get('state')} ({mine.get('reason')}) "
                        f"of {state.obj} {_leaf(key)}")
+    out += _gc_rules(answers["gc"], mine, named or set())
     for view in ("plan", "dry-run"):
         action = {(d.get("model"), d.get("target")): d.get("action") for d in _json(answers[view]) or []}
         if any(action.get(("mlp", t)) != "keep" for t in (TARGET, OTHER_TARGET)):
@@ -188,7 +230,7 @@ def test_every_reader_tells_one_story(farm, others, state, tmp_path, monkeypatch
     farm.change(state, tmp_path / "farm")
     first = read_all(store, fleet, tmp_path / "run1")
     second = read_all(store, fleet, tmp_path / "run2")
-    wrong = disagreements(state, first, farm, others)
+    wrong = disagreements(state, first, farm, others, named_by_pointers(store))
     wrong += second_run_changes(_said(first, tmp_path / "run1"), _said(second, tmp_path / "run2"))
     assert not wrong, f"{state.id}:\n  " + "\n  ".join(wrong)
 

@@ -350,14 +350,22 @@ def _verify_table(plan: Path, checks) -> None:
 @app.command()
 def gc(keep: int = typer.Option(3, "--keep", min=1, help="newest plans to keep per (model, GPU, toolchain)"),
        apply: bool = typer.Option(False, "--apply", help="delete (the default is a dry run)"),
-       store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
-    """Delete old plans; keeps the newest N per pointer and everything a release pointer references."""
+       store: str = STORE_OPT, targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT) -> None:
+    """Delete old plans; keeps the newest N per pointer and everything a release pointer references.
+
+    What each pointer references is the state status shows (each model's state record where it is current and
+    signed by a trusted key, else computed from the store's objects).
+    """
+    from trtfarm.planning.overview import release_references
+    from trtfarm.project.fleet_file import signing_settings
     from trtfarm.publishing.gc import delete_plans, plans_to_delete
     from trtfarm.store import open_store
 
+    trust = signing_settings(targets_path(targets_file, note=False), only="trust").trusted_keys()
     s = open_store(store_uri(store))
     skipped: list[str] = []
-    doomed = plans_to_delete(s, keep, skipped)
+    with err.status("reading the store's release pointers and manifests", spinner="dots"):
+        doomed = plans_to_delete(s, keep, release_references(s, trust), skipped)
     freed = delete_plans(s, doomed) if apply else 0
     for line in skipped:
         err.print(f"skipped: {line}", highlight=False, soft_wrap=not err.is_terminal, markup=False)

@@ -1,4 +1,4 @@
-"""The fleet views' entry points: ``trtfarm plan``, ``farm run --dry-run`` and ``trtfarm status`` call these.
+"""The fleet views' entry points: ``trtfarm plan``, ``farm run --dry-run``, ``trtfarm status`` and ``gc`` call these.
 
 Each opens one ``StoreSurvey`` (listings, and a summary cache on this machine), finds each model's next build, and
 returns typed results. None writes to the store.
@@ -6,10 +6,11 @@ returns typed results. None writes to the store.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 
 from trtfarm.errors import UserInputError
 from trtfarm.planning.expected import ExpectedExport, expected_exports
+from trtfarm.planning.served import recorded_refs, release_refs
 from trtfarm.planning.status import RUNS_BACK, fleet_status
 from trtfarm.planning.whatif import decide_fleet
 from trtfarm.publishing.registry import resolve_model
@@ -20,7 +21,7 @@ from trtfarm.signing.keys import TrustedKeys
 from trtfarm.store import Store
 from trtfarm.vocabulary.exports import ExportRef
 from trtfarm.vocabulary.fleet import Fleet
-from trtfarm.vocabulary.fleetview import FleetDecisions, FleetStatus
+from trtfarm.vocabulary.fleetview import FleetDecisions, FleetStatus, ReleaseRef
 
 
 def survey_of(store: Store, *, runs: bool = False, cache: bool = True) -> StoreSurvey:
@@ -106,6 +107,27 @@ def status(store: Store, fleet: Fleet, models: list[str] | None = None, *, targe
     return found
 
 
+def release_references(store: Store, trust: TrustedKeys | None = None, *, cache: bool = True) -> list[ReleaseRef]:
+    """What every channel pointer in the store references, and which ones serving hosts refuse (``trtfarm gc``).
+
+    The state model's answer (``served.release_refs``), for every pointer listed, whatever the fleet: from each
+    model's state record where it is current and signed by a key in ``trust``, else from the pointers and manifests
+    as the views compute it. Unlike a view, gc reads no unsigned record: one could say anything, and gc deletes what
+    no pointer references.
+    """
+    survey = survey_of(store, runs=trust is not None, cache=cache)  # a record is current against the runs too
+    keys = survey.channel_pointers()
+    found: dict[str, ReleaseRef] = {}
+    if trust is not None:
+        current, _ = current_records(survey, sorted({k.split("/")[1] for k in keys}), trust)
+        for model, state in current.items():
+            found.update((r.pointer, r) for r in recorded_refs(state, survey.channel_pointers(model)) or [])
+    rest = [k for k in keys if k not in found]
+    found.update((r.pointer, r) for r in release_refs(survey, rest, datetime.now(timezone.utc)))
+    survey.save()
+    return [found[k] for k in keys]
+
+
 def current_records(survey: StoreSurvey, models: list[str], trust: TrustedKeys | None = None,
                     records: dict[str, RecordedState] | None = None) -> tuple[dict[str, RecordedState], list[str]]:
     """The models whose state record is current (every object it was computed from unchanged), and the others.
@@ -135,7 +157,8 @@ def _signed_by(state: RecordedState, trust: TrustedKeys | None) -> bool:
     from trtfarm.signing.state_claim import verify_state
 
     try:
-        verify_state(state.signature, state_key(state.model), state.model_dump(mode="json"), trust)
+        # the record as it was written: a field it was written without (one added since) is not added to it
+        verify_state(state.signature, state_key(state.model), state.model_dump(mode="json", exclude_unset=True), trust)
     except SignatureRefused:
         return False
     return True

@@ -2,20 +2,26 @@
 
 ``served_check`` runs ``release_check.served_release`` (the chain from pointer to plan, the serving images, the
 signatures where keys are trusted) and keeps its answer on this machine per version of every object it read.
+``release_refs`` asks it of every channel pointer, whatever the fleet: what each references, and whether hosts take
+it (``gc`` keeps by it; a state record keeps it).
 """
 
 from __future__ import annotations
 
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from trtfarm import layout
 from trtfarm.errors import TrtfarmError
-from trtfarm.publishing.survey import StoreSurvey
+from trtfarm.publishing.release_check import asked_channel, asked_identity
+from trtfarm.publishing.state_record import RecordedState
+from trtfarm.publishing.summaries import PointerSummary
+from trtfarm.publishing.survey import READ_THREADS, StoreSurvey
 from trtfarm.signing.keys import TrustedKeys
 from trtfarm.vocabulary.fleet import Fleet
-from trtfarm.vocabulary.fleetview import TargetStatus
+from trtfarm.vocabulary.fleetview import ReleaseRef, TargetStatus
 
 
 def has_release(c: TargetStatus) -> bool:
@@ -55,9 +61,11 @@ class ServedCheck:
     keys: tuple[str, ...] = ()
 
 
-def served_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet: Fleet,
+def served_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet: Fleet | None,
                  now: datetime) -> ServedCheck:
-    """What a serving host (``pull``) says of the release at ``key``.
+    """What a serving host (``pull``) says of the release at ``key`` (a release or candidate channel's pointer).
+
+    ``fleet`` None: the serving images the manifest records, none the fleet declares besides.
 
     Asked of ``release_check.served_release`` itself; kept on this machine per version of every object the answer
     reads (the pointer, and every object of the plan folder it names), the trusted keys and the fleet's serving
@@ -65,7 +73,7 @@ def served_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet
     """
     from trtfarm.publishing.release_check import served_release
 
-    if survey.pointers.get(key) is None:
+    if survey.listed_pointer(key) is None:
         return ServedCheck(None)
     version = _version(survey, key, trust, fleet)
     kept = remembered_check(survey, key, trust, fleet, now, version)
@@ -78,31 +86,35 @@ def served_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet
         check = ServedCheck(None, claim.expires_at if claim else None, tuple(dict.fromkeys(keys)))
     except TrtfarmError as refused:
         check = ServedCheck(one_line(str(refused)))
-    survey.cache.put(_kind(trust), key, version, [check.refusal, check.expires, list(check.keys)])
+    survey.cache.put(_kind(trust, fleet), key, version, [check.refusal, check.expires, list(check.keys)])
     return check
 
 
-def _kind(trust: TrustedKeys | None) -> str:
-    """The cache's kind for answers without and with trusted keys (kept apart: a view asks both of one release)."""
-    return "served-trusted" if trust else "served"
+def _kind(trust: TrustedKeys | None, fleet: Fleet | None) -> str:
+    """The cache's kind of an answer: without or with trusted keys, with or without a fleet's serving images.
+
+    Kept apart: one store's readers ask each of one release (gc without a fleet), and each would replace the other.
+    """
+    return ("served-trusted" if trust else "served") + ("" if fleet is not None else "-unpinned")
 
 
-def _version(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet: Fleet, named=None) -> str:
+def _version(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet: Fleet | None, named=None) -> str:
     """Everything a serving host's answer about ``key`` depends on, as one digest (``named``: its pointer's summary)."""
     named = named or survey.pointer_summaries([key]).get(key)  # read (or remembered) by the cell it is asked for
     objects = survey.folders.get(layout.folder_of(named.manifest), {}) if named else {}
     folder = ";".join(f"{k}@{o.version}" for k, o in sorted(objects.items()))
     stamp = ",".join(sorted(k.hint for k in trust.keys)) if trust else "-"
-    return hashlib.sha256("|".join([survey.pointers[key].version, folder, stamp, _serving(fleet)]).encode()).hexdigest()
+    listed = survey.listed_pointer(key).version
+    return hashlib.sha256("|".join([listed, folder, stamp, _serving(fleet)]).encode()).hexdigest()
 
 
-def remembered_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet: Fleet, now: datetime,
+def remembered_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet: Fleet | None, now: datetime,
                      version: str | None = None, named=None) -> ServedCheck | None:
     """The answer this machine kept for ``key`` at the versions listed now (None: ask ``served_check``)."""
-    if survey.pointers.get(key) is None:
+    if survey.listed_pointer(key) is None:
         return ServedCheck(None)
     # a view asks both (its cells, then with keys): one entry each, or each answer would replace the other
-    cached = survey.cache.get(_kind(trust), key, version or _version(survey, key, trust, fleet, named))
+    cached = survey.cache.get(_kind(trust, fleet), key, version or _version(survey, key, trust, fleet, named))
     if isinstance(cached, list) and len(cached) == 3 and all(isinstance(v, str | None) for v in cached[:2]) and \
             isinstance(cached[2], list) and all(isinstance(k, str) for k in cached[2]) and \
             not expired(cached[1], now):
@@ -110,8 +122,10 @@ def remembered_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, f
     return None
 
 
-def _serving(fleet: Fleet) -> str:
+def _serving(fleet: Fleet | None) -> str:
     """What of the fleet a serving host's check reads: each toolchain's declared serving images (once per fleet)."""
+    if fleet is None:
+        return "-"
     kept = _SERVING.get(id(fleet))
     if kept is None or kept[0] is not fleet:
         kept = _SERVING[id(fleet)] = (fleet, ";".join(f"{k}={t.model_dump_json()}"
@@ -132,3 +146,52 @@ def one_line(text: str, limit: int = 300) -> str:
         return joined
     cut = joined[:limit - 1]
     return (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip(" ,;:") + "…"
+
+
+def refusals(survey: StoreSurvey, keys: list[str], fleet: Fleet | None, now: datetime,
+             named: dict[str, PointerSummary]) -> dict[str, str | None]:
+    """What a serving host without trusted keys says of the pointer at each of ``keys``: why it refuses it, or None.
+
+    What this machine kept answers at once; the rest is asked many at once (``named``: the pointers' summaries).
+    """
+    out: dict[str, str | None] = {}
+    for key in dict.fromkeys(keys):
+        kept = remembered_check(survey, key, None, fleet, now, named=named.get(key))
+        if kept is not None:
+            out[key] = kept.refusal
+    asked = [k for k in dict.fromkeys(keys) if k not in out]
+    size = max(1, min(64, len(asked) // (READ_THREADS * 4)))  # a task per batch, as the survey reads
+    batches = [asked[i:i + size] for i in range(0, len(asked), size)]
+    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+        for batch, answers in zip(batches, pool.map(lambda b: [
+                served_check(survey, k, None, fleet, now).refusal for k in b], batches), strict=True):
+            out.update(zip(batch, answers, strict=True))
+    return out
+
+
+def release_refs(survey: StoreSurvey, keys: list[str], now: datetime, fleet: Fleet | None = None) -> list[ReleaseRef]:
+    """What each channel pointer at ``keys`` (release or candidate) references, and whether serving hosts take it.
+
+    The part of the state that no fleet target scopes: every pointer the store lists has one, a target the fleet
+    dropped too. Read as the cells are (the pointers' summaries, then ``served_check`` without trusted keys, with
+    ``fleet``'s serving images where one is given), so ``gc`` and the views tell one story: a pointer that cannot be
+    read, or names a missing or damaged manifest or another identity's, is refused in ``pull``'s words.
+    """
+    keys = list(dict.fromkeys(keys))
+    named = survey.pointer_summaries(keys)
+    found = refusals(survey, [k for k in keys if k not in survey.damaged], fleet, now, named)
+    out = []
+    for key in keys:
+        refusal = survey.damaged.get(key) or found.get(key)
+        ptr = named.get(key)
+        out.append(ReleaseRef(key, asked_identity(key), asked_channel(key), ptr.manifest if ptr else None,
+                              one_line(refusal) if refusal else None))
+    return out
+
+
+def recorded_refs(state: RecordedState, keys: list[str]) -> list[ReleaseRef] | None:
+    """The references a state record holds for exactly the pointers at ``keys`` (None: it holds others, or none)."""
+    if state.releases is None or set(state.releases) != set(keys):
+        return None
+    return [ReleaseRef(k, asked_identity(k), asked_channel(k), state.releases[k].manifest, state.releases[k].refusal)
+            for k in keys]

@@ -8,7 +8,7 @@ For each model's next build (``planning/expected.py``) and each target it builds
 - ``failed``: that build was published with a failed check, or the latest run that tried it failed (since when);
 - ``stale``: something older is released (a newer export, a fleet change: the reason names what changed);
 - ``refused``: the release pointer names a plan serving hosts refuse (tampered, another identity, an untrusted or
-  missing signature where keys are trusted): ``pull`` says the same words;
+  missing signature where keys are trusted): ``pull`` says the same words, whatever build is pending or failed;
 - ``damaged``: an object the state is made from is not what trtfarm wrote (named, with the fix);
 - ``missing``: nothing is released for the target.
 
@@ -16,24 +16,25 @@ For each model's next build (``planning/expected.py``) and each target it builds
 no trusted keys are configured here), ``unsigned``, or ``refused``. The cells are the same whether they were computed
 now from the records or read from the state the executor recorded in the store (``state/<model>.json``): a record is
 used only while every object it was computed from is listed at the version it saw.
+
+Beside the cells, what every channel pointer references (``served.release_refs``): a record keeps it, gc reads it.
 """
 
 from __future__ import annotations
 
 import hashlib
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 from trtfarm import layout
 from trtfarm.planning.expected import ExpectedExport, digest_part, stale_changes
-from trtfarm.planning.served import expired, has_release, one_line, release_key_of, remembered_check, served_check
-from trtfarm.publishing.state_record import RecordedCell, RecordedState, now_iso
+from trtfarm.planning.served import expired, has_release, one_line, refusals, release_key_of, release_refs, served_check
+from trtfarm.publishing.state_record import RecordedCell, RecordedRelease, RecordedState, now_iso
 from trtfarm.publishing.summaries import ManifestSummary, OutcomeSummary, PointerSummary
-from trtfarm.publishing.survey import READ_THREADS, StoreSurvey
+from trtfarm.publishing.survey import StoreSurvey
 from trtfarm.signing.keys import TrustedKeys
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
-from trtfarm.vocabulary.fleetview import NOTHING_RELEASED, FleetStatus, TargetStatus
+from trtfarm.vocabulary.fleetview import NOTHING_RELEASED, FleetStatus, ReleaseRef, TargetStatus
 
 RUNS_BACK = 20  # older runs read to find since when a target fails
 CELL_FIELDS = ("target", "state", "reason", "released_at", "precision", "engine", "signed", "since", "manifest",
@@ -114,7 +115,9 @@ def fleet_status(survey: StoreSurvey, expected: dict[str, ExpectedExport], fleet
                 found[p.model, p.target.id] = taken
     todo = [p for p in pairs if (p.model, p.target.id) not in found]
     found.update({(c.model, c.target): c for c in _cells(survey, todo, now, fleet, previous)})
-    cells = [_with_candidate(survey, p, _signed(survey, found[p.model, p.target.id], trust, fleet, now), now)
+    candidates = [k for p in pairs if (k := _candidate_key(survey, p))]
+    refs = {r.pointer: r for r in release_refs(survey, candidates, now, fleet)}
+    cells = [_with_candidate(survey, p, _signed(survey, found[p.model, p.target.id], trust, fleet, now), now, refs)
              for p in pairs]
     problems = [*survey.problems, *(x for s in (recorded or {}).values() for x in s.problems)]
     return FleetStatus(sorted(expected), [t.id for t in targets], cells, now.isoformat(timespec="seconds"),
@@ -143,8 +146,10 @@ def model_state(survey: StoreSurvey, model: str, expected: ExpectedExport, fleet
                             strict=True)) if c.manifest else {}
         recorded[p.target.id] = RecordedCell(target_print=target_print(p.target, p.export),
                                              **{f: getattr(c, f) for f in CELL_FIELDS}, **verified, **versions)
+    releases = {r.pointer: RecordedRelease(manifest=r.manifest, refusal=r.refusal)
+                for r in release_refs(survey, survey.channel_pointers(model), now, fleet)}
     return RecordedState(model=model, inputs=survey.model_inputs(model, RUNS_BACK), written_at=now_iso(), by=by,
-                         expected=expected.to_record(), cells=recorded,
+                         expected=expected.to_record(), cells=recorded, releases=releases,
                          problems=[x for x in survey.problems if f"/{model}/" in x],
                          trusted_keys=sorted(k.hint for k in trust.keys) if trust else None)
 
@@ -193,44 +198,66 @@ def _cells(survey: StoreSurvey, pairs: list[_Pair], now: datetime, fleet: Fleet,
     cells = [_rewritten(survey, _cell(survey, p, pointers.get(p.pointer_key), manifests,
                                       latest.get((p.model, p.target.id)), now), previous)
              for p in pairs]
-    refusals = {}
-    for c in cells:  # what this machine kept answers at once; the rest is asked many at once
-        key = release_key_of(c) if has_release(c) else None
-        kept = remembered_check(survey, key, None, fleet, now, named=pointers.get(key)) if key else None
-        if kept is not None:
-            refusals[id(c)] = kept.refusal
-    asked = [c for c in cells if has_release(c) and id(c) not in refusals]
-    size = max(1, min(64, len(asked) // (READ_THREADS * 4)))  # a task per batch, as the survey reads
-    batches = [asked[i:i + size] for i in range(0, len(asked), size)]
-    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
-        for batch, answers in zip(batches, pool.map(lambda b: [
-                served_check(survey, release_key_of(c), None, fleet, now).refusal for c in b], batches), strict=True):
-            refusals.update(zip([id(c) for c in batch], answers, strict=True))
-    return [_refused(c, refusals[id(c)]) if refusals.get(id(c)) else c for c in cells]
+    keys = [_asked_of(p, c, pointers) for p, c in zip(pairs, cells, strict=True)]
+    said = refusals(survey, [k for k in keys if k], fleet, now, pointers)
+    return [_refused(c if has_release(c) else _as_released(c, pointers[k], now), said[k])
+            if k and said.get(k) else c for c, k in zip(cells, keys, strict=True)]
 
 
-def _with_candidate(survey: StoreSurvey, p: _Pair, c: TargetStatus, now: datetime) -> TargetStatus:
+def _asked_of(p: _Pair, c: TargetStatus, pointers: dict[str, PointerSummary]) -> str | None:
+    """The pointer whose serving-host check a cell needs: its release's, or the one hosts are still served from.
+
+    A build published but not released (pending), or failed, leaves hosts on the pointer: one they refuse is the
+    cell's state, whatever waits.
+    """
+    if has_release(c):
+        return release_key_of(c)
+    return p.pointer_key if c.state in ("pending", "failed") and p.pointer_key in pointers else None
+
+
+def _as_released(c: TargetStatus, ptr: PointerSummary, now: datetime) -> TargetStatus:
+    """A pending or failed cell told by its release pointer instead: the manifest it names, and when it moved."""
+    return replace(c, manifest=ptr.manifest, released_at=ptr.at, age_s=_age(ptr.at, now), since=None, precision=None,
+                   engine=None)
+
+
+def _candidate_key(survey: StoreSurvey, p: _Pair) -> str | None:
+    """The key of the pair's candidate channel pointer, when the listing shows one."""
+    if not survey.candidates:  # no candidate pointer listed at all: no key to make per cell
+        return None
+    key = layout.channel_key(p.model, p.target.gpu_key, p.target.toolchain_label, "candidate")
+    return key if key in survey.candidates else None
+
+
+def _with_candidate(survey: StoreSurvey, p: _Pair, c: TargetStatus, now: datetime,
+                    refs: dict[str, ReleaseRef]) -> TargetStatus:
     """The cell with its candidate channel beside it: the build and its gates' verdict.
 
     The verdict is ``planning.gates``', the rule ``promote`` applies; read only for the targets the listing shows a
-    candidate pointer of.
+    candidate pointer of. A candidate pointer serving hosts refuse (``refs``: ``release_refs``) is ``damaged``.
     """
-    if not survey.candidates:  # no candidate pointer listed at all: no key to make per cell
+    ref = refs.get(_candidate_key(survey, p) or "")
+    if ref is None:
         return c
-    key = layout.channel_key(p.model, p.target.gpu_key, p.target.toolchain_label, "candidate")
-    if key not in survey.candidates:
-        return c
+    if ref.refusal:
+        return replace(c, candidate=layout.short_ref(ref.manifest) if ref.manifest else "?",
+                       candidate_verdict="damaged", candidate_detail=ref.refusal)
     from trtfarm.errors import CorruptObject
     from trtfarm.planning.gates import candidate_gates
     from trtfarm.publishing.release_check import read_pointer
 
     try:
-        pointer, _ = read_pointer(survey.store, key)
+        pointer, _ = read_pointer(survey.store, ref.pointer)  # the gates read the whole pointer
     except CorruptObject as damaged:
         return replace(c, candidate="?", candidate_verdict="damaged", candidate_detail=str(damaged))
     if pointer is None:
         return c
-    cand = candidate_gates(survey.store, layout.parse_channel_key(key)[0], pointer, p.target.release_on, now)
+    try:  # the gates compare with stable's release: a damaged one leaves them unjudged
+        cand = candidate_gates(survey.store, layout.parse_channel_key(ref.pointer)[0], pointer, p.target.release_on,
+                               now)
+    except CorruptObject as damaged:
+        return replace(c, candidate=layout.short_ref(pointer.manifest), candidate_verdict="damaged",
+                       candidate_detail=one_line(str(damaged)))
     detail = "; ".join(f"{g.name}: {g.detail}" for g in cand.gates if g.verdict == cand.verdict)
     return replace(c, candidate=layout.short_ref(pointer.manifest), candidate_verdict=cand.verdict,
                    candidate_detail=detail)

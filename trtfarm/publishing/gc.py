@@ -1,6 +1,8 @@
 """Retention: the newest N plans per (model, GPU, toolchain), and everything a release pointer references.
 
-Newest means by export time, then build time.
+Newest means by export time, then build time. What the pointers of both channels reference, and which of them
+serving hosts refuse, is the state model's answer (``planning/overview.release_references``, the same pointer
+summaries and serving-host checks ``trtfarm status`` reads): gc reads no pointer itself.
 
 Deletion order keeps readers safe: the manifest goes first (the plan becomes invisible), then its provenance and
 signature objects (every one in the plan folder, a publisher's unreachable leftovers too), then the plan. A kept
@@ -10,16 +12,16 @@ plan keeps its attestations: gc never looks at keys, so a key rotation changes n
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from trtfarm.errors import CorruptObject
-from trtfarm.layout import channel_prefix, folder_of, releases_prefix
-from trtfarm.publishing.attest import folder_attestations, read_stored
+from trtfarm.layout import folder_of
+from trtfarm.publishing.attest import folder_attestations
 from trtfarm.publishing.catalog import manifests_in
-from trtfarm.publishing.release import read_pointer, toolchain_label
-from trtfarm.publishing.release_check import asked_identity, check_identity, manifest_identity_problem
-from trtfarm.signing.bundle import SignatureRefused
+from trtfarm.publishing.release import toolchain_label
+from trtfarm.publishing.release_check import manifest_identity_problem
 from trtfarm.store import Store
+from trtfarm.vocabulary.fleetview import ReleaseRef
 
 
 @dataclass(frozen=True)
@@ -33,38 +35,23 @@ class Doomed:
     attestations: tuple[str, ...] = ()  # the provenance and signature objects that go with the plan
 
 
-def _identity_problem(store: Store, key: str, pointer) -> str | None:
-    """Why a pointer does not name one identity with its manifest (a copied or edited pointer), or None."""
-    try:
-        check_identity(store, key, pointer, read_stored(store, pointer.manifest))
-    except (SignatureRefused, CorruptObject) as err:
-        return str(err)
-    return None
+def plans_to_delete(store: Store, keep: int, references: Iterable[ReleaseRef],
+                    skipped: list[str] | None = None) -> list[Doomed]:
+    """What ``trtfarm gc`` would delete, newest kept first, every plan a channel pointer references always kept.
 
-
-def plans_to_delete(store: Store, keep: int, skipped: list[str] | None = None) -> list[Doomed]:
-    """What ``trtfarm gc`` would delete, newest kept first, pointer targets always kept.
-
-    A damaged release pointer or manifest is skipped and described in ``skipped``: every plan of a (model, GPU,
-    toolchain) whose pointer is damaged, or names another identity's manifest, is kept (what it references is
-    unknown), and so is a plan whose manifest is damaged or sits in another identity's folder.
+    ``references``: every channel pointer's, from the state model. One serving hosts refuse (it cannot be read, or it
+    names another identity's manifest, or a missing or damaged one) is described in ``skipped``, and every plan of
+    its (model, GPU, toolchain) is kept: what it references is unknown. So is a plan whose manifest is damaged or
+    sits in another identity's folder.
     """
     skipped = [] if skipped is None else skipped
     referenced, unknown = set(), set()
-    keys = [*store.list(releases_prefix()), *store.list(channel_prefix("candidate"))]  # both channels' plans stay
-    for key in keys:
-        try:
-            pointer, _ = read_pointer(store, key)
-        except CorruptObject as damaged:
-            unknown.add(asked_identity(key))
-            skipped.append(f"{damaged} gc keeps every plan of this release.")
-            continue
-        if pointer:
-            referenced.add(pointer.manifest)
-            problem = _identity_problem(store, key, pointer)
-            if problem:
-                unknown.add(asked_identity(key))
-                skipped.append(f"{problem}; gc keeps every plan of {asked_identity(key)}.")
+    for ref in references:  # both channels' plans stay
+        if ref.manifest:
+            referenced.add(ref.manifest)
+        if ref.refusal:
+            unknown.add(ref.identity)
+            skipped.append(f"{ref.refusal.rstrip('.')}; gc keeps every plan of {ref.identity}.")
     groups: dict[tuple[str, str, str], list] = defaultdict(list)
     damaged_manifests: list[str] = []
     for key, _, m in manifests_in(store, problems=damaged_manifests):

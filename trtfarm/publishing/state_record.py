@@ -51,6 +51,14 @@ class RecordedCell(BaseModel):
     plan_version: str | None = None
 
 
+class RecordedRelease(BaseModel):
+    """What one channel pointer of the model referenced when the state was computed (``ReleaseRef``'s fields)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    manifest: str | None = None  # the manifest it names (None: the pointer could not be read)
+    refusal: str | None = None  # why serving hosts without trusted keys refuse it (None: they take it)
+
+
 class RecordedState(BaseModel):
     """``state/<model>.json``: the state of a model's targets and what it was computed from."""
 
@@ -64,6 +72,9 @@ class RecordedState(BaseModel):
     cells: dict[str, RecordedCell]  # target id -> its cell
     problems: list[str] = []  # damaged objects of the model, named on every view
     trusted_keys: list[str] | None = None  # the hints of the keys the writer verified releases with (None: none)
+    # every channel pointer of the model (its key -> what it references), whatever the fleet; None: a record written
+    # before they were recorded, which says nothing of them
+    releases: dict[str, RecordedRelease] | None = None
     signature: dict | None = None  # the record signed by the run's key (signing/state_claim.py), or None
 
 

@@ -124,8 +124,17 @@ class StoreSurvey:
         return self._read("manifest", {layout.manifest_key(p): o for p, o in items.items()}, parse,
                           ManifestSummary, by=lambda key: layout.folder_of(key))
 
+    def listed_pointer(self, key: str) -> ListedObject | None:
+        """A channel pointer as the listing shows it: a release or candidate pointer (None: not listed)."""
+        return self.pointers.get(key) or self.candidates.get(key)
+
+    def channel_pointers(self, model: str | None = None) -> list[str]:
+        """The keys of every channel pointer listed (of ``model``): the release pointers, then the candidates'."""
+        stable = [o.key for o in self._pointers_of.get(model, [])] if model else list(self.pointers)
+        return [*stable, *(k for k in self.candidates if model is None or k.split("/")[1] == model)]
+
     def pointer_summaries(self, keys: Iterable[str]) -> dict[str, PointerSummary]:
-        """The summaries of these release pointers (those listed and readable)."""
+        """The summaries of these channel pointers (those listed and readable)."""
         def parse(data: bytes, key: str) -> PointerSummary:
             try:
                 return PointerSummary.of(pointer_from_json(data, self.store.url(key)))  # older schemas upgraded
@@ -133,8 +142,7 @@ class StoreSurvey:
                 raise CorruptObject(f"{self.store.url(key)}: not a release pointer; `trtfarm build` of the model "
                                     "repairs it") from err
 
-        return self._read("pointer", {k: self.pointers[k] for k in keys if k in self.pointers}, parse,
-                          PointerSummary)
+        return self._read("pointer", {k: o for k in keys if (o := self.listed_pointer(k))}, parse, PointerSummary)
 
     def records(self, models: Iterable[str], export_ids: dict[str, str] | None = None) -> dict[str, ExportRecord]:
         """Each model's registered export record: its newest, or the one ``export_ids`` names (when listed)."""

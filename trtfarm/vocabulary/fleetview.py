@@ -131,6 +131,24 @@ class TargetStatus:
 
 
 @dataclass(frozen=True)
+class ReleaseRef:
+    """What one channel pointer (``releases/...`` or ``candidates/...``) references, as the state model finds it.
+
+    ``identity``: the ``model/gpu/toolchain`` its key asks for (the key itself when it is not a pointer's key);
+    ``manifest``: the manifest it names (None: the pointer cannot be read); ``refusal``: why a serving host without
+    trusted keys refuses it (a damaged pointer, a pointer or manifest of another identity, a manifest missing or
+    damaged), in ``pull``'s words; None when such a host takes it. Keys are not judged here: what a pointer references
+    does not change with who signed it.
+    """
+
+    pointer: str
+    identity: str
+    channel: str
+    manifest: str | None
+    refusal: str | None = None
+
+
+@dataclass(frozen=True)
 class FleetStatus:
     """The matrix: models x targets, one ``TargetStatus`` per pair a model builds for."""
 
