@@ -15,7 +15,7 @@ from trtfarm.planning.whatif import decide_fleet
 from trtfarm.publishing.registry import resolve_model
 from trtfarm.publishing.state_record import RecordedState
 from trtfarm.publishing.summaries import SummaryCache
-from trtfarm.publishing.survey import StoreSurvey
+from trtfarm.publishing.survey import StoreSurvey, collector_paused
 from trtfarm.signing.keys import TrustedKeys
 from trtfarm.store import Store
 from trtfarm.vocabulary.exports import ExportRef
@@ -40,6 +40,7 @@ def _models(survey: StoreSurvey, names: list[str]) -> list[str]:
     return list(dict.fromkeys(names)) or known
 
 
+@collector_paused()
 def plan_fleet(store: Store, current: Fleet | None, proposed: Fleet, models: list[str] | None = None, *,
                targets: list[str] | None = None, cache: bool = True) -> FleetDecisions:
     """What ``proposed`` would build, keep and drop for ``models`` (all by default), against ``current``."""
@@ -50,6 +51,7 @@ def plan_fleet(store: Store, current: Fleet | None, proposed: Fleet, models: lis
     return decisions
 
 
+@collector_paused()
 def dry_run(store: Store, fleet: Fleet, exports: list[ExportRef], *, targets: list[str] | None = None,
             precision: str | None = None, force: bool = False) -> FleetDecisions:
     """What a run of ``exports`` would do now (``farm run --dry-run``): the fleet as it is, against the store."""
@@ -83,6 +85,7 @@ def run_exports(store: Store, model: str | None) -> list[ExportRef]:
     return [resolve_model(store, model)] if model else latest_exports(store)
 
 
+@collector_paused()
 def status(store: Store, fleet: Fleet, models: list[str] | None = None, *, targets: list[str] | None = None,
            trust: TrustedKeys | None = None, now: datetime | None = None, cache: bool = True) -> FleetStatus:
     """The matrix of ``models`` (all by default) x the fleet's targets (``targets``: only those).

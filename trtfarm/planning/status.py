@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import cached_property
 from datetime import datetime, timezone
 
 from trtfarm import layout
@@ -42,12 +43,27 @@ CELL_FIELDS = ("target", "state", "reason", "released_at", "precision", "engine"
 
 @dataclass(frozen=True)
 class _Pair:
+    """A (model, target) of the matrix; its build digest and keys made when a cell is computed (not from a record)."""
+
     model: str
     target: ResolvedTarget
     export: ExpectedExport
-    digest: str | None  # the build the export and fleet give now (None: not computable before a run)
-    prefix: str | None  # its plan folder
-    pointer_key: str
+    part: tuple[bytes, bytes]  # the target's half of its build digests (``expected.digest_part``)
+
+    @cached_property
+    def digest(self) -> str | None:
+        """The build the export and fleet give now (None: not computable before a run)."""
+        return self.export.digest(self.target, self.part)
+
+    @cached_property
+    def prefix(self) -> str | None:
+        """The plan folder of that build."""
+        return self.export.prefix(self.target, self.digest) if self.digest else None
+
+    @cached_property
+    def pointer_key(self) -> str:
+        """The target's release pointer."""
+        return layout.release_key(self.model, self.target.gpu_key, self.target.toolchain_label)
 
 
 def _iso(ts: float) -> str:
@@ -73,15 +89,9 @@ def target_print(t: ResolvedTarget, x: ExpectedExport) -> str:
 
 
 def _pairs(expected: dict[str, ExpectedExport], targets: list[ResolvedTarget]) -> list[_Pair]:
-    pairs, parts = [], {t.id: digest_part(t) for t in targets}
-    for model in sorted(expected):
-        x = expected[model]
-        for t in targets:
-            if x.covers(t.id):
-                digest = x.digest(t, parts[t.id])
-                pairs.append(_Pair(model, t, x, digest, x.prefix(t, digest) if digest else None,
-                                   layout.release_key(model, t.gpu_key, t.toolchain_label)))
-    return pairs
+    parts = {t.id: digest_part(t) for t in targets}
+    return [_Pair(model, t, expected[model], parts[t.id]) for model in sorted(expected) for t in targets
+            if expected[model].covers(t.id)]
 
 
 def fleet_status(survey: StoreSurvey, expected: dict[str, ExpectedExport], fleet: Fleet, *,

@@ -210,8 +210,8 @@ class SummaryCache:
         try:
             if model is None:
                 return value
-            if isinstance(model, type) and issubclass(model, BaseModel):
-                return model.model_validate(value)
+            if isinstance(model, type) and issubclass(model, BaseModel):  # kept as its JSON text (or a dict)
+                return model.model_validate_json(value) if isinstance(value, str) else model.model_validate(value)
             shared = self._kind("shared")
             if model.MANY:  # a list of rows (a run's outcomes), possibly empty
                 if not isinstance(value, list):
@@ -223,8 +223,8 @@ class SummaryCache:
 
     def put(self, kind: str, key: str, version: str, value) -> None:
         """Remember ``value`` (a summary, a list of them, or plain JSON) for ``key`` at ``version``."""
-        if isinstance(value, BaseModel):
-            value = value.model_dump(mode="json")
+        if isinstance(value, BaseModel):  # its JSON text: made and parsed by pydantic's core, not field by field
+            value = value.model_dump_json()
         elif isinstance(value, _Row):
             value = value.to_row(self._intern)
         elif isinstance(value, list):
