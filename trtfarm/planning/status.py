@@ -23,8 +23,8 @@ from __future__ import annotations
 import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from functools import cached_property
 from datetime import datetime, timezone
+from functools import cached_property
 
 from trtfarm import layout
 from trtfarm.planning.expected import ExpectedExport, digest_part, stale_changes
