@@ -10,7 +10,7 @@ from datetime import datetime
 
 from trtfarm.errors import UserInputError
 from trtfarm.planning.expected import ExpectedExport, expected_exports
-from trtfarm.planning.status import RUNS_BACK, fleet_status
+from trtfarm.planning.status import RUNS_BACK, fleet_status, kept_states
 from trtfarm.planning.whatif import decide_fleet
 from trtfarm.publishing.registry import resolve_model
 from trtfarm.publishing.state_record import RecordedState
@@ -91,16 +91,20 @@ def status(store: Store, fleet: Fleet, models: list[str] | None = None, *, targe
     """The matrix of ``models`` (all by default) x the fleet's targets (``targets``: only those).
 
     Models whose state record in the store is current are read from it (one object each); the rest are computed from
-    the store's records, and a note says how many.
+    the store's records, and a note says how many. What this machine computed of them is kept in its cache, and read
+    by the next view while none of its inputs changed (``status.kept_states``).
     """
     survey = survey_of(store, runs=True, cache=cache)
     names = _models(survey, models or [])
     records = survey.recorded(names)
     recorded, stale = current_records(survey, names, trust, records)
-    expected = {m: ExpectedExport.from_record(s.expected) for m, s in recorded.items()}
-    expected.update(expected_exports(survey, [m for m in names if m not in recorded]))
-    found = fleet_status(survey, expected, fleet, trust=trust, target_ids=targets, now=now, recorded=recorded,
-                         previous={m: r for m, r in records.items() if m not in recorded and r.model == m})
+    kept = kept_states(survey, stale, fleet)  # this machine's own, computed by an earlier view
+    known = {**kept, **recorded}
+    expected = {m: ExpectedExport.from_record(s.expected) for m, s in known.items()}
+    expected.update(expected_exports(survey, [m for m in names if m not in known]))
+    found = fleet_status(survey, expected, fleet, trust=trust, target_ids=targets, now=now, recorded=known,
+                         previous={m: r for m, r in records.items() if m not in recorded and r.model == m},
+                         keep=[m for m in stale if m not in kept])
     survey.save()
     if stale:
         found.notes.append(f"{len(stale)} of {len(names)} models have no state recorded in the store, or one older "

@@ -93,7 +93,8 @@ def _version(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet: Fl
     objects = survey.folders.get(layout.folder_of(named.manifest), {}) if named else {}
     folder = ";".join(f"{k}@{o.version}" for k, o in sorted(objects.items()))
     stamp = ",".join(sorted(k.hint for k in trust.keys)) if trust else "-"
-    return hashlib.sha256("|".join([survey.pointers[key].version, folder, stamp, _serving(fleet)]).encode()).hexdigest()
+    parts = [survey.pointers[key].version, folder, stamp, serving_print(fleet)]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
 
 def remembered_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet: Fleet, now: datetime,
@@ -110,7 +111,7 @@ def remembered_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, f
     return None
 
 
-def _serving(fleet: Fleet) -> str:
+def serving_print(fleet: Fleet) -> str:
     """What of the fleet a serving host's check reads: each toolchain's declared serving images (once per fleet)."""
     kept = _SERVING.get(id(fleet))
     if kept is None or kept[0] is not fleet:
@@ -120,6 +121,11 @@ def _serving(fleet: Fleet) -> str:
 
 
 _SERVING: dict[int, tuple[Fleet, str]] = {}
+
+
+def serving_digest(fleet: Fleet) -> str:
+    """``serving_print`` as a digest: what a state record says its releases were checked against."""
+    return hashlib.sha256(serving_print(fleet).encode()).hexdigest()
 
 
 def one_line(text: str, limit: int = 300) -> str:

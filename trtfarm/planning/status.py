@@ -21,6 +21,7 @@ used only while every object it was computed from is listed at the version it sa
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -28,8 +29,16 @@ from functools import cached_property
 
 from trtfarm import layout
 from trtfarm.planning.expected import ExpectedExport, digest_part, stale_changes
-from trtfarm.planning.served import expired, has_release, one_line, release_key_of, remembered_check, served_check
-from trtfarm.publishing.state_record import RecordedCell, RecordedState, now_iso
+from trtfarm.planning.served import (
+    expired,
+    has_release,
+    one_line,
+    release_key_of,
+    remembered_check,
+    served_check,
+    serving_digest,
+)
+from trtfarm.publishing.state_record import STATE_FORMAT, RecordedCell, RecordedState, now_iso
 from trtfarm.publishing.summaries import ManifestSummary, OutcomeSummary, PointerSummary
 from trtfarm.publishing.survey import READ_THREADS, StoreSurvey
 from trtfarm.signing.keys import TrustedKeys
@@ -37,6 +46,7 @@ from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 from trtfarm.vocabulary.fleetview import NOTHING_RELEASED, FleetStatus, TargetStatus
 
 RUNS_BACK = 20  # older runs read to find since when a target fails
+KEPT = "status"  # the summary cache's kind for the states this machine computed (``kept_states``)
 CELL_FIELDS = ("target", "state", "reason", "released_at", "precision", "engine", "signed", "since", "manifest",
                "export")  # TargetStatus's fields as a state record keeps them (less the model and the age)
 
@@ -97,12 +107,13 @@ def _pairs(expected: dict[str, ExpectedExport], targets: list[ResolvedTarget]) -
 def fleet_status(survey: StoreSurvey, expected: dict[str, ExpectedExport], fleet: Fleet, *,
                  trust: TrustedKeys | None = None, target_ids: list[str] | None = None,
                  now: datetime | None = None, recorded: dict[str, RecordedState] | None = None,
-                 previous: dict[str, RecordedState] | None = None) -> FleetStatus:
+                 previous: dict[str, RecordedState] | None = None, keep: Iterable[str] = ()) -> FleetStatus:
     """The matrix of ``expected``'s models x the fleet's targets (``target_ids``: only those).
 
     ``recorded``: the state records of models whose records are current (``StoreSurvey.model_inputs`` matches);
     a cell is taken from one when its target's part is the same too, else computed from the records.
     ``previous``: the older records of other models (what their released plan objects were when recorded).
+    ``keep``: models whose state, computed here for every target of the fleet, this machine keeps (``kept_states``).
     """
     now = now or datetime.now(timezone.utc)
     targets = select_targets(fleet, target_ids or None)
@@ -110,25 +121,94 @@ def fleet_status(survey: StoreSurvey, expected: dict[str, ExpectedExport], fleet
     found: dict[tuple[str, str], TargetStatus] = {}
     hints = {k.hint for k in trust.keys} if trust else set()
     prints: dict[tuple[str, bool], str] = {}  # a target's print is the same for every model that builds for it
+    serving = serving_digest(fleet)
     for p in pairs:
         state = (recorded or {}).get(p.model)
         cell = state.cells.get(p.target.id) if state else None
         if cell is None or cell.target != p.target.id:
             continue
-        kept = (p.target.id, p.export.covers(p.target.id))
-        if kept not in prints:
-            prints[kept] = target_print(p.target, p.export)
-        if cell.target_print == prints[kept]:
-            taken = _from_record(p.model, cell, now, trust is not None and hints)
+        if cell.target_print == _print(prints, p):
+            taken = _from_record(p.model, cell, now, trust is not None and hints, state.serving == serving)
             if taken is not None:
                 found[p.model, p.target.id] = taken
     todo = [p for p in pairs if (p.model, p.target.id) not in found]
     found.update({(c.model, c.target): c for c in _cells(survey, todo, now, fleet, previous)})
+    whole = set(keep) - {m for m, _ in found.keys() - {(p.model, p.target.id) for p in todo}}
+    if whole and not target_ids:  # models whose every cell was computed here
+        _keep_states(survey, fleet, [p for p in pairs if p.model in whole], found, prints)
     cells = [_with_candidate(survey, p, _signed(survey, found[p.model, p.target.id], trust, fleet, now), now)
              for p in pairs]
     problems = [*survey.problems, *(x for s in (recorded or {}).values() for x in s.problems)]
     return FleetStatus(sorted(expected), [t.id for t in targets], cells, now.isoformat(timespec="seconds"),
-                       survey.store.location, list(dict.fromkeys(problems)))
+                       survey.store.location, sorted(set(problems)))  # in one order however they were found
+
+
+def _print(prints: dict[tuple[str, bool], str], p: _Pair) -> str:
+    """The pair's ``target_print``, made once per target (it is the same for every model that builds for it)."""
+    kept = (p.target.id, p.export.covers(p.target.id))
+    if kept not in prints:
+        prints[kept] = target_print(p.target, p.export)
+    return prints[kept]
+
+
+def _recorded_cell(survey: StoreSurvey, p: _Pair, c: TargetStatus, prints: dict[tuple[str, bool], str],
+                   **verified) -> RecordedCell:
+    """The cell as a state record keeps it: its target's print, its words and its manifest's listed versions."""
+    versions = dict(zip(("manifest_version", "plan_version"), object_versions(survey, c.manifest),
+                        strict=True)) if c.manifest else {}
+    return RecordedCell(target_print=_print(prints, p), **{f: getattr(c, f) for f in CELL_FIELDS}, **verified,
+                        **versions)
+
+
+def _keep_states(survey: StoreSurvey, fleet: Fleet, pairs: list[_Pair], found: dict[tuple[str, str], TargetStatus],
+                 prints: dict[tuple[str, bool], str]) -> None:
+    """Keep on this machine the state computed from the store's objects of each model of ``pairs`` (all its cells).
+
+    What a state record would say, without its signatures' verdicts (a reader trusting keys checks each release).
+    """
+    by_model: dict[str, list[_Pair]] = {}
+    for p in pairs:
+        by_model.setdefault(p.model, []).append(p)
+    for model, mine in by_model.items():
+        inputs = survey.model_inputs(model, RUNS_BACK)
+        state = RecordedState(model=model, inputs=inputs, written_at=now_iso(), by="this machine",
+                              expected=mine[0].export.to_record(),
+                              cells={p.target.id: _recorded_cell(survey, p, found[model, p.target.id], prints)
+                                     for p in mine},
+                              problems=[x for x in survey.problems if f"/{model}/" in x],
+                              serving=serving_digest(fleet))
+        survey.cache.put(KEPT, model, _kept_version(survey, model, fleet, inputs), state)
+
+
+def _kept_version(survey: StoreSurvey, model: str, fleet: Fleet, inputs: str | None = None) -> str:
+    """Everything a model's state depends on beside its cells' targets (``target_print``), as one digest.
+
+    Its objects (``model_inputs``), its state record in the store (a plan rewritten since that record saw it is
+    refused), the fleet's serving images (what a serving host checks of each release) and the record's format.
+    """
+    listed = survey.states.get(model)
+    parts = [str(STATE_FORMAT), inputs or survey.model_inputs(model, RUNS_BACK), listed.version if listed else "-",
+             serving_digest(fleet)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def kept_states(survey: StoreSurvey, models: Iterable[str], fleet: Fleet) -> dict[str, RecordedState]:
+    """The states this machine computed before for ``models``, where nothing they were computed from has changed.
+
+    For models without a current state record in the store: a view reads them as it reads a record (a cell whose
+    target changed since is computed anew), so a warm view costs what a view of recorded models does.
+    """
+    out = {}
+    for model in models:
+        state = survey.cache.get(KEPT, model, _kept_version(survey, model, fleet), RecordedState)
+        if state is None or state.model != model:
+            continue
+        try:
+            ExpectedExport.from_record(state.expected)
+        except TypeError:  # kept by a trtfarm of another shape: computed again
+            continue
+        out[model] = state
+    return out
 
 
 def model_state(survey: StoreSurvey, model: str, expected: ExpectedExport, fleet: Fleet, by: str,
@@ -141,7 +221,7 @@ def model_state(survey: StoreSurvey, model: str, expected: ExpectedExport, fleet
     now = datetime.now(timezone.utc)
     pairs = _pairs({model: expected}, targets)
     cells = {c.target: c for c in _cells(survey, pairs, now, fleet, survey.recorded([model]))}
-    recorded = {}
+    recorded, prints = {}, {}
     for p in pairs:
         c = cells[p.target.id]
         verified = {}
@@ -149,24 +229,26 @@ def model_state(survey: StoreSurvey, model: str, expected: ExpectedExport, fleet
             check = served_check(survey, release_key_of(c), trust, fleet, now)
             verified = {"verified": "refused", "verified_reason": check.refusal} if check.refusal else \
                 {"verified": "signed", "keys": list(check.keys), "expires_at": check.expires}
-        versions = dict(zip(("manifest_version", "plan_version"), object_versions(survey, c.manifest),
-                            strict=True)) if c.manifest else {}
-        recorded[p.target.id] = RecordedCell(target_print=target_print(p.target, p.export),
-                                             **{f: getattr(c, f) for f in CELL_FIELDS}, **verified, **versions)
+        recorded[p.target.id] = _recorded_cell(survey, p, c, prints, **verified)
     return RecordedState(model=model, inputs=survey.model_inputs(model, RUNS_BACK), written_at=now_iso(), by=by,
                          expected=expected.to_record(), cells=recorded,
                          problems=[x for x in survey.problems if f"/{model}/" in x],
-                         trusted_keys=sorted(k.hint for k in trust.keys) if trust else None)
+                         trusted_keys=sorted(k.hint for k in trust.keys) if trust else None,
+                         serving=serving_digest(fleet))
 
 
-def _from_record(model: str, cell: RecordedCell, now: datetime, hints: set[str] | bool) -> TargetStatus | None:
+def _from_record(model: str, cell: RecordedCell, now: datetime, hints: set[str] | bool,
+                 serving: bool) -> TargetStatus | None:
     """The cell a record holds, for a reader trusting the keys ``hints`` (False: none); None to compute it anew.
 
-    Without trusted keys the record's own words stand (it never says signed). With them, a release is signed when the
-    record says the keys that signed it are all trusted here and its claim has not expired; any other release is
-    checked from the store's objects.
+    ``serving``: whether the record's releases were checked against the fleet's serving images as they are now
+    (else a release is checked again). Without trusted keys the record's own words stand (it never says signed).
+    With them, a release is signed when the record says the keys that signed it are all trusted here and its claim
+    has not expired; any other release is checked from the store's objects.
     """
     c = TargetStatus(model=model, age_s=_age(cell.released_at, now), **{f: getattr(cell, f) for f in CELL_FIELDS})
+    if has_release(c) and not serving:
+        return None
     if not hints or not has_release(c):
         return c
     if cell.verified == "signed" and cell.keys and set(cell.keys) <= hints and not expired(cell.expires_at, now):

@@ -64,6 +64,9 @@ class RecordedState(BaseModel):
     cells: dict[str, RecordedCell]  # target id -> its cell
     problems: list[str] = []  # damaged objects of the model, named on every view
     trusted_keys: list[str] | None = None  # the hints of the keys the writer verified releases with (None: none)
+    # the digest of the fleet's serving images its releases were checked against (planning/served.py serving_print;
+    # None: not said): under other images a view checks each release again
+    serving: str | None = None
     signature: dict | None = None  # the record signed by the run's key (signing/state_claim.py), or None
 
 
