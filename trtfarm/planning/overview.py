@@ -130,6 +130,7 @@ def current_records(survey: StoreSurvey, models: list[str], trust: TrustedKeys |
         except TypeError:  # a record of another shape: computed from the store instead
             continue
         current[m] = state
+    survey.know_manifests(current.values())  # the summaries of the manifests their cells name: read from them
     return current, [m for m in models if m not in current]
 
 

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from functools import cached_property
+from functools import cached_property, partial
 
 from trtfarm import layout
 from trtfarm.planning.expected import ExpectedExport, digest_part, stale_changes
@@ -39,7 +39,7 @@ from trtfarm.planning.served import (
     serving_digest,
 )
 from trtfarm.publishing.state_record import STATE_FORMAT, RecordedCell, RecordedState, now_iso
-from trtfarm.publishing.summaries import ManifestSummary, OutcomeSummary, PointerSummary
+from trtfarm.publishing.summaries import ManifestSummary, OutcomeSummary, PointerSummary, shared_ref
 from trtfarm.publishing.survey import READ_THREADS, StoreSurvey
 from trtfarm.signing.keys import TrustedKeys
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
@@ -160,6 +160,31 @@ def _recorded_cell(survey: StoreSurvey, p: _Pair, c: TargetStatus, prints: dict[
                         **versions)
 
 
+def _recorded_manifests(survey: StoreSurvey, pairs: list[_Pair], cells: Iterable[TargetStatus],
+                        values: dict) -> dict[str, tuple[str, list]]:
+    """The summaries of the manifests ``cells`` were computed from, by key, as a state record keeps them.
+
+    Each target's build now and each released one (what a what-if reads of the model): its listed version and its
+    summary as a row, whose shared fields go to ``values``.
+    """
+    pointers = survey.pointer_summaries({p.pointer_key for p in pairs})  # read already, by the cells
+    keys = {c.manifest for c in cells if c.manifest} | {ptr.manifest for ptr in pointers.values()}
+    folders = {layout.folder_of(k) for k in keys if layout.manifest_key(layout.folder_of(k)) == k}  # own manifests
+    out = {}
+    for prefix, summary in survey.manifests(folders).items():
+        version = object_versions(survey, layout.manifest_key(prefix))[0]
+        if version:
+            out[layout.manifest_key(prefix)] = (version, summary.to_row(partial(_share, values)))
+    return out
+
+
+def _share(values: dict, value) -> str:
+    """``value`` kept once among a record's shared values; its key there (``shared_ref``)."""
+    ref = shared_ref(value)
+    values.setdefault(ref, value)
+    return ref
+
+
 def _keep_states(survey: StoreSurvey, fleet: Fleet, pairs: list[_Pair], found: dict[tuple[str, str], TargetStatus],
                  prints: dict[tuple[str, bool], str]) -> None:
     """Keep on this machine the state computed from the store's objects of each model of ``pairs`` (all its cells).
@@ -221,7 +246,8 @@ def model_state(survey: StoreSurvey, model: str, expected: ExpectedExport, fleet
     now = datetime.now(timezone.utc)
     pairs = _pairs({model: expected}, targets)
     cells = {c.target: c for c in _cells(survey, pairs, now, fleet, survey.recorded([model]))}
-    recorded, prints = {}, {}
+    recorded, prints, values = {}, {}, {}
+    manifests = _recorded_manifests(survey, pairs, cells.values(), values)
     for p in pairs:
         c = cells[p.target.id]
         verified = {}
@@ -234,7 +260,8 @@ def model_state(survey: StoreSurvey, model: str, expected: ExpectedExport, fleet
                          expected=expected.to_record(), cells=recorded,
                          problems=[x for x in survey.problems if f"/{model}/" in x],
                          trusted_keys=sorted(k.hint for k in trust.keys) if trust else None,
-                         serving=serving_digest(fleet))
+                         serving=serving_digest(fleet), manifests=manifests, summary_layout=ManifestSummary.layout(),
+                         summary_values=values)
 
 
 def _from_record(model: str, cell: RecordedCell, now: datetime, hints: set[str] | bool,

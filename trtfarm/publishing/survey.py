@@ -67,6 +67,7 @@ class StoreSurvey:
         self.store, self.cache = store, cache or SummaryCache(None)
         self.problems: list[str] = []
         self.damaged: dict[str, str] = {}  # key -> what is wrong with it, for the objects read and found damaged
+        self._recorded: dict[str, tuple[str, list, dict]] = {}  # manifest key -> (version, row, shared values)
         prefixes = [layout.exports_prefix(model), layout.plans_prefix(model), layout.releases_prefix(model),
                     layout.converted_models_prefix(model), layout.channel_prefix("candidate", model)]
         if runs:
@@ -181,6 +182,30 @@ class StoreSurvey:
                            RecordedState)
         return {layout.parse_state_key(k): v for k, v in found.items()}
 
+    def know_manifests(self, states: Iterable[RecordedState]) -> None:
+        """Take the manifest summaries these (current) state records keep, each for the version it was read at.
+
+        ``manifests`` answers from them, for a manifest the listing shows at that version, instead of reading it.
+        A record of another summary layout is left out (its manifests are read).
+        """
+        layout_of = ManifestSummary.layout()
+        for state in states:
+            if state.summary_layout != layout_of:
+                continue
+            shared = {ref: [ref, value] for ref, value in state.summary_values.items()}  # as from_row reads them
+            for key, (version, row) in state.manifests.items():
+                self._recorded[key] = (version, row, shared)
+
+    def _recorded_manifest(self, key: str, version: str) -> ManifestSummary | None:
+        """The summary a state record keeps of the manifest at ``key``, if it was read at ``version``."""
+        kept = self._recorded.get(key)
+        if kept is None or kept[0] != version:
+            return None
+        try:
+            return ManifestSummary.from_row(kept[1], kept[2])
+        except (TypeError, KeyError, IndexError):  # a row that does not fit the layout: the manifest is read
+            return None
+
     def save(self) -> None:
         """Keep what was read for the next view on this machine."""
         self.cache.save()
@@ -191,6 +216,8 @@ class StoreSurvey:
         out, todo = {}, []
         for key, obj in items.items():
             hit = self.cache.get(kind, key, obj.version, model)
+            if hit is None and self._recorded and model is ManifestSummary:
+                hit = self._recorded_manifest(key, obj.version)
             if hit is not None:
                 out[(by or str)(key)] = hit
             else:
