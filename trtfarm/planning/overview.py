@@ -23,9 +23,10 @@ from trtfarm.vocabulary.fleet import Fleet
 from trtfarm.vocabulary.fleetview import FleetDecisions, FleetStatus
 
 
-def survey_of(store: Store, *, runs: bool = False, cache: bool = True) -> StoreSurvey:
+def survey_of(store: Store, *, runs: bool = False, cache: bool = True, keep_parsed: bool = False) -> StoreSurvey:
     """The store's survey, with this machine's summary cache of it (``cache=False``: read everything afresh)."""
-    return StoreSurvey(store, SummaryCache.for_store(store.uri) if cache else None, runs=runs)
+    return StoreSurvey(store, SummaryCache.for_store(store.uri) if cache else None, runs=runs,
+                       keep_parsed=keep_parsed)
 
 
 def _models(survey: StoreSurvey, names: list[str]) -> list[str]:
@@ -94,7 +95,7 @@ def status(store: Store, fleet: Fleet, models: list[str] | None = None, *, targe
     the store's records, and a note says how many. What this machine computed of them is kept in its cache, and read
     by the next view while none of its inputs changed (``status.kept_states``).
     """
-    survey = survey_of(store, runs=True, cache=cache)
+    survey = survey_of(store, runs=True, cache=cache, keep_parsed=True)  # each release judged from its cell's reads
     names = _models(survey, models or [])
     records = survey.recorded(names)
     recorded, stale = current_records(survey, names, trust, records)

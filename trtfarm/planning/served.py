@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from trtfarm import layout
 from trtfarm.errors import TrtfarmError
@@ -16,6 +17,10 @@ from trtfarm.publishing.survey import StoreSurvey
 from trtfarm.signing.keys import TrustedKeys
 from trtfarm.vocabulary.fleet import Fleet
 from trtfarm.vocabulary.fleetview import TargetStatus
+from trtfarm.vocabulary.pointer import ReleasePointer
+
+if TYPE_CHECKING:
+    from trtfarm.publishing.attest import StoredPlan
 
 
 def has_release(c: TargetStatus) -> bool:
@@ -43,6 +48,26 @@ def expired(at: str | None, now: datetime) -> bool:
 
 
 @dataclass(frozen=True)
+class ReadRelease:
+    """A release pointer and the manifest it names, parsed from the bytes a view read (``served_check``)."""
+
+    pointer: ReleasePointer
+    stored: StoredPlan  # the manifest as ``attest.read_stored`` reads it without attestations
+
+
+def read_release(objects: dict, key: str) -> ReadRelease | None:
+    """The pointer at ``key`` and the manifest it names from ``objects`` (what a view parsed, by key), if both are."""
+    from trtfarm.publishing.attest import StoredPlan
+
+    pointer = objects.get(key)
+    manifest = objects.get(pointer.manifest) if isinstance(pointer, ReleasePointer) else None
+    if manifest is None:
+        return None
+    parsed, data = manifest
+    return ReadRelease(pointer, StoredPlan(pointer.manifest, parsed, data, None, None))
+
+
+@dataclass(frozen=True)
 class ServedCheck:
     """What a serving host says of a release.
 
@@ -56,14 +81,15 @@ class ServedCheck:
 
 
 def served_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet: Fleet,
-                 now: datetime) -> ServedCheck:
+                 now: datetime, read: ReadRelease | None = None) -> ServedCheck:
     """What a serving host (``pull``) says of the release at ``key``.
 
     Asked of ``release_check.served_release`` itself; kept on this machine per version of every object the answer
     reads (the pointer, and every object of the plan folder it names), the trusted keys and the fleet's serving
-    images, and asked again once the signed release it judged has expired.
+    images, and asked again once the signed release it judged has expired. ``read``: the pointer at ``key`` and the
+    manifest it names, as this view read them (the same checks, without reading them again; without trusted keys).
     """
-    from trtfarm.publishing.release_check import served_release
+    from trtfarm.publishing.release_check import served_from, served_release
 
     if survey.pointers.get(key) is None:
         return ServedCheck(None)
@@ -72,7 +98,10 @@ def served_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet
     if kept is not None:
         return kept
     try:
-        served = served_release(survey.store, key, trust, fleet=fleet, now=now, attestations=False)
+        if read is not None and trust is None:
+            served = served_from(survey.store, key, read.pointer, read.stored, None, fleet=fleet, now=now)
+        else:
+            served = served_release(survey.store, key, trust, fleet=fleet, now=now, attestations=False)
         claim = served.release.claim if served else None
         keys = [k.hint for k in (served.release.key, served.verdict.key) if k] if served else []
         check = ServedCheck(None, claim.expires_at if claim else None, tuple(dict.fromkeys(keys)))

@@ -33,6 +33,7 @@ from trtfarm.planning.served import (
     expired,
     has_release,
     one_line,
+    read_release,
     release_key_of,
     remembered_check,
     served_check,
@@ -46,6 +47,7 @@ from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 from trtfarm.vocabulary.fleetview import NOTHING_RELEASED, FleetStatus, TargetStatus
 
 RUNS_BACK = 20  # older runs read to find since when a target fails
+CHUNK_PAIRS = 1000  # pairs whose objects are read, judged and let go together (some 20 MB of parsed manifests)
 KEPT = "status"  # the summary cache's kind for the states this machine computed (``kept_states``)
 CELL_FIELDS = ("target", "state", "reason", "released_at", "precision", "engine", "signed", "since", "manifest",
                "export")  # TargetStatus's fields as a state record keeps them (less the model and the age)
@@ -299,9 +301,28 @@ def _cells(survey: StoreSurvey, pairs: list[_Pair], now: datetime, fleet: Fleet,
     """The cells of ``pairs``, from their pointers, manifests and runs (read once per version, many at once).
 
     ``previous``: older state records of these models, which say what a released plan object was when recorded.
+    A few models at a time (``CHUNK_PAIRS``): the objects a chunk reads are judged as a serving host would (its
+    releases) and let go before the next chunk is read.
     """
-    if not pairs:
-        return []
+    by_model: dict[str, list[_Pair]] = {}
+    for p in pairs:
+        by_model.setdefault(p.model, []).append(p)
+    out, chunk = [], []
+    for mine in by_model.values():
+        chunk += mine
+        if len(chunk) >= CHUNK_PAIRS:
+            out += _chunk_cells(survey, chunk, now, fleet, previous)
+            chunk = []
+    return out + (_chunk_cells(survey, chunk, now, fleet, previous) if chunk else [])
+
+
+def _chunk_cells(survey: StoreSurvey, pairs: list[_Pair], now: datetime, fleet: Fleet,
+                 previous: dict[str, RecordedState] | None) -> list[TargetStatus]:
+    """``_cells`` of a few models.
+
+    With a survey that keeps what it parses (``keep_parsed``), each release read by this view is judged from the
+    pointer and manifest its cell was computed from: ``pull``'s checks (``served_check``), not a second read.
+    """
     newest = {r[0][1].key: r[0][1] for m in {p.model for p in pairs} if (r := survey.runs.get(m))}
     survey.outcomes(newest.items())  # each model's newest run, read whatever the cells need: its damage is named
     pointers = survey.pointer_summaries({p.pointer_key for p in pairs})
@@ -318,7 +339,13 @@ def _cells(survey: StoreSurvey, pairs: list[_Pair], now: datetime, fleet: Fleet,
         kept = remembered_check(survey, key, None, fleet, now, named=pointers.get(key)) if key else None
         if kept is not None:
             refusals[id(c)] = kept.refusal
-    asked = [c for c in cells if has_release(c) and id(c) not in refusals]
+    read = survey.parsed or {}  # what this view read and kept parsed (``keep_parsed``), by key
+    for c in cells:  # releases whose pointer and manifest this view read: judged from them, at once
+        both = read_release(read, release_key_of(c)) if has_release(c) and id(c) not in refusals else None
+        if both is not None:
+            refusals[id(c)] = served_check(survey, release_key_of(c), None, fleet, now, both).refusal
+    read.clear()  # let go of what was read before the next models are
+    asked = [c for c in cells if has_release(c) and id(c) not in refusals]  # the rest: read, many at once
     size = max(1, min(64, len(asked) // (READ_THREADS * 4)))  # a task per batch, as the survey reads
     batches = [asked[i:i + size] for i in range(0, len(asked), size)]
     with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:

@@ -63,8 +63,11 @@ class StoreSurvey:
     """The store's registry, plans, release pointers (and run outcomes), from listings; contents read on demand."""
 
     def __init__(self, store: Store, cache: SummaryCache | None = None, *, runs: bool = False,
-                 model: str | None = None) -> None:
+                 model: str | None = None, keep_parsed: bool = False) -> None:
         self.store, self.cache = store, cache or SummaryCache(None)
+        # keep_parsed: each pointer and manifest read is also left here parsed (key -> ReleasePointer, or
+        # (Manifest, its bytes)), for a check that needs the objects themselves; whoever takes them lets them go
+        self.parsed: dict[str, object] | None = {} if keep_parsed else None
         self.problems: list[str] = []
         self.damaged: dict[str, str] = {}  # key -> what is wrong with it, for the objects read and found damaged
         self._recorded: dict[str, tuple[str, list, dict]] = {}  # manifest key -> (version, row, shared values)
@@ -129,7 +132,10 @@ class StoreSurvey:
                  if layout.MANIFEST_NAME in self.folders.get(p, {})}
 
         def parse(data: bytes, key: str) -> ManifestSummary:
-            return ManifestSummary.of(manifest_from_json(data, self.store.url(key)), data)
+            manifest = manifest_from_json(data, self.store.url(key))
+            if self.parsed is not None:
+                self.parsed[key] = (manifest, data)
+            return ManifestSummary.of(manifest, data)
 
         return self._read("manifest", {layout.manifest_key(p): o for p, o in items.items()}, parse,
                           ManifestSummary, by=lambda key: layout.folder_of(key))
@@ -138,10 +144,14 @@ class StoreSurvey:
         """The summaries of these release pointers (those listed and readable)."""
         def parse(data: bytes, key: str) -> PointerSummary:
             try:
-                return PointerSummary.of(pointer_from_json(data, self.store.url(key)))  # older schemas upgraded
+                pointer = pointer_from_json(data, self.store.url(key))  # older schemas upgraded
+                summary = PointerSummary.of(pointer)
             except ValueError as err:
                 raise CorruptObject(f"{self.store.url(key)}: not a release pointer; `trtfarm build` of the model "
                                     "repairs it") from err
+            if self.parsed is not None:
+                self.parsed[key] = pointer
+            return summary
 
         return self._read("pointer", {k: self.pointers[k] for k in keys if k in self.pointers}, parse,
                           PointerSummary)
