@@ -42,6 +42,7 @@ SUITES = {
     "trtfarm/runtime/loader.py": CHAIN,
     # the state model and the views (issue 46): in-process stores built once per module, copied per test
     "trtfarm/planning/status.py": STATE,
+    "trtfarm/planning/cells.py": STATE,
     "trtfarm/planning/served.py": STATE,
     "trtfarm/planning/overview.py": STATE,
     "trtfarm/publishing/state_record.py": STATE,

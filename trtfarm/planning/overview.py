@@ -9,8 +9,9 @@ from __future__ import annotations
 from datetime import datetime
 
 from trtfarm.errors import UserInputError
+from trtfarm.planning.cells import RUNS_BACK
 from trtfarm.planning.expected import ExpectedExport, expected_exports
-from trtfarm.planning.status import RUNS_BACK, fleet_status, kept_states
+from trtfarm.planning.status import fleet_status, kept_states
 from trtfarm.planning.whatif import decide_fleet
 from trtfarm.publishing.registry import resolve_model
 from trtfarm.publishing.state_record import RecordedState
