@@ -17,7 +17,7 @@ measuring process that has imported trtfarm and made the store's client (a comma
 - `farm run --dry-run` (the same decisions against the store);
 - `status --record` (each model's state computed and recorded in the store, as every run does for its models), then
   `status` and each `plan` what-if cold again, reading the records (one object per model, in place of its export
-  record and farm.yaml): each answer must equal the same view's cold one.
+  record, farm.yaml and the manifests a what-if reads): each answer must equal the same view's cold one.
 Printed per run: wall and CPU time, the load, store requests (and GETs); `--json` adds listings, writes and the
 files the run left in its cache folder. Goal (issue 46): a cold status at most 3 s of CPU and 1,100 requests on the
 file store, a cold what-if at most 5 s. `--smoke` is the smallest scale (3 models, both stores; CI runs it).

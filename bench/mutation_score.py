@@ -43,6 +43,7 @@ SUITES = {
     "trtfarm/runtime/loader.py": CHAIN,
     # the state model and the views (issue 46): in-process stores built once per module, copied per test
     "trtfarm/planning/status.py": STATE,
+    "trtfarm/planning/cells.py": STATE,
     "trtfarm/planning/served.py": [*STATE, *GC],  # what hosts say of a release, and what each pointer references
     "trtfarm/planning/overview.py": [*STATE, *GC],
     "trtfarm/publishing/gc.py": GC,

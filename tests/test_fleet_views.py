@@ -156,6 +156,44 @@ def test_a_proposed_fleet_lists_exactly_the_pairs_whose_plan_the_real_planner_ch
         assert decisions.changed() == [], decisions.changed()  # a change no build depends on lists nothing
 
 
+def test_a_what_if_from_current_state_records_reads_one_object_per_model_and_decides_as_the_objects_do(own_store):
+    """Each record keeps the summaries of the manifests its cells were computed from; the what-ifs read them."""
+    work, store_uri, fleet_file = own_store
+    current, store = load_fleet(fleet_file), open_store(store_uri)
+    proposals = [current]
+    for name, doc, _ in FAMILY:
+        if name in ("bump-trt-11.4", "bump-rtx-1.7", "default-workspace_mib", "new-gpu-l40s"):
+            (work / f"{name}.yaml").write_text(yaml.safe_dump(doc))
+            proposals.append(load_fleet(work / f"{name}.yaml"))
+
+    def decided(proposed) -> tuple:
+        found = plan_fleet(_open(store_uri), current, proposed, cache=False)
+        return [repr(d) for d in found.decisions], found.serving, found.triton, found.refused
+
+    records = {k: store.get(k).data for k in store.list("state/")}
+    assert sorted(records) == ["state/dedupe.json", "state/encoder.json"]  # each run recorded its model
+    answers = []
+    for proposed in proposals:
+        tally = Tally()
+        with counting(tally):
+            answers.append(decided(proposed))
+        assert sorted(k for (m, k) in tally.requests if m == "get") == sorted(records), tally.requests
+        assert any(d.action in ("rebuild", "new") for d in plan_fleet(store, current, proposed).decisions) == \
+            (proposed is not current)
+    # a current record whose summaries are of other versions (here: other build times) costs the manifests' reads,
+    # never an answer
+    key = "state/encoder.json"
+    doc = json.loads(records[key])
+    wall = doc["summary_layout"].split(",").index("wall_s")
+    other = {**doc, "manifests": {k: ["0-0", [v + 1000 if i == wall else v for i, v in enumerate(row)]]
+                                  for k, (_, row) in doc["manifests"].items()}}
+    store.compare_and_swap(key, json.dumps(other).encode(), store.get(key).etag)
+    assert [decided(p) for p in proposals] == answers
+    for key in records:  # and without records, every manifest it needs is read
+        store.delete(key)
+    assert [decided(p) for p in proposals] == answers
+
+
 def test_a_toolchain_bump_says_the_serving_image_it_leaves_behind(built, tmp_path):
     _, store_uri, fleet_file = built
     doc = yaml.safe_load(fleet_file.read_text())

@@ -32,12 +32,16 @@ from trtfarm.signing.keys import PemKeySigner, load_trusted_keys
 from trtfarm.signing.release_claim import unverified_claim
 from trtfarm.store import open_store
 
-from .fleet_store import build_all, built_store, dedupe_export, encoder_export
+from .fleet_store import FLEET, build_all, built_store, dedupe_export, encoder_export
 from .signed_farm import GPU, TARGETS, build_farm
 from .store_requests import CountingStore
 
 TOOLCHAIN = "tensorrt_rtx-1.7.1.116"
 SIGNED_TARGET = "rtx-4090-rtx1.7"
+# the views' fleet with another toolchain entry of the same TensorRT-RTX, no target's: its serving image carries
+# another version, so serving hosts refuse the plans of 1.7.1.116 (no target's own settings or toolchain changed)
+IMAGED = FLEET.replace("toolchains:\n", "toolchains:\n  rtx-serving: {flavour: tensorrt_rtx, version: \"1.7.1.116\", "
+                       "serving_images: [{image: \"serve:old\", tensorrt_version: \"1.6.0\"}]}\n")
 
 
 @pytest.fixture(scope="module")
@@ -380,3 +384,41 @@ def test_a_released_plan_object_gone_is_named_by_its_key(views):
     store.delete(plan)
     cell = status(store, fleet).cell("encoder", "rtx5090-rtx1.7")
     assert cell.state in ("refused", "damaged") and plan in cell.reason, cell
+
+
+def test_a_state_this_machine_computed_answers_again_only_while_nothing_it_was_computed_from_changed(views, tmp_path):
+    """Without state records in the store, a view keeps what it computed; a changed object or fleet is computed."""
+    store, fleet = views
+    for key in list(store.list("state/")):
+        store.delete(key)
+    (tmp_path / "imaged.yaml").write_text(IMAGED)
+
+    def cells(found):
+        return [c.to_json() | {"age_s": None} for c in found.cells]
+
+    for proposed in (fleet, load_fleet(tmp_path / "imaged.yaml")):
+        truth = status(store, proposed, cache=False)
+        assert cells(status(store, proposed)) == cells(truth)  # computed, and kept
+        assert cells(status(store, proposed)) == cells(truth)  # read from what this machine kept
+    assert status(store, fleet).cell("encoder", "rtx4090-rtx1.7").state == "released"
+    refused = status(store, load_fleet(tmp_path / "imaged.yaml")).cell("encoder", "rtx4090-rtx1.7")
+    assert refused.state == "refused" and "serve:old" in refused.reason, refused
+    # an object changed since: computed from the store again
+    key = status(store, fleet).cell("encoder", "rtx3090-rtx1.7-o5").manifest
+    doc = json.loads(store.get(key).data)
+    doc["verification"]["engine"] = {**doc["verification"]["engine"], "status": "failed", "detail": "diff 3.2"}
+    store.compare_and_swap(key, json.dumps(doc).encode(), store.get(key).etag)
+    assert status(store, fleet).cell("encoder", "rtx3090-rtx1.7-o5").state == "failed"
+
+
+def test_a_state_record_s_releases_are_judged_again_under_other_serving_images(views, tmp_path):
+    store, fleet = views
+    assert record_states(store, fleet, by="test") == ["dedupe", "encoder"]
+    (tmp_path / "imaged.yaml").write_text(IMAGED)
+    imaged = load_fleet(tmp_path / "imaged.yaml")
+    found = status(store, imaged)
+    assert [c.to_json() | {"age_s": None} for c in found.cells] == [
+        c.to_json() | {"age_s": None} for c in status(store, imaged, cache=False).cells]
+    refused = found.cell("encoder", "rtx4090-rtx1.7")
+    assert refused.state == "refused" and "serve:old" in refused.reason, refused
+    assert found.cell("encoder", "rtx3090-rtx1.7-o5").state == "pending"  # no release: the record's word stands

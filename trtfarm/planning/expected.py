@@ -247,6 +247,8 @@ def _unrecorded(survey: StoreSurvey, ref: ExportRef, precision: str | None) -> E
 
 def _from_releases(survey: StoreSurvey, models: list[str]) -> dict[str, ExpectedExport]:
     """Models with plans but no registered export: the export of each one's newest released (else published) plan."""
+    if not models:  # every model registered (or read from its state record): no pointer key to parse
+        return {}
     pointers = survey.pointer_summaries(k for k in survey.pointers
                                         if (name := layout.parse_release_key(k)) and name.model in set(models))
     released = {layout.folder_of(p.manifest): p for p in pointers.values()}

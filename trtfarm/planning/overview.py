@@ -9,14 +9,15 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from trtfarm.errors import UserInputError
+from trtfarm.planning.cells import RUNS_BACK
 from trtfarm.planning.expected import ExpectedExport, expected_exports
 from trtfarm.planning.served import recorded_refs, release_refs
-from trtfarm.planning.status import RUNS_BACK, fleet_status
+from trtfarm.planning.status import fleet_status, kept_states
 from trtfarm.planning.whatif import decide_fleet
 from trtfarm.publishing.registry import resolve_model
 from trtfarm.publishing.state_record import RecordedState
 from trtfarm.publishing.summaries import SummaryCache
-from trtfarm.publishing.survey import StoreSurvey
+from trtfarm.publishing.survey import StoreSurvey, collector_paused
 from trtfarm.signing.keys import TrustedKeys
 from trtfarm.store import Store
 from trtfarm.vocabulary.exports import ExportRef
@@ -24,9 +25,10 @@ from trtfarm.vocabulary.fleet import Fleet
 from trtfarm.vocabulary.fleetview import FleetDecisions, FleetStatus, ReleaseRef
 
 
-def survey_of(store: Store, *, runs: bool = False, cache: bool = True) -> StoreSurvey:
+def survey_of(store: Store, *, runs: bool = False, cache: bool = True, keep_parsed: bool = False) -> StoreSurvey:
     """The store's survey, with this machine's summary cache of it (``cache=False``: read everything afresh)."""
-    return StoreSurvey(store, SummaryCache.for_store(store.uri) if cache else None, runs=runs)
+    return StoreSurvey(store, SummaryCache.for_store(store.uri) if cache else None, runs=runs,
+                       keep_parsed=keep_parsed)
 
 
 def _models(survey: StoreSurvey, names: list[str]) -> list[str]:
@@ -41,6 +43,7 @@ def _models(survey: StoreSurvey, names: list[str]) -> list[str]:
     return list(dict.fromkeys(names)) or known
 
 
+@collector_paused()
 def plan_fleet(store: Store, current: Fleet | None, proposed: Fleet, models: list[str] | None = None, *,
                targets: list[str] | None = None, cache: bool = True) -> FleetDecisions:
     """What ``proposed`` would build, keep and drop for ``models`` (all by default), against ``current``."""
@@ -51,6 +54,7 @@ def plan_fleet(store: Store, current: Fleet | None, proposed: Fleet, models: lis
     return decisions
 
 
+@collector_paused()
 def dry_run(store: Store, fleet: Fleet, exports: list[ExportRef], *, targets: list[str] | None = None,
             precision: str | None = None, force: bool = False) -> FleetDecisions:
     """What a run of ``exports`` would do now (``farm run --dry-run``): the fleet as it is, against the store."""
@@ -84,21 +88,26 @@ def run_exports(store: Store, model: str | None) -> list[ExportRef]:
     return [resolve_model(store, model)] if model else latest_exports(store)
 
 
+@collector_paused()
 def status(store: Store, fleet: Fleet, models: list[str] | None = None, *, targets: list[str] | None = None,
            trust: TrustedKeys | None = None, now: datetime | None = None, cache: bool = True) -> FleetStatus:
     """The matrix of ``models`` (all by default) x the fleet's targets (``targets``: only those).
 
     Models whose state record in the store is current are read from it (one object each); the rest are computed from
-    the store's records, and a note says how many.
+    the store's records, and a note says how many. What this machine computed of them is kept in its cache, and read
+    by the next view while none of its inputs changed (``status.kept_states``).
     """
-    survey = survey_of(store, runs=True, cache=cache)
+    survey = survey_of(store, runs=True, cache=cache, keep_parsed=True)  # each release judged from its cell's reads
     names = _models(survey, models or [])
     records = survey.recorded(names)
     recorded, stale = current_records(survey, names, trust, records)
-    expected = {m: ExpectedExport.from_record(s.expected) for m, s in recorded.items()}
-    expected.update(expected_exports(survey, [m for m in names if m not in recorded]))
-    found = fleet_status(survey, expected, fleet, trust=trust, target_ids=targets, now=now, recorded=recorded,
-                         previous={m: r for m, r in records.items() if m not in recorded and r.model == m})
+    kept = kept_states(survey, stale, fleet)  # this machine's own, computed by an earlier view
+    known = {**kept, **recorded}
+    expected = {m: ExpectedExport.from_record(s.expected) for m, s in known.items()}
+    expected.update(expected_exports(survey, [m for m in names if m not in known]))
+    found = fleet_status(survey, expected, fleet, trust=trust, target_ids=targets, now=now, recorded=known,
+                         previous={m: r for m, r in records.items() if m not in recorded and r.model == m},
+                         keep=[m for m in stale if m not in kept])
     survey.save()
     if stale:
         found.notes.append(f"{len(stale)} of {len(names)} models have no state recorded in the store, or one older "
@@ -145,6 +154,7 @@ def current_records(survey: StoreSurvey, models: list[str], trust: TrustedKeys |
         except TypeError:  # a record of another shape: computed from the store instead
             continue
         current[m] = state
+    survey.know_manifests(current.values())  # the summaries of the manifests their cells name: read from them
     return current, [m for m in models if m not in current]
 
 

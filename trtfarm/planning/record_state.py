@@ -30,7 +30,7 @@ def record_states(store: Store, fleet: Fleet, models: list[str] | None = None, *
     targets = targets if targets is not None else select_targets(fleet, None)
     done = []
     for model in names:
-        survey = StoreSurvey(store, None, runs=True, model=model)
+        survey = StoreSurvey(store, None, runs=True, model=model, keep_parsed=True)  # releases judged as read
         expected = expected_exports(survey, [model])
         state = model_state(survey, model, expected[model], fleet, by, targets, trust) if model in expected else None
         if state is not None and write_state(store, state, signer):

@@ -12,6 +12,7 @@ import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from trtfarm import layout
 from trtfarm.errors import TrtfarmError
@@ -22,6 +23,10 @@ from trtfarm.publishing.survey import READ_THREADS, StoreSurvey
 from trtfarm.signing.keys import TrustedKeys
 from trtfarm.vocabulary.fleet import Fleet
 from trtfarm.vocabulary.fleetview import ReleaseRef, TargetStatus
+from trtfarm.vocabulary.pointer import ReleasePointer
+
+if TYPE_CHECKING:
+    from trtfarm.publishing.attest import StoredPlan
 
 
 def has_release(c: TargetStatus) -> bool:
@@ -49,6 +54,26 @@ def expired(at: str | None, now: datetime) -> bool:
 
 
 @dataclass(frozen=True)
+class ReadRelease:
+    """A release pointer and the manifest it names, parsed from the bytes a view read (``served_check``)."""
+
+    pointer: ReleasePointer
+    stored: StoredPlan  # the manifest as ``attest.read_stored`` reads it without attestations
+
+
+def read_release(objects: dict, key: str) -> ReadRelease | None:
+    """The pointer at ``key`` and the manifest it names from ``objects`` (what a view parsed, by key), if both are."""
+    from trtfarm.publishing.attest import StoredPlan
+
+    pointer = objects.get(key)
+    manifest = objects.get(pointer.manifest) if isinstance(pointer, ReleasePointer) else None
+    if manifest is None:
+        return None
+    parsed, data = manifest
+    return ReadRelease(pointer, StoredPlan(pointer.manifest, parsed, data, None, None))
+
+
+@dataclass(frozen=True)
 class ServedCheck:
     """What a serving host says of a release.
 
@@ -62,16 +87,17 @@ class ServedCheck:
 
 
 def served_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet: Fleet | None,
-                 now: datetime) -> ServedCheck:
+                 now: datetime, read: ReadRelease | None = None) -> ServedCheck:
     """What a serving host (``pull``) says of the release at ``key`` (a release or candidate channel's pointer).
 
     ``fleet`` None: the serving images the manifest records, none the fleet declares besides.
 
     Asked of ``release_check.served_release`` itself; kept on this machine per version of every object the answer
     reads (the pointer, and every object of the plan folder it names), the trusted keys and the fleet's serving
-    images, and asked again once the signed release it judged has expired.
+    images, and asked again once the signed release it judged has expired. ``read``: the pointer at ``key`` and the
+    manifest it names, as this view read them (the same checks, without reading them again; without trusted keys).
     """
-    from trtfarm.publishing.release_check import served_release
+    from trtfarm.publishing.release_check import served_from, served_release
 
     if survey.listed_pointer(key) is None:
         return ServedCheck(None)
@@ -80,7 +106,10 @@ def served_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet
     if kept is not None:
         return kept
     try:
-        served = served_release(survey.store, key, trust, fleet=fleet, now=now, attestations=False)
+        if read is not None and trust is None:
+            served = served_from(survey.store, key, read.pointer, read.stored, None, fleet=fleet, now=now)
+        else:
+            served = served_release(survey.store, key, trust, fleet=fleet, now=now, attestations=False)
         claim = served.release.claim if served else None
         keys = [k.hint for k in (served.release.key, served.verdict.key) if k] if served else []
         check = ServedCheck(None, claim.expires_at if claim else None, tuple(dict.fromkeys(keys)))
@@ -104,8 +133,8 @@ def _version(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet: Fl
     objects = survey.folders.get(layout.folder_of(named.manifest), {}) if named else {}
     folder = ";".join(f"{k}@{o.version}" for k, o in sorted(objects.items()))
     stamp = ",".join(sorted(k.hint for k in trust.keys)) if trust else "-"
-    listed = survey.listed_pointer(key).version
-    return hashlib.sha256("|".join([listed, folder, stamp, _serving(fleet)]).encode()).hexdigest()
+    parts = [survey.listed_pointer(key).version, folder, stamp, serving_print(fleet)]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
 
 def remembered_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, fleet: Fleet | None, now: datetime,
@@ -122,7 +151,7 @@ def remembered_check(survey: StoreSurvey, key: str, trust: TrustedKeys | None, f
     return None
 
 
-def _serving(fleet: Fleet | None) -> str:
+def serving_print(fleet: Fleet | None) -> str:
     """What of the fleet a serving host's check reads: each toolchain's declared serving images (once per fleet)."""
     if fleet is None:
         return "-"
@@ -134,6 +163,11 @@ def _serving(fleet: Fleet | None) -> str:
 
 
 _SERVING: dict[int, tuple[Fleet, str]] = {}
+
+
+def serving_digest(fleet: Fleet) -> str:
+    """``serving_print`` as a digest: what a state record says its releases were checked against."""
+    return hashlib.sha256(serving_print(fleet).encode()).hexdigest()
 
 
 def one_line(text: str, limit: int = 300) -> str:

@@ -176,12 +176,24 @@ def served_release(store: Store, key: str, trust: TrustedKeys | None, accepted: 
     raises (``SignatureRefused``, ``ServingImageMismatch``, ``CorruptObject``), as ``pull`` reports it.
     """
     from trtfarm.publishing.attest import read_stored
-    from trtfarm.publishing.serving_pin import check_serving_images
 
     pointer, _ = read_pointer(store, key)
     if pointer is None:
         return None
     stored = read_stored(store, pointer.manifest, attestations=attestations or trust is not None)
+    return served_from(store, key, pointer, stored, trust, accepted, fleet=fleet, max_age=max_age, now=now)
+
+
+def served_from(store: Store, key: str, pointer: ReleasePointer, stored: StoredPlan | None,
+                trust: TrustedKeys | None, accepted: AcceptedReleases | None = None, *, fleet=None,
+                max_age: timedelta | None = None, now: datetime | None = None) -> Served:
+    """``served_release``'s checks of the pointer at ``key`` and the plan folder it names, both read already.
+
+    ``stored``: the manifest the pointer names as ``read_stored`` reads it (None: not in the store), with its
+    attestations where ``trust`` is given.
+    """
+    from trtfarm.publishing.serving_pin import check_serving_images
+
     released = check_release(store, key, pointer, stored, trust, accepted, now=now, max_age=max_age)
     check_serving_images(stored.manifest, store.url(pointer.manifest), fleet)
     verdict = stored.verdict(trust)

@@ -75,7 +75,17 @@ class RecordedState(BaseModel):
     # every channel pointer of the model (its key -> what it references), whatever the fleet; None: a record written
     # before they were recorded, which says nothing of them
     releases: dict[str, RecordedRelease] | None = None
+    # the digest of the fleet's serving images its releases were checked against (planning/served.py serving_print;
+    # None: not said): under other images a view checks each release again
+    serving: str | None = None
     signature: dict | None = None  # the record signed by the run's key (signing/state_claim.py), or None
+    # what the what-ifs read of the manifests the cells were computed from (each target's build now, each released
+    # one): manifest key -> [its listed version, its ManifestSummary (publishing/summaries.py) as a row]
+    manifests: dict[str, tuple[str, list]] = {}
+    # the fields of those rows, in order ('@': a key of summary_values); a reader of another layout reads the
+    # manifests instead
+    summary_layout: str | None = None
+    summary_values: dict = {}  # the values the rows share (a target's settings, a model's profiles), by shared_ref
 
 
 def recorded_state_from_json(data: bytes, where: str) -> RecordedState:

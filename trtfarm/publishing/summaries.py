@@ -37,6 +37,11 @@ class _Row:
     SHARED: tuple[str, ...] = ()
     MANY = False  # cached as a list of rows (one object holds many), not one row
 
+    @classmethod
+    def layout(cls) -> str:
+        """The row's fields in order, each shared one marked ``@``: what a stored row says it holds."""
+        return ",".join(("@" if f.name in cls.SHARED else "") + f.name for f in fields(cls))
+
     def to_row(self, intern) -> list:
         """The row for the cache: each shared field by ``intern(value)``."""
         return [intern(getattr(self, f.name)) if f.name in self.SHARED else getattr(self, f.name) for f in fields(self)]
@@ -60,6 +65,11 @@ class _Row:
 
 
 _SHARED_MARKS: dict[type, tuple[bool, ...]] = {}  # per summary class: which of its fields are shared
+
+
+def shared_ref(value) -> str:
+    """The id a shared value is stored under, once: the first 16 hex digits of its canonical JSON's sha256."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 _TYPES = {"str": (str,), "int": (int,), "float": (float, int), "bool": (bool,), "dict": (dict,), "list": (list,),
           "None": (type(None),)}
 _FIELD_TYPES: dict[type, list[tuple[type, ...]]] = {}
@@ -210,8 +220,8 @@ class SummaryCache:
         try:
             if model is None:
                 return value
-            if isinstance(model, type) and issubclass(model, BaseModel):
-                return model.model_validate(value)
+            if isinstance(model, type) and issubclass(model, BaseModel):  # kept as its JSON text (or a dict)
+                return model.model_validate_json(value) if isinstance(value, str) else model.model_validate(value)
             shared = self._kind("shared")
             if model.MANY:  # a list of rows (a run's outcomes), possibly empty
                 if not isinstance(value, list):
@@ -223,8 +233,8 @@ class SummaryCache:
 
     def put(self, kind: str, key: str, version: str, value) -> None:
         """Remember ``value`` (a summary, a list of them, or plain JSON) for ``key`` at ``version``."""
-        if isinstance(value, BaseModel):
-            value = value.model_dump(mode="json")
+        if isinstance(value, BaseModel):  # its JSON text: made and parsed by pydantic's core, not field by field
+            value = value.model_dump_json()
         elif isinstance(value, _Row):
             value = value.to_row(self._intern)
         elif isinstance(value, list):
@@ -234,8 +244,8 @@ class SummaryCache:
             self._dirty.add(kind)
 
     def _intern(self, value) -> str:
-        """The id under which ``value`` is stored once (the digest of its canonical JSON)."""
-        ref = hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+        """The id under which ``value`` is stored once (``shared_ref``)."""
+        ref = shared_ref(value)
         with self._lock:
             shared = self._kind("shared")
             if ref not in shared:

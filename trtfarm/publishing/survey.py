@@ -9,12 +9,13 @@ the store.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cached_property
 
 from trtfarm import layout
 from trtfarm.errors import CorruptObject, UserInputError
@@ -27,6 +28,23 @@ from trtfarm.vocabulary.manifest import manifest_from_json
 from trtfarm.vocabulary.pointer import pointer_from_json
 
 READ_THREADS = 16  # objects read at once (their requests overlap; the store client is shared)
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cycle collector paused while a fleet view runs (and restored as it was after).
+
+    A view of 1,000 models makes some 200,000 long-lived objects (listings, summaries, cells) and no reference cycles
+    worth collecting: each full pass of the collector walks them all and every object imported before, which cost a
+    quarter of a cold ``status``'s CPU. Whatever cycles a view leaves are collected once it ends.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @dataclass(frozen=True)
@@ -45,10 +63,14 @@ class StoreSurvey:
     """The store's registry, plans, release pointers (and run outcomes), from listings; contents read on demand."""
 
     def __init__(self, store: Store, cache: SummaryCache | None = None, *, runs: bool = False,
-                 model: str | None = None) -> None:
+                 model: str | None = None, keep_parsed: bool = False) -> None:
         self.store, self.cache = store, cache or SummaryCache(None)
+        # keep_parsed: each pointer and manifest read is also left here parsed (key -> ReleasePointer, or
+        # (Manifest, its bytes)), for a check that needs the objects themselves; whoever takes them lets them go
+        self.parsed: dict[str, object] | None = {} if keep_parsed else None
         self.problems: list[str] = []
         self.damaged: dict[str, str] = {}  # key -> what is wrong with it, for the objects read and found damaged
+        self._recorded: dict[str, tuple[str, list, dict]] = {}  # manifest key -> (version, row, shared values)
         prefixes = [layout.exports_prefix(model), layout.plans_prefix(model), layout.releases_prefix(model),
                     layout.converted_models_prefix(model), layout.channel_prefix("candidate", model)]
         if runs:
@@ -59,7 +81,7 @@ class StoreSurvey:
             listed = list(pool.map(lambda p: list(store.list_versions(p)), prefixes))
             self.states = {name: o for o in states.result() if (name := layout.parse_state_key(o.key))}
         self.exports = _exports(listed[0])
-        self.folders = _folders(listed[1])
+        self.folders, self.by_model = _folders(listed[1])  # by_model: model -> its plan folders, in listing order
         self.pointers = {o.key: o for o in listed[2]}
         self.converted = _by_model(listed[3], 1)
         self.candidates = {o.key: o for o in listed[4]}  # the candidate channel's pointers (models with promotion:)
@@ -83,15 +105,6 @@ class StoreSurvey:
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
     # --- what the listings say -------------------------------------------------------------------------------------
-    @cached_property
-    def by_model(self) -> dict[str, list[Folder]]:
-        """``model -> its plan folders``, in listing order."""
-        out: dict[str, list[Folder]] = {}
-        for prefix in self.folders:
-            parsed = layout.parse_plan_key(layout.manifest_key(prefix))
-            out.setdefault(parsed.model, []).append(Folder(prefix, *parsed[:5]))
-        return out
-
     def models(self) -> list[str]:
         """Every model the store knows: registered, or with plans or release pointers."""
         named = set(self.exports) | set(self.by_model)
@@ -119,7 +132,10 @@ class StoreSurvey:
                  if layout.MANIFEST_NAME in self.folders.get(p, {})}
 
         def parse(data: bytes, key: str) -> ManifestSummary:
-            return ManifestSummary.of(manifest_from_json(data, self.store.url(key)), data)
+            manifest = manifest_from_json(data, self.store.url(key))
+            if self.parsed is not None:
+                self.parsed[key] = (manifest, data)
+            return ManifestSummary.of(manifest, data)
 
         return self._read("manifest", {layout.manifest_key(p): o for p, o in items.items()}, parse,
                           ManifestSummary, by=lambda key: layout.folder_of(key))
@@ -137,10 +153,14 @@ class StoreSurvey:
         """The summaries of these channel pointers (those listed and readable)."""
         def parse(data: bytes, key: str) -> PointerSummary:
             try:
-                return PointerSummary.of(pointer_from_json(data, self.store.url(key)))  # older schemas upgraded
+                pointer = pointer_from_json(data, self.store.url(key))  # older schemas upgraded
+                summary = PointerSummary.of(pointer)
             except ValueError as err:
                 raise CorruptObject(f"{self.store.url(key)}: not a release pointer; `trtfarm build` of the model "
                                     "repairs it") from err
+            if self.parsed is not None:
+                self.parsed[key] = pointer
+            return summary
 
         return self._read("pointer", {k: o for k in keys if (o := self.listed_pointer(k))}, parse, PointerSummary)
 
@@ -180,6 +200,30 @@ class StoreSurvey:
                            RecordedState)
         return {layout.parse_state_key(k): v for k, v in found.items()}
 
+    def know_manifests(self, states: Iterable[RecordedState]) -> None:
+        """Take the manifest summaries these (current) state records keep, each for the version it was read at.
+
+        ``manifests`` answers from them, for a manifest the listing shows at that version, instead of reading it.
+        A record of another summary layout is left out (its manifests are read).
+        """
+        layout_of = ManifestSummary.layout()
+        for state in states:
+            if state.summary_layout != layout_of:
+                continue
+            shared = {ref: [ref, value] for ref, value in state.summary_values.items()}  # as from_row reads them
+            for key, (version, row) in state.manifests.items():
+                self._recorded[key] = (version, row, shared)
+
+    def _recorded_manifest(self, key: str, version: str) -> ManifestSummary | None:
+        """The summary a state record keeps of the manifest at ``key``, if it was read at ``version``."""
+        kept = self._recorded.get(key)
+        if kept is None or kept[0] != version:
+            return None
+        try:
+            return ManifestSummary.from_row(kept[1], kept[2])
+        except (TypeError, KeyError, IndexError):  # a row that does not fit the layout: the manifest is read
+            return None
+
     def save(self) -> None:
         """Keep what was read for the next view on this machine."""
         self.cache.save()
@@ -190,6 +234,8 @@ class StoreSurvey:
         out, todo = {}, []
         for key, obj in items.items():
             hit = self.cache.get(kind, key, obj.version, model)
+            if hit is None and self._recorded and model is ManifestSummary:
+                hit = self._recorded_manifest(key, obj.version)
             if hit is not None:
                 out[(by or str)(key)] = hit
             else:
@@ -243,13 +289,27 @@ def _by_model(listed: list[ListedObject], at: int) -> dict[str, list[ListedObjec
     return out
 
 
-def _folders(listed: list[ListedObject]) -> dict[str, dict[str, ListedObject]]:
-    """``plan folder -> {file name: object}`` of every object under ``plans/`` whose key has a plan folder's shape."""
+def _folders(listed: list[ListedObject]) -> tuple[dict[str, dict[str, ListedObject]], dict[str, list[Folder]]]:
+    """``plan folder -> {file name: object}`` of the objects under ``plans/`` whose key has a plan folder's shape.
+
+    And ``model -> its plan folders`` (``StoreSurvey.by_model``), both in listing order, from one parse of each key.
+    """
     folders: dict[str, dict[str, ListedObject]] = {}
+    by_model: dict[str, list[Folder]] = {}
+    objects: dict[str, ListedObject] = {}
+    last = None  # the folder of the object before (a listing gives a folder's objects one after the other)
     for obj in listed:
-        if (parsed := layout.parse_plan_key(obj.key)) is not None:
-            folders.setdefault(layout.folder_of(obj.key), {})[parsed.leaf] = obj
-    return folders
+        prefix, _, leaf = obj.key.rpartition("/")
+        if prefix != last:
+            parsed = layout.parse_plan_key(obj.key)
+            if parsed is None:
+                continue
+            last, objects = prefix, folders.get(prefix)
+            if objects is None:
+                objects = folders[prefix] = {}
+                by_model.setdefault(parsed.model, []).append(Folder(prefix, *parsed[:5]))
+        objects[leaf] = obj
+    return folders, by_model
 
 
 def _runs(listed: list[ListedObject]) -> dict[str, list[tuple[str, ListedObject]]]:
