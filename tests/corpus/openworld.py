@@ -178,9 +178,9 @@ def _generated_profile(model: CorpusModel, dynamic: list[str]) -> list[str]:
 
     proto = onnx.load(str(model.path), load_external_data=False)
 
-    def point(rows: int, seq: int) -> dict[str, list[int]]:
+    def point(rows: int, seq: int, probe: bool = True) -> dict[str, list[int]]:
         rows = fixed_batch(proto) or rows  # a static export's batch stays its own
-        sizes = probe_sizes(proto, lambda feed: infer(model.path, [feed]), seq=seq)
+        sizes = probe_sizes(proto, lambda feed: infer(model.path, [feed]), seq=seq) if probe else None
         made = generated_inputs(proto, samples=rows, seq=seq, sizes=sizes)
         return {n: list(v.shape if n not in batched(proto) else (rows, *v.shape[1:])) for n, v in made.data.items()}
 
@@ -190,8 +190,11 @@ def _generated_profile(model: CorpusModel, dynamic: list[str]) -> list[str]:
             break
         except UserInputError:
             continue
-    else:
-        return []
+    else:  # onnxruntime runs it on no generated input (a value it needs, e.g. a sample rate): the names' sizes
+        try:
+            points = [point(1, 64, False), point(2, 128, False), point(4, 256, False)]
+        except UserInputError:
+            return []
     return [f"{n}={':'.join('x'.join(map(str, p[n])) for p in points)}" for n in dynamic]
 
 
