@@ -5,17 +5,19 @@ Steps (one ``Cell`` each): ``plain`` (the plain TensorRT-RTX builder, in its own
 (a copy with one weight changed: it must build again), ``ort`` (onnxruntime runs the FP32 model on the model's own
 inputs, else on generated ones: the referee of the precision steps), ``fp16`` and ``int8`` (``trtfarm precision``).
 trtfarm's commands run in this process through the command line's own app (``cli``), as ``python -m trtfarm`` runs
-them: a ``TrtfarmError`` is the one line a user sees, anything else a traceback.
+them: a ``TrtfarmError`` is the one line a user sees, anything else a traceback. A precision step refused for its
+memory budget runs again as a real process (the budget counts the process's peak memory, and this one's holds every
+model before), as does a failed gate's ``--auto-pin`` command (``cli_process``).
 
 The verdict (``judge``): no step ends in a traceback; ``build`` agrees with ``plain`` (built where it builds,
 refused where it refuses, with the builder's first reason in trtfarm's message); a model onnxruntime runs gets a gate
 verdict for fp16 and int8 (passed; failed; not judged, naming the output and asking for held-out data), or one line
 naming the library that refused it, or asking for the real inputs a shape tensor needs. A failed gate names the layers
 that cost the most accuracy, and the ``--auto-pin`` command its result suggests (run as a user pastes it, with the
-same data, where asked: ``pin``) ends in a passing FP32 pin set or says why none passes, with figures. A precision
-step run as a real process (``process``: the first model of a family onnxruntime runs, in the bench) prints nothing
-after its result. ``python -m tests.corpus.openworld FAMILY [--share N] [--names A,B]`` prints a family's cells as
-JSON lines (``bench/conformance.py`` runs one such process per family, with both).
+same data, where asked: ``pin``) ends in a passing FP32 pin set or says why none passes, with figures. A step run
+as a real process (``process``: the fp16 step of the first model of a family onnxruntime runs, in the bench; the
+auto-pin runs) prints nothing after its result. ``python -m tests.corpus.openworld FAMILY [--share N] [--names
+A,B]`` prints a family's cells as JSON lines (``bench/conformance.py`` runs one such process per family, with both).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ LIBRARY_WORDS = ("ModelOpt", "onnxruntime", "Polygraphy", "onnx", "pass real inp
 # what an --auto-pin run may end in: a pin set that passes, the step's reason that none does (with the gate's
 # figures), or not judged (naming the output, asking for held-out data)
 PIN_ANSWERS = ("passed", "no pin set", "not judged")
+MEMORY_REFUSAL = "fits the memory budget"
 
 
 @dataclass
@@ -55,6 +58,7 @@ class PinSearch:
     detail: str = ""
     seconds: float = 0.0
     traceback: bool = False
+    after: str | None = None
 
 
 @dataclass
@@ -317,7 +321,15 @@ def _precision(model: CorpusModel, mode: str, data: dict | None, work: Path, *, 
     from tests.corpus.matrix import calibration_for
     from trtfarm.errors import UserInputError
 
-    run = cli_process if process else lambda *a: (*cli(*a), None)
+    def run(*a: str) -> tuple[int, str, str, bool, str | None]:
+        done = cli_process(*a) if process else (*cli(*a), None)
+        if not process and done[0] == 2 and MEMORY_REFUSAL in done[2]:
+            # the budget counted this process's peak memory (every model before this one); a user's starts fresh
+            fresh.append(" (as a real process: in the bench's, its own peak memory counted against the budget)")
+            return cli_process(*a)
+        return done
+
+    fresh: list[str] = []
     args = ["precision", str(model.path), "--mode", mode, "--out", str(work / f"{mode}.onnx"), "--json"]
     start = time.perf_counter()
     calibration = []
@@ -335,13 +347,14 @@ def _precision(model: CorpusModel, mode: str, data: dict | None, work: Path, *, 
         own = " (with its own inputs, as the first message asked)"
     seconds = time.perf_counter() - start
     if code == 2 or not stdout.strip():
-        return Cell("refused" if code == 2 else "error", _said(stderr) + own, seconds, crashed, after=after)
+        return Cell("refused" if code == 2 else "error", _said(stderr) + own + "".join(fresh[-1:]), seconds,
+                    crashed, after=after)
     doc = json.loads(stdout)
     gate = doc["gate"]
     outcome = gate.get("verdict") or {True: "passed", False: "failed", None: "not judged"}[gate["passed"]]
     said = [gate["note"]] if outcome == "not judged" else []
-    cell = Cell(outcome, "; ".join(said + gate["failures"] + gate["warnings"])[:600] + own, seconds, crashed,
-                after=after)
+    cell = Cell(outcome, "; ".join(said + gate["failures"] + gate["warnings"])[:600] + own + "".join(fresh[-1:]),
+                seconds, crashed, after=after)
     if outcome == "failed":
         fix = doc.get("fix") or {}
         cell.layers = list(fix.get("costliest_layers") or [])
@@ -351,7 +364,8 @@ def _precision(model: CorpusModel, mode: str, data: dict | None, work: Path, *, 
 
 
 def follow_auto_pin(command: str, out: Path) -> PinSearch:
-    """Run the ``--auto-pin`` command a failed gate's result printed, as a user pastes it (writing to ``out``).
+    """Run the ``--auto-pin`` command a failed gate's result printed, as a user pastes it: a real process (writing
+    to ``out``).
 
     ``passed`` (with the FP32 nodes it pinned), ``no pin set`` (the step's reason: the gate's figures with the
     costliest layers kept in FP32), ``not judged``; anything else is what it ended in.
@@ -360,19 +374,19 @@ def follow_auto_pin(command: str, out: Path) -> PinSearch:
     if argv[:2] != ["trtfarm", "precision"] or "--auto-pin" not in argv:
         return PinSearch("no command", f"the failed gate suggests no --auto-pin command: {command!r}"[:600])
     start = time.perf_counter()
-    code, stdout, stderr, crashed = cli(*argv[1:], "--out", str(out), "--json")
+    code, stdout, stderr, crashed, after = cli_process(*argv[1:], "--out", str(out), "--json")
     seconds = time.perf_counter() - start
     if not stdout.strip():
         said = _said(stderr)
         found = code == 2 and "--auto-pin:" in said and "still fail" in said
-        return PinSearch("no pin set" if found else "error", said[:600], seconds, crashed)
+        return PinSearch("no pin set" if found else "error", said[:600], seconds, crashed, after)
     doc = json.loads(stdout)
     gate, pins = doc["gate"], doc["pinned_fp32_nodes"]
     if gate["verdict"] == "passed":
         text = f"passed with {len(pins)} FP32 node(s): {', '.join(pins)}"
     else:
         text = "; ".join([gate["note"], *gate["failures"], *gate["warnings"]])
-    return PinSearch(gate["verdict"], text[:600], seconds, crashed)
+    return PinSearch(gate["verdict"], text[:600], seconds, crashed, after)
 
 
 def run_model(model: CorpusModel, work: Path, steps: tuple[str, ...] = STEPS, *, process: tuple[str, ...] = (),
@@ -465,6 +479,8 @@ def _failure_wrongs(mode: str, c: Cell | None) -> list[str]:
     wrong = [] if c.layers else [f"{mode} failed without naming the layers that cost the most accuracy"]
     if c.pin is not None and c.pin.traceback:
         wrong.append(f"{mode} auto-pin: traceback")
+    if c.pin is not None and c.pin.after:
+        wrong.append(f"{mode} auto-pin: output after the result: {c.pin.after[:200]}")
     if c.pin is not None and c.pin.outcome not in PIN_ANSWERS:
         wrong.append(f"{mode} auto-pin {c.pin.outcome}, neither a pass nor a reason: {c.pin.detail[:200]}")
     return wrong
