@@ -3,10 +3,13 @@
 Runs tests/corpus/openworld.py (the code the suite's sample runs) on every model of every family of
 tests/corpus/families.py, one process per family: the plain TensorRT-RTX builder (the referee of build), `trtfarm
 build`, its rerun, `verify`, a weight change, onnxruntime on the FP32 model (the referee of precision), and
-`trtfarm precision` fp16 and int8. Prints one row per family (models; the plain builder's builds; how many builds
-agree with it; refusals carrying the builder's reason; models onnxruntime runs; fp16 and int8 verdicts: passed /
-failed / refused; tracebacks; models judged wrong), the date and the machine. --markdown prints docs/conformance.md's
-table; --json every cell. The hand-written matrix of tests/corpus/matrix.py is bench/conformance_matrix.py.
+`trtfarm precision` fp16 and int8; a failed gate's suggested `--auto-pin` command, run as a user pastes it; and, once
+per family, the fp16 step as a real process (nothing may follow its result). Prints one row per family (models; the
+plain builder's builds; how many builds agree with it; refusals carrying the builder's reason; models onnxruntime
+runs; fp16 and int8 verdicts: passed / failed / not judged / refused; int8 failures that auto-pin resolved with a
+passing FP32 pin set / that it said no pin set passes; tracebacks; models judged wrong), the date and the machine.
+--markdown prints docs/conformance.md's table; --json every cell. The hand-written matrix of tests/corpus/matrix.py
+is bench/conformance_matrix.py.
 
     python bench/conformance.py [--families NAME,...] [--share N] [--names MODEL,...]
                                 [--save FILE | --from FILE]
@@ -32,8 +35,9 @@ sys.path.insert(0, str(REPO))
 
 from tests.corpus.families import FAMILIES  # noqa: E402
 
-COLUMNS = ("family", "models", "plain built", "agree", "refused, builder's reason", "ort runs", "fp16 p/f/r",
-           "int8 p/f/r", "tracebacks", "wrong")
+COLUMNS = ("family", "models", "plain built", "agree", "refused, builder's reason", "ort runs", "fp16 p/f/n/r",
+           "int8 p/f/n/r", "int8 auto-pin pass/none", "tracebacks", "wrong")
+VERDICTS = ("passed", "failed", "not judged", "refused")
 
 
 def machine() -> str:
@@ -53,10 +57,10 @@ def run_family(family: str, share: int, work: str, save: Path | None, names: str
     rows = []
     for line in proc.stdout:
         if line.startswith("{"):
-            rows.append(json.loads(line))
+            rows.append({**json.loads(line), "load": round(os.getloadavg()[0], 1)})  # the machine's, as it ended
             if save is not None:
                 with open(save, "a") as f:
-                    f.write(line)
+                    f.write(json.dumps(rows[-1]) + "\n")
     err = proc.stderr.read()
     if proc.wait():
         rows.append({"family": family, "model": "(process)", "cells": {}, "seconds": 0,
@@ -81,12 +85,22 @@ def totals(rows: list[dict]) -> dict:
         t["ort runs"] += c.get("ort") == "runs"
         for mode in ("fp16", "int8"):
             t[f"{mode} {c.get(mode)}"] += 1
-        t["tracebacks"] += any(v.get("traceback") for s, v in r["cells"].items() if s != "plain")
+        t[f"int8 pin {(r['cells'].get('int8', {}).get('pin') or {}).get('outcome')}"] += 1
+        t["tracebacks"] += any(v.get("traceback") or (v.get("pin") or {}).get("traceback")
+                               for s, v in r["cells"].items() if s != "plain")
         t["wrong"] += bool(r["wrong"])
     return {"models": t["models"], "plain built": t["plain built"], "agree": t["agree"],
             "refused, builder's reason": t["refused, builder's reason"], "ort runs": t["ort runs"],
-            **{f"{m} p/f/r": f"{t[f'{m} passed']}/{t[f'{m} failed']}/{t[f'{m} refused']}" for m in ("fp16", "int8")},
+            **{f"{m} p/f/n/r": "/".join(str(t[f"{m} {v}"]) for v in VERDICTS) for m in ("fp16", "int8")},
+            "int8 auto-pin pass/none": f"{t['int8 pin passed']}/{t['int8 pin no pin set']}",
             "tracebacks": t["tracebacks"], "wrong": t["wrong"]}
+
+
+def column_sum(values: list) -> str | int:
+    """A column's total: a sum, or a sum of each part of ``a/b/c`` figures."""
+    if all(isinstance(v, int) for v in values):
+        return sum(values)
+    return "/".join(str(sum(parts)) for parts in zip(*([int(x) for x in v.split("/")] for v in values), strict=True))
 
 
 def main() -> int:
@@ -116,7 +130,9 @@ def main() -> int:
                 print(f"[{i}/{len(families)}] {family}: {len(by_family[family])} models, "
                       f"{time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
         seconds, stamp = time.perf_counter() - start, datetime.now(timezone.utc)
+    loads = [r["load"] for rows in by_family.values() for r in rows if "load" in r]
     when = (f"{stamp:%Y-%m-%d %H:%M} UTC on {machine()}, {seconds:.0f} s"
+            + (f", load {min(loads):.0f}-{max(loads):.0f}" if loads else "")
             + (f", 1/{args.share} of each family" if args.share > 1 else ""))
     table = {f: totals(rows) for f, rows in by_family.items()}
     wrong = sum(t["wrong"] for t in table.values())
@@ -126,8 +142,8 @@ def main() -> int:
         print(f"| {' | '.join(COLUMNS)} |\n|{'---|' * len(COLUMNS)}")
         for family, t in table.items():
             print(f"| {family} | {' | '.join(str(t[c]) for c in COLUMNS[1:])} |")
-        total = {c: sum(t[c] for t in table.values()) for c in COLUMNS[1:] if "/" not in c}
-        print(f"| all | {' | '.join(str(total.get(c, '')) for c in COLUMNS[1:])} |")
+        total = {c: column_sum([t[c] for t in table.values()]) for c in COLUMNS[1:]}
+        print(f"| all | {' | '.join(str(total[c]) for c in COLUMNS[1:])} |")
         print(f"\n{sum(t['models'] for t in table.values())} models, {wrong} judged wrong; {when}.")
     else:
         from rich.console import Console

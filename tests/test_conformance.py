@@ -7,12 +7,13 @@ TensorRT-RTX builder is the referee of the build: trtfarm builds what it builds 
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
-from .corpus.families import FAMILIES
+from .corpus.families import FAMILIES, family_models
 from .corpus.matrix import ROWS, run_row
-from .corpus.openworld import judge, run_family
+from .corpus.openworld import judge, run_family, run_model
 
 pytestmark = pytest.mark.integration
 
@@ -53,3 +54,17 @@ def test_every_model_of_a_generated_family_gets_a_verdict_from_every_step(family
             wrong[model.name] = problems
     assert seen, f"the suite's share of {family} drew no model"
     assert not wrong, wrong
+
+
+def test_a_failed_int8_gate_names_its_costliest_layers_and_its_auto_pin_answers(work):
+    """The bench's share of the verdict, on one small corpus model whose int8 gate fails: PyTorch's Sqrt operator
+    on generated calibration and gate inputs, half of them negative (FP32 gives NaN there, and so does the
+    converted model). Run as a user runs it: the step as a real process (nothing after its result), then the
+    ``--auto-pin`` command the result suggests."""
+    model = next(m for m in family_models("onnx-pytorch-operator") if m.name == "operator_sqrt")
+    cells = run_model(model, work, steps=("ort", "int8"), process=("int8",), pin=True)
+    int8 = cells["int8"]
+    assert cells["ort"].outcome == "runs" and int8.outcome == "failed", int8
+    assert int8.layers == ["Sqrt_0"] and int8.after == "", int8
+    assert int8.pin.outcome in ("passed", "no pin set") and re.search(r"\d", int8.pin.detail), int8.pin
+    assert not judge(cells), judge(cells)

@@ -5,13 +5,19 @@ Steps (one ``Cell`` each): ``plain`` (the plain TensorRT-RTX builder, in its own
 (a copy with one weight changed: it must build again), ``ort`` (onnxruntime runs the FP32 model on the model's own
 inputs, else on generated ones: the referee of the precision steps), ``fp16`` and ``int8`` (``trtfarm precision``).
 trtfarm's commands run in this process through the command line's own app (``cli``), as ``python -m trtfarm`` runs
-them: a ``TrtfarmError`` is the one line a user sees, anything else a traceback.
+them: a ``TrtfarmError`` is the one line a user sees, anything else a traceback. A precision step refused for its
+memory budget runs again as a real process (the budget counts the process's peak memory, and this one's holds every
+model before), as does a failed gate's ``--auto-pin`` command (``cli_process``).
 
 The verdict (``judge``): no step ends in a traceback; ``build`` agrees with ``plain`` (built where it builds,
 refused where it refuses, with the builder's first reason in trtfarm's message); a model onnxruntime runs gets a gate
-verdict (passed or failed) for fp16 and int8, or one line naming the library that refused it, or asking for the
-real inputs a shape tensor needs. ``python -m tests.corpus.openworld FAMILY [--share N] [--names A,B]`` prints a
-family's cells as JSON lines (``bench/conformance.py`` runs one such process per family).
+verdict for fp16 and int8 (passed; failed; not judged, naming the output and asking for held-out data), or one line
+naming the library that refused it, or asking for the real inputs a shape tensor needs. A failed gate names the layers
+that cost the most accuracy, and the ``--auto-pin`` command its result suggests (run as a user pastes it, with the
+same data, where asked: ``pin``) ends in a passing FP32 pin set or says why none passes, with figures. A step run
+as a real process (``process``: the fp16 step of the first model of a family onnxruntime runs, in the bench; the
+auto-pin runs) prints nothing after its result. ``python -m tests.corpus.openworld FAMILY [--share N] [--names
+A,B]`` prints a family's cells as JSON lines (``bench/conformance.py`` runs one such process per family, with both).
 """
 
 from __future__ import annotations
@@ -21,12 +27,13 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -37,16 +44,39 @@ from tests.fleets import ONE_RTX_TARGET
 STEPS = ("plain", "build", "rerun", "verify", "reweight", "ort", "fp16", "int8")
 TARGET_GPU = ("NVIDIA GeForce RTX 4090", "8.9")
 LIBRARY_WORDS = ("ModelOpt", "onnxruntime", "Polygraphy", "onnx", "pass real inputs")
+# what an --auto-pin run may end in: a pin set that passes, the step's reason that none does (with the gate's
+# figures), or not judged (naming the output, asking for held-out data)
+PIN_ANSWERS = ("passed", "no pin set", "not judged")
+MEMORY_REFUSAL = "fits the memory budget"
 
 
 @dataclass
-class Cell:
-    """What one step gave: its outcome, the message that goes with it, and how long it took."""
+class PinSearch:
+    """What the ``--auto-pin`` command a failed gate suggested gave: its outcome, what it said, how long it took."""
 
     outcome: str
     detail: str = ""
     seconds: float = 0.0
     traceback: bool = False
+    after: str | None = None
+
+
+@dataclass
+class Cell:
+    """What one step gave: its outcome, the message that goes with it, and how long it took.
+
+    A failed precision gate adds the layers its result names as costing the most accuracy (``layers``) and what its
+    suggested ``--auto-pin`` gave (``pin``, where asked); a step run as a real process, what it printed after its
+    result (``after``; None: run in this process).
+    """
+
+    outcome: str
+    detail: str = ""
+    seconds: float = 0.0
+    traceback: bool = False
+    layers: list[str] = field(default_factory=list)
+    pin: PinSearch | None = None
+    after: str | None = None
 
 
 def cli(*args: str) -> tuple[int, str, str, bool]:
@@ -71,6 +101,26 @@ def cli(*args: str) -> tuple[int, str, str, bool]:
                 traceback.print_exc()
                 code, crashed = 1, True
     return code, out.getvalue(), err.getvalue(), crashed
+
+
+def cli_process(*args: str) -> tuple[int, str, str, bool, str]:
+    """``python -m trtfarm ARGS`` as a user runs it, stdout and stderr in one stream in the order written: (exit
+    code, the JSON result, what came before it, whether it ended in a traceback, what came after the result).
+
+    The result is the JSON document, else the last ``error:`` line; what follows it (a library's leak report at
+    exit) is what the user sees after the answer.
+    """
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    env.pop("PREFECT_API_URL", None)
+    done = subprocess.run([sys.executable, "-m", "trtfarm", *args], env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=3600)
+    text, crashed = done.stdout, "Traceback (most recent call last)" in done.stdout
+    if found := re.search(r"^\{$", text, re.MULTILINE):
+        _, end = json.JSONDecoder().raw_decode(text, found.start())
+        return done.returncode, text[found.start():end], text[:found.start()], crashed, text[end:].strip()
+    lines = text.splitlines()
+    last = max((i for i, line in enumerate(lines) if line.startswith("error:")), default=len(lines))
+    return done.returncode, "", "\n".join(lines[:last + 1]), crashed, "\n".join(lines[last + 1:]).strip()
 
 
 def _said(stderr: str) -> str:
@@ -132,9 +182,9 @@ def _generated_profile(model: CorpusModel, dynamic: list[str]) -> list[str]:
 
     proto = onnx.load(str(model.path), load_external_data=False)
 
-    def point(rows: int, seq: int) -> dict[str, list[int]]:
+    def point(rows: int, seq: int, probe: bool = True) -> dict[str, list[int]]:
         rows = fixed_batch(proto) or rows  # a static export's batch stays its own
-        sizes = probe_sizes(proto, lambda feed: infer(model.path, [feed]), seq=seq)
+        sizes = probe_sizes(proto, lambda feed: infer(model.path, [feed]), seq=seq) if probe else None
         made = generated_inputs(proto, samples=rows, seq=seq, sizes=sizes)
         return {n: list(v.shape if n not in batched(proto) else (rows, *v.shape[1:])) for n, v in made.data.items()}
 
@@ -144,8 +194,11 @@ def _generated_profile(model: CorpusModel, dynamic: list[str]) -> list[str]:
             break
         except UserInputError:
             continue
-    else:
-        return []
+    else:  # onnxruntime runs it on no generated input (a value it needs, e.g. a sample rate): the names' sizes
+        try:
+            points = [point(1, 64, False), point(2, 128, False), point(4, 256, False)]
+        except UserInputError:
+            return []
     return [f"{n}={':'.join('x'.join(map(str, p[n])) for p in points)}" for n in dynamic]
 
 
@@ -261,34 +314,88 @@ def onnxruntime_runs(model: CorpusModel, data: dict | None) -> Cell:
     return Cell("runs", "", time.perf_counter() - start)
 
 
-def _precision(model: CorpusModel, mode: str, data: dict | None, work: Path) -> Cell:
+def _precision(model: CorpusModel, mode: str, data: dict | None, work: Path, *, process: bool = False,
+               pin: bool = False) -> Cell:
+    """``trtfarm precision --mode MODE`` (``process``: as a real process); a failed gate's layers, and its
+    suggested ``--auto-pin`` run where ``pin`` asks."""
     from tests.corpus.matrix import calibration_for
     from trtfarm.errors import UserInputError
 
+    def run(*a: str) -> tuple[int, str, str, bool, str | None]:
+        done = cli_process(*a) if process else (*cli(*a), None)
+        if not process and done[0] == 2 and MEMORY_REFUSAL in done[2]:
+            # the budget counted this process's peak memory (every model before this one); a user's starts fresh
+            fresh.append(" (as a real process: in the bench's, its own peak memory counted against the budget)")
+            return cli_process(*a)
+        return done
+
+    fresh: list[str] = []
     args = ["precision", str(model.path), "--mode", mode, "--out", str(work / f"{mode}.onnx"), "--json"]
     start = time.perf_counter()
     calibration = []
     if mode == "int8":  # made as a user would: samples of the model's own shapes and value ranges
         with contextlib.suppress(UserInputError):
             calibration = ["--calibration", str(calibration_for(model.path, work / "calib.npz"))]
-    code, stdout, stderr, crashed = cli(*args, *calibration)
+    code, stdout, stderr, crashed, after = run(*args, *calibration)
     own = ""
     asked = "pass real inputs" in stderr or "needs calibration data" in stderr
     if code == 2 and asked and data is not None:  # as a user does, told to
         np.savez(work / "own.npz", **data)
-        code, stdout, stderr, crashed = cli(*args, "--heldout", str(work / "own.npz"),
-                                            *(["--calibration", str(work / "own.npz")] if mode == "int8" else []))
+        code, stdout, stderr, crashed, after = run(*args, "--heldout", str(work / "own.npz"),
+                                                   *(["--calibration", str(work / "own.npz")] if mode == "int8"
+                                                     else []))
         own = " (with its own inputs, as the first message asked)"
     seconds = time.perf_counter() - start
     if code == 2 or not stdout.strip():
-        return Cell("refused" if code == 2 else "error", _said(stderr) + own, seconds, crashed)
-    gate = json.loads(stdout)["gate"]
+        return Cell("refused" if code == 2 else "error", _said(stderr) + own + "".join(fresh[-1:]), seconds,
+                    crashed, after=after)
+    doc = json.loads(stdout)
+    gate = doc["gate"]
     outcome = gate.get("verdict") or {True: "passed", False: "failed", None: "not judged"}[gate["passed"]]
-    return Cell(outcome, "; ".join(gate["failures"] + gate["warnings"])[:600] + own, seconds, crashed)
+    said = [gate["note"]] if outcome == "not judged" else []
+    cell = Cell(outcome, "; ".join(said + gate["failures"] + gate["warnings"])[:600] + own + "".join(fresh[-1:]),
+                seconds, crashed, after=after)
+    if outcome == "failed":
+        fix = doc.get("fix") or {}
+        cell.layers = list(fix.get("costliest_layers") or [])
+        if pin:
+            cell.pin = follow_auto_pin(fix.get("auto_pin") or "", work / f"{mode}-pinned.onnx")
+    return cell
 
 
-def run_model(model: CorpusModel, work: Path, steps: tuple[str, ...] = STEPS) -> dict[str, Cell]:
-    """Every step of ``steps`` for one model, in a folder of its own under ``work``."""
+def follow_auto_pin(command: str, out: Path) -> PinSearch:
+    """Run the ``--auto-pin`` command a failed gate's result printed, as a user pastes it: a real process (writing
+    to ``out``).
+
+    ``passed`` (with the FP32 nodes it pinned), ``no pin set`` (the step's reason: the gate's figures with the
+    costliest layers kept in FP32), ``not judged``; anything else is what it ended in.
+    """
+    argv = shlex.split(command)
+    if argv[:2] != ["trtfarm", "precision"] or "--auto-pin" not in argv:
+        return PinSearch("no command", f"the failed gate suggests no --auto-pin command: {command!r}"[:600])
+    start = time.perf_counter()
+    code, stdout, stderr, crashed, after = cli_process(*argv[1:], "--out", str(out), "--json")
+    seconds = time.perf_counter() - start
+    if not stdout.strip():
+        said = _said(stderr)
+        found = code == 2 and "--auto-pin:" in said and "still fail" in said
+        return PinSearch("no pin set" if found else "error", said[:600], seconds, crashed, after)
+    doc = json.loads(stdout)
+    gate, pins = doc["gate"], doc["pinned_fp32_nodes"]
+    if gate["verdict"] == "passed":
+        text = f"passed with {len(pins)} FP32 node(s): {', '.join(pins)}"
+    else:
+        text = "; ".join([gate["note"], *gate["failures"], *gate["warnings"]])
+    return PinSearch(gate["verdict"], text[:600], seconds, crashed, after)
+
+
+def run_model(model: CorpusModel, work: Path, steps: tuple[str, ...] = STEPS, *, process: tuple[str, ...] = (),
+              pin: bool = False) -> dict[str, Cell]:
+    """Every step of ``steps`` for one model, in a folder of its own under ``work``.
+
+    ``process``: the precision modes run as a real process (where onnxruntime runs the model); ``pin``: a failed
+    gate's ``--auto-pin`` is run.
+    """
     folder = work / model.key.replace("/", "__")
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -314,7 +421,8 @@ def run_model(model: CorpusModel, work: Path, steps: tuple[str, ...] = STEPS) ->
         elif step == "ort":
             cells[step] = onnxruntime_runs(model, data)
         else:
-            cells[step] = _precision(model, step, data, folder)
+            runs = cells.get("ort", Cell("-")).outcome == "runs"
+            cells[step] = _precision(model, step, data, folder, process=step in process and runs, pin=pin)
     cells["profile"] = Cell("given" if profile else "none", " ".join(profile)[:300])
     return cells
 
@@ -350,24 +458,48 @@ def judge(cells: dict[str, Cell]) -> list[str]:
             wrong.append(f"reweight {cells['reweight'].outcome}: a weight change must rebuild")
         if build.outcome == "built" and cells.get("verify", Cell("-")).outcome not in ("ok", "-"):
             wrong.append(f"verify {cells['verify'].outcome}: {cells['verify'].detail[:200]}")
+    wrong += [f"{s}: output after the result: {c.after[:200]}" for s, c in cells.items() if c.after]
     if cells.get("ort", Cell("-")).outcome == "runs":
         for mode in ("fp16", "int8"):
             c = cells.get(mode)
-            judged = c and (c.outcome in ("passed", "failed")
-                            or (c.outcome == "not judged" and "--heldout" in c.detail))
-            if c and not judged and not (  # not judged: it names the output and asks for held-out data
+            judged = c and (c.outcome in ("passed", "failed") or (  # not judged: names the output, asks for data
+                c.outcome == "not judged" and "--heldout" in c.detail and "output" in c.detail))
+            if c and not judged and not (
                     c.outcome == "refused" and "\n" not in c.detail and any(w in c.detail for w in LIBRARY_WORDS)):
                 wrong.append(f"{mode} {c.outcome} without a verdict or a library's reason: {c.detail[:200]}")
+    for mode in ("fp16", "int8"):
+        wrong += _failure_wrongs(mode, cells.get(mode))
     return wrong
 
 
-def run_family(family: str, work: Path, share: int = 1, names: set[str] | None = None):
-    """Yield ``(model, cells, seconds)`` for each sampled model of ``family``."""
+def _failure_wrongs(mode: str, c: Cell | None) -> list[str]:
+    """A failed gate must name its costliest layers; its auto-pin (where run) must pass or say why it cannot."""
+    if c is None or c.outcome != "failed":
+        return []
+    wrong = [] if c.layers else [f"{mode} failed without naming the layers that cost the most accuracy"]
+    if c.pin is not None and c.pin.traceback:
+        wrong.append(f"{mode} auto-pin: traceback")
+    if c.pin is not None and c.pin.after:
+        wrong.append(f"{mode} auto-pin: output after the result: {c.pin.after[:200]}")
+    if c.pin is not None and c.pin.outcome not in PIN_ANSWERS:
+        wrong.append(f"{mode} auto-pin {c.pin.outcome}, neither a pass nor a reason: {c.pin.detail[:200]}")
+    return wrong
+
+
+def run_family(family: str, work: Path, share: int = 1, names: set[str] | None = None, *, as_user: bool = False):
+    """Yield ``(model, cells, seconds)`` for each sampled model of ``family``.
+
+    ``as_user`` (the bench): a failed gate's ``--auto-pin`` is run, and the fp16 step of the first model that
+    onnxruntime runs is a real process (nothing may follow its result).
+    """
+    checked = False
     for model in suite_sample(family_models(family), share):
         if names and model.name not in names:
             continue
         start = time.perf_counter()
-        yield model, run_model(model, work), time.perf_counter() - start
+        cells = run_model(model, work, process=("fp16",) if as_user and not checked else (), pin=as_user)
+        checked = checked or cells.get("fp16", Cell("-")).after is not None
+        yield model, cells, time.perf_counter() - start
 
 
 def main() -> None:
@@ -387,7 +519,7 @@ def main() -> None:
     warnings.simplefilter("ignore")
     with tempfile.TemporaryDirectory(prefix="trtfarm-openworld-", dir=args.work or None) as tmp:
         for model, cells, seconds in run_family(args.family, Path(tmp), args.share,
-                                                set(filter(None, args.names.split(","))) or None):
+                                                set(filter(None, args.names.split(","))) or None, as_user=True):
             print(json.dumps({"family": model.family, "model": model.name, "seconds": round(seconds, 1),
                               "cells": {s: asdict(c) for s, c in cells.items()}, "wrong": judge(cells)}), flush=True)
             shutil.rmtree(Path(tmp) / model.key.replace("/", "__"), ignore_errors=True)

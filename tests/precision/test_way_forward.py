@@ -119,3 +119,30 @@ def test_int8_auto_pin_that_cannot_pass_says_int8_is_not_for_this_model(tmp_path
     strict = Recipe(mode="int8", auto_pin=True, thresholds={"cosine_min": 1.0, "cosine_mean": 1.0, "max_error": 0.0})
     with pytest.raises(ConversionError, match="int8 is not for this model: .* still fails: output 'y'"):
         convert_and_gate(model, strict, tmp_path / "s.onnx", calibration=calib)
+
+
+def test_an_overflow_in_a_node_the_conversion_added_is_named_by_the_model_s_own_layer(tmp_path):
+    """A first layer whose FP32 output (about 5e5) is beyond FP16's range: INT8 overflows in the weight's
+    DequantizeLinear that ModelOpt adds and in the layer's FP16 output. The costliest layers are the model's own
+    (what --keep-fp32 and auto-pin can keep), each once; the issue says where the overflow was seen."""
+    rng = np.random.default_rng(0)
+    arrays = {"w1": (rng.standard_normal((16, 32)) * 3e4).astype(np.float32), "shrink": np.array(1e-4, np.float32),
+              "w2": (rng.standard_normal((32, 8)) / 6).astype(np.float32)}
+    n = helper.make_node
+    nodes = [n("MatMul", ["x", "w1"], ["h1"], name="fc1"), n("Relu", ["h1"], ["a1"], name="relu1"),
+             n("Mul", ["a1", "shrink"], ["s1"], name="shrink"), n("MatMul", ["s1", "w2"], ["y"], name="fc2")]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", F, ["b", 16])],
+                              [helper.make_tensor_value_info("y", F, ["b", 8])],
+                              [numpy_helper.from_array(v, k) for k, v in arrays.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    np.savez(tmp_path / "calib.npz", x=np.random.default_rng(1).standard_normal((64, 16)).astype(np.float32))
+    result = convert_and_gate(tmp_path / "m.onnx", Recipe(mode="int8"), tmp_path / "q.onnx",
+                              calibration=tmp_path / "calib.npz")
+    converted = {node.name for node in onnx.load(str(tmp_path / "q.onnx")).graph.node}
+    assert any("DequantizeLinear" in f for f in result.report.failures)  # where ModelOpt's graph overflowed
+    layers = result.fix["costliest_layers"]
+    assert layers[0] == "fc1" and set(layers) <= {"fc1", "relu1", "shrink", "fc2"} < converted, layers
+    assert len(layers) == len(set(layers))
+    assert "which the conversion added" in result.report.diverging_nodes[0]["issue"]

@@ -180,7 +180,8 @@ def accuracy_gate(fp32: Path, converted: Path, feeds: list[dict], recipe: Recipe
     ref = reference(Path(fp32), feeds, step=step)
     graph = load_model(converted)  # read once: the runs and the overflow search below all take it
     got, counts = converted_outputs(Path(converted), feeds, list(ref), step=step, model=graph)
-    ranges = output_ranges(load_model(fp32))
+    source = load_model(fp32)
+    ranges = output_ranges(source)
     figs = [output_figures(name, ref[name], got[name], recipe, *(
         (ranges[name][0], f"output of {ranges[name][1]}") if name in ranges else (None, ""))) for name in ref]
     nonfinite = {k.split(":", 1)[1]: n for k, n in counts.items() if k.startswith("nonfinite:")}
@@ -196,12 +197,46 @@ def accuracy_gate(fp32: Path, converted: Path, feeds: list[dict], recipe: Recipe
                        for f in figs if f.uninformative]
     if not failures:
         report.warnings += _saturations(graph, counts, set(nonfinite))
+    overflows = in_source_nodes(overflows, graph, {n.name for n in source.graph.node})
     if failures and diagnose:
         report.diverging_nodes = (overflows + [d for d in layerwise_divergence(fp32, converted, feeds[0])
                                                if d["node"] not in {o["node"] for o in overflows}])[:5]
     elif failures:
         report.diverging_nodes = overflows
     return report
+
+
+def in_source_nodes(overflows: list[dict], converted: onnx.ModelProto, source: set[str]) -> list[dict]:
+    """``overflows`` named by the FP32 model's own nodes (``source``), each named once.
+
+    A node the conversion added (a Cast to FP16, a Quantize/DequantizeLinear pair) is traced back through its first
+    input to the model's node that feeds it, or, on a weight's, forward to the node that reads it: the layer a user
+    can keep in FP32 (``--keep-fp32``, auto-pin). Its issue says where the overflow was seen.
+    """
+    producer = {t: n for n in converted.graph.node for t in n.output}
+    reader: dict[str, onnx.NodeProto] = {}
+    for n in converted.graph.node:
+        for t in n.input:
+            reader.setdefault(t, n)
+    named: dict[str, dict] = {}
+    for o in overflows:
+        node = producer.get(o["tensor"])
+        found = node and (_walk(node, source, lambda n: producer.get(n.input[0]) if n.input else None)
+                          or _walk(node, source, lambda n: reader.get(n.output[0]) if n.output else None))
+        if found and found.name != o["node"]:
+            o = {**o, "node": found.name, "op": found.op_type,
+                 "issue": f"{o['issue']} (in {o['node']}, {o['op']}, which the conversion added)"}
+        named.setdefault(o["node"], o)
+    return list(named.values())
+
+
+def _walk(node: onnx.NodeProto, source: set[str], step: Callable) -> onnx.NodeProto | None:
+    """The first node of ``source`` from ``node`` on, taking ``step`` each time (None: none on the way)."""
+    seen = set()
+    while node is not None and node.name not in source and node.name not in seen:
+        seen.add(node.name)
+        node = step(node)
+    return node if node is not None and node.name in source else None
 
 
 def fp16_overflows(converted: Path, feeds: list[dict], limit: int = 5) -> list[dict]:
