@@ -107,3 +107,16 @@ def test_build_with_a_precision_takes_the_same_budget_and_refuses_the_same_line(
     bad = subprocess.run([sys.executable, "-m", "trtfarm", "build", "huge.onnx", "--precision", "fp16",
                           "--max-memory", "lots"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and "--max-memory 'lots': give a size such as 4GiB" in bad.stderr
+
+
+def test_the_budget_counts_the_step_s_own_peak_not_the_peak_of_the_process_that_started_it(tmp_path):
+    """A parent holding 1 GiB (a farm worker, a notebook) starts the step: fork and exec hand the child the parent's
+    peak in ``ru_maxrss``, so a step that counted it refused models that fit, as the conformance bench's did."""
+    child = ("import resource; from trtfarm.precision.memory import rss_peak; "
+             "print(rss_peak(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
+    parent = ("import subprocess, sys; held = bytearray(1 << 30); held[::4096] = b'x' * len(held[::4096]); "
+              f"print(subprocess.run([sys.executable, '-c', {child!r}], capture_output=True, text=True).stdout)")
+    own, inherited = map(int, subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True,
+                                             check=True, timeout=120).stdout.split())
+    assert inherited > 1 << 30  # what ru_maxrss says in the child: the parent's gigabyte
+    assert own < 512 << 20, own  # the child's own address space: Python with trtfarm's memory module

@@ -68,8 +68,16 @@ class MemoryPlan:
 
 
 def rss_peak() -> int:
-    """This process's peak resident memory so far, in bytes (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """This process's peak resident memory so far, in bytes: Linux's ``VmHWM``, the peak of its own address space.
+
+    Not ``ru_maxrss`` where ``VmHWM`` is there: a process started by fork and exec reports its parent's peak in it
+    (a farm worker's, a notebook's, a bench's), and the step would take that from its budget.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB, as Linux reports it
 
 
 def plan_memory(model: onnx.ModelProto, shapes: dict[str, list[int]], rows: int, budget: int,
