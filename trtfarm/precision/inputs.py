@@ -10,6 +10,10 @@ Generated inputs follow the model's own shape rules, as the export wrote them:
   tried as the other sizes the graph names (a decoder's ``present`` length) in a one-row onnxruntime run;
 - integer inputs stay inside the table they index (token ids below the vocabulary, type ids below their table),
   masks are 0/1 with realistic padding, ids zero beyond it;
+- float inputs are normal, except where the graph takes them (through casts and reshapes) into an operator defined
+  for non-negative values only (``Sqrt``, ``Log``, ``Pow``'s base but for whole exponents): there they are the
+  normal values' magnitudes,
+  and a note says so (on negative inputs FP32 itself gives NaN, and the gate would judge nothing there);
 - an input whose values are shapes (a shape tensor) cannot be made up: the message names it and asks for data.
 """
 
@@ -22,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from trtfarm.errors import UserInputError
 from trtfarm.onnxfile import dim_label, dim_names, dim_size, is_expression, shape_tensor_inputs
@@ -178,6 +182,39 @@ def index_bound(model: onnx.ModelProto, name: str) -> int | None:
     return min(bounds) if bounds else None
 
 
+NON_NEGATIVE = {"Sqrt", "Log", "Pow"}  # operators defined for x >= 0 only (Pow: its base, for a fractional exponent)
+
+
+def _whole_exponent(model: onnx.ModelProto, node: onnx.NodeProto) -> bool:
+    """A ``Pow`` whose exponent is a constant of whole numbers (x ** 2 takes any x)."""
+    if node.op_type != "Pow" or len(node.input) < 2:
+        return False
+    found = [numpy_helper.to_array(i) for i in model.graph.initializer if i.name == node.input[1]]
+    found += [numpy_helper.to_array(a.t) for n in model.graph.node if n.op_type == "Constant"
+              and n.output[0] == node.input[1] for a in n.attribute if a.name == "value"]
+    return bool(found) and bool(np.all(np.mod(found[0], 1) == 0))
+
+
+def non_negative_inputs(model: onnx.ModelProto) -> dict[str, str]:
+    """Float inputs the graph takes, through casts and reshapes, into an op defined for x >= 0: name -> the op."""
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for i in node.input:
+            consumers.setdefault(i, []).append(node)
+    found = {}
+    for name, (dtype, _) in model_inputs(model).items():
+        todo, seen = [name], set()
+        while todo and name not in found and dtype.kind == "f":
+            tensor = todo.pop()
+            for node in consumers.get(tensor, []):
+                if node.op_type in NON_NEGATIVE and node.input[0] == tensor and not _whole_exponent(model, node):
+                    found[name] = f"{node.op_type} {node.name!r}" if node.name else node.op_type
+                elif node.op_type in _PASSING and node.input[0] == tensor and id(node) not in seen:
+                    seen.add(id(node))
+                    todo += list(node.output)
+    return found
+
+
 @dataclass
 class Generated:
     """Generated samples: arrays by input name, the inputs given whole with every batch, and what was decided."""
@@ -238,9 +275,11 @@ def inputs_for_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]],
     """Inputs of exactly these shapes with realistic structure.
 
     One set of padding lengths per batch (so masks and ids agree): masks of varied lengths, ids inside the table
-    they index and zero beyond each length, normal floats; other integers are 1 (a count, a size, a rate).
+    they index and zero beyond each length, normal floats (their magnitudes where an op takes only x >= 0:
+    ``non_negative_inputs``); other integers are 1 (a count, a size, a rate).
     """
     rng = np.random.default_rng(seed)
+    positive = non_negative_inputs(model)
     two_d = next((s for s in shapes.values() if len(s) == 2 and s[1] > 0), None)
     lengths = rng.integers(max(1, two_d[1] // 8), two_d[1] + 1, two_d[0]) if two_d else None
     out = {}
@@ -260,6 +299,8 @@ def inputs_for_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]],
             out[name] = arr.astype(dtype)
         elif dtype.kind == "b":
             out[name] = rng.integers(0, 2, shape).astype(dtype)
+        elif name in positive:
+            out[name] = np.abs(rng.standard_normal(shape)).astype(dtype)
         else:
             out[name] = rng.standard_normal(shape).astype(dtype)
     return out
@@ -325,6 +366,8 @@ def generated_inputs(model: onnx.ModelProto, samples: int = 64, seq: int = 64, s
         count = max(fixed, fits[0] // fixed * fixed)
         notes[:] = [f"generated {count} samples instead of {wanted}: {fits[1]}"]
     shapes = {n: _shape(spec[n][1], sizes, count, rows_of.get(n)) for n in spec}
+    notes += [f"generated input {n!r} as the magnitudes of normal values (x >= 0): the graph takes it into {op}, "
+              "which is defined for x >= 0 only" for n, op in non_negative_inputs(model).items()]
     return Generated(inputs_for_shapes(model, shapes, seed), set(spec) - set(rows_of), axes=rows_of, sizes=sizes,
                      notes=notes)
 
