@@ -164,6 +164,13 @@ def test_an_ir3_densenet_is_sized_by_its_real_tensors_and_gated_on_every_sample_
     from trtfarm.precision.memory import plan_memory, size_text, tensor_bytes
 
     dense_blocks(tmp_path / "dense.onnx", side=16)
+    proc, peak = precision(tmp_path, tmp_path / "dense.onnx", "--max-memory", "1GiB", "--json")
+    assert proc.returncode in (0, 4), proc.stdout + proc.stderr  # passed, or not judged (exit 4): a verdict
+    doc = json.loads(proc.stdout)
+    assert doc["gate"]["verdict"] in ("passed", "not judged") and doc["gate"]["figures"][0]["rows"] == 8
+    assert not [n for n in doc["notes"] if "budget" in n]  # all 8 samples a static batch-1 export gets
+    assert peak < BUDGET, f"peak RSS {peak / 2**20:.0f} MiB over the 1 GiB budget"
+
     model = onnx.load(str(tmp_path / "dense.onnx"))
     acts, outs, largest, computed = tensor_bytes(model, {"x": [1, 8, 16, 16]})
     # every activation known: per layer Relu and Mul of the w = 8(k+1) channels before, Conv's 8 and Concat's w + 8,
@@ -176,10 +183,3 @@ def test_an_ir3_densenet_is_sized_by_its_real_tensors_and_gated_on_every_sample_
     monkeypatch.setattr(memory, "rss_peak", lambda: 0)  # the plan as a fresh process makes it, not this one's
     assert plan_memory(model, {"x": [1, 8, 16, 16]}, 1, BUDGET).samples < 8
     assert plan_memory(model, {"x": [1, 8, 16, 16]}, 1, BUDGET, held=4).samples >= 8
-
-    proc, peak = precision(tmp_path, tmp_path / "dense.onnx", "--max-memory", "1GiB", "--json")
-    assert proc.returncode in (0, 4), proc.stdout + proc.stderr  # passed, or not judged (exit 4): a verdict
-    doc = json.loads(proc.stdout)
-    assert doc["gate"]["verdict"] in ("passed", "not judged") and doc["gate"]["figures"][0]["rows"] == 8
-    assert not [n for n in doc["notes"] if "budget" in n]  # all 8 samples a static batch-1 export gets
-    assert peak < BUDGET, f"peak RSS {peak / 2**20:.0f} MiB over the 1 GiB budget"
