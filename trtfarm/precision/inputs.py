@@ -26,10 +26,11 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from trtfarm.errors import UserInputError
 from trtfarm.onnxfile import dim_label, dim_names, dim_size, is_expression, shape_tensor_inputs
+from trtfarm.precision.domains import index_bound, non_negative_inputs
 from trtfarm.precision.recipe import clip
 
 DATA_FIX = ("pass real inputs: --calibration calib.npz / --heldout heldout.npz (numpy.savez keyed by input name, "
@@ -155,66 +156,6 @@ def _check_arrays(path: Path, what: str, data: dict[str, np.ndarray], rows: dict
 
 # --- generated inputs ------------------------------------------------------------------------------------------
 
-_PASSING = {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand"}
-
-
-def index_bound(model: onnx.ModelProto, name: str) -> int | None:
-    """For integer ids: the row count of the table a ``Gather`` reads with them (through casts and reshapes)."""
-    tables = {i.name: tuple(i.dims) for i in model.graph.initializer}
-    tables.update({n.output[0]: tuple(n.attribute[0].t.dims) for n in model.graph.node
-                   if n.op_type == "Constant" and n.attribute and n.attribute[0].HasField("t")})
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for node in model.graph.node:
-        for i in node.input:
-            consumers.setdefault(i, []).append(node)
-    todo, seen, bounds = [name], set(), []
-    while todo:
-        tensor = todo.pop()
-        for node in consumers.get(tensor, []):
-            if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == tensor:
-                axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-                dims = tables.get(node.input[0])
-                if dims and len(dims) > axis:
-                    bounds.append(int(dims[axis]))
-            elif node.op_type in _PASSING and node.input[0] == tensor and id(node) not in seen:
-                seen.add(id(node))
-                todo += list(node.output)
-    return min(bounds) if bounds else None
-
-
-NON_NEGATIVE = {"Sqrt", "Log", "Pow"}  # operators defined for x >= 0 only (Pow: its base, for a fractional exponent)
-
-
-def _whole_exponent(model: onnx.ModelProto, node: onnx.NodeProto) -> bool:
-    """A ``Pow`` whose exponent is a constant of whole numbers (x ** 2 takes any x)."""
-    if node.op_type != "Pow" or len(node.input) < 2:
-        return False
-    found = [numpy_helper.to_array(i) for i in model.graph.initializer if i.name == node.input[1]]
-    found += [numpy_helper.to_array(a.t) for n in model.graph.node if n.op_type == "Constant"
-              and n.output[0] == node.input[1] for a in n.attribute if a.name == "value"]
-    return bool(found) and bool(np.all(np.mod(found[0], 1) == 0))
-
-
-def non_negative_inputs(model: onnx.ModelProto) -> dict[str, str]:
-    """Float inputs the graph takes, through casts and reshapes, into an op defined for x >= 0: name -> the op."""
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for node in model.graph.node:
-        for i in node.input:
-            consumers.setdefault(i, []).append(node)
-    found = {}
-    for name, (dtype, _) in model_inputs(model).items():
-        todo, seen = [name], set()
-        while todo and name not in found and dtype.kind == "f":
-            tensor = todo.pop()
-            for node in consumers.get(tensor, []):
-                if node.op_type in NON_NEGATIVE and node.input[0] == tensor and not _whole_exponent(model, node):
-                    found[name] = f"{node.op_type} {node.name!r}" if node.name else node.op_type
-                elif node.op_type in _PASSING and node.input[0] == tensor and id(node) not in seen:
-                    seen.add(id(node))
-                    todo += list(node.output)
-    return found
-
-
 @dataclass
 class Generated:
     """Generated samples: arrays by input name, the inputs given whole with every batch, and what was decided."""
@@ -279,7 +220,7 @@ def inputs_for_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]],
     ``non_negative_inputs``); other integers are 1 (a count, a size, a rate).
     """
     rng = np.random.default_rng(seed)
-    positive = non_negative_inputs(model)
+    positive = non_negative_inputs(model, [n for n, (t, _) in model_inputs(model).items() if t.kind == "f"])
     two_d = next((s for s in shapes.values() if len(s) == 2 and s[1] > 0), None)
     lengths = rng.integers(max(1, two_d[1] // 8), two_d[1] + 1, two_d[0]) if two_d else None
     out = {}
@@ -367,7 +308,8 @@ def generated_inputs(model: onnx.ModelProto, samples: int = 64, seq: int = 64, s
         notes[:] = [f"generated {count} samples instead of {wanted}: {fits[1]}"]
     shapes = {n: _shape(spec[n][1], sizes, count, rows_of.get(n)) for n in spec}
     notes += [f"generated input {n!r} as the magnitudes of normal values (x >= 0): the graph takes it into {op}, "
-              "which is defined for x >= 0 only" for n, op in non_negative_inputs(model).items()]
+              "which is defined for x >= 0 only" for n, op in
+              non_negative_inputs(model, [n for n in spec if spec[n][0].kind == "f"]).items()]
     return Generated(inputs_for_shapes(model, shapes, seed), set(spec) - set(rows_of), axes=rows_of, sizes=sizes,
                      notes=notes)
 
