@@ -6,9 +6,11 @@ output, and onnxruntime's own buffers sit beside them. The activations per sampl
 sizes that ONNX shape inference gives for one sample's shapes. Not every sample's activations are held at once
 where the step says so (``held``): AutoCast's reference run takes the gate's first few batches only, and the
 layer-wise search one; a calibration run holds every batch's. The process itself (Python, onnxruntime, ModelOpt)
-and the model's weights, loaded by each session, are taken from the budget first; so are tensors computed from
-weights alone (the ONNX test zoo's nets make theirs with ``ConstantOfShape``), made once a run, not per sample.
-When not even one sample fits, the step refuses in one line before it allocates anything large.
+and the model's weights, loaded by each session, are taken from the budget first. Tensors computed from weights
+alone (the ONNX test zoo's nets make theirs with ``ConstantOfShape``) are made once a run and held with every
+tensor of each batch AutoCast keeps: they are counted with a sample's activations, an upper bound, but never named
+as a sample's largest tensor. When not even one sample fits, the step refuses in one line before it allocates
+anything large.
 """
 
 from __future__ import annotations
@@ -96,10 +98,10 @@ def plan_memory(model: onnx.ModelProto, shapes: dict[str, list[int]], rows: int,
     ``weights``: the model's weight bytes (external data included) when the caller knows them. ``held``: the most
     samples whose every tensor the step holds at once (None: every sample's, as a calibration run holds them).
     """
-    acts, outs, largest, computed = tensor_bytes(model, shapes)
+    acts, outs, largest = tensor_bytes(model, shapes)
     inputs = sum(int(np.prod(s)) * 4 for s in shapes.values())
     rows = max(1, rows)
-    weights = (weights or sum(int(np.prod(i.dims)) * 4 for i in model.graph.initializer)) + computed
+    weights = weights or sum(int(np.prod(i.dims)) * 4 for i in model.graph.initializer)
     plan = MemoryPlan(budget, max(rss_peak(), LIBRARIES) + SESSIONS * weights,
                       (inputs + 4 * outs + HELD * acts) // rows, acts // rows, largest, held)
     if plan.samples < 1:
@@ -110,11 +112,11 @@ def plan_memory(model: onnx.ModelProto, shapes: dict[str, list[int]], rows: int,
     return plan
 
 
-def tensor_bytes(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> tuple[int, int, str, int]:
+def tensor_bytes(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> tuple[int, int, str]:
     """Intermediate and output tensor bytes for inputs of these shapes (ONNX shape inference), and the largest.
 
-    Last, the bytes of tensors computed from weights alone (``weight_tensors``: made once a run, not per sample).
-    A tensor whose shape inference leaves unknown is counted as the largest known one.
+    The largest is named among the tensors that depend on the inputs (not ``weight_tensors``). A tensor whose shape
+    inference leaves unknown is counted as the largest known one.
     """
     light = _light(model, shapes)
     try:
@@ -127,16 +129,14 @@ def tensor_bytes(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> tuple[
     for vi in [*inferred.graph.value_info, *inferred.graph.output]:
         if vi.name not in constant:
             sizes[vi.name] = _bytes(vi)
-    computed = weight_tensors(model) - constant
-    produced = list(dict.fromkeys(o for n in model.graph.node for o in n.output
-                                  if o and o not in constant and o not in computed))
-    known = [s for t, s in sizes.items() if s and t not in computed]
+    produced = list(dict.fromkeys(o for n in model.graph.node for o in n.output if o and o not in constant))
+    known = [s for s in sizes.values() if s]
     top = max(known, default=sum(int(np.prod(s)) * 4 for s in shapes.values()))
     acts = sum(sizes.get(t) or top for t in produced)
     outs = sum(sizes.get(t) or top for t in outputs)
-    name = max((t for t in produced if sizes.get(t)), key=lambda t: sizes[t], default="")
-    largest = f"{name!r} ({size_text(sizes[name])} a sample)" if name else "unknown"
-    return acts, outs, largest, sum(sizes.get(t) or 0 for t in computed)
+    computed = weight_tensors(model)
+    name = max((t for t in produced if sizes.get(t) and t not in computed), key=lambda t: sizes[t], default="")
+    return acts, outs, f"{name!r} ({size_text(sizes[name])} a sample)" if name else "unknown"
 
 
 def weight_tensors(model: onnx.ModelProto) -> set[str]:
