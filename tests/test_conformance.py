@@ -57,14 +57,24 @@ def test_every_model_of_a_generated_family_gets_a_verdict_from_every_step(family
 
 
 def test_a_failed_int8_gate_names_its_costliest_layers_and_its_auto_pin_answers(work):
-    """The bench's share of the verdict, on one small corpus model whose int8 gate fails: PyTorch's Sqrt operator
-    on generated calibration and gate inputs, half of them negative (FP32 gives NaN there, and so does the
-    converted model). Run as a user runs it: the step as a real process (nothing after its result), then the
-    ``--auto-pin`` command the result suggests."""
-    model = next(m for m in family_models("onnx-pytorch-operator") if m.name == "operator_sqrt")
+    """The bench's share of the verdict, on the suite's model-zoo net, whose int8 gate fails: squeezenet's
+    random-weight activations pass FP16's range in FP32, and ModelOpt runs the layers it does not quantize in FP16.
+    Run as a user runs it: the step as a real process (nothing after its result), then the ``--auto-pin`` command
+    the result suggests."""
+    model = next(m for m in family_models("onnx-light") if m.name == "squeezenet")
     cells = run_model(model, work, steps=("ort", "int8"), process=("int8",), pin=True)
     int8 = cells["int8"]
     assert cells["ort"].outcome == "runs" and int8.outcome == "failed", int8
-    assert int8.layers == ["Sqrt_0"] and int8.after == "", int8
+    assert int8.layers[:2] == ["n44", "n46"] and int8.after == "", int8
     assert int8.pin.outcome in ("passed", "no pin set") and re.search(r"\d", int8.pin.detail), int8.pin
+    assert not judge(cells), judge(cells)
+
+
+def test_pytorch_s_sqrt_operator_passes_both_gates_on_inputs_inside_its_domain(work):
+    """operator_sqrt failed both gates: half its generated inputs were negative, FP32 gave NaN there, and the gate
+    counted the converted model's NaN at the same places as error. Its inputs are now the magnitudes of normal
+    values, as a note says, and a NaN in both models would be agreement."""
+    model = next(m for m in family_models("onnx-pytorch-operator") if m.name == "operator_sqrt")
+    cells = run_model(model, work, steps=("ort", "fp16", "int8"))
+    assert cells["fp16"].outcome == cells["int8"].outcome == "passed", cells
     assert not judge(cells), judge(cells)

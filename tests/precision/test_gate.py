@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from trtfarm.precision import runs as gate_runs
 from trtfarm.precision.figures import figure_failures, output_figures, output_ranges
-from trtfarm.precision.gate import accuracy_gate
+from trtfarm.precision.gate import GateReport, accuracy_gate
 from trtfarm.precision.progress import precision_progress
 from trtfarm.precision.step import Recipe, convert_and_gate
 
@@ -206,3 +207,70 @@ def test_the_gates_onnxruntime_threads_do_not_spin(detector):
     options = gate_runs.session(detector, keep=False).get_session_options()
     assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     assert options.graph_optimization_level == __import__("onnxruntime").GraphOptimizationLevel.ORT_DISABLE_ALL
+
+
+def test_a_nan_in_both_at_the_same_value_is_agreement_and_a_nan_in_one_only_is_an_error():
+    x = np.random.default_rng(0).standard_normal((8, 6))
+    with np.errstate(invalid="ignore"):  # NaN wherever x < 0, in FP32 as in FP16
+        ref, got = np.sqrt(x), np.sqrt(x.astype(np.float16)).astype(np.float64)
+    fig = output_figures("y", ref, got, Recipe(mode="fp16"))
+    assert not figure_failures([fig], Recipe(mode="fp16")) and fig.max_error < 1e-3
+    # rows with a number to compare carry signal (a row of six NaN does not); cosine over the values both give
+    assert fig.signal_rows == (x >= 0).any(axis=1).sum() == 7 and fig.cosine_signal_min > 0.9999
+    lost = got.copy()
+    lost[x > 0.5] = np.nan  # NaN where FP32 gives a number
+    filled = got.copy()
+    filled[x < 0] = 0.0  # a number where FP32 gives NaN
+    for wrong in (lost, filled):
+        failures = figure_failures([output_figures("y", ref, wrong, Recipe(mode="fp16"))], Recipe(mode="fp16"))
+        assert any("max error inf" in f for f in failures), failures
+
+
+def test_an_output_fp32_gives_nan_in_everywhere_is_not_judged():
+    ref = np.full((4, 6), np.nan)
+    fig = output_figures("y", ref, ref.copy(), Recipe(mode="fp16"))
+    assert fig.signal_rows == 0 and "FP32 gives NaN or an infinity in every value" in fig.uninformative
+    report = GateReport("fp16", not figure_failures([fig], Recipe(mode="fp16")), {}, [fig])
+    assert report.passed is None and report.verdict == "not judged" and "'y'" in report.note
+
+
+def sqrt_net(path) -> None:
+    """``y = sqrt(x)`` [batch, 8], as PyTorch's operator test exports it."""
+    graph = helper.make_graph([helper.make_node("Sqrt", ["x"], ["y"], name="root")], "sqrt",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+@pytest.mark.integration
+def test_fp16_of_a_sqrt_passes_on_generated_inputs_and_on_held_out_data_with_negative_values(tmp_path):
+    """FP16's Sqrt gives NaN where FP32's does: that is neither an error of the output nor an FP16 overflow."""
+    sqrt_net(tmp_path / "sqrt.onnx")
+    made = convert_and_gate(tmp_path / "sqrt.onnx", Recipe(mode="fp16"), tmp_path / "fp16.onnx")
+    assert made.report.verdict == "passed" and made.report.figures[0].signal_rows == 64
+    assert any("magnitudes of normal values" in note for note in made.notes)
+
+    np.savez(tmp_path / "held.npz", x=np.random.default_rng(1).standard_normal((32, 8)).astype(np.float32))
+    held = convert_and_gate(tmp_path / "sqrt.onnx", Recipe(mode="fp16"), tmp_path / "fp16.onnx",
+                            heldout=tmp_path / "held.npz")
+    assert held.report.verdict == "passed", held.report.failures
+    assert held.report.figures[0].signal_rows == 32 and held.report.figures[0].max_error < 1e-3
+
+    np.savez(tmp_path / "negative.npz", x=-1 - np.random.default_rng(1).random((32, 8)).astype(np.float32))
+    none = convert_and_gate(tmp_path / "sqrt.onnx", Recipe(mode="fp16"), tmp_path / "fp16.onnx",
+                            heldout=tmp_path / "negative.npz")
+    assert none.report.verdict == "not judged" and none.report.failures == []  # NaN everywhere: no signal
+
+
+def test_the_layer_wise_search_holds_the_tensors_that_depend_on_the_inputs_not_those_made_from_weights(tmp_path):
+    """The test zoo's nets make their weights with ConstantOfShape: VGG-19's search held 3.9 GiB of them."""
+    from .test_memory import dense_blocks
+
+    dense_blocks(tmp_path / "dense.onnx", layers=4)
+    model, values = gate_runs.all_tensors(tmp_path / "dense.onnx", {"x": np.ones((1, 8, 8, 8), np.float32)},
+                                          keep=False)
+    made = {n.output[0] for n in model.graph.node if n.op_type in ("ConstantOfShape", "Unsqueeze")}
+    computed = [t for n in model.graph.node for t in n.output if t not in made]
+    assert sorted(values) == sorted(computed) and len(computed) == 4 * 4 + 1 + 3

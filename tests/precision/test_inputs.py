@@ -95,3 +95,37 @@ def test_ids_stay_inside_their_tables_and_positions_past_a_table_shrink_the_leng
         assert past.shape[1] + ids.shape[1] <= 64  # past + current positions inside the 64-row table
     out = joined(infer(path, feeds))
     assert out["out"].shape == (sum(len(f["input_ids"]) for f in feeds), feeds[0]["input_ids"].shape[1], 8)
+
+
+def domains(path) -> None:
+    """Five inputs [batch, 8]: ``a`` through Flatten into Sqrt, ``b`` into Log, ``c`` squared (Pow by 2), ``d`` to
+    the power 0.5, ``e`` into Relu."""
+    n = helper.make_node
+    inits = [numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "root")]
+    nodes = [n("Flatten", ["a"], ["af"], name="flat"), n("Sqrt", ["af"], ["ya"], name="sqrt"),
+             n("Log", ["b"], ["yb"], name="log"), n("Pow", ["c", "two"], ["yc"], name="square"),
+             n("Pow", ["d", "root"], ["yd"], name="half_power"), n("Relu", ["e"], ["ye"], name="relu")]
+    graph = helper.make_graph(
+        nodes, "domains", [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["batch", 8]) for x in "abcde"],
+        [helper.make_tensor_value_info(f"y{x}", TensorProto.FLOAT, ["batch", 8]) for x in "abcde"], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+
+
+def test_inputs_an_op_takes_only_where_non_negative_are_generated_non_negative_and_a_note_says_so(tmp_path):
+    """On a normal input half of Sqrt's values would be NaN in FP32 itself, and the gate would judge nothing there."""
+    domains(tmp_path / "domains.onnx")
+    made = generated_inputs(onnx.load(str(tmp_path / "domains.onnx")))
+    for name in "abd":
+        assert made.data[name].min() >= 0 and made.data[name].std() > 0.3, name
+    for name in "ce":  # x ** 2 and Relu take any x: normal, as before
+        assert (made.data[name] < 0).mean() > 0.3, name
+    said = [note for note in made.notes if "magnitudes" in note]
+    assert said == [f"generated input {x!r} as the magnitudes of normal values (x >= 0): the graph takes it into "
+                    f"{op}, which is defined for x >= 0 only" for x, op in
+                    (("a", "Sqrt 'sqrt'"), ("b", "Log 'log'"), ("d", "Pow 'half_power'"))]
+    run = joined(infer(tmp_path / "domains.onnx", [made.data], keep=False))
+    assert all(np.isfinite(run[f"y{x}"]).all() for x in "acde")  # Log of 0 would be -inf: normal values are not 0

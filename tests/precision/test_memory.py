@@ -120,3 +120,66 @@ def test_the_budget_counts_the_step_s_own_peak_not_the_peak_of_the_process_that_
                                              check=True, timeout=120).stdout.split())
     assert inherited > 1 << 30  # what ru_maxrss says in the child: the parent's gigabyte
     assert own < 512 << 20, own  # the child's own address space: Python with trtfarm's memory module
+
+
+def dense_blocks(path, layers: int = 64, growth: int = 8, side: int = 8, classes: int = 1000) -> None:
+    """A DenseNet as the ONNX test zoo writes it: IR 3, every initializer a graph input, the weights made by
+    ``ConstantOfShape``, a 1x1 scale read through ``Unsqueeze`` of an 8-value weight, and ``layers`` layers each
+    concatenating ``growth`` new channels (Mul, Relu, Conv, Concat) onto all before; static batch 1."""
+    n, inits, made = helper.make_node, [], []
+
+    def weight(name: str, shape: list[int]) -> str:  # as the light zoo nets: ConstantOfShape of a shape input
+        inits.append(numpy_helper.from_array(np.array(shape, np.int64), f"{name}__SHAPE"))
+        made.append(n("ConstantOfShape", [f"{name}__SHAPE"], [name],
+                      value=numpy_helper.from_array(np.array([0.02], np.float32))))
+        return name
+
+    inits.append(numpy_helper.from_array(np.ones(growth, np.float32), "scale"))
+    nodes = [n("Unsqueeze", ["scale"], ["scale_hw"], axes=[1, 2]), n("Mul", ["x", "scale_hw"], ["h0"])]
+    for k in range(layers):
+        width = growth * (k + 1)
+        nodes += [n("Relu", [f"h{k}"], [f"r{k}"]), n("Mul", [f"r{k}", "scale_hw"] if k == 0 else [f"r{k}", "half"],
+                                                      [f"m{k}"]),
+                  n("Conv", [f"m{k}", weight(f"w{k}", [growth, width, 3, 3])], [f"c{k}"], pads=[1, 1, 1, 1]),
+                  n("Concat", [f"h{k}", f"c{k}"], [f"h{k + 1}"], axis=1)]
+    inits.append(numpy_helper.from_array(np.array(0.5, np.float32), "half"))
+    nodes += [n("GlobalAveragePool", [f"h{layers}"], ["pool"]), n("Flatten", ["pool"], ["flat"]),
+              n("MatMul", ["flat", weight("fc", [growth * (layers + 1), classes])], ["logits"])]
+    graph = helper.make_graph(
+        made + nodes, "dense", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, growth, side, side])] +
+        [helper.make_tensor_value_info(i.name, i.data_type, list(i.dims)) for i in inits],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    model.ir_version = 3
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+
+
+def test_an_ir3_densenet_is_sized_by_its_real_tensors_and_gated_on_every_sample_within_the_budget(tmp_path,
+                                                                                                  monkeypatch):
+    """The test zoo's densenet121 was refused (5.2 GiB a sample against 4 GiB): its IR-3 small weights hid every
+    shape after them, each counted as the largest weight, and every sample's activations counted as held at once,
+    though AutoCast's reference run holds its first batches only. Such a net now gets a verdict, under the budget."""
+    from trtfarm.precision import memory
+    from trtfarm.precision.memory import plan_memory, size_text, tensor_bytes
+
+    dense_blocks(tmp_path / "dense.onnx", side=16)
+    proc, peak = precision(tmp_path, tmp_path / "dense.onnx", "--max-memory", "1GiB", "--json")
+    assert proc.returncode in (0, 4), proc.stdout + proc.stderr  # passed, or not judged (exit 4): a verdict
+    doc = json.loads(proc.stdout)
+    assert doc["gate"]["verdict"] in ("passed", "not judged") and doc["gate"]["figures"][0]["rows"] == 8
+    assert not [n for n in doc["notes"] if "budget" in n]  # all 8 samples a static batch-1 export gets
+    assert peak < BUDGET, f"peak RSS {peak / 2**20:.0f} MiB over the 1 GiB budget"
+
+    model = onnx.load(str(tmp_path / "dense.onnx"))
+    acts, outs, largest = tensor_bytes(model, {"x": [1, 8, 16, 16]})
+    # every activation known: per layer Relu and Mul of the w = 8(k+1) channels before, Conv's 8 and Concat's w + 8,
+    # at 16 x 16; the first Mul's 8; then the pool, its flattening (520 each) and the 1000 logits
+    real = 4 * 256 * (8 + sum(3 * 8 * (k + 1) + 16 for k in range(64))) + 4 * (520 + 520 + 1000)
+    # and the weights ConstantOfShape makes (the 1x1 scale, the Conv kernels, the classifier), never the largest
+    made = 4 * (8 + sum(8 * 8 * (k + 1) * 9 for k in range(64)) + 8 * 65 * 1000)
+    assert acts == real + made and outs == 4000 and largest == f"'h64' ({size_text(4 * 256 * 8 * 65)} a sample)"
+    # about 50 MiB a sample: held for every sample, only 5 would fit; AutoCast holds the first 4 batches' only
+    monkeypatch.setattr(memory, "rss_peak", lambda: 0)  # the plan as a fresh process makes it, not this one's
+    assert plan_memory(model, {"x": [1, 8, 16, 16]}, 1, BUDGET).samples < 8
+    assert plan_memory(model, {"x": [1, 8, 16, 16]}, 1, BUDGET, held=4).samples >= 8

@@ -9,9 +9,11 @@ Two figures judge an output, both measured and both reported:
   well above the precision's resolution at that scale (and, where tensors are FP16, above FP16's smallest normal).
   On a near-zero row (a sigmoid map of about 1e-5 on random inputs) cosine measures rounding noise, not the model.
 
-An output where no sample carries signal, or the reference hardly varies, is *uninformative*: the gate says so and
-asks for real inputs (``heldout.npz``). For classifiers top-1 agreement and for embedding models recall@k of FP32's
-nearest neighbours are judged as well.
+A value that is not finite in FP32 and the same in the converted model (NaN in both, or the same infinity) is
+agreement, left out of both figures: the sqrt of a negative input is NaN in any precision. Not finite in one only
+is an error of infinite size. An output where no sample carries signal (NaN everywhere in FP32 included), or the
+reference hardly varies, is *uninformative*: the gate says so and asks for real inputs (``heldout.npz``). For
+classifiers top-1 agreement and for embedding models recall@k of FP32's nearest neighbours are judged as well.
 """
 
 from __future__ import annotations
@@ -68,11 +70,17 @@ def _scale(a: np.ndarray, declared: tuple[float, float] | None, source: str) -> 
     return (peak, "reference magnitude") if peak > 0 else (1.0, "unit (constant zero reference)")
 
 
+def agreeing(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Where both hold the same value that is not finite: NaN in both, or the same infinity."""
+    return (np.isnan(a) & np.isnan(b)) | (np.isinf(a) & (a == b))
+
+
 def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    finite = np.isfinite(b).all(axis=1)
-    denom = np.linalg.norm(a, axis=1) * np.linalg.norm(np.where(np.isfinite(b), b, 0.0), axis=1)
-    return np.where(finite & (denom > 0), (a * np.where(np.isfinite(b), b, 0.0)).sum(axis=1)
-                    / np.maximum(denom, 1e-300), 0.0)
+    """Per row; a row where either holds a value that is not finite (agreement left out before) is 0."""
+    finite = np.isfinite(a).all(axis=1) & np.isfinite(b).all(axis=1)
+    a, b = np.where(np.isfinite(a), a, 0.0), np.where(np.isfinite(b), b, 0.0)
+    denom = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    return np.where(finite & (denom > 0), (a * b).sum(axis=1) / np.maximum(denom, 1e-300), 0.0)
 
 
 def output_figures(name: str, ref: np.ndarray, got: np.ndarray, recipe: Recipe,
@@ -85,22 +93,29 @@ def output_figures(name: str, ref: np.ndarray, got: np.ndarray, recipe: Recipe,
     if name in recipe.output_ranges:
         declared, source = tuple(recipe.output_ranges[name]), "declared in the recipe"
     scale, scale_from = _scale(a, declared, source)
+    same = agreeing(a, b)
+    a, b = np.where(same, 0.0, a), np.where(same, 0.0, b)  # agreement: no error, no part of the cosine
     cos = _cosine(a, b)
-    diff = np.where(np.isfinite(b), np.abs(a - b), np.inf)
-    max_abs = float(diff.max())
+    diff = np.where(np.isfinite(a) & np.isfinite(b), np.abs(a - b), np.inf)
+    max_abs = float(diff.max(initial=0.0))
     fig = OutputFigures(name, float(cos.mean()), float(cos.min()), max_abs,
-                        float((diff / (np.abs(a) + 1e-6)).max()), scale=scale, scale_from=scale_from,
-                        max_error=max_abs / scale, rows=len(a))
+                        float((diff / (np.abs(np.nan_to_num(a)) + 1e-6)).max(initial=0.0)), scale=scale,
+                        scale_from=scale_from, max_error=max_abs / scale, rows=len(a))
     mode = recipe.mode
     floor = SIGNAL * max(RESOLUTION[mode] * scale, FP16_TINY if mode in ("fp16", "int8", "fp8") else 0.0)
-    signal = np.sqrt((a * a).mean(axis=1)) >= floor
+    judged = np.maximum((~same).sum(axis=1), 1)  # a row's values that are not agreement on a non-finite one
+    finite = np.where(np.isfinite(a), a, 0.0)
+    signal = ((~same).any(axis=1)) & (np.sqrt((finite * finite).sum(axis=1) / judged) >= floor)
     fig.signal_rows = int(signal.sum())
     if signal.any():
         fig.cosine_signal_mean, fig.cosine_signal_min = float(cos[signal].mean()), float(cos[signal].min())
-    span = float(np.ptp(a[np.isfinite(a)])) if np.isfinite(a).any() else 0.0
-    if not signal.any():
+    span = float(np.ptp(a[np.isfinite(a) & ~same])) if (np.isfinite(a) & ~same).any() else 0.0
+    if same.all():
+        fig.uninformative = ("no sample carries signal: FP32 gives NaN or an infinity in every value (the "
+                             "converted model the same), so there is nothing to compare")
+    elif not signal.any():
         fig.uninformative = (f"no sample carries signal: FP32 RMS below {floor:.3g} in every row (max |x| "
-                             f"{float(np.abs(a).max()):.3g} against a scale of {scale:.3g})")
+                             f"{float(np.abs(finite).max()):.3g} against a scale of {scale:.3g})")
     elif span <= RESOLUTION[mode] * scale:
         fig.uninformative = f"FP32 output hardly varies across samples (range {span:.3g}, scale {scale:.3g})"
     _task_figures(fig, a, b, recipe)

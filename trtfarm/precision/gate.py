@@ -20,6 +20,7 @@ import onnx
 
 from trtfarm.onnxfile import load_model
 from trtfarm.precision.figures import OutputFigures, figure_failures, output_figures, output_ranges
+from trtfarm.precision.normalise import name_nodes
 from trtfarm.precision.recipe import Recipe
 from trtfarm.precision.runs import (
     all_tensors,
@@ -152,6 +153,27 @@ def _saturations(model: onnx.ModelProto, counts: dict[str, int], overflowed: set
             f"{first.op_type}), as an additive mask's large negative value does; the outputs are within limits"]
 
 
+def _beyond_fp32(fp32: Path, source: onnx.ModelProto, converted: onnx.ModelProto, feeds: list[dict],
+                 nonfinite: dict[str, int]) -> dict[str, int]:
+    """``nonfinite`` less the FP16 tensors where the FP32 model holds as many NaN and +inf values itself.
+
+    The sqrt of a negative input is NaN in any precision: that is no overflow. An FP16 tensor is matched with the
+    FP32 tensor of the same node (by name, unnamed ones as the conversion names them) and output position; the
+    FP32 model runs again for these only, and only where some FP16 tensor holds a value that is not finite.
+    """
+    producer = {t: (n.name, i) for n in converted.graph.node for i, t in enumerate(n.output)}
+    nodes = {n.name: n for n in source.graph.node}
+    same = {t: nodes[producer[t][0]].output[producer[t][1]] for t, n in nonfinite.items()
+            if n and t in producer and producer[t][0] in nodes and len(nodes[producer[t][0]].output) > producer[t][1]}
+    if not same:
+        return nonfinite
+    wanted = tuple(dict.fromkeys(same.values()))
+    runs = infer(fp32, feeds, extra=wanted, keep=False,
+                 each=lambda v: {k: np.array(overflow_counts(v[k])[0]) for k in wanted if k in v})
+    fp32_counts = {k: sum(int(r[k]) for r in runs if k in r) for k in wanted}
+    return {t: n for t, n in nonfinite.items() if t not in same or n > fp32_counts[same[t]]}
+
+
 def _overflow_list(model: onnx.ModelProto, counts: dict[str, int], limit: int = 5) -> list[dict]:
     producer = {t: n for n in model.graph.node for t in n.output}
     found = [{"node": producer[t].name, "op": producer[t].op_type, "tensor": t,
@@ -181,10 +203,12 @@ def accuracy_gate(fp32: Path, converted: Path, feeds: list[dict], recipe: Recipe
     graph = load_model(converted)  # read once: the runs and the overflow search below all take it
     got, counts = converted_outputs(Path(converted), feeds, list(ref), step=step, model=graph)
     source = load_model(fp32)
+    name_nodes(source)  # unnamed nodes as the conversion named them
     ranges = output_ranges(source)
     figs = [output_figures(name, ref[name], got[name], recipe, *(
         (ranges[name][0], f"output of {ranges[name][1]}") if name in ranges else (None, ""))) for name in ref]
     nonfinite = {k.split(":", 1)[1]: n for k, n in counts.items() if k.startswith("nonfinite:")}
+    nonfinite = _beyond_fp32(Path(fp32), source, graph, feeds, nonfinite)
     overflows = _overflow_list(graph, nonfinite)
     figure_problems = figure_failures(figs, recipe)
     if figure_problems:  # the outputs are off: a -inf on the way may be why

@@ -10,6 +10,10 @@ Generated inputs follow the model's own shape rules, as the export wrote them:
   tried as the other sizes the graph names (a decoder's ``present`` length) in a one-row onnxruntime run;
 - integer inputs stay inside the table they index (token ids below the vocabulary, type ids below their table),
   masks are 0/1 with realistic padding, ids zero beyond it;
+- float inputs are normal, except where the graph takes them (through casts and reshapes) into an operator defined
+  for non-negative values only (``Sqrt``, ``Log``, ``Pow``'s base but for whole exponents): there they are the
+  normal values' magnitudes,
+  and a note says so (on negative inputs FP32 itself gives NaN, and the gate would judge nothing there);
 - an input whose values are shapes (a shape tensor) cannot be made up: the message names it and asks for data.
 """
 
@@ -26,6 +30,7 @@ from onnx import helper
 
 from trtfarm.errors import UserInputError
 from trtfarm.onnxfile import dim_label, dim_names, dim_size, is_expression, shape_tensor_inputs
+from trtfarm.precision.domains import index_bound, non_negative_inputs
 from trtfarm.precision.recipe import clip
 
 DATA_FIX = ("pass real inputs: --calibration calib.npz / --heldout heldout.npz (numpy.savez keyed by input name, "
@@ -151,33 +156,6 @@ def _check_arrays(path: Path, what: str, data: dict[str, np.ndarray], rows: dict
 
 # --- generated inputs ------------------------------------------------------------------------------------------
 
-_PASSING = {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand"}
-
-
-def index_bound(model: onnx.ModelProto, name: str) -> int | None:
-    """For integer ids: the row count of the table a ``Gather`` reads with them (through casts and reshapes)."""
-    tables = {i.name: tuple(i.dims) for i in model.graph.initializer}
-    tables.update({n.output[0]: tuple(n.attribute[0].t.dims) for n in model.graph.node
-                   if n.op_type == "Constant" and n.attribute and n.attribute[0].HasField("t")})
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for node in model.graph.node:
-        for i in node.input:
-            consumers.setdefault(i, []).append(node)
-    todo, seen, bounds = [name], set(), []
-    while todo:
-        tensor = todo.pop()
-        for node in consumers.get(tensor, []):
-            if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == tensor:
-                axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-                dims = tables.get(node.input[0])
-                if dims and len(dims) > axis:
-                    bounds.append(int(dims[axis]))
-            elif node.op_type in _PASSING and node.input[0] == tensor and id(node) not in seen:
-                seen.add(id(node))
-                todo += list(node.output)
-    return min(bounds) if bounds else None
-
-
 @dataclass
 class Generated:
     """Generated samples: arrays by input name, the inputs given whole with every batch, and what was decided."""
@@ -238,9 +216,11 @@ def inputs_for_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]],
     """Inputs of exactly these shapes with realistic structure.
 
     One set of padding lengths per batch (so masks and ids agree): masks of varied lengths, ids inside the table
-    they index and zero beyond each length, normal floats; other integers are 1 (a count, a size, a rate).
+    they index and zero beyond each length, normal floats (their magnitudes where an op takes only x >= 0:
+    ``non_negative_inputs``); other integers are 1 (a count, a size, a rate).
     """
     rng = np.random.default_rng(seed)
+    positive = non_negative_inputs(model, [n for n, (t, _) in model_inputs(model).items() if t.kind == "f"])
     two_d = next((s for s in shapes.values() if len(s) == 2 and s[1] > 0), None)
     lengths = rng.integers(max(1, two_d[1] // 8), two_d[1] + 1, two_d[0]) if two_d else None
     out = {}
@@ -260,6 +240,8 @@ def inputs_for_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]],
             out[name] = arr.astype(dtype)
         elif dtype.kind == "b":
             out[name] = rng.integers(0, 2, shape).astype(dtype)
+        elif name in positive:
+            out[name] = np.abs(rng.standard_normal(shape)).astype(dtype)
         else:
             out[name] = rng.standard_normal(shape).astype(dtype)
     return out
@@ -325,6 +307,9 @@ def generated_inputs(model: onnx.ModelProto, samples: int = 64, seq: int = 64, s
         count = max(fixed, fits[0] // fixed * fixed)
         notes[:] = [f"generated {count} samples instead of {wanted}: {fits[1]}"]
     shapes = {n: _shape(spec[n][1], sizes, count, rows_of.get(n)) for n in spec}
+    notes += [f"generated input {n!r} as the magnitudes of normal values (x >= 0): the graph takes it into {op}, "
+              "which is defined for x >= 0 only" for n, op in
+              non_negative_inputs(model, [n for n in spec if spec[n][0].kind == "f"]).items()]
     return Generated(inputs_for_shapes(model, shapes, seed), set(spec) - set(rows_of), axes=rows_of, sizes=sizes,
                      notes=notes)
 

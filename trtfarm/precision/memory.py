@@ -3,9 +3,14 @@
 A sample costs its inputs, its outputs (the FP32 reference's and the converted model's, per batch and joined) and,
 at the step's peak, its activations: AutoCast's reference run and the layer-wise search mark every tensor as an
 output, and onnxruntime's own buffers sit beside them. The activations per sample are the intermediate tensors'
-sizes that ONNX shape inference gives for one sample's shapes. The process itself (Python, onnxruntime, ModelOpt)
-and the model's weights, loaded by each session, are taken from the budget first. When not even one sample fits,
-the step refuses in one line before it allocates anything large.
+sizes that ONNX shape inference gives for one sample's shapes. Not every sample's activations are held at once
+where the step says so (``held``): AutoCast's reference run takes the gate's first few batches only, and the
+layer-wise search one; a calibration run holds every batch's. The process itself (Python, onnxruntime, ModelOpt)
+and the model's weights, loaded by each session, are taken from the budget first. Tensors computed from weights
+alone (the ONNX test zoo's nets make theirs with ``ConstantOfShape``) are made once a run and held with every
+tensor of each batch AutoCast keeps: they are counted with a sample's activations, an upper bound, but never named
+as a sample's largest tensor. When not even one sample fits, the step refuses in one line before it allocates
+anything large.
 """
 
 from __future__ import annotations
@@ -54,17 +59,23 @@ class MemoryPlan:
     per_sample: int
     activations: int  # per sample, of per_sample
     largest: str = ""  # the largest intermediate tensor of one sample, for the refusal
+    held: int | None = None  # the most samples whose activations are held at once (None: every sample's)
 
     @property
     def samples(self) -> int:
-        """The most samples that fit (0: not even one)."""
-        return max(0, self.budget - self.fixed) // max(1, self.per_sample)
+        """The most samples that fit (0: not even one); past ``held`` a sample costs its inputs and outputs only."""
+        left, whole = max(0, self.budget - self.fixed), max(1, self.per_sample)
+        if self.held is None or left < whole * self.held:
+            return left // whole
+        return self.held + (left - whole * self.held) // max(1, self.per_sample - HELD * self.activations)
 
     def why(self) -> str:
         """``one sample needs about 72 MiB in the precision step (36 MiB of activations) and 576 MiB of ...``."""
+        held = f", held for at most {self.held} samples at once" if self.held else ""
         return (f"one sample needs about {size_text(self.per_sample)} in the precision step "
-                f"({size_text(self.activations)} of activations) and {size_text(max(0, self.budget - self.fixed))} "
-                f"of the {size_text(self.budget)} budget is left beside the process and the model's weights")
+                f"({size_text(self.activations)} of activations{held}) and "
+                f"{size_text(max(0, self.budget - self.fixed))} of the {size_text(self.budget)} budget is left "
+                "beside the process and the model's weights")
 
 
 def rss_peak() -> int:
@@ -81,17 +92,18 @@ def rss_peak() -> int:
 
 
 def plan_memory(model: onnx.ModelProto, shapes: dict[str, list[int]], rows: int, budget: int,
-                path: str = "the model", weights: int = 0) -> MemoryPlan:
+                path: str = "the model", weights: int = 0, held: int | None = None) -> MemoryPlan:
     """The plan for one run of ``rows`` samples of these ``shapes``; ``UserInputError`` when one sample does not fit.
 
-    ``weights``: the model's weight bytes (external data included) when the caller knows them.
+    ``weights``: the model's weight bytes (external data included) when the caller knows them. ``held``: the most
+    samples whose every tensor the step holds at once (None: every sample's, as a calibration run holds them).
     """
     acts, outs, largest = tensor_bytes(model, shapes)
     inputs = sum(int(np.prod(s)) * 4 for s in shapes.values())
     rows = max(1, rows)
     weights = weights or sum(int(np.prod(i.dims)) * 4 for i in model.graph.initializer)
     plan = MemoryPlan(budget, max(rss_peak(), LIBRARIES) + SESSIONS * weights,
-                      (inputs + 4 * outs + HELD * acts) // rows, acts // rows, largest)
+                      (inputs + 4 * outs + HELD * acts) // rows, acts // rows, largest, held)
     if plan.samples < 1:
         need = plan.fixed + plan.per_sample * 2
         raise UserInputError(f"{path}: not even one sample fits the memory budget: {plan.why()}; the largest tensor "
@@ -101,9 +113,10 @@ def plan_memory(model: onnx.ModelProto, shapes: dict[str, list[int]], rows: int,
 
 
 def tensor_bytes(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> tuple[int, int, str]:
-    """Intermediate and output tensor bytes for inputs of these shapes, by ONNX shape inference, and the largest.
+    """Intermediate and output tensor bytes for inputs of these shapes (ONNX shape inference), and the largest.
 
-    A tensor whose shape inference leaves unknown is counted as the largest known one.
+    The largest is named among the tensors that depend on the inputs (not ``weight_tensors``). A tensor whose shape
+    inference leaves unknown is counted as the largest known one.
     """
     light = _light(model, shapes)
     try:
@@ -121,8 +134,19 @@ def tensor_bytes(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> tuple[
     top = max(known, default=sum(int(np.prod(s)) * 4 for s in shapes.values()))
     acts = sum(sizes.get(t) or top for t in produced)
     outs = sum(sizes.get(t) or top for t in outputs)
-    name = max((t for t in produced if sizes.get(t)), key=lambda t: sizes[t], default="")
+    computed = weight_tensors(model)
+    name = max((t for t in produced if sizes.get(t) and t not in computed), key=lambda t: sizes[t], default="")
     return acts, outs, f"{name!r} ({size_text(sizes[name])} a sample)" if name else "unknown"
+
+
+def weight_tensors(model: onnx.ModelProto) -> set[str]:
+    """Tensors computed from weights alone: outputs of nodes whose every input is a weight or such a tensor."""
+    weights = {i.name for i in model.graph.initializer}
+    found = set(weights)
+    for node in model.graph.node:  # in graph order: a node's inputs come before it
+        if all(not i or i in found for i in node.input):
+            found.update(o for o in node.output if o)
+    return found - weights
 
 
 def _bytes(vi: onnx.ValueInfoProto) -> int | None:
@@ -149,5 +173,7 @@ def _light(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> onnx.ModelPr
     outputs = [helper.make_tensor_value_info(o.name, o.type.tensor_type.elem_type, None) for o in g.output]
     graph = helper.make_graph(list(g.node), g.name, inputs, outputs, small)
     light = helper.make_model(graph, opset_imports=list(model.opset_import), functions=list(model.functions))
-    light.ir_version = model.ir_version
+    # IR 4 at least: before it an initializer is read only where it is also a graph input, so the small weights
+    # kept above would have no type, and every tensor after them no shape (an IR 3 model-zoo net: all unknown)
+    light.ir_version = max(model.ir_version, 4)
     return light

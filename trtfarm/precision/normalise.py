@@ -41,7 +41,8 @@ def _ir3_inputs(model: onnx.ModelProto) -> list[str]:
             "which ModelOpt's converters need"]
 
 
-def _name_nodes(model: onnx.ModelProto) -> list[str]:
+def name_nodes(model: onnx.ModelProto) -> list[str]:
+    """Name each unnamed node by its op type and position (``Conv_12``), as the converted model names it; a note."""
     taken = {n.name for n in model.graph.node if n.name}
     unnamed = [(i, n) for i, n in enumerate(model.graph.node) if not n.name]
     for i, node in unnamed:
@@ -62,7 +63,7 @@ def normalised_for_converters(src: Path, dest: Path) -> tuple[Path, list[str]]:
     Weights kept in external data files are read and written inline (the copy is scratch, for the converter).
     """
     model = load_model(src, weights=True)
-    notes = _ir3_inputs(model) + _name_nodes(model)
+    notes = _ir3_inputs(model) + name_nodes(model)
     del model.graph.value_info[:]
     onnx.save(model, str(dest))
     return dest, notes

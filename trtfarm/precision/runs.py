@@ -22,6 +22,7 @@ import numpy as np
 import onnx
 
 from trtfarm.onnxfile import load_model
+from trtfarm.precision.memory import weight_tensors
 from trtfarm.precision.recipe import GateError, clip
 
 # ops that cannot turn finite inputs into inf/NaN: an FP16 overflow first shows at some other op's output
@@ -68,13 +69,21 @@ def _remember(cache: OrderedDict, key: tuple, make: Callable, limit: int):
 
 
 def with_outputs(path: Path, extra: list[str] | str) -> bytes:
-    """The model at ``path`` with intermediate tensors marked as outputs (Polygraphy's MARK_ALL for ``"all"``)."""
+    """The model at ``path`` with intermediate tensors marked as outputs (Polygraphy's MARK_ALL for ``"all"``).
+
+    ``"computed"``: every node output but those made from weights alone (``memory.weight_tensors``).
+    """
     from polygraphy import constants
     from polygraphy.backend.onnx import BytesFromOnnx, ModifyOutputs, OnnxFromPath
 
     model = OnnxFromPath(str(path))()
     if extra == "all":
         marked = ModifyOutputs(model, outputs=constants.MARK_ALL, copy=True)()
+    elif extra == "computed":
+        weights = weight_tensors(model)
+        outputs = [o.name for o in model.graph.output] + [t for n in model.graph.node for t in n.output
+                                                           if t and t not in weights]
+        marked = ModifyOutputs(model, outputs=list(dict.fromkeys(outputs)), copy=True)()
     else:
         outputs = [o.name for o in model.graph.output] + [t for t in extra if t]
         marked = ModifyOutputs(model, outputs=list(dict.fromkeys(outputs)), copy=True)()
@@ -144,8 +153,8 @@ def infer(path: Path, feeds: list[dict], extra: tuple[str, ...] | str = (),
                     step()
     except _run_errors() as err:
         first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
-        watching = " with its FP16 tensors watched for overflow" if extra and extra != "all" else \
-            " with every tensor as an output" if extra else ""
+        watching = " with its FP16 tensors watched for overflow" if extra and extra not in ("all", "computed") \
+            else " with every tensor as an output" if extra else ""
         raise GateError(f"{path}: onnxruntime could not run the model{watching} ({type(err).__name__}: "
                         f"{clip(first)}). Fix: check the model runs in onnxruntime on CPU "
                         "(polygraphy run MODEL --onnxrt); keep the failing nodes in FP32 (--keep-fp32 REGEX)") from err
@@ -188,7 +197,11 @@ def reference(path: Path, feeds: list[dict], step: Callable[[], None] | None = N
 
 
 def all_tensors(path: Path, feed: dict, keep: bool = True) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    """Run a model with every intermediate tensor marked as an output (Polygraphy's MARK_ALL).
+    """Run a model with every intermediate tensor that depends on its inputs marked as an output.
+
+    Tensors made from weights alone are the same on every input and left out (``memory.weight_tensors``: the
+    ONNX test zoo's ``ConstantOfShape`` weights, a quantized model's Q/DQ of them; on VGG-19 in INT8 these made the
+    layer-wise search of both models hold 3.9 GiB).
 
     ``keep``: the result is kept for the next call with the same model and feed (the FP32 model during one
     auto-pin search); the session is never kept (one run).
@@ -196,7 +209,7 @@ def all_tensors(path: Path, feed: dict, keep: bool = True) -> tuple[onnx.ModelPr
     model = load_model(path)
 
     def make():
-        return infer(path, [feed], extra="all", keep=False)[0]
+        return infer(path, [feed], extra="computed", keep=False)[0]
 
     values = _remember(_ALL_TENSORS, (model_key(path), feeds_key([feed])), make, 1) if keep else make()
     return model, values

@@ -23,7 +23,14 @@ from trtfarm.identity import onnx_digest as digest_of
 from trtfarm.layout import converted_model_key, converted_prefix, converted_report_key
 from trtfarm.onnxfile import external_files, load_model
 from trtfarm.precision.autopin import auto_pin
-from trtfarm.precision.convert import QUANTIZE, ConversionError, Converted, convert_onnx, refuse_unconvertible
+from trtfarm.precision.convert import (
+    QUANTIZE,
+    REFERENCE_BATCHES,
+    ConversionError,
+    Converted,
+    convert_onnx,
+    refuse_unconvertible,
+)
 from trtfarm.precision.gate import GateReport, OutputFigures, accuracy_gate, figure_failures
 from trtfarm.precision.inputs import (
     batch_axes,
@@ -120,13 +127,15 @@ def gate_inputs(model_path: Path, heldout: Path | None, notes: list[str] | None 
 
     Generated sizes are checked with a one-row onnxruntime run first (``probe_sizes``), after a memory check
     that refuses a model of which not even one sample fits ``budget`` (``memory``); ``notes`` receives what was
-    decided (fewer samples for a large input, or for the memory budget).
+    decided (fewer samples for a large input, or for the memory budget). Every tensor is held for the first
+    ``REFERENCE_BATCHES`` batches only (AutoCast's reference run; the layer-wise search takes one batch).
     """
     model, path = load_model(model_path), str(model_path)
     notes = [] if notes is None else notes
     axes, rows = batch_axes(model), fixed_batch(model) or 1
+    held = REFERENCE_BATCHES * (fixed_batch(model) or 16)
     if heldout:
-        data = _within(model, load_npz(heldout, model, "held-out data"), budget, path, "held-out", notes)
+        data = _within(model, load_npz(heldout, model, "held-out data"), budget, path, "held-out", notes, held)
     else:
         from trtfarm.precision.runs import infer
 
@@ -137,7 +146,7 @@ def gate_inputs(model_path: Path, heldout: Path | None, notes: list[str] | None 
         if first:
             plan_memory(model, first, rows, budget, path)  # before the probe allocates anything
         sizes = probe_sizes(model, lambda feed: infer(model_path, [feed]), path=path, notes=notes)
-        plan = plan_memory(model, sample_shapes(model, sizes, rows, path), rows, budget, path)
+        plan = plan_memory(model, sample_shapes(model, sizes, rows, path), rows, budget, path, held=held)
         made = generated_inputs(model, sizes=sizes, path=path, fits=(plan.samples, plan.why()))
         data = made.data
         notes += made.notes
@@ -154,11 +163,15 @@ def calibration_feeds(model_path: Path, calibration: Path, budget: int = DEFAULT
     return batches(data, fixed_batch(model) or 16, set(model_inputs(model)) - set(axes), axes)
 
 
-def _within(model: onnx.ModelProto, data: dict, budget: int, path: str, what: str, notes: list[str]) -> dict:
-    """``data``'s first samples, as many as the memory budget holds (a note says so when fewer than all)."""
+def _within(model: onnx.ModelProto, data: dict, budget: int, path: str, what: str, notes: list[str],
+            held: int | None = None) -> dict:
+    """``data``'s first samples, as many as the memory budget holds (a note says so when fewer than all).
+
+    ``held``: the most samples whose every tensor the step holds at once (None: all, as calibration holds them).
+    """
     axes, rows = batch_axes(model), fixed_batch(model) or 1
     shapes = {n: [rows if i == axes.get(n) else d for i, d in enumerate(a.shape)] for n, a in data.items()}
-    plan = plan_memory(model, shapes, rows, budget, path)
+    plan = plan_memory(model, shapes, rows, budget, path, held=held)
     count = next((a.shape[axes[n]] for n, a in data.items() if n in axes), 0)
     if count <= plan.samples:
         return data
