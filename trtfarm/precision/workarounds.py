@@ -50,11 +50,18 @@ the precision step's CPU time (bench/precision_speed.py prints the step with and
    expected type (seq(tensor(float16)))"). The clear drops a sequence's, a map's or an optional's ``value_info``
    instead (ONNX's inference gives it again, with the element type the conversion left), and the second leaves
    those types as they are; every tensor's ``value_info`` gets what ModelOpt's functions give it.
+9. **FP64 inputs and outputs.** AutoCast's sanitizer declares a graph's FP64 inputs and outputs FP32
+   (``GraphSanitizer._convert_fp64_io_types``); with ``keep_io_types`` its last step puts the declared types back
+   and refuses its own model when an element type changed (``_restore_original_io_metadata``: "element type
+   changed", onnx's ``test_sequence_model7``). Before that step, each such input gets a Cast to the type the
+   converted model reads it in, and each such output a Cast to FP64 where the model writes it (from FP32, or from
+   FP16 where AutoCast left the output so), so the types it puts back are the model's; a model without FP64 inputs
+   or outputs is left to ModelOpt's step as it is.
 
 Each replaces ModelOpt's function only while a conversion runs (``modelopt_workarounds``), only on the ModelOpt
 versions they were checked against (``CHECKED``; another version runs unchanged), and gives the model ModelOpt
 gives, byte for byte (tests/precision/test_workarounds.py compares them on real models, test_castindex.py on
-generated cast graphs); 7 and 8 change only what ModelOpt's own functions fail on (test_sequences.py).
+generated cast graphs); 7 to 9 change only what ModelOpt's own functions fail on (test_sequences.py).
 """
 
 from __future__ import annotations
@@ -215,6 +222,47 @@ def _ensure_types_are_defined(self) -> None:
             vi.type.tensor_type.elem_type = self.low_precision_type.onnx_type
 
 
+def _fp64_io_cast(restore):
+    def _restore_original_io_metadata(self) -> None:
+        """ModelOpt's step, after Casts at the FP64 inputs and outputs its sanitizer declared FP32."""
+        if self.keep_io_types:
+            _cast_fp64_boundaries(self.model.graph, self.original_network_io_metadata)
+        return restore(self)
+
+    return _restore_original_io_metadata
+
+
+def _cast_fp64_boundaries(graph, original: dict) -> None:
+    import onnx
+
+    double, lower = onnx.TensorProto.DOUBLE, {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16,
+                                              onnx.TensorProto.BFLOAT16}
+    for field_name in ("input", "output"):
+        declared = {v.name: v.type.tensor_type.elem_type for v in original[field_name]}
+        for value in getattr(graph, field_name):
+            now = value.type.tensor_type.elem_type
+            if declared.get(value.name) != double or now not in lower:
+                continue
+            name, inner = value.name, f"{value.name}_{onnx.helper.tensor_dtype_to_string(now).lower()[12:]}"
+            _renamed(graph, name, inner, outputs=field_name == "output")
+            value.type.tensor_type.elem_type = double
+            if field_name == "input":
+                graph.node.insert(0, onnx.helper.make_node("Cast", [name], [inner], name=f"{name}_from_fp64", to=now))
+            else:
+                graph.node.append(onnx.helper.make_node("Cast", [inner], [name], name=f"{name}_to_fp64", to=double))
+
+
+def _renamed(graph, name: str, inner: str, outputs: bool) -> None:
+    """Every read of tensor ``name`` reads ``inner`` (and, with ``outputs``, its writer writes ``inner``)."""
+    for node in graph.node:
+        node.input[:] = [inner if i == name else i for i in node.input]
+        if outputs:
+            node.output[:] = [inner if o == name else o for o in node.output]
+    for vi in graph.value_info:
+        if vi.name == name:
+            vi.name = inner
+
+
 def _stable_node_ids(convert):
     def _convert_subgraph_precision(self, subgraph, *args, **kwargs):
         """ModelOpt's function with the subgraph's node objects held, so ``id(node)`` is the same in every pass."""
@@ -261,7 +309,9 @@ def _install() -> list[tuple[object, str, object]]:
              (HistogramCollector, "merge_histogram", HistogramCollector.__dict__["merge_histogram"]),
              (PrecisionConverter, "_ensure_types_are_defined",
               PrecisionConverter.__dict__["_ensure_types_are_defined"]),
-             (autocast_utils, "clear_types_and_shapes_recursive", autocast_utils.clear_types_and_shapes_recursive)]
+             (autocast_utils, "clear_types_and_shapes_recursive", autocast_utils.clear_types_and_shapes_recursive),
+             (PrecisionConverter, "_restore_original_io_metadata",
+              PrecisionConverter.__dict__["_restore_original_io_metadata"])]
     utils._reconcile_stale_output_shapes = _reconcile(saved[0][2])
     PrecisionConverter._cleanup_no_consumer_nodes = _cleanup_no_consumer_nodes
     utils.remove_redundant_casts = castindex.remove_redundant_casts
@@ -271,6 +321,7 @@ def _install() -> list[tuple[object, str, object]]:
     HistogramCollector.merge_histogram = _wide_merge(saved[6][2])
     PrecisionConverter._ensure_types_are_defined = _ensure_types_are_defined
     autocast_utils.clear_types_and_shapes_recursive = _tensor_types_cleared(saved[8][2])
+    PrecisionConverter._restore_original_io_metadata = _fp64_io_cast(saved[9][2])
     return saved
 
 
