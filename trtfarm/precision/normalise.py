@@ -53,8 +53,9 @@ def _ir3_without_weights(model: onnx.ModelProto) -> list[str]:
         return []
     before = model.ir_version
     model.ir_version = _lowest_ir_with_weights(model)
-    return [f"IR version {before}, raised to {model.ir_version}: ModelOpt's opset upgrade adds weights (a Pad's "
-            "pads), which IR 3 must also list as graph inputs; TensorRT's parser and onnxruntime read it the same"]
+    return [f"IR version {before}, raised to {model.ir_version} for ModelOpt: its opset upgrade can add weights (a "
+            "Pad's pads), which IR 3 would have to list as graph inputs; TensorRT's parser and onnxruntime read the "
+            "model the same"]
 
 
 def _lowest_ir_with_weights(model: onnx.ModelProto) -> int:

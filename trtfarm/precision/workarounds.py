@@ -168,7 +168,7 @@ def _fresh(infer):
 
 def _fresh_outputs_runner(get_ort_runner):
     def _get_ort_runner(self, model):
-        """ModelOpt's reference runners, whose outputs say that a deep copy of them need not copy the arrays."""
+        """ModelOpt's reference runners, whose outputs (arrays only: 7) say that a deep copy need not copy them."""
         from polygraphy.backend.onnxrt import OnnxrtRunner
 
         runners, temp_dir = get_ort_runner(self, model)
@@ -183,8 +183,9 @@ def _fresh_outputs_runner(get_ort_runner):
 def _arrays_only(infer):
     def arrays_only_infer(feed_dict, *args, **kwargs):
         outputs = infer(feed_dict, *args, **kwargs)
-        return {name: value for name, value in outputs.items() if _is_array(value)} if any(
-            not _is_array(value) for value in outputs.values()) else outputs
+        if all(_is_array(value) for value in outputs.values()):
+            return outputs
+        return {name: value for name, value in outputs.items() if _is_array(value)}  # a sequence is a list
 
     return arrays_only_infer
 
