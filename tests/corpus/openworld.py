@@ -12,7 +12,8 @@ model before), as does a failed gate's ``--auto-pin`` command (``cli_process``).
 The verdict (``judge``): no step ends in a traceback; ``build`` agrees with ``plain`` (built where it builds,
 refused where it refuses, with the builder's first reason in trtfarm's message); a model onnxruntime runs gets a gate
 verdict for fp16 and int8 (passed; failed; not judged, naming the output and asking for held-out data), or one line
-naming the library that refused it, or asking for the real inputs a shape tensor needs. A failed gate names the layers
+naming the library that refused it in its own words (not in a path: every model's path holds "onnx"), or asking for
+the real inputs a shape tensor needs (``REFUSAL_REASONS``). A failed gate names the layers
 that cost the most accuracy, and the ``--auto-pin`` command its result suggests (run as a user pastes it, with the
 same data, where asked: ``pin``) ends in a passing FP32 pin set or says why none passes, with figures. A step run
 as a real process (``process``: the fp16 step of the first model of a family onnxruntime runs, in the bench; the
@@ -43,7 +44,16 @@ from tests.fleets import ONE_RTX_TARGET
 
 STEPS = ("plain", "build", "rerun", "verify", "reweight", "ort", "fp16", "int8")
 TARGET_GPU = ("NVIDIA GeForce RTX 4090", "8.9")
-LIBRARY_WORDS = ("ModelOpt", "onnxruntime", "Polygraphy", "onnx", "pass real inputs")
+# what a refusal must say, in the step's own phrasing: the library that refused (as a word of the sentence, never
+# inside a path: every model's path holds "onnx"), the data it asks for, the memory budget, or what the model
+# already is. A refusal with none of these has no reason a user can act on.
+LIBRARY = r"(?:ModelOpt|onnxruntime|Polygraphy|onnx|ONNX-GraphSurgeon|onnxslim|onnxconverter-common|onnxscript)"
+REFUSAL_REASONS = re.compile("|".join([
+    rf"\b(?:failed|stopped) in {LIBRARY}\b",  # whatever a library raised, translated at its adapter
+    r"\bonnxruntime (?:refused|cannot|could not)\b",  # the FP32 model's own run
+    rf"\b{LIBRARY}(?:'s)? (?:operators|cannot|\w+ conversion wrote)\b",  # what the step knows a library refuses
+    r"\bpass real inputs\b", r"\bneeds calibration data\b",  # the data it asks for (a shape tensor's values)
+    r"\bfits the memory budget\b", r"\balready quantized\b"]))
 # what an --auto-pin run may end in: a pin set that passes, the step's reason that none does (with the gate's
 # figures), or not judged (naming the output, asking for held-out data)
 PIN_ANSWERS = ("passed", "no pin set", "not judged")
@@ -465,11 +475,19 @@ def judge(cells: dict[str, Cell]) -> list[str]:
             judged = c and (c.outcome in ("passed", "failed") or (  # not judged: names the output, asks for data
                 c.outcome == "not judged" and "--heldout" in c.detail and "output" in c.detail))
             if c and not judged and not (
-                    c.outcome == "refused" and "\n" not in c.detail and any(w in c.detail for w in LIBRARY_WORDS)):
+                    c.outcome == "refused" and "\n" not in c.detail and refusal_reason(c.detail)):
                 wrong.append(f"{mode} {c.outcome} without a verdict or a library's reason: {c.detail[:200]}")
     for mode in ("fp16", "int8"):
         wrong += _failure_wrongs(mode, cells.get(mode))
     return wrong
+
+
+def refusal_reason(detail: str) -> str:
+    """The phrase of ``detail`` that gives a refusal's reason (``REFUSAL_REASONS``), with the paths in it taken out
+    first; "" when it gives none."""
+    words = " ".join(w for w in detail.split() if "/" not in w and "\\" not in w)
+    found = REFUSAL_REASONS.search(words)
+    return found[0] if found else ""
 
 
 def _failure_wrongs(mode: str, c: Cell | None) -> list[str]:

@@ -79,6 +79,7 @@ def test_a_stale_output_declaration_is_left_to_modelopt(tmp_path):
 
 def _modelopts_functions():
     from modelopt.onnx import utils
+    from modelopt.onnx.autocast import utils as autocast_utils
     from modelopt.onnx.autocast.precisionconverter import PrecisionConverter
     from modelopt.onnx.autocast.referencerunner import ReferenceRunner
     from onnxruntime.quantization.calibrate import HistogramCollector
@@ -86,7 +87,9 @@ def _modelopts_functions():
     return (utils._reconcile_stale_output_shapes, PrecisionConverter.__dict__["_cleanup_no_consumer_nodes"],
             utils.remove_redundant_casts, utils._sync_value_info_elem_type,
             ReferenceRunner.__dict__["_get_ort_runner"], PrecisionConverter.__dict__["_convert_subgraph_precision"],
-            HistogramCollector.__dict__["merge_histogram"])
+            HistogramCollector.__dict__["merge_histogram"], PrecisionConverter.__dict__["_ensure_types_are_defined"],
+            autocast_utils.clear_types_and_shapes_recursive,
+            PrecisionConverter.__dict__["_restore_original_io_metadata"])
 
 
 def test_modelopts_functions_are_back_after_the_block():

@@ -39,6 +39,11 @@ QUANTIZE = {"int8", "fp8"}
 # control flow whose body AutoCast (ModelOpt 0.47) leaves FP32 after casting its loop-carried inputs to FP16, which
 # onnxruntime then refuses (MatMul bound to float16 and float): kept in FP32 whole. An If's branches it casts right.
 LOOPS = {"Loop", "Scan"}
+# a sequence started empty has the element type of SequenceEmpty's dtype attribute, which AutoCast (ModelOpt 0.47)
+# does not change: the FP16 tensors it casts for SequenceInsert then do not fit the FP32 sequence, and onnxruntime
+# refuses the model. Such a sequence is kept in FP32 from SequenceEmpty to where tensors come out of it.
+SEQUENCE_OUT = {"SequenceInsert", "SequenceErase"}  # ops that read a sequence (input 0) and give one
+SEQUENCE_END = {"SequenceAt", "SequenceLength", "ConcatFromSequence"}  # ops that read one and give tensors
 
 
 class ConversionError(UserInputError):
@@ -136,18 +141,40 @@ def _write_feeds(feeds: list[dict], folder: Path) -> Path:
     return folder
 
 
+def sequences_started_empty(model: onnx.ModelProto) -> dict[str, str]:
+    """The nodes of each sequence that a ``SequenceEmpty`` starts, with why they stay FP32: name -> reason."""
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        if node.input:
+            readers.setdefault(node.input[0], []).append(node)
+    kept: dict[str, str] = {}
+    for start in (n for n in model.graph.node if n.op_type == "SequenceEmpty"):
+        why = (f"in the sequence {start.name} starts, kept in FP32: AutoCast does not change a SequenceEmpty's "
+               "element type")
+        todo = [start]
+        while todo:
+            node = todo.pop()
+            kept.setdefault(node.name, why)
+            if node is start or node.op_type in SEQUENCE_OUT:
+                todo += [r for r in readers.get(node.output[0], []) if r.op_type in SEQUENCE_OUT | SEQUENCE_END
+                         and r.name not in kept]
+    return kept
+
+
 def _autocast(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, work: Path,
               named: Path) -> dict[str, str]:
     from modelopt.onnx.autocast import convert_to_mixed_precision
 
     # AutoCast marks every tensor as an output of its reference run: a few batches give its ranges
     data = str(_write_feeds(feeds[:REFERENCE_BATCHES], work / "reference")) if feeds else None
-    loops = {n.name: n.op_type for n in load_model(src, weights=False).graph.node
-             if n.op_type in LOOPS}
+    graph = load_model(src, weights=False)
+    loops = {n.name: n.op_type for n in graph.graph.node if n.op_type in LOOPS}
+    sequences = sequences_started_empty(graph)
+    exclude = [*recipe.keep_fp32, *(f"^{re.escape(name)}$" for name in sequences)]
     with _modelopt_log() as log, modelopt_workarounds():
         try:
             model = convert_to_mixed_precision(
-                onnx_path=str(src), low_precision_type=recipe.mode, nodes_to_exclude=recipe.keep_fp32 or None,
+                onnx_path=str(src), low_precision_type=recipe.mode, nodes_to_exclude=exclude or None,
                 op_types_to_exclude=[*recipe.keep_fp32_ops, *set(loops.values())] or None, data_max=recipe.data_max,
                 init_max=recipe.init_max, keep_io_types=True, calibration_data=data, providers=["cpu"])
         except Exception as err:  # only what ModelOpt's (or its libraries') code raised is translated
@@ -155,8 +182,9 @@ def _autocast(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, wo
                 raise
             raise said from err
     onnx.save(model, str(out))
-    return {**log.kept, **{name: f"kept in FP32 with its body: AutoCast casts a {op}'s loop-carried inputs but not "
-                                 "its body" for name, op in loops.items() if op not in recipe.keep_fp32_ops}}
+    return {**log.kept, **sequences, **{
+        name: f"kept in FP32 with its body: AutoCast casts a {op}'s loop-carried inputs but not its body"
+        for name, op in loops.items() if op not in recipe.keep_fp32_ops}}
 
 
 class _Feeds:

@@ -4,7 +4,8 @@ A compute node is a node of the FP32 export with a floating-point output (``Cons
 the converted model it runs in the precision of that output: FP16/BF16 (AutoCast), INT8/FP8 when its inputs come
 from ``DequantizeLinear`` (quantization), else FP32. Each FP32 node gets its reason: AutoCast's rule as AutoCast
 logged it (``data_max``, ``init_max``, an op type without an FP16 form), a pin (``--keep-fp32``/``--keep-fp32-op``),
-or auto-pin. The nodes inside control flow (an If's branches, a Loop's body) are judged by the types they compute in.
+or auto-pin. The nodes inside control flow (an If's branches, a Loop's body) are judged by the types they compute in,
+and a node that gives a sequence (``SequenceConstruct``) by the type of the sequence's tensors.
 """
 
 from __future__ import annotations
@@ -57,10 +58,17 @@ def _types(model: onnx.ModelProto) -> dict[str, int]:
         inferred = onnx.shape_inference.infer_shapes(model)
     except (onnx.shape_inference.InferenceError, ValueError):
         inferred = model
-    found = {v.name: v.type.tensor_type.elem_type for v in
+    found = {v.name: _elem_type(v.type) for v in
              list(inferred.graph.value_info) + list(inferred.graph.output) + list(inferred.graph.input)}
     found.update({i.name: i.data_type for i in model.graph.initializer})
     return found
+
+
+def _elem_type(kind: onnx.TypeProto) -> int:
+    """A tensor's element type, or that of a sequence's tensors (0: neither, or not known)."""
+    if kind.HasField("sequence_type"):
+        return _elem_type(kind.sequence_type.elem_type)
+    return kind.tensor_type.elem_type
 
 
 def node_precision(source: Path, converted: Path, mode: str, reasons: dict[str, str], *,

@@ -5,7 +5,14 @@ Every change here keeps what the model computes (onnxruntime and TensorRT's pars
 - IR version 3 lists every initializer as a graph input too. ModelOpt rewrites the graph (an opset upgrade, its
   sanitizer) and the result is no longer a valid IR-3 model (``W in initializer but not in graph input``). Those
   inputs are dropped, the initializers stay weights (as TensorRT and onnxruntime take them when nothing feeds them),
-  and the IR version is raised to the lowest one that allows it for the model's opset.
+  and the IR version is raised to the lowest one that allows it for the model's opset. An IR-3 model without
+  initializers is raised too: ModelOpt's opset upgrade adds some (Pad-2's ``pads`` attribute becomes a Pad-11
+  input held as an initializer), which IR 3 must also list as graph inputs, and ModelOpt's own check then fails
+  (``_v_4 in initializer but not in graph input``: PyTorch's exported Pad operators).
+- From IR version 4 an input that has an initializer of the same name is an input with a default value.
+  ModelOpt's graph cleanup (ONNX-GraphSurgeon) turns each into a constant and drops the input, then refuses its own
+  result because the inputs changed (the sequence graphs of onnx's tests: ``pos_at``). They are taken as weights,
+  as TensorRT's parser and trtfarm's generated inputs take them.
 - Nodes without a name get one (``Conv_12``: op type and position), so AutoCast's rules, ``--keep-fp32`` and the
   report can name every node.
 - ``value_info`` is dropped: a dynamo export's intermediate shapes carry ``unk`` dimensions that break onnxruntime
@@ -30,15 +37,46 @@ def _ir3_inputs(model: onnx.ModelProto) -> list[str]:
     kept = [i for i in model.graph.input if i.name not in weights]
     del model.graph.input[:]
     model.graph.input.extend(kept)
-    opsets = [o for o in model.opset_import if o.domain in ("", "ai.onnx")] or list(model.opset_import)
     before = model.ir_version
-    model.ir_version = max(4, onnx.helper.find_min_ir_version_for(opsets, ignore_unknown=True))
+    model.ir_version = _lowest_ir_with_weights(model)
     if not listed:
         return [f"IR version {before} with initializers that are not graph inputs (IR 4 allows that): the IR "
                 f"version was raised to {model.ir_version}, as TensorRT's parser and onnxruntime read it"]
     return [f"IR version {before} lists its {len(listed)} initializers as graph inputs too: they were taken as "
             f"weights (as TensorRT and onnxruntime take them) and the IR version raised to {model.ir_version}, "
             "which ModelOpt's converters need"]
+
+
+def _ir3_without_weights(model: onnx.ModelProto) -> list[str]:
+    """A note for (and the raise of) the IR version of an IR-3 model that has no initializers."""
+    if model.ir_version >= 4 or model.graph.initializer:
+        return []
+    before = model.ir_version
+    model.ir_version = _lowest_ir_with_weights(model)
+    return [f"IR version {before}, raised to {model.ir_version} for ModelOpt: its opset upgrade can add weights (a "
+            "Pad's pads), which IR 3 would have to list as graph inputs; TensorRT's parser and onnxruntime read the "
+            "model the same"]
+
+
+def _lowest_ir_with_weights(model: onnx.ModelProto) -> int:
+    opsets = [o for o in model.opset_import if o.domain in ("", "ai.onnx")] or list(model.opset_import)
+    return max(4, onnx.helper.find_min_ir_version_for(opsets, ignore_unknown=True))
+
+
+def _default_valued_inputs(model: onnx.ModelProto) -> list[str]:
+    """A note for (and the removal of) graph inputs that have a default value (an initializer), IR 4 and later."""
+    if model.ir_version < 4:
+        return []
+    weights = {i.name for i in model.graph.initializer}
+    listed = [i.name for i in model.graph.input if i.name in weights]
+    if not listed:
+        return []
+    kept = [i for i in model.graph.input if i.name not in weights]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    shown = ", ".join(listed[:4]) + (f" and {len(listed) - 4} more" if len(listed) > 4 else "")
+    return [f"{len(listed)} graph input(s) with a default value ({shown}) were taken as weights, as TensorRT's "
+            "parser takes them: ModelOpt's graph cleanup cannot keep an input that has an initializer"]
 
 
 def name_nodes(model: onnx.ModelProto) -> list[str]:
@@ -63,7 +101,7 @@ def normalised_for_converters(src: Path, dest: Path) -> tuple[Path, list[str]]:
     Weights kept in external data files are read and written inline (the copy is scratch, for the converter).
     """
     model = load_model(src, weights=True)
-    notes = _ir3_inputs(model) + name_nodes(model)
+    notes = _ir3_inputs(model) + _ir3_without_weights(model) + _default_valued_inputs(model) + name_nodes(model)
     del model.graph.value_info[:]
     onnx.save(model, str(dest))
     return dest, notes

@@ -36,11 +36,32 @@ the precision step's CPU time (bench/precision_speed.py prints the step with and
    ``np.histogram`` raises "Too many bins for data range". When it does, the same merge is run again with the
    thresholds as Python floats (numpy then spaces the bins in float64, as ModelOpt already does for a tensor's
    first histogram); a merge that works is ModelOpt's own, unchanged.
+7. **Sequences in the reference run.** AutoCast's reference run marks every tensor as an output, a sequence too
+   (``SequenceConstruct``, ``SplitToSequence``); onnxruntime returns a sequence as a Python list, and Polygraphy's
+   ``Comparator``, which the run goes through, cannot describe a list and raises ("dtype is unsupported for objects
+   of type: list"). The runner hands on the run's arrays only: a tensor missing from the reference data is one
+   AutoCast's range rule does not judge (as for a graph input), and the sequence's elements are judged where they
+   come out of it as tensors (``SequenceAt``, ``ConcatFromSequence``). A model without sequences gets every output.
+8. **Sequence types in the conversion.** After casting, AutoCast clears every ``value_info``'s type for ONNX's
+   inference to give again (``autocast.utils.clear_types_and_shapes_recursive``), then gives each one still
+   undefined the low-precision type (``PrecisionConverter._ensure_types_are_defined``). Both write the tensor
+   element type, and on a sequence's ``value_info`` (which has no tensor type) that write makes it a tensor:
+   onnxruntime refuses the converted model ("Type (tensor(float16)) of output arg (seq_1) ... does not match
+   expected type (seq(tensor(float16)))"). The clear drops a sequence's, a map's or an optional's ``value_info``
+   instead (ONNX's inference gives it again, with the element type the conversion left), and the second leaves
+   those types as they are; every tensor's ``value_info`` gets what ModelOpt's functions give it.
+9. **FP64 inputs and outputs.** AutoCast's sanitizer declares a graph's FP64 inputs and outputs FP32
+   (``GraphSanitizer._convert_fp64_io_types``); with ``keep_io_types`` its last step puts the declared types back
+   and refuses its own model when an element type changed (``_restore_original_io_metadata``: "element type
+   changed", onnx's ``test_sequence_model7``). Before that step, each such input gets a Cast to the type the
+   converted model reads it in, and each such output a Cast to FP64 where the model writes it (from FP32, or from
+   FP16 where AutoCast left the output so), so the types it puts back are the model's; a model without FP64 inputs
+   or outputs is left to ModelOpt's step as it is.
 
 Each replaces ModelOpt's function only while a conversion runs (``modelopt_workarounds``), only on the ModelOpt
 versions they were checked against (``CHECKED``; another version runs unchanged), and gives the model ModelOpt
 gives, byte for byte (tests/precision/test_workarounds.py compares them on real models, test_castindex.py on
-generated cast graphs).
+generated cast graphs); 7 to 9 change only what ModelOpt's own functions fail on (test_sequences.py).
 """
 
 from __future__ import annotations
@@ -147,16 +168,100 @@ def _fresh(infer):
 
 def _fresh_outputs_runner(get_ort_runner):
     def _get_ort_runner(self, model):
-        """ModelOpt's reference runners, whose outputs say that a deep copy of them need not copy the arrays."""
+        """ModelOpt's reference runners, whose outputs (arrays only: 7) say that a deep copy need not copy them."""
         from polygraphy.backend.onnxrt import OnnxrtRunner
 
         runners, temp_dir = get_ort_runner(self, model)
         for runner in runners:
             if type(runner) is OnnxrtRunner:  # onnxruntime's runner only: another may reuse its buffers
-                runner.infer = _fresh(runner.infer)
+                runner.infer = _fresh(_arrays_only(runner.infer))
         return runners, temp_dir
 
     return _get_ort_runner
+
+
+def _arrays_only(infer):
+    def arrays_only_infer(feed_dict, *args, **kwargs):
+        outputs = infer(feed_dict, *args, **kwargs)
+        if all(_is_array(value) for value in outputs.values()):
+            return outputs
+        return {name: value for name, value in outputs.items() if _is_array(value)}  # a sequence is a list
+
+    return arrays_only_infer
+
+
+def _is_array(value) -> bool:
+    return hasattr(value, "dtype") and hasattr(value, "shape")
+
+
+def _tensor_types_cleared(clear):
+    def clear_types_and_shapes_recursive(graph, *args, **kwargs) -> None:
+        """ModelOpt's clear, with the ``value_info`` of what is not a tensor (a sequence) dropped, not made one."""
+        _drop_non_tensor_value_info(graph)
+        return clear(graph, *args, **kwargs)
+
+    return clear_types_and_shapes_recursive
+
+
+def _drop_non_tensor_value_info(graph) -> None:
+    kept = [vi for vi in graph.value_info if vi.type.WhichOneof("value") in (None, "tensor_type")]
+    if len(kept) != len(graph.value_info):
+        del graph.value_info[:]
+        graph.value_info.extend(kept)
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else attr.graphs:
+                _drop_non_tensor_value_info(sub)
+
+
+def _ensure_types_are_defined(self) -> None:
+    """ModelOpt's ``PrecisionConverter._ensure_types_are_defined``, leaving non-tensor types (a sequence) alone."""
+    for vi in self.model.graph.value_info:
+        if vi.type.WhichOneof("value") not in (None, "tensor_type"):
+            continue
+        if vi.type.tensor_type.elem_type == 0:  # onnx.TensorProto.UNDEFINED
+            vi.type.tensor_type.elem_type = self.low_precision_type.onnx_type
+
+
+def _fp64_io_cast(restore):
+    def _restore_original_io_metadata(self) -> None:
+        """ModelOpt's step, after Casts at the FP64 inputs and outputs its sanitizer declared FP32."""
+        if self.keep_io_types:
+            _cast_fp64_boundaries(self.model.graph, self.original_network_io_metadata)
+        return restore(self)
+
+    return _restore_original_io_metadata
+
+
+def _cast_fp64_boundaries(graph, original: dict) -> None:
+    import onnx
+
+    double, lower = onnx.TensorProto.DOUBLE, {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16,
+                                              onnx.TensorProto.BFLOAT16}
+    for field_name in ("input", "output"):
+        declared = {v.name: v.type.tensor_type.elem_type for v in original[field_name]}
+        for value in getattr(graph, field_name):
+            now = value.type.tensor_type.elem_type
+            if declared.get(value.name) != double or now not in lower:
+                continue
+            name, inner = value.name, f"{value.name}_{onnx.helper.tensor_dtype_to_string(now).lower()[12:]}"
+            _renamed(graph, name, inner, outputs=field_name == "output")
+            value.type.tensor_type.elem_type = double
+            if field_name == "input":
+                graph.node.insert(0, onnx.helper.make_node("Cast", [name], [inner], name=f"{name}_from_fp64", to=now))
+            else:
+                graph.node.append(onnx.helper.make_node("Cast", [inner], [name], name=f"{name}_to_fp64", to=double))
+
+
+def _renamed(graph, name: str, inner: str, outputs: bool) -> None:
+    """Every read of tensor ``name`` reads ``inner`` (and, with ``outputs``, its writer writes ``inner``)."""
+    for node in graph.node:
+        node.input[:] = [inner if i == name else i for i in node.input]
+        if outputs:
+            node.output[:] = [inner if o == name else o for o in node.output]
+    for vi in graph.value_info:
+        if vi.name == name:
+            vi.name = inner
 
 
 def _stable_node_ids(convert):
@@ -187,6 +292,7 @@ def _wide_merge(merge):
 
 def _install() -> list[tuple[object, str, object]]:
     from modelopt.onnx import utils
+    from modelopt.onnx.autocast import utils as autocast_utils
     from modelopt.onnx.autocast.precisionconverter import PrecisionConverter
     from modelopt.onnx.autocast.referencerunner import ReferenceRunner
     from onnxruntime.quantization.calibrate import HistogramCollector
@@ -201,7 +307,12 @@ def _install() -> list[tuple[object, str, object]]:
              (ReferenceRunner, "_get_ort_runner", ReferenceRunner.__dict__["_get_ort_runner"]),
              (PrecisionConverter, "_convert_subgraph_precision",
               PrecisionConverter.__dict__["_convert_subgraph_precision"]),
-             (HistogramCollector, "merge_histogram", HistogramCollector.__dict__["merge_histogram"])]
+             (HistogramCollector, "merge_histogram", HistogramCollector.__dict__["merge_histogram"]),
+             (PrecisionConverter, "_ensure_types_are_defined",
+              PrecisionConverter.__dict__["_ensure_types_are_defined"]),
+             (autocast_utils, "clear_types_and_shapes_recursive", autocast_utils.clear_types_and_shapes_recursive),
+             (PrecisionConverter, "_restore_original_io_metadata",
+              PrecisionConverter.__dict__["_restore_original_io_metadata"])]
     utils._reconcile_stale_output_shapes = _reconcile(saved[0][2])
     PrecisionConverter._cleanup_no_consumer_nodes = _cleanup_no_consumer_nodes
     utils.remove_redundant_casts = castindex.remove_redundant_casts
@@ -209,6 +320,9 @@ def _install() -> list[tuple[object, str, object]]:
     ReferenceRunner._get_ort_runner = _fresh_outputs_runner(saved[4][2])
     PrecisionConverter._convert_subgraph_precision = _stable_node_ids(saved[5][2])
     HistogramCollector.merge_histogram = _wide_merge(saved[6][2])
+    PrecisionConverter._ensure_types_are_defined = _ensure_types_are_defined
+    autocast_utils.clear_types_and_shapes_recursive = _tensor_types_cleared(saved[8][2])
+    PrecisionConverter._restore_original_io_metadata = _fp64_io_cast(saved[9][2])
     return saved
 
 
