@@ -5,6 +5,8 @@ A block's install set is what its own ``pip install`` lines name (``'.[farm]'``,
 and, for a block that does not make its own venv, what the quick start installed into ``.venv`` before it (the README
 says each section follows the quick start). One venv per distinct set is made per test session, from the wheel built
 from this checkout; a block's ``pip install -e '.[X]'`` is read as the wheel with ``[X]`` (already there: pip says so).
+The wheel and the venvs are shared by the session's pytest-xdist workers (pytest-xdist's recipe: a folder beside the
+workers' own and a file lock), so each is made once however many modules use them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from filelock import FileLock
 
 from .docblocks import REPO, Block
 
@@ -56,8 +60,23 @@ def build_wheel(out: Path) -> Path:
     return next(out.glob("trtfarm-*.whl"))
 
 
+def shared_folder(tmp_path_factory) -> Path:
+    """A folder that every pytest-xdist worker of this session shares (the parent of the workers' own base folders);
+    without xdist, the session's base folder (its parent is shared by every session)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def session_wheel(tmp_path_factory) -> Path:
+    """The wheel of this checkout, built once per session: the first worker to ask builds it, the others wait."""
+    out = shared_folder(tmp_path_factory) / "wheel"
+    with FileLock(f"{out}.lock"):
+        return next(out.glob("trtfarm-*.whl"), None) or build_wheel(out)
+
+
 class Venvs:
-    """One venv per install set, made once per session from the wheel, outside the repository."""
+    """One venv per install set, made once per session from the wheel, outside the repository, shared by the
+    session's workers: the first to ask for a set makes its venv under a lock, the others wait for it."""
 
     def __init__(self, root: Path, wheel: Path) -> None:
         self.root, self.wheel, self.made = root, wheel, {}
@@ -65,13 +84,20 @@ class Venvs:
     def get(self, extras: frozenset[str]) -> Path:
         if extras not in self.made:
             venv = self.root / ("-".join(sorted(extras)) or "base")
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-            spec = f"{self.wheel}[{','.join(sorted(extras))}]" if extras else str(self.wheel)
-            done = subprocess.run([str(venv / "bin/pip"), "install", "-q", spec], capture_output=True, text=True,
-                                  timeout=1800)
-            assert done.returncode == 0, f"pip install {spec}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+            with FileLock(f"{venv}.lock"):
+                if not Path(f"{venv}.made").exists():
+                    shutil.rmtree(venv, ignore_errors=True)  # half made by a worker that failed
+                    self._make(venv, extras)
+                    Path(f"{venv}.made").touch()
             self.made[extras] = venv
         return self.made[extras]
+
+    def _make(self, venv: Path, extras: frozenset[str]) -> None:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        spec = f"{self.wheel}[{','.join(sorted(extras))}]" if extras else str(self.wheel)
+        done = subprocess.run([str(venv / "bin/pip"), "install", "-q", spec], capture_output=True, text=True,
+                              timeout=1800)
+        assert done.returncode == 0, f"pip install {spec}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
 
     def freeze(self, extras: frozenset[str]) -> set[str]:
         done = subprocess.run([str(self.get(extras) / "bin/pip"), "freeze"], capture_output=True, text=True,

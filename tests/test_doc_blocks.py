@@ -22,7 +22,18 @@ from pathlib import Path
 import pytest
 
 from .docblocks import COMMANDS, REPO, Block, all_blocks, blocks, without_comments
-from .docrun import Venvs, build_wheel, clone, from_wheel, install_set, link_venv, own_venv, unlink_venv, user_env
+from .docrun import (
+    Venvs,
+    clone,
+    from_wheel,
+    install_set,
+    link_venv,
+    own_venv,
+    session_wheel,
+    shared_folder,
+    unlink_venv,
+    user_env,
+)
 from .farm_server import free_port
 from .models import write_small_cnn
 
@@ -71,10 +82,11 @@ def test_the_install_sets_are_what_the_text_installs():
     assert sets[readme("prefect server start").where] == {"rtx", "farm"}  # no [reports]: charts are optional
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def venvs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("doc-venvs")
-    return Venvs(root, build_wheel(tmp_path_factory.mktemp("wheel")))
+    root = shared_folder(tmp_path_factory) / "doc-venvs"
+    root.mkdir(exist_ok=True)
+    return Venvs(root, session_wheel(tmp_path_factory))
 
 
 @pytest.fixture
