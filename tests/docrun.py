@@ -95,8 +95,10 @@ class Venvs:
     def _make(self, venv: Path, extras: frozenset[str]) -> None:
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         spec = f"{self.wheel}[{','.join(sorted(extras))}]" if extras else str(self.wheel)
-        done = subprocess.run([str(venv / "bin/pip"), "install", "-q", spec], capture_output=True, text=True,
-                              timeout=1800)
+        # --no-compile: pip would byte-compile every module of torch and TensorRT-RTX (half the install's time); the
+        # blocks compile the few they import, atomically, whichever worker imports first
+        done = subprocess.run([str(venv / "bin/pip"), "install", "-q", "--no-compile", spec], capture_output=True,
+                              text=True, timeout=1800)
         assert done.returncode == 0, f"pip install {spec}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
 
     def freeze(self, extras: frozenset[str]) -> set[str]:
