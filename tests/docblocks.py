@@ -1,8 +1,8 @@
 """The fenced blocks of README.md and docs/*.md, with the marker a block carries on the line before it.
 
 ``<!-- not run here: WHY -->`` marks a block that needs what this machine lacks (a GPU, AWS, Docker registries);
-``<!-- run by PATH ... -->`` names the test (or CI script) that runs it as written. Every other command block is run
-by tests/test_doc_blocks.py.
+``<!-- run by PATH ... -->`` names the test module (one of tests/docs_blocks/) or CI script that runs it as written.
+tests/test_doc_blocks.py holds every command block to one of the two.
 """
 
 from __future__ import annotations

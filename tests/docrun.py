@@ -5,6 +5,8 @@ A block's install set is what its own ``pip install`` lines name (``'.[farm]'``,
 and, for a block that does not make its own venv, what the quick start installed into ``.venv`` before it (the README
 says each section follows the quick start). One venv per distinct set is made per test session, from the wheel built
 from this checkout; a block's ``pip install -e '.[X]'`` is read as the wheel with ``[X]`` (already there: pip says so).
+The wheel and the venvs are shared by the session's pytest-xdist workers (pytest-xdist's recipe: a folder beside the
+workers' own and a file lock), so each is made once while the modules of tests/docs_blocks/ run side by side.
 """
 
 from __future__ import annotations
@@ -12,14 +14,41 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
-from .docblocks import REPO, Block
+from filelock import FileLock, ReadWriteLock
 
+from .docblocks import COMMANDS, REPO, Block, all_blocks, blocks
+from .farm_server import free_port
+from .models import write_small_cnn
+
+RUNNERS = "tests/docs_blocks/"  # the modules that run the docs' blocks, a clone each
+DOCS_DB, DOCS_PORT = "/var/tmp/trtfarm-db", "4200"  # what the docs tell users to use: never touched here
+RUNS = 2
 PIP_EXTRAS = re.compile(r"""pip install (?:-q )?(?:-e )?['"]?(?:\.|\$\(ls [^)]*\))\[(?P<extras>[a-z,]+)\]['"]?""")
 EDITABLE = re.compile(r"""pip install (?P<q>-q )?-e '\.\[(?P<extras>[a-z,]+)\]'""")
+
+
+def runner(block: Block) -> str | None:
+    """The path a ``<!-- run by PATH ... -->`` marker names."""
+    return block.marker.split()[2].rstrip(",") if block.marker and block.marker.startswith("run by") else None
+
+
+def run_by(prefix: str) -> list[Block]:
+    """The command blocks marked as run by the module PREFIX (or by any module under the folder PREFIX), in document
+    order: README.md, then docs/*.md by name. docs/farm.md's copy of the README's farm block runs as the README's."""
+    return [b for b in all_blocks() if b.lang in COMMANDS and (runner(b) or "").startswith(prefix)
+            and "the README's farm block" not in b.marker]
+
+
+def quick_start() -> Block:
+    """The README's first block: every other section follows it."""
+    return blocks(REPO / "README.md")[0]
 
 
 def own_venv(block: Block) -> bool:
@@ -56,8 +85,23 @@ def build_wheel(out: Path) -> Path:
     return next(out.glob("trtfarm-*.whl"))
 
 
+def shared_folder(tmp_path_factory) -> Path:
+    """A folder that every pytest-xdist worker of this session shares (the parent of the workers' own base folders);
+    without xdist, the session's base folder (its parent is shared by every session)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def session_wheel(tmp_path_factory) -> Path:
+    """The wheel of this checkout, built once per session: the first worker to ask builds it, the others wait."""
+    out = shared_folder(tmp_path_factory) / "wheel"
+    with FileLock(f"{out}.lock"):
+        return next(out.glob("trtfarm-*.whl"), None) or build_wheel(out)
+
+
 class Venvs:
-    """One venv per install set, made once per session from the wheel, outside the repository."""
+    """One venv per install set, made once per session from the wheel, outside the repository, shared by the
+    session's workers: the first to ask for a set makes its venv under a lock, the others wait for it."""
 
     def __init__(self, root: Path, wheel: Path) -> None:
         self.root, self.wheel, self.made = root, wheel, {}
@@ -65,18 +109,29 @@ class Venvs:
     def get(self, extras: frozenset[str]) -> Path:
         if extras not in self.made:
             venv = self.root / ("-".join(sorted(extras)) or "base")
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-            spec = f"{self.wheel}[{','.join(sorted(extras))}]" if extras else str(self.wheel)
-            done = subprocess.run([str(venv / "bin/pip"), "install", "-q", spec], capture_output=True, text=True,
-                                  timeout=1800)
-            assert done.returncode == 0, f"pip install {spec}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+            with FileLock(f"{venv}.lock"):
+                if not Path(f"{venv}.made").exists():
+                    shutil.rmtree(venv, ignore_errors=True)  # half made by a worker that failed
+                    self._make(venv, extras)
+                    Path(f"{venv}.made").touch()
             self.made[extras] = venv
         return self.made[extras]
 
-    def freeze(self, extras: frozenset[str]) -> set[str]:
-        done = subprocess.run([str(self.get(extras) / "bin/pip"), "freeze"], capture_output=True, text=True,
-                              check=True)
-        return {line.split("==")[0].split(" @ ")[0].lower() for line in done.stdout.splitlines()}
+    def _make(self, venv: Path, extras: frozenset[str]) -> None:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        spec = f"{self.wheel}[{','.join(sorted(extras))}]" if extras else str(self.wheel)
+        # --no-compile: pip would byte-compile every module of torch and TensorRT-RTX (half the install's time); the
+        # blocks compile the few they import, atomically, whichever worker imports first
+        done = subprocess.run([str(venv / "bin/pip"), "install", "-q", "--no-compile", spec], capture_output=True,
+                              text=True, timeout=1800)
+        assert done.returncode == 0, f"pip install {spec}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+
+    def in_use(self, extras: frozenset[str], remaking: bool):
+        """Held by every block run in this set's venv when some block remakes it (the quick start): ``python3 -m venv
+        .venv`` over an existing venv rewrites its pyvenv.cfg, which a Python starting in it at that moment would read
+        empty. The remaking block holds it alone, the others together."""
+        lock = ReadWriteLock(self.root / f"{'-'.join(sorted(extras)) or 'base'}.in-use.db", is_singleton=False)
+        return lock.write_lock() if remaking else lock.read_lock()
 
 
 def clone(dest: Path) -> Path:
@@ -115,3 +170,86 @@ def unlink_venv(folder: Path) -> None:
     link = folder / ".venv"
     while subprocess.run(["mountpoint", "-q", str(link)]).returncode == 0:
         subprocess.run(["umount", str(link)], check=True)
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What a module's blocks said, run by run, and where they ran."""
+
+    outputs: dict[str, list[str]]  # Block.where -> the output of each run
+    work: Path  # the clone
+    home: Path  # the user's home: the clone is home/trtfarm
+
+    def of(self, text: str) -> list[str]:
+        """The runs of the block whose text holds TEXT."""
+        return self.outputs[next(b.where for b in run_by(RUNNERS) if text in b.text)]
+
+
+def run_marked_blocks(request, venvs: Venvs, tmp_path: Path, farm_folder: Path | None = None) -> Ran:
+    """In a clone of its own: the README's quick start (once, unless it is one of them), then every block marked as
+    run by the calling test's module, each twice in a row; after them the clone has nothing to commit."""
+    here = Path(request.node.path).relative_to(REPO).as_posix()
+    mine, quick = run_by(here), quick_start()
+    assert mine, f"no block is marked <!-- run by {here} -->"
+    home = tmp_path / "home"
+    home.mkdir()
+    work = clone(home / "trtfarm")
+    write_small_cnn(home / "myproject" / "model.onnx")  # your model: not the encoder
+    plan = ([] if quick in mine else [(quick, 1)]) + [(b, RUNS) for b in mine]
+    for extras in sorted({install_set(b, quick) for b, _ in plan}, key=lambda s: (-len(s), sorted(s))):
+        venvs.get(extras)  # the module's own sets first: meanwhile another worker makes the one they all need
+    outputs: dict[str, list[str]] = {}
+    try:
+        for block, runs in plan:
+            outputs[block.where] = _runs(block, runs, venvs, work, user_env(home), tmp_path, farm_folder)
+    finally:
+        unlink_venv(work)
+    leftover = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=work, capture_output=True,
+                              text=True, check=True).stdout
+    assert leftover == "", f"the blocks left files that .gitignore does not cover:\n{leftover}"
+    return Ran({b.where: outputs[b.where] for b in mine}, work, home)
+
+
+def _runs(block: Block, runs: int, venvs: Venvs, work: Path, env: dict, logs: Path, farm: Path | None) -> list[str]:
+    """A block's runs in a row, in the venv of its install set."""
+    quick = quick_start()
+    extras = install_set(block, quick)
+    script = from_wheel(block.text, venvs.wheel)
+    venv = venvs.get(extras)
+    with venvs.in_use(extras, block == quick) if extras == install_set(quick, quick) else nullcontext():
+        link_venv(work, venv)
+        return [_run(block, _on_a_farm_of_its_own(block, script, work, farm), work, env,
+                     logs / f"{block.doc.stem}-{block.line}-{run}.log") for run in range(runs)]
+
+
+def _on_a_farm_of_its_own(block: Block, script: str, work: Path, farm: Path | None) -> str:
+    """The farm block, on a free port and the test's cluster folder; the previous run's cluster stopped first, as a
+    user stops it before starting again."""
+    if DOCS_DB not in block.text:
+        return script
+    assert farm is not None, f"{block.where} runs a farm: the test needs the farm_folder fixture"
+    subprocess.run(["bash", "infra/local-farm/postgres.sh", "stop", str(farm)], cwd=work, capture_output=True)
+    port = str(free_port())
+    script = script.replace(DOCS_DB, str(farm)).replace(f"--port {DOCS_PORT}", f"--port {port}")
+    return script.replace(f"127.0.0.1:{DOCS_PORT}", f"127.0.0.1:{port}")
+
+
+def _run(block: Block, script: str, cwd: Path, env: dict, log: Path, timeout: int = 1200) -> str:
+    """One run of a block: exit 0 (else the test fails with its output); its background jobs are stopped after."""
+    script = script if block.lang != "python" else f".venv/bin/python - <<'EOF'\n{script}EOF\n"
+    (log.parent / f"{log.name}.sh").write_text("set -euo pipefail\n" + script)
+    with open(log, "w") as out, open(f"{log}.err", "w") as errs:  # files: background jobs keep pipes open
+        proc = subprocess.Popen(["bash", f"{log}.sh"], cwd=cwd, env=env, stdout=out, stderr=errs,
+                                start_new_session=True)
+        try:
+            proc.wait(timeout=timeout)
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGKILL):  # the block's server and workers share its process group
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    break
+    stdout, stderr = log.read_text(), Path(f"{log}.err").read_text()
+    assert proc.returncode == 0, f"{block.where} exit {proc.returncode}\n{script}\n{stdout[-3000:]}\n{stderr[-4000:]}"
+    assert "Traceback" not in stdout + stderr, f"{block.where}\n{stderr[-4000:]}"
+    return stdout + "\n--- stderr ---\n" + stderr

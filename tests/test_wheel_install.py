@@ -23,9 +23,9 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
-    from .docrun import build_wheel
+    from .docrun import session_wheel
 
-    return build_wheel(tmp_path_factory.mktemp("wheel"))  # from a copy: the doc blocks build one at the same time
+    return session_wheel(tmp_path_factory)  # the session's: the docs' blocks install the same one
 
 
 def run(venv, args, cwd, check=True):
