@@ -21,14 +21,17 @@ os.environ["PREFECT_SERVER_ALLOW_EPHEMERAL_MODE"] = "false"
 
 # The suite runs on pytest-xdist's workers (pyproject.toml's addopts), each test module on one worker (--dist
 # loadfile), so that its module-scoped fixtures (farm servers, built stores) are made once and its tests run in their
-# order. FIRST are the longest modules, started before the rest so that none of them is left to run alone at the end
-# (--no-loadscope-reorder: else xdist hands out the modules with the most tests first, the one-test ones last). The
-# docs' blocks lead: they share the venvs the first of them make.
+# order. FIRST are the longest modules (by a full run's durations, longest first), started before the rest so that
+# none of them is left to run alone at the end (--no-loadscope-reorder: else xdist hands out the modules with the
+# most tests first, the one-test ones last). The docs' blocks lead: they share the venvs the first of them make.
 FIRST = ("tests/docs_blocks/test_readme_farm.py", "tests/docs_blocks/test_precision_profiles_serving.py",
-         "tests/docs_blocks/test_quick_start_blocks.py", "tests/flows/test_lost_hosts.py", "tests/test_conformance.py",
-         "tests/test_benches.py", "tests/flows/test_farm.py", "tests/test_attack_matrix.py",
-         "tests/flows/test_dispatch_faults.py", "tests/flows/test_promote.py", "tests/store/test_one_story.py",
-         "tests/test_environment_values.py", "tests/test_local_build.py", "tests/test_faults.py")
+         "tests/docs_blocks/test_quick_start_blocks.py", "tests/test_conformance.py",
+         "tests/test_conformance_rows.py", "tests/store/test_one_story.py", "tests/flows/test_lost_hosts.py",
+         "tests/flows/test_farm.py", "tests/test_benches_installs.py", "tests/test_conformance_families.py",
+         "tests/test_benches_farm.py", "tests/test_benches.py", "tests/test_attack_matrix.py",
+         "tests/test_environment_values.py", "tests/flows/test_dispatch_faults.py", "tests/test_cachedir.py",
+         "tests/test_cli.py", "tests/test_faults.py", "tests/flows/test_promote.py",
+         "tests/precision/test_workarounds.py", "tests/test_wheel_install.py", "tests/test_local_build.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -3,9 +3,9 @@
 The benches are found in the folder (private ``_*.py`` helpers aside); each needs a row of ``SMALLEST``: the
 arguments of its smallest scale and a check of what it printed (its ``--json`` parsed where it has one). A new bench
 without a row fails ``test_every_bench_has_a_smallest_scale``. Each runs as its own process with this Python,
-as a user runs it, from the repository root. The farm benches (``ON_SHARED_SERVER``) run on one Postgres and Prefect
-server started once for the module (``--server``): each still starts its own workers, pools and deployments on it
-and reads back only the runs it made; run alone, each starts its own server as before.
+as a user runs it, from the repository root. Three modules run them side by side: the farm benches
+(``ON_SHARED_SERVER``) on one Postgres and Prefect server (tests/test_benches_farm.py), the benches that install
+venvs or run ModelOpt (``INSTALLS``, tests/test_benches_installs.py), and the rest here.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from collections.abc import Callable
 import pytest
 
 from .conftest import REPO
-from .farm_server import Farm
 
 pytestmark = pytest.mark.integration
 
@@ -149,17 +148,10 @@ SMALLEST: dict[str, tuple[list[str], Callable[[str], None]]] = {
                           _mutation),
 }
 ON_SHARED_SERVER = {"dispatch_latency.py", "farm_fanout.py", "farm_soak.py", "nightly_up_to_date.py"}
-
-
-@pytest.fixture(scope="module")
-def shared_server(tmp_path_factory):
-    """One Postgres and Prefect server for the module's farm benches; its URL."""
-    farm = Farm(tmp_path_factory.mktemp("shared-farm"), {"PREFECT_LOGGING_LEVEL": "WARNING"})
-    try:
-        farm.start_server()
-        yield farm.url
-    finally:
-        farm.stop()
+# The benches run by three modules, side by side on the suite's workers: the farm benches on their shared server
+# (tests/test_benches_farm.py), those that install venvs or run ModelOpt (tests/test_benches_installs.py), the rest here
+INSTALLS = {"install_sizes.py", "extras_agree.py", "precision_speed.py", "mutation_score.py"}
+HERE = sorted(set(SMALLEST) - ON_SHARED_SERVER - INSTALLS)
 
 
 def test_every_bench_has_a_smallest_scale():
@@ -168,12 +160,16 @@ def test_every_bench_has_a_smallest_scale():
     assert benches and sorted(SMALLEST) == benches
 
 
-@pytest.mark.parametrize("bench", sorted(SMALLEST))
-def test_bench_runs_at_its_smallest_scale(bench, request):
+@pytest.mark.parametrize("bench", HERE)
+def test_bench_runs_at_its_smallest_scale(bench):
     """The bench exits 0 at its smallest scale and prints its figures."""
+    run_bench(bench)
+
+
+def run_bench(bench: str, *extra: str) -> None:
+    """``bench`` at its smallest scale (and ``extra`` arguments): it exits 0 and prints what its check asks."""
     args, check = SMALLEST[bench]
-    if bench in ON_SHARED_SERVER:
-        args = [*args, "--server", request.getfixturevalue("shared_server")]
+    args = [*args, *extra]
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "80"}
     start = time.perf_counter()
     done = subprocess.run([sys.executable, str(BENCH / bench), *args], cwd=REPO, env=env, capture_output=True,
