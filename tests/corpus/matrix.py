@@ -12,7 +12,8 @@ One row per model (``ROWS``), one cell per step (``STEPS``), each cell's expecte
 
 An expectation is an outcome (``built``, ``up-to-date``, ``ok``, ``passed``, ``refused``, ``failed``, or ``-`` for a
 step that has nothing to run on), optionally followed by ``: words`` that the outcome's message must contain.
-``bench/conformance_matrix.py`` prints the matrix; ``tests/test_conformance.py`` and ``tests/test_conformance_rows.py`` compare it with the expectations.
+``bench/conformance_matrix.py`` prints the matrix; ``tests/test_conformance.py`` and ``tests/test_conformance_rows.py``
+compare it with the expectations.
 """
 
 from __future__ import annotations

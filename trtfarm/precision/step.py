@@ -133,7 +133,7 @@ def gate_inputs(model_path: Path, heldout: Path | None, notes: list[str] | None 
     model, path = load_model(model_path), str(model_path)
     notes = [] if notes is None else notes
     axes, rows = batch_axes(model), fixed_batch(model) or 1
-    held = REFERENCE_BATCHES * (fixed_batch(model) or 16)
+    held = REFERENCE_BATCHES * feed_batch(model)
     if heldout:
         data = _within(model, load_npz(heldout, model, "held-out data"), budget, path, "held-out", notes, held)
     else:
@@ -150,7 +150,12 @@ def gate_inputs(model_path: Path, heldout: Path | None, notes: list[str] | None 
         made = generated_inputs(model, sizes=sizes, path=path, fits=(plan.samples, plan.why()))
         data = made.data
         notes += made.notes
-    return batches(data, fixed_batch(model) or 16, set(model_inputs(model)) - set(axes), axes)
+    return batches(data, feed_batch(model), set(model_inputs(model)) - set(axes), axes)
+
+
+def feed_batch(model: onnx.ModelProto) -> int:
+    """The samples a feed holds: a static export's own batch, else 16."""
+    return fixed_batch(model) or 16
 
 
 def calibration_feeds(model_path: Path, calibration: Path, budget: int = DEFAULT_BUDGET,
@@ -160,7 +165,7 @@ def calibration_feeds(model_path: Path, calibration: Path, budget: int = DEFAULT
     data = _within(model, load_npz(calibration, model, "calibration data"), budget, str(model_path), "calibration",
                    [] if notes is None else notes)
     axes = batch_axes(model)
-    return batches(data, fixed_batch(model) or 16, set(model_inputs(model)) - set(axes), axes)
+    return batches(data, feed_batch(model), set(model_inputs(model)) - set(axes), axes)
 
 
 def _within(model: onnx.ModelProto, data: dict, budget: int, path: str, what: str, notes: list[str],
