@@ -111,7 +111,8 @@ def test_non_finite_outputs_fail_and_a_constant_reference_is_uninformative():
     got[1, 2] = np.inf
     fig = output_figures("y", ref, got, Recipe(mode="fp16"))
     assert fig.max_error == np.inf and figure_failures([fig], Recipe(mode="fp16"))
-    assert "hardly varies" in output_figures("y", ref, ref, Recipe(mode="fp16")).uninformative
+    constant = output_figures("y", ref, ref, Recipe(mode="fp16"))
+    assert "same output for every one of the 4 samples" in constant.uninformative
 
 
 def test_the_scale_is_read_through_shape_ops_to_the_bounding_op(detector):
@@ -274,3 +275,28 @@ def test_the_layer_wise_search_holds_the_tensors_that_depend_on_the_inputs_not_t
     made = {n.output[0] for n in model.graph.node if n.op_type in ("ConstantOfShape", "Unsqueeze")}
     computed = [t for n in model.graph.node for t in n.output if t not in made]
     assert sorted(values) == sorted(computed) and len(computed) == 4 * 4 + 1 + 3
+
+
+def test_an_output_the_same_for_every_sample_is_not_judged_though_each_row_varies():
+    row = np.linspace(0.1, 1.0, 10)
+    ref = np.tile(row, (8, 1))  # every sample gives the same row: a net that does not respond to its inputs
+    fig = output_figures("y", ref, ref * (1 + 1e-4), Recipe(mode="fp16"))
+    assert fig.signal_rows == 8 and fig.same_for_every_sample and fig.sample_spread == 0.0
+    assert "same output for every one of the 8 samples" in fig.uninformative
+    report = GateReport("fp16", not figure_failures([fig], Recipe(mode="fp16")), {}, [fig])
+    assert report.verdict == "not judged" and "same output for every sample" in report.note
+
+    varied = ref + np.random.default_rng(0).uniform(0, 0.1, (8, 1))  # samples differ: the comparison says something
+    fig = output_figures("y", varied, varied, Recipe(mode="fp16"))
+    assert not fig.same_for_every_sample and not fig.uninformative
+    assert GateReport("fp16", True, {}, [fig]).verdict == "passed"
+
+
+def test_samples_are_read_along_the_outputs_batch_axis_and_one_sample_says_nothing_of_spread():
+    layers = np.array([0.2, 0.9])[:, None, None] + np.linspace(0, 0.3, 4)[None, None, :]
+    state = np.tile(layers, (1, 6, 1))  # [layers, batch, hidden]: the same state for each of the 6 samples
+    assert output_figures("h", state, state, Recipe(mode="fp16"), axis=1, samples=6).same_for_every_sample
+    assert not output_figures("h", state, state, Recipe(mode="fp16")).same_for_every_sample  # axis 0: the layers
+    assert output_figures("h", state, state, Recipe(mode="fp16"), axis=1, samples=12).sample_spread is None
+    one = output_figures("y", np.linspace(0.1, 1, 10)[None], np.linspace(0.1, 1, 10)[None], Recipe(mode="fp16"))
+    assert one.sample_spread is None and not one.same_for_every_sample

@@ -71,3 +71,35 @@ def test_a_build_leaves_the_recipe_undecided_and_the_command_exits_4(tmp_path):
     assert proc.returncode == 4, proc.stdout + proc.stderr
     gate = json.loads(proc.stdout)["gate"]
     assert gate["verdict"] == "not judged" and "'dead'" in gate["note"] and "--heldout" in gate["note"]
+
+
+def deaf(path, weight: float) -> None:
+    """``y = x @ (weight * ones) + b`` [b, 8]: with weight 0 every sample gives ``b``, which varies along the row.
+
+    The character of the ONNX model zoo's densenet121 as the onnx wheel ships it (every conv weight the same
+    constant): its output is the same on every generated image, though each sample's values differ.
+    """
+    rng = np.random.default_rng(1)
+    inits = [numpy_helper.from_array(np.full((16, 8), weight, np.float32), "w"),
+             numpy_helper.from_array(rng.uniform(0.2, 1.0, 8).astype(np.float32), "b")]
+    n = helper.make_node
+    graph = helper.make_graph([n("MatMul", ["x", "w"], ["h"], name="fc"), n("Add", ["h", "b"], ["y"], name="bias")],
+                              "deaf", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+def test_an_output_the_same_for_every_sample_is_not_judged(tmp_path):
+    path, alive = tmp_path / "deaf.onnx", tmp_path / "alive.onnx"
+    deaf(path, weight=0.0)
+    deaf(alive, weight=0.1)
+    assert convert_and_gate(alive, Recipe(mode="fp16"), tmp_path / "alive16.onnx").report.verdict == "passed"
+
+    report = convert_and_gate(path, Recipe(mode="fp16"), tmp_path / "deaf16.onnx").report
+    assert report.passed is None and report.verdict == "not judged" and report.failures == []
+    (fig,) = report.figures
+    assert fig.signal_rows == fig.rows == 64  # every sample is far from zero: signal by the per-sample rule
+    assert fig.same_for_every_sample and fig.sample_spread == 0.0
+    assert "same output for every sample" in report.note and "'y'" in report.note and "--heldout" in report.note

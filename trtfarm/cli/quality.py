@@ -115,6 +115,8 @@ def _signal_cell(f) -> str:
         return "–"
     if not f.signal_rows:
         return f"– (0/{f.rows}: no signal)"
+    if f.same_for_every_sample:
+        return f"– (the same output for all {f.rows} samples)"
     return f"{f.cosine_signal_mean:.6f} / {f.cosine_signal_min:.6f} ({f.signal_rows}/{f.rows})"
 
 

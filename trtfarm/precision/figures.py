@@ -11,9 +11,11 @@ Two figures judge an output, both measured and both reported:
 
 A value that is not finite in FP32 and the same in the converted model (NaN in both, or the same infinity) is
 agreement, left out of both figures: the sqrt of a negative input is NaN in any precision. Not finite in one only
-is an error of infinite size. An output where no sample carries signal (NaN everywhere in FP32 included), or the
-reference hardly varies, is *uninformative*: the gate says so and asks for real inputs (``heldout.npz``). For
-classifiers top-1 agreement and for embedding models recall@k of FP32's nearest neighbours are judged as well.
+is an error of infinite size. An output where no sample carries signal (NaN everywhere in FP32 included), or whose
+reference is the same for every sample (to the mode's resolution at its scale: a net whose output does not respond
+to these inputs, a softmax saturated to one class), is *uninformative*: the gate does not judge it and asks for real
+inputs (``heldout.npz``). For classifiers top-1 agreement and for embedding models recall@k of FP32's nearest
+neighbours are judged as well.
 """
 
 from __future__ import annotations
@@ -83,11 +85,29 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(finite & (denom > 0), (a * b).sum(axis=1) / np.maximum(denom, 1e-300), 0.0)
 
 
+def sample_spread(ref: np.ndarray, axis: int = 0, samples: int | None = None) -> float | None:
+    """The widest range one value of ``ref`` takes across its samples (along ``axis``).
+
+    None when that cannot be told: one sample, an output that does not hold ``samples`` along ``axis`` (one value
+    given with every batch), or no value that is finite in every sample.
+    """
+    if ref.ndim <= axis or ref.shape[axis] < 2 or (samples is not None and ref.shape[axis] != samples):
+        return None
+    x = np.moveaxis(ref, axis, 0).reshape(ref.shape[axis], -1)
+    finite = np.isfinite(x).all(axis=0)
+    if not finite.any():
+        return None
+    x = x[:, finite] if not finite.all() else x
+    return float((x.max(axis=0).astype(np.float64) - x.min(axis=0)).max())
+
+
 def output_figures(name: str, ref: np.ndarray, got: np.ndarray, recipe: Recipe,
-                   declared: tuple[float, float] | None = None, source: str = "") -> OutputFigures:
+                   declared: tuple[float, float] | None = None, source: str = "", *, axis: int = 0,
+                   samples: int | None = None) -> OutputFigures:
     """Cosine per sample row, error against the output's scale, max abs/rel error, and the task's figure.
 
-    ``declared`` is the output's range when known (the recipe's ``output_ranges`` win over it).
+    ``declared`` is the output's range when known (the recipe's ``output_ranges`` win over it). ``axis``: where the
+    output's samples run (a recurrent state's batch axis); ``samples``: how many the inputs held, when known.
     """
     a, b = _rows(ref), _rows(got)
     if name in recipe.output_ranges:
@@ -110,12 +130,19 @@ def output_figures(name: str, ref: np.ndarray, got: np.ndarray, recipe: Recipe,
     if signal.any():
         fig.cosine_signal_mean, fig.cosine_signal_min = float(cos[signal].mean()), float(cos[signal].min())
     span = float(np.ptp(a[np.isfinite(a) & ~same])) if (np.isfinite(a) & ~same).any() else 0.0
+    fig.sample_spread = spread = sample_spread(ref, axis, samples)
+    if spread is not None and signal.any() and spread <= RESOLUTION[mode] * scale:
+        fig.same_for_every_sample = True
     if same.all():
         fig.uninformative = ("no sample carries signal: FP32 gives NaN or an infinity in every value (the "
                              "converted model the same), so there is nothing to compare")
     elif not signal.any():
         fig.uninformative = (f"no sample carries signal: FP32 RMS below {floor:.3g} in every row (max |x| "
                              f"{float(np.abs(finite).max()):.3g} against a scale of {scale:.3g})")
+    elif fig.same_for_every_sample:
+        fig.uninformative = (f"FP32 gives the same output for every one of the {ref.shape[axis]} samples (no value "
+                             f"varies by more than {spread:.3g} across them, against a scale of {scale:.3g}): the "
+                             "output does not respond to these inputs")
     elif span <= RESOLUTION[mode] * scale:
         fig.uninformative = f"FP32 output hardly varies across samples (range {span:.3g}, scale {scale:.3g})"
     _task_figures(fig, a, b, recipe)

@@ -20,6 +20,7 @@ import onnx
 
 from trtfarm.onnxfile import load_model
 from trtfarm.precision.figures import OutputFigures, figure_failures, output_figures, output_ranges
+from trtfarm.precision.inputs import batch_axes
 from trtfarm.precision.normalise import name_nodes
 from trtfarm.precision.recipe import Recipe
 from trtfarm.precision.runs import (
@@ -50,8 +51,9 @@ class GateReport:
     """The gate's verdict. ``passed`` is None when there is none: ``verdict`` says why (not judged, not verified).
 
     ``warnings`` say where the verdict rests on little evidence (outputs the inputs made degenerate). A report
-    whose figures pass on an output where no sample carries signal is ``not judged`` (also one stored before this
-    verdict existed, as ``passed``): ``note`` names the outputs and asks for held-out data.
+    whose figures pass on an output where no sample carries signal, or whose FP32 output is the same for every
+    sample, is ``not judged`` (also one stored before this verdict existed, as ``passed``): ``note`` names the
+    outputs and asks for held-out data.
     """
 
     mode: str
@@ -65,7 +67,7 @@ class GateReport:
     verdict: Verdict | Literal[""] = ""
 
     def __post_init__(self) -> None:
-        blind = [f for f in self.figures if f.signal_rows == 0]
+        blind = [f for f in self.figures if f.signal_rows == 0 or f.same_for_every_sample]
         if self.passed and blind:
             self.passed, self.verdict, self.note = None, "not judged", _not_judged(self.mode, blind)
         if not self.verdict:
@@ -78,9 +80,22 @@ class GateReport:
 
 def _not_judged(mode: str, blind: list[OutputFigures]) -> str:
     names = ", ".join(repr(f.output) for f in blind)
+    if all(f.same_for_every_sample for f in blind):
+        return (f"{mode} gate not judged: the FP32 model gives the same output for every sample of the gate's inputs "
+                f"on output(s) {names} (no value varies by more than {blind[0].sample_spread:.3g} across the "
+                f"samples, against a scale of {blind[0].scale:.3g}): the output does not respond to these inputs, "
+                "so the figures there say nothing of the conversion; the recipe stays undecided. "
+                f"Fix: {HELDOUT_ADVICE}")
     return (f"{mode} gate not judged: no sample of the gate's inputs carries signal on output(s) {names} "
             f"({blind[0].uninformative or 'every row is below the signal floor'}), so the figures there say nothing "
             f"of the conversion; the recipe stays undecided. Fix: {HELDOUT_ADVICE}")
+
+
+def sample_count(model: onnx.ModelProto, feeds: list[dict]) -> int:
+    """The samples ``feeds`` hold: the rows of a batched input over every feed (1 when no input is batched)."""
+    axes = batch_axes(model)
+    name = next((n for n in axes if feeds and n in feeds[0]), None)
+    return sum(int(np.shape(f[name])[axes[name]]) for f in feeds) if name else 1
 
 
 def overflow_counts(v: np.ndarray) -> tuple[int, int]:
@@ -204,9 +219,10 @@ def accuracy_gate(fp32: Path, converted: Path, feeds: list[dict], recipe: Recipe
     got, counts = converted_outputs(Path(converted), feeds, list(ref), step=step, model=graph)
     source = load_model(fp32)
     name_nodes(source)  # unnamed nodes as the conversion named them
-    ranges = output_ranges(source)
+    ranges, axes, samples = output_ranges(source), batch_axes_of(Path(fp32), source), sample_count(source, feeds)
     figs = [output_figures(name, ref[name], got[name], recipe, *(
-        (ranges[name][0], f"output of {ranges[name][1]}") if name in ranges else (None, ""))) for name in ref]
+        (ranges[name][0], f"output of {ranges[name][1]}") if name in ranges else (None, "")),
+        axis=axes.get(name, 0), samples=samples) for name in ref]
     nonfinite = {k.split(":", 1)[1]: n for k, n in counts.items() if k.startswith("nonfinite:")}
     nonfinite = _beyond_fp32(Path(fp32), source, graph, feeds, nonfinite)
     overflows = _overflow_list(graph, nonfinite)

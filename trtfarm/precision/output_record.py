@@ -16,6 +16,9 @@ class OutputFigures:
 
     ``cosine_mean``/``cosine_min`` are over every sample row; ``cosine_signal_*`` over the ``signal_rows`` rows
     whose reference carries signal (None when none does). ``max_error`` is ``max_abs`` over ``scale``.
+    ``sample_spread`` is the widest range one value of the FP32 output takes across the samples (None: one sample);
+    ``same_for_every_sample`` says it is within the mode's resolution at ``scale``: the output does not respond to
+    these inputs, so the comparison says nothing of the conversion there.
     """
 
     output: str
@@ -32,6 +35,8 @@ class OutputFigures:
     cosine_signal_mean: float | None = None
     cosine_signal_min: float | None = None
     uninformative: str = ""
+    sample_spread: float | None = None
+    same_for_every_sample: bool = False
 
     GATE_FIGURES: ClassVar[tuple[str, ...]] = (
         "cosine_mean", "cosine_min", "max_abs", "max_rel", "max_error", "scale", "scale_from", "signal_rows",
