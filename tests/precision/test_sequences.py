@@ -172,3 +172,16 @@ def test_the_type_replacements_give_modelopts_types_on_tensors():
     assert theirs.model.graph.value_info[-1].type.HasField("tensor_type")  # ModelOpt's makes the sequence a tensor
     workarounds._ensure_types_are_defined(held)
     assert held.model.graph.value_info[-1].type.HasField("sequence_type")
+
+
+def test_int8_keeps_a_sequence_started_empty_in_fp32_and_names_it(tmp_path):
+    """Quantization's FP16 pass casts what goes into the sequence to FP16 and leaves the sequence FP32 (onnx's
+    sequence_model1: onnxruntime refused the model it wrote); the chain is kept in FP32, as fp16 keeps it."""
+    path = started_empty(tmp_path / "m.onnx")
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, x=rng.standard_normal((32, 8)).astype(np.float32))
+    result = convert_and_gate(path, Recipe(mode="int8"), tmp_path / "out.onnx", calibration=calib)
+    assert result.report.verdict in ("passed", "failed"), result.summary()
+    kept = result.nodes.fp32_nodes
+    assert {"empty", "put_a", "put_b", "take"} <= set(kept), kept
+    assert all("quantization's FP16 pass" in kept[n] for n in ("empty", "put_a", "put_b", "take"))

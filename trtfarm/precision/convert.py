@@ -141,15 +141,18 @@ def _write_feeds(feeds: list[dict], folder: Path) -> Path:
     return folder
 
 
-def sequences_started_empty(model: onnx.ModelProto) -> dict[str, str]:
-    """The nodes of each sequence that a ``SequenceEmpty`` starts, with why they stay FP32: name -> reason."""
+def sequences_started_empty(model: onnx.ModelProto, by: str = "AutoCast") -> dict[str, str]:
+    """The nodes of each sequence that a ``SequenceEmpty`` starts, with why they stay FP32: name -> reason.
+
+    ``by``: the conversion that would not change the sequence's element type (AutoCast, or quantization's FP16 pass).
+    """
     readers: dict[str, list[onnx.NodeProto]] = {}
     for node in model.graph.node:
         if node.input:
             readers.setdefault(node.input[0], []).append(node)
     kept: dict[str, str] = {}
     for start in (n for n in model.graph.node if n.op_type == "SequenceEmpty"):
-        why = (f"in the sequence {start.name} starts, kept in FP32: AutoCast does not change a SequenceEmpty's "
+        why = (f"in the sequence {start.name} starts, kept in FP32: {by} does not change a SequenceEmpty's "
                "element type")
         todo = [start]
         while todo:
@@ -207,7 +210,8 @@ class _Feeds:
         self.at = start_index
 
 
-def _quantize(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, named: Path) -> None:
+def _quantize(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, named: Path,
+              sequences: dict[str, str]) -> None:
     if not feeds:
         raise ConversionError(f"{recipe.mode} quantization needs calibration data: pass --calibration calib.npz "
                               "(a numpy .npz keyed by input name, a few hundred realistic samples), or put calib.npz "
@@ -220,7 +224,8 @@ def _quantize(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, na
         try:
             # copies: ModelOpt extends the lists it is given (its GEMV MatMuls), which are the recipe's
             quantize(onnx_path=str(src), quantize_mode=recipe.mode, calibration_data_reader=reader,
-                     calibration_eps=["cpu"], output_path=str(out), nodes_to_exclude=[*recipe.keep_fp32] or None,
+                     calibration_eps=["cpu"], output_path=str(out),
+                     nodes_to_exclude=[*recipe.keep_fp32, *(f"^{re.escape(n)}$" for n in sequences)] or None,
                      op_types_to_exclude=[*recipe.keep_fp32_ops] or None, log_level="WARNING")
         except Exception as err:  # only what ModelOpt's (or its libraries') code raised is translated
             if (said := _translated(err, recipe, named, log.errors, True, calibration=True)) is err:
@@ -228,13 +233,26 @@ def _quantize(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, na
             raise said from err
 
 
-def _pins_in_fp32(clean: Path, out: Path, recipe: Recipe) -> None:
-    """The nodes kept out of quantization put in FP32 (ModelOpt leaves them in FP16 with the rest: ``pin32``)."""
-    if not (recipe.keep_fp32 or recipe.keep_fp32_ops):
+def _pins_in_fp32(clean: Path, out: Path, recipe: Recipe, sequences: dict[str, str]) -> None:
+    """The nodes kept out of quantization put in FP32 (ModelOpt leaves them in FP16 with the rest: ``pin32``).
+
+    ``sequences``: the nodes of a sequence ``SequenceEmpty`` starts. Quantization's FP16 pass casts the tensors
+    inserted into it to FP16 but leaves its element type FP32 and writes the sequences' ``value_info`` as FP32
+    tensors, which onnxruntime refuses: those entries are dropped (ONNX's inference gives them again) and the
+    inserted tensors cast back to FP32.
+    """
+    if not (recipe.keep_fp32 or recipe.keep_fp32_ops or sequences):
         return
     names = pinned_names(load_model(clean, weights=False), recipe.keep_fp32, recipe.keep_fp32_ops)
     model = load_model(out, weights=True)
-    if keep_in_fp32(model, names):
+    made = {t for n in model.graph.node if n.name in sequences and n.op_type in SEQUENCE_OUT | {"SequenceEmpty"}
+            for t in n.output}
+    typed = [v for v in model.graph.value_info if v.name not in made]
+    dropped = len(typed) < len(model.graph.value_info)
+    if dropped:
+        del model.graph.value_info[:]
+        model.graph.value_info.extend(typed)
+    if keep_in_fp32(model, [*names, *sequences]) or dropped:
         onnx.save(model, str(out))
 
 
@@ -324,8 +342,9 @@ def convert_onnx(src: Path, recipe: Recipe, out: Path, *, feeds: list[dict] | No
         if recipe.mode in AUTOCAST:
             kept = _autocast(clean, out, recipe, feeds, tmp, Path(src))
         else:
-            _quantize(clean, out, recipe, feeds, Path(src))
-            _pins_in_fp32(clean, out, recipe)
+            kept = sequences_started_empty(load_model(clean, weights=False), "quantization's FP16 pass")
+            _quantize(clean, out, recipe, feeds, Path(src), kept)
+            _pins_in_fp32(clean, out, recipe, kept)
         try:
             onnx.checker.check_model(str(out))
         except onnx.checker.ValidationError as err:
