@@ -32,6 +32,7 @@ from trtfarm.precision.convert import (
     refuse_unconvertible,
 )
 from trtfarm.precision.gate import GateReport, OutputFigures, accuracy_gate, figure_failures
+from trtfarm.precision.heap import reused_heap
 from trtfarm.precision.inputs import (
     batch_axes,
     batches,
@@ -192,9 +193,16 @@ def convert_and_gate(src: Path, recipe: Recipe, out: Path, *, calibration: Path 
     ``max_memory``: the bytes the step may hold (``memory``): it gates on as many samples as fit.
 
     ``out`` may not be any file the step reads (the export, its external data, the calibration or held-out data):
-    that is refused before anything is written.
+    that is refused before anything is written. Large buffers are reused while it runs (``heap``).
     """
     _refuse_overwriting_inputs(src, out, calibration=calibration, heldout=heldout)
+    with reused_heap():
+        return _convert_and_gate(src, recipe, out, calibration=calibration, heldout=heldout, max_memory=max_memory)
+
+
+def _convert_and_gate(src: Path, recipe: Recipe, out: Path, *, calibration: Path | None, heldout: Path | None,
+                      max_memory: int) -> PrecisionResult:
+    """``convert_and_gate`` once ``out`` is known not to be a file it reads."""
     try:
         model = load_model(src)
     except (DecodeError, OSError, ValueError) as err:  # protobuf could not parse it, or the file is unreadable
