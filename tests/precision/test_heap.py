@@ -50,6 +50,6 @@ def test_blocks_nest_and_threads_share_one_tuning():
     with heap.reused_heap() as outer:
         with heap.reused_heap() as inner:
             assert inner == outer == GLIBC
-            assert heap._ACTIVE["count"] == (2 if GLIBC else 0)
-        assert heap._ACTIVE["count"] == (1 if GLIBC else 0)
-    assert heap._ACTIVE["count"] == 0
+            assert heap.TUNING.count == (2 if GLIBC else 0)
+        assert heap.TUNING.count == (1 if GLIBC else 0)
+    assert heap.TUNING.count == 0

@@ -19,15 +19,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import threading
 from collections.abc import Iterator
+
+from trtfarm.precision.held import HeldWhileAny
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_MMAP_MAX = -1, -3, -4  # glibc's malloc.h
 KEPT_FREE = 2**31 - 1  # while a step runs, freed heap up to 2 GiB is kept for reuse (given back when it ends)
 AFTER = {M_MMAP_MAX: 65536, M_MMAP_THRESHOLD: 32 << 20, M_TRIM_THRESHOLD: 64 << 20}  # glibc's default count;
 # the largest mmap threshold its adjustment sets, and twice that to trim, as the adjustment keeps them
-_LOCK = threading.Lock()
-_ACTIVE = {"count": 0}
 
 
 def _glibc() -> ctypes.CDLL | None:
@@ -51,17 +50,21 @@ def reused_heap() -> Iterator[bool]:
     if libc is None:
         yield False
         return
-    with _LOCK:
-        if _ACTIVE["count"] == 0:
-            libc.mallopt(M_TRIM_THRESHOLD, KEPT_FREE)
-            libc.mallopt(M_MMAP_MAX, 0)
-        _ACTIVE["count"] += 1
-    try:
+    with TUNING.held():
         yield True
-    finally:
-        with _LOCK:
-            _ACTIVE["count"] -= 1
-            if _ACTIVE["count"] == 0:
-                for option, value in AFTER.items():
-                    libc.mallopt(option, value)
-                libc.malloc_trim(0)
+
+
+def _tune() -> None:
+    libc = _glibc()
+    libc.mallopt(M_TRIM_THRESHOLD, KEPT_FREE)
+    libc.mallopt(M_MMAP_MAX, 0)
+
+
+def _untune(_: None) -> None:
+    libc = _glibc()
+    for option, value in AFTER.items():
+        libc.mallopt(option, value)
+    libc.malloc_trim(0)
+
+
+TUNING = HeldWhileAny(_tune, _untune)  # one for every thread of the process

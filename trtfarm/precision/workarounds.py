@@ -67,13 +67,12 @@ generated cast graphs); 7 to 9 change only what ModelOpt's own functions fail on
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 from importlib import metadata
 
+from trtfarm.precision.held import HeldWhileAny
+
 CHECKED = ("0.47.",)  # nvidia-modelopt versions whose functions these replace were read and compared
-_LOCK = threading.Lock()
-_ACTIVE = {"count": 0, "saved": []}
 
 
 def applies() -> bool:
@@ -335,16 +334,13 @@ def modelopt_workarounds(enabled: bool = True) -> Iterator[bool]:
     if not (enabled and applies()):
         yield False
         return
-    with _LOCK:
-        if _ACTIVE["count"] == 0:
-            _ACTIVE["saved"] = _install()
-        _ACTIVE["count"] += 1
-    try:
+    with _INSTALLED.held():
         yield True
-    finally:
-        with _LOCK:
-            _ACTIVE["count"] -= 1
-            if _ACTIVE["count"] == 0:
-                for owner, name, value in _ACTIVE["saved"]:
-                    setattr(owner, name, value)
-                _ACTIVE["saved"] = []
+
+
+def _restore(saved: list[tuple[object, str, object]]) -> None:
+    for owner, name, value in saved:
+        setattr(owner, name, value)
+
+
+_INSTALLED = HeldWhileAny(_install, _restore)  # one installation for every thread of the process
