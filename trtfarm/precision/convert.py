@@ -26,6 +26,7 @@ import onnx
 from trtfarm.errors import UserInputError, first_line, library_failure
 from trtfarm.identity import onnx_digest
 from trtfarm.onnxfile import load_model
+from trtfarm.precision.deferred import defer_unused_imports
 from trtfarm.precision.nodes import NodePrecision, node_precision
 from trtfarm.precision.normalise import normalised_for_converters
 from trtfarm.precision.pin32 import keep_in_fp32, pinned_names
@@ -335,6 +336,7 @@ def convert_onnx(src: Path, recipe: Recipe, out: Path, *, feeds: list[dict] | No
     if recipe.mode == "fp32":
         return Converted(Path(src), onnx_digest(Path(src)), 0.0)
     refuse_unconvertible(Path(src), load_model(src), recipe)
+    defer_unused_imports()  # before ModelOpt is imported: lief, which it imports and the step never calls
     out.parent.mkdir(parents=True, exist_ok=True)
     kept: dict[str, str] = {}
     with scratch_dir("trtfarm-convert-") as tmp:  # quantize() rewrites its input file: it gets this copy
