@@ -119,6 +119,12 @@ def _table(*words: str) -> Callable[[str], None]:
     return check
 
 
+def _s3_listing_floor(out: str) -> None:
+    doc = json.loads(out)
+    assert doc["objects"] == 3 * 64 + 3 and [r["keys"] for r in doc["rows"]] == [doc["objects"]] * 3 + [0], doc
+    assert all(r["wall_s"] > 0 for r in doc["rows"]) and doc["rows"][1]["pages"] >= 7, doc
+
+
 # bench -> (the arguments of its smallest scale, a check of its standard output)
 def _extras_agree(out: str) -> None:
     doc = json.loads(out)  # [triton] into [rtx]'s venv: protobuf and ml_dtypes were downgraded before the base pins
@@ -128,6 +134,7 @@ def _extras_agree(out: str) -> None:
 SMALLEST: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "fleet_views.py": (["--smoke", "--json"], _fleet_views),
     "store_requests.py": (["--json"], _store_requests),
+    "s3_listing_floor.py": (["--smoke", "--json"], _s3_listing_floor),
     "nightly_up_to_date.py": (["--models", "1", "--json"], _nightly),
     "derive_10m.py": (["--records", "1000", "--json"], _derive),
     "precision_gate.py": (["--width", "4", "--sizes", "0", "--modes", "fp16", "--json"], _precision_gate),
