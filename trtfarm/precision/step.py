@@ -129,7 +129,7 @@ def gate_inputs(model_path: Path, heldout: Path | None, notes: list[str] | None 
     Generated sizes are checked with a one-row onnxruntime run first (``probe_sizes``), after a memory check
     that refuses a model of which not even one sample fits ``budget`` (``memory``); ``notes`` receives what was
     decided (fewer samples for a large input, or for the memory budget). Every tensor is held for the first
-    ``REFERENCE_BATCHES`` batches only (AutoCast's reference run; the layer-wise search takes one batch).
+    ``REFERENCE_BATCHES`` batches only (AutoCast's reference run; the layer-wise search at most one batch).
     """
     model, path = load_model(model_path), str(model_path)
     notes = [] if notes is None else notes
