@@ -89,7 +89,7 @@ def _modelopts_functions():
             ReferenceRunner.__dict__["_get_ort_runner"], PrecisionConverter.__dict__["_convert_subgraph_precision"],
             HistogramCollector.__dict__["merge_histogram"], PrecisionConverter.__dict__["_ensure_types_are_defined"],
             autocast_utils.clear_types_and_shapes_recursive,
-            PrecisionConverter.__dict__["_restore_original_io_metadata"])
+            PrecisionConverter.__dict__["_restore_original_io_metadata"], HistogramCollector.__dict__["collect"])
 
 
 def test_modelopts_functions_are_back_after_the_block():
@@ -157,3 +157,37 @@ def test_a_histogram_of_float32s_lowest_value_merges_where_onnxruntimes_own_merg
     with modelopt_workarounds():
         got = HistogramCollector.merge_histogram(collector, start, plain, plain.min(), plain.max(), np.float32(3.0))
     assert all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))
+
+
+def test_histograms_made_in_parts_are_the_loops_own_in_the_loops_order(monkeypatch):
+    import threading
+
+    from onnxruntime.quantization.calibrate import HistogramCollector
+
+    from trtfarm.precision.workarounds import _split_collect
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})  # two CPUs, whatever runs the test
+    rng = np.random.default_rng(0)
+    sizes = {"a": 40_000, "b": 10, "c": 300_000, "d": 2_000, "e": 70_000}
+    batches = [{n: [rng.standard_normal(s).astype(np.float32) * (k + 1)] for n, s in sizes.items()}
+               for k in range(3)]
+    batches[1]["f"] = [rng.standard_normal(500).astype(np.float32)]  # a tensor first seen in a later batch
+    threads = set()
+    own_value = HistogramCollector.collect_value
+
+    def collect_value(self, name_to_arr):
+        threads.add(threading.get_ident())
+        return own_value(self, name_to_arr)
+
+    monkeypatch.setattr(HistogramCollector, "collect_value", collect_value)
+    loop, parts = (HistogramCollector("entropy", False, 128, 128, 99.99, "same") for _ in range(2))
+    split = _split_collect(HistogramCollector.__dict__["collect"])
+    for batch in batches:
+        HistogramCollector.collect(loop, batch)
+    threads.clear()
+    for batch in batches:
+        split(parts, batch)
+    assert len(threads) == 2, "the parts did not run in threads of their own"
+    assert list(parts.histogram_dict) == list(loop.histogram_dict) == ["a", "b", "c", "d", "e", "f"]
+    for name, want in loop.histogram_dict.items():
+        assert all(np.array_equal(g, w) for g, w in zip(parts.histogram_dict[name], want, strict=True)), name
