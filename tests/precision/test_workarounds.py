@@ -172,11 +172,12 @@ def test_histograms_made_in_parts_are_the_loops_own_in_the_loops_order(monkeypat
     batches = [{n: [rng.standard_normal(s).astype(np.float32) * (k + 1)] for n, s in sizes.items()}
                for k in range(3)]
     batches[1]["f"] = [rng.standard_normal(500).astype(np.float32)]  # a tensor first seen in a later batch
-    threads = set()
+    calls = []  # (the tensors of a part, whether it ran off the calling thread)
     own_value = HistogramCollector.collect_value
+    caller = threading.get_ident()
 
     def collect_value(self, name_to_arr):
-        threads.add(threading.get_ident())
+        calls.append((set(name_to_arr), threading.get_ident() != caller))
         return own_value(self, name_to_arr)
 
     monkeypatch.setattr(HistogramCollector, "collect_value", collect_value)
@@ -184,10 +185,13 @@ def test_histograms_made_in_parts_are_the_loops_own_in_the_loops_order(monkeypat
     split = _split_collect(HistogramCollector.__dict__["collect"])
     for batch in batches:
         HistogramCollector.collect(loop, batch)
-    threads.clear()
     for batch in batches:
+        calls.clear()
         split(parts, batch)
-    assert len(threads) == 2, "the parts did not run in threads of their own"
+        names = [c[0] for c in calls]
+        assert len(names) == 2 and all(c[1] for c in calls), "not two parts, each in a pool thread"
+        assert names[0].isdisjoint(names[1]) and names[0] | names[1] == set(batch)
+        assert {"c"} in names  # the largest tensor weighs as much as the rest: a part of its own
     assert list(parts.histogram_dict) == list(loop.histogram_dict) == ["a", "b", "c", "d", "e", "f"]
     for name, want in loop.histogram_dict.items():
         assert all(np.array_equal(g, w) for g, w in zip(parts.histogram_dict[name], want, strict=True)), name
