@@ -327,8 +327,8 @@ def worst_samples(model: onnx.ModelProto, feeds: list[dict], ref: dict[str, np.n
     if fixed_batch(model):  # its batch cannot change: the whole feed that holds the worst sample
         return feeds[int(np.searchsorted(starts, int(np.argmax(drift)), side="right")) - 1]
     chosen = sorted(int(i) for i in np.argsort(-drift, kind="stable")[:count])
-    where = [(int(np.searchsorted(starts, i, side="right")) - 1, i) for i in chosen]
-    where = [(f, i - int(starts[f])) for f, i in where]
+    feed_of = [int(np.searchsorted(starts, i, side="right")) - 1 for i in chosen]
+    where = [(f, i - int(starts[f])) for f, i in zip(feed_of, chosen, strict=True)]
     parts = {n: [np.take(feeds[f][n], [r], axis=ax) for f, r in where] for n, ax in in_axes.items()}
     if any(len({p.shape for p in ps}) > 1 for ps in parts.values()):  # feeds of other sizes: not one batch
         return feeds[0]
