@@ -1,6 +1,7 @@
 """Conversion with ModelOpt, on CPU: AutoCast for FP16/BF16, ONNX quantization (Q/DQ) for INT8/FP8.
 
-ModelOpt and torch are imported only here, when a conversion runs. This is ModelOpt's adapter: the model is
+ModelOpt is imported only here, when a conversion runs (torch, which it imports, only if fp8 reads it:
+``deferred``). This is ModelOpt's adapter: the model is
 normalised first (``normalise``: what its converters cannot take), both converters get the step's own inputs (the
 gate's feeds for AutoCast's reference run, the calibration feeds for quantization), and whatever ModelOpt, or a
 library it calls (onnxruntime, onnx, ONNX-GraphSurgeon), raises is turned here into one line naming that library,
@@ -26,7 +27,7 @@ import onnx
 from trtfarm.errors import UserInputError, first_line, library_failure
 from trtfarm.identity import onnx_digest
 from trtfarm.onnxfile import load_model
-from trtfarm.precision.deferred import defer_unused_imports
+from trtfarm.precision.deferred import import_modelopt
 from trtfarm.precision.nodes import NodePrecision, node_precision
 from trtfarm.precision.normalise import normalised_for_converters
 from trtfarm.precision.pin32 import keep_in_fp32, pinned_names
@@ -167,6 +168,7 @@ def sequences_started_empty(model: onnx.ModelProto, by: str = "AutoCast") -> dic
 
 def _autocast(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, work: Path,
               named: Path) -> dict[str, str]:
+    import_modelopt()  # lief and torch, which it imports and the step never calls, loaded only when read
     from modelopt.onnx.autocast import convert_to_mixed_precision
 
     # AutoCast marks every tensor as an output of its reference run: a few batches give its ranges
@@ -217,6 +219,7 @@ def _quantize(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, na
         raise ConversionError(f"{recipe.mode} quantization needs calibration data: pass --calibration calib.npz "
                               "(a numpy .npz keyed by input name, a few hundred realistic samples), or put calib.npz "
                               "beside the model")
+    import_modelopt()  # lief and torch, which it imports and the step never calls, loaded only when read
     from modelopt.onnx.quantization import quantize
     from onnxruntime.quantization import CalibrationDataReader
 
@@ -336,7 +339,6 @@ def convert_onnx(src: Path, recipe: Recipe, out: Path, *, feeds: list[dict] | No
     if recipe.mode == "fp32":
         return Converted(Path(src), onnx_digest(Path(src)), 0.0)
     refuse_unconvertible(Path(src), load_model(src), recipe)
-    defer_unused_imports()  # before ModelOpt is imported: lief, which it imports and the step never calls
     out.parent.mkdir(parents=True, exist_ok=True)
     kept: dict[str, str] = {}
     with scratch_dir("trtfarm-convert-") as tmp:  # quantize() rewrites its input file: it gets this copy

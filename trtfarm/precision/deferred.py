@@ -1,15 +1,29 @@
 """Modules ModelOpt imports but the precision step never calls, loaded only when something reads them.
 
-``modelopt.onnx.trt_utils`` imports lief at its top, for one function: telling whether a TensorRT plugin library is
-linked statically (``_is_static_plugin``), which only a build that loads plugins calls. Loading lief's native
-module takes 0.5 s of a precision step that must finish in 10 s, on every conversion.
+Two of ModelOpt's imports cost a second or more of a precision step that must finish in 10 s, on every conversion,
+and the step never calls them:
 
-``defer_unused_imports`` puts a stand-in for each such module in ``sys.modules``, before ModelOpt is imported: the
-import statement gets the stand-in (the import system reads only its ``__spec__``, and ``inspect`` its ``__file__``,
-which the stand-in holds), and the first other attribute read through it imports the real module, which replaces
-the stand-in in ``sys.modules``; the stand-in forwards every later read. The standard library's
-``importlib.util.LazyLoader`` is not used: on Python 3.11 an import statement reads the module's ``__spec__``
-through ``__getattribute__`` (to see whether it is still initialising), which makes a lazy module load at once.
+- ``modelopt.onnx.trt_utils`` imports lief at its top, for one function: telling whether a TensorRT plugin library
+  is linked statically (``_is_static_plugin``), which only a build that loads plugins calls (0.3-0.6 s).
+- ``modelopt.onnx.quantization.qdq_utils`` imports torch at its top, for one function: packing FP8 weights
+  (``_cast_fp8``), which only fp8 quantization calls (1.0-1.4 s).
+
+``import_modelopt`` imports ModelOpt's ONNX packages with a stand-in for each such module in ``sys.modules``: the
+import statement gets the stand-in (the import system reads only its ``__spec__``, ``inspect`` its ``__file__``,
+which the stand-in holds), and the first other attribute read through it imports the real module, which it then
+forwards every read to. Once ModelOpt is imported, the stand-ins not read are taken out of ``sys.modules``: a later
+``import torch`` (or ``import torch.nn``, which a stand-in cannot serve as a parent package) gets the real module, as
+it would have without them. Only the ModelOpt versions the stand-ins were checked against get them
+(``workarounds.CHECKED``): another version's import may read these modules at its top, or import their submodules.
+
+The standard library's ``importlib.util.LazyLoader`` is not used: on Python 3.11 an import statement reads the
+module's ``__spec__`` through ``__getattribute__`` (to see whether it is still initialising), which makes a lazy
+module load at once.
+
+Polygraphy asks of each array it is given whether it is a torch tensor (``polygraphy.util.array.is_torch``): its
+answer imports torch to ask. An object can only be a torch tensor once torch is imported, so while a precision step
+runs (``torch_unasked``) the question is put to the torch module in ``sys.modules``, and answered no, without an
+import, when there is none: the same answer for every object.
 """
 
 from __future__ import annotations
@@ -20,7 +34,10 @@ import sys
 import threading
 import types
 
-UNUSED = ("lief",)
+from trtfarm.precision.held import HeldWhileAny
+
+UNUSED = ("lief", "torch")
+MODELOPT = ("modelopt.onnx.quantization", "modelopt.onnx.autocast")  # what the precision step imports of ModelOpt
 _LOCK = threading.RLock()  # an import the first read sets off may read another stand-in
 
 
@@ -53,15 +70,25 @@ class DeferredModule(types.ModuleType):
             return self._real
 
 
-def defer_unused_imports() -> None:
-    """Put a stand-in for each module of ``UNUSED`` not imported yet (and installed) in ``sys.modules``."""
+def import_modelopt() -> None:
+    """Import ModelOpt's ONNX packages (``MODELOPT``) with ``UNUSED`` loaded only when read (see the module)."""
+    from trtfarm.precision.workarounds import applies
+
     with _LOCK:
-        for name in UNUSED:
-            if name in sys.modules:
-                continue
-            spec = importlib.util.find_spec(name)
-            if spec is not None:
-                sys.modules[name] = DeferredModule(spec)
+        if all(name in sys.modules for name in MODELOPT):
+            return
+        placed = {}
+        if applies():
+            for name in UNUSED:
+                if name not in sys.modules and (spec := importlib.util.find_spec(name)) is not None:
+                    placed[name] = sys.modules[name] = DeferredModule(spec)
+        try:
+            for name in MODELOPT:
+                importlib.import_module(name)
+        finally:
+            for name, stand_in in placed.items():
+                if sys.modules.get(name) is stand_in:
+                    del sys.modules[name]
 
 
 def loaded(name: str) -> types.ModuleType | None:
@@ -70,3 +97,34 @@ def loaded(name: str) -> types.ModuleType | None:
     if isinstance(module, DeferredModule):
         return module._real
     return module
+
+
+def _is_torch(obj) -> bool:
+    """Polygraphy's question, put to the torch module already imported (none: no object is a torch tensor)."""
+    torch = loaded("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def _ask_loaded_torch():
+    """Polygraphy's ``is_torch`` replaced by ``_is_torch``; what to put back (None: no Polygraphy)."""
+    try:
+        from polygraphy.util import array
+    except ImportError:  # no Polygraphy: nothing asks
+        return None
+    saved = array.__dict__["is_torch"]
+    array.is_torch = _is_torch
+    return array, saved
+
+
+def _put_back(made) -> None:
+    if made is not None:
+        array, saved = made
+        array.is_torch = saved
+
+
+_UNASKED = HeldWhileAny(_ask_loaded_torch, _put_back)  # one for every thread of the process
+
+
+def torch_unasked():
+    """A block in which Polygraphy's ``is_torch`` imports nothing (see the module)."""
+    return _UNASKED.held()

@@ -31,6 +31,7 @@ from trtfarm.precision.convert import (
     convert_onnx,
     refuse_unconvertible,
 )
+from trtfarm.precision.deferred import torch_unasked
 from trtfarm.precision.gate import GateReport, OutputFigures, accuracy_gate, figure_failures
 from trtfarm.precision.heap import reused_heap
 from trtfarm.precision.inputs import (
@@ -193,10 +194,11 @@ def convert_and_gate(src: Path, recipe: Recipe, out: Path, *, calibration: Path 
     ``max_memory``: the bytes the step may hold (``memory``): it gates on as many samples as fit.
 
     ``out`` may not be any file the step reads (the export, its external data, the calibration or held-out data):
-    that is refused before anything is written. Large buffers are reused while it runs (``heap``).
+    that is refused before anything is written. Large buffers are reused while it runs (``heap``), and Polygraphy's
+    question whether an array is a torch tensor imports no torch (``deferred``).
     """
     _refuse_overwriting_inputs(src, out, calibration=calibration, heldout=heldout)
-    with reused_heap():
+    with reused_heap(), torch_unasked():
         return _convert_and_gate(src, recipe, out, calibration=calibration, heldout=heldout, max_memory=max_memory)
 
 
