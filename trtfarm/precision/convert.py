@@ -168,7 +168,7 @@ def sequences_started_empty(model: onnx.ModelProto, by: str = "AutoCast") -> dic
 
 def _autocast(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, work: Path,
               named: Path) -> dict[str, str]:
-    import_modelopt()  # lief and torch, which it imports and the step never calls, loaded only when read
+    import_modelopt()  # lief and torch (it imports them; fp8 alone reads torch) loaded only when read
     from modelopt.onnx.autocast import convert_to_mixed_precision
 
     # AutoCast marks every tensor as an output of its reference run: a few batches give its ranges
@@ -219,7 +219,7 @@ def _quantize(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, na
         raise ConversionError(f"{recipe.mode} quantization needs calibration data: pass --calibration calib.npz "
                               "(a numpy .npz keyed by input name, a few hundred realistic samples), or put calib.npz "
                               "beside the model")
-    import_modelopt()  # lief and torch, which it imports and the step never calls, loaded only when read
+    import_modelopt()  # lief and torch (it imports them; fp8 alone reads torch) loaded only when read
     from modelopt.onnx.quantization import quantize
     from onnxruntime.quantization import CalibrationDataReader
 

@@ -1,7 +1,7 @@
-"""Modules ModelOpt imports but the precision step never calls, loaded only when something reads them.
+"""Modules ModelOpt imports that a precision step seldom or never reads, loaded only when something reads them.
 
-Two of ModelOpt's imports cost a second or more of a precision step that must finish in 10 s, on every conversion,
-and the step never calls them:
+Two of ModelOpt's imports cost up to 2 s of a precision step that must finish in 10 s, on every conversion, for
+functions the step seldom or never calls:
 
 - ``modelopt.onnx.trt_utils`` imports lief at its top, for one function: telling whether a TensorRT plugin library
   is linked statically (``_is_static_plugin``), which only a build that loads plugins calls (0.3-0.6 s).
