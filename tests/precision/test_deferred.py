@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-# a dependency of nvidia-modelopt[onnx]; asked without importing it (the step below runs _tiny from this module)
+# a dependency of nvidia-modelopt[onnx]; asked without importing it into the suite's process
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("lief") is None, reason="lief is not installed")
 
 STEPS = """
@@ -90,36 +90,16 @@ STEP = """
 import sys
 from pathlib import Path
 from trtfarm.precision.step import Recipe, convert_and_gate
-from tests.precision.test_deferred import _tiny
-out = Path(sys.argv[1])
-src = _tiny(out)
+src, calib, out = map(Path, sys.argv[1:])
 for mode in ("fp16", "int8"):
-    convert_and_gate(src, Recipe(mode=mode), out / f"{mode}.onnx", calibration=out / "calib.npz")
+    convert_and_gate(src, Recipe(mode=mode), out / f"{mode}.onnx", calibration=calib)
 print("torch" in sys.modules, "lief" in sys.modules)
 """
 
 
-def _tiny(folder):
-    """A two-layer model and its calibration data, in ``folder``."""
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(0)
-    w = [numpy_helper.from_array(rng.standard_normal((16, 16)).astype(np.float32), f"w{i}") for i in range(2)]
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w0"], ["h"]), helper.make_node("Relu", ["h"], ["a"]),
-         helper.make_node("MatMul", ["a", "w1"], ["y"])], "tiny",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 16])], w)
-    src = folder / "tiny.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(src))
-    np.savez(folder / "calib.npz", x=rng.standard_normal((32, 16)).astype(np.float32))
-    return src
-
-
-def test_a_precision_step_never_loads_torch_or_lief(tmp_path):
+def test_a_precision_step_never_loads_torch_or_lief(example_onnx, encoder_calib, tmp_path):
     """fp16 (AutoCast and its Polygraphy reference run) and int8 (calibration), each gated through Polygraphy."""
-    done = subprocess.run([sys.executable, "-c", STEP, str(tmp_path)], capture_output=True, text=True, check=True,
-                          cwd=str(Path(__file__).resolve().parents[2]), timeout=600)
+    done = subprocess.run([sys.executable, "-c", STEP, str(example_onnx), str(encoder_calib), str(tmp_path)],
+                          capture_output=True, text=True, check=True, cwd=str(Path(__file__).resolve().parents[2]),
+                          timeout=600)
     assert done.stdout.split()[-2:] == ["False", "False"], done.stdout[-2000:]
