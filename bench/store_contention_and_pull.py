@@ -85,7 +85,7 @@ print(time.perf_counter() - t, got.bytes, hwm(), before)
 def publish_big(uri: str, gib: float, tmp: Path) -> None:
     """A synthetic multi-GB plan published and released like a real one."""
     from trtfarm.publishing.publish import publish_plan
-    from trtfarm.publishing.release import move_release
+    from trtfarm.releases.moves import move_release
     from trtfarm.store import open_store
 
     sys.path.insert(0, str(REPO))

@@ -1,6 +1,6 @@
 """The ``promote-candidates`` flow: move stable to every candidate whose gates hold, report the rest.
 
-The gates are the core's (``planning/gates.py``: accuracy, engine check, latency, canary receipts, each target's
+The gates are the core's (``releases/gates.py``: accuracy, engine check, latency, canary receipts, each target's
 ``release_on`` from the fleet) and so is the move (``executor.promote``, signed with the key a worker signs its
 builds with); a promotion that lost a race to another writer is a row of the report, not a failed run. The report is
 one markdown artifact: a row per candidate with its verdict and gates.
@@ -15,9 +15,9 @@ from prefect.runtime import flow_run
 from trtfarm.errors import UserInputError
 from trtfarm.executor import PromotionResult, promote
 from trtfarm.layout import short_ref
-from trtfarm.planning.gates import candidate_models, candidates
 from trtfarm.planning.requests import PromoteRequest
 from trtfarm.project.fleet_file import load_fleet, signing_settings
+from trtfarm.releases.gates import candidate_models, candidates
 from trtfarm.store import open_store
 from trtfarm.vocabulary.fleet import select_targets
 

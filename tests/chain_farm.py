@@ -19,7 +19,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from trtfarm import layout
 from trtfarm.publishing.attest import Attestation, read_stored
 from trtfarm.publishing.publish import publish_plan
-from trtfarm.publishing.release import move_release, read_pointer
+from trtfarm.publishing.release import read_pointer
+from trtfarm.releases.moves import move_release
 from trtfarm.runtime.pull import pull_release
 from trtfarm.signing.accepted import AcceptedReleases
 from trtfarm.signing.bundle import SignatureRefused

@@ -282,7 +282,7 @@ def refused_here(attack: str, channel: str, consumer: str, keys: bool) -> bool:
 
 def _channel_farm(farm: Farm) -> dict[tuple[str, int], bytes]:
     """Give enc on rtx-4090 a candidate channel (two signed versions); each channel's pointers by version."""
-    from trtfarm.publishing.release import move_release
+    from trtfarm.releases.moves import move_release
     from trtfarm.vocabulary.promotion import Promotion
 
     signer, v2 = PemKeySigner(farm.keys["worker"][0]), read_pointer(farm.store, farm.pointer_key)[0]

@@ -20,9 +20,10 @@ from trtfarm.planning.overview import release_references
 from trtfarm.publishing.attest import Attestation, read_stored
 from trtfarm.publishing.gc import plans_to_delete
 from trtfarm.publishing.publish import publish_plan
-from trtfarm.publishing.release import ReleaseRefused, move_release, refresh_release
+from trtfarm.publishing.release import ReleaseRefused, refresh_release
 from trtfarm.publishing.release_check import check_release, manifest_identity_problem
 from trtfarm.publishing.sign_store import sign_store
+from trtfarm.releases.moves import move_release
 from trtfarm.runtime.loader import PlanFiles, signature_check, static_checks
 from trtfarm.runtime.pull import pull_release
 from trtfarm.signing.accepted import AcceptedReleases

@@ -369,8 +369,8 @@ def test_contexts_fill_the_memory_by_traffic_after_one_per_profile():
 
 def test_a_refused_load_records_a_failed_receipt_and_a_receipt_that_cannot_be_written_only_warns(farm, tmp_path,
                                                                                                 monkeypatch):
-    from trtfarm.publishing.receipts import list_receipts
-    from trtfarm.publishing.release import move_release
+    from trtfarm.releases.moves import move_release
+    from trtfarm.releases.receipts import list_receipts
 
     for name in ("TRTFARM_TRUSTED_KEYS", "TRTFARM_SIGNING_KEY", "TRTFARM_TARGETS"):
         monkeypatch.delenv(name, raising=False)
@@ -394,10 +394,12 @@ def test_a_refused_load_records_a_failed_receipt_and_a_receipt_that_cannot_be_wr
     t0 = farm.keys["enc", "rtx-4090", "2026-01-01T00:00:00+00:00"]
     move_release(farm.store, t0, read_stored(farm.store, t0).manifest, release_on="built", reason="back",
                  rollback=True, signer=farm.signer)  # the pulled plan is no longer what stable serves
-    with pytest.warns(UserWarning, match=r"load receipt not recorded: the plan \w+ is not in the stable channel"), \
-            pytest.raises(RuntimeRefused):
+    before = farm.pointer()[0]
+    with pytest.warns(UserWarning, match=r"stable serves another plan now; the channel no longer serves that plan"), \
+            pytest.raises(RuntimeRefused):  # recorded (stable served it), and nothing moves
         load_plan(got.plan, installed=RTX, gpus=RTX4090, trust=farm.trust, report=True, store=farm.store)
-    assert len(list_receipts(farm.store, "enc", "rtx-4090", TC, "stable", sha)) == 1
+    assert len(list_receipts(farm.store, "enc", "rtx-4090", TC, "stable", sha)) == 2
+    assert farm.pointer()[0] == before
 
 
 def test_load_plan_serves_one_channel_and_refuses_a_rollback_this_host_remembers(farm, tmp_path, monkeypatch):

@@ -12,9 +12,9 @@ import threading
 import pytest
 
 from trtfarm import layout
-from trtfarm.publishing.channels import promote_move
 from trtfarm.publishing.release import ChannelRefused
 from trtfarm.publishing.release_check import read_pointer
+from trtfarm.releases.channels import promote_move
 from trtfarm.store import open_store
 
 from .fleet_store import encoder_export
@@ -42,9 +42,27 @@ def channels(tmp_path_factory):
     return root, env, builds
 
 
-def run(env, *args, code: int = 0) -> subprocess.CompletedProcess:
+def run(env, *args, code: int | None = 0) -> subprocess.CompletedProcess:
+    """``trtfarm ARGS``; its exit must be ``code`` (None: promote's 0, 1 or 3, whatever the gates say now)."""
     proc = subprocess.run([sys.executable, "-m", "trtfarm", *args], capture_output=True, text=True, timeout=300,
                           env=env, cwd=env["TRTFARM_STORE"].rsplit("/", 1)[0])
+    assert proc.returncode == code or code is None and proc.returncode in (0, 1, 3), \
+        f"{args}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RTX_4090 = "NVIDIA GeForce RTX 4090:8.9:24.0"
+
+
+def receipt(env, host: str, *args, code: int = 0, gpu: str = RTX_4090) -> subprocess.CompletedProcess:
+    """``trtfarm receipt`` from a serving host: its own hostname (a UTS namespace) and GPU (the NVML stand-in)."""
+    host_env = {**env, "PYTHONPATH": os.path.join(REPO, "tests", "fake_nvml") + os.pathsep + REPO,
+                "FAKE_NVML_GPUS": gpu}
+    proc = subprocess.run(["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host, sys.executable, "-m",
+                           "trtfarm", "receipt", "encoder", "--target", TARGET, *args], capture_output=True,
+                          text=True, timeout=300, env=host_env, cwd=env["TRTFARM_STORE"].rsplit("/", 1)[0])
     assert proc.returncode == code, f"{args}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc
@@ -82,23 +100,25 @@ def test_status_shows_the_channels_side_by_side_as_promote_judges_them(channels)
     build = candidate.manifest.split("/")[-2]
     assert f"candidate {TARGET} of encoder: {build} waits (stable {stable.manifest.split('/')[-2]}): canary: 0 of 2" \
         in text, text
-    [row] = json.loads(run(env, "promote", "encoder", "--json").stdout)  # the same verdict, the same gates
+    [row] = json.loads(run(env, "promote", "encoder", "--json", code=3).stdout)  # the same verdict and gates
     assert row["verdict"] == cell["candidate"]["verdict"] and not row["promoted"]
 
 
 def test_receipts_gate_the_promotion_and_a_failed_stable_receipt_rolls_it_back(channels):
     root, env, _ = channels
     before, candidate = _pointer(env, STABLE), _pointer(env, CANDIDATE)
-    waits = json.loads(run(env, "promote", "encoder", "--json").stdout)
+    waits = json.loads(run(env, "promote", "encoder", "--json", code=3).stdout)  # 3: gates wait
     assert [(r["verdict"], r["promoted"]) for r in waits] == [("waits", False)]
     assert {g["gate"]: g["verdict"] for g in waits[0]["gates"]}["canary"] == "waits"
     assert _pointer(env, STABLE).manifest == before.manifest  # nothing moved
-    for _ in range(2):
-        run(env, "receipt", "encoder", "--target", TARGET, "--channel", "candidate", "--ok", "--latency-ms", "1.5")
+    for host in ("canary-1", "canary-1", "canary-2"):  # one host twice counts once
+        receipt(env, host, "--channel", "candidate", "--ok", "--latency-ms", "1.5")
+        if host == "canary-1":
+            assert "1 of 2 ok receipts" in run(env, "promote", "encoder", code=3).stdout
     text = " ".join(run(env, "promote", "encoder").stdout.split())
     assert "promoted" in text and "2 ok receipts" in text, text
     assert _pointer(env, STABLE).manifest == candidate.manifest
-    failed = run(env, "receipt", "encoder", "--target", TARGET, "--failed", "CUDA error 700 on load")
+    failed = receipt(env, "serving-1", "--failed", "CUDA error 700 on load", "--plan", candidate.plan_sha256)
     assert "rolled back:" in failed.stdout, failed.stdout
     after = _pointer(env, STABLE)
     assert after.manifest == before.manifest and after.current.action == "rollback"
@@ -108,7 +128,7 @@ def test_receipts_gate_the_promotion_and_a_failed_stable_receipt_rolls_it_back(c
     assert actions[-2:] == [("stable", "promote"), ("stable", "rollback")], actions
     assert ("candidate", "release") in actions and ("stable", "release") in actions
     assert all({"action", "channel", "at", "build"} <= e.keys() for e in events)
-    again = json.loads(run(env, "promote", "encoder", "--json").stdout)  # the plan that failed is not promoted again
+    again = json.loads(run(env, "promote", "encoder", "--json", code=1).stdout)  # the failed plan stays out
     assert again[0]["verdict"] == "fails" and not again[0]["promoted"], again
 
 
@@ -142,7 +162,9 @@ def test_two_racing_promotions_leave_one_winner_and_one_history(channels):
     (["rollback", "encoder", "--channel", "beta"], 2, "use stable or candidate"),
     (["receipt", "encoder", "--target", TARGET, "--ok", "--failed", "x"], 2, "one of them"),
     (["receipt", "encoder", "--target", TARGET, "--channel", "candidate", "--ok", "--plan", "0" * 64], 2,
-     "is not in the candidate channel"),
+     "was never in the candidate channel"),
+    (["receipt", "encoder", "--target", TARGET, "--failed", "x"], 2, "--failed needs --plan"),
+    (["receipt", "encoder", "--target", TARGET, "--ok"], 2, "named no NVIDIA GPU"),  # this machine has none
     (["receipt", "encoder", "--target", TARGET, "--ok", "--load-ms", "fast"], 2, "--load-ms"),
     (["rollback", "encoder", "--channel", "candidate"], 1, "has no earlier good release"),  # one move, nothing before
 ])
@@ -178,14 +200,15 @@ def test_gc_keeps_the_plans_of_both_channels(channels):
     assert doomed and not kept & doomed, doomed  # an older build goes; neither channel's plan does
 
 
-@pytest.mark.parametrize("args, most", [(["promote", "encoder"], 5), (["history", "encoder"], 5),
+@pytest.mark.parametrize("args, most", [(["promote", "encoder"], 6), (["history", "encoder"], 5),
                                         (["status", "encoder"], 14)])
 def test_promote_history_and_status_fit_80_columns(channels, args, most):
-    """At 80 columns: promote 5 lines (a verdict line and its four gates), history a heading and two lines per
+    """At 80 columns: promote 5 lines (a verdict line and its four gates; a failed receipt's reason may fold onto a
+    sixth), history a heading and two lines per
     move (5 after the two builds), status 14 with the candidate beside stable."""
     _, env, _ = channels
-    text = run({**env, "COLUMNS": "80"}, *args).stdout
+    text = run({**env, "COLUMNS": "80"}, *args, code=None).stdout
     lines = text.rstrip("\n").splitlines()
     if args[0] == "history":  # the moves so far: the tests before this one made more than the two builds
-        most = 1 + 2 * len(json.loads(run(env, "history", "encoder", "--json").stdout))
+        most = 1 + 3 * len(json.loads(run(env, "history", "encoder", "--json").stdout))  # a long reason folds once
     assert max(map(len, lines)) <= 80 and len(lines) <= most, text

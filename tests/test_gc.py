@@ -26,8 +26,8 @@ from trtfarm.project.fleet_file import load_fleet
 from trtfarm.publishing.attest import read_stored
 from trtfarm.publishing.gc import delete_plans, plans_to_delete
 from trtfarm.publishing.publish import read_manifest
-from trtfarm.publishing.release import move_release
 from trtfarm.publishing.release_check import asked_identity, manifest_identity_problem, read_pointer, served_release
+from trtfarm.releases.moves import move_release
 from trtfarm.store import open_store
 from trtfarm.vocabulary.fleetview import ReleaseRef
 from trtfarm.vocabulary.promotion import Promotion

@@ -93,7 +93,7 @@ RTX4090 = "NVIDIA GeForce RTX 4090:8.9:24.0"
 def released(tmp_path):
     """A real TensorRT-RTX build of the encoder for the RTX 4090, released in a store on disk."""
     from trtfarm.publishing.publish import read_manifest
-    from trtfarm.publishing.release import move_release
+    from trtfarm.releases.moves import move_release
     from trtfarm.store import open_store
 
     from .conftest_builds import publish_export

@@ -160,7 +160,7 @@ def test_a_mig_plan_records_its_group_and_loads_only_on_its_profile_after_the_he
     _, outcomes = publish_export(store, tmp_path / "gpu_targets.yaml", tmp_path / "export", 0, 1_700_000_000,
                                  ["a100-1g-rtx1.7"])
     from trtfarm.publishing.publish import read_manifest
-    from trtfarm.publishing.release import move_release
+    from trtfarm.releases.moves import move_release
 
     key = outcomes["a100-1g-rtx1.7"].manifest.removeprefix(store.uri + "/")
     m = read_manifest(store, key)

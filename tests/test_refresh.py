@@ -14,8 +14,9 @@ import pytest
 
 from trtfarm import layout
 from trtfarm.publishing.publish import read_manifest
-from trtfarm.publishing.release import HISTORY, move_release, read_pointer, refresh_release
+from trtfarm.publishing.release import HISTORY, read_pointer, refresh_release
 from trtfarm.publishing.sign_store import sign_store
+from trtfarm.releases.moves import move_release
 from trtfarm.signing.keys import PemKeySigner
 from trtfarm.signing.release_claim import unverified_claim
 from trtfarm.store import open_store

@@ -7,7 +7,8 @@ import threading
 import pytest
 
 from trtfarm.publishing.publish import read_manifest
-from trtfarm.publishing.release import ReleaseRefused, move_release, pointer_key, read_pointer
+from trtfarm.publishing.release import ReleaseRefused, pointer_key, read_pointer
+from trtfarm.releases.moves import move_release
 from trtfarm.store import open_store
 
 from .conftest_builds import publish_export

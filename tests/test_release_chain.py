@@ -265,7 +265,7 @@ def test_6_a_pointer_whose_manifest_was_replaced_is_a_tampered_store_exit_1(farm
 
 
 def test_the_release_claim_expires_after_the_configured_time(farm, host):
-    from trtfarm.publishing.release import move_release
+    from trtfarm.releases.moves import move_release
 
     store, env, tmp = host
     _, mlp_old = pointer_of(store, "mlp")

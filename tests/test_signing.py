@@ -21,7 +21,8 @@ from trtfarm.planning.overview import release_references
 from trtfarm.publishing.attest import Attestation, read_stored
 from trtfarm.publishing.gc import delete_plans, plans_to_delete
 from trtfarm.publishing.publish import publish_plan, read_manifest
-from trtfarm.publishing.release import move_release, read_pointer
+from trtfarm.publishing.release import read_pointer
+from trtfarm.releases.moves import move_release
 from trtfarm.runtime.loader import UntrustedPlan, find_files, load_plan, static_checks
 from trtfarm.runtime.pull import pull_release
 from trtfarm.signing.bundle import SignatureRefused

@@ -27,7 +27,8 @@ from trtfarm.project.fleet_file import load_fleet
 from trtfarm.publishing.gc import plans_to_delete
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.registry import register_export
-from trtfarm.publishing.release import move_release, read_pointer
+from trtfarm.publishing.release import read_pointer
+from trtfarm.releases.moves import move_release
 from trtfarm.signing.keys import PemKeySigner, load_trusted_keys
 from trtfarm.signing.release_claim import unverified_claim
 from trtfarm.store import open_store

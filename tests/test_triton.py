@@ -19,7 +19,8 @@ from trtfarm.profiles.profile import ProfilesFile, profile_from_args
 from trtfarm.project.buildable import buildable_here
 from trtfarm.project.fleet_file import load_fleet
 from trtfarm.publishing.publish import read_manifest
-from trtfarm.publishing.release import list_pointers, move_release
+from trtfarm.publishing.release import list_pointers
+from trtfarm.releases.moves import move_release
 from trtfarm.serving.triton import TritonRequest, config_spec, triton_repositories
 from trtfarm.serving.triton_config import TritonConfigRefused, validated_config
 from trtfarm.serving.versions import model_versions

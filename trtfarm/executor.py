@@ -7,7 +7,7 @@ rest out, for ``trtfarm build`` in its own process and for the
 build-matrix flow around its children alike: it withdraws the damaged publishes, completes the releases (or keeps a
 trial's pointer), runs the jobs through the caller's ``dispatch`` (this process, or one farm child per job), builds
 in full the refits the workers could not do, and returns one row per target. ``promote`` carries out what the
-promotion gates (``planning/gates.py``) decided: ``trtfarm promote`` and the promote-candidates flow call it.
+promotion gates (``releases/gates.py``) decided: ``trtfarm promote`` and the promote-candidates flow call it.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 
 from trtfarm.building.release_move import release_if_allowed
-from trtfarm.planning.gates import Candidate
 from trtfarm.planning.plan import ExportWork, full_build_of
-from trtfarm.publishing.channels import promote_move
 from trtfarm.publishing.publish import withdraw
 from trtfarm.publishing.release import ChannelRefused
+from trtfarm.releases.channels import promote_move
+from trtfarm.releases.gates import Candidate
 from trtfarm.store import Store
 from trtfarm.vocabulary.job import BuildJob, JobResult
 from trtfarm.vocabulary.pointer import ReleasePointer
@@ -159,8 +159,8 @@ def promote(store: Store, found: list[Candidate], *, reason: str = "promoted: ev
         moved, why = None, ""
         if c.verdict == "holds" or (force and c.verdict != "already"):
             try:
-                moved = promote_move(store, c.pointer, c.figures(), reason=reason, by=by, force=force, signer=signer,
-                                     trust=trust)
+                moved = promote_move(store, c.pointer, c.figures(), c.verdict, reason=reason, by=by, force=force,
+                                     signer=signer, trust=trust)
             except ChannelRefused as lost:
                 why = str(lost)
         done.append(PromotionResult(c, moved, why))

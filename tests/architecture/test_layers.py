@@ -54,6 +54,7 @@ LEVELS: tuple[tuple[str, ...], ...] = (
     ("toolchain", "modelfile"),  # the TensorRT / TensorRT-RTX builder seam; an export's ONNX checked and digested
     ("workers",),  # worker admission, pools, images, identity
     ("publishing",),  # manifests, publish, releases, the model registry, attestations, gc
+    ("releases",),  # the release ledger: one state machine for every move of a channel, receipts, gates
     ("runtime",),  # loading and pulling plans on a serving host
     ("validation",),  # engine checks and figures
     ("building", "triggers"),  # running one build job; the webhook receiver

@@ -15,7 +15,7 @@ import ast
 
 from .test_layers import modules
 
-WRITERS = {"trtfarm.publishing.release.move_release", "trtfarm.publishing.release.repair_pointer",
+WRITERS = {"trtfarm.releases.moves.apply", "trtfarm.publishing.release.repair_pointer",
            "trtfarm.publishing.release.refresh_release"}
 
 

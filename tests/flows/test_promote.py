@@ -16,10 +16,10 @@ import pytest
 from trtfarm.pipeline import run_local
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.publishing.attest import read_stored
-from trtfarm.publishing.channels import channel_history, record_receipt
-from trtfarm.publishing.receipts import new_receipt, this_host
 from trtfarm.publishing.registry import register_export
 from trtfarm.publishing.release_check import check_claim, read_pointer
+from trtfarm.releases.channels import channel_history, record_receipt
+from trtfarm.releases.receipts import new_receipt, this_host
 from trtfarm.signing.keys import load_trusted_keys
 from trtfarm.store import open_store
 
@@ -102,7 +102,7 @@ def test_a_nightly_run_releases_to_candidate_and_the_promote_deployment_moves_it
     assert "0 of 1 candidate(s) promoted" in waits and "**waits**" in waits and "0 of 1 ok receipts" in waits, waits
     assert read_pointer(store, STABLE)[0].manifest == stable_before.manifest
 
-    record_receipt(store, CANDIDATE, lambda p: new_receipt(p, ok=True, error=None, load_ms=12.0, latency_ms=1.5,
+    record_receipt(store, CANDIDATE, lambda p, served: new_receipt(p, ok=True, error=None, load_ms=12.0, latency_ms=1.5,
                                                            by="a canary host", host=this_host()))
     run = _run(farm, "promote-candidates/promote-candidates", {})
     moved = _report(farm, run)

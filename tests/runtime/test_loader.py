@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from trtfarm.machine.gpu import GpuScan, LocalGpu
-from trtfarm.publishing.release import move_release
+from trtfarm.releases.moves import move_release
 from trtfarm.runtime.loader import PlanMismatch, contexts_that_fit, load_plan, manifest_beside, static_checks
 from trtfarm.runtime.pull import pull_release
 from trtfarm.store import open_store

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from trtfarm.publishing.publish import read_manifest
-from trtfarm.publishing.release import move_release
+from trtfarm.releases.moves import move_release
 from trtfarm.runtime.pull import pull_release
 from trtfarm.store import open_store
 from trtfarm.store.resume import part_path

@@ -120,7 +120,7 @@ def _release_keys(files: Path, model: str, gpu: str) -> dict[str, str]:
 def _candidate_pointer(store, manifest_key: str, key: Path) -> bytes:
     """The bytes of a candidate-channel pointer of the same release, signed by the worker (then taken away again)."""
     from trtfarm.publishing.attest import read_stored
-    from trtfarm.publishing.release import move_release
+    from trtfarm.releases.moves import move_release
 
     m = read_stored(store, manifest_key).manifest
     pointer = move_release(store, manifest_key, m, release_on="built", reason="a canary", channel="candidate",

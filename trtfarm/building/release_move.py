@@ -10,11 +10,11 @@ from __future__ import annotations
 from trtfarm.layout import short_ref
 from trtfarm.publishing.release import (
     ReleaseRefused,
-    move_release,
     pointer_key,
     read_pointer,
     repair_pointer,
 )
+from trtfarm.releases.moves import move_release
 from trtfarm.signing.bundle import SignatureRefused
 from trtfarm.store import Store
 from trtfarm.vocabulary.manifest import Manifest
@@ -63,9 +63,9 @@ def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, rele
         return ReleaseOutcome("already", key, old, old, repaired=repaired, channel=channel)
     try:
         moved = move_release(store, manifest_key, manifest, release_on=release_on, by="trtfarm",
-                             reason=f"built by run {run_id}" if run_id else "built by trtfarm", seen=seen,
-                             signer=signer, vouched=True, channel=channel, promotion=promotion)  # the manifest
-        # this run published or read
+                                 reason=f"built by run {run_id}" if run_id else "built by trtfarm", seen=seen,
+                                 signer=signer, vouched=True, channel=channel,
+                                 promotion=promotion)  # the manifest this run published or read
     except (ReleaseRefused, SignatureRefused) as refused:  # a tampered pointer is left for a person to look at
         return ReleaseOutcome("refused", key, old, why=str(refused), repaired=repaired, channel=channel)
     if len(moved.history) > 1:  # where it moved from, also when a concurrent writer moved it since planning

@@ -73,7 +73,7 @@ def promote(model: str = typer.Argument(..., help="model name (as released)"),
             targets_file: Path = TARGETS_OPT, store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     """Move stable to each candidate whose gates hold (accuracy, engine check, latency, canary receipts)."""
     from trtfarm.executor import promote as promote_found
-    from trtfarm.planning.gates import candidates
+    from trtfarm.releases.gates import candidates
     from trtfarm.store import open_store
 
     if (from_, to) != ("candidate", "stable"):
@@ -97,8 +97,15 @@ def promote(model: str = typer.Argument(..., help="model name (as released)"),
     if not found:
         raise fail(f"{model} has no candidate for {', '.join(t.id for t in names.values())}: its farm.yaml declares "
                    "no promotion: block (its releases go to stable), or nothing was built since", code=1)
-    if any(r.refused for r in rows):
-        raise typer.Exit(1)
+    raise typer.Exit(promote_exit(rows))
+
+
+def promote_exit(rows) -> int:
+    """``promote``'s exit: 1 when a gate fails (or another promotion moved first), 3 when gates wait, else 0."""
+    unmoved = [r for r in rows if r.moved is None]
+    if any(r.refused or r.candidate.verdict == "fails" for r in unmoved):
+        return 1
+    return 3 if any(r.candidate.verdict == "waits" for r in unmoved) else 0
 
 
 def _print_promotions(rows) -> None:
@@ -131,7 +138,7 @@ def rollback(model: str = typer.Argument(..., help="model name (as released)"),
              targets_file: Path = TARGETS_OPT, store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     """Move a channel back to its previous good release (one with no failed receipt), recorded in its history."""
     from trtfarm.layout import channel_key, short_ref
-    from trtfarm.publishing.channels import rollback_channel
+    from trtfarm.releases.channels import rollback_channel
     from trtfarm.store import open_store
 
     if channel not in ("stable", "candidate"):
@@ -159,7 +166,8 @@ def history(model: str = typer.Argument(..., help="model name (as released)"),
             target: list[str] = TARGET_OPT,
             targets_file: Path = TARGETS_OPT, store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     """Every release, promotion, rollback, refresh and override of MODEL's channels: when, by whom, why."""
-    from trtfarm.publishing.channels import channel_history
+    from trtfarm.releases.channels import channel_history
+    from trtfarm.releases.ledger import one_line
     from trtfarm.store import open_store
 
     s = open_store(store_uri(store))
@@ -180,11 +188,11 @@ def history(model: str = typer.Argument(..., help="model name (as released)"),
         out.print(message_text(f"{model} on {gpu} {toolchain}"), style="bold", highlight=False)
         for h in moves:  # a line per move, and why (by whom) under it, folded with its indent
             e = h.event
-            out.print(message_text(f"  {e.at[:16].replace('T', ' ')}  {h.channel:9} {e.action:8} "
-                                   f"{e.manifest.split('/')[-2]}"), highlight=False)
-            out.print(Padding(message_text(f"{e.reason} ({e.by})"), (0, 0, 0, 6)), highlight=False)
+            out.print(message_text(one_line(f"  {e.at[:16].replace('T', ' ')}  #{h.seq:<4} {h.channel:9} "
+                                            f"{e.action:8} {e.manifest.split('/')[-2]}")), highlight=False)
+            out.print(Padding(message_text(one_line(f"{e.reason} ({e.by})")), (0, 0, 0, 6)), highlight=False)
     for p in problems:
-        labelled(out, "damaged:", message_text(p))
+        labelled(out, "damaged:", message_text(one_line(p)))
 
 
 @app.command()
@@ -196,14 +204,16 @@ def receipt(model: str = typer.Argument(..., help="model name (as released)"),
             failed: str = typer.Option(None, "--failed", metavar="REASON", help="the plan did not load: why"),
             load_ms: float = typer.Option(None, "--load-ms", min=0, help="deserialisation time"),
             latency_ms: float = typer.Option(None, "--latency-ms", min=0, help="first inference latency"),
-            plan: str = typer.Option(None, "--plan", metavar="SHA256", help="the plan's sha256 the host loaded "
-                                     "(default: the channel's current plan)"),
+            plan: str = typer.Option(None, "--plan", metavar="SHA256", help="the plan's sha256 the host loaded, "
+                                     "or 12+ of its first digits (needed with --failed; default for --ok: the "
+                                     "channel's current plan)"),
             targets_file: Path = TARGETS_OPT, store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     """Record a serving host's load of a channel's plan: --ok, or --failed REASON (on stable it may roll back)."""
     from trtfarm.layout import short_ref
-    from trtfarm.publishing.channels import record_receipt, serving_key
-    from trtfarm.publishing.receipts import new_receipt, this_host
     from trtfarm.publishing.release import who
+    from trtfarm.releases.channels import record_receipt, serving_key
+    from trtfarm.releases.ledger import one_line
+    from trtfarm.releases.receipts import new_receipt, this_host
     from trtfarm.store import open_store
 
     uri = store_uri(store)  # a store that is not there is named first, as every command does
@@ -211,30 +221,35 @@ def receipt(model: str = typer.Argument(..., help="model name (as released)"),
         raise fail("say how the load went: --ok, or --failed REASON (one of them)")
     if channel not in ("stable", "candidate"):
         raise fail(f"--channel {channel!r}: use stable or candidate")
+    if failed is not None and plan is None:
+        raise fail("--failed needs --plan SHA256: the plan this host loaded (`pull --json` prints its manifest; "
+                   "`pull --report` passes it), so the failure is never charged to a plan the channel moved to")
     s = open_store(uri)
     _known_model(s, model)
     (name,) = _names(s, model, [target], targets_file)
     settings = _settings(targets_file)
     trust, signer = _signing(settings.trusted_keys(), settings.signer())
     key = serving_key(s, name, channel)
-    done = record_receipt(s, key, lambda p: new_receipt(
+    done = record_receipt(s, key, lambda p, served: new_receipt(
         p, ok=ok, error=failed, load_ms=load_ms, latency_ms=latency_ms, by=who(), host=this_host(),
-        plan_sha256=plan), signer=signer, trust=trust)
+        plan_sha256=plan, served=served), signer=signer, trust=trust)
     _emit(done)
     if as_json:
         print_json({"receipt": s.url(done.key), **done.receipt.model_dump(mode="json"),
                           "rolled_back_to": short_ref(done.rolled_back.manifest) if done.rolled_back else None,
-                          "blocked": done.blocked or None})
+                          "blocked": done.blocked or None, "unchanged": done.unchanged or None})
         return
     r = done.receipt
-    labelled(out, "receipt:", message_text(f"{'ok' if r.ok else 'failed'} for {short_ref(r.manifest)} "
-                                           f"({r.channel}) from {r.host.name}"))
+    labelled(out, "receipt:", message_text(one_line(f"{'ok' if r.ok else 'failed'} for {short_ref(r.manifest)} "
+                                                    f"({r.channel}) from {r.host.name}")))
     if done.rolled_back:
         p = done.rolled_back
-        labelled(out, "rolled back:", message_text(f"{p.identity} stable -> {short_ref(p.manifest)} "
-                                                   f"({p.current.reason})"))
+        labelled(out, "rolled back:", message_text(one_line(f"{p.identity} stable -> {short_ref(p.manifest)} "
+                                                            f"({p.current.reason})")))
     if done.blocked:
         labelled(out, "blocked:", message_text(done.blocked))
+    if done.unchanged:
+        labelled(out, "unchanged:", message_text(f"{r.channel} serves another plan now; {done.unchanged}"))
 
 
 def _emit(done) -> None:

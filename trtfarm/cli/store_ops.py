@@ -99,7 +99,8 @@ def release(manifest: str = typer.Argument(..., help="the plan's manifest: store
     """Move (or roll back) a release pointer by hand, recorded with who and why."""
     from trtfarm.project.fleet_file import signing_settings
     from trtfarm.publishing.catalog import load_manifest
-    from trtfarm.publishing.release import move_release, stored_manifest_key
+    from trtfarm.publishing.release import stored_manifest_key
+    from trtfarm.releases.moves import move_release
     from trtfarm.store import open_store
     from trtfarm.vocabulary.manifest import ManifestInvalid
 
@@ -116,8 +117,9 @@ def release(manifest: str = typer.Argument(..., help="the plan's manifest: store
                        "TRTFARM_SIGNING_KEY (or signing.key in gpu_targets.yaml) to a key whose public half is "
                        "trusted")
         accepted, _ = _host_memory(trust)
-        pointer = move_release(s, key, m, release_on=_release_on(targets_file, m.target.target_id), reason=reason,
-                               rollback=rollback, force=force, trust=trust, signer=signer, accepted=accepted)
+        pointer = move_release(s, key, m, release_on=_release_on(targets_file, m.target.target_id),
+                                   reason=reason, rollback=rollback, force=force, trust=trust, signer=signer,
+                                   accepted=accepted)
     except ManifestInvalid as e:  # a store's manifest that is not one is a damaged object; a local file, bad input
         raise fail(e, code=None if Path(manifest).is_file() else 1) from e
     if as_json:
@@ -207,18 +209,18 @@ def pull(model: str = typer.Argument(..., help="model name"),
 def _report(s, pulled, checks, targets_file) -> str:
     """Record the pull's load receipt (ok, or the first refused check) against the channel it pulled from."""
     from trtfarm.project.fleet_file import signing_settings
-    from trtfarm.publishing.channels import record_receipt
-    from trtfarm.publishing.receipts import new_receipt, this_host
     from trtfarm.publishing.release import who
+    from trtfarm.releases.channels import record_receipt
+    from trtfarm.releases.receipts import new_receipt, this_host
 
     bad = next((c for c in checks if c.ok is False), None)
     if bad is not None and bad.name != "runtime":  # this host's mismatch or copy, not the plan: no receipt
         return f"not recorded: this host refused the plan before the runtime saw it ({bad.name}: {bad.detail})"
     settings = signing_settings(targets_path(targets_file, note=False))
     plan_sha = pulled.release.claim.plan_sha256 if pulled.release.claim else None
-    done = record_receipt(s, pulled.pointer_key, lambda p: new_receipt(
+    done = record_receipt(s, pulled.pointer_key, lambda p, served: new_receipt(
         p, ok=bad is None, error=f"{bad.name}: {bad.detail}" if bad else None, load_ms=None, latency_ms=None,
-        by=who(), host=this_host(), plan_sha256=plan_sha), signer=settings.signer(),
+        by=who(), host=this_host(), plan_sha256=plan_sha, served=served), signer=settings.signer(),
         trust=settings.trusted_keys())
     moved = f"; stable rolled back to {done.rolled_back.manifest}" if done.rolled_back else \
         f"; {done.blocked}" if done.blocked else ""

@@ -266,7 +266,7 @@ def _with_candidate(survey: StoreSurvey, p: Pair, c: TargetStatus, now: datetime
                     refs: dict[str, ReleaseRef]) -> TargetStatus:
     """The cell with its candidate channel beside it: the build and its gates' verdict.
 
-    The verdict is ``planning.gates``', the rule ``promote`` applies; read only for the targets the listing shows a
+    The verdict is ``releases.gates``', the rule ``promote`` applies; read only for the targets the listing shows a
     candidate pointer of. A candidate pointer serving hosts refuse (``refs``: ``release_refs``) is ``damaged``.
     """
     ref = refs.get(_candidate_key(survey, p) or "")
@@ -276,7 +276,7 @@ def _with_candidate(survey: StoreSurvey, p: Pair, c: TargetStatus, now: datetime
         return replace(c, candidate=layout.short_ref(ref.manifest) if ref.manifest else "?",
                        candidate_verdict="damaged", candidate_detail=ref.refusal)
     from trtfarm.errors import CorruptObject
-    from trtfarm.planning.gates import candidate_gates
+    from trtfarm.releases.gates import candidate_gates
     from trtfarm.publishing.release_check import read_pointer
 
     try:

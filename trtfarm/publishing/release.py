@@ -8,7 +8,6 @@ person rolls it back on purpose. Every move is recorded in the pointer's history
 from __future__ import annotations
 
 import getpass
-import hashlib
 import json
 import socket
 from datetime import datetime, timedelta, timezone
@@ -25,7 +24,7 @@ from trtfarm.layout import (
     parse_plan_key,
     releases_prefix,
 )
-from trtfarm.publishing.publish import plan_intact, plan_rehash, read_manifest
+from trtfarm.publishing.publish import plan_intact, read_manifest
 from trtfarm.publishing.release_check import read_pointer
 from trtfarm.signing.accepted import check_not_rolled_back
 from trtfarm.signing.bundle import SignatureRefused
@@ -151,14 +150,15 @@ def repair_pointer(store: Store, key: str, release_on: str = "engine", signer=No
     m = stored.manifest
     event = ReleaseEvent(action="release", manifest=manifest, onnx_digest=m.model.onnx_digest,
                          exported_at=m.model.exported_at, by=f"trtfarm repair ({who()})", reason=f"repaired: {why}",
-                         at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                         at=event_time())
     channel = parse_channel_key(key)[1]  # type: ignore[index]  # read_pointer found a pointer key's object
     pointer = ReleasePointer(channel=channel, model=m.model.name, gpu=m.target.gpu, toolchain=toolchain_label(m),
                              manifest=manifest,
                              plan_key=m.plan.key, plan_sha256=m.plan.sha256, onnx_digest=m.model.onnx_digest,
                              build_digest=m.build.build_digest, exported_at=m.model.exported_at,
-                             history=with_event(history, event), version=version + 1)
-    pointer, _ = _signed(pointer, m, stored.manifest_sha256, signer, DEFAULT_EXPIRY)
+                             history=with_event(history, event.model_copy(update={"seq": version + 1})),
+                             version=version + 1)
+    pointer, _ = sign_pointer(pointer, m, stored.manifest_sha256, signer, DEFAULT_EXPIRY)
     try:
         store.compare_and_swap(key, pointer.to_json(), blob.etag)
     except Conflict:
@@ -207,6 +207,11 @@ def _stored_key(store: Store, m: Manifest, source: str) -> str:
     return key
 
 
+def event_time() -> str:
+    """Now, as an event records it (UTC, milliseconds): for people; the ledger's order is its sequence numbers."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
 def who() -> str:
     """``user@host``: who moves a pointer (or records a state), as histories name them."""
     try:
@@ -220,7 +225,7 @@ def _older(m: Manifest, current: ReleasePointer) -> bool:
     return bool(m.model.exported_at and current.exported_at and m.model.exported_at < current.exported_at)
 
 
-def _checked_current(store: Store, key: str, current: ReleasePointer | None, trust, accepted) -> None:
+def check_current(store: Store, key: str, current: ReleasePointer | None, trust, accepted) -> None:
     """Refuse to move a pointer that names another identity or carries a bad or older claim (``--force`` skips)."""
     if current is None:
         return
@@ -242,7 +247,7 @@ def _checked_current(store: Store, key: str, current: ReleasePointer | None, tru
         raise SignatureRefused(err.reason, f"not released: {err.detail}; `--force` replaces it") from err
 
 
-def _signed(pointer: ReleasePointer, m: Manifest, manifest_sha256: str, signer,
+def sign_pointer(pointer: ReleasePointer, m: Manifest, manifest_sha256: str, signer,
             expiry: timedelta) -> tuple[ReleasePointer, ReleaseClaim | None]:
     """``pointer`` with its release claim signed by ``signer``, and the claim (unchanged and None without one)."""
     if signer is None:
@@ -258,87 +263,10 @@ def _signed(pointer: ReleasePointer, m: Manifest, manifest_sha256: str, signer,
     return pointer.model_copy(update={"claim": sign_release(signer, claim)}), claim
 
 
-def _next_version(store: Store, current: ReleasePointer | None, accepted) -> int:
+def next_version(store: Store, current: ReleasePointer | None, accepted) -> int:
+    """The version the next move gives the pointer: past the current one's and past what this host accepted."""
     seen = accepted.get(store.uri, current.track) if accepted is not None and current else None
     return max(current.version if current else 0, seen.version if seen else 0) + 1
-
-
-def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: str = "engine", reason: str,
-                 by: str | None = None, rollback: bool = False, force: bool = False,
-                 max_attempts: int = 20, trust=None, seen: SeenPointer | None = None, signer=None,
-                 accepted=None, expiry: timedelta = DEFAULT_EXPIRY, vouched: bool = False, channel: str = "stable",
-                 promotion=None, promote: dict[str, str] | None = None) -> ReleasePointer:
-    """Point (model, GPU, toolchain) at ``manifest_key``; ``ReleaseRefused`` when policy or ordering forbid it.
-
-    With ``trust`` (the fleet's ``TrustedKeys``), a plan that serving hosts would refuse is not released
-    (``SignatureRefused``; ``force`` does not override it): a rotation keeps every plan signed by a still-trusted key.
-    A manifest whose key is another identity's folder is refused too; so is moving a pointer that names another
-    identity or carries a bad claim, unless ``force``. ``signer`` signs the move (a release claim with the next
-    version, expiring after ``expiry``); ``accepted``, this machine's memory of releases, keeps versions growing.
-    ``seen``: the pointer as the run read it before; the first swap names its ETag (a stale one conflicts, and the
-    pointer is read afresh). ``vouched``: ``m`` is what the store holds at ``manifest_key`` (the caller wrote or read
-    it this run), so with neither ``trust`` nor ``signer`` it is not read back; its identity is checked all the same.
-    ``channel`` is the pointer moved (``candidate`` carries the model's ``promotion`` policy); ``promote``: this move
-    promotes a candidate into ``stable``, with its gates as they stood (the history's ``promote`` event).
-    """
-    if not reason.strip():
-        raise ReleaseRefused("not released: the reason is empty; say why the pointer moves (it goes in its history)")
-    from trtfarm.publishing.attest import read_stored
-    from trtfarm.publishing.release_check import manifest_identity_problem
-
-    stored = None if vouched and trust is None and signer is None else \
-        read_stored(store, manifest_key, attestations=trust is not None)
-    problem = manifest_identity_problem(manifest_key, stored.manifest if stored else m)
-    if problem:
-        raise SignatureRefused("other identity", f"not released: {problem}")
-    if trust is not None:
-        if stored is None:
-            raise ReleaseRefused(f"not released: no manifest at {store.url(manifest_key)}")
-        stored.verdict(trust).raise_if_refused(f"not released: {store.url(manifest_key)}")
-        damaged = plan_rehash(store, stored.manifest)  # what hosts would download, hashed before it is released
-        if damaged:
-            raise SignatureRefused("other bytes", f"not released: {damaged}")
-    blocker = None if force else policy_blocker(m, release_on)
-    if blocker:
-        raise ReleaseRefused(f"not released: {blocker}")
-    key = pointer_key(m, channel)
-    msha = stored.manifest_sha256 if stored else hashlib.sha256(m.to_json()).hexdigest()
-    for attempt in range(max_attempts):
-        current, etag = (seen.pointer, seen.etag) if seen and seen.key == key and not attempt else \
-            read_pointer(store, key)
-        if not force:
-            _checked_current(store, key, current, trust, accepted)
-        if current and current.manifest == manifest_key and not force:
-            if promote is not None:  # the loser of two racing promotions is told, never promoted twice
-                raise ChannelRefused(f"not promoted: {key} is already at {manifest_key} ({current.current.action} by "
-                                     f"{current.current.by} at {current.current.at})")
-            return current
-        if current and _older(m, current) and not rollback:
-            raise ReleaseRefused(
-                f"not released: {key} points at an export from {current.exported_at}; this plan's export is older "
-                f"({m.model.exported_at}). Use `trtfarm release MANIFEST --rollback --reason ...` to go back "
-                "on purpose.")
-        action = "forced" if force else "rollback" if rollback and current and _older(m, current) else \
-            "promote" if promote is not None else "release"
-        event = ReleaseEvent(action=action, manifest=manifest_key, onnx_digest=m.model.onnx_digest,
-                             exported_at=m.model.exported_at, by=by or who(), reason=reason, gates=promote,
-                             at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-        pointer = ReleasePointer(channel=channel, promotion=promotion, model=m.model.name, gpu=m.target.gpu,
-                                 toolchain=toolchain_label(m), manifest=manifest_key,
-                                 plan_key=m.plan.key, plan_sha256=m.plan.sha256,
-                                 onnx_digest=m.model.onnx_digest, build_digest=m.build.build_digest,
-                                 exported_at=m.model.exported_at,
-                                 history=with_event(current.history if current else [], event),
-                                 version=_next_version(store, current, accepted))
-        pointer, claim = _signed(pointer, m, msha, signer, expiry)
-        try:
-            store.compare_and_swap(key, pointer.to_json(), etag)
-        except Conflict:
-            continue
-        if accepted is not None and claim is not None:
-            accepted.remember(store.uri, claim)
-        return pointer
-    raise ReleaseRefused(f"{key}: {max_attempts} concurrent writers in a row; try again")
 
 
 def refresh_release(store: Store, key: str, signer, *, reason: str, by: str | None = None,
@@ -359,10 +287,11 @@ def refresh_release(store: Store, key: str, signer, *, reason: str, by: str | No
         m = check_identity(store, key, current, stored)
         event = ReleaseEvent(action="refresh", manifest=current.manifest, onnx_digest=m.model.onnx_digest,
                              exported_at=m.model.exported_at, by=by or who(), reason=reason,
-                             at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                             at=event_time())
+        event = event.model_copy(update={"seq": current.version + 1})
         pointer = current.model_copy(update={"history": with_event(current.history, event),
                                              "version": current.version + 1})
-        pointer, _ = _signed(pointer, m, stored.manifest_sha256, signer, expiry)
+        pointer, _ = sign_pointer(pointer, m, stored.manifest_sha256, signer, expiry)
         try:
             store.compare_and_swap(key, pointer.to_json(), etag)
             return pointer

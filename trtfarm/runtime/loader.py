@@ -314,7 +314,7 @@ def load_plan(ref: str | Path, *, expected_onnx_digest: str | None = None, expec
                                         expected_model=expected_model, installed=installed, gpus=gpus)
     except RuntimeRefused as refused:  # evidence against the plan: a failed receipt (it may roll stable back)
         if report:
-            record_load(store, files.manifest, channel, error="; ".join(refused.differences))
+            record_load(store, files.manifest, channel, error="; ".join(refused.differences), gpus=gpus)
         raise
     except PlanMismatch as refused:  # this host's own mismatch or copy: no receipt, so no rollback for the fleet
         if report:
@@ -322,7 +322,7 @@ def load_plan(ref: str | Path, *, expected_onnx_digest: str | None = None, expec
                           f"{refused.differences[0]}); fix the host or pull again", stacklevel=2)
         raise
     if report:
-        record_load(store, files.manifest, channel, load_ms=load_ms)
+        record_load(store, files.manifest, channel, load_ms=load_ms, gpus=gpus)
     return engine
 
 

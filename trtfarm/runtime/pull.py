@@ -16,9 +16,9 @@ from pathlib import Path
 from trtfarm.errors import OutputRefused, UserInputError
 from trtfarm.layout import ReleaseName
 from trtfarm.machine.gpu import GpuScan
-from trtfarm.publishing.channels import serving_key
 from trtfarm.publishing.release import list_pointers
 from trtfarm.publishing.release_check import ReleaseVerdict, served_release
+from trtfarm.releases.channels import serving_key
 from trtfarm.runtime.loader import manifest_beside, provenance_beside, release_beside, signature_beside
 from trtfarm.signing.accepted import AcceptedReleases
 from trtfarm.signing.keys import TrustedKeys

@@ -26,7 +26,6 @@ from trtfarm.errors import UserInputError
 from trtfarm.layout import ReleaseName, channel_prefix, parse_channel_key, releases_prefix
 from trtfarm.profiles.profile import ProfilesFile, profiles_json
 from trtfarm.publishing.attest import StoredPlan, read_stored
-from trtfarm.publishing.channels import serving_key
 from trtfarm.publishing.release import ReleasePointer
 from trtfarm.publishing.release_check import (
     asked_identity,
@@ -36,6 +35,7 @@ from trtfarm.publishing.release_check import (
     read_pointer,
 )
 from trtfarm.publishing.serving_pin import check_serving_images
+from trtfarm.releases.channels import serving_key
 from trtfarm.scratch import scratch_dir
 from trtfarm.serving.triton_config import ConfigSpec, config_text
 from trtfarm.serving.versions import Version, capability_collisions, model_versions

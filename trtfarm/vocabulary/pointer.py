@@ -4,11 +4,13 @@ The pointers themselves are read and moved by ``trtfarm.publishing.release``; th
 carry what planning read (``SeenPointer``) and the release move starts its compare-and-swap from it.
 
 Schema 2 added the release's ``version`` and its signed ``claim``; schema 3 its ``channel`` (release channels: a
-candidate pointer carries the model's ``promotion`` policy), promotions in the history and a move's gate figures.
-``pointer_from_json`` upgrades older schemas through ``_UPGRADES`` (schema 1: an unsigned release of version 0;
-schema 2: the stable channel), and refuses a newer schema in one line: upgrade trtfarm (an older trtfarm must not
-read, let alone repair, what it cannot know). ``to_json`` writes a stable pointer that uses nothing of schema 3 as
-schema 2, so serving hosts on an older trtfarm keep pulling the models that declare no promotion.
+candidate pointer carries the model's ``promotion`` policy), promotions in the history and a move's gate figures;
+schema 4 each event's ledger sequence number and evidence (``trtfarm.releases``: the history is the channel's
+ledger). ``pointer_from_json`` upgrades older schemas through ``_UPGRADES`` (schema 1: an unsigned release of version
+0; schema 2: the stable channel; schema 3: events without sequence numbers, each one's place derived), and refuses a
+newer schema in one line: upgrade trtfarm (an older trtfarm must not read, let alone repair, what it cannot know).
+``to_json`` writes a stable pointer that uses nothing newer as schema 2, so serving hosts on an older trtfarm keep
+pulling the models that declare no promotion.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from trtfarm.errors import UserInputError
 from trtfarm.vocabulary.manifest import validation_problems
 from trtfarm.vocabulary.promotion import Channel, Promotion
 
-POINTER_SCHEMA = 3
+POINTER_SCHEMA = 4
 
 
 class ReleaseEvent(BaseModel):
@@ -38,13 +40,17 @@ class ReleaseEvent(BaseModel):
     by: str
     reason: str
     gates: dict[str, str] | None = Field(None, description="a promotion's gates as they stood: name -> verdict")
+    seq: int | None = Field(None, description="the event's place in the channel's ledger: the version its move gave "
+                                              "the pointer (None: written as schema 2; its place is derived)")
+    evidence: list[str] | None = Field(None, description="what decided the move besides the ledger: the receipt that "
+                                                         "rolled it back, the candidate event a promotion took")
 
 
 class ReleasePointer(BaseModel):
     """What a serving host of (model, GPU, toolchain version) should run."""
 
     model_config = ConfigDict(extra="forbid")
-    schema_version: Literal[3] = POINTER_SCHEMA
+    schema_version: Literal[4] = POINTER_SCHEMA
     channel: Channel = "stable"
     model: str
     gpu: str
@@ -63,15 +69,18 @@ class ReleasePointer(BaseModel):
     promotion: Promotion | None = Field(None, description="a candidate's promotion policy (farm.yaml's promotion:)")
 
     def to_json(self) -> bytes:
-        """The pointer's bytes: schema 2 when it uses nothing of schema 3 (a stable pointer without promotions)."""
+        """The pointer's bytes: schema 2 when it uses nothing newer (a stable pointer without promotions or evidence).
+
+        Schema 2 drops the events' sequence numbers: a reader derives them from the version (``releases.ledger``).
+        """
         doc = self.model_dump(mode="json")
         events = doc["history"]
         if self.channel == "stable" and self.promotion is None and \
-                all(e["action"] != "promote" and e["gates"] is None for e in events):
+                all(e["action"] != "promote" and e["gates"] is None and e["evidence"] is None for e in events):
             doc.pop("channel"), doc.pop("promotion")
             doc["schema_version"] = 2
-            for e in events:
-                e.pop("gates")
+            for e in events:  # schema 2 knows none of these: an older host refuses an event with more fields
+                e.pop("gates"), e.pop("seq"), e.pop("evidence")
         return json.dumps(doc, indent=2).encode()
 
     @property
@@ -128,7 +137,13 @@ def _from_v2(doc: dict) -> dict:
     return {**doc, "schema_version": 3}
 
 
-_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _from_v1, 2: _from_v2}  # from_version -> the next version's document
+def _from_v3(doc: dict) -> dict:
+    """Schema 3 -> 4: events without sequence numbers or evidence (each event's place is derived from the version)."""
+    return {**doc, "schema_version": 4}
+
+
+# from_version -> the next version's document
+_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _from_v1, 2: _from_v2, 3: _from_v3}
 
 
 def pointer_from_json(data: bytes | str, source: str = "release pointer") -> ReleasePointer:

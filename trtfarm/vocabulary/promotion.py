@@ -42,6 +42,8 @@ class ReceiptHost(BaseModel):
     gpu_name: str | None = Field(None, max_length=200)
     pci_device_id: str | None = Field(None, max_length=32)
     driver: str | None = Field(None, max_length=64)
+    compute_capability: str | None = Field(None, max_length=8)
+    mig: str | None = Field(None, max_length=32, description="the MIG profile of the device, where it is one")
 
 
 class Receipt(BaseModel):

@@ -17,8 +17,8 @@ from typing import Literal
 
 from trtfarm.layout import ReleaseName, channel_key, channel_prefix, parse_channel_key, short_ref
 from trtfarm.publishing.publish import read_manifest
-from trtfarm.publishing.receipts import list_receipts
 from trtfarm.publishing.release_check import read_pointer
+from trtfarm.releases.receipts import counting, list_receipts
 from trtfarm.store import Store
 from trtfarm.vocabulary.manifest import Manifest
 from trtfarm.vocabulary.pointer import ReleasePointer
@@ -92,10 +92,8 @@ def _engine(m: Manifest, release_on: str) -> Gate:
 
 
 def _p50(m: Manifest | None, receipts: list[Receipt]) -> tuple[float | None, str]:
-    from trtfarm.validation.summary import EngineFigures
-
-    if m is not None:
-        latency = EngineFigures.of(m.verification.engine).latency
+    if m is not None:  # the engine check's figures as validation/summary.py writes them: profile -> statistics
+        latency = (m.verification.engine.figures or {}).get("latency") or {}
         if latency:
             return float(next(iter(latency.values()))["p50"]), "engine check p50"
     figures = [r.latency_ms for r in receipts if r.ok and r.latency_ms is not None]
@@ -142,13 +140,15 @@ def candidate_gates(store: Store, name: ReleaseName, pointer: ReleasePointer, re
     stable, _ = read_pointer(store, channel_key(*name, "stable"))
     cand_m = read_manifest(store, pointer.manifest)
     stable_m = read_manifest(store, stable.manifest) if stable else None
-    receipts = list_receipts(store, *name, "candidate", pointer.plan_sha256)
-    # a failure of the same plan on stable (it was promoted, then rolled back) counts against it here too
-    receipts += [r for r in list_receipts(store, *name, "stable", pointer.plan_sha256) if not r.ok]
-    stable_receipts = list_receipts(store, *name, "stable", stable.plan_sha256) if stable else []
-    policy = pointer.promotion or Promotion()
     if cand_m is None:
         return Candidate(name, pointer, stable, [Gate("manifest", "fails", f"{pointer.manifest} is not in the store")])
+    # a failure of the same plan on stable (it was promoted, then rolled back) counts against it here too; a
+    # receipt counts only from a host that can serve the plan, once per host (``receipts.counting``)
+    receipts = counting(list_receipts(store, *name, "candidate", pointer.plan_sha256), cand_m)
+    receipts += [r for r in counting(list_receipts(store, *name, "stable", pointer.plan_sha256), cand_m) if not r.ok]
+    stable_receipts = counting(list_receipts(store, *name, "stable", stable.plan_sha256), stable_m) \
+        if stable and stable_m else []
+    policy = pointer.promotion or Promotion()
     now = now or datetime.now(timezone.utc)
     gates = [_accuracy(cand_m), _engine(cand_m, release_on),
              _latency(policy, cand_m, receipts, stable_m, stable_receipts), _canary(policy, receipts, now)]
