@@ -241,8 +241,9 @@ def print_status(found, wide: bool = False) -> None:
     if wide or Measurement.get(out, out.options.update_width(10_000), table).maximum <= out.width:
         out.print(table)
         out.print(message_text(f"{CELL_TEXT['released']} AGE released (* engine check pending on its GPU), "
-                               "pend waiting for its engine check, stale, FAIL failed, REFU refused by serving "
-                               "hosts, DMG damaged, — missing, · not a target of the model"), highlight=False)
+                               "pend waiting for its engine check or, in candidate, for promotion, stale, FAIL "
+                               "failed, REFU refused by serving hosts, DMG damaged, — missing, · not a target of the "
+                               "model"), highlight=False)
         _why(found)
         _candidates(found)
         return

@@ -173,6 +173,25 @@ def _rewritten(survey: StoreSurvey, c: TargetStatus, previous: dict[str, Recorde
                        "rebuilds it")
 
 
+def in_candidate(c: TargetStatus, candidate: str, verdict: str, gates: list[tuple[str, str]]) -> TargetStatus:
+    """A pending cell whose build the candidate pointer (manifest key ``candidate``) names: it waits for promotion.
+
+    Its build is released, to candidate, so its engine check or release policy is not what it waits for: the gates
+    ``promote`` applies are, ``gates`` those (name, detail) that give the candidate its ``verdict``.
+    """
+    if c.state != "pending" or c.manifest != candidate or verdict not in ("waits", "holds", "fails"):
+        return c
+    promote = f"`trtfarm promote {c.model}`"
+    named = " and ".join(name for name, _ in gates)
+    details = "; ".join(detail if len(gates) == 1 else f"{name}: {detail}" for name, detail in gates)
+    plural = "s" if len(gates) > 1 else ""
+    why = {"waits": f"waits for promotion on its {named} gate{plural} ({details}); {promote} moves it to stable "
+                    "once its gates hold",
+           "holds": f"its promotion gates hold; {promote} moves it to stable",
+           "fails": f"promotion fails on its {named} gate{plural} ({details}); {promote} will not move it to stable"}
+    return replace(c, reason=f"in candidate, not stable: {why[verdict]}")
+
+
 def refused_cell(c: TargetStatus, why: str) -> TargetStatus:
     """The cell as serving hosts see it: refused, in their words."""
     return TargetStatus(**{**c.__dict__, "state": "refused", "signed": "refused",

@@ -29,7 +29,16 @@ from datetime import datetime, timezone
 from functools import partial
 
 from trtfarm import layout
-from trtfarm.planning.cells import RUNS_BACK, Pair, age_of, computed_cells, object_versions, pairs_of, refused_cell
+from trtfarm.planning.cells import (
+    RUNS_BACK,
+    Pair,
+    age_of,
+    computed_cells,
+    in_candidate,
+    object_versions,
+    pairs_of,
+    refused_cell,
+)
 from trtfarm.planning.expected import ExpectedExport, digest_part
 from trtfarm.planning.served import (
     expired,
@@ -291,6 +300,7 @@ def _with_candidate(survey: StoreSurvey, p: Pair, c: TargetStatus, now: datetime
     except CorruptObject as damaged:
         return replace(c, candidate=layout.short_ref(pointer.manifest), candidate_verdict="damaged",
                        candidate_detail=one_line(str(damaged)))
-    detail = "; ".join(f"{g.name}: {g.detail}" for g in cand.gates if g.verdict == cand.verdict)
-    return replace(c, candidate=layout.short_ref(pointer.manifest), candidate_verdict=cand.verdict,
-                   candidate_detail=detail)
+    deciding = [g for g in cand.gates if g.verdict == cand.verdict]  # what it waits on, or fails on
+    return replace(in_candidate(c, pointer.manifest, cand.verdict, [(g.name, g.detail) for g in deciding]),
+                   candidate=layout.short_ref(pointer.manifest), candidate_verdict=cand.verdict,
+                   candidate_detail="; ".join(f"{g.name}: {g.detail}" for g in deciding))

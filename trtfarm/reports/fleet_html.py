@@ -41,7 +41,8 @@ ul{padding-left:1.4rem}li{margin:.15rem 0}
 CELL_TEXT = {"released": "ok", "pending": "pend", "stale": "stale", "failed": "FAIL", "refused": "REFU",
              "damaged": "DMG", "missing": "—"}
 LEGEND = {"released": "released (age; * engine check still pending on its GPU)",
-          "pending": "published, waiting for its engine check on its GPU", "stale": "an older build is released",
+          "pending": "published, waiting for its engine check on its GPU or, in candidate, for promotion",
+          "stale": "an older build is released",
           "failed": "the build failed", "refused": "released, but serving hosts refuse it",
           "damaged": "an object of its state is damaged", "missing": "nothing released"}
 
