@@ -175,18 +175,32 @@ def _note(o: TargetOutcome) -> str:
 
 
 def _releases(rows: list[TargetOutcome]) -> None:
-    """Every release pointer the run moved (old -> new) or repaired, and those a trial build left where they were."""
+    """Every release pointer the run moved (old -> new), repaired or was refused, and those a trial build left."""
     done = [o.release for o in rows if o.release is not None]
-    for r in done:
+    for o, r in ((o, o.release) for o in rows if o.release is not None):
         if r.repaired:
             labelled(out, "repaired:", message_text(r.repaired))
         if r.action == "moved":
             labelled(out, f"released{r.to}:", message_text(_move(r)))
+        elif r.action == "refused":  # the pointer stays on another plan than this run's: what holds it, and why
+            labelled(out, "not released:", message_text(_refused(o.manifest_key, r)))
     kept = [r for r in done if r.action == "kept"]
     for why in dict.fromkeys(r.why for r in kept):
         out.print(message_text(f"not released, {why}; the pointers stay:"), highlight=False)
         for r in (r for r in kept if r.why == why):
             out.print(message_text(f"  {r.key}: {r.old}"), highlight=False)
+
+
+def _refused(manifest_key: str | None, r) -> str:
+    """``MODEL/GPU TOOLCHAIN stays at HELD, not PLAN: why``; why's ``trtfarm release MANIFEST`` names the run's plan."""
+    from trtfarm.layout import parse_channel_key, short_ref
+
+    ref = short_ref(manifest_key) if manifest_key else "this run's plan"
+    why = r.why.removeprefix("not released: ").replace("trtfarm release MANIFEST ", f"trtfarm release {ref} ")
+    name = parsed[0] if (parsed := parse_channel_key(r.key)) else None
+    here = f"{name[0]}/{name[1]}/" if name else ""
+    where = f"{name[0]}/{name[1]} {name[2]}" if name else r.key
+    return f"{where} stays at {r.old.removeprefix(here)}, not {ref.removeprefix(here)}: {why}"
 
 
 def _move(r) -> str:
@@ -236,6 +250,8 @@ def outcome_table(rows: list[TargetOutcome], store: str, wide: bool = False, ver
     _releases(rows)
     counts = {s: sum(o.status == s for o in rows) for s in STYLE}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    held = sum(o.release is not None and o.release.action == "refused" for o in rows)  # said above, counted here
+    summary += f"; {held} not released" if held else ""
     hint = " (--verbose or `trtfarm targets`: what they need)" if counts["skipped"] and not verbose else ""
     out.print(message_text(f"{summary}{hint}"), highlight=False)
 

@@ -132,10 +132,11 @@ def release(manifest: str = typer.Argument(..., help="the plan's manifest: store
 
 
 def _release_on(targets_file: Path | None, target_id: str) -> str:
-    from trtfarm.project.fleet_file import load_fleet
+    """The target's release policy in the fleet a build reads: the fleet file, else this machine's built-in fleet."""
+    from trtfarm.project.fleet_file import BUILTIN_FLEET, load_fleet
 
-    path = Path(targets_path(targets_file))
-    if not path.is_file():
+    path = targets_path(targets_file, note=False)  # the release command said which fleet already
+    if path != BUILTIN_FLEET and not Path(path).is_file():
         return "engine"
     return next((t.release_on for t in load_fleet(path).targets if t.id == target_id), "engine")
 

@@ -36,7 +36,7 @@ from trtfarm.profiles.profile import (
 )
 from trtfarm.project.fleet_file import load_fleet
 from trtfarm.project.spec_file import spec_for_model, spec_precision, spec_profiles
-from trtfarm.publishing.registry import export_record, fetch_export, fetch_folder, local_copy
+from trtfarm.publishing.registry import export_place, export_record, fetch_export, fetch_folder, local_copy
 from trtfarm.store import Store, is_uri
 from trtfarm.vocabulary.decisions import Release, Withdraw
 from trtfarm.vocabulary.exports import ExportRecord, ExportRef
@@ -154,9 +154,22 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
         found.done.update(skipped)
     if todo and not checked:  # a local build runs onnx.checker and the graph digest beside TensorRT's build
         model = _checked(model, profiles, beside_the_build=not (farm or request.refit))  # (a refit compares graphs)
+    if todo:  # what the builds publish records the export's place in the order of exports, never its file's time
+        model = _placed(store, model, export, first.record if first else None)
     jobs = _jobs(store, request, model, export.uri if is_uri(export.uri) else str(path), texts, todo)
     return ExportWork(name=model.name, model=model, profiles=texts, targets=ids, outcomes=found.done, jobs=jobs,
                       releases=found.releases, withdrawals=found.withdrawals)
+
+
+def _placed(store: Store, model: ModelSource, export: ExportRef, record: ExportRecord | None) -> ModelSource:
+    """``model`` with its export's place in the order of exports: when its bytes were first registered or built.
+
+    ``record``: the export's ``export.json`` when the run read it already (else it is read for an export URI).
+    """
+    if record is None and is_uri(export.uri):
+        record = export_record(export)
+    place = export_place(store, model.name, model.onnx_digest, record.registered_at if record else None)
+    return model.model_copy(update={"exported_at": place})
 
 
 def _checked(model: ModelSource, profiles: list[Profile], beside_the_build: bool = False) -> ModelSource:

@@ -19,10 +19,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from trtfarm.cachedir import work_dir
-from trtfarm.errors import UserInputError
+from trtfarm.errors import CorruptObject, UserInputError
 from trtfarm.identity import model_name_from_path, sha256_file
 from trtfarm.layout import (
     EXPORT_NAME,
+    MANIFEST_NAME,
     MODELS,
     ONNX_NAME,
     check_name,
@@ -30,6 +31,7 @@ from trtfarm.layout import (
     export_prefix,
     exports_prefix,
     parse_export_record_key,
+    plans_prefix,
 )
 from trtfarm.onnxfile import external_files, external_locations, load_model, location_path
 from trtfarm.project.spec_file import spec_for_model
@@ -86,6 +88,58 @@ def register_export(store: Store, folder: Path, name: str | None = None, progres
     if not store.put_if_absent(export_file_key(prefix, EXPORT_NAME), record.to_bytes()):
         raise AlreadyExists(f"{store.url(prefix)}: this export id is taken; register again")
     return ExportRef(store.url(prefix), name, export_id)
+
+
+def export_place(store: Store, name: str, onnx_digest: str, registered_at: str | None = None) -> str:
+    """The place of these bytes in the order of ``name``'s exports: when they were first registered or first built.
+
+    A registered export (``registered_at``: its record's) takes the first registration of its bytes (``onnx_digest``)
+    under ``name``, read from the export ids (``<UTC time>-<onnx_digest:12>``) of one listing. Another export (a
+    local file, a dropped folder) takes the ``exported_at`` that the first published plan of its bytes recorded, from
+    one listing of their plans; with none, now (this is their first build). Regenerated identical bytes keep the place
+    they took first, whatever their file's time: a file's time is never read. UTC, ISO 8601 with microseconds.
+    """
+    found = [registered_at, *_registered_at(store, name, onnx_digest)] if registered_at else \
+        _published_at(store, name, onnx_digest)
+    times = [when for text in found if text and (when := _utc(text))]
+    return min(times or [datetime.now(timezone.utc)]).isoformat(timespec="microseconds")
+
+
+def _registered_at(store: Store, name: str, onnx_digest: str) -> list[str]:
+    """When each registration of ``name`` with these bytes was made: the time its export id begins with."""
+    found = []
+    for _, export_id in _records(store, name):
+        when, _, digest12 = export_id.partition("-")
+        if digest12 == onnx_digest[:12]:
+            try:
+                found.append(datetime.strptime(when, "%Y%m%dT%H%M%S%fZ").replace(tzinfo=timezone.utc).isoformat())
+            except ValueError:
+                continue  # an id not in the form registration writes places nothing
+    return found
+
+
+def _published_at(store: Store, name: str, onnx_digest: str) -> list[str]:
+    """The ``exported_at`` that each published manifest of these bytes recorded (the first build's, and since)."""
+    from trtfarm.publishing.publish import read_manifest
+
+    found = []
+    for key in store.list(f"{plans_prefix(name)}{onnx_digest[:12]}/"):
+        try:
+            m = read_manifest(store, key) if key.endswith(f"/{MANIFEST_NAME}") else None
+        except CorruptObject:
+            continue  # a damaged manifest places nothing; its rebuild replaces it
+        if m is not None and m.model.onnx_digest == onnx_digest and m.model.exported_at:
+            found.append(m.model.exported_at)
+    return found
+
+
+def _utc(text: str) -> datetime | None:
+    """An ISO 8601 time as an aware UTC datetime; None for one that does not parse (it places nothing)."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
 
 
 def _records(store: Store, name: str | None = None) -> list[tuple[str, str]]:

@@ -222,7 +222,15 @@ def who() -> str:
 
 
 def _older(m: Manifest, current: ReleasePointer) -> bool:
-    return bool(m.model.exported_at and current.exported_at and m.model.exported_at < current.exported_at)
+    """True when ``m``'s export took its place before the one ``current`` serves; one export's plans never did."""
+    # a place: when the bytes were first registered or built (``registry.export_place``), never a file's time
+    mine, theirs = m.model.exported_at, current.exported_at
+    if not (mine and theirs) or m.model.onnx_digest == current.onnx_digest:
+        return False
+    try:
+        return datetime.fromisoformat(mine) < datetime.fromisoformat(theirs)
+    except (TypeError, ValueError):  # a time that does not parse, or has no zone: compared as written
+        return mine < theirs
 
 
 def check_current(store: Store, key: str, current: ReleasePointer | None, trust, accepted) -> None:
