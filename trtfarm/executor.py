@@ -165,3 +165,11 @@ def promote(store: Store, found: list[Candidate], *, reason: str = "promoted: ev
                 why = str(lost)
         done.append(PromotionResult(c, moved, why))
     return done
+
+
+def promote_exit(rows: list[PromotionResult]) -> int:
+    """``promote``'s exit: 1 when a gate fails (or another promotion moved first), 3 when gates wait, else 0."""
+    unmoved = [r for r in rows if r.moved is None]
+    if any(r.refused or r.candidate.verdict == "fails" for r in unmoved):
+        return 1
+    return 3 if any(r.candidate.verdict == "waits" for r in unmoved) else 0

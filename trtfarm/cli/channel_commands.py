@@ -73,6 +73,7 @@ def promote(model: str = typer.Argument(..., help="model name (as released)"),
             targets_file: Path = TARGETS_OPT, store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     """Move stable to each candidate whose gates hold (accuracy, engine check, latency, canary receipts)."""
     from trtfarm.executor import promote as promote_found
+    from trtfarm.executor import promote_exit
     from trtfarm.releases.gates import candidates
     from trtfarm.store import open_store
 
@@ -98,14 +99,6 @@ def promote(model: str = typer.Argument(..., help="model name (as released)"),
         raise fail(f"{model} has no candidate for {', '.join(t.id for t in names.values())}: its farm.yaml declares "
                    "no promotion: block (its releases go to stable), or nothing was built since", code=1)
     raise typer.Exit(promote_exit(rows))
-
-
-def promote_exit(rows) -> int:
-    """``promote``'s exit: 1 when a gate fails (or another promotion moved first), 3 when gates wait, else 0."""
-    unmoved = [r for r in rows if r.moved is None]
-    if any(r.refused or r.candidate.verdict == "fails" for r in unmoved):
-        return 1
-    return 3 if any(r.candidate.verdict == "waits" for r in unmoved) else 0
 
 
 def _print_promotions(rows) -> None:

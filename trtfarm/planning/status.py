@@ -285,8 +285,8 @@ def _with_candidate(survey: StoreSurvey, p: Pair, c: TargetStatus, now: datetime
         return replace(c, candidate=layout.short_ref(ref.manifest) if ref.manifest else "?",
                        candidate_verdict="damaged", candidate_detail=ref.refusal)
     from trtfarm.errors import CorruptObject
-    from trtfarm.releases.gates import candidate_gates
     from trtfarm.publishing.release_check import read_pointer
+    from trtfarm.releases.gates import candidate_gates
 
     try:
         pointer, _ = read_pointer(survey.store, ref.pointer)  # the gates read the whole pointer
