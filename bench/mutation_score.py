@@ -29,7 +29,14 @@ CHAIN = ["tests/test_chain_fast.py", "tests/test_chain_loader.py", "tests/test_c
          "tests/test_chain_publish.py", "tests/test_release_pointer.py"]  # the chain's fast tests (tests/chain_farm.py)
 STATE = ["tests/test_state_fast.py"]  # status, its state records (tests/fleet_store.py, tests/signed_farm.py)
 GC = ["tests/test_gc.py"]  # gc on generated store states (tests/chain_farm.py), held to pull and status
+LEDGER = ["tests/releases/test_ledger_model.py", "tests/releases/test_ledger_cases.py"]  # the ledger and its model
 SUITES = {
+    "trtfarm/releases/rules.py": LEDGER,
+    "trtfarm/releases/ledger.py": LEDGER,
+    "trtfarm/releases/moves.py": LEDGER,
+    "trtfarm/releases/receipts.py": LEDGER,
+    "trtfarm/releases/gates.py": LEDGER,
+    "trtfarm/releases/channels.py": LEDGER,
     "trtfarm/signing/bundle.py": ["tests/test_refusals.py"],
     "trtfarm/signing/verdict.py": ["tests/test_refusals.py"],
     "trtfarm/signing/release_claim.py": ["tests/test_refusals.py"],

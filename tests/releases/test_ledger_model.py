@@ -1,4 +1,4 @@
-"""Random sequences of release moves on a real store, each answer held to the reference model (tests/releases/reference.py).
+"""Random sequences of release moves on a real store, each answer held to the reference model (reference.py).
 
 Hypothesis draws releases (plain, ``--rollback``, ``--force``) to either channel, rollbacks, refreshes, receipts (ok
 or failed, from serving hosts with an RTX 4090 or an H100, for any plan) and promotions, and runs each through the

@@ -61,9 +61,10 @@ def check_host(r: Receipt, m: Manifest) -> None:
     """``UserInputError`` naming both GPUs when the receipt's host cannot serve ``m``'s plan."""
     fitted = host_fit(r.host, m)
     if not fitted.ok:
-        raise UserInputError(f"not recorded: {r.host.name} cannot serve {r.model}/{r.gpu}/{r.toolchain} "
-                             f"({fitted.reason}); a receipt counts only from a host whose GPU the target serves "
-                             "(`trtfarm verify` shows what this host serves)")
+        gpu = r.host.gpu_name or "no NVIDIA GPU"
+        raise UserInputError(f"not recorded: {r.host.name} ({gpu}) cannot serve {r.model}/{r.gpu}/{r.toolchain}, a "
+                             f"plan for {m.target.gpu_name} ({fitted.reason}); a receipt counts only from a host "
+                             "whose GPU the target serves (`trtfarm verify` shows what this host serves)")
 
 
 def counting(receipts: list[Receipt], m: Manifest) -> list[Receipt]:
