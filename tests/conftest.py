@@ -18,6 +18,13 @@ REPO = Path(__file__).resolve().parents[1]
 # to Prefect runs against a real `prefect server start` (tests/farm_server.py); without one, Prefect refuses to run.
 os.environ["PREFECT_SERVER_ALLOW_EPHEMERAL_MODE"] = "false"
 
+try:  # the long run of the ledger's property tests: `pytest tests/releases --hypothesis-profile long`
+    from hypothesis import settings as _hypothesis_settings
+
+    _hypothesis_settings.register_profile("long", max_examples=1000, stateful_step_count=40, deadline=None)
+except ImportError:  # hypothesis is a test dependency; a bare install has no property tests to run
+    pass
+
 
 # The suite runs on pytest-xdist's workers (pyproject.toml's addopts), each test module on one worker (--dist
 # loadfile), so that its module-scoped fixtures (farm servers, built stores) are made once and its tests run in their

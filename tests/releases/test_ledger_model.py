@@ -35,7 +35,6 @@ N = 4
 EXPORT = st.integers(0, N - 1)
 CHANNEL = st.sampled_from(["stable", "candidate"])
 HOSTS = st.sampled_from(["h1", "h2", "h3", "h100-a"])
-settings.register_profile("long", max_examples=1000, stateful_step_count=40, deadline=None)
 _count = itertools.count()
 
 
