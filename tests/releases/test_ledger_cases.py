@@ -125,3 +125,26 @@ def test_a_stored_string_prints_as_one_line_with_its_control_characters_escaped(
     assert "\n" not in line and "\x1b" not in line and "\x07" not in line and "\u2028" not in line
     assert line == "ok\\n2026-01-01 00:00  stable release abc\\x1b]0;owned\\x07\\u2028x"
     assert os.linesep not in one_line("a\r\nb")
+
+
+def test_promotion_reads_the_policy_registered_now_and_says_it_differs(exports, tmp_path):
+    """farm.yaml registered again with `receipts: 0`: the candidate built under `receipts: 2` holds now, and says
+    why; a failed stable receipt reads `on_failed_receipt` as registered now too."""
+    store = open_store(exports.fresh(tmp_path / "s"))
+    _release(store, exports, 0)
+    _release(store, exports, 1, "candidate")
+    release_on = {("rtx-4090", NAME.toolchain): "built"}
+    [c] = candidates(store, "enc", release_on)
+    assert c.verdict == "waits" and not c.policy_note
+    export = "models/enc/20260301T000000Z-0123456789ab"
+    store.put_if_absent(f"{export}/farm.yaml", b"precision: fp32\npromotion: {receipts: 0, on_failed_receipt: block}\n")
+    store.put_if_absent(f"{export}/export.json", b"{}")
+    [c] = candidates(store, "enc", release_on)
+    assert c.verdict == "holds", c.gates
+    assert "farm.yaml of export 20260301T000000Z-0123456789ab" in c.policy_note
+    assert "receipts 2 -> 0" in c.policy_note and "on_failed_receipt rollback -> block" in c.policy_note
+    sha = exports.manifest(store, 0).plan.sha256
+    done = record_receipt(store, STABLE, lambda p, served: new_receipt(
+        p, ok=False, error="CUDA error 700", load_ms=None, latency_ms=None, by="t", host=host("h1"),
+        plan_sha256=sha, served=served))
+    assert done.rolled_back is None and "on_failed_receipt: block" in done.blocked

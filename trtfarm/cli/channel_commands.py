@@ -119,6 +119,8 @@ def _print_promotions(rows) -> None:
         for g in c.gates:
             gates.add_row(f"  [{VERDICT_STYLE[g.verdict]}]{g.verdict}[/]", g.name, message_text(g.detail))
         out.print(gates)
+        if c.policy_note:
+            labelled(out, "policy:", message_text(c.policy_note))
         if r.refused:
             labelled(out, "refused:", message_text(r.refused))
 

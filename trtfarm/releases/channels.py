@@ -39,7 +39,7 @@ def serving_key(store: Store, name: ReleaseName, channel: str) -> str:
 
 
 def policy_of(store: Store, name: ReleaseName) -> Promotion | None:
-    """The model's promotion policy, as its candidate pointer carries it (None: the model declares none)."""
+    """The model's promotion policy in force (``policy.policy_in_force``; None: the model declares none)."""
     from trtfarm.errors import CorruptObject
     from trtfarm.vocabulary.pointer import PointerTooNew
 
@@ -47,7 +47,11 @@ def policy_of(store: Store, name: ReleaseName) -> Promotion | None:
         pointer, _ = read_pointer(store, channel_key(*name, "candidate"))
     except (CorruptObject, PointerTooNew):  # a damaged or newer candidate pointer: no policy read, so none applies
         return None
-    return pointer.promotion if pointer else None
+    if pointer is None:
+        return None
+    from trtfarm.releases.policy import policy_in_force
+
+    return policy_in_force(store, name.model, pointer.promotion).policy
 
 
 def rollback_channel(store: Store, key: str, *, reason: str, by: str | None = None, signer=None,

@@ -18,6 +18,7 @@ from typing import Literal
 from trtfarm.layout import ReleaseName, channel_key, channel_prefix, parse_channel_key, short_ref
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.release_check import read_pointer
+from trtfarm.releases.policy import PolicyInForce, policy_in_force
 from trtfarm.releases.receipts import counting, list_receipts
 from trtfarm.store import Store
 from trtfarm.vocabulary.manifest import Manifest
@@ -48,6 +49,7 @@ class Candidate:
     pointer: ReleasePointer
     stable: ReleasePointer | None
     gates: list[Gate] = field(default_factory=list)
+    policy_note: str = ""  # where the policy in force comes from, when it differs from the candidate's own
 
     @property
     def verdict(self) -> str:
@@ -66,7 +68,8 @@ class Candidate:
         return {"model": self.name.model, "gpu": self.name.gpu, "toolchain": self.name.toolchain,
                 "candidate": short_ref(self.pointer.manifest),
                 "stable": short_ref(self.stable.manifest) if self.stable else None, "verdict": self.verdict,
-                "gates": [{"gate": g.name, "verdict": g.verdict, "detail": g.detail} for g in self.gates]}
+                "gates": [{"gate": g.name, "verdict": g.verdict, "detail": g.detail} for g in self.gates],
+                "policy_note": self.policy_note or None}
 
 
 def _accuracy(m: Manifest) -> Gate:
@@ -135,8 +138,11 @@ def _canary(policy: Promotion, receipts: list[Receipt], now: datetime) -> Gate:
 
 
 def candidate_gates(store: Store, name: ReleaseName, pointer: ReleasePointer, release_on: str = "engine",
-                    now: datetime | None = None) -> Candidate:
-    """The gates of the candidate ``pointer`` of ``name``, against its stable pointer."""
+                    now: datetime | None = None, in_force: PolicyInForce | None = None) -> Candidate:
+    """The gates of the candidate ``pointer`` of ``name``, against its stable pointer.
+
+    ``in_force``: the policy in force (``policy.policy_in_force``); None: the candidate's own.
+    """
     stable, _ = read_pointer(store, channel_key(*name, "stable"))
     cand_m = read_manifest(store, pointer.manifest)
     stable_m = read_manifest(store, stable.manifest) if stable else None
@@ -148,11 +154,13 @@ def candidate_gates(store: Store, name: ReleaseName, pointer: ReleasePointer, re
     receipts += [r for r in counting(list_receipts(store, *name, "stable", pointer.plan_sha256), cand_m) if not r.ok]
     stable_receipts = counting(list_receipts(store, *name, "stable", stable.plan_sha256), stable_m) \
         if stable and stable_m else []
-    policy = pointer.promotion or Promotion()
+    policy = (in_force.policy if in_force else pointer.promotion) or Promotion()
+    note = f"the policy in force ({in_force.source}) differs from the candidate's: {in_force.differs}" \
+        if in_force and in_force.differs else ""
     now = now or datetime.now(timezone.utc)
     gates = [_accuracy(cand_m), _engine(cand_m, release_on),
              _latency(policy, cand_m, receipts, stable_m, stable_receipts), _canary(policy, receipts, now)]
-    return Candidate(name, pointer, stable, gates)
+    return Candidate(name, pointer, stable, gates, note)
 
 
 def candidates(store: Store, model: str, release_on: dict[tuple[str, str], str] | None = None,
@@ -166,7 +174,8 @@ def candidates(store: Store, model: str, release_on: dict[tuple[str, str], str] 
             continue
         name = parsed[0]
         found.append(candidate_gates(store, name, pointer, (release_on or {}).get((name.gpu, name.toolchain),
-                                                                                  "engine"), now))
+                                                                                  "engine"), now,
+                                     policy_in_force(store, model, pointer.promotion)))
     return found
 
 
