@@ -80,11 +80,18 @@ def _model_answer(model: Reference, op: tuple) -> str:
     return model.receipt("stable", op[1], False, op[2], serves=True)
 
 
+def _same(op: tuple, model: str, system: str) -> bool:
+    """The answers agree; a failed receipt the model orders after a rollback to its plan acts in the rollback's
+    process (``moves._failed_meanwhile``), so ``recorded`` there is the model's ``rolled back`` (the ledger decides)."""
+    return model == system or op[0] == "failed" and {model, system} == {"rolled back", "recorded"}
+
+
 def _allowed(start: Reference, ops: list[tuple], said: list[str], final: list[tuple[str, int]]) -> bool:
-    """Some order of ``ops`` gives each its answer and the model's ledger ends as ``final``."""
+    """Some order of ``ops`` gives each its answer and the model's ledger ends exactly as ``final``."""
     for order in itertools.permutations(range(len(ops))):
         model = copy.deepcopy(start)
-        if all(_model_answer(model, ops[n]) == said[n] for n in order) and model.ledger["stable"] == final:
+        if all(_same(ops[n], _model_answer(model, ops[n]), said[n]) for n in order) and \
+                model.ledger["stable"] == final:
             return True
     return False
 
@@ -116,7 +123,7 @@ def _run(exports: Exports, uri: str, ops: list[tuple]) -> None:
 
 def test_overlapping_moves_from_several_processes_end_as_the_model_allows(exports, tmp_path):
     rng = random.Random(56)
-    for run in range(12):
+    for run in range(20):
         _run(exports, exports.fresh(tmp_path / f"s{run}"), rng.sample(OPS, 5))
 
 

@@ -192,11 +192,11 @@ def _releases(rows: list[TargetOutcome]) -> None:
 
 
 def _refused(manifest_key: str | None, r) -> str:
-    """``MODEL/GPU TOOLCHAIN stays at HELD, not PLAN: why``; why's ``trtfarm release MANIFEST`` names the run's plan."""
+    """``MODEL/GPU TOOLCHAIN stays at HELD, not PLAN: why`` (why's ``trtfarm release REF`` names the run's plan)."""
     from trtfarm.layout import parse_channel_key, short_ref
 
     ref = short_ref(manifest_key) if manifest_key else "this run's plan"
-    why = r.why.removeprefix("not released: ").replace("trtfarm release MANIFEST ", f"trtfarm release {ref} ")
+    why = r.why.removeprefix("not released: ")
     name = parsed[0] if (parsed := parse_channel_key(r.key)) else None
     here = f"{name[0]}/{name[1]}/" if name else ""
     where = f"{name[0]}/{name[1]} {name[2]}" if name else r.key

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from trtfarm.errors import UserInputError
+from trtfarm.layout import short_ref
 from trtfarm.publishing.attest import read_stored
 from trtfarm.publishing.publish import plan_rehash, read_manifest
 from trtfarm.publishing.release import (
@@ -155,8 +156,8 @@ def apply(store: Store, key: str, request: rules.Request, *, reason: str, by: st
         if isinstance(request, rules.ReleaseTo) and current is not None and given is not None:
             asked = replace(request, older=_older(given.manifest, current))
         needs = isinstance(request, (rules.Rollback, rules.FailedReceipt))
-        decision = rules.decide(entries(current), asked, failed_manifests(store, key, current) if needs else
-                                rules.Evidence())
+        seen_evidence = failed_manifests(store, key, current) if needs else rules.Evidence()
+        decision = rules.decide(entries(current), asked, seen_evidence)
         if isinstance(decision, rules.Stay):
             return Applied(decision, current, current)
         v = given if given is not None and given.key == decision.manifest else \
@@ -172,8 +173,27 @@ def apply(store: Store, key: str, request: rules.Request, *, reason: str, by: st
             continue
         if accepted is not None and claim is not None:
             accepted.remember(store.uri, claim)
-        return Applied(decision, current, pointer_from_json(data))  # as a reader gets it (schema 2: no seq)
+        after = pointer_from_json(data)  # as a reader gets it (schema 2: no seq)
+        if needs and decision.action == "rollback":
+            after = _failed_meanwhile(store, key, after, decision.manifest, seen_evidence, reason=reason,
+                                      signer=signer, trust=trust) or after
+        return Applied(decision, current, after)
     raise ReleaseRefused(f"{key}: {max_attempts} concurrent writers in a row; try again")
+
+
+def _failed_meanwhile(store: Store, key: str, after: ReleasePointer, target: str, seen: rules.Evidence, *,
+                      reason: str, signer, trust) -> ReleasePointer | None:
+    """A rollback's target reported failed by a receipt its decision did not see: that receipt's rollback, now.
+
+    A receipt is written, then decided; a rollback is decided from the receipts it read, then written. A receipt
+    written between the two decided against the plan served before (stale) and its rollback could land on the plan
+    it names; reading the evidence again after the write closes that gap (one of the two always sees the other).
+    """
+    if target in seen.failed or target not in failed_manifests(store, key, after).failed:
+        return None
+    done = apply(store, key, rules.FailedReceipt(target, after.channel, "rollback"), signer=signer, trust=trust,
+                 reason=f"{reason}; then its target was reported failed", by="trtfarm receipt")
+    return done.after if done.moved else None
 
 
 def key_channel(key: str) -> str:
@@ -202,7 +222,7 @@ def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: st
     if isinstance(done.decision, rules.Stay) and done.decision.kind == "older":
         raise ReleaseRefused(
             f"not released: {key} points at an export from {done.before.exported_at}; this plan's export is older "
-            f"({v.manifest.model.exported_at}). Use `trtfarm release MANIFEST --rollback --reason ...` to go back "
+            f"({v.manifest.model.exported_at}). Use `trtfarm release {short_ref(manifest_key)} --rollback --reason ...` to go back "
             "on purpose.")
     return done.after
 
