@@ -222,8 +222,8 @@ def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: st
     if isinstance(done.decision, rules.Stay) and done.decision.kind == "older":
         raise ReleaseRefused(
             f"not released: {key} points at an export from {done.before.exported_at}; this plan's export is older "
-            f"({v.manifest.model.exported_at}). Use `trtfarm release {short_ref(manifest_key)} --rollback --reason ...` to go back "
-            "on purpose.")
+            f"({v.manifest.model.exported_at}). Use `trtfarm release {short_ref(manifest_key)} --rollback --reason "
+            "...` to go back on purpose.")
     return done.after
 
 
