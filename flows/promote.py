@@ -12,12 +12,12 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
-from trtfarm.errors import UserInputError
 from trtfarm.executor import PromotionResult, promote
 from trtfarm.layout import short_ref
 from trtfarm.planning.requests import PromoteRequest
 from trtfarm.project.fleet_file import load_fleet, signing_settings
 from trtfarm.releases.gates import candidate_models, candidates
+from trtfarm.releases.moves import move_keys
 from trtfarm.store import open_store
 from trtfarm.vocabulary.fleet import select_targets
 
@@ -51,11 +51,7 @@ def promote_candidates(request: PromoteRequest) -> list[dict]:
     """Promote each candidate whose gates hold; returns one ``promote --json`` row per candidate."""
     fleet = load_fleet(request.targets_file)
     release_on = {(t.gpu_key, t.toolchain_label): t.release_on for t in select_targets(fleet, None)}
-    settings = signing_settings(request.targets_file, fleet=fleet)
-    signer, trust = settings.signer(), settings.trusted_keys()
-    if trust is not None and signer is None:
-        raise UserInputError("verification is on, and serving hosts refuse a move no trusted key signed: set "
-                             "TRTFARM_SIGNING_KEY (or signing.key in gpu_targets.yaml) on the control worker")
+    trust, signer = move_keys(signing_settings(request.targets_file, fleet=fleet))
     store = open_store(request.store)
     models = request.models or candidate_models(store)
     by = f"promote-candidates run {flow_run.get_id() or 'local'}"

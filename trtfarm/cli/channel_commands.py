@@ -47,18 +47,12 @@ def _names(store_, model: str, targets: list[str], targets_file: Path | None):
     return {ReleaseName(model, t.gpu_key, t.toolchain_label): t for t in resolved}
 
 
-def _settings(targets_file: Path | None):
+def _keys(targets_file: Path | None):
+    """``(trust, signer)`` for a move from the signing settings in force (``moves.move_keys``: exit 2 without one)."""
     from trtfarm.project.fleet_file import signing_settings
+    from trtfarm.releases.moves import move_keys
 
-    return signing_settings(targets_path(targets_file, note=False))
-
-
-def _signing(trust, signer):
-    """``(trust, signer)``; exit 2 when serving hosts verify and there is no key to sign the move with."""
-    if trust is not None and signer is None:
-        raise fail("verification is on, and serving hosts refuse a move no trusted key signed: set "
-                   "TRTFARM_SIGNING_KEY (or signing.key in gpu_targets.yaml) to a key whose public half is trusted")
-    return trust, signer
+    return move_keys(signing_settings(targets_path(targets_file, note=False)))
 
 
 @app.command()
@@ -85,8 +79,7 @@ def promote(model: str = typer.Argument(..., help="model name (as released)"),
     s = open_store(store_uri(store))
     _known_model(s, model)
     names = _names(s, model, target, targets_file)
-    settings = _settings(targets_file)
-    trust, signer = _signing(settings.trusted_keys(), settings.signer())
+    trust, signer = _keys(targets_file)
     found = [c for c in candidates(s, model, {(n.gpu, n.toolchain): t.release_on for n, t in names.items()})
              if c.name in names]
     rows = promote_found(s, found, reason=reason or "promoted: every gate holds", force=force, signer=signer,
@@ -141,8 +134,7 @@ def rollback(model: str = typer.Argument(..., help="model name (as released)"),
     s = open_store(store_uri(store))
     _known_model(s, model)
     names = _names(s, model, target, targets_file)
-    settings = _settings(targets_file)
-    trust, signer = _signing(settings.trusted_keys(), settings.signer())
+    trust, signer = _keys(targets_file)
     keys = [channel_key(*n, channel) for n in names if s.get(channel_key(*n, channel)) is not None]
     if not keys:
         raise fail(f"{model} has no {channel} release for {', '.join(t.id for t in names.values())}")
@@ -222,8 +214,7 @@ def receipt(model: str = typer.Argument(..., help="model name (as released)"),
     s = open_store(uri)
     _known_model(s, model)
     (name,) = _names(s, model, [target], targets_file)
-    settings = _settings(targets_file)
-    trust, signer = _signing(settings.trusted_keys(), settings.signer())
+    trust, signer = _keys(targets_file)
     key = serving_key(s, name, channel)
     done = record_receipt(s, key, lambda p, served: new_receipt(
         p, ok=ok, error=failed, load_ms=load_ms, latency_ms=latency_ms, by=who(), host=this_host(),

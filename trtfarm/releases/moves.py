@@ -261,3 +261,17 @@ def rollback(store: Store, key: str, *, reason: str, by: str | None = None, sign
                              f"on {now.manifest}. Release a known good plan with `trtfarm release MANIFEST "
                              "--rollback --reason ...`")
     return done
+
+
+def move_keys(settings) -> tuple:
+    """``(trust, signer)`` for a channel move from the signing settings in force (``project.fleet_file``).
+
+    ``UserInputError`` when serving hosts verify and there is no key to sign the move with: the one refusal
+    ``promote``, ``rollback``, ``receipt`` and the promote-candidates flow give.
+    """
+    trust, signer = settings.trusted_keys(), settings.signer()
+    if trust is not None and signer is None:
+        raise UserInputError("verification is on, and serving hosts refuse a move no trusted key signed: set "
+                             "TRTFARM_SIGNING_KEY (or signing.key in gpu_targets.yaml) to a key whose public half "
+                             "is trusted (on the farm: the control worker's)")
+    return trust, signer
