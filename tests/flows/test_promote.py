@@ -9,6 +9,7 @@ declares ``promotion: {receipts: 1, soak_s: 0}``.
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -19,11 +20,12 @@ from trtfarm.publishing.attest import read_stored
 from trtfarm.publishing.registry import register_export
 from trtfarm.publishing.release_check import check_claim, read_pointer
 from trtfarm.releases.channels import channel_history, record_receipt
-from trtfarm.releases.receipts import new_receipt, this_host
+from trtfarm.releases.receipts import new_receipt
 from trtfarm.signing.keys import load_trusted_keys
 from trtfarm.store import open_store
+from trtfarm.vocabulary.promotion import ReceiptHost
 
-from ..farm_server import Farm, farm_client, wait_for
+from ..farm_server import REPO, TRTFARM, Farm, farm_client, wait_for
 from ..fleet_store import encoder_export
 from ..fleets import ONE_RTX_TARGET
 
@@ -32,6 +34,8 @@ STABLE = "releases/encoder/rtx-4090/tensorrt_rtx-1.7.1.116.json"
 CANDIDATE = "candidates/encoder/rtx-4090/tensorrt_rtx-1.7.1.116.json"
 PROMOTION = "promotion: {receipts: 1, soak_s: 0}\n"
 POOLS = ("trtfarm-control", "rtx-4090")
+CANARY = ReceiptHost(name="canary-1", gpu_name="NVIDIA GeForce RTX 4090", compute_capability="8.9",
+                     pci_device_id="0x2684")  # a serving host whose GPU the target serves
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +107,7 @@ def test_a_nightly_run_releases_to_candidate_and_the_promote_deployment_moves_it
     assert read_pointer(store, STABLE)[0].manifest == stable_before.manifest
 
     record_receipt(store, CANDIDATE, lambda p, served: new_receipt(p, ok=True, error=None, load_ms=12.0, latency_ms=1.5,
-                                                           by="a canary host", host=this_host()))
+                                                           by="a canary host", host=CANARY))
     run = _run(farm, "promote-candidates/promote-candidates", {})
     moved = _report(farm, run)
     assert "1 of 1 candidate(s) promoted" in moved and "**promoted**" in moved and "1 ok receipts" in moved, moved
@@ -129,7 +133,10 @@ def test_a_failed_receipt_on_stable_rolls_it_back_and_emits_the_event_automation
     store = open_store(farm.env["TRTFARM_STORE"])
     promoted, _ = read_pointer(store, STABLE)
     assert promoted.current.action == "promote"
-    done = farm.trtfarm("receipt", "encoder", "--target", "rtx-4090-rtx1.7", "--failed", "CUDA error 700", "--json")
+    serving_host = {"PYTHONPATH": f"{REPO / 'tests' / 'fake_nvml'}{os.pathsep}{REPO}",  # an RTX 4090 host's NVML
+                    "FAKE_NVML_GPUS": "NVIDIA GeForce RTX 4090:8.9:24.0"}
+    done = farm.run([*TRTFARM, "receipt", "encoder", "--target", "rtx-4090-rtx1.7", "--failed", "CUDA error 700",
+                     "--plan", promoted.plan_sha256, "--json"], env=serving_host)
     assert json.loads(done.stdout)["rolled_back_to"], done.stdout
     back, _ = read_pointer(store, STABLE)
     assert back.manifest != promoted.manifest and back.current.action == "rollback"
