@@ -148,3 +148,18 @@ def test_promotion_reads_the_policy_registered_now_and_says_it_differs(exports, 
         p, ok=False, error="CUDA error 700", load_ms=None, latency_ms=None, by="t", host=host("h1"),
         plan_sha256=sha, served=served))
     assert done.rolled_back is None and "on_failed_receipt: block" in done.blocked
+
+
+def test_a_second_promotion_of_what_stable_serves_is_refused_not_recorded_twice(exports, tmp_path):
+    """The loser of two racing promotions: its gates were judged before the winner moved stable."""
+    from trtfarm.publishing.release import ChannelRefused
+    from trtfarm.releases.channels import promote_move
+
+    store = open_store(exports.fresh(tmp_path / "s"))
+    _release(store, exports, 0)
+    _release(store, exports, 1, "candidate")
+    candidate = read_pointer(store, CANDIDATE)[0]
+    promote_move(store, candidate, {"canary": "holds: test"}, "holds", reason="first")
+    with pytest.raises(ChannelRefused, match="already at"):
+        promote_move(store, candidate, {"canary": "holds: test"}, "holds", reason="second")
+    assert [h.event.action for h in channel_history(store, "enc") if h.channel == "stable"] == ["release", "promote"]
