@@ -23,6 +23,7 @@ from trtfarm.publishing.release import who
 from trtfarm.publishing.release_check import read_pointer
 from trtfarm.releases import moves, rules
 from trtfarm.releases.ledger import HistoryEntry, entries, merged, one_line, sequenced
+from trtfarm.releases.policy import policy_in_force
 from trtfarm.releases.receipts import check_host, receipt_key
 from trtfarm.store import Store
 from trtfarm.vocabulary.pointer import ReleasePointer
@@ -47,11 +48,7 @@ def policy_of(store: Store, name: ReleaseName) -> Promotion | None:
         pointer, _ = read_pointer(store, channel_key(*name, "candidate"))
     except (CorruptObject, PointerTooNew):  # a damaged or newer candidate pointer: no policy read, so none applies
         return None
-    if pointer is None:
-        return None
-    from trtfarm.releases.policy import policy_in_force
-
-    return policy_in_force(store, name.model, pointer.promotion).policy
+    return policy_in_force(store, name.model, pointer.promotion).policy if pointer else None
 
 
 def rollback_channel(store: Store, key: str, *, reason: str, by: str | None = None, signer=None,
@@ -122,7 +119,7 @@ def record_receipt(store: Store, key: str, receipt_of, *, signer=None, trust=Non
 def served_plans(store: Store, pointer: ReleasePointer) -> dict[str, str]:
     """Plan sha256 -> manifest key of every release in the channel's ledger, the current one last (it wins)."""
     found = {}
-    for manifest in dict.fromkeys(e.manifest for e in [*pointer.history]):
+    for manifest in dict.fromkeys(e.manifest for e in pointer.history):
         m = read_manifest(store, manifest)
         if m is not None:
             found[m.plan.sha256] = manifest

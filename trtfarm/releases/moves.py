@@ -32,7 +32,7 @@ from trtfarm.publishing.release import (
     who,
     with_event,
 )
-from trtfarm.publishing.release_check import manifest_identity_problem, read_pointer
+from trtfarm.publishing.release_check import asked_channel, manifest_identity_problem, read_pointer
 from trtfarm.releases import rules
 from trtfarm.releases.ledger import entries
 from trtfarm.signing.bundle import SignatureRefused
@@ -164,7 +164,7 @@ def apply(store: Store, key: str, request: rules.Request, *, reason: str, by: st
             vet(store, decision.manifest, None, trust=trust, release_on="built")
         version = next_version(store, current, accepted)
         event = _event(decision, v, version, by=by or who(), reason=reason, gates=gates, evidence=evidence)
-        pointer, claim = sign_pointer(_pointer(current, v, event, key_channel(key), promotion, version), v.manifest,
+        pointer, claim = sign_pointer(_pointer(current, v, event, asked_channel(key), promotion, version), v.manifest,
                                       v.sha256, signer, expiry)
         data = pointer.to_json()
         try:
@@ -196,13 +196,6 @@ def _failed_meanwhile(store: Store, key: str, after: ReleasePointer, target: str
     return done.after if done.moved else None
 
 
-def key_channel(key: str) -> str:
-    """The channel of a pointer key."""
-    from trtfarm.publishing.release_check import asked_channel
-
-    return asked_channel(key)
-
-
 def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: str = "engine", reason: str,
                  by: str | None = None, rollback: bool = False, force: bool = False, trust=None,
                  seen: SeenPointer | None = None, signer=None, accepted=None, expiry: timedelta = DEFAULT_EXPIRY,
@@ -212,8 +205,6 @@ def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: st
     ``ReleaseRefused`` when the policy or the order of exports forbid it (``rollback``: back to an older export on
     purpose; ``force``: an override, recorded as ``forced``). A plan the channel serves already: unchanged.
     """
-    if not reason.strip():
-        raise ReleaseRefused("not released: the reason is empty; say why the pointer moves (it goes in its history)")
     v = vet(store, manifest_key, m, trust=trust, signer=signer, vouched=vouched, release_on=release_on, force=force)
     key = pointer_key(v.manifest, channel)
     done = apply(store, key, rules.ReleaseTo(manifest_key, force=force, rollback=rollback), reason=reason, by=by,
