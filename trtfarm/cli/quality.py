@@ -42,8 +42,8 @@ def precision(
     task: str = typer.Option("generic", "--task", help="embedding | classifier | generic (which figures to gate)"),
     output_range: list[str] = typer.Option([], "--output-range", help="NAME=LO:HI, the scale errors are measured "
                                            "against (default: implied by a Sigmoid/Softmax/Tanh, else FP32's range)"),
-    max_error: float = typer.Option(None, "--max-error", min=0, help="max |error| as a share of the output's scale "
-                                    "(default: the mode's, e.g. 0.01 for fp16)"),
+    max_error: float = typer.Option(None, "--max-error", min=0, help="|error| as a share of the output's scale, at "
+                                    "the 99th percentile (default: the mode's, e.g. 0.01 for fp16)"),
     out_path: Path = typer.Option(None, "--out", help="converted ONNX [default: MODEL_<MODE>.onnx beside it]"),
     max_memory: str = typer.Option("4GiB", "--max-memory", help="memory the step may use: it gates on as many "
                                    "samples as fit, and refuses when not one does (e.g. 8GiB, 512MiB)"),
@@ -80,12 +80,10 @@ def precision(
         print_json(result.to_json())
     else:
         table = Table(title=message_text(f"{mode} accuracy gate: {model.name} -> {result.path.name}"))
-        for col in ("output", "max error / scale", "cosine (signal)", "cosine mean/min (all)", "task figure"):
+        for col in ("output", "judged as", "deciding figures", "largest error / scale", "cosine (signal)"):
             table.add_column(col, overflow="fold")
         for f in result.report.figures:
-            table.add_row(message_text(f.output), _error_cell(f), _signal_cell(f),
-                          f"{f.cosine_mean:.6f} / {f.cosine_min:.6f}",
-                          ", ".join(f"{k} {v:.4f}" for k, v in f.extra.items()))
+            table.add_row(message_text(f.output), f.kind or "–", _deciding_cell(f), _error_cell(f), _signal_cell(f))
         if result.report.figures:
             out.print(table)
         out.print(message_text(result.summary()), highlight=False)
@@ -102,6 +100,17 @@ def _output_range(text: str) -> tuple[str, tuple[float, float]]:
     except ValueError as e:
         raise fail(f"--output-range {text!r}: write NAME=LO:HI, e.g. prob=0:1") from e
     return name, (low, high)
+
+
+def _deciding_cell(f) -> str:
+    """The figures that decide the output's verdict: decision flips, top-1, recall, the error at its quantile."""
+    parts = [f"flips at {cut}: {share:.3%}" for cut, share in f.flips.items()]
+    parts += [f"{k} {v:.4f}" for k, v in f.extra.items()]
+    if f.quantile_error is not None and f.kind != "embedding":
+        parts.append(f"p{f.error_quantile * 100:g} error {f.quantile_error:.2g}")
+    if f.kind in ("values", "embedding"):
+        parts.append("cosine")
+    return ", ".join(parts) or "–"
 
 
 def _error_cell(f) -> str:

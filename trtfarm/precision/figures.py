@@ -1,6 +1,19 @@
 """How one output of a converted model (or an engine) compares with FP32, and what the gate accepts.
 
-Two figures judge an output, both measured and both reported:
+Each output is judged in its task's terms, by its ``kind`` (``Thresholds.kind`` in farm.yaml, else read from the
+graph and the recipe's task):
+
+- **probability** (a Sigmoid output: a detector's or segmenter's map): the share of values whose decision changes at
+  the thresholds users decide at (``decision_at``, else 0.5 and the comparisons the graph itself makes on the
+  output), and the error at a high quantile (``error_quantile``, as Polygraphy's ``--check-error-stat quantile``).
+  One pixel of a million that moves by 0.09 across no threshold is not a broken conversion.
+- **classes** (a Softmax output, or a classifier's logits): top-1 agreement along the class axis, and the quantile
+  error.
+- **embedding**: cosine over the samples with signal, and recall@k of FP32's nearest neighbours.
+- **values** (anything else: regression, hidden states, boxes): cosine, and the error at the quantile.
+
+The largest single error is always reported, and fails any output where one model gives a value that is not finite
+and the other does not. The figures:
 
 - **Error against the output's scale**: max |converted - FP32| divided by the output's range: the range the recipe
   declares (``output_ranges`` in farm.yaml), else the one its last operator implies (Sigmoid and Softmax: [0, 1];
@@ -14,17 +27,20 @@ agreement, left out of both figures: the sqrt of a negative input is NaN in any 
 is an error of infinite size. An output where no sample carries signal (NaN everywhere in FP32 included), or whose
 reference is the same for every sample (to the mode's resolution at its scale: a net whose output does not respond
 to these inputs, a softmax saturated to one class), is *uninformative*: the gate does not judge it and asks for real
-inputs (``heldout.npz``). For classifiers top-1 agreement and for embedding models recall@k of FP32's nearest
-neighbours are judged as well.
+inputs (``heldout.npz``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
+from trtfarm.errors import UserInputError
 from trtfarm.precision.output_record import OutputFigures
-from trtfarm.precision.recipe import Recipe
+from trtfarm.precision.recipe import Recipe, Thresholds
 
 FP16_TINY = 6.103515625e-05  # smallest normal FP16 value
 # Relative resolution of each mode at an output's scale (FP16: 10-bit mantissa; INT8: a 127-step grid; ...)
@@ -34,6 +50,24 @@ RANGE_OF_OP = {"Sigmoid": (0.0, 1.0), "HardSigmoid": (0.0, 1.0), "Softmax": (0.0
 # ops that move or pick values without changing their range
 PASS_THROUGH = {"Identity", "Cast", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Resize", "Slice",
                 "Gather", "Concat", "Expand", "Tile", "MaxPool", "Split", "DepthToSpace", "SpaceToDepth"}
+
+
+def _bounding_node(tensor: str, producer: dict, depth: int = 0,
+                   through: bool = False) -> tuple[onnx.NodeProto, bool] | None:
+    """The op of ``RANGE_OF_OP`` that bounds ``tensor``, and whether ops that move values lie in between."""
+    node = producer.get(tensor)
+    if node is None or depth > 16:
+        return None
+    if node.op_type in RANGE_OF_OP:
+        return node, through
+    if node.op_type not in PASS_THROUGH:
+        return None
+    data = [node.input[0]] if node.op_type != "Concat" else list(node.input)
+    found = [_bounding_node(t, producer, depth + 1, through or node.op_type not in ("Identity", "Cast"))
+             for t in data if t]
+    if not found or any(f is None for f in found) or len({f[0].op_type for f in found}) > 1:
+        return None
+    return found[0][0], found[0][1] or len(found) > 1
 
 
 def output_ranges(model: onnx.ModelProto) -> dict[str, tuple[tuple[float, float], str]]:
@@ -55,6 +89,76 @@ def output_ranges(model: onnx.ModelProto) -> dict[str, tuple[tuple[float, float]
         return (min(f[0][0] for f in found), max(f[0][1] for f in found)), found[0][1]
 
     return {o.name: r for o in model.graph.output if (r := bound(o.name)) is not None}
+
+
+@dataclass(frozen=True)
+class OutputMeaning:
+    """What the graph says an output is: the op that bounds it, Softmax's class axis, the graph's own thresholds."""
+
+    op: str = ""
+    axis: int | None = None
+    cuts: tuple[float, ...] = ()
+
+
+COMPARE = {"Greater", "GreaterOrEqual", "Less", "LessOrEqual"}
+
+
+def output_meanings(model: onnx.ModelProto) -> dict[str, OutputMeaning]:
+    """Output name -> its meaning, for every output of ``model``."""
+    producer = {t: n for n in model.graph.node for t in n.output}
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    out = {}
+    for o in model.graph.output:
+        found = _bounding_node(o.name, producer)
+        op, axis = (found[0].op_type, None) if found else ("", None)
+        if found and op == "Softmax" and not found[1]:  # the class axis holds only where nothing moved values
+            axis = next((a.i for a in found[0].attribute if a.name == "axis"), -1 if opset >= 13 else 1)
+        out[o.name] = OutputMeaning(op, axis, _graph_cuts(model, o.name))
+    return out
+
+
+def _graph_cuts(model: onnx.ModelProto, name: str) -> tuple[float, ...]:
+    """The constants the graph compares output ``name`` with (``prob > 0.3``), through ops that pass it on."""
+    consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    consts.update({n.output[0]: numpy_helper.to_array(a.t) for n in model.graph.node if n.op_type == "Constant"
+                   for a in n.attribute if a.name == "value"})
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for i in node.input:
+            consumers.setdefault(i, []).append(node)
+    cuts, todo, seen = set(), [name], set()
+    while todo:
+        tensor = todo.pop()
+        for node in consumers.get(tensor, []):
+            if node.op_type in COMPARE:
+                other = [consts.get(i) for i in node.input if i != tensor]
+                cuts.update(float(f"{float(c.reshape(-1)[0]):.7g}") for c in other if c is not None and c.size == 1)
+            elif node.op_type in PASS_THROUGH and node.input[0] == tensor and id(node) not in seen:
+                seen.add(id(node))
+                todo += list(node.output)
+    return tuple(sorted(cuts))
+
+
+def output_kind(name: str, recipe: Recipe, meaning: OutputMeaning | None) -> str:
+    """How output ``name`` is judged: declared in the thresholds, else from the recipe's task and the graph."""
+    declared = recipe.gate_thresholds.for_output(name).kind
+    if declared:
+        return declared
+    if recipe.task in ("embedding", "classifier"):
+        return {"embedding": "embedding", "classifier": "classes"}[recipe.task]
+    if meaning and meaning.op in ("Sigmoid", "HardSigmoid"):
+        return "probability"
+    if meaning and meaning.op == "Softmax" and meaning.axis is not None:
+        return "classes"
+    return "values"
+
+
+def check_output_names(recipe: Recipe, outputs: list[str]) -> None:
+    """Refuse thresholds set for an output the model does not have (a typo would judge nothing)."""
+    unknown = sorted(set(recipe.gate_thresholds.outputs) - set(outputs))
+    if unknown:
+        raise UserInputError(f"thresholds.outputs in the recipe names {', '.join(map(repr, unknown))}, not an "
+                             f"output of the model; its outputs: {', '.join(outputs)}")
 
 
 def _rows(x: np.ndarray) -> np.ndarray:
@@ -103,11 +207,12 @@ def sample_spread(ref: np.ndarray, axis: int = 0, samples: int | None = None) ->
 
 def output_figures(name: str, ref: np.ndarray, got: np.ndarray, recipe: Recipe,
                    declared: tuple[float, float] | None = None, source: str = "", *, axis: int = 0,
-                   samples: int | None = None) -> OutputFigures:
+                   samples: int | None = None, meaning: OutputMeaning | None = None) -> OutputFigures:
     """Cosine per sample row, error against the output's scale, max abs/rel error, and the task's figure.
 
     ``declared`` is the output's range when known (the recipe's ``output_ranges`` win over it). ``axis``: where the
     output's samples run (a recurrent state's batch axis); ``samples``: how many the inputs held, when known.
+    ``meaning``: what the graph says the output is (``output_meanings``), for its kind and thresholds.
     """
     a, b = _rows(ref), _rows(got)
     if name in recipe.output_ranges:
@@ -145,16 +250,51 @@ def output_figures(name: str, ref: np.ndarray, got: np.ndarray, recipe: Recipe,
                              "output does not respond to these inputs")
     elif span <= RESOLUTION[mode] * scale:
         fig.uninformative = f"FP32 output hardly varies across samples (range {span:.3g}, scale {scale:.3g})"
-    _task_figures(fig, a, b, recipe)
+    _task_figures(fig, ref, got, a, b, same, recipe, meaning)
     return fig
 
 
-def _task_figures(fig: OutputFigures, a: np.ndarray, b: np.ndarray, recipe: Recipe) -> None:
-    k = min(recipe.gate_thresholds.k, len(a) - 1)
-    if recipe.task == "classifier":
-        fig.extra["top1_agreement"] = float((a.argmax(1) == b.argmax(1)).mean())
-    elif recipe.task == "embedding" and k >= 1:
-        fig.extra[f"recall_at_{k}"] = recall_at_k(a, np.where(np.isfinite(b), b, 0.0), k)
+def _task_figures(fig: OutputFigures, ref: np.ndarray, got: np.ndarray, a: np.ndarray, b: np.ndarray,
+                  same: np.ndarray, recipe: Recipe, meaning: OutputMeaning | None) -> None:
+    """The figures of the output's kind: decision flips, top-1, recall@k, the error at the quantile."""
+    t = recipe.gate_thresholds.for_output(fig.output)
+    fig.kind = kind = output_kind(fig.output, recipe, meaning)
+    both = np.isfinite(a) & np.isfinite(b) & ~same
+    if both.any():
+        err = np.abs(a[both] - b[both])
+        fig.error_quantile = t.error_quantile
+        fig.quantile_error = float(np.quantile(err, t.error_quantile, method="higher")) / fig.scale
+    if kind == "probability":
+        for cut in t.decision_at or sorted({0.5, *(meaning.cuts if meaning else ())}):
+            flipped = (a[both] > cut) != (b[both] > cut)
+            fig.flips[f"{cut:g}"] = float(flipped.sum() / max(a.size, 1))
+        fig.decided_by = [f"decisions at {', '.join(fig.flips)}", f"error at q{t.error_quantile:g}"]
+    elif kind == "classes":
+        class_axis = meaning.axis if meaning and meaning.axis is not None and recipe.task != "classifier" else -1
+        agree = top1_agreement(np.asarray(ref), np.asarray(got), class_axis)
+        if agree is not None:
+            fig.extra["top1_agreement"] = agree
+        fig.decided_by = ["top1_agreement", f"error at q{t.error_quantile:g}"]
+    elif kind == "embedding":
+        k = min(t.k, len(a) - 1)
+        if k >= 1:
+            fig.extra[f"recall_at_{k}"] = recall_at_k(a, np.where(np.isfinite(b), b, 0.0), k)
+        fig.decided_by = ["cosine"] + ([f"recall_at_{k}"] if k >= 1 else [])
+    else:
+        fig.decided_by = ["cosine", f"error at q{t.error_quantile:g}"]
+
+
+def top1_agreement(ref: np.ndarray, got: np.ndarray, axis: int) -> float | None:
+    """Share of positions whose arg-max along ``axis`` (the classes) is the same; a tie in FP32 agrees with either.
+
+    None when the output has no such axis (a scalar) or one class.
+    """
+    if ref.ndim == 0 or ref.shape != got.shape or ref.shape[axis] < 2 or not ref.size:
+        return None
+    r = np.nan_to_num(np.moveaxis(ref, axis, -1).astype(np.float64), nan=-np.inf)
+    g = np.nan_to_num(np.moveaxis(got, axis, -1).astype(np.float64), nan=-np.inf)
+    pick = np.take_along_axis(r, g.argmax(-1)[..., None], -1)[..., 0]
+    return float((pick >= r.max(-1)).mean())
 
 
 def recall_at_k(a: np.ndarray, b: np.ndarray, k: int) -> float:
@@ -170,20 +310,55 @@ def recall_at_k(a: np.ndarray, b: np.ndarray, k: int) -> float:
 
 
 def figure_failures(figs: list[OutputFigures], recipe: Recipe) -> list[str]:
-    """Each figure beyond the recipe's thresholds, as a sentence naming the output."""
-    t, out = recipe.gate_thresholds, []
+    """Each figure of an output's kind beyond its thresholds, as a sentence naming the output and the figure."""
+    out = []
     for f in figs:
-        mean, low = (f.cosine_mean, f.cosine_min) if f.signal_rows is None else \
-            (f.cosine_signal_mean, f.cosine_signal_min)
-        if mean is not None and (mean < t.cosine_mean or low < t.cosine_min):
-            rows = "" if f.signal_rows is None else f" over the {f.signal_rows} of {f.rows} samples with signal"
-            out.append(f"output {f.output!r}: cosine mean {mean:.6f} / min {low:.6f}{rows} below "
-                       f"{t.cosine_mean} / {t.cosine_min}")
-        if f.max_error is not None and not f.max_error <= t.max_error:
-            out.append(f"output {f.output!r}: max error {f.max_abs:.3g} is {f.max_error:.3g} of its scale "
-                       f"{f.scale:.3g} ({f.scale_from}), above {t.max_error}")
-        for key, value in f.extra.items():
-            need = t.top1_agreement if key == "top1_agreement" else t.recall_at_k
-            if value < need:
-                out.append(f"output {f.output!r}: {key} {value:.4f} below {need}")
+        t = recipe.gate_thresholds.for_output(f.output)
+        if f.max_abs == np.inf or f.max_error == np.inf:
+            out.append(f"output {f.output!r}: max error inf: the converted model gives a value that is not finite "
+                       "where FP32's is (or a number where FP32 gives NaN or an infinity)")
+            continue
+        out += _kind_failures(f, t) if f.kind else _stored_failures(f, t)
     return out
+
+
+def _cosine_failure(f: OutputFigures, t: Thresholds) -> list[str]:
+    mean, low = (f.cosine_mean, f.cosine_min) if f.signal_rows is None else (f.cosine_signal_mean, f.cosine_signal_min)
+    if mean is None or (mean >= t.cosine_mean and low >= t.cosine_min):
+        return []
+    rows = "" if f.signal_rows is None else f" over the {f.signal_rows} of {f.rows} samples with signal"
+    return [f"output {f.output!r}: cosine mean {mean:.6f} / min {low:.6f}{rows} below {t.cosine_mean} / {t.cosine_min}"]
+
+
+def _kind_failures(f: OutputFigures, t: Thresholds) -> list[str]:
+    out = _cosine_failure(f, t) if f.kind in ("values", "embedding") else []
+    if f.kind != "embedding" and f.quantile_error is not None and not f.quantile_error <= t.max_error:
+        out.append(f"output {f.output!r} ({f.kind}): error {f.quantile_error:.3g} of its scale {f.scale:.3g} "
+                   f"({f.scale_from}) at the {_percentile(f.error_quantile)} of its values, above {t.max_error} "
+                   f"(largest single error {f.max_abs:.3g})")
+    for cut, share in f.flips.items():
+        if share > t.flip_share:
+            out.append(f"output {f.output!r} (probability): the decision at {cut} changes on {share:.3%} of its "
+                       f"values, above {t.flip_share:.3%}")
+    for key, value in f.extra.items():
+        need = t.top1_agreement if key == "top1_agreement" else t.recall_at_k
+        if value < need:
+            out.append(f"output {f.output!r}: {key} {value:.4f} below {need}")
+    return out
+
+
+def _stored_failures(f: OutputFigures, t: Thresholds) -> list[str]:
+    """A report stored before outputs had kinds: judged as it was (cosine, the largest error, the extras)."""
+    out = _cosine_failure(f, t)
+    if f.max_error is not None and not f.max_error <= t.max_error:
+        out.append(f"output {f.output!r}: max error {f.max_abs:.3g} is {f.max_error:.3g} of its scale "
+                   f"{f.scale:.3g} ({f.scale_from}), above {t.max_error}")
+    for key, value in f.extra.items():
+        need = t.top1_agreement if key == "top1_agreement" else t.recall_at_k
+        if value < need:
+            out.append(f"output {f.output!r}: {key} {value:.4f} below {need}")
+    return out
+
+
+def _percentile(q: float | None) -> str:
+    return "largest" if q in (None, 1.0) else f"{q * 100:g}th percentile"

@@ -19,7 +19,14 @@ import numpy as np
 import onnx
 
 from trtfarm.onnxfile import load_model
-from trtfarm.precision.figures import OutputFigures, figure_failures, output_figures, output_ranges
+from trtfarm.precision.figures import (
+    OutputFigures,
+    check_output_names,
+    figure_failures,
+    output_figures,
+    output_meanings,
+    output_ranges,
+)
 from trtfarm.precision.inputs import batch_axes, fixed_batch
 from trtfarm.precision.normalise import name_nodes
 from trtfarm.precision.recipe import Recipe
@@ -219,10 +226,12 @@ def accuracy_gate(fp32: Path, converted: Path, feeds: list[dict], recipe: Recipe
     got, counts = converted_outputs(Path(converted), feeds, list(ref), step=step, model=graph)
     source = load_model(fp32)
     name_nodes(source)  # unnamed nodes as the conversion named them
+    check_output_names(recipe, [o.name for o in source.graph.output])
     ranges, axes, samples = output_ranges(source), batch_axes_of(Path(fp32), source), sample_count(source, feeds)
+    meanings = output_meanings(source)
     figs = [output_figures(name, ref[name], got[name], recipe, *(
         (ranges[name][0], f"output of {ranges[name][1]}") if name in ranges else (None, "")),
-        axis=axes.get(name, 0), samples=samples) for name in ref]
+        axis=axes.get(name, 0), samples=samples, meaning=meanings.get(name)) for name in ref]
     nonfinite = {k.split(":", 1)[1]: n for k, n in counts.items() if k.startswith("nonfinite:")}
     nonfinite = _beyond_fp32(Path(fp32), source, graph, feeds, nonfinite)
     overflows = _overflow_list(graph, nonfinite)

@@ -19,6 +19,10 @@ class OutputFigures:
     ``sample_spread`` is the widest range one value of the FP32 output takes across the samples (None: one sample);
     ``same_for_every_sample`` says it is within the mode's resolution at ``scale``: the output does not respond to
     these inputs, so the comparison says nothing of the conversion there.
+
+    ``kind`` says how the output is judged (probability, classes, embedding, values); ``quantile_error`` is the
+    ``error_quantile`` of |error| over ``scale``; ``flips`` the share of values whose decision changes at each
+    threshold (probability maps); ``decided_by`` names the figures that decide the output's verdict.
     """
 
     output: str
@@ -37,11 +41,17 @@ class OutputFigures:
     uninformative: str = ""
     sample_spread: float | None = None
     same_for_every_sample: bool = False
+    kind: str = ""
+    quantile_error: float | None = None
+    error_quantile: float | None = None
+    flips: dict[str, float] = field(default_factory=dict)
+    decided_by: list[str] = field(default_factory=list)
 
     GATE_FIGURES: ClassVar[tuple[str, ...]] = (
-        "cosine_mean", "cosine_min", "max_abs", "max_rel", "max_error", "scale", "scale_from", "signal_rows",
-        "cosine_signal_mean", "cosine_signal_min")
+        "kind", "cosine_mean", "cosine_min", "max_abs", "max_rel", "max_error", "quantile_error", "error_quantile",
+        "flips", "scale", "scale_from", "signal_rows", "cosine_signal_mean", "cosine_signal_min", "decided_by")
 
     def gate_figures(self) -> dict:
         """The figures the manifest's ``onnx`` check shows for this output (those known), and its extras."""
-        return {k: getattr(self, k) for k in self.GATE_FIGURES if getattr(self, k) is not None} | self.extra
+        return {k: v for k in self.GATE_FIGURES if (v := getattr(self, k)) is not None and v != "" and v != {}
+                and v != []} | self.extra

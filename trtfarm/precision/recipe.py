@@ -13,27 +13,49 @@ Mode = Literal["fp32", "fp16", "bf16", "int8", "fp8"]
 Task = Literal["embedding", "classifier", "generic"]
 
 
+Kind = Literal["probability", "classes", "embedding", "values"]
+
+
 class Thresholds(BaseModel):
     """What the accuracy gate accepts, per output.
 
-    In farm.yaml any subset may be given: the fields left out keep the mode's defaults.
+    In farm.yaml any subset may be given: the fields left out keep the mode's defaults. ``outputs`` sets them for
+    one output (by name); the fields it leaves out keep the recipe's.
     """
 
     model_config = ConfigDict(extra="forbid")
     cosine_mean: float = Field(0.9999, ge=0, le=1, description="mean cosine over the samples whose output has signal")
     cosine_min: float = Field(0.999, ge=0, le=1, description="lowest cosine over the samples whose output has signal")
-    max_error: float = Field(0.01, ge=0, description="max |error| as a share of the output's scale (its range)")
+    max_error: float = Field(0.01, ge=0, description="|error| as a share of the output's scale (its range), at the "
+                                                     "error_quantile of the output's values")
+    error_quantile: float = Field(0.99, ge=0.5, le=1, description="the quantile of |error| judged against "
+                                                                  "max_error (Polygraphy's default; 1: the largest "
+                                                                  "single error)")
+    flip_share: float = Field(0.001, ge=0, le=1, description="probability maps: the share of values whose decision "
+                                                             "(above or below a threshold of decision_at) may change")
+    decision_at: list[float] = Field(default_factory=list, description="probability maps: the thresholds the "
+                                                                       "model's users decide at (default 0.5, and "
+                                                                       "the graph's own comparisons)")
     recall_at_k: float = Field(0.9, ge=0, le=1, description="embedding models: recall@k of FP32's neighbours")
-    top1_agreement: float = Field(0.99, ge=0, le=1, description="classifiers: same arg-max as FP32")
+    top1_agreement: float = Field(0.99, ge=0, le=1, description="classifiers and class maps: same arg-max as FP32")
     k: int = Field(10, ge=1)
+    kind: Kind | None = Field(None, description="how the output is judged (default: from the graph and the task)")
+    outputs: dict[str, Thresholds] = Field(default_factory=dict, description="output name -> its own thresholds")
+
+    def for_output(self, name: str) -> Thresholds:
+        """The thresholds in force for output ``name``: these, with the fields ``outputs[name]`` sets replaced."""
+        own = self.outputs.get(name)
+        if own is None:
+            return self
+        return self.model_copy(update={**own.model_dump(exclude_unset=True), "outputs": {}})
 
 
 DEFAULT_THRESHOLDS = {
-    "fp16": Thresholds(cosine_mean=0.9999, cosine_min=0.999, max_error=0.01),
-    "bf16": Thresholds(cosine_mean=0.999, cosine_min=0.99, max_error=0.05),
-    "int8": Thresholds(cosine_mean=0.995, cosine_min=0.98, recall_at_k=0.8, max_error=0.1),
-    "fp8": Thresholds(cosine_mean=0.99, cosine_min=0.95, recall_at_k=0.8, max_error=0.2),
-    "fp32": Thresholds(cosine_mean=1.0, cosine_min=1.0, max_error=0.0),
+    "fp16": Thresholds(cosine_mean=0.9999, cosine_min=0.999, max_error=0.01, flip_share=0.001),
+    "bf16": Thresholds(cosine_mean=0.999, cosine_min=0.99, max_error=0.05, flip_share=0.005),
+    "int8": Thresholds(cosine_mean=0.995, cosine_min=0.98, recall_at_k=0.8, max_error=0.1, flip_share=0.01),
+    "fp8": Thresholds(cosine_mean=0.99, cosine_min=0.95, recall_at_k=0.8, max_error=0.2, flip_share=0.02),
+    "fp32": Thresholds(cosine_mean=1.0, cosine_min=1.0, max_error=0.0, flip_share=0.0),
 }
 
 
@@ -88,7 +110,8 @@ class Recipe(BaseModel):
         default = DEFAULT_THRESHOLDS[self.mode]
         if self.thresholds is None:
             return default
-        return default.model_copy(update=self.thresholds.model_dump(exclude_unset=True))
+        return default.model_copy(update=self.thresholds.model_dump(exclude_unset=True) | {
+            "outputs": self.thresholds.outputs})
 
 
 def clip(text: str, limit: int = 300) -> str:

@@ -114,13 +114,24 @@ def way_forward(src: Path, recipe: Recipe, report: GateReport, **data: Path | No
 
 
 def _figure_text(f: OutputFigures) -> str:
-    """``prob: max error 2e-07 of scale 1 (output of Sigmoid); cosine mean 0.999999, min 0.999990 over 64/64``."""
+    """``prob (probability): decisions at 0.3 change on 0.010%; error 0.0012 of scale 1 at the 99th ...``.
+
+    The figures that decide the output's verdict come first, with the largest single error beside them.
+    """
     if f.signal_rows is None:  # a report stored before scales and signal rows were measured
         return f"{f.output}: cosine mean {f.cosine_mean:.6f}, min {f.cosine_min:.6f}"
     cosine = (f"cosine mean {f.cosine_signal_mean:.6f}, min {f.cosine_signal_min:.6f} over {f.signal_rows}/{f.rows} "
               "samples with signal" if f.signal_rows else f"cosine not judged: no sample of {f.rows} carries signal")
-    scale = f"{f.max_error:.3g} of scale {f.scale:.3g} ({f.scale_from})"
-    return f"{f.output}: max error {f.max_abs:.3g} = {scale}; {cosine}"
+    largest = f"largest error {f.max_abs:.3g} = {f.max_error:.3g} of scale {f.scale:.3g} ({f.scale_from})"
+    if not f.kind:  # stored before outputs had kinds
+        return f"{f.output}: max error {f.max_abs:.3g} = {f.max_error:.3g} of scale {f.scale:.3g}; {cosine}"
+    parts = [f"decisions at {cut} change on {share:.3%}" for cut, share in f.flips.items()]
+    parts += [f"{k} {v:.4f}" for k, v in f.extra.items()]
+    if f.kind in ("values", "embedding"):
+        parts.append(cosine)
+    if f.quantile_error is not None and f.kind != "embedding":
+        parts.append(f"error {f.quantile_error:.3g} of scale at the {f.error_quantile * 100:g}th percentile")
+    return f"{f.output} ({f.kind}): {'; '.join(parts + [largest])}"
 
 
 def gate_inputs(model_path: Path, heldout: Path | None, notes: list[str] | None = None,
@@ -248,6 +259,10 @@ def _refuse_overwriting_inputs(src: Path, out: Path, **data: Path | None) -> Non
                                  "write the converted model elsewhere (default: MODEL_<mode>.onnx beside it)")
 
 
+# the gate's rules: a step judged under other rules is judged again (2: each output in its task's terms)
+GATE_RULES = 2
+
+
 def precision_key(recipe: Recipe, onnx_digest: str, calibration: Path | None, heldout: Path | None) -> str:
     """Content address of one precision step: export, full recipe, calibration and held-out data."""
     return precision_key_of(recipe, onnx_digest, sha256_file(calibration) if calibration else None,
@@ -258,7 +273,7 @@ def precision_key_of(recipe: Recipe, onnx_digest: str, calibration_sha256: str |
                      heldout_sha256: str | None) -> str:
     """``precision_key`` from the data files' sha256s (as a registered export's record lists them)."""
     doc = {"onnx": onnx_digest, "recipe": recipe.model_dump(mode="json"), "calibration": calibration_sha256,
-           "heldout": heldout_sha256}
+           "heldout": heldout_sha256, "gate": GATE_RULES}
     return hashlib.sha256(canonical_json(doc)).hexdigest()
 
 
