@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from trtfarm.precision.figures import OutputMeaning
 from trtfarm.precision.gate import OutputFigures, figure_failures, output_figures
 from trtfarm.precision.inputs import inputs_for_shapes as generated_inputs
 from trtfarm.precision.recipe import Recipe
@@ -51,8 +52,14 @@ class PointComparison:
 
 
 def compare_point(profile: int, point: str, shapes: dict, reference: dict[str, np.ndarray],
-                  candidate: dict[str, np.ndarray], recipe: Recipe) -> PointComparison:
-    """Figures per output of ``candidate`` (the plan) against ``reference`` (FP32 onnxruntime)."""
+                  candidate: dict[str, np.ndarray], recipe: Recipe,
+                  meanings: dict[str, OutputMeaning] | None = None) -> PointComparison:
+    """Figures per output of ``candidate`` (the plan) against ``reference`` (FP32 onnxruntime).
+
+    ``meanings``: what the FP32 graph says each output is (``output_meanings``), so the plan's outputs are judged
+    by the same kinds and figures as the precision gate's.
+    """
+    meanings = meanings or {}
     figs = [output_figures(name, np.asarray(reference[name], np.float32), np.asarray(candidate[name], np.float32),
-                           recipe) for name in reference]
+                           recipe, meaning=meanings.get(name)) for name in reference]
     return PointComparison(profile, point, shapes, figs, figure_failures(figs, recipe))

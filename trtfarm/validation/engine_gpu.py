@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trtfarm.onnxfile import load_model
+from trtfarm.precision.figures import output_meanings
 from trtfarm.precision.recipe import Recipe
 from trtfarm.profiles.profile import Profile, format_shape
 from trtfarm.runtime.loader import contexts_that_fit
@@ -74,6 +75,7 @@ def validate_engine(plan: Path, onnx_fp32: Path, profiles: list[Profile], recipe
 
     engine = EngineFromBytes(plan.read_bytes())()
     model = load_model(onnx_fp32)
+    meanings = output_meanings(model)  # the gate's kinds of output: the plan is judged by the same figures
     result = EngineValidation([], {})
     with OnnxrtRunner(SessionFromOnnx(str(onnx_fp32), providers=["cpu"])) as reference:
         for index, profile in enumerate(profiles):
@@ -81,7 +83,7 @@ def validate_engine(plan: Path, onnx_fp32: Path, profiles: list[Profile], recipe
                 for point, shapes in profile_points(profile):
                     feed = inputs_for_shapes(model, shapes, seed=index, heldout=heldout)
                     result.points.append(compare_point(index, point, shapes, reference.infer(feed),
-                                                       runner.infer(feed), recipe))
+                                                       runner.infer(feed), recipe, meanings))
                 opt = dict(profile_points(profile))["opt"]
                 feed, batch = inputs_for_shapes(model, opt, heldout=heldout), next(iter(opt.values()))[0]
                 for _ in range(warmup):
