@@ -117,11 +117,18 @@ def output_meanings(model: onnx.ModelProto) -> dict[str, OutputMeaning]:
     return out
 
 
+def _scalar_constants(model: onnx.ModelProto) -> dict[str, onnx.TensorProto]:
+    """Initializers and Constant values of one element held in the file (no external data is read)."""
+    found = {i.name: i for i in model.graph.initializer}
+    found.update({n.output[0]: a.t for n in model.graph.node if n.op_type == "Constant" for a in n.attribute
+                  if a.name == "value"})
+    return {k: t for k, t in found.items() if int(np.prod(t.dims)) == 1
+            and t.data_location != onnx.TensorProto.EXTERNAL}
+
+
 def _graph_cuts(model: onnx.ModelProto, name: str) -> tuple[float, ...]:
     """The constants the graph compares output ``name`` with (``prob > 0.3``), through ops that pass it on."""
-    consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    consts.update({n.output[0]: numpy_helper.to_array(a.t) for n in model.graph.node if n.op_type == "Constant"
-                   for a in n.attribute if a.name == "value"})
+    consts = _scalar_constants(model)
     consumers: dict[str, list[onnx.NodeProto]] = {}
     for node in model.graph.node:
         for i in node.input:
@@ -131,8 +138,8 @@ def _graph_cuts(model: onnx.ModelProto, name: str) -> tuple[float, ...]:
         tensor = todo.pop()
         for node in consumers.get(tensor, []):
             if node.op_type in COMPARE:
-                other = [consts.get(i) for i in node.input if i != tensor]
-                cuts.update(float(f"{float(c.reshape(-1)[0]):.7g}") for c in other if c is not None and c.size == 1)
+                other = [numpy_helper.to_array(consts[i]) for i in node.input if i != tensor and i in consts]
+                cuts.update(float(f"{float(c.reshape(-1)[0]):.7g}") for c in other)
             elif node.op_type in PASS_THROUGH and node.input[0] == tensor and id(node) not in seen:
                 seen.add(id(node))
                 todo += list(node.output)
@@ -230,7 +237,11 @@ def output_figures(name: str, ref: np.ndarray, got: np.ndarray, recipe: Recipe,
     floor = SIGNAL * max(RESOLUTION[mode] * scale, FP16_TINY if mode in ("fp16", "int8", "fp8") else 0.0)
     judged = np.maximum((~same).sum(axis=1), 1)  # a row's values that are not agreement on a non-finite one
     finite = np.where(np.isfinite(a), a, 0.0)
-    signal = ((~same).any(axis=1)) & (np.sqrt((finite * finite).sum(axis=1) / judged) >= floor)
+    # a class map's row carries signal where a class stands out (its largest value): a softmax over thousands of
+    # classes has a tiny RMS though it decides; elsewhere the row's RMS
+    classes = output_kind(name, recipe, meaning) == "classes"
+    level = np.abs(finite).max(axis=1, initial=0.0) if classes else np.sqrt((finite * finite).sum(axis=1) / judged)
+    signal = ((~same).any(axis=1)) & (level >= floor)
     fig.signal_rows = int(signal.sum())
     if signal.any():
         fig.cosine_signal_mean, fig.cosine_signal_min = float(cos[signal].mean()), float(cos[signal].min())
@@ -242,7 +253,8 @@ def output_figures(name: str, ref: np.ndarray, got: np.ndarray, recipe: Recipe,
         fig.uninformative = ("no sample carries signal: FP32 gives NaN or an infinity in every value (the "
                              "converted model the same), so there is nothing to compare")
     elif not signal.any():
-        fig.uninformative = (f"no sample carries signal: FP32 RMS below {floor:.3g} in every row (max |x| "
+        fig.uninformative = (f"no sample carries signal: FP32 {'largest value' if classes else 'RMS'} below "
+                             f"{floor:.3g} in every row (max |x| "
                              f"{float(np.abs(finite).max()):.3g} against a scale of {scale:.3g})")
     elif fig.same_for_every_sample:
         fig.uninformative = (f"FP32 gives the same output for every one of the {ref.shape[axis]} samples (no value "
