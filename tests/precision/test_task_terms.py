@@ -167,3 +167,30 @@ def _softmax_model() -> onnx.ModelProto:
     graph = helper.make_graph([node], "s", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 5, 8, 8])],
                               [helper.make_tensor_value_info("seg", TensorProto.FLOAT, ["b", 5, 8, 8])])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_map_or_class_output_with_one_decision_everywhere_is_not_judged():
+    from trtfarm.precision.gate import GateReport
+
+    faint = _map() * 0.1  # every value below 0.5: a detector that finds nothing on these inputs
+    meaning = output_meanings(_sigmoid_model())["prob"]
+    fig = output_figures("prob", faint, faint + 1e-4, Recipe(mode="fp16"), (0.0, 1.0), meaning=meaning)
+    assert "every FP32 value lies on one side of 0.5" in fig.uninformative
+    report = GateReport("fp16", not figure_failures([fig], Recipe(mode="fp16")), {}, [fig])
+    assert report.verdict == "not judged" and "'prob'" in report.note
+    blank = np.zeros((4, 20, 30))
+    blank[..., 0] = np.random.default_rng(0).uniform(0.6, 1.0, (4, 20))  # a CTC recogniser reading blank at
+    blank[..., 1] = 1.0 - blank[..., 0]  # every step of noise
+    seg = output_figures("seg", blank, blank, Recipe(mode="fp16"), (0.0, 1.0),
+                         meaning=seg_meaning())
+    assert seg.extra["top1_agreement"] == 1.0 and "FP32 picks class 0 at every position" in seg.uninformative
+    broken = blank.copy()
+    broken[0, :5, 0], broken[0, :5, 3] = 0.0, 1.0  # a decision that changes is still a failure
+    assert figure_failures([output_figures("seg", blank, broken, Recipe(mode="fp16"), (0.0, 1.0),
+                                           meaning=seg_meaning())], Recipe(mode="fp16"))
+
+
+def seg_meaning():
+    from trtfarm.precision.figures import OutputMeaning
+
+    return OutputMeaning("Softmax", -1)

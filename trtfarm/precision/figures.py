@@ -277,15 +277,20 @@ def _task_figures(fig: OutputFigures, ref: np.ndarray, got: np.ndarray, a: np.nd
         fig.error_quantile = t.error_quantile
         fig.quantile_error = float(np.quantile(err, t.error_quantile, method="higher")) / fig.scale
     if kind == "probability":
-        for cut in t.decision_at or sorted({0.5, *(meaning.cuts if meaning else ())}):
+        cuts = t.decision_at or sorted({0.5, *(meaning.cuts if meaning else ())})
+        for cut in cuts:
             flipped = (a[both] > cut) != (b[both] > cut)
             fig.flips[f"{cut:g}"] = float(flipped.sum() / max(a.size, 1))
         fig.decided_by = [f"decisions at {', '.join(fig.flips)}", f"error at q{t.error_quantile:g}"]
+        if both.any() and all(len(np.unique(a[both] > cut)) == 1 for cut in cuts):
+            _one_decision(fig, f"every FP32 value lies on one side of {', '.join(fig.flips)}")
     elif kind == "classes":
         class_axis = meaning.axis if meaning and meaning.axis is not None and recipe.task != "classifier" else -1
-        agree = top1_agreement(np.asarray(ref), np.asarray(got), class_axis)
-        if agree is not None:
-            fig.extra["top1_agreement"] = agree
+        found = top1_agreement(np.asarray(ref), np.asarray(got), class_axis)
+        if found is not None:
+            fig.extra["top1_agreement"], picked = found
+            if len(picked) == 1:
+                _one_decision(fig, f"FP32 picks class {picked[0]} at every position")
         fig.decided_by = ["top1_agreement", f"error at q{t.error_quantile:g}"]
     elif kind == "embedding":
         k = min(t.k, len(a) - 1)
@@ -296,17 +301,25 @@ def _task_figures(fig: OutputFigures, ref: np.ndarray, got: np.ndarray, a: np.nd
         fig.decided_by = ["cosine", f"error at q{t.error_quantile:g}"]
 
 
-def top1_agreement(ref: np.ndarray, got: np.ndarray, axis: int) -> float | None:
-    """Share of positions whose arg-max along ``axis`` (the classes) is the same; a tie in FP32 agrees with either.
+def top1_agreement(ref: np.ndarray, got: np.ndarray, axis: int) -> tuple[float, list[int]] | None:
+    """Share of positions whose arg-max along ``axis`` (the classes) is the same, and the classes FP32 picks.
 
-    None when the output has no such axis (a scalar) or one class.
+    A tie in FP32 agrees with either class. None when the output has no such axis (a scalar) or one class.
     """
     if ref.ndim == 0 or ref.shape != got.shape or ref.shape[axis] < 2 or not ref.size:
         return None
     r = np.nan_to_num(np.moveaxis(ref, axis, -1).astype(np.float64), nan=-np.inf)
     g = np.nan_to_num(np.moveaxis(got, axis, -1).astype(np.float64), nan=-np.inf)
     pick = np.take_along_axis(r, g.argmax(-1)[..., None], -1)[..., 0]
-    return float((pick >= r.max(-1)).mean())
+    return float((pick >= r.max(-1)).mean()), [int(c) for c in np.unique(r.argmax(-1))[:2]]
+
+
+def _one_decision(fig: OutputFigures, why: str) -> None:
+    """FP32 makes one decision everywhere on these inputs: the figures cannot show a decision that changes."""
+    if not fig.uninformative:
+        fig.uninformative = (f"{why} of the {fig.rows} samples, so no decision can change; the decision figures "
+                             "say nothing of the conversion there")
+        fig.signal_rows = 0
 
 
 def recall_at_k(a: np.ndarray, b: np.ndarray, k: int) -> float:
