@@ -1,4 +1,4 @@
-"""Model inputs for calibration and the gate: ``.npz`` files checked against the model, or generated ones.
+"""Model inputs for calibration and the gate: the model's batch, and generated inputs (``npzdata`` reads real ones).
 
 Generated inputs follow the model's own shape rules, as the export wrote them:
 
@@ -8,6 +8,9 @@ Generated inputs follow the model's own shape rules, as the export wrote them:
 - dimensions that share a name share a size; a name that is an expression of others (``past_sequence_length +
   sequence_length``, as a decoder's mask is written) gets that size; a dimension named once, by no rule, is
   tried as the other sizes the graph names (a decoder's ``present`` length) in a one-row onnxruntime run;
+- where onnxruntime refuses that run naming the shape it wants (a recurrent state that fixes the batch its features
+  name: ``ties``), the run is retried once with that size, and a tied batch is the batch, at its fixed size; where
+  it reports an index out of range (positions past + current beyond a position table), the lengths shrink to fit;
 - integer inputs stay inside the table they index (token ids below the vocabulary, type ids below their table),
   masks are 0/1 with realistic padding, ids zero beyond it;
 - float inputs are normal, except where the graph takes them (through casts and reshapes) into an operator defined
@@ -22,7 +25,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -32,6 +34,7 @@ from trtfarm.errors import UserInputError
 from trtfarm.onnxfile import dim_label, dim_names, dim_size, is_expression, shape_tensor_inputs
 from trtfarm.precision.domains import index_bound, non_negative_inputs
 from trtfarm.precision.recipe import clip
+from trtfarm.precision.ties import Tie, answer_text, tie_of
 
 DATA_FIX = ("pass real inputs: --calibration calib.npz / --heldout heldout.npz (numpy.savez keyed by input name, "
             "samples along the batch axis)")
@@ -97,61 +100,6 @@ def fixed_batch(model: onnx.ModelProto) -> int | None:
     """The batch size every batched input fixes in its first dimension (a static export), or None when dynamic."""
     batch = batch_dim(model)
     return batch if isinstance(batch, int) and batch > 0 else None
-
-
-def load_npz(path: Path, model: onnx.ModelProto, what: str) -> dict[str, np.ndarray]:
-    """Read an ``.npz`` keyed by input name; refuse wrong names, ranks or fixed dimensions with the fix.
-
-    A batched input holds its samples along its batch axis (``batch_axes``: axis 0, or where a recurrent state
-    names the batch); any other input (a rank-0 scalar included) holds one value of its own shape, given with
-    every batch.
-    """
-    fix = "write it with numpy.savez(path, **inputs): one numeric array per input name, samples along the batch axis"
-    try:
-        loaded = np.load(path, allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):  # a bare .npy array: no input names
-            raise UserInputError(f"{path}: {what} is a single .npy array, not an .npz keyed by input name; {fix}")
-        with loaded as npz:
-            data = {k: npz[k] for k in npz.files}
-    except (OSError, ValueError, EOFError) as err:
-        raise UserInputError(f"{path}: cannot read {what} ({err}); {fix}") from err
-    spec, rows = model_inputs(model), batch_axes(model)
-    _check_arrays(path, what, data, rows, fix)
-    unknown, missing = sorted(set(data) - set(spec)), sorted(set(spec) - set(data))
-    if unknown or missing:
-        detail = (f"; unknown: {unknown}" if unknown else "") + (f"; missing: {missing}" if missing else "")
-        raise UserInputError(f"{path}: {what} keys {sorted(data)} do not match the model's inputs "
-                             f"{sorted(spec)}{detail}")
-    for name, arr in data.items():
-        dtype, dims = spec[name]
-        if arr.ndim != len(dims):
-            one = "" if name in rows else " (one value given with every batch: a scalar is shape [])"
-            raise UserInputError(f"{path}: {what} input {name!r} has shape {list(arr.shape)}, the model takes rank "
-                                 f"{len(dims)} ({dims}){one}")
-        axis = rows.get(name)
-        if axis == 0 and isinstance(dims[0], int) and dims[0] > 0 and arr.shape[0] % dims[0]:
-            raise UserInputError(f"{path}: {what} input {name!r} has {arr.shape[0]} rows; the model takes batches "
-                                 f"of {dims[0]}, so give a multiple of {dims[0]} rows (samples run along axis 0)")
-        fixed = [(i, d) for i, d in enumerate(dims) if i != axis and isinstance(d, int) and d >= 0
-                 and arr.shape[i] != d]
-        if fixed:
-            raise UserInputError(f"{path}: {what} input {name!r} has shape {list(arr.shape)}; dimension "
-                                 f"{fixed[0][0]} must be {fixed[0][1]}")
-        data[name] = arr.astype(dtype, copy=False)
-    return data
-
-
-def _check_arrays(path: Path, what: str, data: dict[str, np.ndarray], rows: dict[str, int], fix: str) -> None:
-    """Numbers only, at least one sample, and one sample count for every batched input."""
-    for name, arr in data.items():
-        if arr.dtype.kind not in "biuf":
-            raise UserInputError(f"{path}: {what} input {name!r} holds {arr.dtype} values, not numbers; {fix}")
-        if name in rows and (arr.ndim <= rows[name] or arr.shape[rows[name]] == 0):
-            raise UserInputError(f"{path}: {what} input {name!r} has no samples (shape {list(arr.shape)}); {fix}")
-    counts = {name: arr.shape[rows[name]] for name, arr in data.items() if name in rows}
-    if len(set(counts.values())) > 1:
-        raise UserInputError(f"{path}: {what} inputs disagree on the number of samples along the batch axis "
-                             f"({counts}); give every batched input the same number of samples")
 
 
 # --- generated inputs ------------------------------------------------------------------------------------------
@@ -279,28 +227,50 @@ def sample_shapes(model: onnx.ModelProto, sizes: dict[str, int], rows: int = 1,
     return shapes
 
 
+def tied_batch(model: onnx.ModelProto, tie: Tie | None) -> tuple[dict[str, int], int] | None:
+    """The batch a tie makes (``ties``): the batched inputs' axes and the rows a feed holds; None off the batch.
+
+    The inputs that carry the tied symbol and the input that fixes it, at their axes; a feed holds the fixed size.
+    On the batch: the model's batch, or, where the inputs share none, what a recurrent state ties (a GRU's
+    ``initial_h`` ``[2, 1, 96]`` fixes the batch of its features ``[frames, batch, feat]`` at 1), or a symbol that is
+    an input's first dimension.
+    """
+    spec = model_inputs(model)
+    batch = batch_dim(model)
+    if tie is None or not (tie.symbol == batch or batch is None and (
+            tie.recurrent or any(d and d[0] == tie.symbol for _, d in spec.values()))):
+        return None
+    axes = {n: dims.index(tie.symbol) for n, (_, dims) in spec.items() if tie.symbol in dims}
+    if tie.fixed and tie.input in spec:
+        axes[tie.input] = tie.axis
+    return axes, tie.size
+
+
 def generated_inputs(model: onnx.ModelProto, samples: int = 64, seq: int = 64, seed: int = 0,
                      sizes: dict[str, int] | None = None, path: str = "the model",
-                     fits: tuple[int, str] | None = None) -> Generated:
+                     fits: tuple[int, str] | None = None,
+                     batch: tuple[dict[str, int], int] | None = None) -> Generated:
     """``samples`` rows of generated inputs (fewer for large inputs: at most ``MAX_GENERATED_VALUES`` values).
 
     ``sizes``: the named dimensions' sizes (``symbol_sizes``, or what the probe found); dynamic dimensions get
     ``seq`` by default. ``fits``: the most samples the memory budget holds, and why (``memory.MemoryPlan``).
+    ``batch``: the batched inputs' axes and the rows a feed holds, where a tie fixed them (``tied_batch``).
     """
     _refuse_shape_tensors(model, path)
-    spec, rows_of = model_inputs(model), batch_axes(model)
+    spec = model_inputs(model)
+    rows_of, static = batch or (batch_axes(model), fixed_batch(model))
     sizes = dict(sizes) if sizes is not None else symbol_sizes(model, seq)[0]
     one = sample_shapes(model, sizes, 1, path)
     per_sample = sum(int(np.prod(s)) for n, s in one.items() if n in rows_of) or 1
-    fixed = fixed_batch(model) or 1
+    fixed = static or 1
     wanted = samples - samples % fixed or fixed
     by_values = MAX_GENERATED_VALUES // per_sample // fixed * fixed
-    by_runs = MAX_RUNS * (fixed if fixed_batch(model) else 16)
+    by_runs = MAX_RUNS * (fixed if static else 16)
     count = max(MIN_SAMPLES * fixed, min(wanted, by_values, by_runs))
     notes = []
     if count < wanted:
         why = (f"one sample holds {per_sample:,} values, and the step keeps to {MAX_GENERATED_VALUES:,} per input set"
-               if by_values <= by_runs else f"the export fixes its batch at {fixed}, and the step keeps to {MAX_RUNS} "
+               if by_values <= by_runs else f"the model fixes its batch at {fixed}, and the step keeps to {MAX_RUNS} "
                "runs of each model")
         notes.append(f"generated {count} samples instead of {wanted}: {why}")
     if fits and count > max(fits[0], fixed):
@@ -333,33 +303,59 @@ def batches(data: dict[str, np.ndarray], size: int = 16, unbatched: set[str] = f
     return [{k: part(k, v, i) for k, v in data.items()} for i in range(0, n, size)]
 
 
+@dataclass
+class Probed:
+    """What the one-row runs found: the named dimensions' sizes, and the tie onnxruntime's answer made (or None)."""
+
+    sizes: dict[str, int]
+    tie: Tie | None = None
+
+
 def probe_sizes(model: onnx.ModelProto, run, seq: int = 64, path: str = "the model",
                 notes: list[str] | None = None) -> dict[str, int]:
+    """``probe``'s sizes alone."""
+    return probe(model, run, seq, path, notes).sizes
+
+
+def probe(model: onnx.ModelProto, run, seq: int = 64, path: str = "the model",
+          notes: list[str] | None = None) -> Probed:
     """Sizes that onnxruntime runs the model with: one row through ``run(feed)`` per candidate, the first that runs.
 
     ``run`` raises on failure. A dimension named once is tried as the common size, then as each size the graph's
-    outputs name. When onnxruntime reports an index out of range (positions past + current beyond a position
-    table's rows), the common size is halved until it runs, and ``notes`` says so. When none runs,
-    ``UserInputError`` names the input and asks for real data.
+    outputs name. When onnxruntime names the shape it wants (an input that fixes a dimension a symbolic one meets:
+    ``ties``), the step retries once with that size, and ``notes`` says so. When it reports an index out of range
+    (positions past + current beyond a position table's rows), the common size is halved, or cut to the rows the
+    message names, until it runs, and ``notes`` says so. When none runs, ``UserInputError`` names the input and asks
+    for real data.
     """
-    tries = [seq] + [s for s in (seq // 2, seq // 4, seq // 8, seq // 16) if s >= 4]
-    for size in tries:
+    size, forced, tie, table = seq, {}, None, "'s"
+    while True:
         try:
-            found = _probe(model, run, size, path)
+            found = _probe(model, run, size, path, forced)
             break
-        except UserInputError as err:  # only an index out of range is worth shorter lengths
-            if size == tries[-1] or not re.search(r"out of (data )?(bounds|range)", str(err), re.I):
-                raise
-    if size < seq and notes is not None:
-        notes.append(f"dynamic dimensions sized {size}, not {seq}: at larger sizes onnxruntime reported an index "
-                     "out of range (positions past a position table's rows)")
-    return found
+        except UserInputError as err:
+            said = answer_text(err)
+            if tie is None and (tie := tie_of(model, {**symbol_sizes(model, size)[0], **forced}, said)):
+                forced[tie.symbol] = tie.size
+                continue
+            if size <= 1 or not re.search(r"out of (data )?(bounds|range)", said, re.I):
+                raise  # only an index out of range is worth shorter lengths
+            rows = re.search(r"inclusive range \[-(\d+),", said)
+            table = f" of {rows.group(1)}" if rows else table
+            size = max(1, min(size // 2, int(rows.group(1)) if rows else size))
+    if notes is not None:
+        notes += [tie.note()] if tie else []
+        if size < seq:
+            notes.append(f"dynamic dimensions sized {size}, not {seq}: at larger sizes onnxruntime reported an index "
+                         f"out of range (positions past + current beyond a position table{table} rows)")
+    return Probed(found, tie)
 
 
-def _probe(model: onnx.ModelProto, run, seq: int, path: str) -> dict[str, int]:
+def _probe(model: onnx.ModelProto, run, seq: int, path: str, forced: dict[str, int]) -> dict[str, int]:
     sizes, lone = symbol_sizes(model, seq)
+    sizes.update(forced)
     trials = [dict(sizes)]
-    for _, _, label in lone:
+    for _, _, label in (x for x in lone if x[2] not in forced):
         for size in _candidates(model, sizes, label)[1:]:
             trials.append({**sizes, label: size})
     error = None

@@ -39,14 +39,15 @@ from trtfarm.precision.inputs import (
     batches,
     fixed_batch,
     generated_inputs,
-    load_npz,
     model_inputs,
-    probe_sizes,
+    probe,
     sample_shapes,
     symbol_sizes,
+    tied_batch,
 )
 from trtfarm.precision.memory import DEFAULT_BUDGET, plan_memory
 from trtfarm.precision.nodes import NodePrecision
+from trtfarm.precision.npzdata import load_npz
 from trtfarm.precision.progress import precision_progress
 from trtfarm.precision.recipe import GateFailed, Recipe, Thresholds
 from trtfarm.scratch import scratch_dir
@@ -138,32 +139,36 @@ def gate_inputs(model_path: Path, heldout: Path | None, notes: list[str] | None 
                 budget: int = DEFAULT_BUDGET) -> list[dict]:
     """Held-out inputs from ``heldout.npz``, else generated ones that follow the model's shape rules.
 
-    Generated sizes are checked with a one-row onnxruntime run first (``probe_sizes``), after a memory check
-    that refuses a model of which not even one sample fits ``budget`` (``memory``); ``notes`` receives what was
-    decided (fewer samples for a large input, or for the memory budget). Every tensor is held for the first
+    Generated sizes are checked with a one-row onnxruntime run first (``probe``: it retries once with the size
+    onnxruntime names, and a batch an input fixes is the feeds' batch), after a memory check that refuses a model of
+    which not even one sample fits ``budget`` (``memory``); ``notes`` receives what was decided (fewer samples for a
+    large input, or for the memory budget, and which held-out samples were used). Every tensor is held for the first
     ``REFERENCE_BATCHES`` batches only (AutoCast's reference run; the layer-wise search at most one batch).
     """
     model, path = load_model(model_path), str(model_path)
     notes = [] if notes is None else notes
     axes, rows = batch_axes(model), fixed_batch(model) or 1
-    held = REFERENCE_BATCHES * feed_batch(model)
     if heldout:
-        data = _within(model, load_npz(heldout, model, "held-out data"), budget, path, "held-out", notes, held)
-    else:
-        from trtfarm.precision.runs import infer
+        data = _within(model, load_npz(heldout, model, "held-out data"), budget, path, f"held-out data {heldout.name}",
+                       notes, REFERENCE_BATCHES * feed_batch(model))
+        return batches(data, feed_batch(model), set(model_inputs(model)) - set(axes), axes)
+    from trtfarm.precision.runs import infer
 
-        try:
-            first = sample_shapes(model, symbol_sizes(model, 64)[0], rows, path)
-        except UserInputError:  # said in the generator's own words below
-            first = None
-        if first:
-            plan_memory(model, first, rows, budget, path)  # before the probe allocates anything
-        sizes = probe_sizes(model, lambda feed: infer(model_path, [feed]), path=path, notes=notes)
-        plan = plan_memory(model, sample_shapes(model, sizes, rows, path), rows, budget, path, held=held)
-        made = generated_inputs(model, sizes=sizes, path=path, fits=(plan.samples, plan.why()))
-        data = made.data
-        notes += made.notes
-    return batches(data, feed_batch(model), set(model_inputs(model)) - set(axes), axes)
+    try:
+        first = sample_shapes(model, symbol_sizes(model, 64)[0], rows, path)
+    except UserInputError:  # said in the generator's own words below
+        first = None
+    if first:
+        plan_memory(model, first, rows, budget, path)  # before the probe allocates anything
+    probed = probe(model, lambda feed: infer(model_path, [feed]), path=path, notes=notes)
+    tied = tied_batch(model, probed.tie)
+    per_feed = tied[1] if tied else feed_batch(model)
+    rows = tied[1] if tied else rows
+    plan = plan_memory(model, sample_shapes(model, probed.sizes, rows, path), rows, budget, path,
+                       held=REFERENCE_BATCHES * per_feed)
+    made = generated_inputs(model, sizes=probed.sizes, path=path, fits=(plan.samples, plan.why()), batch=tied)
+    notes += made.notes
+    return batches(made.data, per_feed, made.unbatched, made.axes)
 
 
 def feed_batch(model: onnx.ModelProto) -> int:
@@ -175,15 +180,18 @@ def calibration_feeds(model_path: Path, calibration: Path, budget: int = DEFAULT
                       notes: list[str] | None = None) -> list[dict]:
     """The calibration ``.npz`` as batches (a static export's own batch; scalars given whole with each)."""
     model = load_model(model_path)
-    data = _within(model, load_npz(calibration, model, "calibration data"), budget, str(model_path), "calibration",
-                   [] if notes is None else notes)
+    data = _within(model, load_npz(calibration, model, "calibration data"), budget, str(model_path),
+                   f"calibration data {calibration.name}", [] if notes is None else notes)
     axes = batch_axes(model)
     return batches(data, feed_batch(model), set(model_inputs(model)) - set(axes), axes)
 
 
 def _within(model: onnx.ModelProto, data: dict, budget: int, path: str, what: str, notes: list[str],
             held: int | None = None) -> dict:
-    """``data``'s first samples, as many as the memory budget holds (a note says so when fewer than all).
+    """``data``'s first samples, as many as the memory budget holds, and a note when fewer than all.
+
+    The note names the samples used and those left out, by their indices along the batch axis of ``what`` (the
+    ``.npz``, named).
 
     ``held``: the most samples whose every tensor the step holds at once (None: all, as calibration holds them).
     """
@@ -194,8 +202,14 @@ def _within(model: onnx.ModelProto, data: dict, budget: int, path: str, what: st
     if count <= plan.samples:
         return data
     keep = max(rows, plan.samples // rows * rows)
-    notes.append(f"used the first {keep} of {count} {what} samples: {plan.why()}")
+    notes.append(f"{what}: used samples {_span(0, keep)} of {count}, left out {_span(keep, count)} (indices along "
+                 f"its batch axis): {plan.why()}")
     return {n: a[(slice(None),) * axes[n] + (slice(0, keep),)] if n in axes else a for n, a in data.items()}
+
+
+def _span(start: int, stop: int) -> str:
+    """Sample indices ``start`` to ``stop - 1``, for people: ``0-1``, ``7``."""
+    return f"{start}" if stop - start == 1 else f"{start}-{stop - 1}"
 
 
 def convert_and_gate(src: Path, recipe: Recipe, out: Path, *, calibration: Path | None = None,
