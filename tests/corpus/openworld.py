@@ -388,7 +388,7 @@ def follow_auto_pin(command: str, out: Path) -> PinSearch:
     seconds = time.perf_counter() - start
     if not stdout.strip():
         said = _said(stderr)
-        found = code == 2 and "--auto-pin:" in said and "still fail" in said
+        found = code == 1 and "--auto-pin:" in said and "still fail" in said  # a failed gate
         return PinSearch("no pin set" if found else "error", said[:600], seconds, crashed, after)
     doc = json.loads(stdout)
     gate, pins = doc["gate"], doc["pinned_fp32_nodes"]

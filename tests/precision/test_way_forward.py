@@ -18,7 +18,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from trtfarm.precision.step import ConversionError, Recipe, convert_and_gate
+from trtfarm.precision.autopin import AutoPinFailed
+from trtfarm.precision.step import Recipe, convert_and_gate
 
 F = TensorProto.FLOAT
 
@@ -117,7 +118,7 @@ def test_a_node_kept_out_of_int8_computes_in_fp32_where_modelopt_leaves_it_in_fp
 def test_int8_auto_pin_that_cannot_pass_says_int8_is_not_for_this_model(tmp_path):
     model, calib = outlier_mlp(tmp_path)
     strict = Recipe(mode="int8", auto_pin=True, thresholds={"cosine_min": 1.0, "cosine_mean": 1.0, "max_error": 0.0})
-    with pytest.raises(ConversionError, match="int8 is not for this model: .* still fails: output 'y'"):
+    with pytest.raises(AutoPinFailed, match="int8 is not for this model: .* still fails: output 'y'"):
         convert_and_gate(model, strict, tmp_path / "s.onnx", calibration=calib)
 
 

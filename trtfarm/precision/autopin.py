@@ -16,12 +16,18 @@ from pathlib import Path
 
 import numpy as np
 
-from trtfarm.precision.convert import QUANTIZE, ConversionError, Converted, convert_onnx
+from trtfarm.precision.convert import QUANTIZE, Converted, convert_onnx
 from trtfarm.precision.gate import FP16_MAX, GateReport, accuracy_gate, all_tensors
 from trtfarm.precision.progress import Progress
-from trtfarm.precision.recipe import Recipe
+from trtfarm.precision.recipe import GateFailed, Recipe
 
 MAX_TRIES = 32
+
+
+class AutoPinFailed(GateFailed):
+    """``--auto-pin`` found no FP32 node set that passes: a failed gate (exit 1), naming the set it tried."""
+
+    exit_code = 1
 
 
 @dataclass
@@ -44,6 +50,19 @@ def overflow_candidates(fp32: Path, feed: dict, limit: float = FP16_MAX) -> list
 
 def _exact(names: list[str]) -> list[str]:
     return [f"^{re.escape(n)}$" for n in names]
+
+
+def _no_passing_set(recipe: Recipe, pins: list[str], tries: int, report: GateReport) -> str:
+    """The failed search in one line: the set it tried last, the gate's figures on it, and what to do instead."""
+    kept = ", ".join(pins) or "none: no node overflows and the layer-wise search named none"
+    figures = "; ".join(report.failures)
+    if recipe.mode in QUANTIZE:
+        return (f"--auto-pin: {recipe.mode} is not for this model: in {tries} conversion(s), the last with the "
+                f"{len(pins)} layer(s) that cost the most accuracy kept in FP32 ({kept}), the gate still fails: "
+                f"{figures}. Fix: use fp16 (--mode fp16), or fp32")
+    return (f"--auto-pin: no FP32 node set passes the {recipe.mode} gate: in {tries} conversion(s), the last with "
+            f"{len(pins)} node(s) kept in FP32 ({kept}), the gate still fails: {figures}. Fix: keep larger regions "
+            "with --keep-fp32 REGEX or --keep-fp32-op OP, or use fp32")
 
 
 def auto_pin(src: Path, recipe: Recipe, work: Path, feeds: list[dict], progress: Progress | None = None, *,
@@ -87,14 +106,8 @@ def auto_pin(src: Path, recipe: Recipe, work: Path, feeds: list[dict], progress:
         conv, report = attempt(pins)
         if report.passed is not False:  # passed, or not judged (then every attempt is: the FP32 outputs decide)
             break
-    if report.passed is False and quantized:
-        raise ConversionError(f"--auto-pin: {recipe.mode} is not for this model: with the {len(pins)} layer(s) that "
-                              f"cost the most accuracy in FP32 ({', '.join(pins) or 'none'}) the gate still fails: "
-                              f"{'; '.join(report.failures)}. Fix: use fp16 (--mode fp16), or fp32")
     if report.passed is False:
-        raise ConversionError(f"--auto-pin: keeping {len(pins)} node(s) in FP32 ({', '.join(pins) or 'none'}) "
-                              f"still fails the gate: {'; '.join(report.failures)}. Keep larger regions with "
-                              "--keep-fp32 REGEX, or use fp32.")
+        raise AutoPinFailed(_no_passing_set(recipe, pins, tries, report))
     best = (conv, report)
     for name in list(pins):  # minimality: drop every pin the gate does not need, or that changes nothing
         trial = [p for p in pins if p != name]
