@@ -112,6 +112,9 @@ def overflow_counts(v: np.ndarray) -> tuple[int, int]:
     One integer pass over an FP16 tensor where every value is finite (the usual case), against NumPy's float16
     ``isfinite``, which converts each value.
     """
+    v = np.asarray(v)
+    if v.dtype.kind != "f":  # an integer or bool tensor holds no inf or NaN (nor does one of strings)
+        return 0, 0
     if v.dtype == np.float16:
         bits = np.ascontiguousarray(v).view(np.uint16)
         magnitude = bits & 0x7FFF

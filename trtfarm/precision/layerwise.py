@@ -16,6 +16,7 @@ import onnx
 from trtfarm.precision.inputs import batch_axes, fixed_batch
 from trtfarm.precision.runs import all_tensors
 
+NUMERIC = "biuf"  # the dtype kinds whose values the layer-wise search compares: bool, integers, floats
 LAYERWISE_SAMPLES = 4  # the samples the layer-wise search runs: those whose outputs drift most from FP32
 
 
@@ -45,8 +46,11 @@ def worst_samples(model: onnx.ModelProto, feeds: list[dict], ref: dict[str, np.n
         found = True
         a2 = np.moveaxis(a, axis, 0).reshape(total, -1)
         b2 = np.moveaxis(b, axis, 0).reshape(total, -1)
-        diff = np.abs(np.subtract(a2, b2, dtype=np.float64))
-        per = np.where(np.isfinite(diff), diff, 0.0).max(axis=1) / (float(np.nanmax(np.abs(a2), initial=0.0)) + 1e-12)
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN, told below
+            diff = np.subtract(a2, b2, dtype=np.float64)  # 2-d: an array, taken abs of in place
+        np.abs(diff, out=diff)
+        diff[~np.isfinite(diff)] = 0.0  # a row that breaks is told below
+        per = diff.max(axis=1) / (float(_abs_max(a2)) + 1e-12)
         broke = ~np.isfinite(b2).all(axis=1) & np.isfinite(a2).all(axis=1)
         drift = np.maximum(drift, np.where(broke, np.inf, per))
     if not found or total <= count and len(feeds) == 1:
@@ -80,8 +84,8 @@ def layerwise_divergence(fp32: Path, converted: Path, feed: dict, limit: int = 5
             if t not in ref or t not in got or ref[t].shape != got[t].shape:
                 continue
             a, b = ref[t], got[t]
-            if a.dtype.kind != "f" or b.dtype.kind != "f":
-                a, b = a.astype(np.float64), b.astype(np.float64)
+            if a.dtype.kind not in NUMERIC or b.dtype.kind not in NUMERIC:  # strings, sequences: no error to take
+                continue
             if not np.isfinite(b).all() and np.isfinite(a).all():
                 errors[t] = np.inf
                 cost, issue = np.inf, f"overflow: non-finite values (FP32 max |x| = {_abs_max(a):.4g})"
@@ -97,16 +101,47 @@ def layerwise_divergence(fp32: Path, converted: Path, feed: dict, limit: int = 5
 
 
 def _abs_max(a: np.ndarray) -> np.float64:
-    """``max |a|`` as a float64: taken in ``a``'s own float type, where abs and max are exact."""
-    return np.float64(np.abs(a).max())
+    """``max |a|`` over ``a``'s finite values, as a float64; 0.0 where there is none (an empty tensor, NaN only).
+
+    Read from ``a``'s smallest and largest value, in its own type and without a copy: exact in any float type, and
+    in an integer one, where ``|x|`` of the most negative value does not fit (``abs(int8(-128))`` is -128). Only a
+    tensor that holds an infinity or NaN is read again, over its finite values.
+    """
+    a = np.asarray(a)
+    if not a.size:
+        return np.float64(0.0)
+    low, high = a.min(), a.max()
+    if a.dtype.kind == "f" and not (np.isfinite(low) and np.isfinite(high)):
+        finite = np.isfinite(a)
+        if not finite.any():
+            return np.float64(0.0)
+        low, high = a.min(where=finite, initial=np.inf), a.max(where=finite, initial=-np.inf)
+    if a.dtype.kind in "biu":
+        return np.float64(max(abs(int(low)), abs(int(high))))
+    return np.float64(max(abs(float(low)), abs(float(high))))
 
 
 def _relative_error(a: np.ndarray, b: np.ndarray) -> float:
-    """``max |a - b| / (max |a| + 1e-12)``, the difference taken in float64.
+    """``max |a - b| / (max |a| + 1e-12)``, the difference taken in float64; 0.0 for empty tensors.
 
-    The subtraction casts each element to float64 as it goes (the values of ``a.astype(np.float64) -
-    b.astype(np.float64)``, without two float64 copies of every tensor of the layer-wise search).
+    The subtraction casts each element to float64 as it goes, into one float64 buffer of the tensor's shape (the
+    values of ``a.astype(np.float64) - b.astype(np.float64)``, without two float64 copies of every tensor of the
+    layer-wise search); the buffer is an array at every rank (NumPy gives a scalar for a 0-d difference, not an
+    array to take ``abs`` in place). As the gate's figures take them (``figures.agreeing``), a value that is not
+    finite in both and the same (NaN in both, the same infinity) is no error, and one that is not finite in one
+    only an error of infinite size; ``max |a|`` is over ``a``'s finite values.
     """
-    diff = np.subtract(a, b, dtype=np.float64)
+    a, b = np.asarray(a), np.asarray(b)
+    diff = np.empty(np.broadcast_shapes(a.shape, b.shape), dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is NaN, a sum past float64's range inf
+        np.subtract(a, b, out=diff, dtype=np.float64)
     np.abs(diff, out=diff)
-    return float(diff.max() / (_abs_max(a) + 1e-12))
+    worst = diff.max(initial=0.0)
+    if not np.isfinite(worst):  # an infinity or NaN in either: judged where the difference is not finite only
+        bad = np.isfinite(diff, out=np.empty(diff.shape, dtype=bool))  # an array at rank 0 too
+        np.logical_not(bad, out=bad)
+        x, y = np.broadcast_to(a, diff.shape)[bad], np.broadcast_to(b, diff.shape)[bad]
+        diff[bad] = np.where((np.isnan(x) & np.isnan(y)) | (x == y), 0.0, np.inf)
+        worst = diff.max(initial=0.0)
+    del diff  # before max |a| (a second pass, over a tensor that holds an infinity or NaN)
+    return float(worst / (_abs_max(a) + 1e-12))
