@@ -1,23 +1,29 @@
 """A store of one model's exports for the ledger tests: ``N`` plans of enc on rtx-4090, published once, copied per test.
 
 The plans are made-up bytes behind a TensorRT-RTX header and real manifests (tests/chain_farm.py's ``Farm.publish``),
-published through the real publish protocol; export ``i`` is ``i`` days newer than export 0. ``Exports.fresh`` copies
-the published store (no pointer, no receipt yet) to a new folder, so each example starts from the same store.
+published through the real publish protocol; export ``i`` is ``i`` days newer than export 0, an fp32 plan unless
+``gates`` gives it an fp16 precision gate's verdict (its manifest's accuracy record, as a build writes it).
+``Exports.fresh`` copies the published store (no pointer, no receipt yet) to a new folder, so each example starts
+from the same store.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from trtfarm import layout
 from trtfarm.layout import ReleaseName
-from trtfarm.publishing.attest import read_stored
+from trtfarm.publishing.attest import Attestation, read_stored
+from trtfarm.publishing.publish import publish_plan
 from trtfarm.store import open_store
+from trtfarm.vocabulary.manifest import Manifest, manifest_from_json
 from trtfarm.vocabulary.promotion import Promotion, ReceiptHost
 
-from ..chain_farm import TC, Farm
+from ..chain_farm import TC, TEMPLATE, rtx_header
 
 NAME = ReleaseName("enc", "rtx-4090", TC)
 STABLE, CANDIDATE = layout.channel_key(*NAME, "stable"), layout.channel_key(*NAME, "candidate")
@@ -40,12 +46,10 @@ class Exports:
     keys: list[str]
 
     @classmethod
-    def publish(cls, root: Path, n: int) -> Exports:
-        farm = Farm.__new__(Farm)  # its publish step alone: no releases
-        farm.root, farm.store = root, open_store((root / "store").as_uri())
+    def publish(cls, root: Path, n: int, gates: dict[int, str] | None = None) -> Exports:
         root.mkdir(parents=True, exist_ok=True)
-        keys = [farm.publish("enc", "rtx-4090", f"2026-01-{i + 1:02d}T00:00:00+00:00", 10 + i, None)
-                for i in range(n)]
+        store = open_store((root / "store").as_uri())
+        keys = [_publish(store, root, i, (gates or {}).get(i)) for i in range(n)]
         return cls(root / "store", keys)
 
     def fresh(self, to: Path) -> str:
@@ -58,3 +62,30 @@ class Exports:
 
     def index(self, manifest_key: str | None) -> int | None:
         return None if manifest_key is None else self.keys.index(manifest_key)
+
+
+def _publish(store, root: Path, i: int, verdict: str | None) -> str:
+    """Export ``i`` of enc on rtx-4090, published unsigned (as ``chain_farm.Farm.publish``); its manifest key."""
+    t = manifest_from_json(TEMPLATE.read_bytes())
+    exported = f"2026-01-{i + 1:02d}T00:00:00+00:00"
+    onnx = hashlib.sha256(f"enc{exported}".encode()).hexdigest()
+    digest = hashlib.sha256(f"{onnx}rtx-4090".encode()).hexdigest()
+    m = t.model_copy(update={
+        "model": t.model.model_copy(update={"name": "enc", "exported_at": exported, "onnx_digest": onnx}),
+        "target": t.target.model_copy(update={"gpu": "rtx-4090"}),
+        "build": t.build.model_copy(update={"build_digest": digest})})
+    m = gated(m, verdict) if verdict else m
+    plan = root / f"enc-{i}.plan"
+    plan.write_bytes(rtx_header() + bytes([10 + i]) * (1010 + i))
+    prov = Attestation(lambda man, sha: json.dumps({"subject": man.plan.sha256}).encode(), None)
+    return publish_plan(store, layout.plan_prefix("enc", onnx, "rtx-4090", TC, digest), plan,
+                        lambda info: m.model_copy(update={"plan": info}), attest=prov).manifest_key
+
+
+def gated(m: Manifest, verdict: str) -> Manifest:
+    """``m`` as an fp16 build whose precision gate gave ``verdict`` records it (``precision.accuracy``)."""
+    figures = [{"output": "y", "cosine_mean": 1.0, "cosine_min": 1.0, "max_abs": 0.0, "max_rel": 0.0,
+                "signal_rows": 0 if verdict == "not judged" else 8, "same_for_every_sample": verdict == "not judged"}]
+    accuracy = {"mode": "fp16", "passed": {"passed": True, "failed": False}.get(verdict), "verdict": verdict,
+                "figures": figures, "failures": ["y: max error 0.5 is above 0.01"] if verdict == "failed" else []}
+    return m.model_copy(update={"precision": m.precision.model_copy(update={"recipe": "fp16", "accuracy": accuracy})})

@@ -11,13 +11,15 @@ from dataclasses import dataclass, field
 
 FORWARD = {"release", "promote", "forced"}
 CHANNELS = ("stable", "candidate")
+RELEASED_UNASKED = {"passed", "not verified"}  # gate verdicts a release moves on without --release (bf16: not verified)
 
 
 @dataclass
 class Reference:
-    """The channels of one (model, GPU, toolchain), the receipts that count, and the canary policy."""
+    """The channels of one (model, GPU, toolchain), the receipts that count, the canary policy, each export's gate."""
 
     receipts_needed: int = 2
+    gates: dict[int, str] = field(default_factory=dict)  # export -> its precision gate's verdict (absent: passed)
     ledger: dict[str, list[tuple[str, int]]] = field(default_factory=lambda: {c: [] for c in CHANNELS})
     failed: dict[str, set[int]] = field(default_factory=lambda: {c: set() for c in CHANNELS})
     ok_hosts: dict[tuple[str, int], set[str]] = field(default_factory=dict)
@@ -28,19 +30,26 @@ class Reference:
     def served(self, channel: str) -> set[int]:
         return {i for _, i in self.ledger[channel]}
 
-    def release(self, channel: str, i: int, rollback: bool = False, force: bool = False) -> str:
-        """``moved``, ``already`` or ``older`` (refused)."""
+    def release(self, channel: str, i: int, rollback: bool = False, force: bool = False,
+                override: bool = False) -> str:
+        """``moved``, ``already``, ``older`` (refused) or ``held`` (its gate is not passed, and no ``--release``).
+
+        A plan released past its gate (``--release``, or ``--force``) is recorded as ``forced``.
+        """
         now = self.current(channel)
+        unjudged = self.gates.get(i, "passed") not in RELEASED_UNASKED
         if force:
             self.ledger[channel].append(("forced", i))
         elif now == i:
             return "already"
-        elif now is not None and i < now:
-            if not rollback:
-                return "older"
-            self.ledger[channel].append(("rollback", i))
+        elif now is not None and i < now and not rollback:
+            return "older"
+        elif unjudged and not override:
+            return "held"
+        elif unjudged:
+            self.ledger[channel].append(("forced", i))
         else:
-            self.ledger[channel].append(("release", i))
+            self.ledger[channel].append(("rollback" if now is not None and i < now else "release", i))
         return "moved"
 
     def rollback_target(self, channel: str) -> int | None:
@@ -91,8 +100,11 @@ class Reference:
             return None
         if self.current("stable") == cand:
             return "already"
-        if cand in self.failed["candidate"] or cand in self.failed["stable"]:
+        gate = self.gates.get(cand, "passed")
+        if cand in self.failed["candidate"] or cand in self.failed["stable"] or gate == "failed":
             return "fails"
+        if gate != "passed":  # the accuracy gate waits for a verdict (not judged; bf16's not verified)
+            return "waits"
         return "holds" if len(self.ok_hosts.get(("candidate", cand), ())) >= self.receipts_needed else "waits"
 
     def promote(self) -> tuple[str | None, int]:

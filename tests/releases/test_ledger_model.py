@@ -1,11 +1,12 @@
 """Random sequences of release moves on a real store, each answer held to the reference model (reference.py).
 
-Hypothesis draws releases (plain, ``--rollback``, ``--force``) to either channel, rollbacks, refreshes, receipts (ok
-or failed, from serving hosts with an RTX 4090 or an H100, for any plan) and promotions, and runs each through the
-functions the command line and the flows call, on a file store holding four published exports. After every step the
-pointers (what ``pull --channel`` reads), ``history`` and the candidate's verdict (what ``promote --json`` and
-``status`` print) must be what the model says. CI runs a bounded number of examples; the ``long`` profile
-(``--hypothesis-profile long``) runs more, as docs/serving.md records.
+Hypothesis draws releases (plain, ``--rollback``, ``--force``, each with or without a build's ``--release``) to either
+channel, rollbacks, refreshes, receipts (ok or failed, from serving hosts with an RTX 4090 or an H100, for any plan)
+and promotions, and runs each through the functions the command line and the flows call, on a file store holding
+five published exports: two fp32, and fp16 plans whose precision gate was not judged, not verified and failed.
+After every step the pointers (what ``pull --channel`` reads), ``history`` and the candidate's verdict (what
+``promote --json`` and ``status`` print) must be what the model says. CI runs a bounded number of examples; the
+``long`` profile (``--hypothesis-profile long``) runs more, as docs/serving.md records.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from trtfarm.store import open_store
 from .ledger_store import KEYS, NAME, POLICY, Exports, host
 from .reference import Reference
 
-N = 4
+N = 5
+GATES = {2: "not judged", 3: "not verified", 4: "failed"}  # each fp16 export's gate; 0 and 1 are fp32
 EXPORT = st.integers(0, N - 1)
 CHANNEL = st.sampled_from(["stable", "candidate"])
 HOSTS = st.sampled_from(["h1", "h2", "h3", "h100-a"])
@@ -40,7 +42,7 @@ _count = itertools.count()
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory) -> Exports:
-    return Exports.publish(tmp_path_factory.mktemp("ledger-model"), N)
+    return Exports.publish(tmp_path_factory.mktemp("ledger-model"), N, GATES)
 
 
 class LedgerMachine(RuleBasedStateMachine):
@@ -52,7 +54,7 @@ class LedgerMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.store = open_store(self.exports.fresh(self.scratch / f"run-{next(_count)}"))
-        self.model = Reference(receipts_needed=POLICY.receipts)
+        self.model = Reference(receipts_needed=POLICY.receipts, gates=dict(GATES))
 
     @initialize(candidate=st.booleans())
     def first_builds(self, candidate):
@@ -65,16 +67,17 @@ class LedgerMachine(RuleBasedStateMachine):
         pointer, _ = read_pointer(self.store, KEYS[channel])
         return self.exports.index(pointer.manifest if pointer else None)
 
-    @rule(channel=CHANNEL, i=EXPORT, how=st.sampled_from(["build", "rollback", "force"]))
-    def release(self, channel, i, how):
-        expected = self.model.release(channel, i, rollback=how == "rollback", force=how == "force")
+    @rule(channel=CHANNEL, i=EXPORT, how=st.sampled_from(["build", "rollback", "force"]), override=st.booleans())
+    def release(self, channel, i, how, override=False):
+        expected = self.model.release(channel, i, rollback=how == "rollback", force=how == "force", override=override)
         try:
             move_release(self.store, self.exports.keys[i], self.exports.manifest(self.store, i), release_on="built",
-                         reason=f"test {how}", rollback=how == "rollback", force=how == "force", channel=channel,
-                         promotion=POLICY if channel == "candidate" else None)
+                         reason=f"test {how}", rollback=how == "rollback", force=how == "force", override=override,
+                         channel=channel, promotion=POLICY if channel == "candidate" else None)
             got = "moved" if self._index(channel) == i else "?"
-        except ReleaseRefused as refused:
-            got = "older" if "export is older" in str(refused) else str(refused)
+        except ReleaseRefused as refused:  # nothing unjudged is released without an override: it names the verdict
+            got = "older" if "export is older" in str(refused) else \
+                "held" if f"not released: fp16 gate {GATES.get(i)}" in str(refused) else str(refused)
         assert got == ("moved" if expected == "already" else expected)
 
     @rule(channel=CHANNEL)

@@ -34,6 +34,7 @@ from trtfarm.publishing.release import (
 )
 from trtfarm.publishing.release_check import asked_channel, manifest_identity_problem, read_pointer
 from trtfarm.releases import rules
+from trtfarm.releases.gates import plan_gate
 from trtfarm.releases.ledger import entries
 from trtfarm.signing.bundle import SignatureRefused
 from trtfarm.signing.release_claim import DEFAULT_EXPIRY
@@ -156,7 +157,8 @@ def apply(store: Store, key: str, request: rules.Request, *, reason: str, by: st
         if isinstance(request, rules.ReleaseTo) and current is not None and given is not None:
             asked = replace(request, older=_older(given.manifest, current))
         needs = isinstance(request, (rules.Rollback, rules.FailedReceipt))
-        seen_evidence = failed_manifests(store, key, current) if needs else rules.Evidence()
+        seen_evidence = failed_manifests(store, key, current) if needs else rules.Evidence(
+            gate=plan_gate(given.manifest).verdict if isinstance(request, rules.ReleaseTo) and given else "passed")
         decision = rules.decide(entries(current), asked, seen_evidence)
         if isinstance(decision, rules.Stay):
             return Applied(decision, current, current)
@@ -196,25 +198,42 @@ def _failed_meanwhile(store: Store, key: str, after: ReleasePointer, target: str
     return done.after if done.moved else None
 
 
-def move_release(store: Store, manifest_key: str, m: Manifest, *, release_on: str = "engine", reason: str,
-                 by: str | None = None, rollback: bool = False, force: bool = False, trust=None,
-                 seen: SeenPointer | None = None, signer=None, accepted=None, expiry: timedelta = DEFAULT_EXPIRY,
-                 vouched: bool = False, channel: str = "stable", promotion=None) -> ReleasePointer:
-    """Release ``manifest_key`` to ``channel`` (a build's release, or ``trtfarm release``); the pointer after it.
+def release_manifest(store: Store, manifest_key: str, m: Manifest, *, release_on: str = "engine", reason: str,
+                     by: str | None = None, rollback: bool = False, force: bool = False, override: bool = False,
+                     trust=None, seen: SeenPointer | None = None, signer=None, accepted=None,
+                     expiry: timedelta = DEFAULT_EXPIRY, vouched: bool = False, channel: str = "stable",
+                     promotion=None) -> Applied:
+    """Release ``manifest_key`` to ``channel`` (a build's release, or ``trtfarm release``); what ``apply`` did.
 
     ``ReleaseRefused`` when the policy or the order of exports forbid it (``rollback``: back to an older export on
-    purpose; ``force``: an override, recorded as ``forced``). A plan the channel serves already: unchanged.
+    purpose; ``force``: an override, recorded as ``forced``). A plan whose precision gate is not passed stays (a
+    ``held`` Stay) unless ``override`` (a build's ``--release``) or ``force`` release it anyway: recorded as
+    ``forced``, the gate in the event's reason and gates. A plan the channel serves already: unchanged.
     """
     v = vet(store, manifest_key, m, trust=trust, signer=signer, vouched=vouched, release_on=release_on, force=force)
     key = pointer_key(v.manifest, channel)
-    done = apply(store, key, rules.ReleaseTo(manifest_key, force=force, rollback=rollback), reason=reason, by=by,
-                 given=v, trust=trust, signer=signer, accepted=accepted, expiry=expiry, seen=seen,
-                 promotion=promotion)
+    gate = plan_gate(v.manifest)
+    past = {"accuracy": f"{gate.text()}: released anyway"} if gate.verdict not in rules.RELEASABLE else None
+    done = apply(store, key, rules.ReleaseTo(manifest_key, force=force, rollback=rollback, override=override),
+                 reason=f"{reason}; {gate.text()}" if past else reason, by=by, given=v, trust=trust, signer=signer,
+                 accepted=accepted, expiry=expiry, seen=seen, promotion=promotion, gates=past)
     if isinstance(done.decision, rules.Stay) and done.decision.kind == "older":
         raise ReleaseRefused(
             f"not released: {key} points at an export from {done.before.exported_at}; this plan's export is older "
             f"({v.manifest.model.exported_at}). Use `trtfarm release {short_ref(manifest_key)} --rollback --reason "
             "...` to go back on purpose.")
+    return done
+
+
+def move_release(store: Store, manifest_key: str, m: Manifest, *, signer=None, **how) -> ReleasePointer:
+    """``release_manifest`` with ``signer`` and ``how`` (its other keywords); the pointer after it.
+
+    ``ReleaseRefused`` also when the plan's precision gate holds the release (``--force`` releases it anyway).
+    """
+    done = release_manifest(store, manifest_key, m, signer=signer, **how)
+    if isinstance(done.decision, rules.Stay) and done.decision.kind == "held":
+        raise ReleaseRefused(f"not released: {plan_gate(m).text()}; rebuild with held-out data (--heldout, or "
+                             "heldout.npz beside the export), or release it anyway with --force (recorded as forced)")
     return done.after
 
 

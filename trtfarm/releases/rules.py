@@ -17,7 +17,10 @@ The rules:
   one rollback); on ``stable`` under ``on_failed_receipt: rollback`` it is a rollback, under ``block`` (or no
   policy) it only blocks; on ``candidate`` it fails the canary gate and moves nothing;
 - **release**: refused when its export is older than the current one's (``--rollback`` or ``--force`` go back on
-  purpose); a manifest already served stays;
+  purpose); a manifest already served stays; held (a Stay, nothing moves) when its precision gate's verdict is
+  not ``passed`` or ``not verified`` (BF16, whose numerics cannot run on the CPU, is released as documented): a
+  ``not judged`` or ``failed`` plan moves a pointer only on an override (``--release``, ``--force``), recorded as
+  ``forced``;
 - **promote**: only when every gate holds (``--force`` overrides); a manifest stable already serves is refused (the
   loser of two racing promotions is told);
 - **refresh**: re-signs what the channel serves; never a release, never a rollback target of its own.
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 FORWARD = ("release", "promote", "forced")  # moves that put a manifest in its place in the order of releases
+RELEASABLE = ("passed", "not verified")  # the precision gate's verdicts a release moves on without an override
 Action = Literal["release", "rollback", "forced", "refresh", "promote"]
 
 
@@ -44,10 +48,15 @@ class Entry:
 
 @dataclass(frozen=True)
 class Evidence:
-    """What the store says besides the ledger: manifests reported failed in this channel, and those still present."""
+    """What the store says besides the ledger.
+
+    Manifests reported failed in this channel, those still present, and the precision gate's verdict of the plan a
+    release names (passed, failed, not judged, not verified).
+    """
 
     failed: frozenset[str] = frozenset()
     present: frozenset[str] | None = None  # None: every manifest of the ledger is in the store
+    gate: str = "passed"
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,7 @@ class ReleaseTo:
     older: bool = False
     force: bool = False  # an operator override: recorded as ``forced``
     rollback: bool = False  # an operator's ``release --rollback``: back to an older export on purpose
+    override: bool = False  # ``build --release``: a plan whose gate is not passed is released anyway, as ``forced``
 
 
 @dataclass(frozen=True)
@@ -104,8 +114,9 @@ class Move:
 class Stay:
     """Nothing moves, and why.
 
-    ``kind``: ``already``, ``older``, ``fails``, ``waits``, ``no-target``, ``stale``, ``blocked``, ``candidate`` or
-    ``empty``; ``refused``: the request was refused, not merely without effect; ``served``: what the channel serves.
+    ``kind``: ``already``, ``older``, ``held`` (the precision gate), ``fails``, ``waits``, ``no-target``, ``stale``,
+    ``blocked``, ``candidate`` or ``empty``; ``refused``: the request was refused, not merely without effect;
+    ``served``: what the channel serves.
     """
 
     kind: str
@@ -164,7 +175,7 @@ def _rollback(ledger: Sequence[Entry], evidence: Evidence) -> Decision:
     return Move("rollback", target, now)
 
 
-def _release(ledger: Sequence[Entry], r: ReleaseTo) -> Decision:
+def _release(ledger: Sequence[Entry], r: ReleaseTo, evidence: Evidence) -> Decision:
     now = current(ledger)
     if now == r.manifest and not r.force:
         return Stay("already", False, "the channel serves it already", now)
@@ -172,6 +183,10 @@ def _release(ledger: Sequence[Entry], r: ReleaseTo) -> Decision:
         return Move("forced", r.manifest, now)
     if r.older and not r.rollback:
         return Stay("older", True, "its export is older than the one the channel serves", now)
+    if evidence.gate not in RELEASABLE:
+        if not r.override:
+            return Stay("held", True, f"its precision gate is {evidence.gate}", now)
+        return Move("forced", r.manifest, now)
     return Move("rollback" if r.older and r.rollback else "release", r.manifest, now)
 
 
@@ -205,7 +220,7 @@ def decide(ledger: Sequence[Entry], request: Request, evidence: Evidence = Evide
     if isinstance(request, FailedReceipt):
         return _receipt(ledger, request, evidence)
     if isinstance(request, ReleaseTo):
-        return _release(ledger, request)
+        return _release(ledger, request, evidence)
     if isinstance(request, PromoteTo):
         return _promote(ledger, request)
     now = current(ledger)
