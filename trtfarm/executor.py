@@ -76,8 +76,9 @@ def settle(store: Store, plan: ExportWork, signer=None) -> JobResult:
     """
     for w in plan.withdrawals:
         withdraw(store, w.prefix)
+    override = plan.model is not None and plan.model.release_override  # --release: past a gate not passed
     outcomes = [replace(plan.outcomes[r.target], release=release_if_allowed(
-        store, r.manifest_key, r.manifest, r.release_on, None, r.trial, r.pointer, signer, r.promotion))
+        store, r.manifest_key, r.manifest, r.release_on, None, r.trial, r.pointer, signer, r.promotion, override))
         for r in plan.releases]
     return JobResult(job_id="settle", model=plan.name, outcomes=outcomes)
 

@@ -332,7 +332,8 @@ def _build_group(store: Store, model: ModelSource, group: Sequence[TargetWork], 
             note = shared if pub.created else _already_published_note(pub.manifest, result)
             outcome = outcome_from_manifest(store, plan, pub.manifest, status="built", reason=note)
             outcome.release = release_if_allowed(store, pub.manifest_key, pub.manifest, plan.target.release_on, run_id,
-                                                 model.trial, plan.pointer, signer, plan.promotion)
+                                                 model.trial, plan.pointer, signer, plan.promotion,
+                                                 override=model.release_override)
             return outcome
 
         if len(group) == 1:

@@ -118,5 +118,6 @@ def refit_and_publish(store: Store, model: ModelSource, plan: TargetWork, parent
     outcome = outcome_from_manifest(store, plan, pub.manifest, status="built",
                                     reason=f"refitted from {parent_key} in {wall:.2f} s (no rebuild)")
     outcome.release = release_if_allowed(store, pub.manifest_key, pub.manifest, plan.target.release_on, run_id,
-                                         model.trial, plan.pointer, signer, plan.promotion)
+                                         model.trial, plan.pointer, signer, plan.promotion,
+                                         override=model.release_override)
     return outcome

@@ -13,8 +13,11 @@ from trtfarm.publishing.release import (
     pointer_key,
     read_pointer,
     repair_pointer,
+    who,
 )
-from trtfarm.releases.moves import move_release
+from trtfarm.releases.gates import PlanGate, plan_gate
+from trtfarm.releases.moves import release_manifest
+from trtfarm.releases.rules import RELEASABLE, Stay
 from trtfarm.signing.bundle import SignatureRefused
 from trtfarm.store import Store
 from trtfarm.vocabulary.manifest import Manifest
@@ -38,8 +41,12 @@ def outcome_from_manifest(store: Store, plan: TargetWork, manifest: Manifest, st
 
 def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, release_on: str,
                        run_id: str | None, trial: str | None = None, seen: SeenPointer | None = None,
-                       signer=None, promotion=None) -> ReleaseOutcome:
+                       signer=None, promotion=None, override: bool = False) -> ReleaseOutcome:
     """Move the release pointer when the target's policy allows (and the build is no trial); what happened, as a value.
+
+    A plan whose precision gate is not passed is held by the rules (``rules.decide``): published as a trial, the
+    pointer kept, the outcome naming the gate and the fix; ``override`` (``--release``) releases it anyway, recorded
+    as ``forced`` by who ran the build.
 
     A damaged pointer (not JSON, fields missing) is trtfarm's own object: it is repaired first, and the outcome
     says so (``repaired``). ``seen``: the pointer as planning read it (its ETag starts the compare-and-swap; a stale
@@ -58,16 +65,32 @@ def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, rele
     before = seen.pointer
     old = short_ref(before.manifest) if before else "nothing"
     if trial:
-        return ReleaseOutcome("kept", key, old, why=trial, repaired=repaired, channel=channel)
+        return ReleaseOutcome("kept", key, old, why=trial, repaired=repaired, channel=channel, held_by=trial)
     if before and before.manifest == manifest_key:
         return ReleaseOutcome("already", key, old, old, repaired=repaired, channel=channel)
+    built = f"built by run {run_id}" if run_id else "built by trtfarm"
+    gate = plan_gate(manifest)
+    past = override and gate.verdict not in RELEASABLE  # an override: who asked for it, and why
     try:
-        moved = move_release(store, manifest_key, manifest, release_on=release_on, by="trtfarm",
-                                 reason=f"built by run {run_id}" if run_id else "built by trtfarm", seen=seen,
-                                 signer=signer, vouched=True, channel=channel,
-                                 promotion=promotion)  # the manifest this run published or read
+        done = release_manifest(store, manifest_key, manifest, release_on=release_on, by=who() if past else "trtfarm",
+                                reason=f"{built}; released anyway with --release" if past else built, seen=seen,
+                                signer=signer, vouched=True, channel=channel, promotion=promotion,
+                                override=override)  # the manifest this run published or read
     except (ReleaseRefused, SignatureRefused) as refused:  # a tampered pointer is left for a person to look at
         return ReleaseOutcome("refused", key, old, why=str(refused), repaired=repaired, channel=channel)
+    if isinstance(done.decision, Stay) and done.decision.kind == "held":  # nothing unjudged is released: a trial
+        return ReleaseOutcome("kept", key, old, why=held_text(gate), repaired=repaired, channel=channel,
+                              held_by=f"precision gate {gate.verdict}", fix=GATE_FIX)
+    moved = done.after
     if len(moved.history) > 1:  # where it moved from, also when a concurrent writer moved it since planning
         old = short_ref(moved.history[-2].manifest)
     return ReleaseOutcome("moved", key, old, short_ref(manifest_key), repaired=repaired, channel=channel)
+
+
+GATE_FIX = ("held-out data (--heldout heldout.npz, or heldout.npz beside the export), or --release to release it "
+            "anyway (recorded in the history)")
+
+
+def held_text(gate: PlanGate) -> str:
+    """Why a plan stays a trial: ``published as a trial: fp16 gate not judged (output 'y' is ...)``."""
+    return f"published as a trial: {gate.text()}"

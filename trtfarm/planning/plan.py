@@ -143,7 +143,8 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
     if isinstance(found, PrecisionJob):  # the builds wait for the step: planned again once it ran
         return ExportWork(name=model.name, model=None, profiles=texts, targets=ids, precision=found)
     model = found.model_copy(update={"trial": trial_reason(request.release, recipe.mode, spec.precision.mode,
-                                                           spec_path is not None)})
+                                                           spec_path is not None),
+                                     "release_override": request.release is True})
     plans = plan_targets(model, model.plan_digest, resolved, profiles, None)
     known, plans = first.settled(plans) if first else (Triage(), plans)
     found = triage(store, plans, request.force, request.verify_store, model.trial)

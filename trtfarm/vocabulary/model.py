@@ -79,6 +79,8 @@ class ModelSource(BaseModel):
     heldout: Path | None = None
     # why this run's plans move no release pointer (a trial of a recipe other than the model's declared one)
     trial: str | None = None
+    # ``--release``: a plan whose precision gate is not passed is released anyway, recorded as an override
+    release_override: bool = False
     # farm.yaml's promotion: block: releases land in the candidate channel (None: in stable, as before)
     promotion: Promotion | None = None
 

@@ -25,7 +25,8 @@ class ReleaseOutcome:
     refused, left for a person), ``recorded`` (read back from a run's stored outcomes written before this type:
     only its sentence, in ``why``). ``key`` is the pointer's store key; ``old`` and ``new`` are ``MODEL/GPU/BUILD``
     references (what ``trtfarm show`` takes), ``old`` is ``nothing`` for a first release. ``repaired``: a damaged
-    pointer was repaired first, and this is what the repair said.
+    pointer was repaired first, and this is what the repair said. ``held_by``: what keeps a ``kept`` pointer (the
+    trial, or ``precision gate not judged``); ``fix``: what would release the plan.
     """
 
     action: ReleaseAction
@@ -35,6 +36,8 @@ class ReleaseOutcome:
     why: str = ""
     repaired: str = ""
     channel: str = "stable"  # the channel whose pointer this is (``candidate``: the model declares promotion:)
+    held_by: str = ""
+    fix: str = ""
 
     @property
     def move(self) -> str:
@@ -53,7 +56,8 @@ class ReleaseOutcome:
         if self.action == "already":
             return f"{note}released: {self.key} (already at {self.old})"
         if self.action == "kept":
-            return f"{note}not released ({self.why}): {self.key} stays at {self.old}"
+            fix = f"; fix: {self.fix}" if self.fix else ""
+            return f"{note}not released ({self.why}): {self.key} stays at {self.old}{fix}"
         return f"{note}{self.why}"
 
 
@@ -81,10 +85,17 @@ class TargetOutcome:
     fix: str = ""
 
     def to_json(self) -> dict:
-        """``{target, status, reason, fix, manifest, build_s, plan_bytes, verification, release}``."""
+        """``{target, status, reason, fix, manifest, build_s, plan_bytes, verification, release, released, held_by}``.
+
+        ``released``: the pointer serves this plan (moved, or already); ``held_by``: what kept it (a trial, the
+        precision gate), else None.
+        """
+        r = self.release
         return {"target": self.target, "status": self.status, "reason": self.reason, "fix": self.fix,
                 "manifest": self.manifest, "build_s": self.build_s, "plan_bytes": self.plan_bytes,
-                "verification": self.verification, "release": str(self.release or "")}
+                "verification": self.verification, "release": str(r or ""),
+                "released": r is not None and r.action in ("moved", "already"),
+                "held_by": (r.held_by or r.why) if r is not None and r.action == "kept" else None}
 
     def to_record(self) -> dict:
         """The stored form: ``to_json``, the manifest's store key, the build digest and the release outcome's fields.
@@ -118,7 +129,7 @@ class RunRow:
     outcome: TargetOutcome
 
     def to_json(self) -> dict:
-        """``{model, target, status, reason, fix, manifest, build_s, plan_bytes, verification, release}``."""
+        """``{model, target, status, reason, ..., release, released, held_by}`` (``TargetOutcome.to_json``)."""
         return {"model": self.model, **self.outcome.to_json()}
 
 
