@@ -169,7 +169,10 @@ def check_output_names(recipe: Recipe, outputs: list[str]) -> None:
 
 
 def _rows(x: np.ndarray) -> np.ndarray:
-    return x.reshape(x.shape[0], -1).astype(np.float64) if x.ndim else x.reshape(1, 1).astype(np.float64)
+    """One row per sample (the first axis), as float64; a scalar is one row of one value, no rows stay none."""
+    if not x.ndim:
+        return x.reshape(1, 1).astype(np.float64)
+    return x.reshape(x.shape[0], int(np.prod(x.shape[1:], dtype=np.int64))).astype(np.float64)
 
 
 def _scale(a: np.ndarray, declared: tuple[float, float] | None, source: str) -> tuple[float, str]:
@@ -225,6 +228,11 @@ def output_figures(name: str, ref: np.ndarray, got: np.ndarray, recipe: Recipe,
     if name in recipe.output_ranges:
         declared, source = tuple(recipe.output_ranges[name]), "declared in the recipe"
     scale, scale_from = _scale(a, declared, source)
+    if not a.size:  # a detector's boxes when it finds nothing: no value to compare
+        return OutputFigures(name, 1.0, 1.0, 0.0, 0.0, scale=scale, scale_from=scale_from, max_error=0.0,
+                             rows=len(a), signal_rows=0, kind=output_kind(name, recipe, meaning),
+                             uninformative=f"the output is empty on these inputs (shape {list(np.shape(ref))}), so "
+                                           "there is nothing to compare")
     same = agreeing(a, b)
     a, b = np.where(same, 0.0, a), np.where(same, 0.0, b)  # agreement: no error, no part of the cosine
     cos = _cosine(a, b)
@@ -325,7 +333,8 @@ def _one_decision(fig: OutputFigures, why: str) -> None:
 def recall_at_k(a: np.ndarray, b: np.ndarray, k: int) -> float:
     """Share of each sample's k nearest FP32 neighbours (cosine) that the converted model also ranks top-k."""
     def neighbours(x):
-        x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+        with np.errstate(invalid="ignore", over="ignore"):  # a row holding an infinity: NaN, ranked last
+            x = np.nan_to_num(x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12), nan=0.0)
         sim = x @ x.T
         np.fill_diagonal(sim, -np.inf)
         return np.argsort(-sim, axis=1)[:, :k]
