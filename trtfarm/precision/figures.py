@@ -325,8 +325,8 @@ def top1_agreement(ref: np.ndarray, got: np.ndarray, axis: int) -> tuple[float, 
 def _one_decision(fig: OutputFigures, why: str) -> None:
     """FP32 makes one decision everywhere on these inputs: the figures cannot show a decision that changes."""
     if not fig.uninformative:
-        fig.uninformative = (f"{why} of the {fig.rows} samples, so no decision can change; the decision figures "
-                             "say nothing of the conversion there")
+        fig.uninformative = (f"{why} on these inputs, so no decision can change; the decision figures say "
+                             "nothing of the conversion there")
         fig.signal_rows = 0
 
 
