@@ -77,6 +77,30 @@ def test_ppocr_det_fp16_on_pages_of_text_passes_by_its_decision_flips_and_a_scra
     assert broken.passed is False and any("(probability)" in f for f in broken.failures), broken.failures
 
 
+def text_lines(count: int, seed: int = 0) -> np.ndarray:
+    """Lines of dark text, as PaddleOCR's recogniser is fed them: 48 x 320, (x / 255 - 0.5) / 0.5, NCHW."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        line = Image.new("RGB", (320, 48), (245, 245, 245))
+        ImageDraw.Draw(line).text((6, 8), " ".join(rng.choice(WORDS, 3)), fill=(20, 20, 20),
+                                  font=ImageFont.load_default(size=26))
+        out.append(((np.asarray(line, np.float32)[:, :, ::-1] / 255.0 - 0.5) / 0.5).transpose(2, 0, 1))
+    return np.stack(out).astype(np.float32)
+
+
+@pytest.mark.integration
+def test_ppocr_rec_fp16_on_lines_of_text_passes_by_the_character_each_step_picks(tmp_path):
+    """Its CTC softmax's largest error (0.03) failed the old rule; CTC decoding reads only each step's arg-max."""
+    model = corpus_file("ppocr-rec")
+    name = onnx.load(str(model), load_external_data=False).graph.input[0].name
+    np.savez(tmp_path / "heldout.npz", **{name: text_lines(4)})
+    result = convert_and_gate(model, Recipe(mode="fp16"), tmp_path / "rec16.onnx", heldout=tmp_path / "heldout.npz")
+    (fig,) = result.report.figures
+    assert result.report.verdict == "passed", result.summary()
+    assert fig.kind == "classes" and fig.extra["top1_agreement"] >= 0.99 and "top1_agreement" in result.summary()
+
+
 def _map(shape=(2, 1, 100, 100), seed=0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     return np.where(rng.random(shape) < 0.1, rng.uniform(0.8, 1.0, shape), rng.uniform(0.0, 0.05, shape))
@@ -126,7 +150,8 @@ def test_a_softmax_class_map_is_judged_by_its_arg_max_along_the_class_axis():
     meaning = output_meanings(_softmax_model())["seg"]
     assert meaning.op == "Softmax" and meaning.axis == 1
     fig = output_figures("seg", ref, ref + 1e-5, Recipe(mode="fp16"), (0.0, 1.0), meaning=meaning)
-    assert fig.kind == "classes" and fig.extra["top1_agreement"] == 1.0 and not figure_failures([fig], Recipe(mode="fp16"))
+    assert fig.kind == "classes" and fig.extra["top1_agreement"] == 1.0
+    assert not figure_failures([fig], Recipe(mode="fp16"))
     swapped = ref.copy()
     swapped[:, [0, 1]] = swapped[:, [1, 0]]  # two classes exchanged everywhere
     bad = output_figures("seg", ref, swapped, Recipe(mode="fp16"), (0.0, 1.0), meaning=meaning)
