@@ -85,7 +85,7 @@ def build(
     if as_json:
         print_json([r.to_json() for r in rows])
     else:
-        outcome_table([r.outcome for r in rows], store_uri(store, check=False), wide, verbose)
+        outcome_table([r.outcome for r in rows], store_uri(store, check=False), wide, verbose, str(model))
     failed = [r.outcome for r in rows if r.outcome.status == "failed"]
     for o in failed:
         err.print(f"[bold red]{escape(o.target)} failed:[/] {message_text(o.reason)}", highlight=False,
@@ -174,47 +174,6 @@ def _note(o: TargetOutcome) -> str:
     return note
 
 
-def _releases(rows: list[TargetOutcome]) -> None:
-    """Every release pointer the run moved (old -> new), repaired or was refused, and those a trial build left."""
-    done = [o.release for o in rows if o.release is not None]
-    for o, r in ((o, o.release) for o in rows if o.release is not None):
-        if r.repaired:
-            labelled(out, "repaired:", message_text(r.repaired))
-        if r.action == "moved":
-            labelled(out, f"released{r.to}:", message_text(_move(r)))
-        elif r.action == "refused":  # the pointer stays on another plan than this run's: what holds it, and why
-            labelled(out, "not released:", message_text(_refused(o.manifest_key, r)))
-    kept = [r for r in done if r.action == "kept"]
-    for why in dict.fromkeys(r.why for r in kept):
-        out.print(message_text(f"not released, {why}; the pointers stay:"), highlight=False)
-        for r in (r for r in kept if r.why == why):
-            out.print(message_text(f"  {r.key}: {r.old}"), highlight=False)
-
-
-def _refused(manifest_key: str | None, r) -> str:
-    """``MODEL/GPU TOOLCHAIN stays at HELD, not PLAN: why`` (why's ``trtfarm release REF`` names the run's plan)."""
-    from trtfarm.layout import parse_channel_key, short_ref
-
-    ref = short_ref(manifest_key) if manifest_key else "this run's plan"
-    why = r.why.removeprefix("not released: ")
-    name = parsed[0] if (parsed := parse_channel_key(r.key)) else None
-    here = f"{name[0]}/{name[1]}/" if name else ""
-    where = f"{name[0]}/{name[1]} {name[2]}" if name else r.key
-    return f"{where} stays at {r.old.removeprefix(here)}, not {ref.removeprefix(here)}: {why}"
-
-
-def _move(r) -> str:
-    """A moved pointer in one line at 80 columns: ``MODEL/GPU TOOLCHAIN: OLD -> NEW`` with the plans by build id."""
-    from trtfarm.layout import parse_channel_key
-
-    parsed = parse_channel_key(r.key)
-    if parsed is None:
-        return r.move
-    name = parsed[0]
-    here = f"{name[0]}/{name[1]}/"
-    return f"{here.rstrip('/')} {name[2]}: {r.old.removeprefix(here)} -> {r.new.removeprefix(here)}"
-
-
 def _skipped_notes(rows: list[TargetOutcome]) -> list[tuple[str, str]]:
     """The skipped targets, one line per reason (versions left out): how many, and why (``--verbose``: each)."""
     import re
@@ -226,11 +185,15 @@ def _skipped_notes(rows: list[TargetOutcome]) -> list[tuple[str, str]]:
     return [(f"{len(ids)} skipped", why) for why, ids in by_reason.items()]
 
 
-def outcome_table(rows: list[TargetOutcome], store: str, wide: bool = False, verbose: bool = False) -> None:
+def outcome_table(rows: list[TargetOutcome], store: str, wide: bool = False, verbose: bool = False,
+                  model: str | None = None) -> None:
     """The outcome of each target; the notes go under the table when they do not fit beside it, one line each.
 
-    What the skipped targets need is said once per fix with ``verbose`` (else ``trtfarm targets`` says it).
+    What the skipped targets need is said once per fix with ``verbose`` (else ``trtfarm targets`` says it); a plan
+    its precision gate holds, with the fix (``model``: the export as given, for ``build ... --release``).
     """
+    from trtfarm.cli.release_lines import held_by_gate, release_lines
+
     columns = [Column("target"), Column("status"), Column("build s", 3, "right"), Column("plan", 2, "right"),
                Column("checks", 4), Column("note", 1)]
     cells = [{"target": escape(o.target), "status": f"[{STYLE[o.status]}]{o.status}[/]",
@@ -247,10 +210,11 @@ def outcome_table(rows: list[TargetOutcome], store: str, wide: bool = False, ver
             notes(out, _skipped_notes(rows))
     if verbose:
         notes(out, [(f"to build {', '.join(ids)}", fix) for fix, ids in skip_fixes(rows).items()])
-    _releases(rows)
+    release_lines(rows, model)
     counts = {s: sum(o.status == s for o in rows) for s in STYLE}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-    held = sum(o.release is not None and o.release.action == "refused" for o in rows)  # said above, counted here
+    held = sum(o.release is not None and (o.release.action == "refused" or held_by_gate(o.release))
+               for o in rows)  # said above, counted here
     summary += f"; {held} not released" if held else ""
     hint = " (--verbose or `trtfarm targets`: what they need)" if counts["skipped"] and not verbose else ""
     out.print(message_text(f"{summary}{hint}"), highlight=False)
