@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from trtfarm.precision import workarounds
-from trtfarm.precision.convert import ConversionError, convert_onnx
+from trtfarm.precision.convert import convert_onnx
 from trtfarm.precision.inputs import batches, fixed_batch, generated_inputs
 from trtfarm.precision.recipe import Recipe
 from trtfarm.precision.workarounds import _declared_shapes_hold, modelopt_workarounds
@@ -129,11 +129,12 @@ def test_if_branches_lose_no_node_to_modelopts_id_lookups_and_convert_as_modelop
     fixed = convert_onnx(silero, Recipe(mode="fp16"), tmp_path / "fixed.onnx", feeds=feeds)
     fast = convert_onnx(plain, Recipe(mode="fp16"), tmp_path / "fast.onnx", feeds=plain_feeds)
     monkeypatch.setattr(workarounds, "CHECKED", ())
-    with pytest.raises(ConversionError, match=r"KeyError at modelopt/onnx/autocast/precisionconverter\.py"):
-        convert_onnx(silero, Recipe(mode="fp16"), tmp_path / "own.onnx", feeds=feeds)
+    shipped = convert_onnx(silero, Recipe(mode="fp16"), tmp_path / "own.onnx", feeds=feeds)
+    assert any("KeyError at modelopt/onnx/autocast/precisionconverter.py" in n for n in shipped.notes)  # alone
     own = convert_onnx(plain, Recipe(mode="fp16"), tmp_path / "own-if.onnx", feeds=plain_feeds)
     assert fast.path.read_bytes() == own.path.read_bytes()
     assert {n.op_type for n in onnx.load(str(fixed.path)).graph.node} >= {"If"}
+    assert not any("control flow" in n for n in fixed.notes)  # with the workaround, ModelOpt converts it whole
 
 
 def test_a_histogram_of_float32s_lowest_value_merges_where_onnxruntimes_own_merge_overflows():

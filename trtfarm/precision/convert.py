@@ -6,8 +6,10 @@ normalised first (``normalise``: what its converters cannot take), both converte
 gate's feeds for AutoCast's reference run, the calibration feeds for quantization), and whatever ModelOpt, or a
 library it calls (onnxruntime, onnx, ONNX-GraphSurgeon), raises is turned here into one line naming that library,
 where it raised, its reason, and a fix that fits the reason. An error raised in trtfarm's own code keeps its
-traceback. AutoCast's reasons for each node it keeps in FP32 are read from its log as it converts. Two of
-ModelOpt's costs that grow with the model are worked around while it converts (``workarounds``).
+traceback. AutoCast's reasons for each node it keeps in FP32 are read from its log as it converts. Where AutoCast
+fails on a model with control flow, its main graph is converted alone and the If/Loop/Scan nodes stay FP32 with
+their subgraphs (``controlflow``), and a note says so. Two of ModelOpt's costs that grow with the model are worked
+around while it converts (``workarounds``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import onnx
 from trtfarm.errors import UserInputError, first_line, library_failure
 from trtfarm.identity import onnx_digest
 from trtfarm.onnxfile import load_model
+from trtfarm.precision.controlflow import main_graph_converted
 from trtfarm.precision.deferred import import_modelopt
 from trtfarm.precision.nodes import NodePrecision, node_precision
 from trtfarm.precision.normalise import normalised_for_converters
@@ -167,30 +170,63 @@ def sequences_started_empty(model: onnx.ModelProto, by: str = "AutoCast") -> dic
 
 
 def _autocast(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, work: Path,
-              named: Path) -> dict[str, str]:
-    import_modelopt()  # lief and torch (it imports them; fp8 alone reads torch) loaded only when read
-    from modelopt.onnx.autocast import convert_to_mixed_precision
-
-    # AutoCast marks every tensor as an output of its reference run: a few batches give its ranges
-    data = str(_write_feeds(feeds[:REFERENCE_BATCHES], work / "reference")) if feeds else None
+              named: Path, notes: list[str]) -> dict[str, str]:
+    """AutoCast of ``src`` into ``out``; where it fails on a model with control flow, of its main graph alone."""
     graph = load_model(src, weights=False)
     loops = {n.name: n.op_type for n in graph.graph.node if n.op_type in LOOPS}
-    sequences = sequences_started_empty(graph)
-    exclude = [*recipe.keep_fp32, *(f"^{re.escape(name)}$" for name in sequences)]
     with _modelopt_log() as log, modelopt_workarounds():
         try:
-            model = convert_to_mixed_precision(
-                onnx_path=str(src), low_precision_type=recipe.mode, nodes_to_exclude=exclude or None,
-                op_types_to_exclude=[*recipe.keep_fp32_ops, *set(loops.values())] or None, data_max=recipe.data_max,
-                init_max=recipe.init_max, keep_io_types=True, calibration_data=data, providers=["cpu"])
+            # AutoCast marks every tensor as an output of its reference run: a few batches give its ranges
+            sequences = _mixed(src, out, recipe, feeds[:REFERENCE_BATCHES] if feeds else None, work / "reference",
+                               set(loops.values()))
         except Exception as err:  # only what ModelOpt's (or its libraries') code raised is translated
             if (said := _translated(err, recipe, named, log.errors, bool(feeds))) is err:
                 raise
-            raise said from err
-    onnx.save(model, str(out))
+            log.kept.clear()
+            if (flow := _main_graph_only(src, out, recipe, feeds, work, err)) is None:
+                raise said from err
+            notes.append(flow[1])
+            return {**log.kept, **flow[0]}
     return {**log.kept, **sequences, **{
         name: f"kept in FP32 with its body: AutoCast casts a {op}'s loop-carried inputs but not its body"
         for name, op in loops.items() if op not in recipe.keep_fp32_ops}}
+
+
+def _mixed(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, folder: Path,
+           ops: set[str] = frozenset()) -> dict[str, str]:
+    """``convert_to_mixed_precision`` with the recipe's pins, ``ops`` and empty-started sequences in FP32."""
+    import_modelopt()  # lief and torch (it imports them; fp8 alone reads torch) loaded only when read
+    from modelopt.onnx.autocast import convert_to_mixed_precision
+
+    sequences = sequences_started_empty(load_model(src, weights=False))
+    exclude = [*recipe.keep_fp32, *(f"^{re.escape(name)}$" for name in sequences)]
+    model = convert_to_mixed_precision(
+        onnx_path=str(src), low_precision_type=recipe.mode, nodes_to_exclude=exclude or None,
+        op_types_to_exclude=[*recipe.keep_fp32_ops, *ops] or None, data_max=recipe.data_max,
+        init_max=recipe.init_max, keep_io_types=True, providers=["cpu"],
+        calibration_data=str(_write_feeds(feeds, folder)) if feeds else None)
+    onnx.save(model, str(out))
+    return sequences
+
+
+def _main_graph_only(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, work: Path,
+                     failure: Exception) -> tuple[dict[str, str], str] | None:
+    """AutoCast of the main graph alone, the control flow kept FP32 (``controlflow``): reasons per node and a note.
+
+    None where the model has no control flow, or where its main graph fails too (the whole model's failure is said).
+    """
+    try:
+        done = main_graph_converted(src, out, feeds[:REFERENCE_BATCHES] if feeds else None, work,
+                                    lambda path, data: _mixed(path, out, recipe, data, work / "reference-main"))
+    except Exception as err:  # what ModelOpt (or a library) raised, or a refusal: the whole model's failure is said
+        if isinstance(err, UserInputError) or library_failure(err):
+            return None
+        raise
+    if done is None:
+        return None
+    library, where = library_failure(failure)
+    kept, note = done[0].said(recipe.mode, library, f"{type(failure).__name__} at {where}: {clip(first_line(failure))}")
+    return {**done[1], **kept}, note
 
 
 class _Feeds:
@@ -279,10 +315,7 @@ def _translated(err: Exception, recipe: Recipe, src: Path, logged: list[str], da
                                f"{what}: onnxruntime refused it ({clip(ort or reason)}). Fix: {fix}")
     if "valid ONNX" in reason or where.startswith("onnx/"):
         fix = "re-export the model at opset 13 or later with a current exporter, or keep it fp32"
-    elif re.search(r"node|op type|operator", reason, re.IGNORECASE):
-        fix = ("keep the node or op type it names in FP32 (--keep-fp32 REGEX, --keep-fp32-op OP), or keep the "
-               "model fp32")
-    else:
+    else:  # a pin of the node it names is no fix: it may be one ModelOpt added, or inside a subgraph
         fix = f"keep this model fp32 (ModelOpt cannot {recipe.mode}-convert it), and report the model to ModelOpt"
     detail = f" ({clip(logged[-1].splitlines()[0], 200)})" if logged and "See log" in reason else ""
     return ConversionError(f"{src}: {recipe.mode} conversion failed in {library} ({type(err).__name__} at {where}: "
@@ -344,7 +377,7 @@ def convert_onnx(src: Path, recipe: Recipe, out: Path, *, feeds: list[dict] | No
     with scratch_dir("trtfarm-convert-") as tmp:  # quantize() rewrites its input file: it gets this copy
         clean, notes = normalised_for_converters(Path(src), tmp / "model.onnx")
         if recipe.mode in AUTOCAST:
-            kept = _autocast(clean, out, recipe, feeds, tmp, Path(src))
+            kept = _autocast(clean, out, recipe, feeds, tmp, Path(src), notes)
         else:
             kept = sequences_started_empty(load_model(clean, weights=False), "quantization's FP16 pass")
             _quantize(clean, out, recipe, feeds, Path(src), kept)
