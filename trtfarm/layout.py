@@ -13,6 +13,7 @@ reports/<model>/<run>/{report.md,outcomes.json,rows.json,*.png}
 runs/<run>/jobs/<job_id>.json
 webhook/exports/<claim>.json
 status/status.html                       (the fleet's matrix, rewritten by each nightly run)
+fleets/<fleet_digest>.json, fleets/current.json   (the fleet each run built for; views on a host without a fleet file)
 ```
 A manifest's provenance and signature are named by the manifest's own sha256: each publisher writes its pair before
 its manifest, and whichever manifest wins the create-only write finds its own pair beside it.
@@ -32,7 +33,7 @@ ONNX_NAME, EXPORT_NAME = "model.onnx", "export.json"
 CONVERTED_REPORT = "report.json"  # a precision step's gate report, beside its converted model.onnx
 PLANS, RELEASES, TIMING_CACHES, CONVERTED, MODELS, REPORTS, RUNS, STATUS, STATE = (
     "plans", "releases", "timing-caches", "converted", "models", "reports", "runs", "status", "state")
-CANDIDATES, RECEIPTS = "candidates", "receipts"
+CANDIDATES, RECEIPTS, FLEETS = "candidates", "receipts", "fleets"
 CHANNEL_ROOTS = {"stable": RELEASES, "candidate": CANDIDATES}
 OUTCOMES_NAME = "outcomes.json"  # a run's outcomes of one model, in its report folder
 PROVENANCE_PREFIX, SIGNATURE_PREFIX, SIGNATURE_SUFFIX = "provenance-", "signature-", ".sigstore.json"
@@ -372,3 +373,15 @@ def webhook_claim_key(claim_id: str) -> str:
 def status_page_key() -> str:
     """``status/status.html``: the fleet's status page, which each nightly run replaces (compare-and-swap)."""
     return f"{STATUS}/status.html"
+
+
+def fleet_key(fleet_digest: str) -> str:
+    """``fleets/<fleet_digest>.json``: one fleet a run built for, by the sha256 of its canonical JSON."""
+    if not re.fullmatch(r"[0-9a-f]{64}", fleet_digest):
+        raise UserInputError(f"fleet digest {fleet_digest!r}: expected 64 lowercase hex digits")
+    return f"{FLEETS}/{fleet_digest}.json"
+
+
+def fleet_pointer_key() -> str:
+    """``fleets/current.json``: which recorded fleet the store's newest run built for."""
+    return f"{FLEETS}/current.json"

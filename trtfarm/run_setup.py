@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtfarm.project.fleet_file import load_fleet, signing_settings
+from trtfarm.publishing.fleet_record import record_fleet
 from trtfarm.publishing.registry import latest_exports, resolve_model
 from trtfarm.signing.keys import Signer, key_hint
 from trtfarm.signing.settings import SigningSettings
@@ -94,6 +95,7 @@ def setup_run(request: MatrixRequest) -> RunSetup:
     """Open the store and read the run's fleet file once; a bad key or an unknown target fails before any work."""
     store = open_store(request.store)
     fleet = load_fleet(request.targets_file)
+    record_fleet(store, fleet, str(request.targets_file))  # what views on a host without a fleet file read
     signing = signing_settings(request.targets_file, fleet=fleet)
     signer = signing.signer()  # a bad key fails the run here, before anything is planned
     targets = select_targets(fleet, request.targets or None)

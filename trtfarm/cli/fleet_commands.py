@@ -184,18 +184,18 @@ def status(models: list[str] = typer.Argument(None, help="models to show (defaul
 
     Reads the store (each model's recorded state where it is current); writes nothing to it unless --record.
     """
+    from trtfarm.cli.fleet_source import view_fleet
     from trtfarm.planning.overview import status as fleet_status
     from trtfarm.planning.record_state import record_states
-    from trtfarm.project.fleet_file import load_fleet, signing_settings
+    from trtfarm.project.fleet_file import signing_settings
     from trtfarm.publishing.release import who
     from trtfarm.store import open_store
 
     if html:
         output_path(html, "--html", folder=False)  # a file: checked before any work
-    path = targets_path(targets_file)
-    fleet = load_fleet(path)
-    trust = signing_settings(path, only="trust").trusted_keys()
     opened = open_store(store_uri(store))
+    path, fleet = view_fleet(targets_file, opened)  # no fleet file here: the fleet the store's runs recorded
+    trust = signing_settings(path, only="trust").trusted_keys()
     if record:
         signer = signing_settings(path, only="key", fleet=fleet).signer()
         with err.status("recording each model's state in the store", spinner="dots"):

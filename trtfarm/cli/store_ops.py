@@ -159,8 +159,9 @@ def pull(model: str = typer.Argument(..., help="model name"),
     byte is downloaded; without, the pull says it is unsigned-checked. ``--check`` then runs ``verify``'s checks on
     the pulled plan on this host and says the verdict in one line.
     """
+    from trtfarm.cli.fleet_source import view_fleet
     from trtfarm.machine.capabilities import local_capabilities
-    from trtfarm.project.fleet_file import load_fleet, signing_settings
+    from trtfarm.project.fleet_file import signing_settings
     from trtfarm.runtime.pull import local_gpu_key, local_toolchains, pull_release
     from trtfarm.store import open_store
 
@@ -171,8 +172,8 @@ def pull(model: str = typer.Argument(..., help="model name"),
     check = check or report
     uri = store_uri(store)
     caps = local_capabilities()
-    fleet = load_fleet(targets_path(targets_file))
-    trust = signing_settings(targets_path(targets_file), only="trust").trusted_keys()
+    path, fleet = view_fleet(targets_file, open_store(uri))  # no fleet file here: the store's recorded fleet
+    trust = signing_settings(path, only="trust").trusted_keys()
     gpu_key = local_gpu_key(fleet, caps.gpus, gpu)
     accepted, max_age = _host_memory(trust)
     pulled = pull_release(open_store(uri), model, gpu_key,
