@@ -25,9 +25,11 @@ from trtfarm.cli.common import (
     store_uri,
     targets_path,
 )
+from trtfarm.cli.progress_bars import store_retries
 from trtfarm.cli.tables import Column, fitted_table, labelled
 
 WIDE_OPT = typer.Option(False, "--wide", help="every column, however wide the terminal")
+VERBOSE_OPT = typer.Option(False, "--verbose", "-v", help="each retry of a store request that got no answer")
 FOLD = 40  # more changes than this: the table groups them by target (``--json`` lists each pair)
 ACTION_STYLE = {"rebuild": "yellow", "new": "cyan", "drop": "magenta", "keep": "green"}
 STATE_STYLE = {"released": "green", "pending": "yellow", "stale": "dark_orange", "failed": "bold red",
@@ -134,7 +136,7 @@ def plan(models: list[str] = typer.Argument(None, help="models to plan (default:
          html: Path = typer.Option(None, "--html", metavar="DIR", help="also write plan.html (with a chart of "
                                    "GPU-minutes per pool) into DIR"),
          store: str = STORE_OPT, targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
-         wide: bool = WIDE_OPT) -> None:
+         wide: bool = WIDE_OPT, verbose: bool = VERBOSE_OPT) -> None:
     """What a proposed fleet would cost before it runs: which plans rebuild, keep, are new or dropped, and why.
 
     Compares the fleet as it is (--targets-file) with PROPOSED.yaml against the store, and estimates each build from
@@ -146,6 +148,7 @@ def plan(models: list[str] = typer.Argument(None, help="models to plan (default:
 
     if html:
         output_path(html, "--html")  # a folder: checked before any work
+    store_retries(err, verbose)
     current = load_fleet(targets_path(targets_file))
     proposed = load_fleet(fleet)
     with err.status("reading the store's listings and manifests", spinner="dots"):
@@ -177,7 +180,7 @@ def status(models: list[str] = typer.Argument(None, help="models to show (defaul
            html: Path = typer.Option(None, "--html", metavar="FILE", help="also write the matrix as one "
                                      "self-contained HTML page (e.g. status.html)"),
            store: str = STORE_OPT, targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
-           wide: bool = WIDE_OPT,
+           wide: bool = WIDE_OPT, verbose: bool = VERBOSE_OPT,
            record: bool = typer.Option(False, "--record", help="first compute each model's state from the store's "
                                        "records and record it in the store (state/), as every run does")) -> None:
     """Every model x target at a glance: released (age, precision, engine check, signature), stale, failed, missing.
@@ -193,6 +196,7 @@ def status(models: list[str] = typer.Argument(None, help="models to show (defaul
 
     if html:
         output_path(html, "--html", folder=False)  # a file: checked before any work
+    store_retries(err, verbose)
     opened = open_store(store_uri(store))
     path, fleet = view_fleet(targets_file, opened)  # no fleet file here: the fleet the store's runs recorded
     trust = signing_settings(path, only="trust").trusted_keys()

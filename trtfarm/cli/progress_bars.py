@@ -1,6 +1,8 @@
-"""Progress on the terminal for local builds: one bar per build (builder steps) and per upload (bytes)."""
+"""Progress on the terminal: one bar per build (builder steps) and per upload (bytes); the store's retries."""
 
 from __future__ import annotations
+
+import logging
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -51,3 +53,29 @@ def upload_bar(bars: Progress):
             bars.update(task, advance=n, amount=f"{sent[0] / 2**20:.1f} MiB")
         return advance
     return upload
+
+
+class _ConsoleLines(logging.Handler):
+    """Each record as one line of text on a console (above a live bar or spinner, never through it)."""
+
+    def __init__(self, console: Console) -> None:
+        super().__init__()
+        self.console = console
+
+    def emit(self, record: logging.LogRecord) -> None:  # noqa: D102 (logging's)
+        from trtfarm.cli.common import message_text
+
+        self.console.print(message_text(record.getMessage()), highlight=False, soft_wrap=not self.console.is_terminal)
+
+
+def store_retries(console: Console, verbose: bool = False) -> None:
+    """Show the store's retries on ``console``: each one with ``verbose`` (``-v``), else only a timeout's first wait.
+
+    Without it the same lines (WARNING only) reach stderr through Python's last-resort handler.
+    """
+    logger = logging.getLogger("trtfarm.store")
+    for handler in [h for h in logger.handlers if isinstance(h, _ConsoleLines)]:
+        logger.removeHandler(handler)
+    handler = _ConsoleLines(console)
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO if verbose else logging.WARNING)

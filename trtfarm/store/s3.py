@@ -1,10 +1,11 @@
 """``s3://bucket/prefix`` store over boto3: AWS S3, MinIO or any S3-compatible server.
 
 The endpoint comes from boto3's own settings (``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``, profiles) or the
-``endpoint_url`` argument. An endpoint that stops answering costs at most its timeouts times its attempts, each
-retry logged (``trtfarm.store``) with the wait, then one ``StoreUnavailable`` line naming the endpoint:
-``TRTFARM_S3_CONNECT_TIMEOUT`` (seconds, default 5), ``TRTFARM_S3_READ_TIMEOUT`` (default 20) and
-``TRTFARM_S3_MAX_ATTEMPTS`` (tries per request, first included, default 3).
+``endpoint_url`` argument. An endpoint that stops answering costs at most its timeouts times its attempts, then one
+``StoreUnavailable`` line naming the endpoint, the last error and the tries: ``TRTFARM_S3_CONNECT_TIMEOUT`` (seconds,
+default 5), ``TRTFARM_S3_READ_TIMEOUT`` (default 20) and ``TRTFARM_S3_MAX_ATTEMPTS`` (tries per request, first
+included, default 3). Each retry is logged (``trtfarm.store``) at INFO, which ``-v`` shows; a timeout's wait, the
+first per endpoint, also at WARNING (a silent wait looks hung). Missing or broken credentials name what to set.
 
 Create-only writes use ``IfNoneMatch='*'``, compare-and-swap ``IfMatch=etag``. Streaming
 uploads go through s3transfer (multipart above the threshold); s3transfer rejects ``IfNoneMatch`` in ExtraArgs, so a
@@ -28,6 +29,9 @@ from botocore.exceptions import (
     ConnectionClosedError,
     ConnectTimeoutError,
     EndpointConnectionError,
+    NoCredentialsError,
+    PartialCredentialsError,
+    ProfileNotFound,
     ReadTimeoutError,
 )
 
@@ -85,14 +89,49 @@ def timeouts() -> tuple[float, float, int]:
     return values[0], values[1], values[2]
 
 
+_WAITS_SAID: set[str] = set()  # endpoints whose timeout was said at WARNING in this process (once each)
+
+
 def _log_retry(attempts: int = 0, caught_exception: Exception | None = None, request_dict: dict | None = None,
                **_: object) -> None:
-    """Say, before botocore waits and tries again, that the endpoint did not answer (a silent wait looks hung)."""
+    """Log, before botocore waits and tries again, that the endpoint did not answer: INFO each time (``-v``).
+
+    A timeout (the endpoint accepts and stays silent) is also said once per endpoint at WARNING, since its wait is
+    long; a refused connection is retried at once, and its failure is one line naming the tries.
+    """
     _, read, total = timeouts()
-    if isinstance(caught_exception, NO_ANSWER) and attempts < total:
-        url = (request_dict or {}).get("url", "the endpoint")
-        log.warning("the artifact store at %s did not answer (%s); trying again (%d of %d, read timeout %g s)",
-                    url.split("?")[0], type(caught_exception).__name__, attempts + 1, total, read)
+    if not isinstance(caught_exception, NO_ANSWER) or attempts >= total:
+        return
+    url = (request_dict or {}).get("url", "the endpoint").split("?")[0]
+    args = (url, type(caught_exception).__name__, attempts + 1, total, read)
+    endpoint = url.split("/")[2] if url.count("/") >= 2 else url
+    slow = isinstance(caught_exception, (ConnectTimeoutError, ReadTimeoutError)) and endpoint not in _WAITS_SAID
+    _WAITS_SAID.update([endpoint] if slow else [])
+    log.log(logging.WARNING if slow else logging.INFO, "the artifact store at %s did not answer (%s); trying again "
+            "(%d of %d, read timeout %g s)", *args)
+
+
+def _settings_refused(err: Exception) -> UserInputError:
+    """One line for AWS settings boto cannot use (a profile not there, half of a key pair), naming what to set."""
+    if isinstance(err, ProfileNotFound):
+        import botocore.session
+
+        profiles = ", ".join(botocore.session.Session(profile=None).available_profiles) or "none"
+        return UserInputError(f"AWS_PROFILE={os.environ.get('AWS_PROFILE', err.kwargs.get('profile'))!r}: no such "
+                              f"profile in ~/.aws/config or ~/.aws/credentials (profiles there: {profiles}); set "
+                              "AWS_PROFILE to one of them, or unset it and set AWS_ACCESS_KEY_ID and "
+                              "AWS_SECRET_ACCESS_KEY")
+    source = {"env": "environment", "shared-credentials-file": "~/.aws/credentials", "config-file": "~/.aws/config"}
+    return UserInputError(f"the AWS credentials in the {source.get(err.kwargs.get('provider'), 'environment')} lack "
+                          f"{err.kwargs.get('cred_var', 'a part')}: set it too (AWS_ACCESS_KEY_ID needs "
+                          "AWS_SECRET_ACCESS_KEY), or unset them and set AWS_PROFILE")
+
+
+def _no_credentials(where: str, doing: str) -> StoreError:
+    """No credentials anywhere boto looks: the variables or the profile to set."""
+    return StoreError(f"no AWS credentials to {doing} {where}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
+                      "AWS_PROFILE to a profile in ~/.aws/credentials (`aws configure` writes one); on AWS an "
+                      "instance or task role gives them")
 
 
 def _client(endpoint_url: str | None):
@@ -106,9 +145,12 @@ def _client(endpoint_url: str | None):
     key = (endpoint_url, *env, connect, read, attempts)
     with _CLIENTS_LOCK:
         if key not in _CLIENTS:
-            client = boto3.client("s3", endpoint_url=endpoint_url or None, config=Config(
-                connect_timeout=connect, read_timeout=read, max_pool_connections=32,
-                retries={"total_max_attempts": attempts, "mode": "standard"}))
+            try:
+                client = boto3.client("s3", endpoint_url=endpoint_url or None, config=Config(
+                    connect_timeout=connect, read_timeout=read, max_pool_connections=32,
+                    retries={"total_max_attempts": attempts, "mode": "standard"}))
+            except (ProfileNotFound, PartialCredentialsError) as err:
+                raise _settings_refused(err) from err
             client.meta.events.register_first("needs-retry.s3", _log_retry, unique_id="trtfarm-log-retry")
             _CLIENTS[key] = client
         return _CLIENTS[key]
@@ -191,6 +233,8 @@ class S3Store(Store):
                 f"{where} after {attempts} attempt(s) (connect timeout {connect:g} s, read timeout "
                 f"{read:g} s; TRTFARM_S3_CONNECT_TIMEOUT, TRTFARM_S3_READ_TIMEOUT, TRTFARM_S3_MAX_ATTEMPTS); check "
                 "that the endpoint is up")
+        if isinstance(err, NoCredentialsError):
+            return _no_credentials(where, doing)
         return StoreError(f"{where}: {doing} failed: {err}")
 
     def _k(self, key: str) -> str:
