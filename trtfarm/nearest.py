@@ -1,7 +1,8 @@
 """The nearest valid thing to a name a person typed: for "not found" messages that name the fix.
 
 ``did_you_mean`` picks the closest of the valid names (difflib's ratio, at least 0.6) and says it as the message's
-tail; ``known`` lists valid names for a message, shortened past ``limit``.
+tail; ``known`` lists valid names for a message, shortened past ``limit``; ``nearest_and_known`` says both. Every
+command that takes a name a person types (a model, a target, a channel, a GPU key) says its "not found" through these.
 """
 
 from __future__ import annotations
@@ -29,3 +30,9 @@ def known(names: Iterable[str], limit: int = 20) -> str:
     shown = list(dict.fromkeys(names))
     text = ", ".join(shown[:limit]) + (f" (and {len(shown) - limit} more)" if len(shown) > limit else "")
     return text or "none"
+
+
+def nearest_and_known(word: str, choices: Iterable[str], label: str) -> str:
+    """``"did you mean 'x'? known models: a, b"``: a not-found message's tail (``label``: ``known models``)."""
+    names = sorted(dict.fromkeys(choices))
+    return f"{did_you_mean(word, names)}{label}: {known(names)}"

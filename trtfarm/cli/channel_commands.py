@@ -19,6 +19,7 @@ from trtfarm.cli.common import (
     store_uri,
     targets_path,
 )
+from trtfarm.cli.names import check_channel, other_channel_note
 from trtfarm.cli.tables import labelled
 
 TARGET_OPT = typer.Option([], "--target", metavar="ID", help="a fleet target id (repeat); default: every one")
@@ -26,15 +27,17 @@ VERDICT_STYLE = {"holds": "green", "waits": "yellow", "fails": "bold red", "alre
 
 
 def _known_model(store, model: str) -> None:
-    """Exit 2 naming the known models when ``model`` has no pointer in any channel."""
-    from trtfarm.layout import channel_prefix
-    from trtfarm.nearest import did_you_mean
+    """Exit 2 for a typo (naming the nearest model of every channel), and for a model neither channel releases.
 
-    if any(next(iter(store.list(channel_prefix(c, model))), None) for c in ("stable", "candidate")):
-        return
-    known = sorted({k.split("/")[1] for k in store.list("releases/")})
-    raise fail(f"{model!r} has no releases in {store.location}; {did_you_mean(model, known)}"
-               + (f"released models: {', '.join(known)}" if known else "build and release one first"))
+    A model the store knows only by its plans or its registered export has nothing to promote, roll back or receive.
+    """
+    from trtfarm.cli.names import check_models
+    from trtfarm.layout import channel_prefix
+
+    check_models(store, [model])
+    if not any(next(iter(store.list(channel_prefix(c, model))), None) for c in ("stable", "candidate")):
+        raise fail(f"{model!r} has no release in either channel in {store.location}: build it (`trtfarm build`, "
+                   "`trtfarm farm run`), or release a built plan (`trtfarm release`)")
 
 
 def _names(store_, model: str, targets: list[str], targets_file: Path | None):
@@ -71,6 +74,8 @@ def promote(model: str = typer.Argument(..., help="model name (as released)"),
     from trtfarm.releases.gates import candidates
     from trtfarm.store import open_store
 
+    check_channel(from_, "--from")
+    check_channel(to, "--to")
     if (from_, to) != ("candidate", "stable"):
         raise fail(f"--from {from_} --to {to}: promotion moves stable to the candidate (--from candidate --to "
                    "stable)")
@@ -129,15 +134,15 @@ def rollback(model: str = typer.Argument(..., help="model name (as released)"),
     from trtfarm.releases.channels import rollback_channel
     from trtfarm.store import open_store
 
-    if channel not in ("stable", "candidate"):
-        raise fail(f"--channel {channel!r}: use stable or candidate")
+    check_channel(channel)
     s = open_store(store_uri(store))
     _known_model(s, model)
     names = _names(s, model, target, targets_file)
     trust, signer = _keys(targets_file)
     keys = [channel_key(*n, channel) for n in names if s.get(channel_key(*n, channel)) is not None]
     if not keys:
-        raise fail(f"{model} has no {channel} release for {', '.join(t.id for t in names.values())}")
+        raise fail(f"{model} has no {channel} release for {', '.join(t.id for t in names.values())}"
+                   + other_channel_note(s, names, channel))
     moved = [rollback_channel(s, k, reason=reason, signer=signer, trust=trust) for k in keys]
     if as_json:
         print_json([json.loads(p.to_json()) for p in moved])
@@ -196,7 +201,7 @@ def receipt(model: str = typer.Argument(..., help="model name (as released)"),
                                      "channel's current plan)"),
             targets_file: Path = TARGETS_OPT, store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     """Record a serving host's load of a channel's plan: --ok, or --failed REASON (on stable it may roll back)."""
-    from trtfarm.layout import short_ref
+    from trtfarm.layout import channel_key, short_ref
     from trtfarm.publishing.release import who
     from trtfarm.releases.channels import record_receipt, serving_key
     from trtfarm.releases.ledger import one_line
@@ -206,14 +211,16 @@ def receipt(model: str = typer.Argument(..., help="model name (as released)"),
     uri = store_uri(store)  # a store that is not there is named first, as every command does
     if ok == (failed is not None):
         raise fail("say how the load went: --ok, or --failed REASON (one of them)")
-    if channel not in ("stable", "candidate"):
-        raise fail(f"--channel {channel!r}: use stable or candidate")
+    check_channel(channel)
     if failed is not None and plan is None:
         raise fail("--failed needs --plan SHA256: the plan this host loaded (`pull --json` prints its manifest; "
                    "`pull --report` passes it), so the failure is never charged to a plan the channel moved to")
     s = open_store(uri)
     _known_model(s, model)
     (name,) = _names(s, model, [target], targets_file)
+    if channel == "stable" and s.get(channel_key(*name, channel)) is None and \
+            (note := other_channel_note(s, [name], channel, promote=True)):  # a candidate-only model's receipt
+        raise fail(f"{model} has no stable release for {target}{note}")
     trust, signer = _keys(targets_file)
     key = serving_key(s, name, channel)
     done = record_receipt(s, key, lambda p, served: new_receipt(

@@ -31,11 +31,13 @@ def sign(models: list[str] = typer.Argument(None, help="model names [default: ev
     (exit 1 with the count refused). Releases with no signed claim, or one that expires within 10 days, are signed
     again (next version, same plan). A model name the store does not hold is bad input (exit 2).
     """
+    from trtfarm.cli.names import check_models
     from trtfarm.project.fleet_file import signing_settings
     from trtfarm.publishing.sign_store import sign_store
     from trtfarm.store import open_store
 
-    uri = store_uri(store)  # a store that is not there is named before the key is looked for
+    uri = store_uri(store)  # a store that is not there, then a misspelt model, are named before the key is looked for
+    check_models(open_store(uri), models or ())
     signer = signing_settings(targets_path(targets_file, note=False), only="key").signer()
     if signer is None:
         raise fail("no signing key: set TRTFARM_SIGNING_KEY=PATH (the workers' PEM key) or signing.key in "

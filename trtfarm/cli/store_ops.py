@@ -160,6 +160,7 @@ def pull(model: str = typer.Argument(..., help="model name"),
     the pulled plan on this host and says the verdict in one line.
     """
     from trtfarm.cli.fleet_source import view_fleet
+    from trtfarm.cli.names import check_channel, check_models
     from trtfarm.machine.capabilities import local_capabilities
     from trtfarm.project.fleet_file import signing_settings
     from trtfarm.runtime.pull import local_gpu_key, local_toolchains, pull_release
@@ -167,10 +168,10 @@ def pull(model: str = typer.Argument(..., help="model name"),
 
     if to is not None:
         output_path(to, "--to", folder=to.is_dir())
-    if channel not in ("stable", "candidate"):
-        raise fail(f"--channel {channel!r}: use stable or candidate")
+    check_channel(channel)
     check = check or report
     uri = store_uri(store)
+    check_models(open_store(uri), [model])  # a typo names the nearest model of every channel, before the fleet
     caps = local_capabilities()
     path, fleet = view_fleet(targets_file, open_store(uri))  # no fleet file here: the store's recorded fleet
     trust = signing_settings(path, only="trust").trusted_keys()
