@@ -14,7 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from trtfarm.errors import OutputRefused, UserInputError
-from trtfarm.layout import ReleaseName
+from trtfarm.layout import ReleaseName, channel_key
 from trtfarm.machine.gpu import GpuScan
 from trtfarm.publishing.release import list_pointers
 from trtfarm.publishing.release_check import ReleaseVerdict, served_release
@@ -133,7 +133,22 @@ def pull_release(store: Store, model: str, gpu: str, toolchains: list[str], dest
             _remember(accepted, store.uri, released.claim, [dest, mpath, signature_beside(dest),
                                                            provenance_beside(dest), release_beside(dest)])
         return Pulled(dest, mpath, key, size, verdict, released, got.note)
+    raise UserInputError(_not_served(store, model, gpu, toolchains, channel))
+
+
+def _not_served(store: Store, model: str, gpu: str, toolchains: list[str], channel: str) -> str:
+    """Why no plan is served for (model, GPU, toolchains) on ``channel``, and the next right command.
+
+    A plan built and waiting in the candidate channel is not a plan to build again: it waits for ``promote``, or a
+    canary host pulls it with ``--channel candidate``.
+    """
+    asked = f"{model!r} for GPU {gpu!r} with {' or '.join(toolchains)}"
+    waiting = [t for t in toolchains if store.get(channel_key(model, gpu, t, "candidate")) is not None]
+    if channel == "stable" and waiting:
+        return (f"no stable release of {asked} yet: its plan is built and waits in the candidate channel. "
+                f"`trtfarm promote {model}` moves it to stable once its gates hold; a canary host pulls it now with "
+                "`--channel candidate`.")
     existing = [f"{p.gpu} / {p.toolchain}" for p in list_pointers(store, model)]
-    raise UserInputError(f"no released plan of {model!r} for GPU {gpu!r} with {' or '.join(toolchains)}. "
-                         + (f"Released: {', '.join(existing)}." if existing else f"{model!r} has no releases in "
-                            f"{store.uri} yet.") + " Build it for this target, or release a built plan.")
+    return (f"no released plan of {asked}. " + (f"Released: {', '.join(existing)}." if existing else
+                                                 f"{model!r} has no releases in {store.uri} yet.")
+            + " Build it for this target, or release a built plan.")
