@@ -89,13 +89,30 @@ def _near_key(model: type[BaseModel], err: dict) -> str | None:
     return closest(str(loc[-1]), holder.model_fields) if holder is not None and loc else None
 
 
+def _block_keys(model: type[BaseModel], err: dict, hint: str) -> str:
+    """What an unknown or missing key's fix lists: the keys of the block it is in (``hint`` for the file's top).
+
+    ``promotion.soak: unknown key. promotion's keys: receipts, soak_s, ...``, never the file's own keys.
+    """
+    block = _location(err)[:-1]
+    holder = _model_at(model, block) if block else None
+    if holder is None:
+        return hint or (f"Keys: {', '.join(_keys_of(model))}." if not block else "")
+    return f"{'.'.join(map(str, block))}'s keys: {', '.join(_keys_of(holder))}."
+
+
+def _keys_of(model: type[BaseModel]) -> list[str]:
+    """The keys a model reads from YAML (a field's alias where it has one)."""
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
 def _describe(err: dict, hint: str, near: str | None = None) -> str:
     loc = ".".join(str(p) for p in _location(err)) or "(top level)"
     kind = err["type"]
     if kind == "extra_forbidden":
-        return f"{loc}: unknown key; did you mean {near!r}?" if near else f"{loc}: unknown key. {hint}"
+        return f"{loc}: unknown key; did you mean {near!r}?" if near else f"{loc}: unknown key. {hint}".rstrip()
     if kind == "missing":
-        return f"{loc}: required key is missing. {hint}"
+        return f"{loc}: required key is missing. {hint}".rstrip()
     msg = err["msg"].removeprefix("Value error, ")
     return f"{loc}: {msg}"
 
@@ -175,5 +192,5 @@ def _error_lines(path: Path, root: yaml.Node | None, model: type[BaseModel], err
             continue  # said at the typo: `gpu:` for the required `gpus:`
         node = _node_at(root, _location(e), key=e["type"] == "extra_forbidden")
         line = node.start_mark.line + 1 if node is not None else 1
-        lines.append(f"{path}:{line}: {_describe(e, hint, near.get(id(e)))}")
+        lines.append(f"{path}:{line}: {_describe(e, _block_keys(model, e, hint), near.get(id(e)))}")
     return lines

@@ -20,7 +20,7 @@ def spec_for_model(onnx_path: Path) -> tuple[BuildSpec, Path | None]:
     path = Path(onnx_path).with_name(SPEC_NAME)
     if not path.is_file():
         return BuildSpec(), None
-    return model_from_yaml(path, BuildSpec, hint="Keys: name, precision, targets, profiles, promotion."), path
+    return model_from_yaml(path, BuildSpec), path  # an unknown key's line lists its block's keys (yamlfile.py)
 
 
 def spec_profiles(onnx_path: Path, spec: BuildSpec) -> tuple[list[Profile], str]:
