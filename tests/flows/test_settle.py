@@ -60,3 +60,46 @@ def test_the_flow_releases_what_a_killed_run_left_unreleased_in_a_retried_task(t
         wait_for(settled, 60, "the settle_model task run, completed")
     finally:
         farm.stop()
+
+
+NIGHTLY = """\
+import asyncio, json, sys
+from flows.build_matrix import build_matrix
+from trtfarm.planning.requests import MatrixRequest
+request = MatrixRequest(store=sys.argv[1], targets_file=sys.argv[2], dispatch="local", release=json.loads(sys.argv[3]))
+print(json.dumps([r.to_json() for r in asyncio.run(build_matrix(request))]))
+"""
+
+
+def test_the_nightly_publishes_an_unjudged_recipe_as_a_trial_and_releases_it_only_with_release(tmp_path):
+    """Issue 57 on the farm's path: the build-matrix flow over every registered model (the nightly), its builds in
+    its own tasks, through the same executor and rules as ``trtfarm build``."""
+    from ..precision.test_not_judged import two_outputs
+
+    fleet = tmp_path / "gpu_targets.yaml"
+    fleet.write_text(ONE_RTX_TARGET)
+    uri = str(tmp_path / "store")
+    export = tmp_path / "dead"
+    export.mkdir()
+    two_outputs(export / "model.onnx", bias=-1000.0)  # its output 'dead' carries no signal: fp16 is not judged
+    (export / "farm.yaml").write_text("name: dead\nprecision: fp16\nprofiles:\n  - {x: 1x16:8x16:32x16}\n")
+    store = open_store(uri)
+    register_export(store, export)
+    (tmp_path / "farm").mkdir()
+    farm = Farm(tmp_path / "farm", {})
+    try:
+        farm.start_server()
+        nightly = farm.run([sys.executable, "-c", NIGHTLY, uri, str(fleet), "null"], timeout=600)
+        [row] = json.loads(nightly.stdout.splitlines()[-1])
+        assert (row["model"], row["status"], row["released"], row["held_by"]) == \
+            ("dead", "built", False, "precision gate not judged"), nightly.stderr[-2000:]
+        assert "published as a trial: fp16 gate not judged" in row["release"] and "--release" in row["release"]
+        assert list(store.list(layout.releases_prefix("dead"))) == []
+        released = farm.run([sys.executable, "-c", NIGHTLY, uri, str(fleet), "true"], timeout=600)
+        [row] = json.loads(released.stdout.splitlines()[-1])
+        assert (row["status"], row["released"], row["held_by"]) == ("up-to-date", True, None), row
+        [pointer] = list(store.list(layout.releases_prefix("dead")))
+        [event] = json.loads(store.get(pointer).data)["history"]
+        assert event["action"] == "forced" and "released anyway with --release" in event["reason"], event
+    finally:
+        farm.stop()
