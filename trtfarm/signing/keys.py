@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # cryptography is imported where a key is read: a run that si
 
 _HASHES = {"secp256r1": "SHA256", "secp384r1": "SHA384", "secp521r1": "SHA512"}
 MAKE_KEY = "openssl ecparam -name prime256v1 -genkey -noout -out signing.pem"
+PUBLIC_HALF = "openssl ec -in signing.pem -pubout -out signing.pub"  # a trusted key: the signing key's public half
 
 
 class Signer(Protocol):
@@ -58,11 +59,18 @@ def _spki_pem(key: ec.EllipticCurvePublicKey) -> bytes:
 
 
 def _read(path: Path, source: str, what: str) -> bytes:
+    """The key file's bytes; a file that cannot be read names the fix for its kind of key.
+
+    A missing public key is never answered with a new private key: a trusted key is the public half of the key
+    that signs, made from it where it is kept (``PUBLIC_HALF``) and copied here.
+    """
     try:
         return Path(path).read_bytes()
     except OSError as err:
-        raise UserInputError(f"{source}: cannot read the {what} {path} ({err.strerror}); create one with "
-                             f"`{MAKE_KEY}` or fix the path") from err
+        fix = f"make it from the signing key with `{PUBLIC_HALF}` where that key is kept, and copy it here" \
+            if what == "public key" else f"create one with `{MAKE_KEY}`"
+        raise UserInputError(f"{source}: cannot read the {what} {path} ({err.strerror}); {fix}, or fix the "
+                             "path") from err
 
 
 class PemKeySigner:
@@ -131,7 +139,7 @@ def load_public_key(path: str | Path, source: str) -> TrustedKey:
         key = serialization.load_pem_public_key(data)
     except (ValueError, UnsupportedAlgorithm) as err:
         raise UserInputError(f"{source}: {path} is not a PEM public key ({err}); make one from the signing key with "
-                             "`openssl ec -in signing.pem -pubout -out signing.pub`") from err
+                             f"`{PUBLIC_HALF}`") from err
     if not isinstance(key, ec.EllipticCurvePublicKey):
         raise UserInputError(f"{source}: {path} is not an ECDSA public key")
     _ecdsa(key.curve, f"{source} {path}")
