@@ -92,8 +92,9 @@ def megabytes(path: Path) -> float:
     return sum(f.stat().st_size for f in path.parent.iterdir() if f.name.startswith(path.name)) / 1e6
 
 
-WITHOUT = ("import sys, trtfarm.precision.workarounds as w; w.CHECKED = (); from trtfarm.cli.main import main; "
-           "main()")  # the same command line with ModelOpt's own functions
+WITHOUT = ("import functools, trtfarm.precision.step as s; s.convert_and_gate = functools.partial("
+           "s.convert_and_gate, workarounds=False); from trtfarm.cli.main import main; main()")
+# the same command line with ModelOpt's own functions in the step's process
 
 
 def precision(path: Path, mode: str, work: Path, without: bool) -> tuple[float, float, dict | str]:

@@ -89,16 +89,20 @@ def test_without_the_stand_ins_modelopt_loads_lief_and_torch():
 STEP = """
 import sys
 from pathlib import Path
-from trtfarm.precision.step import Recipe, convert_and_gate
+from trtfarm.precision.step import Recipe, _isolated_step
 src, calib, out = map(Path, sys.argv[1:])
 for mode in ("fp16", "int8"):
-    convert_and_gate(src, Recipe(mode=mode), out / f"{mode}.onnx", calibration=calib)
+    _isolated_step(src, Recipe(mode=mode), out / f"{mode}.onnx", calibration=calib, heldout=None,
+                   max_memory=4 << 30, workarounds=True)
 print("torch" in sys.modules, "lief" in sys.modules)
 """
 
 
 def test_a_precision_step_never_loads_torch_or_lief(example_onnx, encoder_calib, tmp_path):
-    """fp16 (AutoCast and its Polygraphy reference run) and int8 (calibration), each gated through Polygraphy."""
+    """fp16 (AutoCast and its Polygraphy reference run) and int8 (calibration), each gated through Polygraphy.
+
+    What the step's own process runs (``convert_and_gate`` starts one: ``child``), here in the script's process.
+    """
     done = subprocess.run([sys.executable, "-c", STEP, str(example_onnx), str(encoder_calib), str(tmp_path)],
                           capture_output=True, text=True, check=True, cwd=str(Path(__file__).resolve().parents[2]),
                           timeout=600)

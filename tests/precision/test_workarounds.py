@@ -1,8 +1,9 @@
 """trtfarm's ModelOpt workarounds give the model ModelOpt gives, byte for byte, on real models.
 
 Each conversion runs twice through trtfarm's ModelOpt adapter: with the workarounds, and with ModelOpt's own
-functions (the workarounds switched off as on a ModelOpt version they were not checked against). The referee is
-ModelOpt itself: the two converted files must be the same bytes.
+functions (``modelopt_as_shipped``). The referee is ModelOpt itself: the two converted files must be the same bytes.
+Each replacement is compared here with the function it replaces, on the versions ``library_versions.COMPARED``
+names (the suite's own install: test_child.py holds it to them).
 """
 
 from __future__ import annotations
@@ -12,11 +13,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from trtfarm.precision import workarounds
 from trtfarm.precision.convert import convert_onnx
 from trtfarm.precision.inputs import batches, fixed_batch, generated_inputs
 from trtfarm.precision.recipe import Recipe
-from trtfarm.precision.workarounds import _declared_shapes_hold, modelopt_workarounds
+from trtfarm.precision.workarounds import _declared_shapes_hold, modelopt_as_shipped, modelopt_workarounds
 
 from ..corpus.exported import exported_model
 from ..corpus.families import family_models
@@ -56,16 +56,16 @@ def _feeds(path):
 
 @pytest.mark.parametrize("mode", ["fp16", "int8"])
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_the_workarounds_give_modelopts_own_bytes(name, mode, tmp_path, monkeypatch):
+def test_the_workarounds_give_modelopts_own_bytes(name, mode, tmp_path):
     src = MODELS[name](tmp_path)
     feeds = _feeds(src)
     with modelopt_workarounds() as applied:
-        assert applied, "the installed ModelOpt is not one the workarounds were checked against"
+        assert applied
     fast = convert_onnx(src, Recipe(mode=mode), tmp_path / "fast.onnx", feeds=feeds)
-    monkeypatch.setattr(workarounds, "CHECKED", ())
-    with modelopt_workarounds() as applied:
-        assert not applied
-    own = convert_onnx(src, Recipe(mode=mode), tmp_path / "own.onnx", feeds=feeds)
+    with modelopt_as_shipped():
+        with modelopt_workarounds() as applied:
+            assert not applied
+        own = convert_onnx(src, Recipe(mode=mode), tmp_path / "own.onnx", feeds=feeds)
     assert fast.path.read_bytes() == own.path.read_bytes()
 
 
@@ -90,6 +90,22 @@ def _modelopts_functions():
             HistogramCollector.__dict__["merge_histogram"], PrecisionConverter.__dict__["_ensure_types_are_defined"],
             autocast_utils.clear_types_and_shapes_recursive,
             PrecisionConverter.__dict__["_restore_original_io_metadata"], HistogramCollector.__dict__["collect"])
+
+
+def test_each_replacement_names_the_function_and_the_version_it_covers():
+    import re
+
+    from trtfarm.precision import histograms, workarounds
+    from trtfarm.precision.library_versions import COMPARED
+
+    docs = [f.__doc__ for module in (workarounds, histograms) for f in vars(module).values()
+            if callable(f) and f.__doc__ and getattr(f, "__module__", "") == module.__name__]
+    with modelopt_workarounds():
+        replaced = [name for _, name, _ in workarounds._INSTALLED._made]
+    assert len(replaced) == len(_modelopts_functions())
+    unnamed = [name for name in replaced if not any(re.search(rf"\b{name}\b", d) and any(
+        v in d for v in COMPARED.values()) for d in docs)]
+    assert unnamed == []
 
 
 def test_modelopts_functions_are_back_after_the_block():
@@ -121,17 +137,17 @@ def test_the_reference_runs_outputs_are_handed_on_uncopied_because_onnxruntime_n
     assert all(copied[k] is first[k] for k in first) and copied is not first
 
 
-def test_if_branches_lose_no_node_to_modelopts_id_lookups_and_convert_as_modelopt_would(tmp_path, monkeypatch):
+def test_if_branches_lose_no_node_to_modelopts_id_lookups_and_convert_as_modelopt_would(tmp_path):
     silero = corpus_file("silero-vad")
     feeds = [{"input": speech_like(4), "state": np.zeros((2, 4, 128), np.float32), "sr": np.array(RATE, np.int64)}]
     plain = if_model(tmp_path / "if.onnx")  # If branches ModelOpt's own function converts
     plain_feeds = [{"x": np.ones((2, 8), np.float32), "cond": np.array(True)}]
     fixed = convert_onnx(silero, Recipe(mode="fp16"), tmp_path / "fixed.onnx", feeds=feeds)
     fast = convert_onnx(plain, Recipe(mode="fp16"), tmp_path / "fast.onnx", feeds=plain_feeds)
-    monkeypatch.setattr(workarounds, "CHECKED", ())
-    shipped = convert_onnx(silero, Recipe(mode="fp16"), tmp_path / "own.onnx", feeds=feeds)
-    assert any("KeyError at modelopt/onnx/autocast/precisionconverter.py" in n for n in shipped.notes)  # alone
-    own = convert_onnx(plain, Recipe(mode="fp16"), tmp_path / "own-if.onnx", feeds=plain_feeds)
+    with modelopt_as_shipped():
+        shipped = convert_onnx(silero, Recipe(mode="fp16"), tmp_path / "own.onnx", feeds=feeds)
+        assert any("KeyError at modelopt/onnx/autocast/precisionconverter.py" in n for n in shipped.notes)  # alone
+        own = convert_onnx(plain, Recipe(mode="fp16"), tmp_path / "own-if.onnx", feeds=plain_feeds)
     assert fast.path.read_bytes() == own.path.read_bytes()
     assert {n.op_type for n in onnx.load(str(fixed.path)).graph.node} >= {"If"}
     assert not any("control flow" in n for n in fixed.notes)  # with the workaround, ModelOpt converts it whole
@@ -165,7 +181,7 @@ def test_histograms_made_in_parts_are_the_loops_own_in_the_loops_order(monkeypat
 
     from onnxruntime.quantization.calibrate import HistogramCollector
 
-    from trtfarm.precision.workarounds import _split_collect
+    from trtfarm.precision.histograms import split_collect
 
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})  # two CPUs, whatever runs the test
     rng = np.random.default_rng(0)
@@ -183,7 +199,7 @@ def test_histograms_made_in_parts_are_the_loops_own_in_the_loops_order(monkeypat
 
     monkeypatch.setattr(HistogramCollector, "collect_value", collect_value)
     loop, parts = (HistogramCollector("entropy", False, 128, 128, 99.99, "same") for _ in range(2))
-    split = _split_collect(HistogramCollector.__dict__["collect"])
+    split = split_collect(HistogramCollector.__dict__["collect"])
     for batch in batches:
         HistogramCollector.collect(loop, batch)
     for batch in batches:

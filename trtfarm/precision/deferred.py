@@ -13,17 +13,20 @@ import statement gets the stand-in (the import system reads only its ``__spec__`
 which the stand-in holds), and the first other attribute read through it imports the real module, which it then
 forwards every read to. Once ModelOpt is imported, the stand-ins not read are taken out of ``sys.modules``: a later
 ``import torch`` (or ``import torch.nn``, which a stand-in cannot serve as a parent package) gets the real module, as
-it would have without them. Only the ModelOpt versions the stand-ins were checked against get them
-(``workarounds.CHECKED``): another version's import may read these modules at its top, or import their submodules.
+it would have without them. Only the ModelOpt version the stand-ins were compared with gets them
+(``library_versions.COMPARED``): another version's import may read these modules at its top, or import their
+submodules, so one run with ``--unchecked-modelopt`` imports them as it would without trtfarm (slower, never wrong).
 
 The standard library's ``importlib.util.LazyLoader`` is not used: on Python 3.11 an import statement reads the
 module's ``__spec__`` through ``__getattribute__`` (to see whether it is still initialising), which makes a lazy
 module load at once.
 
-Polygraphy asks of each array it is given whether it is a torch tensor (``polygraphy.util.array.is_torch``): its
-answer imports torch to ask. An object can only be a torch tensor once torch is imported, so while a precision step
-runs (``torch_unasked``) the question is put to the torch module in ``sys.modules``, and answered no, without an
-import, when there is none: the same answer for every object.
+Polygraphy asks of each array it is given whether it is a torch tensor (``polygraphy.util.array.is_torch``,
+polygraphy 0.53.6): its answer imports torch to ask. An object can only be a torch tensor once torch is imported, so
+while a precision step runs (``torch_unasked``) the question is put to the torch module in ``sys.modules``, and
+answered no, without an import, when there is none: the same answer for every object.
+
+Both happen only in the precision step's own process (``child``), and end with it.
 """
 
 from __future__ import annotations
@@ -72,13 +75,13 @@ class DeferredModule(types.ModuleType):
 
 def import_modelopt() -> None:
     """Import ModelOpt's ONNX packages (``MODELOPT``) with ``UNUSED`` loaded only when read (see the module)."""
-    from trtfarm.precision.workarounds import applies
+    from trtfarm.precision.library_versions import modelopt_compared
 
     with _LOCK:
         if all(name in sys.modules for name in MODELOPT):
             return
         placed = {}
-        if applies():
+        if modelopt_compared():
             for name in UNUSED:
                 if name not in sys.modules and (spec := importlib.util.find_spec(name)) is not None:
                     placed[name] = sys.modules[name] = DeferredModule(spec)

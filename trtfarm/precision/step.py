@@ -6,6 +6,7 @@ ONNX with its report under a content address, so the same recipe on the same exp
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -23,6 +24,7 @@ from trtfarm.identity import onnx_digest as digest_of
 from trtfarm.layout import converted_model_key, converted_prefix, converted_report_key
 from trtfarm.onnxfile import external_files, load_model
 from trtfarm.precision.autopin import auto_pin
+from trtfarm.precision.child import result_in_child
 from trtfarm.precision.convert import (
     QUANTIZE,
     REFERENCE_BATCHES,
@@ -33,7 +35,6 @@ from trtfarm.precision.convert import (
 )
 from trtfarm.precision.deferred import torch_unasked
 from trtfarm.precision.gate import GateReport, OutputFigures, accuracy_gate, figure_failures
-from trtfarm.precision.heap import reused_heap
 from trtfarm.precision.inputs import (
     batch_axes,
     batches,
@@ -45,11 +46,13 @@ from trtfarm.precision.inputs import (
     symbol_sizes,
     tied_batch,
 )
+from trtfarm.precision.library_versions import COMPARED, FLAG, refuse_unchecked
 from trtfarm.precision.memory import DEFAULT_BUDGET, plan_memory
 from trtfarm.precision.nodes import NodePrecision
 from trtfarm.precision.npzdata import load_npz
 from trtfarm.precision.progress import precision_progress
 from trtfarm.precision.recipe import GateFailed, Recipe, Thresholds
+from trtfarm.precision.workarounds import modelopt_as_shipped
 from trtfarm.scratch import scratch_dir
 from trtfarm.store import AlreadyExists
 
@@ -71,19 +74,30 @@ class PrecisionResult:
     notes: list[str] = field(default_factory=list)
     # a failed gate's way forward: the failing outputs, the costliest layers and the commands that would fix it
     fix: dict = field(default_factory=dict)
+    # the libraries run at another version than the workarounds were compared with (``--unchecked-modelopt``)
+    unchecked_versions: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """``precision --json``: the converted model, its node precision, what was normalised, the gate, the fix."""
         return {"converted": str(self.path), "digest": self.digest, "pinned_fp32_nodes": self.pinned,
                 "nodes": self.nodes.to_json() if self.nodes else None, "notes": self.notes,
-                "gate": self.report.to_json(), "fix": self.fix or None}
+                "gate": self.report.to_json(), "fix": self.fix or None,
+                "unchecked_versions": self.unchecked_versions or None}
+
+    def _unchecked(self) -> list[str]:
+        """The warning a run with ``--unchecked-modelopt`` on other versions carries."""
+        if not self.unchecked_versions:
+            return []
+        ran = ", ".join(f"{name} {v} (compared: {COMPARED.get(name, '?')})"
+                        for name, v in self.unchecked_versions.items())
+        return [f"converted with {FLAG}: {ran}"]
 
     def summary(self) -> str:
         """One paragraph for people: pass/fail, the failing outputs, the first diverging nodes, warnings."""
         r = self.report
         if r.passed is None:
             return r.note
-        warnings = "".join(f" Warning: {w}." for w in r.warnings)
+        warnings = "".join(f" Warning: {w}." for w in [*r.warnings, *self._unchecked()])
         nodes = f" {self.nodes.text(self.recipe.mode)}." if self.nodes and self.nodes.compute_nodes else ""
         notes = "".join(f" Note: {n}." for n in self.notes)
         if r.passed:
@@ -213,17 +227,35 @@ def _span(start: int, stop: int) -> str:
 
 
 def convert_and_gate(src: Path, recipe: Recipe, out: Path, *, calibration: Path | None = None,
-                     heldout: Path | None = None, max_memory: int = DEFAULT_BUDGET) -> PrecisionResult:
+                     heldout: Path | None = None, max_memory: int = DEFAULT_BUDGET, unchecked_modelopt: bool = False,
+                     workarounds: bool = True) -> PrecisionResult:
     """Convert ``src`` by ``recipe`` into ``out`` and run the gate (auto-pin when the recipe asks).
 
     ``max_memory``: the bytes the step may hold (``memory``): it gates on as many samples as fit.
 
     ``out`` may not be any file the step reads (the export, its external data, the calibration or held-out data):
-    that is refused before anything is written. Large buffers are reused while it runs (``heap``), and Polygraphy's
-    question whether an array is a torch tensor imports no torch (``deferred``).
+    that is refused before anything is written. So is a ModelOpt, onnxruntime or Polygraphy other than the versions
+    the workarounds were compared with (``library_versions``), unless ``unchecked_modelopt``: the result names them.
+
+    The conversion and the gate run in a process of their own (``child``), with ModelOpt's workarounds, its unused
+    imports deferred and the allocator tuned there only; this process gets the result, or the step's error of the
+    same kind with the same message. ``workarounds=False``: ModelOpt's own functions, none replaced (the referee
+    tests and bench/precision_speed.py compare with).
     """
     _refuse_overwriting_inputs(src, out, calibration=calibration, heldout=heldout)
-    with reused_heap(), torch_unasked():
+    unchecked = refuse_unchecked(unchecked_modelopt)
+    result = result_in_child(_isolated_step, src, recipe, out, calibration=calibration, heldout=heldout,
+                             max_memory=max_memory, workarounds=workarounds)
+    return replace(result, unchecked_versions=unchecked) if unchecked else result
+
+
+def _isolated_step(src: Path, recipe: Recipe, out: Path, *, calibration: Path | None, heldout: Path | None,
+                   max_memory: int, workarounds: bool) -> PrecisionResult:
+    """``_convert_and_gate`` in the step's own process: Polygraphy's torch question imports no torch (``deferred``).
+
+    ``workarounds=False``: ModelOpt's own functions run (``workarounds.modelopt_as_shipped``).
+    """
+    with torch_unasked(), contextlib.nullcontext() if workarounds else modelopt_as_shipped():
         return _convert_and_gate(src, recipe, out, calibration=calibration, heldout=heldout, max_memory=max_memory)
 
 
@@ -303,17 +335,21 @@ def stored_result(store, prefix: str, recipe: Recipe, path: Path) -> tuple[Preci
     report = GateReport(**{**doc["report"], "figures": [OutputFigures(**f) for f in doc["report"]["figures"]]})
     nodes = NodePrecision(**doc["nodes"]) if doc.get("nodes") else None
     return PrecisionResult(recipe, path, doc["digest"], report, doc["pinned"], reused=True, nodes=nodes,
-                           notes=doc.get("notes", []), fix=doc.get("fix") or {}), doc["sha256"]
+                           notes=doc.get("notes", []), fix=doc.get("fix") or {},
+                           unchecked_versions=doc.get("unchecked_versions") or {}), doc["sha256"]
 
 
 def prepare_precision(store, model_name: str, src: Path, onnx_digest: str, recipe: Recipe, work: Path, *,
                       calibration: Path | None = None, heldout: Path | None = None,
-                      key: str | None = None, max_memory: int | None = None) -> PrecisionResult:
+                      key: str | None = None, max_memory: int | None = None,
+                      unchecked_modelopt: bool = False) -> PrecisionResult:
     """The matrix's precision step: reuse the stored result of this exact step, or convert, gate and store it.
 
     A failing gate raises ``GateFailed`` (its report is stored too, for diagnosis). ``key``: the step's
     ``precision_key``, when the caller computed it already. ``max_memory``: the bytes the step may hold (None: the
     default budget); it decides how many samples are gated, not what is converted, so it is no part of the key.
+    ``unchecked_modelopt``: run on other library versions than the workarounds were compared with
+    (``library_versions``); the stored record names them.
     """
     if recipe.mode == "fp32" and not recipe.auto_pin:
         return PrecisionResult(recipe, src, onnx_digest, accuracy_gate(src, src, [], recipe), [])
@@ -329,7 +365,7 @@ def prepare_precision(store, model_name: str, src: Path, onnx_digest: str, recip
     work.mkdir(parents=True, exist_ok=True)  # shared by builds of this step on this machine: written whole, by rename
     with scratch_dir(".converting-", work) as tmp:
         result = convert_and_gate(src, recipe, tmp / "model.onnx", calibration=calibration, heldout=heldout,
-                                  max_memory=max_memory or DEFAULT_BUDGET)
+                                  max_memory=max_memory or DEFAULT_BUDGET, unchecked_modelopt=unchecked_modelopt)
         if result.path.parent == tmp:
             os.replace(result.path, work / "model.onnx")
             result = replace(result, path=work / "model.onnx")
@@ -341,7 +377,8 @@ def prepare_precision(store, model_name: str, src: Path, onnx_digest: str, recip
             result = replace(result, digest=digest_of(result.path))
     doc = {"digest": result.digest, "sha256": sha256_file(result.path), "pinned": result.pinned,
            "recipe": recipe.model_dump(mode="json"), "report": result.report.to_json(),
-           "nodes": result.nodes.to_json() if result.nodes else None, "notes": result.notes, "fix": result.fix}
+           "nodes": result.nodes.to_json() if result.nodes else None, "notes": result.notes, "fix": result.fix,
+           **({"unchecked_versions": result.unchecked_versions} if result.unchecked_versions else {})}
     if not store.put_if_absent(converted_report_key(prefix), json.dumps(doc, indent=2).encode()):
         stored = json.loads(store.get(converted_report_key(prefix)).data)
         if result.report.passed is not False and stored["sha256"] != doc["sha256"]:

@@ -1,98 +1,35 @@
-"""Costs inside ModelOpt that grow with the model, worked around while trtfarm's conversion runs.
+"""trtfarm's replacements of ModelOpt's and onnxruntime's private functions, while a conversion runs.
 
-Measured on PP-OCRv4's detector (672 nodes, three dynamic input dimensions) on the 2-core machine, they were most of
-the precision step's CPU time (bench/precision_speed.py prints the step with and without them):
+Each replaces one function of the versions in ``library_versions.COMPARED`` (nvidia-modelopt 0.47.0, onnxruntime 1.32.0,
+Polygraphy 0.53.6) and says in its docstring which function, on which version, and what behaviour of it it covers:
 
-1. **Output-shape reconciliation.** Before AutoCast's reference run, and before quantizing, ModelOpt re-derives the
-   graph outputs' shapes with onnxruntime's symbolic shape inference (``modelopt.onnx.utils.
-   _reconcile_stale_output_shapes``) to repair an output declared with a stale rank. On symbolic input sizes its sympy
-   simplification of what a strided Conv stack and a Resize compute grows with the model's depth (8-9 s of CPU on
-   that detector, 0.1 s with the same sizes given as numbers). ONNX's own shape inference (C++, milliseconds) is
-   asked first: when it infers every output with the rank its declaration has, and confirms each declared size, no
-   declaration is stale and ModelOpt's function would change nothing, so it is not called. Otherwise (an output
-   ONNX cannot infer, a rank or size that differs) ModelOpt's function runs as it is.
-2. **Dead-end casts.** AutoCast's cleanup (also run by int8/fp8 quantization, which converts the rest of the model
-   to FP16) looks for nodes whose outputs nothing reads by scanning every node's inputs for every output of every
-   node (``PrecisionConverter._cleanup_no_consumer_nodes``): quadratic in the nodes (7 s of CPU on that detector's
-   fp16 conversion, 12 s on its int8 one). The replacement collects the tensor names the nodes read once, and
-   removes the same nodes in the same order.
-3. **Redundant casts.** The cleanup's ``remove_redundant_casts`` finds each Cast's readers and writer, and each
-   folded Constant's declarations, by scanning the whole graph every time (4-6 s of CPU on that detector at
-   800x608): ``castindex`` is the same function with those lookups indexed.
-4. **Copies of the reference run.** Polygraphy's ``Comparator``, which AutoCast's reference run goes through,
-   deep-copies each run's outputs when there are several runs, in case the runner reuses its buffers.
-   onnxruntime's runner does not, and the run marks every tensor as an output: at 800x608 that copy was 3 s of CPU
-   and a gigabyte. The outputs are handed on as they are (``_FreshOutputs``).
-5. **Node identities in control flow.** ``PrecisionConverter._convert_subgraph_precision`` (an If branch, a Loop
-   body) classifies each node by ``id(node)`` in one pass over ``subgraph.node`` and looks the ids up in later
-   passes. protobuf's upb runtime makes a new Python object for an element whenever none is alive: a node that
-   nothing kept between passes (a Constant with no inputs) comes back with another id, and the lookup ends in a
-   ``KeyError`` (silero-vad's If branches, at precisionconverter.py:1092). The replacement keeps every node's
-   object alive while ModelOpt's function runs, so each pass sees the same ids; the function itself is unchanged.
-6. **Histograms of masked scores.** int8 calibration merges each batch's histogram into the last one with
-   onnxruntime's ``HistogramCollector.merge_histogram``, whose range is the tensor's threshold as a float32. A
-   tensor that holds float32's lowest value (a decoder's additive attention mask, as the dynamo exporter writes
-   GPT-2's) has a threshold of 3.4e38: numpy spaces the bins in float32, the range's width overflows to inf, and
-   ``np.histogram`` raises "Too many bins for data range". When it does, the same merge is run again with the
-   thresholds as Python floats (numpy then spaces the bins in float64, as ModelOpt already does for a tensor's
-   first histogram); a merge that works is ModelOpt's own, unchanged.
-7. **Sequences in the reference run.** AutoCast's reference run marks every tensor as an output, a sequence too
-   (``SequenceConstruct``, ``SplitToSequence``); onnxruntime returns a sequence as a Python list, and Polygraphy's
-   ``Comparator``, which the run goes through, cannot describe a list and raises ("dtype is unsupported for objects
-   of type: list"). The runner hands on the run's arrays only: a tensor missing from the reference data is one
-   AutoCast's range rule does not judge (as for a graph input), and the sequence's elements are judged where they
-   come out of it as tensors (``SequenceAt``, ``ConcatFromSequence``). A model without sequences gets every output.
-8. **Sequence types in the conversion.** After casting, AutoCast clears every ``value_info``'s type for ONNX's
-   inference to give again (``autocast.utils.clear_types_and_shapes_recursive``), then gives each one still
-   undefined the low-precision type (``PrecisionConverter._ensure_types_are_defined``). Both write the tensor
-   element type, and on a sequence's ``value_info`` (which has no tensor type) that write makes it a tensor:
-   onnxruntime refuses the converted model ("Type (tensor(float16)) of output arg (seq_1) ... does not match
-   expected type (seq(tensor(float16)))"). The clear drops a sequence's, a map's or an optional's ``value_info``
-   instead (ONNX's inference gives it again, with the element type the conversion left), and the second leaves
-   those types as they are; every tensor's ``value_info`` gets what ModelOpt's functions give it.
-9. **FP64 inputs and outputs.** AutoCast's sanitizer declares a graph's FP64 inputs and outputs FP32
-   (``GraphSanitizer._convert_fp64_io_types``); with ``keep_io_types`` its last step puts the declared types back
-   and refuses its own model when an element type changed (``_restore_original_io_metadata``: "element type
-   changed", onnx's ``test_sequence_model7``). Before that step, each such input gets a Cast to the type the
-   converted model reads it in, and each such output a Cast to FP64 where the model writes it (from FP32, or from
-   FP16 where AutoCast left the output so), so the types it puts back are the model's; a model without FP64 inputs
-   or outputs is left to ModelOpt's step as it is.
-10. **Histograms one tensor after another.** int8 calibration makes each batch's histogram of every tensor in one
-   loop (``HistogramCollector.collect``, which calls ModelOpt's ``_collect_value``): 1-2 s of the step on a 2-core
-   machine while one core waits (PP-OCRv4's detector at 800x608, its recogniser). Each tensor's histogram reads and
-   writes that tensor's entry only, and numpy releases the interpreter lock while it counts, so the tensors are
-   split in parts of about equal size, one per CPU this process may use, each given to the same ``collect_value``
-   in a thread of its own; the collector's entries are then put back in the order one loop would have written
-   them. With one CPU, or one tensor, the loop runs as it is.
+- costs that grow with the model, most of the step's CPU on PP-OCRv4's detector (672 nodes, three dynamic input
+  dimensions) on a 2-core machine (bench/precision_speed.py prints the step with and without them):
+  ``_reconcile`` (1), ``_cleanup_no_consumer_nodes`` (2), ``castindex`` (3: ``remove_redundant_casts`` and
+  ``_sync_value_info_elem_type`` with indexed lookups), ``_fresh_outputs_runner`` (4), ``histograms`` (10);
+- failures of ModelOpt's or onnxruntime's functions on valid models: ``_stable_node_ids`` (5), ``histograms`` (6),
+  ``_arrays_only`` (7), ``_tensor_types_cleared`` and ``_ensure_types_are_defined`` (8), ``_fp64_io_cast`` (9).
 
-Each replaces ModelOpt's function only while a conversion runs (``modelopt_workarounds``), only on the ModelOpt
-versions they were checked against (``CHECKED``; another version runs unchanged), and gives the model ModelOpt
-gives, byte for byte (tests/precision/test_workarounds.py compares them on real models, test_castindex.py on
-generated cast graphs); 7 to 9 change only what ModelOpt's own functions fail on (test_sequences.py).
+Each gives the model ModelOpt gives, byte for byte, where ModelOpt's own function succeeds (tests/precision/
+test_workarounds.py compares each with ModelOpt's own function on real models, test_castindex.py on generated cast
+graphs), and changes only what ModelOpt's own function fails on (test_sequences.py, test_third_party.py).
+
+They are in place only within ``modelopt_workarounds`` (convert.py's adapter holds it around each ModelOpt call),
+and only in the precision step's own process (``child``): none outlives the step. That process runs only on the
+versions compared, or with ``--unchecked-modelopt`` (``library_versions``): then they are installed all the same, and a
+version that lacks a function they replace is refused with one line. ``modelopt_as_shipped`` runs ModelOpt's own
+functions instead: the referee the tests compare the replacements with.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from importlib import metadata
 
-import numpy as np
-
+from trtfarm.errors import UserInputError
+from trtfarm.precision.deferred import import_modelopt
 from trtfarm.precision.held import HeldWhileAny
-
-CHECKED = ("0.47.",)  # nvidia-modelopt versions whose functions these replace were read and compared
-
-
-def applies() -> bool:
-    """Whether the installed ModelOpt is one the workarounds were checked against."""
-    try:
-        version = metadata.version("nvidia-modelopt")
-    except metadata.PackageNotFoundError:
-        return False
-    return version.startswith(CHECKED)
+from trtfarm.precision.library_versions import COMPARED, FLAG, installed
 
 
 def _declared_shapes_hold(model) -> bool:
@@ -133,6 +70,16 @@ def _declared_shapes_hold(model) -> bool:
 
 
 def _reconcile(original):
+    """1. ModelOpt 0.47.0's ``utils._reconcile_stale_output_shapes``, skipped where it would change nothing.
+
+    Before AutoCast's reference run, and before quantizing, ModelOpt re-derives the graph outputs' shapes with
+    onnxruntime's symbolic shape inference to repair an output declared with a stale rank. On symbolic input sizes its
+    sympy simplification of a strided Conv stack and a Resize grows with the model's depth (8-9 s of CPU on that
+    detector; 0.1 s with the same sizes as numbers). ONNX's own shape inference (C++, milliseconds) is asked first
+    (``_declared_shapes_hold``): when it confirms every output's declared rank and sizes, no declaration is stale and
+    ModelOpt's function is not called; otherwise it runs as it is.
+    """
+
     def reconcile_stale_output_shapes(model) -> int:
         """ModelOpt's reconciliation, skipped when ONNX's inference confirms every declared output shape."""
         return 0 if _declared_shapes_hold(model) else original(model)
@@ -141,7 +88,13 @@ def _reconcile(original):
 
 
 def _cleanup_no_consumer_nodes(self) -> None:
-    """ModelOpt's ``PrecisionConverter._cleanup_no_consumer_nodes`` with the consumed names collected once."""
+    """2. ``PrecisionConverter._cleanup_no_consumer_nodes`` (nvidia-modelopt 0.47.0), the consumed names read once.
+
+    AutoCast's cleanup (int8/fp8 quantization runs it too) finds the nodes whose outputs nothing reads by scanning
+    every node's inputs for every output of every node: quadratic in the nodes (7 s of CPU on that detector's fp16
+    conversion, 12 s on int8). This collects the tensor names the nodes read once and removes the same nodes in the
+    same order.
+    """
     from modelopt.onnx.autocast.precisionconverter import logger
 
     graph = self.model.graph
@@ -158,10 +111,9 @@ def _cleanup_no_consumer_nodes(self) -> None:
 class _FreshOutputs(dict):
     """One reference run's outputs: arrays onnxruntime allocated for this run alone, which nothing else holds.
 
-    Polygraphy's ``Comparator.run`` deep-copies every run's outputs when there are several runs, because a runner
-    may reuse its output buffers (TensorRT's do); onnxruntime's ``InferenceSession.run`` returns new arrays every
-    time, so the copy is a copy of memory no one else can change. AutoCast's reference run marks every tensor as an
-    output: on an 800x608 detector that copy was 3 s of CPU and a gigabyte. The copy of this mapping is a new
+    Polygraphy's ``Comparator.run`` (polygraphy 0.53.6) deep-copies every run's outputs when there are several runs,
+    because a runner may reuse its output buffers (TensorRT's do); onnxruntime's ``InferenceSession.run`` returns new
+    arrays every time, so the copy is a copy of memory no one else can change. The copy of this mapping is a new
     mapping of the same arrays.
     """
 
@@ -177,6 +129,13 @@ def _fresh(infer):
 
 
 def _fresh_outputs_runner(get_ort_runner):
+    """4 and 7. ModelOpt 0.47.0's ``ReferenceRunner._get_ort_runner``: its runs' arrays handed on, uncopied.
+
+    4: AutoCast's reference run goes through Polygraphy's ``Comparator``, which deep-copies each run's outputs
+    (``_FreshOutputs``); the run marks every tensor as an output: at 800x608 that copy was 3 s of CPU and a gigabyte.
+    7: ``_arrays_only``.
+    """
+
     def _get_ort_runner(self, model):
         """ModelOpt's reference runners, whose outputs (arrays only: 7) say that a deep copy need not copy them."""
         from polygraphy.backend.onnxrt import OnnxrtRunner
@@ -191,6 +150,15 @@ def _fresh_outputs_runner(get_ort_runner):
 
 
 def _arrays_only(infer):
+    """7. Sequences in AutoCast's reference run (nvidia-modelopt 0.47.0 with polygraphy 0.53.6): its arrays only.
+
+    The run marks every tensor as an output, a sequence too (``SequenceConstruct``, ``SplitToSequence``); onnxruntime
+    returns a sequence as a Python list, which Polygraphy's ``Comparator`` cannot describe ("dtype is unsupported for
+    objects of type: list"). A tensor missing from the reference data is one AutoCast's range rule does not judge (as
+    a graph input); the sequence's elements are judged where they come out of it as tensors (``SequenceAt``,
+    ``ConcatFromSequence``). A model without sequences gets every output.
+    """
+
     def arrays_only_infer(feed_dict, *args, **kwargs):
         outputs = infer(feed_dict, *args, **kwargs)
         if all(_is_array(value) for value in outputs.values()):
@@ -205,6 +173,15 @@ def _is_array(value) -> bool:
 
 
 def _tensor_types_cleared(clear):
+    """8. ``modelopt.onnx.autocast.utils.clear_types_and_shapes_recursive`` (nvidia-modelopt 0.47.0), sequences kept.
+
+    After casting, AutoCast clears every ``value_info``'s type for ONNX's inference to give again, writing the tensor
+    element type: on a sequence's ``value_info`` (which has no tensor type) that write makes it a tensor, and
+    onnxruntime refuses the converted model ("Type (tensor(float16)) of output arg (seq_1) ... does not match
+    expected type (seq(tensor(float16)))"). A sequence's, a map's or an optional's ``value_info`` is dropped first
+    (ONNX's inference gives it again); every tensor's gets what ModelOpt's function gives it.
+    """
+
     def clear_types_and_shapes_recursive(graph, *args, **kwargs) -> None:
         """ModelOpt's clear, with the ``value_info`` of what is not a tensor (a sequence) dropped, not made one."""
         _drop_non_tensor_value_info(graph)
@@ -225,7 +202,11 @@ def _drop_non_tensor_value_info(graph) -> None:
 
 
 def _ensure_types_are_defined(self) -> None:
-    """ModelOpt's ``PrecisionConverter._ensure_types_are_defined``, leaving non-tensor types (a sequence) alone."""
+    """8. ``PrecisionConverter._ensure_types_are_defined`` (nvidia-modelopt 0.47.0), non-tensor types left alone.
+
+    ModelOpt gives each ``value_info`` still undefined after inference the low-precision type by writing its tensor
+    element type, which makes a sequence's a tensor (as ``_tensor_types_cleared`` says); tensors get what it gives.
+    """
     for vi in self.model.graph.value_info:
         if vi.type.WhichOneof("value") not in (None, "tensor_type"):
             continue
@@ -234,6 +215,15 @@ def _ensure_types_are_defined(self) -> None:
 
 
 def _fp64_io_cast(restore):
+    """9. ``PrecisionConverter._restore_original_io_metadata`` (nvidia-modelopt 0.47.0), after Casts at FP64 I/O.
+
+    AutoCast's sanitizer declares a graph's FP64 inputs and outputs FP32 (``GraphSanitizer._convert_fp64_io_types``);
+    with ``keep_io_types`` this last step puts the declared types back and refuses its own model when an element type
+    changed ("element type changed", onnx's ``test_sequence_model7``). Before it, each such input gets a Cast to the
+    type the converted model reads it in, and each such output a Cast to FP64 where the model writes it, so the types
+    it puts back are the model's; a model without FP64 inputs or outputs is left to ModelOpt's step as it is.
+    """
+
     def _restore_original_io_metadata(self) -> None:
         """ModelOpt's step, after Casts at the FP64 inputs and outputs its sanitizer declared FP32."""
         if self.keep_io_types:
@@ -275,6 +265,15 @@ def _renamed(graph, name: str, inner: str, outputs: bool) -> None:
 
 
 def _stable_node_ids(convert):
+    """5. ``PrecisionConverter._convert_subgraph_precision`` (nvidia-modelopt 0.47.0), node identities held.
+
+    On an If branch or a Loop body ModelOpt classifies each node by ``id(node)`` in one pass over ``subgraph.node``
+    and looks the ids up in later passes. protobuf's upb runtime makes a new Python object for an element whenever
+    none is alive: a node nothing kept between passes (a Constant with no inputs) comes back with another id, and the
+    lookup ends in a ``KeyError`` (silero-vad's If branches, at precisionconverter.py:1092). Every node's object is
+    kept alive while ModelOpt's function runs; the function itself is unchanged.
+    """
+
     def _convert_subgraph_precision(self, subgraph, *args, **kwargs):
         """ModelOpt's function with the subgraph's node objects held, so ``id(node)`` is the same in every pass."""
         held = list(subgraph.node)
@@ -286,46 +285,14 @@ def _stable_node_ids(convert):
     return _convert_subgraph_precision
 
 
-def _wide_merge(merge):
-    def merge_histogram(self, old_histogram, data_arr, new_min, new_max, new_threshold):
-        """The merge onnxruntime does; when float32 bins overflow, the same merge with thresholds as Python floats."""
-        try:
-            return merge(self, old_histogram, data_arr, new_min, new_max, new_threshold)
-        except ValueError as err:
-            if "Too many bins" not in str(err):
-                raise
-        wide = (*old_histogram[:4], float(old_histogram[4]))
-        return merge(self, wide, data_arr, new_min, new_max, float(new_threshold))
-
-    return merge_histogram
-
-
-def _split_collect(collect):
-    def collect_in_parts(self, name_to_arr):
-        """The ``collect`` of onnxruntime, the tensors split across threads (one part per CPU): the same histograms."""
-        cpus = min(len(os.sched_getaffinity(0)), 4)
-        if self.method not in {"distribution", "entropy"} or cpus < 2 or len(name_to_arr) < 2:
-            return collect(self, name_to_arr)
-        sizes = {name: sum(int(np.size(a)) for a in arrs) for name, arrs in name_to_arr.items()}
-        parts: list[dict] = [{} for _ in range(cpus)]
-        loads = [0] * cpus
-        for name in sorted(name_to_arr, key=lambda n: -sizes[n]):  # largest first, each to the lightest part
-            i = loads.index(min(loads))
-            parts[i][name] = name_to_arr[name]
-            loads[i] += sizes[name]
-        order = [*self.histogram_dict, *(n for n in name_to_arr if n not in self.histogram_dict)]
-        with ThreadPoolExecutor(max_workers=cpus) as pool:
-            for done in [pool.submit(self.collect_value, part) for part in parts if part]:
-                done.result()
-        written = dict(self.histogram_dict)
-        self.histogram_dict.clear()
-        self.histogram_dict.update({n: written[n] for n in order if n in written})
-        self.histogram_dict.update({n: v for n, v in written.items() if n not in self.histogram_dict})
-
-    return collect_in_parts
-
-
 def _install() -> list[tuple[object, str, object]]:
+    """Put every replacement in place; what it replaced, to put back (``_restore``).
+
+    3 is ``castindex``'s: ModelOpt 0.47.0's ``utils.remove_redundant_casts`` and ``utils._sync_value_info_elem_type``
+    asked which nodes read and write each Cast's tensors by scanning the graph each time (4-6 s of CPU on that
+    detector at 800x608), answered from an index instead.
+    """
+    import_modelopt()  # first, whoever enters the block: lief and torch loaded only when read (``deferred``)
     from modelopt.onnx import utils
     from modelopt.onnx.autocast import utils as autocast_utils
     from modelopt.onnx.autocast.precisionconverter import PrecisionConverter
@@ -333,6 +300,7 @@ def _install() -> list[tuple[object, str, object]]:
     from onnxruntime.quantization.calibrate import HistogramCollector
 
     from trtfarm.precision import castindex
+    from trtfarm.precision.histograms import split_collect, wide_merge
 
     saved = [(utils, "_reconcile_stale_output_shapes", utils._reconcile_stale_output_shapes),
              (PrecisionConverter, "_cleanup_no_consumer_nodes", PrecisionConverter.__dict__[
@@ -355,25 +323,47 @@ def _install() -> list[tuple[object, str, object]]:
     utils._sync_value_info_elem_type = castindex.indexed_sync(saved[3][2])
     ReferenceRunner._get_ort_runner = _fresh_outputs_runner(saved[4][2])
     PrecisionConverter._convert_subgraph_precision = _stable_node_ids(saved[5][2])
-    HistogramCollector.merge_histogram = _wide_merge(saved[6][2])
+    HistogramCollector.merge_histogram = wide_merge(saved[6][2])
     PrecisionConverter._ensure_types_are_defined = _ensure_types_are_defined
     autocast_utils.clear_types_and_shapes_recursive = _tensor_types_cleared(saved[8][2])
     PrecisionConverter._restore_original_io_metadata = _fp64_io_cast(saved[9][2])
-    HistogramCollector.collect = _split_collect(saved[10][2])
+    HistogramCollector.collect = split_collect(saved[10][2])
     return saved
 
 
 @contextlib.contextmanager
-def modelopt_workarounds(enabled: bool = True) -> Iterator[bool]:
-    """Within the block, ModelOpt runs with the replacements (when ``enabled`` and its version was checked).
+def modelopt_workarounds() -> Iterator[bool]:
+    """Within the block, ModelOpt runs with the replacements (unless ``modelopt_as_shipped`` holds them off).
 
     Yields whether they are in place. Threads share one installation, removed when the last block ends.
     """
-    if not (enabled and applies()):
+    if _SHIPPED.count:
         yield False
         return
     with _INSTALLED.held():
         yield True
+
+
+@contextlib.contextmanager
+def modelopt_as_shipped() -> Iterator[None]:
+    """Within the block (entered outside any ``modelopt_workarounds``), ModelOpt's own functions run, none replaced.
+
+    The referee the tests and bench/precision_speed.py compare the replacements with; in the step's own process:
+    ``convert_and_gate(..., workarounds=False)``.
+    """
+    with _SHIPPED.held():
+        yield
+
+
+def _installed_or_refused() -> list[tuple[object, str, object]]:
+    """``_install()``; one line naming what is missing when a version run unchecked lacks a function it replaces."""
+    try:
+        return _install()
+    except (KeyError, AttributeError, ImportError) as err:
+        version = installed("nvidia-modelopt")
+        raise UserInputError(f"nvidia-modelopt {version} ({FLAG}) lacks what one of trtfarm's workarounds replaces "
+                             f"({type(err).__name__}: {err}): install nvidia-modelopt=={COMPARED['nvidia-modelopt']}, "
+                             "the version they were compared with") from err
 
 
 def _restore(saved: list[tuple[object, str, object]]) -> None:
@@ -381,4 +371,5 @@ def _restore(saved: list[tuple[object, str, object]]) -> None:
         setattr(owner, name, value)
 
 
-_INSTALLED = HeldWhileAny(_install, _restore)  # one installation for every thread of the process
+_INSTALLED = HeldWhileAny(_installed_or_refused, _restore)  # one installation for every thread of the process
+_SHIPPED = HeldWhileAny(lambda: None, lambda _: None)  # blocks of modelopt_as_shipped open now
