@@ -32,7 +32,7 @@ def step_of(result: PrecisionResult, model: ModelSource, recipe: Recipe, key: st
     gate = "passed" if result.report.passed else "not_run" if result.report.passed is None else "failed"
     accuracy = Accuracy.model_validate({
         **result.report.to_json(), "nodes": result.nodes.to_json() if result.nodes else None,
-        "normalised": result.notes}) if recipe.mode != "fp32" else None
+        "normalised": result.notes, "unchecked_versions": result.unchecked_versions}) if recipe.mode != "fp32" else None
     return PrecisionStep(recipe=recipe, converted_digest=result.digest,
                          converted_key=layout.converted_model_key(prefix) if converted else None,
                          converted_sha256=(sha256 or sha256_file(result.path)) if converted else None,
@@ -49,7 +49,8 @@ def run_precision(store: Store, job: PrecisionJob) -> PrecisionRun:
     work = work_dir("converted", model.name, model.onnx_digest[:12], job.recipe.mode)  # the user's own, checked
     try:
         result = prepare_precision(store, model.name, model.path, model.onnx_digest, job.recipe, work,
-                                   calibration=calibration, heldout=heldout, key=job.key, max_memory=job.max_memory)
+                                   calibration=calibration, heldout=heldout, key=job.key, max_memory=job.max_memory,
+                                   unchecked_modelopt=job.unchecked_modelopt)
     except GateFailed as failed:
         return PrecisionRun(job_id=job.job_id, model=model.name, failed=str(failed))
     step = step_of(result, model, job.recipe, job.key)

@@ -13,6 +13,7 @@ from trtfarm.cli.common import (
     JSON_OPT,
     STORE_OPT,
     TARGETS_OPT,
+    UNCHECKED_MODELOPT_OPT,
     app,
     err,
     fail,
@@ -50,6 +51,7 @@ def build(
                                  "else heldout.npz beside the model, else generated inputs]"),
     max_memory: str = typer.Option(None, "--max-memory", help="memory the precision step may use: it gates on as "
                                    "many samples as fit, and refuses when not one does (e.g. 8GiB) \\[default: 4GiB]"),
+    unchecked_modelopt: bool = UNCHECKED_MODELOPT_OPT,
     release: bool = typer.Option(None, "--release/--trial", help="move the release pointers for this recipe (--release)"
                                  " or for none (--trial) \\[default: only for the model's declared recipe]"),
     wide: bool = typer.Option(False, "--wide", help="every column, however wide the terminal"),
@@ -74,7 +76,7 @@ def build(
                             targets_file=targets_path(targets_file), dispatch="local", verify_store=verify_store,
                             calibration=str(calibration) if calibration else None,
                             heldout=str(heldout) if heldout else None, release=release,
-                            max_memory=_budget(max_memory))
+                            max_memory=_budget(max_memory), unchecked_modelopt=unchecked_modelopt)
     if verbose:  # TensorRT filters its own log: without --verbose only its errors leave the library
         from trtfarm.toolchain.trtlog import set_log_severity
 

@@ -62,6 +62,9 @@ TARGETS_OPT = typer.Option(None, "--targets-file", metavar="PATH", exists=True, 
                            help="the fleet's gpu_targets.yaml \\[default: "
                            "$TRTFARM_TARGETS, else ./gpu_targets.yaml, else this machine's built-in fleet]")
 JSON_OPT = typer.Option(False, "--json", help="machine-readable output on stdout")
+UNCHECKED_MODELOPT_OPT = typer.Option(False, "--unchecked-modelopt", help="run the precision step on a ModelOpt, "
+                                      "onnxruntime or Polygraphy other than the versions its workarounds were "
+                                      "compared with (refused without it); the step's record and manifest say so")
 
 
 def store_uri(store: str | None, *, creates: bool = False, check: bool = True) -> str:

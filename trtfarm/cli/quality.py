@@ -11,6 +11,7 @@ from rich.table import Table
 from trtfarm.cli.common import (
     JSON_OPT,
     STORE_OPT,
+    UNCHECKED_MODELOPT_OPT,
     app,
     err,
     fail,
@@ -47,6 +48,7 @@ def precision(
     out_path: Path = typer.Option(None, "--out", help="converted ONNX [default: MODEL_<MODE>.onnx beside it]"),
     max_memory: str = typer.Option("4GiB", "--max-memory", help="memory the step may use: it gates on as many "
                                    "samples as fit, and refuses when not one does (e.g. 8GiB, 512MiB)"),
+    unchecked_modelopt: bool = UNCHECKED_MODELOPT_OPT,
     as_json: bool = JSON_OPT,
 ) -> None:
     """Convert an ONNX export's precision with ModelOpt and gate its accuracy against FP32 on CPU.
@@ -75,7 +77,8 @@ def precision(
                                                    f"{x['msg'].removeprefix('Value error, ')}"
                                                    for x in e.errors())) from e
     target = out_path or model.with_name(f"{model.stem}_{mode}.onnx")
-    result = convert_and_gate(model, recipe, target, calibration=calibration, heldout=heldout, max_memory=budget)
+    result = convert_and_gate(model, recipe, target, calibration=calibration, heldout=heldout, max_memory=budget,
+                              unchecked_modelopt=unchecked_modelopt)
     if as_json:
         print_json(result.to_json())
     else:

@@ -136,7 +136,7 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
         model = _checked(model, profiles)
     try:
         found = planned_precision(store, model, recipe, calibration, heldout, export, next(iter(resolved), None),
-                                  max_memory=request.max_memory)
+                                  max_memory=request.max_memory, unchecked_modelopt=request.unchecked_modelopt)
     except GateFailed as failed:
         return ExportWork(name=model.name, model=None, profiles=texts, targets=ids,
                           outcomes={t: TargetOutcome(t, "failed", str(failed)) for t in ids})

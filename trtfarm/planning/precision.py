@@ -22,11 +22,13 @@ from trtfarm.vocabulary.precision_job import PrecisionJob
 
 def planned_precision(store: Store, model: ModelSource, recipe: Recipe, calibration: Path | None,
                       heldout: Path | None, export: ExportRef,
-                      lead: ResolvedTarget | None, *, max_memory: int | None = None) -> ModelSource | PrecisionJob:
+                      lead: ResolvedTarget | None, *, max_memory: int | None = None,
+                      unchecked_modelopt: bool = False) -> ModelSource | PrecisionJob:
     """``model`` with its precision step when it is known (fp32, or recorded), else the job that runs it.
 
     ``GateFailed`` when the recorded step's gate refused the recipe. ``lead``: the target whose worker runs the job
-    on a farm. ``max_memory``: the bytes the job's step may hold (None: its default budget).
+    on a farm. ``max_memory``: the bytes the job's step may hold (None: its default budget). ``unchecked_modelopt``:
+    the job's step may run on library versions its workarounds were not compared with (``precision.library_versions``).
     """
     if recipe.mode == "fp32" and not recipe.auto_pin:  # used as exported: nothing to convert or gate
         step = PrecisionStep.as_exported(recipe, model.onnx_digest)
@@ -39,7 +41,8 @@ def planned_precision(store: Store, model: ModelSource, recipe: Recipe, calibrat
     found = stored_result(store, prefix, recipe, _nowhere(model))
     if found is None:
         return PrecisionJob(model=model.model_copy(update={"heldout": heldout}), export=export, recipe=recipe,
-                            key=key, calibration=calibration, heldout=heldout, lead=lead, max_memory=max_memory)
+                            key=key, calibration=calibration, heldout=heldout, lead=lead, max_memory=max_memory,
+                            unchecked_modelopt=unchecked_modelopt)
     result, sha256 = found
     if result.report.passed is False:
         raise GateFailed(result.summary())

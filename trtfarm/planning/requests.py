@@ -49,6 +49,9 @@ class MatrixRequest(BaseModel):
                                 "heldout.npz beside the model); a local build's path")
     max_memory: int | None = Field(None, ge=1, description="bytes the precision step may hold (default 4 GiB): it "
                                    "gates on as many samples as fit, and refuses when not one does")
+    unchecked_modelopt: bool = Field(False, description="run the precision step on a ModelOpt, onnxruntime or "
+                                     "Polygraphy other than the versions its workarounds were compared with "
+                                     "(refused otherwise); the step's record and each plan's manifest say so")
     release: bool | None = Field(None, description="move the release pointers: true for any recipe, false for none; "
                                  "default: only for the model's declared recipe (farm.yaml's precision, else fp32)")
     name: str | None = Field(None, description="model name in the store (default: farm.yaml name, else the "

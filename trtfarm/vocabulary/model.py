@@ -34,6 +34,8 @@ class Accuracy(BaseModel):
     warnings: list[str] = []
     nodes: dict | None = None
     normalised: list[str] = []
+    # the libraries the step ran at other versions than its workarounds were compared with (--unchecked-modelopt)
+    unchecked_versions: dict[str, str] = {}
 
 
 class PrecisionStep(BaseModel):

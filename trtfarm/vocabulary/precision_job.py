@@ -33,6 +33,7 @@ class PrecisionJob(BaseModel):
     heldout: Path | None = None
     lead: ResolvedTarget | None = None
     max_memory: int | None = None  # the bytes the step may hold (``--max-memory``); None: its default budget
+    unchecked_modelopt: bool = False  # ``--unchecked-modelopt``: other library versions than the workarounds' run
 
     @property
     def job_id(self) -> str:
