@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from trtfarm.building.release_move import release_if_allowed
+from trtfarm.layout import short_ref
 from trtfarm.publishing.release import ReleaseRefused
 from trtfarm.publishing.release_check import read_pointer
 from trtfarm.releases import rules
@@ -86,6 +87,10 @@ def test_a_held_release_moves_nothing_and_an_override_is_recorded_with_the_gate(
     assert forced.gates == {"accuracy": "fp16 gate not judged (output 'y' is the same for every input): released "
                                         "anyway"}
     assert events[0].gates is None and events[2].gates is None
+    move_release(store, exports.keys[3], exports.manifest(store, 3), release_on="built", reason="by hand", force=True)
+    last = channel_history(store, "enc")[-1].event  # `trtfarm release REF --force`: the same override, recorded
+    assert (last.action, last.gates) == ("forced", {"accuracy": "fp16 gate failed (y: max error 0.5 is above 0.01): "
+                                                                "released anyway"})
 
 
 def test_a_build_publishes_a_held_plan_as_a_trial_and_releases_it_with_release(exports, tmp_path):
@@ -94,6 +99,7 @@ def test_a_build_publishes_a_held_plan_as_a_trial_and_releases_it_with_release(e
     kept = release_if_allowed(store, exports.keys[1], m, "built", "run-1")
     assert (kept.action, kept.old, kept.held_by) == ("kept", "nothing", "precision gate not judged")
     assert "published as a trial: fp16 gate not judged (output 'y'" in kept.why and "--heldout" in kept.fix
+    assert f"`trtfarm release {short_ref(exports.keys[1])} --force --reason ...`" in kept.fix  # the farm's way too
     assert "--release" in str(kept) and read_pointer(store, STABLE)[0] is None
     moved = release_if_allowed(store, exports.keys[1], m, "built", "run-2", override=True)
     assert moved.action == "moved"

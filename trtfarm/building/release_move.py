@@ -80,15 +80,18 @@ def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, rele
         return ReleaseOutcome("refused", key, old, why=str(refused), repaired=repaired, channel=channel)
     if isinstance(done.decision, Stay) and done.decision.kind == "held":  # nothing unjudged is released: a trial
         return ReleaseOutcome("kept", key, old, why=held_text(gate), repaired=repaired, channel=channel,
-                              held_by=f"precision gate {gate.verdict}", fix=GATE_FIX)
+                              held_by=f"precision gate {gate.verdict}", fix=gate_fix(manifest_key))
     moved = done.after
     if len(moved.history) > 1:  # where it moved from, also when a concurrent writer moved it since planning
         old = short_ref(moved.history[-2].manifest)
     return ReleaseOutcome("moved", key, old, short_ref(manifest_key), repaired=repaired, channel=channel)
 
 
-GATE_FIX = ("held-out data (--heldout heldout.npz, or heldout.npz beside the export), or --release to release it "
-            "anyway (recorded in the history)")
+def gate_fix(manifest_key: str) -> str:
+    """What releases a plan its gate holds: held-out data, or an override the history records (a run's or by hand)."""
+    return ("held-out data (--heldout heldout.npz, or heldout.npz beside the export), or release it anyway, recorded "
+            f"in the history: build again with --release, or `trtfarm release {short_ref(manifest_key)} --force "
+            "--reason ...`")
 
 
 def held_text(gate: PlanGate) -> str:
