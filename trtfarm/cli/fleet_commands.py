@@ -26,19 +26,13 @@ from trtfarm.cli.common import (
     targets_path,
 )
 from trtfarm.cli.progress_bars import store_retries
-from trtfarm.cli.tables import Column, fitted_table, labelled
+from trtfarm.cli.status_view import print_status
+from trtfarm.cli.tables import Column, fitted_table, note_line, notes
 
 WIDE_OPT = typer.Option(False, "--wide", help="every column, however wide the terminal")
 VERBOSE_OPT = typer.Option(False, "--verbose", "-v", help="each retry of a store request that got no answer")
 FOLD = 40  # more changes than this: the table groups them by target (``--json`` lists each pair)
 ACTION_STYLE = {"rebuild": "yellow", "new": "cyan", "drop": "magenta", "keep": "green"}
-STATE_STYLE = {"released": "green", "pending": "yellow", "stale": "dark_orange", "failed": "bold red",
-               "refused": "bold magenta", "damaged": "bold magenta", "missing": "dim"}
-
-
-def _n(count: int, noun: str) -> str:
-    """``1 model``, ``2 models``."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def print_decisions(decisions, title: str, wide: bool = False) -> None:
@@ -105,9 +99,8 @@ def _changes_table(changed, wide: bool) -> None:
              for d in changed]
     table, dropped = fitted_table(out, columns, cells, wide=wide)
     out.print(table)
-    if "what changes" in dropped or "model" in dropped:
-        for d in changed:
-            out.print(message_text(f"  {d.model}/{d.target}: {'; '.join(d.reasons)}"), highlight=False)
+    if "what changes" in dropped or "model" in dropped:  # under the table, wrapped lines keeping their indent
+        notes(out, [(f"{d.model}/{d.target}", "; ".join(d.reasons)) for d in changed])
 
 
 def _grouped_table(changed) -> None:
@@ -124,8 +117,7 @@ def _grouped_table(changed) -> None:
     table, dropped = fitted_table(out, columns, cells)
     out.print(table)
     if "what changes" in dropped:
-        for (t, a, why), _ in groups.items():
-            out.print(message_text(f"  {t} ({a}): {why}"), highlight=False)
+        notes(out, [(f"{t} ({a})", why) for (t, a, why) in groups])
     out.print(message_text(f"{len(changed)} (model, target) changes in {len(groups)} groups; --json lists each pair "
                            "with its reasons and estimate"), highlight=False)
 
@@ -209,7 +201,7 @@ def status(models: list[str] = typer.Argument(None, help="models to show (defaul
     with err.status("reading the store's listings and manifests", spinner="dots"):
         found = fleet_status(opened, fleet, models or [], trust=trust)
     for note in found.notes:
-        err.print(message_text(f"note: {note}"), highlight=False, soft_wrap=True)
+        note_line(err, "note:", message_text(note))
     if html:
         from trtfarm.reports.fleet_html import status_html
 
@@ -218,94 +210,10 @@ def status(models: list[str] = typer.Argument(None, help="models to show (defaul
         except OSError as e:
             raise fail(f"--html {html}: cannot write it ({e.strerror}); give a file you can write") from e
     for problem in found.problems:
-        err.print(message_text(f"skipped: {problem}"), highlight=False, soft_wrap=True)
+        note_line(err, "skipped:", message_text(problem))
     if as_json:
         print_json([c.to_json() for c in found.cells])
     else:
         print_status(found, wide)
     if html:
         err.print(message_text(f"html: {html} (open it in a browser)"), highlight=False)
-
-
-def print_status(found, wide: bool = False) -> None:
-    """The matrix for a terminal, folded into one block per model when the targets do not fit across."""
-    from trtfarm.reports.fleet_html import CELL_TEXT, cell_text
-    from trtfarm.vocabulary.fleetview import age_text
-
-    counts = ", ".join(f"{n} {s}" for s, n in found.counts().items() if n) or "nothing"
-    out.print(message_text(f"fleet status: {_n(len(found.models), 'model')} x {_n(len(found.targets), 'target')} in "
-                           f"{found.store}: {counts}"), highlight=False)
-    table = Table("model", *(escape(t) for t in found.targets), show_lines=False)
-    for model in found.models:
-        cells = [found.cell(model, t) for t in found.targets]
-        table.add_row(escape(model), *(f"[{STATE_STYLE[c.state]}]{cell_text(c)}[/]" if c else "[dim]·[/]"
-                                       for c in cells))
-    from rich.measure import Measurement
-
-    if wide or Measurement.get(out, out.options.update_width(10_000), table).maximum <= out.width:
-        out.print(table)
-        out.print(message_text(f"{CELL_TEXT['released']} AGE released (* engine check pending on its GPU), "
-                               "pend waiting for its engine check or, in candidate, for promotion, stale, FAIL "
-                               "failed, REFU refused by serving hosts, DMG damaged, — missing, · not a target of the "
-                               "model"), highlight=False)
-        _why(found)
-        _candidates(found)
-        return
-    width = 2 + max(map(len, found.targets), default=0)
-    for model in found.models:
-        out.print(message_text(model), style="bold", highlight=False)
-        block = Table.grid(padding=(0, 2))
-        block.add_column(no_wrap=True, min_width=width)
-        block.add_column(no_wrap=True, min_width=8)
-        block.add_column()
-        for target in found.targets:
-            c = found.cell(model, target)
-            if c is None:
-                continue
-            if c.state == "released":
-                facts = [f"{age_text(c.age_s)} ago", c.precision, f"engine {c.engine}", c.signed]
-                detail = ", ".join(f for f in facts if f)
-            else:
-                detail = c.reason + (f" (since {c.since[:16].replace('T', ' ')})" if c.since and c.state ==
-                                     "failed" else "")
-            block.add_row(f"  {escape(target)}", f"[{STATE_STYLE[c.state]}]{c.state}[/]", message_text(detail))
-            if c.candidate and c.candidate_verdict != "already":
-                block.add_row("    candidate", f"[{CANDIDATE_STYLE.get(c.candidate_verdict, 'yellow')}]"
-                              f"{c.candidate_verdict}[/]", message_text(f"{c.candidate.split('/')[-1]}: "
-                                                                        f"{c.candidate_detail}"))
-        out.print(block)
-
-
-def _candidates(found) -> None:
-    """The candidate channel beside stable, a line per target with a candidate: its build and what it waits for."""
-    from trtfarm.layout import short_ref
-
-    for c in found.cells:
-        if c.candidate and c.candidate_verdict != "already":
-            build = c.candidate.split("/")[-1]
-            stable = short_ref(c.manifest).split("/")[-1] if c.state == "released" and c.manifest else "nothing"
-            labelled(out, f"  [{CANDIDATE_STYLE.get(c.candidate_verdict, 'yellow')}]candidate[/]", message_text(
-                f"{c.target} of {c.model}: {build} {c.candidate_verdict} (stable {stable})"
-                + (f": {c.candidate_detail}" if c.candidate_detail else "")))
-
-
-CANDIDATE_STYLE = {"holds": "green", "waits": "yellow", "fails": "bold red", "damaged": "bold red"}
-
-
-def _why(found) -> None:
-    """Why targets are failed, stale, pending (or missing, where a run said why): a line per target, state, reason."""
-    from trtfarm.vocabulary.fleetview import NOTHING_RELEASED  # not on --help's path
-
-    groups: dict[tuple[str, str, str], list] = {}
-    for c in found.cells:
-        if c.state in ("failed", "stale", "pending", "refused", "damaged") or \
-                (c.state == "missing" and c.reason != NOTHING_RELEASED):
-            groups.setdefault((c.target, c.state, c.reason), []).append(c)
-    for (target, state, reason), cells in groups.items():
-        since = min((c.since for c in cells if c.since), default=None) if state == "failed" else None
-        names = [c.model for c in cells]
-        who = names[0] if len(names) == 1 else f"{len(names)} models ({', '.join(names[:5])}" + (
-            ", ...)" if len(names) > 5 else ")")
-        out.print(f"  [{STATE_STYLE[state]}]{state}[/] " + message_text(
-            f"{target} of {who}: {reason}" + (f" (since {since[:16].replace('T', ' ')})" if since else "")),
-            highlight=False)

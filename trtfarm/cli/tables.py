@@ -97,3 +97,15 @@ def labelled(console: Console, label: str, text: str) -> None:
     grid.add_column()
     grid.add_row(label, text)
     console.print(grid, highlight=False)
+
+
+def note_line(console: Console, label: str, text: str) -> None:
+    """``label text``: one line in a pipe (a log keeps it whole); on a terminal wrapped beside the label.
+
+    The text is a message already (markup: ``message_text``); on a terminal it wraps by words beside the label
+    (``labelled``), never back to column 0.
+    """
+    if console.is_terminal:
+        labelled(console, label, text)
+    else:
+        console.print(f"{label} {text}", highlight=False, soft_wrap=True)
