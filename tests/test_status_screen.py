@@ -72,8 +72,8 @@ def test_plan_notes_that_wrap_keep_their_indent_at_80_columns(three_models):
     assert unindented_continuations(screen) == [], screen
 
 
-FIX = "install tensorrt==VERSION on a GPU host (pip downloads NVIDIA's libraries), or use NVIDIA's TensorRT container " \
-      "of that version"
+FIX = "install tensorrt==VERSION on a GPU host (pip downloads NVIDIA's libraries), or use NVIDIA's TensorRT " \
+      "container of that version"
 
 
 def _skipped(version: str) -> str:

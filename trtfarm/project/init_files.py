@@ -3,7 +3,8 @@
 The templates come from the wheel. ``farm_yaml`` keeps the template's comments and sets what the model decides:
 its name as a build without farm.yaml would call it (so nothing moves in the store after ``init``) and its
 profiles: none for a model whose inputs are all static, a commented example naming each dynamic input otherwise
-(trtfarm never invents a traffic range), and the template's examples left commented with no model.
+(trtfarm never invents a traffic range; the example's shared dimensions agree, so uncommented it builds), and the
+template's examples left commented with no model.
 ``fleet_yaml`` adds to the fleet template the GPUs, toolchains and targets of this machine's built-in fleet that
 the template lacks, so a plan built before ``init`` keeps its target id, keys and ``reproduce`` command after it.
 """
@@ -19,18 +20,32 @@ from trtfarm.onnxfile import InputDims, onnx_inputs
 from trtfarm.vocabulary.fleet import Fleet
 
 PROFILES_START = "# One entry per optimization profile"  # the template's profiles section runs from here to the end
-EXAMPLE_DIMS = ((1, 8, 32), (16, 128, 512))  # a commented example's first dynamic dim, then the others
+EXAMPLE_DIMS = ((1, 8, 32), (16, 128, 512))  # a commented example's batch (min, opt, max), then its other dims
 
 
-def _example(dims: InputDims) -> str:
-    """``MIN:OPT:MAX`` for one input: its static dims kept, example sizes in its dynamic ones."""
-    if dims is None:
-        return "MIN:OPT:MAX"
-    shapes = []
-    for k in range(3):
-        shapes.append("x".join(str(d) if isinstance(d, int) else str(EXAMPLE_DIMS[min(i, 1)][k])
-                               for i, d in enumerate(dims)) or "1")
-    return ":".join(shapes)
+def _examples(inputs: dict[str, InputDims]) -> dict[str, str]:
+    """``MIN:OPT:MAX`` per input, its static dims kept and example sizes in its dynamic ones, shared ones agreeing.
+
+    A named dimension has one range wherever it appears (``batch`` in ``input_ids`` and ``attention_mask``). An
+    input's first dynamic dimension is taken as the batch, wherever it stands (silero-vad's ``state [2, ?, 128]``
+    shares the batch of ``input [?, ?]``, unnamed in both), its others as sequences; a name takes the range of the
+    place it is first met.
+    """
+    named: dict[str, tuple[int, int, int]] = {}
+    found = {}
+    for name, dims in inputs.items():
+        if dims is None:
+            found[name] = "MIN:OPT:MAX"
+            continue
+        sizes: list[tuple[int, ...]] = []
+        for d in dims:
+            if isinstance(d, int):
+                sizes.append((d, d, d))
+                continue
+            guess = EXAMPLE_DIMS[0 if all(isinstance(s, int) for s in dims[:len(sizes)]) else 1]
+            sizes.append(named.setdefault(d, guess) if d else guess)
+        found[name] = ":".join("x".join(str(s[k]) for s in sizes) or "1" for k in range(3))
+    return found
 
 
 def _shape(dims: InputDims) -> str:
@@ -57,8 +72,9 @@ def profiles_section(model: Path | None) -> str:
              "# Give each a range that covers your traffic (the sizes below are examples: edit them, then uncomment),",
              "# or put a shapes.jsonl of logged request shapes beside the model to derive them from it:",
              "# profiles:"]
-    for i, (name, dims) in enumerate(dynamic.items()):
-        lines.append(f"#   {'- ' if i == 0 else '  '}{name}: {_example(dims)}")
+    examples = _examples(dynamic)
+    for i, name in enumerate(dynamic):
+        lines.append(f"#   {'- ' if i == 0 else '  '}{name}: {examples[name]}")
     lines.append("# profiles: profiles.yaml      # ... or a file that `trtfarm profiles derive` wrote")
     return head + "\n".join(lines) + "\n"
 
