@@ -1,4 +1,8 @@
-"""``trtfarm triton``: model repositories from real TensorRT-RTX plans released into a real store."""
+"""``trtfarm triton``: model repositories from real TensorRT-RTX plans released into a real store.
+
+TensorRT-RTX plans are served by Triton's Python backend (``model.py`` and trtfarm's loader); made-up TensorRT plans
+on the ``tensorrt_plan`` platform, the generated rules and the pinned image's own check: tests/test_triton_load.py.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ from trtfarm.project.fleet_file import load_fleet
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.release import list_pointers
 from trtfarm.releases.moves import move_release
+from trtfarm.runtime.loader import find_pair
+from trtfarm.serving.python_model import MODEL_PY
 from trtfarm.serving.triton import TritonRequest, config_spec, triton_repositories
 from trtfarm.serving.triton_config import TritonConfigRefused, validated_config
 from trtfarm.serving.versions import model_versions
@@ -85,7 +91,8 @@ def write(store, fleet_file, repo, **kw):
     return triton_repositories(store, load_fleet(fleet_file), TritonRequest("encoder", repo, **kw))
 
 
-def test_two_profiles_give_two_instance_groups_dims_warmups_and_cc_filenames(store_uri, tmp_path):
+def test_rtx_plans_are_served_by_the_python_backend_each_instance_serving_and_warming_every_profile(store_uri,
+                                                                                                  tmp_path):
     store, fleet_file = open_store(store_uri), fleet(tmp_path, ONE_CLASS)
     outcomes = publish(store, fleet_file, tmp_path / "export")
     assert all(o.release.action == "moved" for o in outcomes.values())
@@ -93,43 +100,46 @@ def test_two_profiles_give_two_instance_groups_dims_warmups_and_cc_filenames(sto
     result = write(store, fleet_file, tmp_path / "repo")
 
     assert [r.path for r in result.repositories] == [tmp_path / "repo"] and result.split == []
+    assert result.repositories[0].served_by == "python"
     cfg = parse(tmp_path / "repo/encoder/config.pbtxt")
-    assert (cfg.name, cfg.platform, cfg.max_batch_size) == ("encoder", "tensorrt_plan", 0)
+    assert (cfg.name, cfg.platform, cfg.backend, cfg.max_batch_size) == ("encoder", "", "python", 0)
     assert [(t.name, model_config_pb2.DataType.Name(t.data_type), list(t.dims)) for t in cfg.input] == [
         ("input_ids", "TYPE_INT64", [-1, -1]), ("attention_mask", "TYPE_INT64", [-1, -1])]
     assert [(t.name, model_config_pb2.DataType.Name(t.data_type), list(t.dims)) for t in cfg.output] == [
         ("embeddings", "TYPE_FP32", [-1, 64])]
-    assert [(g.name, g.count, list(g.profile)) for g in cfg.instance_group] == [("profile-0", 1, ["0"]),
-                                                                              ("profile-1", 1, ["1"])]
+    # Triton allows `profile` in an instance group on the tensorrt_plan platform only: model.py serves them all
+    assert [(g.name, g.count, list(g.profile)) for g in cfg.instance_group] == [("all-profiles", 1, [])]
     assert [(w.name, w.batch_size, {k: list(v.dims) for k, v in w.inputs.items()}) for w in cfg.model_warmup] == [
         ("profile-0-opt", 1, {"input_ids": [32, 64], "attention_mask": [32, 64]}),
         ("profile-1-opt", 1, {"input_ids": [8, 384], "attention_mask": [8, 384]})]
     assert all(v.zero_data for w in cfg.model_warmup for v in w.inputs.values())
-    assert dict(cfg.cc_model_filenames) == {"8.9": "model.rtx-4090.plan", "12.0": "model.rtx-5090.plan"}
-    assert not cfg.HasField("dynamic_batching")
+    assert not cfg.cc_model_filenames and not cfg.HasField("dynamic_batching")  # model.py picks a plan by GPU
+    version = tmp_path / "repo/encoder/1"
+    assert (version / "model.py").read_text() == MODEL_PY
     for gpu in ("rtx-4090", "rtx-5090"):
-        sha = plan_sha(store, outcomes[f"{gpu}-rtx1.7"])
-        assert sha256_file(tmp_path / f"repo/encoder/1/model.{gpu}.plan") == sha
+        outcome = outcomes[f"{gpu}-rtx1.7"]
+        assert sha256_file(version / f"model.{gpu}.plan") == plan_sha(store, outcome)
+        beside = version / f"model.{gpu}.plan.manifest.json"  # the loader's checks read it, byte for byte
+        assert beside.read_bytes() == store.get(outcome.manifest_key).data
+        assert find_pair(version / f"model.{gpu}.plan")[1].target.gpu == gpu
     assert sorted(p.name for p in (tmp_path / "repo").iterdir()) == ["encoder"]  # no scratch left behind
-    assert any("engine check is pending" in n for n in result.repositories[0].notes)
+    assert any("engine check pending on the GPU" in n for n in result.repositories[0].notes)
 
 
-def test_two_gpus_of_one_capability_with_two_plans_get_two_repositories_and_the_reason(tmp_path):
+def test_two_rtx_gpus_of_one_capability_with_two_plans_share_one_repository(tmp_path):
     store, fleet_file = open_store((tmp_path / "store").as_uri()), fleet(tmp_path, SHARED_CC)
     outcomes = publish(store, fleet_file, tmp_path / "export")
     assert plan_sha(store, outcomes["rtx4080-rtx1.7"]) != plan_sha(store, outcomes["rtx-4090-rtx1.7"])
 
     result = write(store, fleet_file, tmp_path / "repo")
 
-    assert [r.path for r in result.repositories] == [tmp_path / "repo/rtx-4080", tmp_path / "repo/rtx-4090"]
-    assert len(result.split) == 1 and "rtx-4080 and rtx-4090 share compute capability 8.9 but not a plan" in \
-        result.split[0] and "cc_model_filenames" in result.split[0]
-    for gpu in ("rtx-4080", "rtx-4090"):
-        assert dict(parse(tmp_path / f"repo/{gpu}/encoder/config.pbtxt").cc_model_filenames) == {
-            "8.9": f"model.{gpu}.plan"}
-        assert [p.name for p in (tmp_path / f"repo/{gpu}/encoder/1").iterdir()] == [f"model.{gpu}.plan"]
-    one = write(store, fleet_file, tmp_path / "one", gpus=("rtx-4090",))  # --gpu: that GPU's repository alone
+    # cc_model_filenames would pick one plan for 8.9; model.py picks each GPU model's own plan
+    assert [r.path for r in result.repositories] == [tmp_path / "repo"] and result.split == []
+    assert sorted(p.name for p in (tmp_path / "repo/encoder/1").glob("*.plan")) == [
+        "model.rtx-4080.plan", "model.rtx-4090.plan"]
+    one = write(store, fleet_file, tmp_path / "one", gpus=("rtx-4090",))  # --gpu: that GPU's plans alone
     assert [r.path for r in one.repositories] == [tmp_path / "one"] and one.split == []
+    assert [p.name for p in (tmp_path / "one/encoder/1").glob("*.plan")] == ["model.rtx-4090.plan"]
 
 
 def test_a_rollback_is_a_new_version_and_keep_bounds_the_older_ones(tmp_path):
@@ -186,14 +196,15 @@ def test_the_command_writes_json_and_names_what_it_cannot_verify(tmp_path):
     common = ["--store", str(store_dir), "--targets-file", str(fleet_file), "--repo", str(tmp_path / "repo")]
 
     doc = json.loads(cli(["triton", "encoder", *common, "--json", "--instances", "3"], tmp_path).stdout)
-    assert [g.count for g in parse(tmp_path / "repo/encoder/config.pbtxt").instance_group] == [3, 3]
+    assert [g.count for g in parse(tmp_path / "repo/encoder/config.pbtxt").instance_group] == [3]
     text = cli(["triton", "encoder", *common], tmp_path)
 
     assert doc["split_reasons"] == [] and doc["repositories"][0]["versions"] == [1]
-    assert "not verified here: Triton loading these plans" in doc["unverified"]
-    assert "instances per profile: 3 (--instances)" in doc["repositories"][0]["notes"]
-    assert [g.count for g in parse(tmp_path / "repo/encoder/config.pbtxt").instance_group] == [1, 1]
-    assert text.returncode == 0 and "not verified here" in text.stderr and 'platform: "tensorrt_plan"' in text.stdout
+    assert "not verified here: tritonserver loading it on its GPU" in doc["unverified"]
+    assert "instances: 3 (--instances)" in doc["repositories"][0]["notes"]
+    assert doc["repositories"][0]["served_by"] == "python"
+    assert [g.count for g in parse(tmp_path / "repo/encoder/config.pbtxt").instance_group] == [1]
+    assert text.returncode == 0 and "not verified here" in text.stderr and 'backend: "python"' in text.stdout
     bad = cli(["triton", "encoder", *common, "--gpu", "h100"], tmp_path)
     assert bad.returncode == 2 and "not in the fleet" in bad.stderr
 
@@ -211,11 +222,11 @@ def test_dynamic_batching_takes_preferred_sizes_from_the_traffic_buckets(tmp_pat
     assert list(cfg.dynamic_batching.preferred_batch_size) == [8]  # opt batches 32 and 8; 32 exceeds 16
     # the short profile's opt batch (32) is above max_batch_size: its warm-up sends the largest batch Triton takes
     assert [(w.batch_size, list(w.inputs["input_ids"].dims)) for w in cfg.model_warmup] == [(16, [64]), (8, [384])]
-    assert [g.count for g in cfg.instance_group] == [2, 2]
+    assert [g.count for g in cfg.instance_group] == [2]
     assert any("preferred batch sizes" in n for n in result.repositories[0].notes)
     plain = write(store, fleet_file, tmp_path / "plain", batching="dynamic")
     assert not parse(tmp_path / "plain/encoder/config.pbtxt").dynamic_batching.preferred_batch_size
-    assert any("without preferred sizes" in n for n in plain.repositories[0].notes)
+    assert any("no preferred batch sizes" in n for n in plain.repositories[0].notes)
 
 
 @pytest.fixture
@@ -235,7 +246,9 @@ def written(tmp_path):
     (("data_type: TYPE_FP32", "data_type: TYPE_FLOAT32"), "TYPE_FLOAT32"),
     (("dims: [ -1, 64 ]", "dims: [ -1, 65 ]"), "output 'embeddings' has dims [-1, 65]; the plan's are [-1, 64]"),
     (("dims: [ 8, 384 ]", "dims: [ 8, 640 ]"), "profile 1's opt is [8, 384]"),
-    (('profile: [ "1" ]', 'profile: [ "2" ]'), "names profile '2'; the plan has 2"),
+    (("dims: [ 8, 384 ]", "dims: [ 8, 640 ]"), "the instances of ['all-profiles'] do not take"),
+    (('backend: "python"', 'platform: "tensorrt_plan"'), "cannot run tensorrt_rtx plans; backend 'python' does"),
+    (("kind: KIND_GPU }", 'kind: KIND_GPU profile: [ "0" ] }'), "Triton allows that on the tensorrt_plan platform"),
     (("max_batch_size: 0", "max_batch_size: 0\ndynamic_batching { preferred_batch_size: [ 8 ] }"),
      "preferred_batch_size [8] outside 1..max_batch_size 0"),
     (("batch_size: 1", "batch_size: 4"), "has batch_size 4; Triton takes 1..1"),

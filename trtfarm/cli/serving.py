@@ -21,7 +21,6 @@ from trtfarm.cli.common import (
     store_uri,
     targets_path,
 )
-from trtfarm.cli.tables import notes
 
 
 @app.command()
@@ -41,6 +40,9 @@ def triton(
                                   "traffic buckets give the preferred batch sizes"),
     channel: str = typer.Option("stable", "--channel", help="stable, or candidate (a canary's repository; a "
                                 "model without promotion: serves stable there)"),
+    instance_groups: str = typer.Option(None, "--instance-groups", help="per-profile (one group per profile) or "
+                                        "shared (each instance serves every profile) [default: per-profile for "
+                                        "TensorRT plans, shared for TensorRT-RTX ones]"),
     targets_file: Path = TARGETS_OPT,
     store: str = STORE_OPT,
     as_json: bool = JSON_OPT,
@@ -56,26 +58,30 @@ def triton(
     output_path(repo, "--repo")
     if channel not in ("stable", "candidate"):
         raise fail(f"--channel {channel!r}: use stable or candidate")
+    if instance_groups not in (None, "per-profile", "shared"):
+        raise fail(f"--instance-groups {instance_groups!r}: use per-profile or shared", 2)
     require("tritonclient")  # a base install: one line naming the [triton] extra, before the store is read
     trust = signing_settings(targets_path(targets_file), only="trust").trusted_keys()
     accepted, max_age = (AcceptedReleases(), configured_max_age()) if trust else (None, None)
     req = TritonRequest(model, repo, tuple(gpu), toolchain, keep, instances,
                         "dynamic" if dynamic_batching else "explicit",
-                        load_profiles_file(profiles) if profiles else None, trust, accepted, max_age, channel)
+                        load_profiles_file(profiles) if profiles else None, trust, accepted, max_age, channel,
+                        instance_groups)
     result = triton_repositories(open_store(store_uri(store)), load_fleet(targets_path(targets_file)), req)
     if as_json:
         print_json(result.to_json())
         return
     for reason in result.split:
-        out.print(f"one repository per GPU model: {escape(reason)}", highlight=False, soft_wrap=not out.is_terminal)
-    for r in result.repositories:
-        config = r.path / model / "config.pbtxt"
-        out.print(f"wrote {escape(str(r.path))} for {escape(', '.join(r.gpus))}: versions "
-                  f"{', '.join(map(str, r.versions))}; {escape(str(config))}", highlight=False,
-                      soft_wrap=not out.is_terminal)
-        notes(out, [(f"{', '.join(r.gpus)}", note) for note in r.notes])
-    for note in result.notes:
-        out.print(escape(note), highlight=False, soft_wrap=not out.is_terminal)
+        _note(f"one repository per GPU model: {reason}", indent=0)
+    shared = [n for n in result.repositories[0].notes if all(n in r.notes for r in result.repositories)]
+    for r in result.repositories:  # a note every repository has is printed once, after them
+        out.print(f"wrote {escape(str(r.path))} for {escape(', '.join(r.gpus))} ({r.served_by}): versions "
+                  f"{', '.join(map(str, r.versions))}", highlight=False, soft_wrap=not out.is_terminal)
+        for note in r.notes:
+            if note not in shared:
+                _note(note)
+    for note in shared + result.notes:
+        _note(note)
     if len(result.repositories) == 1:
         config = result.repositories[0].config
         if out.is_terminal and max(map(len, config.splitlines())) > out.width:  # a file's lines are not rewrapped
@@ -84,3 +90,11 @@ def triton(
         else:
             out.out(config, highlight=False, end="")
     err.print(escape(result.unverified), style="yellow", highlight=False, soft_wrap=not err.is_terminal)
+
+
+def _note(text: str, indent: int = 2) -> None:
+    """One note under what was written, indented, wrapped by words at the screen's width with its indent kept."""
+    import textwrap
+
+    for line in textwrap.wrap(text, max(40, out.width - indent), break_on_hyphens=False, break_long_words=False):
+        out.print(" " * indent + message_text(line), highlight=False, soft_wrap=True)

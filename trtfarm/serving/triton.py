@@ -3,8 +3,13 @@
 ```
 DIR/<model>/config.pbtxt                       one config, checked with Triton's schema (``triton_config``)
 DIR/<model>/<version>/model.<gpu>.plan         one version per release (``versions``), one plan per GPU
-DIR/<gpu>/<model>/...                          instead, when two GPUs of one compute capability need two plans
+DIR/<model>/<version>/model.py                 TensorRT-RTX plans: the Python backend's model (``python_model``),
+DIR/<model>/<version>/model.<gpu>.plan.*.json  with each plan's manifest and attestations beside it for the loader
+DIR/<gpu>/<model>/...                          instead, when two GPUs of one compute capability need two plans,
+                                               or two GPUs' plans need two backends (TensorRT and TensorRT-RTX)
 ```
+A TensorRT plan is served by the ``tensorrt_plan`` platform; a TensorRT-RTX plan by the Python backend with
+trtfarm's loader, since Triton's TensorRT backend links TensorRT, not TensorRT-RTX (``triton_config.SERVED_BY``).
 Every plan is sha256-checked as it is downloaded and refused when its TensorRT differs from its declared serving
 image (``publishing.serving_pin``), or, with trusted keys configured, when no trusted key signed it (before any
 plan byte is downloaded; without trusted keys the repository is unsigned-checked, and says so). The repository is
@@ -18,13 +23,10 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
-from typing import Literal
 
 from trtfarm.errors import UserInputError
 from trtfarm.layout import ReleaseName, channel_prefix, parse_channel_key, releases_prefix
-from trtfarm.profiles.profile import ProfilesFile, profiles_json
 from trtfarm.publishing.attest import StoredPlan, read_stored
 from trtfarm.publishing.release import ReleasePointer
 from trtfarm.publishing.release_check import (
@@ -36,10 +38,12 @@ from trtfarm.publishing.release_check import (
 )
 from trtfarm.publishing.serving_pin import check_serving_images
 from trtfarm.releases.channels import serving_key
+from trtfarm.runtime.loader import manifest_beside, provenance_beside, signature_beside
 from trtfarm.scratch import scratch_dir
-from trtfarm.serving.triton_config import ConfigSpec, config_text
+from trtfarm.serving.python_model import MODEL_PY, REQUIREMENTS
+from trtfarm.serving.triton_config import config_text, served_by
+from trtfarm.serving.triton_spec import TritonRequest, config_spec, plan_file
 from trtfarm.serving.versions import Version, capability_collisions, model_versions
-from trtfarm.signing.accepted import AcceptedReleases
 from trtfarm.signing.bundle import SignatureRefused
 from trtfarm.signing.keys import TrustedKeys
 from trtfarm.signing.release_claim import ReleaseClaim
@@ -47,29 +51,7 @@ from trtfarm.store import Store
 from trtfarm.vocabulary.fleet import Fleet
 from trtfarm.vocabulary.manifest import Manifest
 
-AUTO_INSTANCES_CAP = 4  # instances per profile taken from the engine check's contexts_that_fit, at most
-UNVERIFIED = ("not verified here: Triton loading these plans (tritonserver on the target GPU deserialises each plan, "
-              "creates one context per instance on its profile and runs the warm-up requests; this machine has "
-              "neither). Triton runs every warm-up request on every instance, and an instance limited to one "
-              "profile may refuse shapes outside it: check the model loads on its GPU before release")
-
-
-@dataclass(frozen=True)
-class TritonRequest:
-    """What ``trtfarm triton`` was asked for."""
-
-    model: str
-    repo: Path
-    gpus: tuple[str, ...] = ()
-    toolchain: str | None = None
-    keep: int = 2
-    instances: int | None = None
-    batching: Literal["explicit", "dynamic"] = "explicit"
-    traffic: ProfilesFile | None = None  # the profiles file derived from traffic (its buckets: preferred sizes)
-    trust: TrustedKeys | None = None  # the fleet's trusted keys (None: unsigned-checked)
-    accepted: AcceptedReleases | None = None  # this host's memory of accepted releases (rollback)
-    max_age: timedelta | None = None  # this host's freeze limit on release claims
-    channel: Literal["stable", "candidate"] = "stable"  # the channel whose pointers are served
+UNVERIFIED = "not verified here: tritonserver loading it on its GPU; load it there first"
 
 
 @dataclass
@@ -81,6 +63,7 @@ class Repository:
     versions: list[int]
     config: str
     notes: list[str] = field(default_factory=list)
+    served_by: str = "tensorrt_plan"  # the platform, or the backend (python)
 
 
 @dataclass
@@ -97,12 +80,8 @@ class TritonResult:
         """The --json document."""
         return {"model": self.model, "split_reasons": self.split, "notes": self.notes, "unverified": self.unverified,
                 "repositories": [{"path": str(r.path), "gpus": r.gpus, "versions": r.versions, "notes": r.notes,
-                                  "config": str(r.path / self.model / "config.pbtxt")} for r in self.repositories]}
-
-
-def plan_file(gpu: str) -> str:
-    """The plan's name in a version folder."""
-    return f"model.{gpu}.plan"
+                                  "served_by": r.served_by, "config": str(r.path / self.model / "config.pbtxt")}
+                                 for r in self.repositories]}
 
 
 def channel_pointers(store: Store, model: str, channel: str) -> list[tuple[str, ReleasePointer]]:
@@ -236,59 +215,6 @@ def _newest(v: Version, manifests: _Manifests, model: str) -> list[Manifest]:
     return ms
 
 
-def _instances(ms: Sequence[Manifest], req: TritonRequest, notes: list[str]) -> list[int]:
-    profiles = len(ms[0].build.profiles) or 1
-    if req.instances:
-        notes.append(f"instances per profile: {req.instances} (--instances)")
-        return [req.instances] * profiles
-    fits = [m.verification.engine.figures.get("contexts_that_fit") for m in ms]
-    if all(isinstance(f, list) and len(f) == profiles for f in fits):
-        counts = [min(AUTO_INSTANCES_CAP, *(f[i] for f in fits)) for i in range(profiles)]
-        notes.append(f"instances per profile: {counts}, the contexts that fit on each GPU when its engine was "
-                     f"checked (capped at {AUTO_INSTANCES_CAP}; --instances overrides)")
-        return counts
-    notes.append("instances per profile: 1 (no context memory is recorded: the engine check is pending on the "
-                 "target GPU; pass --instances N)")
-    return [1] * profiles
-
-
-def _preferred(ms: Sequence[Manifest], req: TritonRequest, notes: list[str]) -> list[int]:
-    if req.batching == "explicit":
-        notes.append("no dynamic_batching: max_batch_size is 0 (explicit batch dims, as built), and Triton refuses "
-                     "preferred batch sizes above max_batch_size; --dynamic-batching makes the first dim Triton's")
-        return []
-    if req.traffic is None or not req.traffic.buckets:
-        notes.append("dynamic_batching without preferred sizes: the profiles did not come with traffic buckets "
-                     "(pass --profiles FILE, the file `trtfarm profiles derive` wrote)")
-        return []
-    if profiles_json(req.traffic.profiles) != ms[0].build.profiles:
-        raise UserInputError("--profiles: that file's profiles are not the ones the released plans were built with; "
-                             "pass the file the plans were built from")
-    sizes = set()
-    for p in ms[0].build.profiles:
-        name, r = sorted(p.items())[0]
-        step = (req.traffic.buckets.get(name) or [1])[0]
-        sizes.add(-(-r["opt"][0] // step) * step)
-    limit = min(r["max"][0] for p in ms[0].build.profiles for r in p.values())
-    notes.append("preferred batch sizes: each profile's opt batch (the median of the traffic it serves), in the "
-                 "traffic file's batch buckets")
-    return sorted(s for s in sizes if s <= limit)
-
-
-def config_spec(req: TritonRequest, ms: Sequence[Manifest], notes: list[str]) -> ConfigSpec:
-    """What the config of ``ms`` (the newest version's manifests) says; ``notes`` gets where each choice came from."""
-    cc = {}
-    for m in ms:
-        cc.setdefault(m.target.compute_capability, plan_file(m.target.gpu))
-    instances = _instances(ms, req, notes)
-    preferred = _preferred(ms, req, notes)
-    header = [f"Written by `trtfarm triton {req.model}` from the released plans of "
-              f"{', '.join(m.target.gpu for m in ms)} ({ms[0].target.flavour} {ms[0].target.toolchain_version}).",
-              "Rerun the command rather than editing: it checks every field against the plans."]
-    return ConfigSpec(model=req.model, io=list(ms[0].plan.io), profiles=ms[0].build.profiles, plan_files=cc,
-                      instances=instances, batching=req.batching, preferred_batch_sizes=preferred, notes=header)
-
-
 def _matching(versions: Sequence[Version], newest: Sequence[Manifest], manifests: _Manifests,
               notes: list[str]) -> list[Version]:
     """Older versions whose plans have the newest one's I/O and profiles (one config serves every version)."""
@@ -316,24 +242,42 @@ def _repository(store: Store, req: TritonRequest, root: Path, pointers: Sequence
             check_serving_images(manifests.get(key), store.url(key), fleet)
             manifests.signed(key, req.trust, f"{req.model}/{gpu}/{toolchain[gpu]}")
     notes.append(f"signatures: every plan signed by a trusted key ({req.trust.describe()})" if req.trust else
-                 "signatures: unsigned-checked (no trusted keys configured: TRTFARM_TRUSTED_KEYS or signing."
-                 "trusted_keys in gpu_targets.yaml), so nothing proves who built these plans")
+                 "unsigned-checked: no trusted keys configured (TRTFARM_TRUSTED_KEYS)")
     spec = config_spec(req, newest, notes)
     text = config_text(spec)
-    _write(store, root / req.model, text, versions, manifests)
-    return Repository(root, sorted(p.gpu for p in pointers), [v.number for v in versions], text, notes)
+    _write(store, root / req.model, text, versions, manifests, spec.served_by)
+    return Repository(root, sorted(p.gpu for p in pointers), [v.number for v in versions], text, notes,
+                      spec.served_by)
 
 
-def _write(store: Store, target: Path, text: str, versions: Sequence[Version], manifests: _Manifests) -> None:
-    """Assemble the model folder beside ``target`` and move it into place (the old one goes with the scratch)."""
+def _beside_plan(folder: Path, gpu: str, stored: StoredPlan) -> None:
+    """A plan's manifest, signature and provenance beside it, byte for byte, as ``pull`` puts them (the loader's)."""
+    plan = folder / plan_file(gpu)
+    manifest_beside(plan).write_bytes(stored.manifest_bytes)
+    for path, data in ((signature_beside(plan), stored.signature), (provenance_beside(plan), stored.provenance)):
+        if data is not None:
+            path.write_bytes(data)
+
+
+def _write(store: Store, target: Path, text: str, versions: Sequence[Version], manifests: _Manifests,
+           served: str) -> None:
+    """Assemble the model folder beside ``target`` and move it into place (the old one goes with the scratch).
+
+    On the Python backend each version folder also holds ``model.py`` and each plan's manifest and attestations.
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
     with scratch_dir(".tmp-triton-", root=target.parent) as tmp:
         staged = tmp / "model"
         for v in versions:
+            folder = staged / str(v.number)
+            folder.mkdir(parents=True, exist_ok=True)
             for gpu, key in sorted(v.manifests.items()):
                 m = manifests.get(key)
-                (staged / str(v.number)).mkdir(parents=True, exist_ok=True)
-                store.download_file(m.plan.key, staged / str(v.number) / plan_file(gpu), sha256=m.plan.sha256)
+                store.download_file(m.plan.key, folder / plan_file(gpu), sha256=m.plan.sha256)
+                if served == "python":
+                    _beside_plan(folder, gpu, manifests.stored[key])
+            if served == "python":
+                (folder / "model.py").write_text(MODEL_PY)
         (staged / "config.pbtxt").write_text(text)
         if target.exists():
             os.replace(target, tmp / "old")
@@ -352,16 +296,28 @@ def triton_repositories(store: Store, fleet: Fleet, req: TritonRequest) -> Trito
     if req.channel != "stable":
         notes.append(f"channel {req.channel}: " + ", ".join(f"{p.gpu} from {key}" for key, p in keyed))
     combined = manifests.complete(model_versions(pointers), [])[-(req.keep + 1):]
-    splits = capability_collisions(combined, manifests.seen) if len(pointers) > 1 else []
-    if splits:
+    backends = {served_by(manifests.get(p.manifest).target.flavour) for p in pointers}
+    # the Python backend's model.py picks a plan by GPU model; the TensorRT backend by compute capability only
+    splits = capability_collisions(combined, manifests.seen) if backends == {"tensorrt_plan"} else []
+    reasons = [s.reason() for s in splits] + _backend_split(pointers, manifests)
+    if reasons:
         groups = [(req.repo / p.gpu, [p]) for p in pointers]
     else:
         groups = [(req.repo, list(pointers))]
     repos = [_repository(store, req, root, group, manifests, fleet) for root, group in groups]
     for claim in claims if req.accepted is not None else []:
         req.accepted.remember(store.uri, claim)
-    flavours = {m.target.flavour for m in manifests.seen.values() if m}
-    if "tensorrt_rtx" in flavours:
-        notes.append("these are TensorRT-RTX plans: Triton's stock TensorRT backend loads plans with its image's "
-                     "TensorRT (libnvinfer), so they need a server whose backend runs TensorRT-RTX (not verified)")
-    return TritonResult(req.model, repos, [s.reason() for s in splits], notes)
+    if any(r.served_by == "python" for r in repos):
+        notes.append(f"Python backend (TensorRT-RTX): the image needs {REQUIREMENTS}")
+    return TritonResult(req.model, repos, reasons, notes)
+
+
+def _backend_split(pointers: Sequence[ReleasePointer], manifests: _Manifests) -> list[str]:
+    """Why GPUs whose plans need different Triton backends (TensorRT, TensorRT-RTX) cannot share a repository."""
+    by: dict[str, list[str]] = {}
+    for p in pointers:
+        by.setdefault(served_by(manifests.get(p.manifest).target.flavour), []).append(p.gpu)
+    if len(by) < 2:
+        return []
+    return [" and ".join(f"{', '.join(gpus)} ({served})" for served, gpus in sorted(by.items(), key=lambda i: i[1]))
+            + " need two Triton backends: one repository per GPU model"]

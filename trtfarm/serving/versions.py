@@ -10,8 +10,9 @@ so nightly signing adds no version and pushes none out of ``--keep``. A pointer 
 dropped first (``release.HISTORY``); the numbering is only as long as that history, and a history that starts with
 refreshes (its release trimmed away by an older trtfarm) counts its first refresh as the release it stands for.
 
-Triton picks a plan per GPU only by compute capability (``cc_model_filenames``). Two GPUs of one capability that
-need different plans (an L4 and an RTX 4090 are both 8.9) cannot share a repository: each gets its own.
+Triton's TensorRT backend picks a plan per GPU only by compute capability (``cc_model_filenames``). Two GPUs of one
+capability that need different plans (an L4 and an L40S are both 8.9) cannot share a repository: each gets its
+own. (The Python backend's ``model.py`` picks a TensorRT-RTX plan by GPU model, so no split is needed there.)
 """
 
 from __future__ import annotations
@@ -81,8 +82,8 @@ class Split:
     def reason(self) -> str:
         """One sentence a person can act on."""
         return (f"{' and '.join(self.gpus)} share compute capability {self.compute_capability} but not a plan "
-                f"(version {self.version}): Triton picks a plan by compute capability only (cc_model_filenames), so "
-                "each GPU model gets its own repository; deploy each on hosts of that GPU")
+                f"(version {self.version}), and cc_model_filenames picks by compute capability only; deploy each "
+                "repository on hosts of its GPU")
 
 
 def capability_collisions(versions: Sequence[Version], manifests: dict[str, Manifest]) -> list[Split]:
