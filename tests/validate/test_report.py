@@ -59,7 +59,7 @@ def test_report_with_every_status_and_a_flagged_regression(tmp_path):
     outcomes = every_status_outcomes(store, tmp_path)
     path = write_report(store, "encoder", "run-1", outcomes, tmp_path / "out").path
     md = path.read_text()
-    for text in ("| h100-trt11.4 | built | failed | cos min 0.99991 (engine) | 1.900 | 2.600 |",
+    for text in ("| h100-trt11.4 | built | failed | fp32 | cos min 0.99991 (engine) | 1.900 | 2.600 |",
                  "⚠️ p99 2.100 -> 2.600 ms (+23.8%, limit +5%) REGRESSION; 1 tactic(s) changed",
                  "| rtx-4090-rtx1.7 | built | pending on NVIDIA H100 80GB HBM3", "| l4-trt11.4 | **failed** |",
                  "the ONNX parser rejected the model |", "| h100-trt10.16 | skipped |", "**Regressions: 1**",

@@ -27,8 +27,8 @@ tr.failed td{background:#fff1f0}tr.regressed td{background:#fff8e1}
 ul{padding-left:1.4rem}
 """
 
-_COLUMNS = ("target", "status", "engine", "accuracy", "p50 ms", "p99 ms", "memory MiB", "build s", "plan MiB",
-            "changes", "manifest")
+_COLUMNS = ("target", "status", "engine", "precision", "accuracy", "p50 ms", "p99 ms", "memory MiB", "build s",
+            "plan MiB", "changes", "manifest")
 
 
 def data_uri(png: Path) -> str:
@@ -45,7 +45,7 @@ def _row(r: ReportRow) -> str:
     changes = ("⚠️ " if r.regressed else "") + (r.changes or r.reason)
     link = f'<a href="{escape(r.manifest)}">manifest.json</a>' if r.manifest else "–"
     cells = [f"<td>{escape(r.target)}</td>", f'<td class="status-{escape(r.status)}">{escape(r.status)}</td>',
-             f"<td>{escape(r.engine)}</td>", f"<td>{escape(r.accuracy)}</td>",
+             f"<td>{escape(r.engine)}</td>", f"<td>{escape(r.precision or '–')}</td>", f"<td>{escape(r.accuracy)}</td>",
              *(f'<td class="num">{_num(v, spec)}</td>' for v, spec in (
                  (r.p50_ms, ".3f"), (r.p99_ms, ".3f"), (r.memory_mib, ".1f"), (r.build_s, ".2f"), (r.plan_mib, ".2f"))),
              f"<td>{escape(changes)}</td>", f"<td>{link}</td>"]

@@ -50,6 +50,7 @@ def row_for(store: Store, outcome: TargetOutcome) -> ReportRow:
     memory = m.plan.device_memory_per_profile
     row.memory_mib = max(memory) / 2**20 if memory else None
     row.build_s, row.plan_mib, row.accuracy = m.build.wall_s, m.plan.bytes / 2**20, _accuracy(m)
+    row.precision = m.precision.recipe  # a model's latest plans may mix recipes (a trial build of one target)
     changes = [r.text for r in figures.regressions]
     row.regressions = [r.text for r in figures.regressions if r.regressed]
     if figures.tactic_changes is not None:
@@ -66,15 +67,15 @@ def render_markdown(title: str, rows: list[ReportRow], charts: list[str], note: 
         return format(v, spec) if v is not None else "–"
 
     lines = [f"# {title}", "", f"Generated {datetime.now(timezone.utc).isoformat(timespec='seconds')}.", "",
-             "| target | status | engine | accuracy | p50 ms | p99 ms | memory MiB | build s | plan MiB | changes | "
-             "manifest |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| target | status | engine | precision | accuracy | p50 ms | p99 ms | memory MiB | build s | plan MiB | "
+             "changes | manifest |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         status = f"**{r.status}**" if r.status == "failed" else r.status
         changes = ("⚠️ " if r.regressed else "") + (r.changes or r.reason)
         link = f"[manifest.json]({r.manifest})" if r.manifest else "–"
-        lines.append(f"| {r.target} | {status} | {r.engine} | {r.accuracy} | {fmt(r.p50_ms, '.3f')} | "
-                     f"{fmt(r.p99_ms, '.3f')} | {fmt(r.memory_mib, '.1f')} | {fmt(r.build_s, '.2f')} | "
-                     f"{fmt(r.plan_mib, '.2f')} | {changes} | {link} |")
+        lines.append(f"| {r.target} | {status} | {r.engine} | {r.precision or '–'} | {r.accuracy} | "
+                     f"{fmt(r.p50_ms, '.3f')} | {fmt(r.p99_ms, '.3f')} | {fmt(r.memory_mib, '.1f')} | "
+                     f"{fmt(r.build_s, '.2f')} | {fmt(r.plan_mib, '.2f')} | {changes} | {link} |")
     flagged = [r for r in rows if r.regressed]
     lines += ["", f"**Regressions: {len(flagged)}**" + ("".join(f"\n- {r.target}: {r.changes}" for r in flagged)
                                                         if flagged else " — none.")]

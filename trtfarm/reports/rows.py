@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 @dataclass
 class ReportRow:
-    """One target of a run."""
+    """One target of a run; ``precision``: its plan's recipe (fp32, fp16, int8, ...), empty without a manifest."""
 
     target: str
     status: str
@@ -24,3 +24,4 @@ class ReportRow:
     manifest: str = ""
     regressions: list[str] = field(default_factory=list)
     tactic_changes: str = ""
+    precision: str = ""
