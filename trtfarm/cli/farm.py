@@ -215,6 +215,7 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
         problems = [f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()] if hasattr(e, "errors") else []
         raise fail(f"invalid parameters: {'; '.join(problems) or first_line(e)}") from e
     if dry_run:
+        _check_model(request)
         _dry_run(request, as_json, fleet)
         return
     rows = None if force or refit else _published_already(request, fleet, targets)
@@ -224,6 +225,7 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
         _print_run(MatrixRun(None, "COMPLETED", "every target is published already: no run started", rows), as_json)
         return
     need_server(server_wait)
+    _check_model(request)  # once the server answers (no server: exit 3 first, as every farm command), before the run
     import asyncio
 
     from flows.client import submit_matrix
@@ -232,6 +234,23 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
     _print_run(run, as_json)
     if wait and run.state != "COMPLETED":
         raise typer.Exit(1)
+
+
+def _check_model(request) -> None:
+    """Refuse a model the run's store has no registered export of (exit 2, the nearest name) before any run exists.
+
+    The run reads the store this shell names (``--store`` / ``$TRTFARM_STORE`` travels in its request), so the name
+    is checked there; a store this shell cannot reach (an S3 endpoint only the workers see) leaves it to the run.
+    """
+    from trtfarm.cli.names import check_registered
+    from trtfarm.errors import StoreError
+    from trtfarm.store import open_store
+
+    try:
+        check_registered(open_store(request.store), request.model)
+    except StoreError as e:  # unreachable, no credentials here: the workers may reach it
+        err.print(message_text(f"note: model {request.model!r} not checked here: {first_line(e)}; the run checks it"),
+                  highlight=False, soft_wrap=True)
 
 
 def _dry_run(request, as_json: bool, fleet) -> None:
