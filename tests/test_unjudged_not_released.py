@@ -4,7 +4,7 @@ The model's ``dead`` output is ReLU of a strongly negative bias: zero for every 
 judged`` (tests/precision/test_not_judged.py). With farm.yaml's ``precision: fp16`` the build publishes the plan as
 a trial, releases nothing, says why and the fix in one line at 80 columns, and exits 0 (nothing failed); ``pull``
 finds nothing released. ``build --release`` releases it, and ``history`` shows the override: ``forced``, by whom and
-why. The same model with a live output passes its gate and is released as before.
+why, and so does ``status``. The same model with a live output passes its gate and is released as before.
 """
 
 from __future__ import annotations
@@ -70,6 +70,9 @@ def test_an_unjudged_fp16_build_is_a_trial_until_release_and_the_history_shows_t
     assert none.returncode == 2 and "'dead' has no release in either channel" in none.stderr, none.stderr
     [row] = json.loads(trtfarm(workdir, "build", model, "--store", "store", "--json").stdout)
     assert (row["status"], row["released"], row["held_by"]) == ("up-to-date", False, "precision gate not judged")
+    [cell] = json.loads(trtfarm(workdir, "status", "--store", "store", "--json").stdout)
+    assert cell["state"] == "pending" and cell["reason"].startswith(  # the view says what holds it, not an engine check
+        "held as a trial: fp16 gate not judged (no input carries signal on output 'dead'); fix: held-out data"), cell
 
     released = trtfarm(workdir, "build", model, "--store", "store", "--release")
     assert released.returncode == 0, released.stdout + released.stderr

@@ -15,12 +15,13 @@ from trtfarm.publishing.release import (
     repair_pointer,
     who,
 )
-from trtfarm.releases.gates import PlanGate, plan_gate
+from trtfarm.releases.gates import held_fix
 from trtfarm.releases.moves import release_manifest
 from trtfarm.releases.rules import RELEASABLE, Stay
 from trtfarm.signing.bundle import SignatureRefused
 from trtfarm.store import Store
 from trtfarm.vocabulary.manifest import Manifest
+from trtfarm.vocabulary.plan_gate import PlanGate, plan_gate
 from trtfarm.vocabulary.pointer import SeenPointer
 from trtfarm.vocabulary.target_outcome import ReleaseOutcome, Status, TargetOutcome
 from trtfarm.vocabulary.targets import TargetWork
@@ -80,18 +81,11 @@ def release_if_allowed(store: Store, manifest_key: str, manifest: Manifest, rele
         return ReleaseOutcome("refused", key, old, why=str(refused), repaired=repaired, channel=channel)
     if isinstance(done.decision, Stay) and done.decision.kind == "held":  # nothing unjudged is released: a trial
         return ReleaseOutcome("kept", key, old, why=held_text(gate), repaired=repaired, channel=channel,
-                              held_by=f"precision gate {gate.verdict}", fix=gate_fix(manifest_key))
+                              held_by=f"precision gate {gate.verdict}", fix=held_fix(manifest_key))
     moved = done.after
     if len(moved.history) > 1:  # where it moved from, also when a concurrent writer moved it since planning
         old = short_ref(moved.history[-2].manifest)
     return ReleaseOutcome("moved", key, old, short_ref(manifest_key), repaired=repaired, channel=channel)
-
-
-def gate_fix(manifest_key: str) -> str:
-    """What releases a plan its gate holds: held-out data, or an override the history records (a run's or by hand)."""
-    return ("held-out data (--heldout heldout.npz, or heldout.npz beside the export), or release it anyway, recorded "
-            f"in the history: build again with --release, or `trtfarm release {short_ref(manifest_key)} --force "
-            "--reason ...`")
 
 
 def held_text(gate: PlanGate) -> str:

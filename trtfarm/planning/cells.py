@@ -25,6 +25,8 @@ from trtfarm.planning.served import (
 from trtfarm.publishing.state_record import RecordedState
 from trtfarm.publishing.summaries import ManifestSummary, OutcomeSummary, PointerSummary
 from trtfarm.publishing.survey import StoreSurvey
+from trtfarm.releases.gates import held_fix
+from trtfarm.releases.rules import RELEASABLE
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget
 from trtfarm.vocabulary.fleetview import NOTHING_RELEASED, TargetStatus
 
@@ -243,6 +245,9 @@ def _cell(survey: StoreSurvey, p: Pair, ptr: PointerSummary | None, manifests: d
         if ptr is not None and ptr.action == "rollback":
             return TargetStatus(**facts, state="stale", reason=f"rolled back to {layout.short_ref(ptr.manifest)} by "
                                 f"{ptr.by}: {ptr.reason}", released_at=ptr.at, age_s=age_of(ptr.at, now))
+        if current.gate not in RELEASABLE:  # nothing unjudged is released: a trial until held-out data or an override
+            return TargetStatus(**facts, state="pending", reason=f"held as a trial: {current.gate_text}; fix: "
+                                f"{held_fix(key)}", since=current.created_at)
         why = f"engine check pending on {current.gpu_name} (release_on: {t.release_on})" \
             if current.engine == "pending" else f"published, not released ({t.release_on} policy)"
         return TargetStatus(**facts, state="pending", reason=why, since=current.created_at)

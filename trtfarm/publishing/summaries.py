@@ -22,9 +22,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from trtfarm.cachedir import cache_dir
 from trtfarm.vocabulary.manifest import Manifest
+from trtfarm.vocabulary.plan_gate import plan_gate
 from trtfarm.vocabulary.pointer import ReleasePointer
 
-CACHE_FORMAT = 4
+CACHE_FORMAT = 5  # 5: a manifest summary keeps its precision gate
 
 
 class _Row:
@@ -107,6 +108,8 @@ class ManifestSummary(_Row):
     version_compatible: bool
     manifest_sha256: str
     plan_bytes: int
+    gate: str  # the precision gate's verdict (vocabulary/plan_gate.py): passed, failed, not judged, not verified
+    gate_text: str  # ``fp16 gate not judged (output 'y' is the same for every input)``
     SHARED = ("settings", "converted_digest", "onnx_digest", "profiles")
 
     @property
@@ -123,7 +126,7 @@ class ManifestSummary(_Row):
                    m.build.wall_s, m.build.profiles, m.verification.engine.status,
                    [f"{k}: {c.detail}" for k, c in m.verification if c.status == "failed"],
                    m.lineage.parent_manifest is not None, m.target.version_compatible,
-                   hashlib.sha256(data).hexdigest(), m.plan.bytes)
+                   hashlib.sha256(data).hexdigest(), m.plan.bytes, (gate := plan_gate(m)).verdict, gate.text())
 
 
 @dataclass(frozen=True, slots=True)

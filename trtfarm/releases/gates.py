@@ -1,7 +1,7 @@
 """Promotion gates: what a candidate needs before ``stable`` moves to it, each as holds / waits / fails (read only).
 
 - ``accuracy``: the precision gate passed (an FP32 plan has none to pass); a release's decision reads the gate's
-  verdict too (``plan_gate``, as ``rules.Evidence.gate``);
+  verdict too (``vocabulary/plan_gate.py``, as ``rules.Evidence.gate``);
 - ``engine``: the engine check passed on the target's GPU (a target that releases on build does not wait for it);
 - ``latency``: no slower than stable's by more than ``promotion.latency_budget`` (the engine check's p50, else the
   receipts' first latency);
@@ -71,49 +71,6 @@ class Candidate:
                 "stable": short_ref(self.stable.manifest) if self.stable else None, "verdict": self.verdict,
                 "gates": [{"gate": g.name, "verdict": g.verdict, "detail": g.detail} for g in self.gates],
                 "policy_note": self.policy_note or None}
-
-
-@dataclass(frozen=True)
-class PlanGate:
-    """A published plan's precision gate as its manifest records it: the verdict, and what it rests on."""
-
-    recipe: str
-    verdict: str  # passed, failed, not judged, not verified
-    why: str = ""  # a few words: the output the verdict rests on
-
-    def text(self) -> str:
-        """``fp16 gate not judged (output 'y' is the same for every input)``."""
-        return f"{self.recipe} gate {self.verdict}" + (f" ({self.why})" if self.why else "")
-
-
-VERDICTS = ("passed", "failed", "not judged", "not verified")
-
-
-def plan_gate(m: Manifest) -> PlanGate:
-    """The precision gate's verdict of ``m``'s plan (an FP32 plan without one: passed, there was nothing to convert).
-
-    A converted plan whose manifest records no verdict is ``not judged``; one recorded before the verdict had a
-    name is read from ``passed`` (None: BF16's ``not verified``, any other recipe's ``not judged``).
-    """
-    acc, recipe = m.precision.accuracy or {}, m.precision.recipe
-    if not acc:
-        return PlanGate(recipe, "passed" if recipe == "fp32" else "not judged",
-                        "" if recipe == "fp32" else "the manifest records no accuracy verdict")
-    verdict = acc.get("verdict") if acc.get("verdict") in VERDICTS else \
-        {True: "passed", False: "failed"}.get(acc.get("passed"), "not verified" if recipe == "bf16" else "not judged")
-    return PlanGate(recipe, verdict, _why(verdict, acc))
-
-
-def _why(verdict: str, acc: dict) -> str:
-    figures = [f for f in acc.get("figures") or [] if isinstance(f, dict)]
-    same = [repr(f.get("output")) for f in figures if f.get("same_for_every_sample")]
-    blind = [repr(f.get("output")) for f in figures if f.get("signal_rows") == 0]
-    if verdict == "not judged" and same:
-        return f"output {', '.join(same)} {'is' if len(same) == 1 else 'are'} the same for every input"
-    if verdict == "not judged" and blind:
-        return f"no input carries signal on output {', '.join(blind)}"
-    failures = acc.get("failures") or []
-    return str(failures[0]).split(";")[0][:120] if verdict == "failed" and failures else ""
 
 
 def _accuracy(m: Manifest) -> Gate:
@@ -227,3 +184,10 @@ def candidate_models(store: Store) -> list[str]:
     """Every model with a candidate pointer in the store, sorted."""
     return sorted({parsed[0].model for key in store.list(channel_prefix("candidate"))
                    if (parsed := parse_channel_key(key)) is not None})
+
+
+def held_fix(manifest_key: str) -> str:
+    """What releases a plan its gate holds: held-out data, or an override the history records (a run's or by hand)."""
+    return ("held-out data (--heldout heldout.npz, or heldout.npz beside the export), or release it anyway, recorded "
+            f"in the history: build again with --release, or `trtfarm release {short_ref(manifest_key)} --force "
+            "--reason ...`")

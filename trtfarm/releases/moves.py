@@ -34,12 +34,12 @@ from trtfarm.publishing.release import (
 )
 from trtfarm.publishing.release_check import asked_channel, manifest_identity_problem, read_pointer
 from trtfarm.releases import rules
-from trtfarm.releases.gates import plan_gate
 from trtfarm.releases.ledger import entries
 from trtfarm.signing.bundle import SignatureRefused
 from trtfarm.signing.release_claim import DEFAULT_EXPIRY
 from trtfarm.store import Conflict, Store
 from trtfarm.vocabulary.manifest import Manifest
+from trtfarm.vocabulary.plan_gate import plan_gate
 from trtfarm.vocabulary.pointer import ReleaseEvent, ReleasePointer, SeenPointer, pointer_from_json
 
 
