@@ -8,25 +8,33 @@ it falls back, does not look outside a subgraph, and fails on the cast it insert
 ..._subgraph_cast_to_fp32 has unknown type``). Its cleanup also removes a node whose only reader is a subgraph.
 A ``--keep-fp32`` pin changes none of this: a subgraph's nodes are not the main graph's that ModelOpt pins.
 
-When a conversion of the whole model fails, the adapter converts the main graph alone (``main_graph``): each
-control-flow node of the main graph is taken out, its outputs that the rest reads become inputs, and what it reads
-from the main graph (its inputs, and the tensors its subgraphs read from the enclosing scope) outputs; AutoCast
-keeps a model's inputs and outputs in FP32 (``keep_io_types``), so these are FP32 at the boundary. Its reference
-run gets the values the FP32 model computes there (``reference_feeds``). The control flow is then put back as it
-was, FP32, with the FP32 weights it reads (``put_back``): ONNX's If, Loop and Scan compute in the types their
-bodies are given, which are the export's.
+Quantization's FP16 pass fails on the same exports ("Sanity Check Failed"), and on silero-vad's If-branched export
+it writes branches whose element types disagree with their If, which onnx.checker passes and onnxruntime refuses to
+load (``refused_by_onnxruntime``).
+
+When a conversion of the whole model fails, or writes a model onnxruntime cannot load, the adapter converts the main
+graph alone (``main_graph``): each control-flow node of the main graph is taken out, its outputs that the rest reads
+become inputs, and what it reads from the main graph (its inputs, and the tensors its subgraphs read from the
+enclosing scope) outputs; both converters keep a model's inputs and outputs in FP32, so these are FP32 at the
+boundary. Its reference run, or its calibration, gets the values the FP32 model computes there
+(``reference_feeds``). The control flow is then put back as it was, FP32, with the FP32 weights it reads
+(``put_back``; upgraded by ONNX's version converter where the conversion raised the opset): ONNX's If, Loop and Scan
+compute in the types their bodies are given, which are the export's. The result is loaded by onnxruntime before it
+is used.
 """
 
 from __future__ import annotations
 
 import heapq
 import re
+import shutil
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
+import onnx.version_converter
 from onnx import helper
 
 from trtfarm.onnxfile import load_model
@@ -153,44 +161,73 @@ def reference_feeds(src: Path, cut: MainGraph, feeds: list[dict]) -> list[dict]:
     for name in cut.untyped:
         value = runs[0][name]
         declared[name].CopyFrom(helper.make_tensor_value_info(
-            name, helper.np_dtype_to_tensor_dtype(value.dtype), [None] * value.ndim))
+            name, helper.np_dtype_to_tensor_dtype(value.dtype), [f"{name}_dim{i}" for i in range(value.ndim)]))
     cut.untyped = []
     return [{**{k: v for k, v in feed.items() if k in wanted}, **{t: out[t] for t in cut.inputs}}
             for feed, out in zip(feeds, runs, strict=True)]
 
 
 def main_graph_converted(src: Path, out: Path, feeds: list[dict] | None, work: Path,
-                         convert: Callable[[Path, list[dict] | None], dict[str, str]]
+                         convert: Callable[[Path, list[dict] | None, Path], dict[str, str]]
                          ) -> tuple[MainGraph, dict[str, str]] | None:
-    """``src``'s main graph converted by ``convert`` (path, reference feeds) and its control flow put back, in ``out``.
+    """``src``'s main graph converted by ``convert`` (path, feeds, where to write) with its control flow put back.
 
-    Returns the cut and what ``convert`` returned (its reasons per FP32 node); None where the model has no control
-    flow, or where it cannot be cut (nothing would be left, a cut tensor is untyped without feeds to run) or put
-    back. What ``convert`` (ModelOpt) raises, the caller judges.
+    Written to ``out`` only when done. Returns the cut and what ``convert`` returned (its reasons per FP32 node);
+    None where the model has no control flow, or where it cannot be cut (nothing would be left, a cut tensor is
+    untyped without feeds to run) or put back. What ``convert`` (ModelOpt) raises, the caller judges.
     """
     original = load_model(src, weights=True)
     if (cut := main_graph(original)) is None or cut.untyped and not feeds:
         return None
     data = reference_feeds(src, cut, feeds) if feeds else None
     onnx.save(cut.model, str(work / "main-graph.onnx"))
-    kept = convert(work / "main-graph.onnx", data)
-    if (model := put_back(load_model(out, weights=True), original, cut)) is None:
+    done = work / "main-graph-converted.onnx"
+    kept = convert(work / "main-graph.onnx", data, done)
+    if (model := put_back(load_model(done, weights=True), original, cut)) is None:
         return None
-    onnx.save(model, str(out))
+    onnx.save(model, str(done))
+    if refused_by_onnxruntime(done, src) is not None:
+        return None
+    shutil.copyfile(done, out)
     return cut, kept
+
+
+def refused_by_onnxruntime(converted: Path, source: Path) -> str | None:
+    """Where ``source`` has control flow, onnxruntime's reason for refusing to load ``converted``; else None.
+
+    A conversion can write subgraphs whose types disagree with the graph around them (ModelOpt 0.47's int8 of
+    silero-vad's If branches), which onnx.checker does not see and onnxruntime refuses when it loads the model.
+    """
+    if not any(subgraphs(n) for n in load_model(source, weights=False).graph.node):
+        return None
+    import onnxruntime as ort
+    import onnxruntime.capi.onnxruntime_pybind11_state as state
+
+    refusals = tuple(c for c in vars(state).values() if isinstance(c, type) and issubclass(c, Exception))
+    try:
+        ort.InferenceSession(str(converted), providers=["CPUExecutionProvider"])
+    except refusals as err:
+        return next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+    return None
 
 
 def put_back(converted: onnx.ModelProto, original: onnx.ModelProto, cut: MainGraph) -> onnx.ModelProto | None:
     """``converted`` (ModelOpt's output for ``cut``) with the control flow back in FP32; None where it cannot be.
 
-    ModelOpt may raise the opset of what it converts (AutoCast's minimum is 13 for FP16, 22 for BF16): subgraphs
-    written for another opset are not put into it (None).
+    ModelOpt may raise the opset of what it converts (quantization writes Q/DQ at opset 19 or later): the control
+    flow is then taken from the export upgraded to that opset by ONNX's version converter (None where it cannot).
     """
-    opset = {o.domain or "ai.onnx": o.version for o in original.opset_import}
-    if {o.domain or "ai.onnx": o.version for o in converted.opset_import}.get("ai.onnx") != opset.get("ai.onnx"):
+    opset = next((o.version for o in converted.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset != next((o.version for o in original.opset_import if o.domain in ("", "ai.onnx")), None):
+        try:
+            original = onnx.version_converter.convert_version(original, opset)
+        except (onnx.version_converter.ConvertError, RuntimeError, ValueError):
+            return None
+    by_name = {n.name: n for n in original.graph.node}
+    if any(n.name not in by_name for n in cut.flow):
         return None
     g = converted.graph
-    flow = [_copy(n) for n in cut.flow]
+    flow = [_copy(by_name[n.name]) for n in cut.flow]
     _fp32_weights(g, original.graph, flow, cut.weights)
     for declared, theirs in ((g.input, original.graph.input), (g.output, original.graph.output)):
         del declared[:]

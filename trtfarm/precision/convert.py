@@ -19,7 +19,7 @@ import io
 import logging
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,11 +29,11 @@ import onnx
 from trtfarm.errors import UserInputError, first_line, library_failure
 from trtfarm.identity import onnx_digest
 from trtfarm.onnxfile import load_model
-from trtfarm.precision.controlflow import main_graph_converted
+from trtfarm.precision.controlflow import main_graph_converted, refused_by_onnxruntime
 from trtfarm.precision.deferred import import_modelopt
 from trtfarm.precision.nodes import NodePrecision, node_precision
 from trtfarm.precision.normalise import normalised_for_converters
-from trtfarm.precision.pin32 import keep_in_fp32, pinned_names
+from trtfarm.precision.pin32 import pins_in_fp32, sequences_started_empty
 from trtfarm.precision.recipe import Recipe, clip
 from trtfarm.precision.workarounds import modelopt_workarounds
 from trtfarm.scratch import scratch_dir
@@ -44,11 +44,6 @@ QUANTIZE = {"int8", "fp8"}
 # control flow whose body AutoCast (ModelOpt 0.47) leaves FP32 after casting its loop-carried inputs to FP16, which
 # onnxruntime then refuses (MatMul bound to float16 and float): kept in FP32 whole. An If's branches it casts right.
 LOOPS = {"Loop", "Scan"}
-# a sequence started empty has the element type of SequenceEmpty's dtype attribute, which AutoCast (ModelOpt 0.47)
-# does not change: the FP16 tensors it casts for SequenceInsert then do not fit the FP32 sequence, and onnxruntime
-# refuses the model. Such a sequence is kept in FP32 from SequenceEmpty to where tensors come out of it.
-SEQUENCE_OUT = {"SequenceInsert", "SequenceErase"}  # ops that read a sequence (input 0) and give one
-SEQUENCE_END = {"SequenceAt", "SequenceLength", "ConcatFromSequence"}  # ops that read one and give tensors
 
 
 class ConversionError(UserInputError):
@@ -146,50 +141,15 @@ def _write_feeds(feeds: list[dict], folder: Path) -> Path:
     return folder
 
 
-def sequences_started_empty(model: onnx.ModelProto, by: str = "AutoCast") -> dict[str, str]:
-    """The nodes of each sequence that a ``SequenceEmpty`` starts, with why they stay FP32: name -> reason.
-
-    ``by``: the conversion that would not change the sequence's element type (AutoCast, or quantization's FP16 pass).
-    """
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in model.graph.node:
-        if node.input:
-            readers.setdefault(node.input[0], []).append(node)
-    kept: dict[str, str] = {}
-    for start in (n for n in model.graph.node if n.op_type == "SequenceEmpty"):
-        why = (f"in the sequence {start.name} starts, kept in FP32: {by} does not change a SequenceEmpty's "
-               "element type")
-        todo = [start]
-        while todo:
-            node = todo.pop()
-            kept.setdefault(node.name, why)
-            if node is start or node.op_type in SEQUENCE_OUT:
-                todo += [r for r in readers.get(node.output[0], []) if r.op_type in SEQUENCE_OUT | SEQUENCE_END
-                         and r.name not in kept]
-    return kept
-
-
-def _autocast(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, work: Path,
-              named: Path, notes: list[str]) -> dict[str, str]:
-    """AutoCast of ``src`` into ``out``; where it fails on a model with control flow, of its main graph alone."""
-    graph = load_model(src, weights=False)
-    loops = {n.name: n.op_type for n in graph.graph.node if n.op_type in LOOPS}
-    with _modelopt_log() as log, modelopt_workarounds():
-        try:
-            # AutoCast marks every tensor as an output of its reference run: a few batches give its ranges
-            sequences = _mixed(src, out, recipe, feeds[:REFERENCE_BATCHES] if feeds else None, work / "reference",
-                               set(loops.values()))
-        except Exception as err:  # only what ModelOpt's (or its libraries') code raised is translated
-            if (said := _translated(err, recipe, named, log.errors, bool(feeds))) is err:
-                raise
-            log.kept.clear()
-            if (flow := _main_graph_only(src, out, recipe, feeds, work, err)) is None:
-                raise said from err
-            notes.append(flow[1])
-            return {**log.kept, **flow[0]}
-    return {**log.kept, **sequences, **{
-        name: f"kept in FP32 with its body: AutoCast casts a {op}'s loop-carried inputs but not its body"
-        for name, op in loops.items() if op not in recipe.keep_fp32_ops}}
+def _autocast(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, work: Path, named: Path,
+              notes: list[str]) -> dict[str, str]:
+    """AutoCast of ``src`` into ``out``, its Loops and Scans kept FP32 (AutoCast casts their inputs, not bodies)."""
+    loops = {n.name: n.op_type for n in load_model(src, weights=False).graph.node if n.op_type in LOOPS}
+    kept, whole = _converted(src, out, recipe, feeds[:REFERENCE_BATCHES] if feeds else None, work, named, notes,
+                             lambda path, data, folder, dest: _mixed(path, dest, recipe, data, folder,
+                                                                     set(loops.values())))
+    return {**kept, **{name: f"kept in FP32 with its body: AutoCast casts a {op}'s loop-carried inputs but not its "
+                             "body" for name, op in loops.items() if whole and op not in recipe.keep_fp32_ops}}
 
 
 def _mixed(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, folder: Path,
@@ -209,24 +169,41 @@ def _mixed(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, folde
     return sequences
 
 
-def _main_graph_only(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, work: Path,
-                     failure: Exception) -> tuple[dict[str, str], str] | None:
-    """AutoCast of the main graph alone, the control flow kept FP32 (``controlflow``): reasons per node and a note.
+def _converted(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, work: Path, named: Path,
+               notes: list[str], convert: Callable, calibration: bool = False) -> tuple[dict[str, str], bool]:
+    """``convert(src, feeds, folder, out)``, ModelOpt's conversion: what it raises is said in one line.
 
-    None where the model has no control flow, or where its main graph fails too (the whole model's failure is said).
+    Where it fails on a model with control flow, or writes one that onnxruntime cannot load, the main graph is
+    converted alone and the control flow kept FP32 (``controlflow``). Returns the reasons per FP32 node and whether
+    the model was converted whole; a note says what was not.
     """
-    try:
-        done = main_graph_converted(src, out, feeds[:REFERENCE_BATCHES] if feeds else None, work,
-                                    lambda path, data: _mixed(path, out, recipe, data, work / "reference-main"))
-    except Exception as err:  # what ModelOpt (or a library) raised, or a refusal: the whole model's failure is said
-        if isinstance(err, UserInputError) or library_failure(err):
-            return None
-        raise
-    if done is None:
-        return None
-    library, where = library_failure(failure)
-    kept, note = done[0].said(recipe.mode, library, f"{type(failure).__name__} at {where}: {clip(first_line(failure))}")
-    return {**done[1], **kept}, note
+    said = None
+    with _modelopt_log() as log, modelopt_workarounds():
+        try:
+            kept = convert(src, feeds, work / "reference", out)
+            if (refused := refused_by_onnxruntime(out, src)) is None:
+                return {**log.kept, **kept}, True
+            library, failure = "ModelOpt", f"onnxruntime cannot load the model it wrote: {clip(refused)}"
+        except Exception as err:  # only what ModelOpt's (or its libraries') code raised is translated
+            if (said := _translated(err, recipe, named, log.errors, bool(feeds), calibration)) is err:
+                raise
+            library, where = library_failure(err)
+            failure, cause = f"{type(err).__name__} at {where}: {clip(first_line(err))}", err
+        log.kept.clear()
+        try:
+            done = main_graph_converted(src, out, feeds, work, lambda path, data, dest: convert(
+                path, data, work / "reference-main", dest))
+        except Exception as err:  # what ModelOpt raised, or a refusal: the whole model's failure is said
+            if not (isinstance(err, UserInputError) or library_failure(err)):
+                raise
+            done = None
+    if done is None and said is not None:
+        raise said from cause
+    if done is None:  # onnxruntime's refusal of the whole model is the gate's to say
+        return kept, True
+    reasons, note = done[0].said(recipe.mode, library, failure)
+    notes.append(note)
+    return {**log.kept, **done[1], **reasons}, False
 
 
 class _Feeds:
@@ -249,51 +226,30 @@ class _Feeds:
         self.at = start_index
 
 
-def _quantize(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, named: Path,
-              sequences: dict[str, str]) -> None:
+def _quantize(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, work: Path, named: Path,
+              notes: list[str]) -> dict[str, str]:
     if not feeds:
         raise ConversionError(f"{recipe.mode} quantization needs calibration data: pass --calibration calib.npz "
                               "(a numpy .npz keyed by input name, a few hundred realistic samples), or put calib.npz "
                               "beside the model")
+    return _converted(src, out, recipe, feeds, work, named, notes,
+                      lambda path, data, folder, dest: _quantized(path, dest, recipe, data), calibration=True)[0]
+
+
+def _quantized(src: Path, out: Path, recipe: Recipe, feeds: list[dict]) -> dict[str, str]:
+    """ModelOpt's ``quantize`` with the recipe's pins (then in FP32: ``pin32``) and empty-started sequences."""
     import_modelopt()  # lief and torch (it imports them; fp8 alone reads torch) loaded only when read
     from modelopt.onnx.quantization import quantize
     from onnxruntime.quantization import CalibrationDataReader
 
+    sequences = sequences_started_empty(load_model(src, weights=False), "quantization's FP16 pass")
     reader = type("CalibrationFeeds", (_Feeds, CalibrationDataReader), {})(feeds)
-    with _modelopt_log() as log, modelopt_workarounds():
-        try:
-            # copies: ModelOpt extends the lists it is given (its GEMV MatMuls), which are the recipe's
-            quantize(onnx_path=str(src), quantize_mode=recipe.mode, calibration_data_reader=reader,
-                     calibration_eps=["cpu"], output_path=str(out),
-                     nodes_to_exclude=[*recipe.keep_fp32, *(f"^{re.escape(n)}$" for n in sequences)] or None,
-                     op_types_to_exclude=[*recipe.keep_fp32_ops] or None, log_level="WARNING")
-        except Exception as err:  # only what ModelOpt's (or its libraries') code raised is translated
-            if (said := _translated(err, recipe, named, log.errors, True, calibration=True)) is err:
-                raise
-            raise said from err
-
-
-def _pins_in_fp32(clean: Path, out: Path, recipe: Recipe, sequences: dict[str, str]) -> None:
-    """The nodes kept out of quantization put in FP32 (ModelOpt leaves them in FP16 with the rest: ``pin32``).
-
-    ``sequences``: the nodes of a sequence ``SequenceEmpty`` starts. Quantization's FP16 pass casts the tensors
-    inserted into it to FP16 but leaves its element type FP32 and writes the sequences' ``value_info`` as FP32
-    tensors, which onnxruntime refuses: those entries are dropped (ONNX's inference gives them again) and the
-    inserted tensors cast back to FP32.
-    """
-    if not (recipe.keep_fp32 or recipe.keep_fp32_ops or sequences):
-        return
-    names = pinned_names(load_model(clean, weights=False), recipe.keep_fp32, recipe.keep_fp32_ops)
-    model = load_model(out, weights=True)
-    made = {t for n in model.graph.node if n.name in sequences and n.op_type in SEQUENCE_OUT | {"SequenceEmpty"}
-            for t in n.output}
-    typed = [v for v in model.graph.value_info if v.name not in made]
-    dropped = len(typed) < len(model.graph.value_info)
-    if dropped:
-        del model.graph.value_info[:]
-        model.graph.value_info.extend(typed)
-    if keep_in_fp32(model, [*names, *sequences]) or dropped:
-        onnx.save(model, str(out))
+    # copies: ModelOpt extends the lists it is given (its GEMV MatMuls), which are the recipe's
+    quantize(onnx_path=str(src), quantize_mode=recipe.mode, calibration_data_reader=reader, calibration_eps=["cpu"],
+             output_path=str(out), nodes_to_exclude=[*recipe.keep_fp32, *(f"^{re.escape(n)}$" for n in sequences)]
+             or None, op_types_to_exclude=[*recipe.keep_fp32_ops] or None, log_level="WARNING")
+    pins_in_fp32(src, out, recipe, sequences)
+    return sequences
 
 
 def _translated(err: Exception, recipe: Recipe, src: Path, logged: list[str], data: bool,
@@ -376,12 +332,8 @@ def convert_onnx(src: Path, recipe: Recipe, out: Path, *, feeds: list[dict] | No
     kept: dict[str, str] = {}
     with scratch_dir("trtfarm-convert-") as tmp:  # quantize() rewrites its input file: it gets this copy
         clean, notes = normalised_for_converters(Path(src), tmp / "model.onnx")
-        if recipe.mode in AUTOCAST:
-            kept = _autocast(clean, out, recipe, feeds, tmp, Path(src), notes)
-        else:
-            kept = sequences_started_empty(load_model(clean, weights=False), "quantization's FP16 pass")
-            _quantize(clean, out, recipe, feeds, Path(src), kept)
-            _pins_in_fp32(clean, out, recipe, kept)
+        convert = _autocast if recipe.mode in AUTOCAST else _quantize
+        kept = convert(clean, out, recipe, feeds, tmp, Path(src), notes)
         try:
             onnx.checker.check_model(str(out))
         except onnx.checker.ValidationError as err:

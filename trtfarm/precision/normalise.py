@@ -15,6 +15,9 @@ Every change here keeps what the model computes (onnxruntime and TensorRT's pars
   as TensorRT's parser and trtfarm's generated inputs take them.
 - Nodes without a name get one (``Conv_12``: op type and position), so AutoCast's rules, ``--keep-fp32`` and the
   report can name every node.
+- A graph input's dimension that has neither a size nor a name (silero-vad's ``input [?, ?]``) gets a name
+  (``input_dim0``): ModelOpt's quantization compares each dimension with 0 (``get_dynamic_graph_inputs``) and fails
+  on one that is neither. A name says what nothing said: the dimension is dynamic.
 - ``value_info`` is dropped: a dynamo export's intermediate shapes carry ``unk`` dimensions that break onnxruntime
   after AutoCast (a ModelOpt defect); ONNX shape inference gives them again.
 """
@@ -95,13 +98,31 @@ def name_nodes(model: onnx.ModelProto) -> list[str]:
             "position (Conv_12), as the report and --keep-fp32 name them"]
 
 
+def name_dimensions(model: onnx.ModelProto) -> list[str]:
+    """Name each graph input's dimension that has neither a size nor a name (``input_dim1``); a note."""
+    dims = [(v.name, i, d) for v in model.graph.input for i, d in enumerate(v.type.tensor_type.shape.dim)]
+    taken, named = {d.dim_param for _, _, d in dims}, []
+    for name, i, dim in dims:
+        if not dim.HasField("dim_value") and not dim.HasField("dim_param"):
+            dim.dim_param = f"{name}_dim{i}"
+            while dim.dim_param in taken:  # a name of its own: it ties no other dimension
+                dim.dim_param += "_"
+            taken.add(dim.dim_param)
+            named.append(dim.dim_param)
+    if not named:
+        return []
+    return [f"{len(named)} input dimension(s) had neither a size nor a name ({', '.join(named[:4])}"
+            f"{' and more' if len(named) > 4 else ''}): each was named, as ModelOpt's quantization needs"]
+
+
 def normalised_for_converters(src: Path, dest: Path) -> tuple[Path, list[str]]:
     """Write ``src`` to ``dest`` in the form ModelOpt's converters take; return it and what was changed.
 
     Weights kept in external data files are read and written inline (the copy is scratch, for the converter).
     """
     model = load_model(src, weights=True)
-    notes = _ir3_inputs(model) + _ir3_without_weights(model) + _default_valued_inputs(model) + name_nodes(model)
+    notes = (_ir3_inputs(model) + _ir3_without_weights(model) + _default_valued_inputs(model) + name_nodes(model)
+             + name_dimensions(model))
     del model.graph.value_info[:]
     onnx.save(model, str(dest))
     return dest, notes

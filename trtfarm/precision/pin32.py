@@ -6,20 +6,30 @@ trtfarm keeps for the rest of the model (TensorRT runs it fastest so). A node ex
 Afterwards each such node is put back in FP32: every FP16 input is cast to FP32 (an FP16 initializer that only
 it reads is stored in FP32 instead), and every FP16 output is computed in FP32 under a new name and cast to FP16
 under its own, so the nodes that read it see what they saw. Nodes whose output type an attribute fixes (a Cast, a
-Constant) and control flow are left as they are.
+Constant) and control flow are left as they are (``pins_in_fp32``).
+
+A sequence that ``SequenceEmpty`` starts is kept in FP32 by both converters, from ``SequenceEmpty`` to where tensors
+come out of it (``sequences_started_empty``): its element type is the ``dtype`` attribute, which neither AutoCast nor
+quantization's FP16 pass changes (ModelOpt 0.47), so the FP16 tensors they cast for ``SequenceInsert`` would not fit
+it, and onnxruntime refuses the model.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from trtfarm.onnxfile import load_model
 from trtfarm.precision.nodes import NOT_COMPUTE
+from trtfarm.precision.recipe import Recipe
 
 HALF = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
+SEQUENCE_OUT = {"SequenceInsert", "SequenceErase"}  # ops that read a sequence (input 0) and give one
+SEQUENCE_END = {"SequenceAt", "SequenceLength", "ConcatFromSequence"}  # ops that read one and give tensors
 
 
 def pinned_names(model: onnx.ModelProto, keep_fp32: list[str], keep_fp32_ops: list[str]) -> list[str]:
@@ -89,3 +99,49 @@ def _wrap(node: onnx.NodeProto, types: dict[str, int], inits: dict[str, onnx.Ten
                                       to=types[name]))
         node.output[i] = wide
     return before, after
+
+
+def sequences_started_empty(model: onnx.ModelProto, by: str = "AutoCast") -> dict[str, str]:
+    """The nodes of each sequence that a ``SequenceEmpty`` starts, with why they stay FP32: name -> reason.
+
+    ``by``: the conversion that would not change the sequence's element type (AutoCast, or quantization's FP16 pass).
+    """
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        if node.input:
+            readers.setdefault(node.input[0], []).append(node)
+    kept: dict[str, str] = {}
+    for start in (n for n in model.graph.node if n.op_type == "SequenceEmpty"):
+        why = (f"in the sequence {start.name} starts, kept in FP32: {by} does not change a SequenceEmpty's "
+               "element type")
+        todo = [start]
+        while todo:
+            node = todo.pop()
+            kept.setdefault(node.name, why)
+            if node is start or node.op_type in SEQUENCE_OUT:
+                todo += [r for r in readers.get(node.output[0], []) if r.op_type in SEQUENCE_OUT | SEQUENCE_END
+                         and r.name not in kept]
+    return kept
+
+
+def pins_in_fp32(clean: Path, out: Path, recipe: Recipe, sequences: dict[str, str]) -> None:
+    """The nodes kept out of quantization put in FP32 (ModelOpt leaves them in FP16 with the rest: ``keep_in_fp32``).
+
+    ``sequences``: the nodes of a sequence ``SequenceEmpty`` starts. Quantization's FP16 pass casts the tensors
+    inserted into it to FP16 but leaves its element type FP32 and writes the sequences' ``value_info`` as FP32
+    tensors, which onnxruntime refuses: those entries are dropped (ONNX's inference gives them again) and the
+    inserted tensors cast back to FP32.
+    """
+    if not (recipe.keep_fp32 or recipe.keep_fp32_ops or sequences):
+        return
+    names = pinned_names(load_model(clean, weights=False), recipe.keep_fp32, recipe.keep_fp32_ops)
+    model = load_model(out, weights=True)
+    made = {t for n in model.graph.node if n.name in sequences and n.op_type in SEQUENCE_OUT | {"SequenceEmpty"}
+            for t in n.output}
+    typed = [v for v in model.graph.value_info if v.name not in made]
+    dropped = len(typed) < len(model.graph.value_info)
+    if dropped:
+        del model.graph.value_info[:]
+        model.graph.value_info.extend(typed)
+    if keep_in_fp32(model, [*names, *sequences]) or dropped:
+        onnx.save(model, str(out))
