@@ -8,7 +8,9 @@
   0.5 can change), its zero state, and ``sr`` a true scalar 16000 where it takes one. fp16 ended in ModelOpt's
   KeyError inside the If branches (``workarounds``, 5), and on the opset-15 and ``half`` exports in ModelOpt's cast
   of an int64 index its If branches read (``controlflow``: the main graph is converted alone, the Ifs stay FP32,
-  and the notes say so).
+  and the notes say so). int8, calibrated on the same speech, gets a verdict on each file too: on the three with
+  If branches, ModelOpt's quantization fails or writes a model onnxruntime cannot load, and the main graph is
+  quantized alone.
 - GPT-2 with past key values and a 64-row position table, exported by TorchScript and by dynamo (random weights,
   ``tests/corpus/exported.py``), gated on generated inputs: at the usual length past + new tokens (64 + 64) index
   past the table, and the step sizes them down. Its int8 calibration data is generated too; dynamo's additive
@@ -144,6 +146,26 @@ def test_silero_vad_fp16_on_held_out_speech_with_a_scalar_rate_gets_a_verdict(tm
     if flow:  # the main graph (the STFT and the encoder's convolutions) runs in FP16, the Ifs in FP32
         assert "its main graph was converted alone" in flow[0] and doc["nodes"]["by_precision"]["fp16"] >= 20
     assert "_subgraph_cast_to_" not in done.stderr
+
+
+# int8: ModelOpt's quantization fails on the If branches of these (its FP16 pass: "Sanity Check Failed"), or writes
+# a model onnxruntime cannot load (an element type that disagrees between an If and its branch): the main graph alone
+SILERO_INT8_MAIN_GRAPH_ONLY = {"silero_vad.onnx", "silero_vad_16k_op15.onnx", "silero_vad_half.onnx"}
+
+
+@pytest.mark.parametrize("name", SILERO_FILES)
+def test_silero_vad_int8_on_held_out_speech_gets_a_verdict(tmp_path, name):
+    model = silero_files()[name]
+    graph = onnx.load(str(model))
+    np.savez(tmp_path / "speech.npz", **heldout_speech(graph, windows=16))
+    done, doc = precision(tmp_path, model, "int8", "--calibration", str(tmp_path / "speech.npz"),
+                          "--heldout", str(tmp_path / "speech.npz"))
+    assert_verdict(done, doc, {o.name for o in graph.graph.output})
+    flow = [n for n in doc["notes"] if "could not int8-convert this model's control flow" in n]
+    assert bool(flow) == (name in SILERO_INT8_MAIN_GRAPH_ONLY), doc["notes"]
+    if name == "silero_vad.onnx":  # its input [?, ?]: ModelOpt's quantization compares each dimension with 0
+        assert any("had neither a size nor a name (input_dim0, input_dim1" in n for n in doc["notes"]), doc["notes"]
+        assert "onnxruntime cannot load the model it wrote" in flow[0]
 
 
 @pytest.mark.parametrize("exporter", ["ts", "dynamo"])
