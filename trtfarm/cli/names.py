@@ -68,8 +68,7 @@ def check_registered(store, ref: str | None) -> None:
 def check_channel(value: str, option: str = "--channel") -> str:
     """``value`` when it names a channel; else exit 2 naming the nearest one."""
     if value not in CHANNELS:
-        raise UserInputError(f"{option} {value!r} is not a channel; {did_you_mean(value, CHANNELS)}use stable or "
-                             "candidate")
+        raise UserInputError(f"{option} {value!r}: {did_you_mean(value, CHANNELS)}use stable or candidate")
     return value
 
 
