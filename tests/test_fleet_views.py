@@ -143,7 +143,7 @@ def test_a_proposed_fleet_lists_exactly_the_pairs_whose_plan_the_real_planner_ch
         if d.action == "new":
             assert d.reasons[0] == "not built yet", d
         if d.action in ("rebuild", "new"):
-            assert d.basis and (d.estimate_s is not None or d.basis.startswith("nothing recorded")), d
+            assert d.basis and (d.estimate_s is not None or d.basis.startswith("no basis")), d
     if name.startswith("bump-"):  # exactly the targets of that toolchain, in every model that builds them
         key = name.removeprefix("bump-")
         ids = {t.id for t in current.targets if t.toolchain == key}
@@ -219,11 +219,12 @@ def test_estimates_come_from_the_build_times_the_manifests_record(built, tmp_pat
     assert by["rtx4090-rtx1.7"].basis.startswith("recorded: this model on rtx-4090 (tensorrt_rtx-1.7.1.116)")
     assert by["rtx5090-rtx1.7"].estimate_s == 0 and "built once with rtx4090-rtx1.7" in by["rtx5090-rtx1.7"].basis
     assert by["rtx3090-rtx1.7-o5"].estimate_s == recorded["rtx3090-rtx1.7-o5"]
-    h100 = by["h100-trt11.4"]  # nothing recorded on an H100 (cc 9.0): this model's build on another GPU, said so
-    assert h100.basis_kind == "other GPU" and "none recorded on 9.0" in h100.basis and h100.estimate_s > 0
+    h100 = by["h100-trt11.4"]  # a TensorRT build: never estimated from TensorRT-RTX builds done ahead of time
+    assert h100.basis_kind == "no basis" and h100.estimate_s is None, h100
+    assert h100.basis.startswith("no basis: no tensorrt build of this model on any GPU"), h100.basis
     per_pool = decisions.pool_seconds()
-    assert set(per_pool) == {"rtx-4090", "rtx-3090", "gpu-h100"}  # the shared RTX 5090 build costs nothing of its own
-    assert sum(per_pool.values()) == pytest.approx(sum(d.estimate_s for d in decisions.decisions))
+    assert set(per_pool) >= {"rtx-4090", "rtx-3090"}  # the shared RTX 5090 build costs nothing of its own
+    assert sum(per_pool.values()) == pytest.approx(sum(d.estimate_s or 0 for d in decisions.decisions))
 
 
 def _manifests(store_uri: str, model: str):

@@ -1,8 +1,10 @@
 """How long a build will take, from the build times manifests record, with the basis stated.
 
-In order: this model's recorded build on the same GPU model; on a GPU of the same compute capability; on any GPU;
-then the model's size times the seconds per MiB that builds of other models took on that GPU. When nothing is
-recorded, there is no estimate (and the basis says so). A refit's time is never taken for a build's.
+Only builds of the target's toolchain family count: a TensorRT build (tactic timing on the GPU, minutes on a
+datacenter part) is never estimated from a TensorRT-RTX build done ahead of time on a CPU, nor the other way. In
+order: this model's recorded build on the same GPU model; on a GPU of the same compute capability; on any GPU;
+then the model's size times the seconds per MiB that builds of other models took on that GPU. With none of these,
+there is no estimate, and the basis says ``no basis``. A refit's time is never taken for a build's.
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ class Want:
     previous: ManifestSummary | None
 
 
+def family(toolchain_label: str) -> str:
+    """The toolchain family of a plan folder's label: ``tensorrt_rtx-1.7.1.116`` -> ``tensorrt_rtx``."""
+    return toolchain_label.rsplit("-", 1)[0]
+
+
 def _newest(survey: StoreSurvey, folders: list[Folder]) -> Folder | None:
     """The folder of the newest export among ``folders`` (registered order, else the listing's)."""
     if not folders:
@@ -44,22 +51,24 @@ class Estimator:
         self.capabilities = capabilities  # GPU key -> compute capability, over both fleets
         self.sizes = sizes  # model -> bytes of its export, where known
 
-    def _published(self, model: str, gpus: set[str]) -> list[Folder]:
-        return [f for f in self.survey.by_model.get(model, []) if f.gpu in gpus and self.survey.published(f.prefix)]
+    def _published(self, model: str, gpus: set[str], flavour: str) -> list[Folder]:
+        return [f for f in self.survey.by_model.get(model, []) if f.gpu in gpus and family(f.toolchain) == flavour
+                and self.survey.published(f.prefix)]
 
     def estimates(self, wants: list[Want]) -> list[tuple[float | None, str, str]]:
         """``(seconds, basis, kind of basis)`` for each want, in order."""
-        same = [w.previous if w.previous and w.previous.gpu == w.target.gpu_key and not w.previous.refit else None
-                for w in wants]
+        same = [w.previous if w.previous and w.previous.gpu == w.target.gpu_key and not w.previous.refit
+                and w.previous.flavour == w.target.toolchain.flavour.value else None for w in wants]
         sibling = {}
         for i, w in enumerate(wants):
             if same[i] is None:
-                cc = w.target.gpu.compute_capability
+                cc, flavour = w.target.gpu.compute_capability, w.target.toolchain.flavour.value
                 near = {g for g, c in self.capabilities.items() if c == cc and g != w.target.gpu_key}
-                sibling[i] = _newest(self.survey, self._published(w.model, near)) or \
-                    _newest(self.survey, self._published(w.model, set(self.capabilities) - {w.target.gpu_key}))
+                sibling[i] = _newest(self.survey, self._published(w.model, near, flavour)) or _newest(
+                    self.survey, self._published(w.model, set(self.capabilities) - {w.target.gpu_key}, flavour))
         read = self.survey.manifests({f.prefix for f in sibling.values() if f})
-        rates = self._rates({w.target.gpu_key for i, w in enumerate(wants) if same[i] is None})
+        rates = self._rates({(w.target.gpu_key, w.target.toolchain.flavour.value) for i, w in enumerate(wants)
+                             if same[i] is None})
         out = []
         for i, w in enumerate(wants):
             m = same[i]
@@ -75,38 +84,41 @@ class Estimator:
                 out.append((near.wall_s, f"recorded: this model on {near.gpu} ({how}) took {near.wall_s:.1f} s",
                             "same compute capability" if same_cc else "other GPU"))
                 continue
-            out.append(self._by_size(w, rates.get(w.target.gpu_key)))
+            out.append(self._by_size(w, rates.get((w.target.gpu_key, w.target.toolchain.flavour.value))))
         return out
 
-    def _rates(self, gpus: set[str]) -> dict[str, tuple[float, int]]:
-        """GPU -> (median seconds per MiB, builds) over up to ``SIZE_SAMPLE`` models of known size built on it."""
-        sample: dict[str, list[Folder]] = {g: [] for g in gpus}
+    def _rates(self, wanted: set[tuple[str, str]]) -> dict[tuple[str, str], tuple[float, int]]:
+        """(GPU, toolchain family) -> (median seconds per MiB, builds).
+
+        Over up to ``SIZE_SAMPLE`` models of known size built on that GPU with that family.
+        """
+        sample: dict[tuple[str, str], list[Folder]] = {k: [] for k in wanted}
         for model, folders in self.survey.by_model.items():
             if model not in self.sizes:
                 continue
-            taken: set[str] = set()  # one build per model and GPU (its newest listed)
+            taken: set[tuple[str, str]] = set()  # one build per model, GPU and family (its newest listed)
             for f in reversed(folders):
-                if f.gpu in sample and f.gpu not in taken and len(sample[f.gpu]) < SIZE_SAMPLE \
-                        and self.survey.published(f.prefix):
-                    sample[f.gpu].append(f)
-                    taken.add(f.gpu)
+                k = (f.gpu, family(f.toolchain))
+                if k in sample and k not in taken and len(sample[k]) < SIZE_SAMPLE and self.survey.published(f.prefix):
+                    sample[k].append(f)
+                    taken.add(k)
             if all(len(v) >= SIZE_SAMPLE for v in sample.values()):
                 break
         read = self.survey.manifests(f.prefix for v in sample.values() for f in v)
         rates = {}
-        for gpu, folders in sample.items():
+        for k, folders in sample.items():
             per = [read[f.prefix].wall_s / (self.sizes[f.model] / MIB) for f in folders
                    if f.prefix in read and not read[f.prefix].refit and self.sizes[f.model]]
             if per:
-                rates[gpu] = (statistics.median(per), len(per))
+                rates[k] = (statistics.median(per), len(per))
         return rates
 
     @staticmethod
     def _by_size(w: Want, rate: tuple[float, int] | None) -> tuple[float | None, str, str]:
-        gpu = w.target.gpu_key
+        gpu, flavour = w.target.gpu_key, w.target.toolchain.flavour.value
         if rate is None or not w.size_bytes:
-            why = "its size is not known" if not w.size_bytes else f"no build on {gpu} to scale by size"
-            return None, f"nothing recorded: no build of this model on any GPU, and {why}", "nothing recorded"
+            why = "its size is not known" if not w.size_bytes else f"no {flavour} build on {gpu} to scale by size"
+            return None, f"no basis: no {flavour} build of this model on any GPU, and {why}", "no basis"
         mib = w.size_bytes / MIB
         return round(mib * rate[0], 1), (f"model size: {mib:.1f} MiB x {rate[0]:.2f} s/MiB (median of {rate[1]} "
-                                         f"build(s) of other models on {gpu})"), "model size"
+                                         f"{flavour} build(s) of other models on {gpu})"), "model size"

@@ -32,7 +32,7 @@ class TargetDecision:
     reasons: tuple[str, ...] = ()
     estimate_s: float | None = None
     basis: str = ""
-    basis_kind: str = ""  # this GPU, same compute capability, other GPU, model size, nothing recorded, shared, ...
+    basis_kind: str = ""  # this GPU, same compute capability, other GPU, model size, no basis, shared, ...
     pool: str | None = None  # the work pool the build runs on (the proposed fleet's; the current one's for drop)
     build_digest: str | None = None  # the proposed build (None: dropped, or not computable before the precision step)
     published: bool = False  # whether that build is in the store now
@@ -66,7 +66,7 @@ class FleetDecisions:
         return dict(sorted(per.items(), key=lambda kv: (-kv[1], kv[0])))
 
     def unestimated(self) -> int:
-        """Builds with no estimate at all (nothing recorded to base one on)."""
+        """Builds with no estimate at all (no build of their toolchain family recorded to base one on)."""
         return sum(d.action in ("rebuild", "new") and d.estimate_s is None for d in self.decisions)
 
     def counts(self) -> dict[str, int]:
