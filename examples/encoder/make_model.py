@@ -4,12 +4,19 @@ A one-layer transformer encoder: token + position embeddings, masked self-attent
 block, masked mean pooling and L2 normalisation. Inputs ``input_ids`` and ``attention_mask`` (int64,
 ``[batch, seq]``, seq <= 512); output ``embeddings`` (float32, ``[batch, 64]``).
 
+Beside the model it writes ``calib.npz``, the calibration data an int8 build needs (``trtfarm build ... --precision
+int8`` finds it there): ``CALIB_SAMPLES`` sentences of ``CALIB_SEQ`` token ids with their attention masks, lengths
+as the example's traffic has them (``make_traffic.py``: lognormal around 63 tokens) and token ids drawn as words are
+(a few frequent, many rare), padded with 0. Both files are the same bytes on every run.
+
 Usage: ``python examples/encoder/make_model.py [--out examples/encoder/model.onnx] [--seed 0]``
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +24,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 VOCAB, HIDDEN, HEADS, FFN, MAX_LEN = 1000, 64, 4, 128, 512
+CALIB_SAMPLES, CALIB_SEQ = 256, 128  # the profile's opt sequence length (farm.yaml: 16x128)
 
 
 def _weights(rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -125,8 +133,28 @@ def encoder_model(seed: int = 0) -> onnx.ModelProto:
     return model
 
 
+def calibration_data(seed: int = 0) -> dict[str, np.ndarray]:
+    """``input_ids`` and ``attention_mask`` (int64, ``[CALIB_SAMPLES, CALIB_SEQ]``): sentences padded with 0."""
+    rng = np.random.default_rng(seed + 1)
+    lengths = np.clip(rng.lognormal(np.log(63), 0.45, CALIB_SAMPLES).round(), 5, CALIB_SEQ).astype(np.int64)
+    mask = (np.arange(CALIB_SEQ)[None, :] < lengths[:, None]).astype(np.int64)
+    ids = ((rng.zipf(1.3, (CALIB_SAMPLES, CALIB_SEQ)) - 1) % (VOCAB - 1) + 1).astype(np.int64)  # ids 1..VOCAB-1
+    return {"input_ids": ids * mask, "attention_mask": mask}
+
+
+def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    """An ``.npz`` (what ``np.load`` reads) with fixed entry times: ``np.savez`` stamps the time it writes."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for name, array in arrays.items():
+            npy = io.BytesIO()
+            np.save(npy, array, allow_pickle=False)
+            z.writestr(zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0)), npy.getvalue())
+    return out.getvalue()
+
+
 def main() -> None:
-    """Write the model to ``--out``."""
+    """Write the model to ``--out`` and its calibration data beside it (``calib.npz``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("model.onnx"))
     parser.add_argument("--seed", type=int, default=0, help="weight seed (a new seed = same graph, new weights)")
@@ -134,7 +162,10 @@ def main() -> None:
     data = encoder_model(args.seed).SerializeToString(deterministic=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_bytes(data)
-    print(f"wrote {args.out} ({len(data):,} bytes)")
+    calib = npz_bytes(calibration_data(args.seed))
+    args.out.with_name("calib.npz").write_bytes(calib)
+    print(f"wrote {args.out} ({len(data):,} bytes) and {args.out.with_name('calib.npz')} ({CALIB_SAMPLES} "
+          f"calibration samples for int8)")
 
 
 if __name__ == "__main__":
