@@ -29,7 +29,8 @@ def test_auto_pin_without_a_passing_set_exits_1_naming_the_set_and_the_figures(t
                       r"with 2 node\(s\) kept in FP32 \(fc2, rescale\), the gate still fails: output 'logits' "
                       r"[^;]*\d[^;]* above 0\b", line)
     assert found and int(found.group(1)) >= 3, line  # the naive conversion, then one pin at a time
-    assert line.endswith("Fix: keep larger regions with --keep-fp32 REGEX or --keep-fp32-op OP, or use fp32"), line
+    assert re.search(r"Fix: keep every node of their op types in FP32 \(--keep-fp32-op \w+( --keep-fp32-op \w+)*\), "
+                     r"or use fp32 \(--mode fp32\)$", line), line
 
 
 def test_a_failed_search_is_a_failed_gate_to_a_build():

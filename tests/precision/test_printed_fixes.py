@@ -157,13 +157,18 @@ def test_the_printed_fix_runs_to_a_verdict(tmp_path, name):
         assert failure not in said, (args, failure)  # never the failure it fixes again
 
 
-@pytest.mark.xfail(strict=True, reason="issue 57: autopin._no_passing_set prints 'keep larger regions with "
-                                       "--keep-fp32 REGEX or --keep-fp32-op OP, or use fp32' for fp16: no command")
-def test_the_fp16_auto_pin_fix_that_finds_no_set_prints_a_command(tmp_path):
+def test_the_fp16_auto_pin_fix_that_finds_no_set_prints_commands_that_run_to_a_verdict(tmp_path):
+    """Its fix keeps the pinned nodes' op types in FP32 (options of the command that failed), or uses fp32."""
     provoking, done = provoke(tmp_path, FP16_NO_SET)
     assert done.returncode == FP16_NO_SET.exit_code, done.stderr[-2000:]
-    runnable, placeholders = commands(fix_text(done)[1], provoking)
-    assert runnable and placeholders == []
+    failure, fix = fix_text(done)
+    runnable, placeholders = commands(fix, provoking)
+    assert len(runnable) == 2 and placeholders == [], fix
+    for args in runnable:
+        fixed = precision(tmp_path, args)
+        said = fixed.stdout + fixed.stderr
+        assert "Traceback" not in said and fixed.returncode in (0, 1, 4) and VERDICT.search(said), said[-2000:]
+        assert failure not in said, (args, failure)
 
 
 def _prints_a_pin_fix(source: str, function: ast.AST) -> bool:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trtfarm.onnxfile import load_model
 from trtfarm.precision.convert import QUANTIZE, Converted, convert_onnx
 from trtfarm.precision.gate import FP16_MAX, GateReport, accuracy_gate, all_tensors
 from trtfarm.precision.progress import Progress
@@ -53,8 +54,13 @@ def _exact(names: list[str]) -> list[str]:
     return [f"^{re.escape(n)}$" for n in names]
 
 
-def _no_passing_set(recipe: Recipe, pins: list[str], tries: int, report: GateReport) -> str:
-    """The failed search in one line: the set it tried last, the gate's figures on it, and what to do instead."""
+def _no_passing_set(recipe: Recipe, pins: list[str], tries: int, report: GateReport,
+                    ops: list[str] | None = None) -> str:
+    """The failed search in one line: the set it tried last, the gate's figures on it, and what to do instead.
+
+    ``ops``: the op types of the pinned nodes; the fix keeps every node of those types in FP32 (options of the
+    command that failed), or uses fp32.
+    """
     kept = ", ".join(pins) or "none: no node overflows and the layer-wise search named none"
     figures = "; ".join(report.failures)
     if recipe.mode in QUANTIZE:
@@ -62,8 +68,9 @@ def _no_passing_set(recipe: Recipe, pins: list[str], tries: int, report: GateRep
                 f"{len(pins)} layer(s) that cost the most accuracy kept in FP32 ({kept}), the gate still fails: "
                 f"{figures}. Fix: use fp16 (--mode fp16), or fp32")
     return (f"--auto-pin: no FP32 node set passes the {recipe.mode} gate: in {tries} conversion(s), the last with "
-            f"{len(pins)} node(s) kept in FP32 ({kept}), the gate still fails: {figures}. Fix: keep larger regions "
-            "with --keep-fp32 REGEX or --keep-fp32-op OP, or use fp32")
+            f"{len(pins)} node(s) kept in FP32 ({kept}), the gate still fails: {figures}. Fix: "
+            + (f"keep every node of their op types in FP32 ({' '.join(f'--keep-fp32-op {o}' for o in ops)}), or "
+               if ops else "") + "use fp32 (--mode fp32)")
 
 
 def auto_pin(src: Path, recipe: Recipe, work: Path, feeds: list[dict], progress: Progress | None = None, *,
@@ -108,7 +115,9 @@ def auto_pin(src: Path, recipe: Recipe, work: Path, feeds: list[dict], progress:
         if report.passed is not False:  # passed, or not judged (then every attempt is: the FP32 outputs decide)
             break
     if report.passed is False:
-        raise AutoPinFailed(_no_passing_set(recipe, pins, tries, report))
+        op_of = {n.name: n.op_type for n in load_model(src).graph.node}
+        ops = sorted({op_of[p] for p in pins if p in op_of} - set(recipe.keep_fp32_ops))
+        raise AutoPinFailed(_no_passing_set(recipe, pins, tries, report, ops))
     best = (conv, report)
     for name in list(pins):  # minimality: drop every pin the gate does not need, or that changes nothing
         trial = [p for p in pins if p != name]
