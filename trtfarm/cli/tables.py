@@ -109,3 +109,21 @@ def note_line(console: Console, label: str, text: str) -> None:
         labelled(console, label, text)
     else:
         console.print(f"{label} {text}", highlight=False, soft_wrap=True)
+
+
+def lines_keeping_indent(console: Console, text: str, first: str = "") -> None:
+    """A message of several lines (a builder's error and its indented details), each wrapped at its own indent.
+
+    ``text`` is a message (escaped here: ``message_text``); ``first`` is markup put before its first line (``[bold
+    red]target failed:[/] ``). On a terminal a line that wraps continues under itself, never at column 0; in a pipe
+    each line stays one line.
+    """
+    from trtfarm.cli.common import message_text
+
+    for i, line in enumerate(text.splitlines() or [""]):
+        indent = len(line) - len(line.lstrip(" "))
+        shown = (first if i == 0 else "") + message_text(line[indent:])
+        if console.is_terminal:
+            console.print(Padding(shown, (0, 0, 0, indent)), highlight=False)
+        else:
+            console.print(" " * indent + shown, highlight=False, soft_wrap=True)
