@@ -151,6 +151,25 @@ def test_each_request_runs_on_the_profile_that_holds_it_and_one_outside_them_all
     assert device.buffers["input_ids"][1] >= 2 * 300 * 8  # grown for the longer request, kept since
 
 
+def test_with_dynamic_batching_requests_whose_other_dims_agree_run_as_one_batch_each_getting_its_rows(pb_utils):
+    device = Device()
+    engine = Engine(device)
+    model = model_of(PlanRunner(engine, manifest("tensorrt_rtx", "rtx-4090", profiles_json(PROFILES)), device))
+    model.batched = True  # max_batch_size > 0: what Triton's dynamic batcher gathered comes in one call
+    runs = []
+    for context in engine.contexts:
+        context.execute_async_v3 = (lambda run: lambda stream: runs.append(1) or run(stream))(context.execute_async_v3)
+
+    one, three, other, bad, last = model.execute([request(1, 64, 1), request(3, 64, 2), request(2, 32, 3),
+                                                  request(2, 600), request(1, 600)])
+
+    assert [r.outputs["embeddings"].shape for r in (one, three, other)] == [(1, 64), (3, 64), (2, 64)]
+    assert (one.outputs["embeddings"] == 64).all() and (three.outputs["embeddings"] == 128).all()
+    assert (other.outputs["embeddings"] == 96).all()
+    assert bad.error is not None and last.error is not None  # their joined batch refused: each answers itself
+    assert len(runs) == 2  # [1+3, 64] and [2, 32] ran once each; the refused ones never reached the engine
+
+
 def test_model_py_without_trtfarm_fails_the_load_naming_what_to_install(tmp_path):
     done = subprocess.run([sys.executable, "-S", "-c", MODEL_PY], cwd=tmp_path, capture_output=True, text=True,
                           timeout=60)

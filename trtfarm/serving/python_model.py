@@ -185,38 +185,79 @@ class PlanRunner:
         return outputs
 
 
+def _batches(arrays: list[dict]) -> list[list[int]]:
+    """Consecutive requests whose inputs agree in every dim but the first (the batch): one run each."""
+    runs: list[list[int]] = []
+    for i, a in enumerate(arrays):
+        key = {n: x.shape[1:] for n, x in a.items()}
+        if runs and key == {n: x.shape[1:] for n, x in arrays[runs[-1][0]].items()}:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
+
+
 class TritonPythonModel:
-    """Triton's Python backend model for a version folder that ``trtfarm triton`` wrote."""
+    """Triton's Python backend model for a version folder that ``trtfarm triton`` wrote.
+
+    With ``max_batch_size`` above 0 (``--dynamic-batching``), Triton hands ``execute`` the requests it batched, each
+    with its own batch dim: those whose other dims agree run as one batch, and each gets its rows back.
+    """
 
     device_type = CudaDevice  # what gives the instance's GPU (a test gives a stand-in)
+    batched = False
 
     def initialize(self, args: dict) -> None:
         """Load the plan of this instance's GPU through ``load_plan`` and make one context per profile."""
         from trtfarm.runtime.loader import find_pair, load_plan
 
         config = json.loads(args["model_config"])
+        self.batched = config.get("max_batch_size", 0) > 0
         device = self.device_type(int(args.get("model_instance_device_id") or 0))
         folder = Path(args["model_repository"]) / str(args["model_version"])
         plan, gpus = plan_for_device(folder, device.info)
         engine = load_plan(plan, expected_model=config["name"], gpus=gpus)
         self.runner = PlanRunner(engine, find_pair(plan)[1], device)
 
+    def _run(self, arrays: dict):
+        """The outputs, or the request's own error (``UserInputError``: a shape outside every profile, say)."""
+        from trtfarm.errors import UserInputError
+
+        try:
+            return self.runner.run(arrays)
+        except UserInputError as err:
+            return err
+
+    def _results(self, arrays: list[dict]) -> list:
+        if not self.batched:
+            return [self._run(a) for a in arrays]
+        import numpy as np
+
+        results = []
+        for run in _batches(arrays):
+            joined = self._run({n: np.concatenate([arrays[i][n] for i in run]) for n in arrays[run[0]]})
+            if len(run) == 1 or isinstance(joined, Exception):  # a refused batch: each request answers for itself
+                results += [joined] if len(run) == 1 else [self._run(arrays[i]) for i in run]
+                continue
+            sizes = [len(next(iter(arrays[i].values()))) for i in run]  # each request's batch
+            starts = np.cumsum([0, *sizes[:-1]])
+            results += [{n: out[start:start + size] for n, out in joined.items()}
+                        for start, size in zip(starts, sizes, strict=True)]
+        return results
+
     def execute(self, requests: list) -> list:
         """One response per request: its outputs, or its error (a shape outside every profile, say)."""
         import triton_python_backend_utils as pb_utils
 
-        from trtfarm.errors import UserInputError
-
         names = [t.name for t in self.runner.io if t.mode == "input"]
+        arrays = [{n: pb_utils.get_input_tensor_by_name(r, n).as_numpy() for n in names} for r in requests]
         responses = []
-        for request in requests:
-            try:
-                arrays = {n: pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in names}
-                outputs = self.runner.run(arrays)
-                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(n, a) for n, a in outputs.items()]))
-            except UserInputError as err:
-                error = pb_utils.TritonError(str(err), pb_utils.TritonError.INVALID_ARG)
+        for result in self._results(arrays):
+            if isinstance(result, Exception):
+                error = pb_utils.TritonError(str(result), pb_utils.TritonError.INVALID_ARG)
                 responses.append(pb_utils.InferenceResponse(error=error))
+            else:
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(n, a) for n, a in result.items()]))
         return responses
 
     def finalize(self) -> None:
