@@ -147,3 +147,23 @@ def test_an_overflow_in_a_node_the_conversion_added_is_named_by_the_model_s_own_
     assert layers[0] == "fc1" and set(layers) <= {"fc1", "relu1", "shrink", "fc2"} < converted, layers
     assert len(layers) == len(set(layers))
     assert "which the conversion added" in result.report.diverging_nodes[0]["issue"]
+
+
+def test_the_printed_commands_give_the_users_recipe_again():
+    """A fix changes only what it fixes: the op types, AutoCast limit, task, ranges and error limit stay."""
+    from pathlib import Path
+
+    from trtfarm.precision.fixes import way_forward
+    from trtfarm.precision.gate import GateReport
+    from trtfarm.precision.recipe import Recipe
+
+    recipe = Recipe.model_validate({"mode": "fp16", "keep_fp32": ["^head$"], "keep_fp32_ops": ["LayerNormalization"],
+                                    "data_max": float("inf"), "task": "embedding", "output_ranges": {"y": [0, 1]},
+                                    "thresholds": {"max_error": 0.02}})
+    report = GateReport("fp16", False, {}, failures=["output 'y': x"],
+                        diverging_nodes=[{"node": "fc2", "op": "MatMul", "issue": "", "cost": 1.0}])
+    fix = way_forward(Path("m.onnx"), recipe, report, heldout=Path("h.npz"))
+    options = ("--heldout h.npz --keep-fp32-op LayerNormalization --data-max inf --task embedding "
+               "--output-range y=0:1 --max-error 0.02 --keep-fp32 '^head$'")
+    assert fix["auto_pin"] == f"trtfarm precision m.onnx --mode fp16 {options} --auto-pin"
+    assert fix["keep_fp32"] == f"trtfarm precision m.onnx --mode fp16 {options} --keep-fp32 '^(fc2)$'"

@@ -10,8 +10,6 @@ import contextlib
 import hashlib
 import json
 import os
-import re
-import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -34,7 +32,8 @@ from trtfarm.precision.convert import (
     refuse_unconvertible,
 )
 from trtfarm.precision.deferred import torch_unasked
-from trtfarm.precision.gate import GateReport, OutputFigures, accuracy_gate, figure_failures
+from trtfarm.precision.fixes import way_forward
+from trtfarm.precision.gate import GateReport, OutputFigures, accuracy_gate
 from trtfarm.precision.inputs import (
     batch_axes,
     batches,
@@ -109,23 +108,6 @@ class PrecisionResult:
             "--auto-pin, or keep those nodes in FP32 with --keep-fp32 REGEX"
         return (f"{self.recipe.mode} accuracy gate failed: {'; '.join(r.failures)}. Layers that cost the most "
                 f"accuracy: {diverging}.{nodes} Fix: {fix}." + notes + warnings)
-
-
-def way_forward(src: Path, recipe: Recipe, report: GateReport, **data: Path | None) -> dict:
-    """A failed gate's fix: its failing outputs, its costliest layers, and the two commands that would fix it.
-
-    ``data``: the calibration and held-out files the step was given (the commands give them again).
-    """
-    if report.passed is not False:
-        return {}
-    layers = [d["node"] for d in report.diverging_nodes]
-    base = ["trtfarm", "precision", str(src), "--mode", recipe.mode,
-            *(x for what, path in data.items() if path for x in (f"--{what}", str(path)))]
-    keep = "^(" + "|".join(re.escape(n) for n in layers) + ")$" if layers else ""
-    return {"failing_outputs": [f.output for f in report.figures if figure_failures([f], recipe)],
-            "costliest_layers": layers, "auto_pin": shlex.join([*base, "--auto-pin"]),
-            "keep_fp32": shlex.join([*base, *(x for p in [*recipe.keep_fp32, keep] for x in ("--keep-fp32", p))])
-            if keep else ""}
 
 
 def _figure_text(f: OutputFigures) -> str:
