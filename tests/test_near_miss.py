@@ -35,15 +35,8 @@ EXTRA = {"build": ["{root}/encoder/model.onnx"], "pull": ["--to", "{root}/pulled
          "plan": ["--fleet", "{root}/gpu_targets.yaml"]}
 ALSO = {"pull": ["gpu"]}  # kinds given their real name too (this machine has no GPU to pull for)
 # (command, parameter) whose module this change does not own: each still answers a near miss without the name meant
-PENDING = {
-    ("plans", "model"): "trtfarm/cli/build_commands.py: plans --model prints an empty table (names.check_models)",
-    ("plan", "models"): "trtfarm/planning/overview.py (_models): known models listed, not the nearest",
-    ("status", "models"): "trtfarm/planning/overview.py (_models): known models listed, not the nearest",
-    ("triton", "model"): "trtfarm/cli/serving.py: released models of stable only (names.check_models)",
-    ("triton", "channel"): "trtfarm/cli/serving.py: --channel without the nearest (names.check_channel)",
-    ("report", "ref"): "trtfarm/cli/quality.py: no run or model, not the nearest (names.check_models)",
-}
-NEAR_NOTHING_PENDING = {("plans", "model"), ("triton", "model"), ("report", "ref")}
+PENDING: dict[tuple[str, str], str] = {}
+NEAR_NOTHING_PENDING: set[tuple[str, str]] = set()
 
 
 def _commands(app: typer.Typer, prefix: tuple[str, ...] = ()):

@@ -52,7 +52,7 @@ def test_a_misspelt_target_gpu_or_model_names_the_nearest_and_the_known_ones(rel
     assert "did you mean 'rtx-4090'?" in said and "known GPUs:" in said, said
     said = _one_line(trtfarm("triton", "encodr", "--repo", "repo", "--gpu", "rtx-4090", "--store", "store",
                              cwd=released))
-    assert "did you mean 'encoder'?" in said and "released models: encoder" in said, said
+    assert "did you mean 'encoder'?" in said and "known models: encoder" in said, said
 
 
 @pytest.mark.parametrize("typo, meant, holder, key", [

@@ -301,6 +301,10 @@ def plans(store: str = STORE_OPT, model: str = typer.Option(None, "--model", hel
     from trtfarm.publishing.release import list_pointers
     from trtfarm.store import open_store
 
+    if model:  # a misspelt model names the nearest of every channel (exit 2), not an empty table
+        from trtfarm.cli.names import check_models
+
+        check_models(open_store(store_uri(store)), [model])
     found = list_manifests(store_uri(store), model)
     released = {p.manifest for p in list_pointers(open_store(store_uri(store)), model)}
     if as_json:

@@ -48,6 +48,7 @@ def triton(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Write a Triton model repository (config.pbtxt checked with Triton's schema) from MODEL's released plans."""
+    from trtfarm.cli.names import check_channel, check_models
     from trtfarm.extras import require
     from trtfarm.profiles.profile import load_profiles_file
     from trtfarm.project.fleet_file import load_fleet, signing_settings
@@ -56,8 +57,7 @@ def triton(
     from trtfarm.store import open_store
 
     output_path(repo, "--repo")
-    if channel not in ("stable", "candidate"):
-        raise fail(f"--channel {channel!r}: use stable or candidate")
+    check_channel(channel)
     if instance_groups not in (None, "per-profile", "shared"):
         raise fail(f"--instance-groups {instance_groups!r}: use per-profile or shared", 2)
     require("tritonclient")  # a base install: one line naming the [triton] extra, before the store is read
@@ -67,7 +67,9 @@ def triton(
                         "dynamic" if dynamic_batching else "explicit",
                         load_profiles_file(profiles) if profiles else None, trust, accepted, max_age, channel,
                         instance_groups)
-    result = triton_repositories(open_store(store_uri(store)), load_fleet(targets_path(targets_file)), req)
+    opened = open_store(store_uri(store))
+    check_models(opened, [model])  # a typo names the nearest model of every channel, before any pointer is read
+    result = triton_repositories(opened, load_fleet(targets_path(targets_file)), req)
     if as_json:
         print_json(result.to_json())
         return

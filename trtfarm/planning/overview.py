@@ -36,10 +36,11 @@ def _models(survey: StoreSurvey, names: list[str]) -> list[str]:
     known = survey.models()
     unknown = [m for m in names if m not in known]
     if unknown:
-        shown = ", ".join(known[:20]) + (f" (and {len(known) - 20} more)" if len(known) > 20 else "")
+        from trtfarm.nearest import nearest_and_known
+
         raise UserInputError(f"no export, plan or release of {', '.join(map(repr, unknown))} in "
-                             f"{survey.store.location}; known models: {shown or 'none'}. Fix: check the name "
-                             "(`trtfarm models ls`, `trtfarm plans`) and --store")
+                             f"{survey.store.location}; {nearest_and_known(unknown[0], known, 'known models')}. Fix: "
+                             "check the name (`trtfarm models ls`, `trtfarm plans`) and --store")
     return list(dict.fromkeys(names)) or known
 
 

@@ -33,6 +33,10 @@ def outcomes_for(store: Store, ref: str) -> tuple[str, str, list[TargetOutcome]]
                                                                             current[2].created_at):
             newest[m.target.target_id] = (key, url, m)
     if not newest:
-        raise UserInputError(f"no run or model {ref!r} in {store.uri}; `trtfarm plans` lists models")
+        from trtfarm.nearest import nearest_and_known
+        from trtfarm.publishing.catalog import store_models
+
+        raise UserInputError(f"no run or model {ref!r} in {store.uri}; "
+                             f"{nearest_and_known(ref, store_models(store, releases=False), 'models with plans')}")
     return ref, "latest", [TargetOutcome(t, "built", "", url, manifest_key=key, published=m)
                            for t, (key, url, m) in sorted(newest.items())]
