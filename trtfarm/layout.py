@@ -14,6 +14,7 @@ runs/<run>/jobs/<job_id>.json
 webhook/exports/<claim>.json
 status/status.html                       (the fleet's matrix, rewritten by each nightly run)
 fleets/<fleet_digest>.json, fleets/current.json   (the fleet each run built for; views on a host without a fleet file)
+gc/<model>/<at>-<nonce>.json             (the plan folders one `gc --apply` deleted, and why)
 ```
 A manifest's provenance and signature are named by the manifest's own sha256: each publisher writes its pair before
 its manifest, and whichever manifest wins the create-only write finds its own pair beside it.
@@ -33,7 +34,7 @@ ONNX_NAME, EXPORT_NAME = "model.onnx", "export.json"
 CONVERTED_REPORT = "report.json"  # a precision step's gate report, beside its converted model.onnx
 PLANS, RELEASES, TIMING_CACHES, CONVERTED, MODELS, REPORTS, RUNS, STATUS, STATE = (
     "plans", "releases", "timing-caches", "converted", "models", "reports", "runs", "status", "state")
-CANDIDATES, RECEIPTS, FLEETS = "candidates", "receipts", "fleets"
+CANDIDATES, RECEIPTS, FLEETS, GC = "candidates", "receipts", "fleets", "gc"
 CHANNEL_ROOTS = {"stable": RELEASES, "candidate": CANDIDATES}
 OUTCOMES_NAME = "outcomes.json"  # a run's outcomes of one model, in its report folder
 PROVENANCE_PREFIX, SIGNATURE_PREFIX, SIGNATURE_SUFFIX = "provenance-", "signature-", ".sigstore.json"
@@ -385,3 +386,13 @@ def fleet_key(fleet_digest: str) -> str:
 def fleet_pointer_key() -> str:
     """``fleets/current.json``: which recorded fleet the store's newest run built for."""
     return f"{FLEETS}/current.json"
+
+
+def gc_record_key(model: str, at: str, nonce: str) -> str:
+    """``gc/<model>/<at>-<nonce>.json``: the plan folders of ``model`` one ``gc --apply`` deleted."""
+    return f"{GC}/{check_name('model name', model)}/{_segment('time', at)}-{_segment('nonce', nonce)}.json"
+
+
+def gc_prefix() -> str:
+    """``gc/``: what to list for every record of deleted plans."""
+    return f"{GC}/"

@@ -25,6 +25,7 @@ from trtfarm.planning.expected import (
     digest_part,
     target_differences,
 )
+from trtfarm.publishing.gc import deleted_folders
 from trtfarm.publishing.summaries import ManifestSummary
 from trtfarm.publishing.survey import Folder, StoreSurvey
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
@@ -173,11 +174,15 @@ def _open_decisions(survey: StoreSurvey, expected: dict[str, ExpectedExport], pe
     wants = [Want(p.model, expected[p.model].size_bytes, p.target,
                   previous.get(p.nearest.prefix) if p.nearest else None) for p in pending]
     estimates = Estimator(survey, capabilities, sizes).estimates(wants)
+    deleted = deleted_folders(survey.store) if pending else {}
     out = {}
     for p, (seconds, basis, kind) in zip(pending, estimates, strict=True):
         x = expected[p.model]
         replaced = previous.get(p.previous.prefix) if p.previous else None
         action, reasons = _action(p, x, replaced, current)
+        gone = deleted.get(x.prefix(p.target, p.digest)) if p.digest and x.onnx_digest else None
+        if gone:  # this very build was published once: that is why it builds, not what differs from another
+            reasons = [f"its plan (build {p.digest[:12]}) was {gone}; a run builds it again"]
         if x.unknown:
             reasons.append(x.unknown)
         if force and action == "rebuild":

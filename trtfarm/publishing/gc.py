@@ -11,11 +11,14 @@ plan keeps its attestations: gc never looks at keys, so a key rotation changes n
 
 from __future__ import annotations
 
+import json
+import secrets
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
-from trtfarm.layout import folder_of
+from trtfarm.layout import folder_of, gc_prefix, gc_record_key, parse_plan_prefix
 from trtfarm.publishing.attest import folder_attestations
 from trtfarm.publishing.catalog import manifests_in
 from trtfarm.publishing.release import toolchain_label
@@ -75,7 +78,12 @@ def plans_to_delete(store: Store, keep: int, references: Iterable[ReleaseRef],
 
 
 def delete_plans(store: Store, doomed: list[Doomed]) -> int:
-    """Delete manifest, attestations, then plan for each; return bytes freed."""
+    """Delete manifest, attestations, then plan for each; return bytes freed.
+
+    First each model's deleted folders are recorded (``gc/<model>/...``, create-only), so that a later run or dry run
+    that needs one of those builds again says it was deleted, rather than comparing with another build.
+    """
+    record_deletions(store, doomed)
     freed = 0
     for d in doomed:
         store.delete(d.manifest_key)
@@ -84,3 +92,30 @@ def delete_plans(store: Store, doomed: list[Doomed]) -> int:
         store.delete(d.plan_key)
         freed += d.bytes
     return freed
+
+
+def record_deletions(store: Store, doomed: list[Doomed]) -> None:
+    """One record per model of the plan folders ``doomed`` removes: when, and why each."""
+    at = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    per: dict[str, dict[str, str]] = defaultdict(dict)
+    for d in doomed:
+        folder = parse_plan_prefix(folder_of(d.manifest_key))
+        if folder is not None:
+            per[folder.model][folder_of(d.manifest_key)] = d.why
+    for model, folders in per.items():
+        doc = {"deleted_at": at, "by": "trtfarm gc", "folders": folders}
+        store.put_if_absent(gc_record_key(model, at, secrets.token_hex(4)), json.dumps(doc, sort_keys=True).encode())
+
+
+def deleted_folders(store: Store) -> dict[str, str]:
+    """Every plan folder a ``gc --apply`` deleted -> ``deleted by gc on <day> (<why>)``, from its records."""
+    found: dict[str, str] = {}
+    for key in store.list(gc_prefix()):
+        blob = store.get(key)
+        try:
+            doc = json.loads(blob.data) if blob is not None else {}
+            for folder, why in (doc.get("folders") or {}).items():
+                found[str(folder)] = f"deleted by gc on {str(doc.get('deleted_at', '?'))[:8]} ({why})"
+        except (ValueError, AttributeError):
+            continue  # a record that cannot be read: that build is compared as any other
+    return found
