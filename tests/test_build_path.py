@@ -243,3 +243,25 @@ def test_a_command_starts_without_pydantics_plugin_lookup_unless_the_environment
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "rtx-4090" in proc.stdout
         assert witness.exists() == loaded, (env_value, proc.stderr[-2000:])
+
+
+BUILD_IMPORTS = Path(__file__).parent / "data" / "build_imports.json"
+
+
+def test_the_trtfarm_modules_a_build_imports_are_the_ones_listed(workdir, example_dir):
+    """The set of trtfarm modules `trtfarm build` imports (fresh, and an up-to-date rerun) is held in
+    tests/data/build_imports.json: a change that adds one fails here, naming it, and adds it to the file knowingly
+    (issue 60); one that drops some passes and says which lines the file can lose."""
+    model = workdir / "encoder" / "model.onnx"
+    model.parent.mkdir()
+    model.write_bytes((example_dir / "model.onnx").read_bytes())
+    build = ["build", str(model), "--json", "--store", "store", "--profile", "input_ids=1x16:16x128:32x512",
+             "--profile", "attention_mask=1x16:16x128:32x512"]
+    listed = json.loads(BUILD_IMPORTS.read_text())
+    for run_name in ("fresh", "rerun"):
+        found = {m for m in _imported(workdir, run_name, *build) if m == "trtfarm" or m.startswith("trtfarm.")}
+        added = sorted(found - set(listed[run_name]))
+        assert not added, f"`trtfarm build` ({run_name}) now imports {added}: import them where they are used, or " \
+                          f"add them to {BUILD_IMPORTS.name} knowingly"
+        if set(listed[run_name]) - found:
+            print(f"{run_name}: {sorted(set(listed[run_name]) - found)} no longer imported: drop them from the file")

@@ -14,18 +14,21 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from trtfarm.building.release_move import release_if_allowed
 from trtfarm.planning.plan import ExportWork, full_build_of
 from trtfarm.publishing.publish import withdraw
 from trtfarm.publishing.release import ChannelRefused
 from trtfarm.releases.channels import promote_move
-from trtfarm.releases.gates import Candidate
 from trtfarm.store import Store
 from trtfarm.vocabulary.job import BuildJob, JobResult
 from trtfarm.vocabulary.pointer import ReleasePointer
 from trtfarm.vocabulary.precision_job import PrecisionJob, PrecisionRun
 from trtfarm.vocabulary.target_outcome import RunRow, TargetOutcome
+
+if TYPE_CHECKING:  # the promotion path reads the gates; a build never does
+    from trtfarm.releases.gates import Candidate
 
 Dispatch = Callable[[list[BuildJob]], Awaitable[list[JobResult]]]
 PrecisionDispatch = Callable[[list[PrecisionJob]], Awaitable[list[PrecisionRun]]]

@@ -15,13 +15,12 @@ from trtfarm.publishing.release import (
     repair_pointer,
     who,
 )
-from trtfarm.releases.gates import held_fix
 from trtfarm.releases.moves import release_manifest
 from trtfarm.releases.rules import RELEASABLE, Stay
 from trtfarm.signing.bundle import SignatureRefused
 from trtfarm.store import Store
 from trtfarm.vocabulary.manifest import Manifest
-from trtfarm.vocabulary.plan_gate import PlanGate, plan_gate
+from trtfarm.vocabulary.plan_gate import PlanGate, held_fix, plan_gate
 from trtfarm.vocabulary.pointer import SeenPointer
 from trtfarm.vocabulary.target_outcome import ReleaseOutcome, Status, TargetOutcome
 from trtfarm.vocabulary.targets import TargetWork

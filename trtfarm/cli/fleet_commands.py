@@ -25,7 +25,6 @@ from trtfarm.cli.common import (
     store_uri,
     targets_path,
 )
-from trtfarm.cli.progress_bars import store_retries
 from trtfarm.cli.status_view import print_status
 from trtfarm.cli.tables import Column, fitted_table, note_line, notes
 
@@ -140,6 +139,8 @@ def plan(models: list[str] = typer.Argument(None, help="models to plan (default:
 
     if html:
         output_path(html, "--html")  # a folder: checked before any work
+    from trtfarm.cli.progress_bars import store_retries  # rich.progress: not for --help
+
     store_retries(err, verbose)
     current = load_fleet(targets_path(targets_file))
     proposed = load_fleet(fleet)
@@ -188,6 +189,8 @@ def status(models: list[str] = typer.Argument(None, help="models to show (defaul
 
     if html:
         output_path(html, "--html", folder=False)  # a file: checked before any work
+    from trtfarm.cli.progress_bars import store_retries  # rich.progress: not for --help
+
     store_retries(err, verbose)
     opened = open_store(store_uri(store))
     path, fleet = view_fleet(targets_file, opened)  # no fleet file here: the fleet the store's runs recorded

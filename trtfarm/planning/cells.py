@@ -25,10 +25,10 @@ from trtfarm.planning.served import (
 from trtfarm.publishing.state_record import RecordedState
 from trtfarm.publishing.summaries import ManifestSummary, OutcomeSummary, PointerSummary
 from trtfarm.publishing.survey import StoreSurvey
-from trtfarm.releases.gates import held_fix
 from trtfarm.releases.rules import RELEASABLE
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget
 from trtfarm.vocabulary.fleetview import NOTHING_RELEASED, TargetStatus
+from trtfarm.vocabulary.plan_gate import held_fix
 
 RUNS_BACK = 20  # older runs read to find since when a target fails
 CHUNK_PAIRS = 1000  # pairs whose objects are read, judged and let go together (some 20 MB of parsed manifests)

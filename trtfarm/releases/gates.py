@@ -184,10 +184,3 @@ def candidate_models(store: Store) -> list[str]:
     """Every model with a candidate pointer in the store, sorted."""
     return sorted({parsed[0].model for key in store.list(channel_prefix("candidate"))
                    if (parsed := parse_channel_key(key)) is not None})
-
-
-def held_fix(manifest_key: str) -> str:
-    """What releases a plan its gate holds: held-out data, or an override the history records (a run's or by hand)."""
-    return ("held-out data (--heldout heldout.npz, or heldout.npz beside the export), or release it anyway, recorded "
-            f"in the history: build again with --release, or `trtfarm release {short_ref(manifest_key)} --force "
-            "--reason ...`")

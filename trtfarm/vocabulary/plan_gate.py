@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trtfarm.layout import short_ref
 from trtfarm.vocabulary.manifest import Manifest
 
-__all__ = ["VERDICTS", "PlanGate", "plan_gate"]
+__all__ = ["VERDICTS", "PlanGate", "held_fix", "plan_gate"]
 
 
 @dataclass(frozen=True)
@@ -54,3 +55,10 @@ def _why(verdict: str, acc: dict) -> str:
         return f"no input carries signal on output {', '.join(blind)}"
     failures = acc.get("failures") or []
     return str(failures[0]).split(";")[0][:120] if verdict == "failed" and failures else ""
+
+
+def held_fix(manifest_key: str) -> str:
+    """What releases a plan its gate holds: held-out data, or an override the history records (a run's or by hand)."""
+    return ("held-out data (--heldout heldout.npz, or heldout.npz beside the export), or release it anyway, recorded "
+            f"in the history: build again with --release, or `trtfarm release {short_ref(manifest_key)} --force "
+            "--reason ...`")
