@@ -1,14 +1,18 @@
-"""Each install's size and time: the wheel into a fresh venv per extra, `du -sh` of the venv, pip's wall time.
+"""Each install's size and time: the wheel into a fresh venv per extra, `du -sm` of the venv, pip's wall time.
 
     python bench/install_sizes.py [--extras base,rtx,...] [--no-deps] [--json]
 
-pip's cache (or the machine's wheel folder) is warm here: the times are install times, not downloads.
+One row per row of the README's table (every extra, ``all`` and ``test``). pip's cache (or the machine's wheel
+folder) is warm here: the times are install times, not downloads. Each row gives the 1-minute load average at its
+end (other work on the machine slows the time, not the size) and the size of its venv before the install (pip, as
+a fresh venv has it), which its size includes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -17,7 +21,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-EXTRAS = ["base", "rtx", "precision", "profiles", "farm", "webhook", "reports", "triton", "all"]
+EXTRAS = ["base", "rtx", "precision", "profiles", "farm", "webhook", "reports", "triton", "all", "test"]
 
 
 def wheel(out: Path) -> Path:
@@ -25,17 +29,24 @@ def wheel(out: Path) -> Path:
     return next(out.glob("trtfarm-*.whl"))
 
 
+def du_mib(path: Path) -> int:
+    """``du -sm``: what the folder takes on disk, in MiB."""
+    return int(subprocess.run(["du", "-sm", str(path)], capture_output=True, text=True, check=True).stdout.split()[0])
+
+
 def measure(whl: Path, extra: str, root: Path, deps: bool = True) -> dict:
     venv = root / f"venv-{extra}"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    empty = du_mib(venv)
     spec = str(whl) if extra == "base" else f"trtfarm[{extra}] @ {whl.as_uri()}"
     start = time.perf_counter()
     subprocess.run([str(venv / "bin/pip"), "install", "-q", spec, *([] if deps else ["--no-deps"])], check=True,
                    stderr=subprocess.DEVNULL)
     wall = time.perf_counter() - start
-    du = subprocess.run(["du", "-sm", str(venv)], capture_output=True, text=True, check=True).stdout.split()[0]
+    mib = du_mib(venv)
     shutil.rmtree(venv)
-    return {"extra": extra, "mib": int(du), "install_s": round(wall, 1)}
+    return {"extra": extra, "mib": mib, "install_s": round(wall, 1), "load": round(os.getloadavg()[0], 1),
+            "empty_venv_mib": empty}
 
 
 def main() -> None:
@@ -50,7 +61,9 @@ def main() -> None:
         for extra in args.extras.split(","):
             rows.append(measure(whl, extra, Path(tmp), not args.no_deps))
             if not args.json:
-                print(f"{extra:10} {rows[-1]['mib']:6} MiB {rows[-1]['install_s']:6.1f} s", flush=True)
+                r = rows[-1]
+                print(f"{extra:10} {r['mib']:6} MiB {r['install_s']:6.1f} s  (load {r['load']:g}; the empty venv "
+                      f"{r['empty_venv_mib']} MiB)", flush=True)
     if args.json:
         print(json.dumps(rows, indent=2))
 
