@@ -38,6 +38,7 @@ def record_model_states(setup: RunSetup, models: list[str]) -> list[str]:
     from trtfarm.publishing.release import who
 
     trust = setup.trusted_keys() if setup.signer else None
+    setup.record_fleet()  # views on a host without a fleet file read the fleet the run built for
     done = record_states(setup.store, setup.fleet, models, by=f"farm run ({who()})", signer=setup.signer,
                          trust=trust)
     get_run_logger().info("recorded the state of %d model(s)", len(done))

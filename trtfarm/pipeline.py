@@ -177,6 +177,7 @@ def record_changed_states(setup: RunSetup, changed: list[str], by: str) -> list[
         return []
     every = None if setup.request.targets else setup.targets  # the fleet's every target, resolved already
     try:
+        setup.record_fleet()
         trust = setup.trusted_keys() if setup.signer else None
         return record_states(setup.store, setup.fleet, changed, by=f"{by} ({who()})", targets=every,
                              signer=setup.signer, trust=trust)

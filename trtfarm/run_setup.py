@@ -57,6 +57,14 @@ class RunSetup:
     signing: SigningSettings  # the run's key and trusted keys: the environment's, else the run's fleet file's
     signer: Signer | None = field(default=None, repr=False)
 
+    def record_fleet(self) -> str:
+        """Record the fleet this run built for in the store (what views on a host without a fleet file read).
+
+        Called where the run records its models' states: a run that changed something, so a refused run leaves no
+        store behind.
+        """
+        return record_fleet(self.store, self.fleet, str(self.request.targets_file))
+
     @property
     def key_id(self) -> str | None:
         """The run's key id (what signs its releases), or None when the run signs nothing."""
@@ -95,7 +103,6 @@ def setup_run(request: MatrixRequest) -> RunSetup:
     """Open the store and read the run's fleet file once; a bad key or an unknown target fails before any work."""
     store = open_store(request.store)
     fleet = load_fleet(request.targets_file)
-    record_fleet(store, fleet, str(request.targets_file))  # what views on a host without a fleet file read
     signing = signing_settings(request.targets_file, fleet=fleet)
     signer = signing.signer()  # a bad key fails the run here, before anything is planned
     targets = select_targets(fleet, request.targets or None)
