@@ -77,3 +77,15 @@ def test_report_json_names_each_rows_precision(tmp_path):
     assert done.returncode == 0, done.stderr
     assert {r["target"]: r["precision"] for r in json.loads(done.stdout)["rows"]} == \
         {"rtx-4090-rtx1.7": "int8", "rtx-5090-rtx1.7": "fp16"}
+
+
+def test_the_terminal_table_names_each_rows_precision_at_80_columns(tmp_path):
+    store = mixed_store(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRTFARM_", "PREFECT_"))} | {"COLUMNS": "80"}
+    done = subprocess.run([sys.executable, "-m", "trtfarm", "report", "enc", "--store", store.uri, "--out",
+                           str(tmp_path / "rep")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "precision" in " ".join(lines) and all(len(line) <= 80 for line in lines), done.stdout
+    assert any("rtx-4090-rtx1.7" in line and "int8" in line for line in lines), done.stdout
+    assert any("rtx-5090-rtx1.7" in line and "fp16" in line for line in lines), done.stdout

@@ -26,7 +26,7 @@ from trtfarm.cli.common import (
     store_uri,
     targets_path,
 )
-from trtfarm.cli.tables import Column, fitted_table, labelled, notes
+from trtfarm.cli.tables import Column, fitted_table, labelled, lines_keeping_indent, notes
 
 if TYPE_CHECKING:  # the command imports what it runs when it runs (`trtfarm --help` needs none of it)
     from trtfarm.vocabulary.target_outcome import RunRow, TargetOutcome
@@ -78,9 +78,11 @@ def build(
                             heldout=str(heldout) if heldout else None, release=release,
                             max_memory=_budget(max_memory), unchecked_modelopt=unchecked_modelopt)
     if verbose:  # TensorRT filters its own log: without --verbose only its errors leave the library
+        from trtfarm.cli.progress_bars import store_retries
         from trtfarm.toolchain.trtlog import set_log_severity
 
         set_log_severity("VERBOSE")
+        store_retries(err, verbose)  # each retry of a store request, as status -v shows them
     was_empty = store_is_empty(request.store)
     rows = _record(request, verbose) if record else _run_here(request)
     note_new_store(request.store, was_empty)
@@ -89,9 +91,8 @@ def build(
     else:
         outcome_table([r.outcome for r in rows], store_uri(store, check=False), wide, verbose, str(model))
     failed = [r.outcome for r in rows if r.outcome.status == "failed"]
-    for o in failed:
-        err.print(f"[bold red]{escape(o.target)} failed:[/] {message_text(o.reason)}", highlight=False,
-                  soft_wrap=not err.is_terminal)  # one line for logs and pipes; wrapped by words on a terminal
+    for o in failed:  # one line each for logs and pipes; on a terminal each line wraps at its own indent
+        lines_keeping_indent(err, o.reason, first=f"[bold red]{escape(o.target)} failed:[/] ")
     if failed:
         raise typer.Exit(1)
     if rows and all(r.outcome.status == "skipped" for r in rows):  # a CI job on this host must not pass

@@ -157,11 +157,12 @@ def report(ref: str = typer.Argument(..., help="a run id (reports/<model>/<run>/
                     "rows": [asdict(r) for r in rows]})
         return
 
-    from trtfarm.cli.tables import Column, fitted_table
+    from trtfarm.cli.tables import Column, fitted_table, notes
 
-    columns = [Column("target"), Column("status"), Column("p50 ms", 5, "right"), Column("p99 ms", 5, "right"),
-               Column("build s", 4, "right"), Column("engine", 2), Column("changes", 1)]
-    cells = [{"target": escape(r.target), "status": r.status, "engine": message_text(r.engine),
+    columns = [Column("target"), Column("status"), Column("precision", 6), Column("p50 ms", 5, "right"),
+               Column("p99 ms", 5, "right"), Column("build s", 4, "right"), Column("engine", 2), Column("changes", 1)]
+    cells = [{"target": escape(r.target), "status": r.status, "precision": escape(r.precision or "") or "–",
+              "engine": message_text(r.engine),
               "p50 ms": f"{r.p50_ms:.3f}" if r.p50_ms is not None else "–",
               "p99 ms": f"{r.p99_ms:.3f}" if r.p99_ms is not None else "–",
               "build s": f"{r.build_s:.2f}" if r.build_s is not None else "–",
@@ -169,12 +170,13 @@ def report(ref: str = typer.Argument(..., help="a run id (reports/<model>/<run>/
              for r in rows]
     table, dropped = fitted_table(out, columns, cells, title=escape(f"{model} — {run}"))
     out.print(table)
-    for r in rows:  # what did not fit beside the table, under it, wrapped by words
-        notes = [text for col, text in (("engine", r.engine), ("changes", r.changes or r.reason))
-                 if col in dropped and text]
-        if notes:
-            out.print(("[red]REGRESSION[/] " if r.regressed and "changes" in dropped else "")
-                      + message_text(f"  {r.target}: {'; '.join(notes)}"), highlight=False)
+    under = []  # what did not fit beside the table, under it, each wrapped at its indent
+    for r in rows:
+        said = [text for col, text in (("engine", r.engine), ("changes", r.changes or r.reason))
+                if col in dropped and text]
+        if said:
+            under.append((r.target, ("REGRESSION " if r.regressed and "changes" in dropped else "") + "; ".join(said)))
+    notes(out, under)
     out.print(message_text(f"report: {path}"), highlight=False)
     out.print(message_text(f"html:   {path.with_name('report.html')} (open it in a browser)"), highlight=False)
     if written.note:
