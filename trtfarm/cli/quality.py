@@ -76,6 +76,7 @@ def precision(
         raise fail("invalid recipe: " + "; ".join(f"{'.'.join(map(str, x['loc'])) or 'recipe'}: "
                                                    f"{x['msg'].removeprefix('Value error, ')}"
                                                    for x in e.errors())) from e
+    calibration, heldout = _beside(model, "calib.npz", calibration), _beside(model, "heldout.npz", heldout)
     target = out_path or model.with_name(f"{model.stem}_{mode}.onnx")
     result = convert_and_gate(model, recipe, target, calibration=calibration, heldout=heldout, max_memory=budget,
                               unchecked_modelopt=unchecked_modelopt)
@@ -94,6 +95,15 @@ def precision(
         raise typer.Exit(1)
     if result.report.verdict == "not judged":
         raise typer.Exit(NOT_JUDGED_EXIT)
+
+
+def _beside(model: Path, name: str, given: Path | None) -> Path | None:
+    """``given``, else ``name`` beside the model when it is there (as ``build`` finds it), said in one line."""
+    if given is not None or not (found := model.with_name(name)).is_file():
+        return given
+    err.print(message_text(f"using {found} (beside the model); pass another with "
+                           f"--{'calibration' if name == 'calib.npz' else 'heldout'}"), highlight=False)
+    return found
 
 
 def _output_range(text: str) -> tuple[str, tuple[float, float]]:
