@@ -374,11 +374,7 @@ def _kind_failures(f: OutputFigures, t: Thresholds) -> list[str]:
         if share > t.flip_share:
             out.append(f"output {f.output!r} (probability): the decision at {cut} changes on {share:.3%} of its "
                        f"values, above {t.flip_share:.3%}")
-    for key, value in f.extra.items():
-        need = t.top1_agreement if key == "top1_agreement" else t.recall_at_k
-        if value < need:
-            out.append(f"output {f.output!r}: {key} {value:.4f} below {need}")
-    return out
+    return out + _extra_failures(f, t)
 
 
 def _stored_failures(f: OutputFigures, t: Thresholds) -> list[str]:
@@ -387,6 +383,12 @@ def _stored_failures(f: OutputFigures, t: Thresholds) -> list[str]:
     if f.max_error is not None and not f.max_error <= t.max_error:
         out.append(f"output {f.output!r}: max error {f.max_abs:.3g} is {f.max_error:.3g} of its scale "
                    f"{f.scale:.3g} ({f.scale_from}), above {t.max_error}")
+    return out + _extra_failures(f, t)
+
+
+def _extra_failures(f: OutputFigures, t: Thresholds) -> list[str]:
+    """Top-1 agreement and recall@k below their thresholds."""
+    out = []
     for key, value in f.extra.items():
         need = t.top1_agreement if key == "top1_agreement" else t.recall_at_k
         if value < need:
