@@ -36,7 +36,8 @@ def test_a_local_build_reads_each_targets_pointer_and_manifest_once_and_parses_t
     # each target's pointer and manifest once: for its cell, and as a serving host checks the chain (3 + 3 more)
     assert first["manifest_reads"] == 3 + 3 and first["pointer_reads"] == 3 + 3
     # (and one listing of the plans of its bytes, which places the export in the order of exports: its first build)
-    assert first["by_method"]["compare_and_swap"] == 3 + 1 and first["requests"] <= 18 + 15 + 1
+    # and the fleet the run built for, recorded beside the states (fleets/: its document and the current pointer)
+    assert first["by_method"]["compare_and_swap"] == 3 + 1 + 1 and first["requests"] <= 18 + 15 + 1 + FLEET_RECORD
     assert first["by_method"]["list_versions"] == 7
     # the rerun changed nothing: it records nothing
     assert again["manifest_reads"] == 3 and again["pointer_reads"] == 3 and again["requests"] <= 9
@@ -52,6 +53,7 @@ def test_a_local_build_reads_each_targets_pointer_and_manifest_once_and_parses_t
 
 
 RECORD_REQUESTS = 7 + 3  # recording a model's state: seven listings of its objects, its state record read and swapped
+FLEET_RECORD = 3  # the run's fleet: the current pointer read; a fleet not yet recorded written, and the pointer swapped
 
 
 def test_a_refit_run_reads_the_pointer_and_the_parent_manifest_at_planning_only(tmp_path):
@@ -64,7 +66,7 @@ def test_a_refit_run_reads_the_pointer_and_the_parent_manifest_at_planning_only(
     # then the state record's one read of each target's released manifest
     assert refit["manifest_reads"] <= 6 + 2
     # and one listing of the plans of the new weights, which places them in the order of exports (first build)
-    assert refit["requests"] <= 17 + RECORD_REQUESTS + 4 + 1 and refit["onnx_parses"] == 1
+    assert refit["requests"] <= 17 + RECORD_REQUESTS + 4 + 1 + FLEET_RECORD and refit["onnx_parses"] == 1
     assert refit["select_targets"] == 1
 
 
