@@ -178,6 +178,8 @@ def _converted(src: Path, out: Path, recipe: Recipe, feeds: list[dict] | None, w
     the model was converted whole; a note says what was not.
     """
     said = None
+    import_modelopt()  # its import sets its own loggers up: done before ours replace them, so that AutoCast's
+    import modelopt.onnx.autocast  # noqa: F401 - reasons (data_max, init_max, ...) reach the handler that reads them
     with _modelopt_log() as log, modelopt_workarounds():
         try:
             kept = convert(src, feeds, work / "reference", out)
