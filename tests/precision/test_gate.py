@@ -61,18 +61,22 @@ def gate_runs_feeds(path):
 
 @pytest.mark.integration
 def test_the_fp32_session_and_outputs_are_reused_across_modes(detector, tmp_path):
-    gate_runs._SESSIONS.clear()
-    gate_runs._REFERENCE.clear()
-    gate_runs._ALL_TENSORS.clear()
+    """In one process (a step's own, where auto-pin gates attempt after attempt), the FP32 model's session and
+    outputs are computed once and kept; the converted models' sessions are not."""
     feeds = gate_runs_feeds(detector)
-    fp16 = convert_and_gate(detector, Recipe(mode="fp16"), tmp_path / "fp16.onnx")
-    key = (gate_runs.model_key(detector), ())
-    first = gate_runs._SESSIONS[key]
-    outputs = gate_runs._REFERENCE[(gate_runs.model_key(detector), gate_runs.feeds_key(feeds))]
+    fp16 = convert_and_gate(detector, Recipe(mode="fp16"), tmp_path / "fp16.onnx")  # each in a process of its own
     calib = tmp_path / "calib.npz"
     np.savez(calib, **{k: np.concatenate([f[k] for f in feeds]) for k in feeds[0]})
     int8 = convert_and_gate(detector, Recipe(mode="int8"), tmp_path / "int8.onnx", calibration=calib)
     assert fp16.report.verdict == "not judged" and int8.report.verdict != "not verified"  # both ran the numerics
+    gate_runs._SESSIONS.clear()
+    gate_runs._REFERENCE.clear()
+    gate_runs._ALL_TENSORS.clear()
+    accuracy_gate(detector, fp16.path, feeds, Recipe(mode="fp16"))
+    key = (gate_runs.model_key(detector), ())
+    first = gate_runs._SESSIONS[key]
+    outputs = gate_runs._REFERENCE[(gate_runs.model_key(detector), gate_runs.feeds_key(feeds))]
+    accuracy_gate(detector, int8.path, feeds, Recipe(mode="int8"))
     assert gate_runs._SESSIONS[key] is first
     assert gate_runs._REFERENCE[(gate_runs.model_key(detector), gate_runs.feeds_key(feeds))] is outputs
     assert not gate_runs._ALL_TENSORS  # no layer-wise run for a gate that refuses nothing
