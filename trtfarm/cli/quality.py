@@ -102,7 +102,8 @@ def _beside(model: Path, name: str, given: Path | None) -> Path | None:
     if given is not None or not (found := model.with_name(name)).is_file():
         return given
     err.print(message_text(f"using {found} (beside the model); pass another with "
-                           f"--{'calibration' if name == 'calib.npz' else 'heldout'}"), highlight=False)
+                           f"--{'calibration' if name == 'calib.npz' else 'heldout'}"), highlight=False,
+              soft_wrap=not err.is_terminal)  # one line in a pipe: a path is never split
     return found
 
 
