@@ -11,15 +11,14 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from . import endpoints
 from .conftest import ENCODER_PROFILE, RTX_FLEET
 
 PROFILE = [a for p in ENCODER_PROFILE for a in ("--profile", p)]
@@ -126,38 +125,13 @@ def test_a_full_tmpdir_is_one_line_naming_the_scratch_folder(work, tmpfs):
 @pytest.fixture
 def silent_endpoint():
     """A TCP server on 127.0.0.1 that accepts connections and never answers."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(64)
-    held, stop = [], threading.Event()
-
-    def accept():
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.getsockname()[1]}"
-    stop.set()
-    thread.join()
-    for conn in held:
-        conn.close()
-    server.close()
-
-
-def _closed_endpoint() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}"
+    with endpoints.silent_endpoint() as url:
+        yield url
 
 
 @pytest.mark.parametrize("kind", ["silent", "not-listening"])
 def test_a_store_endpoint_that_does_not_answer_fails_within_its_budget_naming_it(work, silent_endpoint, kind):
-    endpoint = silent_endpoint if kind == "silent" else _closed_endpoint()
+    endpoint = silent_endpoint if kind == "silent" else endpoints.closed_endpoint()
     env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x",
            "AWS_DEFAULT_REGION": "us-east-1", "TRTFARM_S3_READ_TIMEOUT": "1", "TRTFARM_S3_CONNECT_TIMEOUT": "1",
            "TRTFARM_S3_MAX_ATTEMPTS": "2"}
@@ -176,7 +150,7 @@ def test_a_store_endpoint_that_does_not_answer_fails_within_its_budget_naming_it
 
 @pytest.mark.parametrize("command", [["plans"], ["gc", "--apply"], ["cache", "ls"]])
 def test_listing_commands_against_an_endpoint_that_is_not_there_exit_3_naming_it(work, command):
-    endpoint = _closed_endpoint()
+    endpoint = endpoints.closed_endpoint()
     env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x",
            "AWS_DEFAULT_REGION": "us-east-1", "TRTFARM_S3_CONNECT_TIMEOUT": "1", "TRTFARM_S3_MAX_ATTEMPTS": "1"}
     done = trtfarm(work, *command, "--store", "s3://plans/farm", env=env)
@@ -190,7 +164,7 @@ def test_listing_commands_on_a_store_that_is_a_file_name_it_exit_1(work, command
 
 
 def test_a_bad_timeout_setting_is_refused_naming_it(work):
-    env = {"TRTFARM_S3_READ_TIMEOUT": "soon", "AWS_ENDPOINT_URL": _closed_endpoint()}
+    env = {"TRTFARM_S3_READ_TIMEOUT": "soon", "AWS_ENDPOINT_URL": endpoints.closed_endpoint()}
     done = build(work, "s3://plans/farm", env=env)
     one_error(done, 2, "TRTFARM_S3_READ_TIMEOUT='soon'", "positive number")
 

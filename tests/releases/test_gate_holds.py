@@ -16,9 +16,9 @@ from trtfarm.publishing.release import ReleaseRefused
 from trtfarm.publishing.release_check import read_pointer
 from trtfarm.releases import rules
 from trtfarm.releases.channels import channel_history
-from trtfarm.vocabulary.plan_gate import plan_gate
 from trtfarm.releases.moves import move_release, release_manifest
 from trtfarm.store import open_store
+from trtfarm.vocabulary.plan_gate import plan_gate
 
 from .ledger_store import STABLE, Exports, gated
 

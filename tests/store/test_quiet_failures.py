@@ -9,14 +9,13 @@ or broken name what to set. ``status`` sends several requests at once, so a retr
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
+from tests import endpoints
 from tests.conftest import RTX_FLEET
 
 
@@ -40,14 +39,8 @@ def the_error(lines: list[str]) -> str:
 KEYS = {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
-def closed_endpoint() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}"
-
-
 def test_an_endpoint_that_refuses_connections_is_one_error_line_naming_the_tries(tmp_path):
-    endpoint = closed_endpoint()
+    endpoint = endpoints.closed_endpoint()
     code, lines = status(tmp_path, {**KEYS, "AWS_ENDPOINT_URL": endpoint})
     assert code == 3 and len(lines) <= 2, lines
     error = the_error(lines)
@@ -56,7 +49,7 @@ def test_an_endpoint_that_refuses_connections_is_one_error_line_naming_the_tries
 
 
 def test_verbose_shows_each_try(tmp_path):
-    code, lines = status(tmp_path, {**KEYS, "AWS_ENDPOINT_URL": closed_endpoint()}, "-v")
+    code, lines = status(tmp_path, {**KEYS, "AWS_ENDPOINT_URL": endpoints.closed_endpoint()}, "-v")
     tries = [line for line in lines if "trying again" in line]
     assert code == 3 and any("(2 of 3" in t for t in tries) and any("(3 of 3" in t for t in tries), lines
 
@@ -64,27 +57,8 @@ def test_verbose_shows_each_try(tmp_path):
 @pytest.fixture
 def silent_endpoint():
     """A TCP server on 127.0.0.1 that accepts connections and never answers."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(64)
-    server.settimeout(0.2)
-    held, stop = [], threading.Event()
-
-    def accept():
-        while not stop.is_set():
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.getsockname()[1]}"
-    stop.set()
-    thread.join()
-    for conn in held:
-        conn.close()
-    server.close()
+    with endpoints.silent_endpoint() as url:
+        yield url
 
 
 def test_an_endpoint_that_never_answers_says_its_wait_once_then_fails_in_one_line(tmp_path, silent_endpoint):
