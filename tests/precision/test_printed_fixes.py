@@ -22,40 +22,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from ..conftest import write_overflow_model
+from .test_way_forward import outlier_mlp  # the MLP whose outlier channel int8 loses
 
 REPO = Path(__file__).resolve().parents[2]
 VERDICT = re.compile(r"gate passed|accuracy gate failed|gate not judged|--auto-pin: no FP32 node set passes|"
                      r"--auto-pin: \w+ is not for this model")
 PLACEHOLDER = re.compile(r"^[A-Z][A-Z_]*$")  # REGEX, OP, MODEL
-
-
-def outlier_mlp(folder: Path) -> tuple[Path, Path]:
-    """A small MLP whose middle layer reads one channel scaled by 3000: INT8's per-tensor scale loses the rest."""
-    rng = np.random.default_rng(0)
-    boost = np.ones(32, np.float32)
-    boost[0] = 3000.0
-    w2 = (rng.standard_normal((32, 32)) / 6).astype(np.float32)
-    w2[0] /= 3000.0
-    arrays = {"w1": (rng.standard_normal((16, 32)) / 4).astype(np.float32), "boost": boost, "w2": w2,
-              "w3": (rng.standard_normal((32, 8)) / 6).astype(np.float32)}
-    n = helper.make_node
-    nodes = [n("MatMul", ["x", "w1"], ["h1"], name="fc1"), n("Relu", ["h1"], ["a1"], name="relu1"),
-             n("Mul", ["a1", "boost"], ["big"], name="outlier"), n("MatMul", ["big", "w2"], ["h2"], name="fc2"),
-             n("Relu", ["h2"], ["a2"], name="relu2"), n("MatMul", ["a2", "w3"], ["y"], name="fc3")]
-    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 8])],
-                              [numpy_helper.from_array(v, k) for k, v in arrays.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(folder / "mlp.onnx"))
-    np.savez(folder / "calib.npz", x=np.random.default_rng(1).standard_normal((64, 16)).astype(np.float32))
-    return folder / "mlp.onnx", folder / "calib.npz"
 
 
 @dataclass(frozen=True)
