@@ -15,7 +15,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from tests.corpus.sources import corpus_file
 from trtfarm.errors import UserInputError
-from trtfarm.precision.figures import figure_failures, output_figures, output_meanings
+from trtfarm.precision.figures import OutputMeaning, figure_failures, output_figures, output_meanings
 from trtfarm.precision.gate import accuracy_gate
 from trtfarm.precision.recipe import Recipe
 from trtfarm.precision.step import convert_and_gate, gate_inputs
@@ -207,15 +207,9 @@ def test_a_map_or_class_output_with_one_decision_everywhere_is_not_judged():
     blank[..., 0] = np.random.default_rng(0).uniform(0.6, 1.0, (4, 20))  # a CTC recogniser reading blank at
     blank[..., 1] = 1.0 - blank[..., 0]  # every step of noise
     seg = output_figures("seg", blank, blank, Recipe(mode="fp16"), (0.0, 1.0),
-                         meaning=seg_meaning())
+                         meaning=OutputMeaning("Softmax", -1))
     assert seg.extra["top1_agreement"] == 1.0 and "FP32 picks class 0 at every position" in seg.uninformative
     broken = blank.copy()
     broken[0, :5, 0], broken[0, :5, 3] = 0.0, 1.0  # a decision that changes is still a failure
     assert figure_failures([output_figures("seg", blank, broken, Recipe(mode="fp16"), (0.0, 1.0),
-                                           meaning=seg_meaning())], Recipe(mode="fp16"))
-
-
-def seg_meaning():
-    from trtfarm.precision.figures import OutputMeaning
-
-    return OutputMeaning("Softmax", -1)
+                                           meaning=OutputMeaning("Softmax", -1))], Recipe(mode="fp16"))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from trtfarm import layout
-from trtfarm.planning.estimate import Estimator, Want
+from trtfarm.planning.estimate import Estimator, Want, family
 from trtfarm.planning.expected import (
     SAME_INPUTS,
     ExpectedExport,
@@ -155,13 +155,13 @@ def _closest(survey: StoreSurvey, x: ExpectedExport, owner: ResolvedTarget,
              fits: Callable[[Folder], bool] = lambda f: True) -> Folder | None:
     """The published build on ``owner``'s GPU closest to the next one: its export, its toolchain first."""
     gpu, label = owner.gpu_key, owner.toolchain_label
-    flavour = label.rsplit("-", 1)[0]
+    flavour = family(label)
     rank = survey.export_rank(x.model)
     found = [f for f in survey.by_model.get(x.model, []) if f.gpu == gpu and fits(f) and survey.published(f.prefix)]
     if not found:
         return None
     return max(found, key=lambda f: (f.onnx12 == x.onnx_digest[:12], f.toolchain == label,
-                                     f.toolchain.rsplit("-", 1)[0] == flavour, rank.get(f.onnx12, -1)))
+                                     family(f.toolchain) == flavour, rank.get(f.onnx12, -1)))
 
 
 def _open_decisions(survey: StoreSurvey, expected: dict[str, ExpectedExport], pending: list[_Open],
