@@ -211,6 +211,12 @@ def farm_client(farm: Farm):
         yield c
 
 
+def started_runs(client) -> set[str]:
+    """The ids of the flow runs someone started: the nightly schedule's own runs, which Prefect's scheduler service
+    creates ahead of time whenever its loop comes round (under load, in the middle of a test), are left out."""
+    return {str(r.id) for r in client.read_flow_runs() if not r.auto_scheduled}
+
+
 def wait_for(predicate, timeout: float, what):
     """``predicate()``'s first true value within ``timeout`` s; ``what`` (a text, or a callable giving one) names it."""
     deadline = time.monotonic() + timeout

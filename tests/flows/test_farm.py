@@ -22,7 +22,7 @@ from trtfarm.store import open_store
 from ..call_counts import FOLDER as CALL_COUNTS
 from ..call_counts import counted_in
 from ..conftest import REPO
-from ..farm_server import TRTFARM, Farm, processes_of_flow_run, wait_for
+from ..farm_server import TRTFARM, Farm, processes_of_flow_run, started_runs, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -340,7 +340,7 @@ def test_invalid_parameters_are_rejected_before_any_run_starts(farm, client):
     from prefect.deployments import run_deployment
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    before = len(client.read_flow_runs())
+    before = started_runs(client)
     with temporary_settings({PREFECT_API_URL: farm.api}):
         for bad in ({"precision": "fp17"}, {"targets": ["h100-trt99"]}):
             with pytest.raises(Exception, match="[Vv]alidation|fp17|h100-trt99"):
@@ -348,7 +348,7 @@ def test_invalid_parameters_are_rejected_before_any_run_starts(farm, client):
                                timeout=0)
     cli = farm.trtfarm("farm", "run", "encoder", "--target", "h100-trt99", check=False)
     assert cli.returncode == 2 and "unknown target(s) ['h100-trt99']" in cli.stderr and "rtx-4090-rtx1.7" in cli.stderr
-    assert len(client.read_flow_runs()) == before
+    assert started_runs(client) == before
 
 
 
