@@ -250,8 +250,8 @@ def with_cache(folder: Path, fn):
 
 def views(uri: str, fleet_file: Path) -> dict:
     """Each view by name: a function of ``open_store`` returning the view's counts."""
-    from trtfarm.planning.overview import dry_run, plan_fleet, run_exports, status
     from trtfarm.project.fleet_file import load_fleet
+    from trtfarm.state.views import dry_run, plan_fleet, run_exports, status
     from trtfarm.vocabulary.fleet import Fleet
 
     current = load_fleet(fleet_file)
@@ -280,7 +280,7 @@ def measure(spec: dict) -> list[dict]:
     from tests.store_requests import PRELOADED
     from trtfarm.store import open_store
 
-    for name in ("trtfarm.planning.overview", *PRELOADED):  # imported once, before any fork
+    for name in ("trtfarm.state.views", *PRELOADED):  # imported once, before any fork
         importlib.import_module(name)
     rows = []
     for backend, uri in spec["stores"]:
@@ -306,8 +306,8 @@ def recorded(spec: dict, backend: str, uri: str, named: dict, rows: list[dict]) 
 
     Each answer must be the same view's cold one without records: one record, the same story.
     """
-    from trtfarm.planning.record_state import record_states
     from trtfarm.project.fleet_file import load_fleet
+    from trtfarm.state.recorder import record_states
 
     fleet = load_fleet(spec["fleet"])
     folder = Path(spec["caches"]) / backend / "recorded"

@@ -49,13 +49,13 @@ SUITES = {
     "trtfarm/runtime/pull.py": CHAIN,
     "trtfarm/runtime/loader.py": CHAIN,
     # the state model and the views (issue 46): in-process stores built once per module, copied per test
-    "trtfarm/planning/status.py": STATE,
-    "trtfarm/planning/cells.py": STATE,
-    "trtfarm/planning/served.py": [*STATE, *GC],  # what hosts say of a release, and what each pointer references
-    "trtfarm/planning/overview.py": [*STATE, *GC],
+    "trtfarm/state/status.py": STATE,
+    "trtfarm/state/cells.py": STATE,
+    "trtfarm/state/served.py": [*STATE, *GC],  # what hosts say of a release, and what each pointer references
+    "trtfarm/state/views.py": [*STATE, *GC],
     "trtfarm/publishing/gc.py": GC,
-    "trtfarm/publishing/state_record.py": STATE,
-    "trtfarm/planning/whatif.py": ["tests/test_whatif_actions.py"],
+    "trtfarm/state/record.py": STATE,
+    "trtfarm/state/whatif.py": ["tests/test_whatif_actions.py"],
     "trtfarm/serving/versions.py": ["tests/test_versions_fast.py"],
     "flows/dispatch.py": ["tests/flows/test_heartbeats.py"],
 }

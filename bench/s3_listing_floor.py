@@ -1,7 +1,7 @@
 """What listing a fleet-sized store costs on moto's S3 server: the floor under a cold `status` there (issue 46).
 
 A view lists every object of the store to know each model's state record is current (StoreSurvey,
-trtfarm/publishing/state_record.py), so its wall time on S3 is at least this listing's. Issue 46's goal: a cold
+trtfarm/state/record.py), so its wall time on S3 is at least this listing's. Issue 46's goal: a cold
 `status` on moto's S3 server in at most 5 s of wall at load 2 or less.
 
 Setup (not timed): moto's S3 server as its own process (bench/_moto.py), its bucket filled in that process before
@@ -85,7 +85,7 @@ def measure(server, keys: list[str]) -> list[dict]:
     """The four rows, against the filled server."""
     import boto3
 
-    from trtfarm.publishing.survey import StoreSurvey
+    from trtfarm.state.survey import StoreSurvey
     from trtfarm.store.s3 import S3Store
 
     client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{server.port}", region_name="us-east-1",

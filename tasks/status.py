@@ -9,9 +9,9 @@ from prefect.cache_policies import NO_CACHE
 from tasks.build import retry_infrastructure_only
 from tasks.report import SHARE_S
 from trtfarm import layout
-from trtfarm.planning.overview import status
 from trtfarm.reports.fleet_html import status_html, status_markdown, store_status_page
 from trtfarm.run_setup import RunSetup
+from trtfarm.state.views import status
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
@@ -34,8 +34,8 @@ def publish_status(setup: RunSetup) -> str:
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
 def record_model_states(setup: RunSetup, models: list[str]) -> list[str]:
     """Record in the store the state of the models a run changed (``state/<model>.json``), which views read first."""
-    from trtfarm.planning.record_state import record_states
     from trtfarm.publishing.release import who
+    from trtfarm.state.recorder import record_states
 
     trust = setup.trusted_keys() if setup.signer else None
     setup.record_fleet()  # views on a host without a fleet file read the fleet the run built for

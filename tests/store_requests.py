@@ -286,7 +286,7 @@ def farm_run(work: Path, store: str) -> dict[str, Tally]:
 
     building, results = _counted(build)
     assert [o.status for r in results for o in r.outcomes] == ["built"] * 3, results
-    from trtfarm.planning.record_state import record_states
+    from trtfarm.state.recorder import record_states
 
     record_states(_open(store), request.check_targets()[0], ["encoder"], by="test")  # as the flow does after a run
 

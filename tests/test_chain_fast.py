@@ -16,7 +16,6 @@ import pytest
 
 from trtfarm import layout
 from trtfarm.errors import CorruptObject
-from trtfarm.planning.overview import release_references
 from trtfarm.publishing.attest import Attestation, read_stored
 from trtfarm.publishing.gc import plans_to_delete
 from trtfarm.publishing.publish import publish_plan
@@ -28,6 +27,7 @@ from trtfarm.runtime.loader import PlanFiles, signature_check, static_checks
 from trtfarm.runtime.pull import pull_release
 from trtfarm.signing.accepted import AcceptedReleases
 from trtfarm.signing.release_claim import sign_release, unverified_claim
+from trtfarm.state.views import release_references
 from trtfarm.vocabulary.manifest import manifest_from_json
 
 from .chain_farm import T0, T1, TC, Farm, refused

@@ -190,8 +190,8 @@ def test_a_channel_pointer_copied_into_another_channel_is_refused(channels, tmp_
 
 
 def test_gc_keeps_the_plans_of_both_channels(channels):
-    from trtfarm.planning.overview import release_references
     from trtfarm.publishing.gc import plans_to_delete
+    from trtfarm.state.views import release_references
 
     _, env, _ = channels
     store = open_store(env["TRTFARM_STORE"])

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from trtfarm import layout
-from trtfarm.planning.expected import expected_exports
 from trtfarm.project.spec_file import spec_for_model
 from trtfarm.publishing.registry import register_export
-from trtfarm.publishing.survey import StoreSurvey
+from trtfarm.state.expected import expected_exports
+from trtfarm.state.survey import StoreSurvey
 from trtfarm.store import open_store
 
 from .fleet_store import encoder_export

@@ -168,8 +168,8 @@ def _trusted(path: Path):
 
 
 def test_a_signed_state_record_is_one_object_per_model_for_a_host_that_trusts_its_key(farm, host, tmp_path):
-    from trtfarm.planning.overview import status as fleet_status
     from trtfarm.project.fleet_file import load_fleet
+    from trtfarm.state.views import status as fleet_status
 
     from .store_requests import Tally, counting
 

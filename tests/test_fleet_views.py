@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from trtfarm.errors import UserInputError
-from trtfarm.planning.overview import plan_fleet, status
 from trtfarm.project.fleet_file import load_fleet
 from trtfarm.publishing.registry import register_export
+from trtfarm.state.views import plan_fleet, status
 from trtfarm.store import open_store
 from trtfarm.vocabulary.fleet import BuilderSettings, Fleet, select_targets
 

@@ -20,14 +20,14 @@ import pytest
 
 from trtfarm import layout
 from trtfarm.errors import TrtfarmError
-from trtfarm.planning.overview import release_references, status
-from trtfarm.planning.record_state import record_states
 from trtfarm.project.fleet_file import load_fleet
 from trtfarm.publishing.attest import read_stored
 from trtfarm.publishing.gc import delete_plans, plans_to_delete
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.release_check import asked_identity, manifest_identity_problem, read_pointer, served_release
 from trtfarm.releases.moves import move_release
+from trtfarm.state.recorder import record_states
+from trtfarm.state.views import release_references, status
 from trtfarm.store import open_store
 from trtfarm.vocabulary.fleetview import ReleaseRef
 from trtfarm.vocabulary.promotion import Promotion

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from trtfarm.layout import fleet_pointer_key
-from trtfarm.publishing.fleet_record import recorded_fleet
+from trtfarm.state.fleet_record import recorded_fleet
 from trtfarm.store import open_store
 
 from .fleet_store import encoder_export

@@ -17,7 +17,6 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from trtfarm import layout
 from trtfarm.machine.gpu import GpuScan, LocalGpu
-from trtfarm.planning.overview import release_references
 from trtfarm.publishing.attest import Attestation, read_stored
 from trtfarm.publishing.gc import delete_plans, plans_to_delete
 from trtfarm.publishing.publish import publish_plan, read_manifest
@@ -27,6 +26,7 @@ from trtfarm.runtime.loader import UntrustedPlan, find_files, load_plan, static_
 from trtfarm.runtime.pull import pull_release
 from trtfarm.signing.bundle import SignatureRefused
 from trtfarm.signing.keys import PemKeySigner, load_trusted_keys
+from trtfarm.state.views import release_references
 from trtfarm.store import open_store
 from trtfarm.vocabulary.manifest import manifest_from_json
 

@@ -4,8 +4,8 @@ Two stores, built once per module: the fleet views' store (tests/fleet_store.py:
 two RTX targets and pending its engine check on a third, dedupe's build failed) and the signed farm
 (tests/signed_farm.py: enc released twice, mlp once, every plan and release signed by the workers' key). Each test
 copies one, changes it as an operator, a worker or an attacker could, and asks ``status`` what a user would see.
-This file is what the mutation bench runs for the state model (``planning/status.py``, ``planning/overview.py``,
-``publishing/state_record.py``); tests/test_fleet_state.py asks the same through the command line.
+This file is what the mutation bench runs for the state model (``state/status.py``, ``state/views.py``,
+``state/record.py``); tests/test_fleet_state.py asks the same through the command line.
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ import yaml
 
 from trtfarm import layout
 from trtfarm.errors import UserInputError
-from trtfarm.planning.overview import release_references, status
-from trtfarm.planning.record_state import record_states
 from trtfarm.project.fleet_file import load_fleet
 from trtfarm.publishing.gc import plans_to_delete
 from trtfarm.publishing.publish import read_manifest
@@ -31,6 +29,8 @@ from trtfarm.publishing.release import read_pointer
 from trtfarm.releases.moves import move_release
 from trtfarm.signing.keys import PemKeySigner, load_trusted_keys
 from trtfarm.signing.release_claim import unverified_claim
+from trtfarm.state.recorder import record_states
+from trtfarm.state.views import release_references, status
 from trtfarm.store import open_store
 
 from .fleet_store import FLEET, build_all, built_store, dedupe_export, encoder_export

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from trtfarm.planning.cells import in_candidate
+from trtfarm.state.cells import in_candidate
 from trtfarm.vocabulary.fleetview import TargetStatus
 
 from .fleet_store import encoder_export

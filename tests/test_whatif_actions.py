@@ -22,8 +22,8 @@ import yaml
 
 from trtfarm import layout
 from trtfarm.errors import UserInputError, plain_text
-from trtfarm.planning.overview import plan_fleet
 from trtfarm.project.fleet_file import load_fleet
+from trtfarm.state.views import plan_fleet
 from trtfarm.store import open_store
 from trtfarm.vocabulary.fleet import BuilderSettings, ResolvedTarget, select_targets
 

@@ -170,8 +170,8 @@ def record_changed_states(setup: RunSetup, changed: list[str], by: str) -> list[
     the builds stand when the store refuses the record, and views compute what is not recorded.
     """
     from trtfarm.errors import TrtfarmError
-    from trtfarm.planning.record_state import record_states
     from trtfarm.publishing.release import who
+    from trtfarm.state.recorder import record_states
 
     if not changed:
         return []

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtfarm.project.fleet_file import load_fleet, signing_settings
-from trtfarm.publishing.fleet_record import record_fleet
 from trtfarm.publishing.registry import latest_exports, resolve_model
 from trtfarm.signing.keys import Signer, key_hint
 from trtfarm.signing.settings import SigningSettings
+from trtfarm.state.fleet_record import record_fleet
 from trtfarm.store import Store, is_uri, open_store
 from trtfarm.vocabulary.exports import ExportRef
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets

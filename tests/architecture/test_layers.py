@@ -55,6 +55,7 @@ LEVELS: tuple[tuple[str, ...], ...] = (
     ("workers",),  # worker admission, pools, images, identity
     ("publishing",),  # manifests, publish, releases, the model registry, attestations, gc
     ("releases",),  # the release ledger: one state machine for every move of a channel, receipts, gates
+    ("state",),  # the one read model of the store: survey, cells, the state record, the views' entry points
     ("runtime",),  # loading and pulling plans on a serving host
     ("validation",),  # engine checks and figures
     ("building", "triggers"),  # running one build job; the webhook receiver
@@ -144,6 +145,18 @@ def test_no_two_modules_import_each_other():
     known = modules()
     graph = {name: {i for i in imports(path) if i in known and i != name} for name, path in known.items()}
     assert sorted(f"{a} <-> {b}" for a in graph for b in graph[a] if a < b and a in graph[b]) == []
+
+
+READ_MODEL = ("trtfarm.state.survey", "trtfarm.state.summaries", "trtfarm.state.record")
+
+
+def test_only_the_state_package_reads_the_survey_and_the_record():
+    """The store's state is modelled once: the listings, each object's summary and the state record are read through
+    ``trtfarm/state``'s views and cells, never by a command, a flow or another package on its own."""
+    inside = tuple(f"{m}." for m in READ_MODEL)
+    offences = sorted(f"{name} -> {imp}" for name, path in modules().items() if not name.startswith("trtfarm.state")
+                      for imp in imports(path) if imp in READ_MODEL or imp.startswith(inside))
+    assert offences == []
 
 
 @pytest.mark.parametrize("name", sorted(modules()))

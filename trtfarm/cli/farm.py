@@ -254,9 +254,9 @@ def _check_model(request) -> None:
 
 
 def _dry_run(request, as_json: bool, fleet) -> None:
-    """What the run would do, decided from the store (``planning.overview.dry_run``): nothing starts."""
+    """What the run would do, decided from the store (``state.views.dry_run``): nothing starts."""
     from trtfarm.cli.fleet_commands import print_decisions
-    from trtfarm.planning.overview import dry_run, run_exports
+    from trtfarm.state.views import dry_run, run_exports
     from trtfarm.store import open_store
 
     if request.refit:
@@ -274,7 +274,7 @@ def _dry_run(request, as_json: bool, fleet) -> None:
 def _published_already(request, fleet, targets) -> list | None:
     """Every target's ``RunRow`` when all of them are published and released (from the listings), else None.
 
-    Then the fleet's state (``planning.status``, the function every view reads) must agree: a cell it calls damaged,
+    Then the fleet's state (``state.status``, the function every view reads) must agree: a cell it calls damaged,
     refused (a tampered pointer), stale, failed or missing is the run's to repair, so the farm is asked.
 
     Asks the store this shell names (``--store`` / ``$TRTFARM_STORE``, which ``--wait`` needs to be the farm's).
@@ -301,7 +301,7 @@ def _published_already(request, fleet, targets) -> list | None:
 
 def _unsound(store, fleet, models: list[str], targets: list[str] | None) -> list:
     """The cells of ``models`` the fleet's state calls damaged, refused, stale, failed or missing (status's rule)."""
-    from trtfarm.planning.overview import status
+    from trtfarm.state.views import status
 
     found = status(store, fleet, models, targets=targets)
     return [c for c in found.cells if c.state in ("damaged", "refused", "stale", "failed", "missing")]

@@ -133,8 +133,8 @@ def plan(models: list[str] = typer.Argument(None, help="models to plan (default:
     Compares the fleet as it is (--targets-file) with PROPOSED.yaml against the store, and estimates each build from
     the build times manifests record. Reads the store; writes nothing to it.
     """
-    from trtfarm.planning.overview import plan_fleet
     from trtfarm.project.fleet_file import load_fleet
+    from trtfarm.state.views import plan_fleet
     from trtfarm.store import open_store
 
     if html:
@@ -181,10 +181,10 @@ def status(models: list[str] = typer.Argument(None, help="models to show (defaul
     Reads the store (each model's recorded state where it is current); writes nothing to it unless --record.
     """
     from trtfarm.cli.fleet_source import view_fleet
-    from trtfarm.planning.overview import status as fleet_status
-    from trtfarm.planning.record_state import record_states
     from trtfarm.project.fleet_file import signing_settings
     from trtfarm.publishing.release import who
+    from trtfarm.state.recorder import record_states
+    from trtfarm.state.views import status as fleet_status
     from trtfarm.store import open_store
 
     if html:

@@ -361,9 +361,9 @@ def gc(keep: int = typer.Option(3, "--keep", min=1, help="newest plans to keep p
     What each pointer references is the state status shows (each model's state record where it is current and
     signed by a trusted key, else computed from the store's objects).
     """
-    from trtfarm.planning.overview import release_references
     from trtfarm.project.fleet_file import signing_settings
     from trtfarm.publishing.gc import delete_plans, plans_to_delete
+    from trtfarm.state.views import release_references
     from trtfarm.store import open_store
 
     trust = signing_settings(targets_path(targets_file, note=False), only="trust").trusted_keys()

@@ -1,7 +1,7 @@
 """Retention: the newest N plans per (model, GPU, toolchain), and everything a release pointer references.
 
 Newest means by export time, then build time. What the pointers of both channels reference, and which of them
-serving hosts refuse, is the state model's answer (``planning/overview.release_references``, the same pointer
+serving hosts refuse, is the state model's answer (``state/views.release_references``, the same pointer
 summaries and serving-host checks ``trtfarm status`` reads): gc reads no pointer itself.
 
 Deletion order keeps readers safe: the manifest goes first (the plan becomes invisible), then its provenance and

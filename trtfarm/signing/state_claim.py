@@ -1,6 +1,6 @@
 """Signed state records: what TUF calls targets metadata, one signature per model instead of one bundle per release.
 
-A state record (``publishing/state_record.py``) lists each target's release with what the writer verified: the keys
+A state record (``state/record.py``) lists each target's release with what the writer verified: the keys
 that signed its release claim and its plan, and when the claim expires. Signed by the run's key, a host that trusts
 that key verifies one signature per model and takes the record's word for each release whose keys it trusts too;
 anything else it checks from the store's objects itself. The statement's subject is the record's canonical JSON

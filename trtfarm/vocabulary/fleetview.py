@@ -1,7 +1,7 @@
 """The fleet at a glance, as typed results: what a proposed fleet would cost, and where every model x target stands.
 
-``planning/whatif.py`` decides ``TargetDecision``s (rebuild, keep, new, drop) without writing anything;
-``planning/status.py`` finds each ``TargetStatus`` (released, stale, failed, missing, pending). Both stay typed until
+``state/whatif.py`` decides ``TargetDecision``s (rebuild, keep, new, drop) without writing anything;
+``state/status.py`` finds each ``TargetStatus`` (released, stale, failed, missing, pending). Both stay typed until
 the command line (``to_json``) or a page (``reports/fleet_html.py``) shows them.
 """
 

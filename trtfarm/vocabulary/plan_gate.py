@@ -1,6 +1,6 @@
 """A published plan's precision gate as its manifest records it: one reading for the release rules and the views.
 
-``releases/rules.py`` decides on the verdict (``RELEASABLE``); ``publishing/summaries.py`` keeps it in each
+``releases/rules.py`` decides on the verdict (``RELEASABLE``); ``state/summaries.py`` keeps it in each
 manifest's summary, so ``status`` says why a plan is held without reading the manifest again.
 """
 

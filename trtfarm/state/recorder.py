@@ -1,16 +1,16 @@
 """Recording each model's state in the store (``state/<model>.json``), as every run does for the models it changed.
 
 Kept apart from the views' entry points (``overview.py``) so that a local build records its model without importing
-the what-if: the model's own listings, its next export and its cells (``planning/status.py``), then one
+the what-if: the model's own listings, its next export and its cells (``state/status.py``), then one
 compare-and-swap.
 """
 
 from __future__ import annotations
 
-from trtfarm.planning.expected import expected_exports
-from trtfarm.planning.status import model_state
-from trtfarm.publishing.survey import StoreSurvey
 from trtfarm.signing.keys import TrustedKeys
+from trtfarm.state.expected import expected_exports
+from trtfarm.state.status import model_state
+from trtfarm.state.survey import StoreSurvey
 from trtfarm.store import Store
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 
@@ -24,7 +24,7 @@ def record_states(store: Store, fleet: Fleet, models: list[str] | None = None, *
     already; ``trust``: the fleet's trusted keys, each release verified with them; ``signer``: signs each record.
     Returns the models recorded; a record another writer replaced meanwhile is left to it.
     """
-    from trtfarm.publishing.state_record import write_state
+    from trtfarm.state.record import write_state
 
     names = models if models is not None else StoreSurvey(store, None).models()
     targets = targets if targets is not None else select_targets(fleet, None)

@@ -9,16 +9,16 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from trtfarm.errors import UserInputError
-from trtfarm.planning.cells import RUNS_BACK
-from trtfarm.planning.expected import ExpectedExport, expected_exports
-from trtfarm.planning.served import recorded_refs, release_refs
-from trtfarm.planning.status import fleet_status, kept_states
-from trtfarm.planning.whatif import decide_fleet
 from trtfarm.publishing.registry import resolve_model
-from trtfarm.publishing.state_record import RecordedState
-from trtfarm.publishing.summaries import SummaryCache
-from trtfarm.publishing.survey import StoreSurvey, collector_paused
 from trtfarm.signing.keys import TrustedKeys
+from trtfarm.state.cells import RUNS_BACK
+from trtfarm.state.expected import ExpectedExport, expected_exports
+from trtfarm.state.record import RecordedState
+from trtfarm.state.served import recorded_refs, release_refs
+from trtfarm.state.status import fleet_status, kept_states
+from trtfarm.state.summaries import SummaryCache
+from trtfarm.state.survey import StoreSurvey, collector_paused
+from trtfarm.state.whatif import decide_fleet
 from trtfarm.store import Store
 from trtfarm.vocabulary.exports import ExportRef
 from trtfarm.vocabulary.fleet import Fleet

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 from trtfarm import layout
 from trtfarm.errors import TrtfarmError
 from trtfarm.publishing.release_check import asked_channel, asked_identity
-from trtfarm.publishing.state_record import RecordedState
-from trtfarm.publishing.summaries import PointerSummary
-from trtfarm.publishing.survey import READ_THREADS, StoreSurvey
 from trtfarm.signing.keys import TrustedKeys
+from trtfarm.state.record import RecordedState
+from trtfarm.state.summaries import PointerSummary
+from trtfarm.state.survey import READ_THREADS, StoreSurvey
 from trtfarm.vocabulary.fleet import Fleet
 from trtfarm.vocabulary.fleetview import ReleaseRef, TargetStatus
 from trtfarm.vocabulary.pointer import ReleasePointer

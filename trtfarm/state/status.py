@@ -1,6 +1,6 @@
 """Where every model x target stands: one function from the store's records, read by every view.
 
-For each model's next build (``planning/expected.py``) and each target it builds for:
+For each model's next build (``state/expected.py``) and each target it builds for:
 
 - ``released``: the release pointer names the build the export and the fleet give now, and a serving host would
   take it (the chain from pointer to plan is checked as ``pull`` checks it: ``release_check.served_release``);
@@ -29,7 +29,8 @@ from datetime import datetime, timezone
 from functools import partial
 
 from trtfarm import layout
-from trtfarm.planning.cells import (
+from trtfarm.signing.keys import TrustedKeys
+from trtfarm.state.cells import (
     RUNS_BACK,
     Pair,
     age_of,
@@ -39,8 +40,9 @@ from trtfarm.planning.cells import (
     pairs_of,
     refused_cell,
 )
-from trtfarm.planning.expected import ExpectedExport, digest_part
-from trtfarm.planning.served import (
+from trtfarm.state.expected import ExpectedExport, digest_part
+from trtfarm.state.record import STATE_FORMAT, RecordedCell, RecordedRelease, RecordedState, now_iso
+from trtfarm.state.served import (
     expired,
     has_release,
     one_line,
@@ -49,10 +51,8 @@ from trtfarm.planning.served import (
     served_check,
     serving_digest,
 )
-from trtfarm.publishing.state_record import STATE_FORMAT, RecordedCell, RecordedRelease, RecordedState, now_iso
-from trtfarm.publishing.summaries import ManifestSummary, shared_ref
-from trtfarm.publishing.survey import StoreSurvey
-from trtfarm.signing.keys import TrustedKeys
+from trtfarm.state.summaries import ManifestSummary, shared_ref
+from trtfarm.state.survey import StoreSurvey
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 from trtfarm.vocabulary.fleetview import FleetStatus, ReleaseRef, TargetStatus
 

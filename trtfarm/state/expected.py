@@ -18,8 +18,8 @@ from pathlib import Path
 from trtfarm import layout
 from trtfarm.errors import CorruptObject, IntegrityError, UserInputError
 from trtfarm.identity import build_digest_of, model_digest_part, target_digest_part
-from trtfarm.publishing.summaries import ManifestSummary, SpecSummary
-from trtfarm.publishing.survey import READ_THREADS, StoreSurvey
+from trtfarm.state.summaries import ManifestSummary, SpecSummary
+from trtfarm.state.survey import READ_THREADS, StoreSurvey
 from trtfarm.vocabulary.exports import ExportRecord, ExportRef
 from trtfarm.vocabulary.fleet import ResolvedTarget
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from trtfarm.publishing.summaries import ManifestSummary
-from trtfarm.publishing.survey import Folder, StoreSurvey
+from trtfarm.state.summaries import ManifestSummary
+from trtfarm.state.survey import Folder, StoreSurvey
 from trtfarm.vocabulary.fleet import ResolvedTarget
 
 SIZE_SAMPLE = 8  # builds of other models per GPU that a size-based estimate scales from

@@ -1,7 +1,7 @@
 """The recorded state of a model's targets, kept in the store (``state/<model>.json``) for views on any host.
 
 The executor writes it when a run settles a model (and ``trtfarm status --record`` for every model): what
-``planning/status.py`` computed from the store's records, with the digest of every object it was computed from
+``state/status.py`` computed from the store's records, with the digest of every object it was computed from
 (``StoreSurvey.model_inputs``, from the listings alone). A view lists the store, and for a model whose listed objects
 still have that digest it reads this one object instead of the model's pointers, manifests and run outcomes; for any
 other it says the record is older than the store and computes the state from the records themselves. The records
@@ -31,7 +31,7 @@ class RecordedCell(BaseModel):
     """One target's state as it was computed, and the digest of the target's part of it (settings, policy)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    target_print: str  # planning/status.py ``target_print``
+    target_print: str  # state/status.py ``target_print``
     target: str
     state: State
     reason: str = ""
@@ -68,19 +68,19 @@ class RecordedState(BaseModel):
     inputs: str  # StoreSurvey.model_inputs when it was computed
     written_at: str
     by: str
-    expected: dict  # the export the model's next build starts from (planning/expected.py ExpectedExport's fields)
+    expected: dict  # the export the model's next build starts from (state/expected.py ExpectedExport's fields)
     cells: dict[str, RecordedCell]  # target id -> its cell
     problems: list[str] = []  # damaged objects of the model, named on every view
     trusted_keys: list[str] | None = None  # the hints of the keys the writer verified releases with (None: none)
     # every channel pointer of the model (its key -> what it references), whatever the fleet; None: a record written
     # before they were recorded, which says nothing of them
     releases: dict[str, RecordedRelease] | None = None
-    # the digest of the fleet's serving images its releases were checked against (planning/served.py serving_print;
+    # the digest of the fleet's serving images its releases were checked against (state/served.py serving_print;
     # None: not said): under other images a view checks each release again
     serving: str | None = None
     signature: dict | None = None  # the record signed by the run's key (signing/state_claim.py), or None
     # what the what-ifs read of the manifests the cells were computed from (each target's build now, each released
-    # one): manifest key -> [its listed version, its ManifestSummary (publishing/summaries.py) as a row]
+    # one): manifest key -> [its listed version, its ManifestSummary (state/summaries.py) as a row]
     manifests: dict[str, tuple[str, list]] = {}
     # the fields of those rows, in order ('@': a key of summary_values); a reader of another layout reads the
     # manifests instead

@@ -1,7 +1,7 @@
 """Each (model, target) cell computed from the store's objects: its pointer, manifests and runs.
 
-``planning/status.py`` takes a cell from a current state record where there is one, and asks ``computed_cells`` for
-the rest: a few models at a time, each release judged as ``pull`` judges it (``planning/served.py``), from the pointer
+``state/status.py`` takes a cell from a current state record where there is one, and asks ``computed_cells`` for
+the rest: a few models at a time, each release judged as ``pull`` judges it (``state/served.py``), from the pointer
 and manifest the cell was computed from where this view read them.
 """
 
@@ -12,8 +12,10 @@ from datetime import datetime, timezone
 from functools import cached_property
 
 from trtfarm import layout
-from trtfarm.planning.expected import ExpectedExport, digest_part, stale_changes
-from trtfarm.planning.served import (
+from trtfarm.releases.rules import RELEASABLE
+from trtfarm.state.expected import ExpectedExport, digest_part, stale_changes
+from trtfarm.state.record import RecordedState
+from trtfarm.state.served import (
     has_release,
     one_line,
     read_release,
@@ -22,10 +24,8 @@ from trtfarm.planning.served import (
     remembered_check,
     served_check,
 )
-from trtfarm.publishing.state_record import RecordedState
-from trtfarm.publishing.summaries import ManifestSummary, OutcomeSummary, PointerSummary
-from trtfarm.publishing.survey import StoreSurvey
-from trtfarm.releases.rules import RELEASABLE
+from trtfarm.state.summaries import ManifestSummary, OutcomeSummary, PointerSummary
+from trtfarm.state.survey import StoreSurvey
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget
 from trtfarm.vocabulary.fleetview import NOTHING_RELEASED, TargetStatus
 from trtfarm.vocabulary.plan_gate import held_fix

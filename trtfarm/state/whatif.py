@@ -16,8 +16,9 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from trtfarm import layout
-from trtfarm.planning.estimate import Estimator, Want, family
-from trtfarm.planning.expected import (
+from trtfarm.publishing.gc import deleted_folders
+from trtfarm.state.estimate import Estimator, Want, family
+from trtfarm.state.expected import (
     SAME_INPUTS,
     ExpectedExport,
     TargetInputs,
@@ -25,9 +26,8 @@ from trtfarm.planning.expected import (
     digest_part,
     target_differences,
 )
-from trtfarm.publishing.gc import deleted_folders
-from trtfarm.publishing.summaries import ManifestSummary
-from trtfarm.publishing.survey import Folder, StoreSurvey
+from trtfarm.state.summaries import ManifestSummary
+from trtfarm.state.survey import Folder, StoreSurvey
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 from trtfarm.vocabulary.fleetview import Action, FleetDecisions, TargetDecision
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from trtfarm import layout
 from trtfarm.errors import CorruptObject, UserInputError
-from trtfarm.publishing.state_record import RecordedState
-from trtfarm.publishing.summaries import ManifestSummary, OutcomeSummary, PointerSummary, SummaryCache
+from trtfarm.state.record import RecordedState
+from trtfarm.state.summaries import ManifestSummary, OutcomeSummary, PointerSummary, SummaryCache
 from trtfarm.store import Store
 from trtfarm.store.base import ListedObject
 from trtfarm.vocabulary.exports import ExportRecord
@@ -193,7 +193,7 @@ class StoreSurvey:
 
     def recorded(self, models: Iterable[str]) -> dict[str, RecordedState]:
         """The state records (``state/<model>.json``) of these models, those listed and readable."""
-        from trtfarm.publishing.state_record import recorded_state_from_json
+        from trtfarm.state.record import recorded_state_from_json
 
         items = {layout.state_key(m): self.states[m] for m in models if m in self.states}
         found = self._read("state", items, lambda data, key: recorded_state_from_json(data, self.store.url(key)),
