@@ -36,6 +36,7 @@ PLANS, RELEASES, TIMING_CACHES, CONVERTED, MODELS, REPORTS, RUNS, STATUS, STATE 
     "plans", "releases", "timing-caches", "converted", "models", "reports", "runs", "status", "state")
 CANDIDATES, RECEIPTS, FLEETS, GC = "candidates", "receipts", "fleets", "gc"
 CHANNEL_ROOTS = {"stable": RELEASES, "candidate": CANDIDATES}
+_PER_MODEL = frozenset({PLANS, RELEASES, CANDIDATES, RECEIPTS, CONVERTED, MODELS, REPORTS, GC})  # <root>/<model>/...
 OUTCOMES_NAME = "outcomes.json"  # a run's outcomes of one model, in its report folder
 PROVENANCE_PREFIX, SIGNATURE_PREFIX, SIGNATURE_SUFFIX = "provenance-", "signature-", ".sigstore.json"
 TEMP_PREFIX = ".tmp-"  # in-flight writes of the file store; never a key
@@ -125,7 +126,6 @@ def plans_prefix(model: str | None = None) -> str:
 
 class PlanFolder(NamedTuple):
     """The fields a plan key carries."""
-
     model: str
     onnx12: str
     gpu: str
@@ -137,9 +137,7 @@ class PlanFolder(NamedTuple):
 def parse_plan_key(key: str) -> PlanFolder | None:
     """``plans/<model>/<onnx12>/<gpu>/<toolchain>/<build12>/<leaf>`` -> its fields; None for any other key."""
     parts = key.split("/")
-    if len(parts) != 7 or parts[0] != PLANS:
-        return None
-    return PlanFolder(*parts[1:])
+    return PlanFolder(*parts[1:]) if len(parts) == 7 and parts[0] == PLANS else None
 
 
 def parse_plan_prefix(prefix: str) -> PlanFolder | None:
@@ -150,7 +148,6 @@ def parse_plan_prefix(prefix: str) -> PlanFolder | None:
 
 class ShortRef(NamedTuple):
     """What ``MODEL/GPU/BUILD`` names: a model, a GPU key and a build digest's prefix."""
-
     model: str
     gpu: str
     build: str
@@ -165,9 +162,7 @@ def short_ref(manifest_key: str) -> str:
 def parse_short_ref(ref: str) -> ShortRef | None:
     """``MODEL/GPU/BUILD`` -> its fields; None for anything else (a key of the store, a path)."""
     parts = ref.split("/")
-    if len(parts) != 3 or parts[0] == PLANS or not all(parts):
-        return None
-    return ShortRef(*parts)
+    return ShortRef(*parts) if len(parts) == 3 and parts[0] != PLANS and all(parts) else None
 
 
 def release_key(model: str, gpu: str, toolchain_label: str) -> str:
@@ -178,7 +173,6 @@ def release_key(model: str, gpu: str, toolchain_label: str) -> str:
 
 class ReleaseName(NamedTuple):
     """The fields a release pointer's key carries."""
-
     model: str
     gpu: str
     toolchain: str
@@ -187,9 +181,8 @@ class ReleaseName(NamedTuple):
 def parse_release_key(key: str) -> ReleaseName | None:
     """``releases/<model>/<gpu>/<toolchain>.json`` -> (model, GPU, toolchain label); None for any other key."""
     parts = key.split("/")
-    if len(parts) != 4 or parts[0] != RELEASES or not parts[3].endswith(".json"):
-        return None
-    return ReleaseName(parts[1], parts[2], parts[3].removesuffix(".json"))
+    ok = len(parts) == 4 and parts[0] == RELEASES and parts[3].endswith(".json")
+    return ReleaseName(parts[1], parts[2], parts[3].removesuffix(".json")) if ok else None
 
 
 def channel_key(model: str, gpu: str, toolchain_label: str, channel: str = "stable") -> str:
@@ -232,26 +225,25 @@ def releases_prefix(model: str | None = None) -> str:
     return f"{RELEASES}/{check_name('model name', model)}/" if model else f"{RELEASES}/"
 
 
+def parse_model(key: str) -> str | None:
+    """The model a key under a per-model root names (``releases/<model>/...``, ``plans/<model>/...``); else None."""
+    root, model, rest = (key.split("/", 2) + ["", ""])[:3]
+    return model if root in _PER_MODEL and model and rest else None
+
+
 # --- timing caches -----------------------------------------------------------------------------------------------
-_EXACT_VERSION = re.compile(r"\d+\.\d+\.\d+\.\d+")
-_CAPABILITY = re.compile(r"\d+\.\d+")
-_FLAGS_DIGEST = re.compile(r"[0-9a-f]{12,64}")
-
-
 def timing_cache_key(flavour: str, exact_version: str, gpu: str, compute_capability: str, flags_digest: str) -> str:
-    """``timing-caches/<flavour>-<exact_version>/<gpu>-sm<cc>/<cache_flags:12>.cache``.
+    """``timing-caches/<flavour>-<exact_version>/<gpu>-sm<cc>/<cache_flags:12>.cache``: one per what invalidates one.
 
-    One shared cache per what invalidates one: the exact toolchain build that runs (``11.4.0.106``, never a fleet's
-    label), the GPU model and its compute capability, and the digest of the builder flags a cache depends on (TF32,
-    the refit mode, the hardware compatibility level). TensorRT's ``combine`` needs the exact same version, and NVIDIA
-    warns against merging caches of different devices.
+    The exact build (``combine`` needs it; never a fleet's label), the GPU and its capability (NVIDIA warns against
+    merging caches of different devices), and the digest of the builder flags a cache depends on (TF32, refit, HWC).
     """
-    if not isinstance(exact_version, str) or not _EXACT_VERSION.fullmatch(exact_version):
+    if not isinstance(exact_version, str) or not re.fullmatch(r"\d+\.\d+\.\d+\.\d+", exact_version):
         raise UserInputError(f"timing cache: toolchain version {exact_version!r} is not an exact build "
                              "(major.minor.patch.build, e.g. 11.4.0.106)")
-    if not isinstance(compute_capability, str) or not _CAPABILITY.fullmatch(compute_capability):
+    if not isinstance(compute_capability, str) or not re.fullmatch(r"\d+\.\d+", compute_capability):
         raise UserInputError(f"timing cache: compute capability {compute_capability!r} is not MAJOR.MINOR")
-    if not isinstance(flags_digest, str) or not _FLAGS_DIGEST.fullmatch(flags_digest):
+    if not isinstance(flags_digest, str) or not re.fullmatch(r"[0-9a-f]{12,64}", flags_digest):
         raise UserInputError(f"timing cache: flags digest {flags_digest!r} is not a hex digest")
     toolchain = _segment("toolchain", f"{flavour}-{exact_version}")
     return (f"{TIMING_CACHES}/{toolchain}/{check_name('GPU', gpu)}-sm{compute_capability.replace('.', '')}/"
@@ -259,10 +251,7 @@ def timing_cache_key(flavour: str, exact_version: str, gpu: str, compute_capabil
 
 
 def timing_cache_ref(key_or_ref: str) -> str:
-    """``TOOLCHAIN/GPU-SM/FLAGS`` (what ``cache ls`` shows and people type) <-> the cache key: returns the key.
-
-    A key written before the flags were part of it (``TOOLCHAIN/GPU``) is accepted too, so ``cache rm`` removes it.
-    """
+    """The key of ``TOOLCHAIN/GPU-SM/FLAGS`` (what ``cache ls`` shows), of a key, or of an older ``TOOLCHAIN/GPU``."""
     if key_or_ref.startswith(f"{TIMING_CACHES}/"):
         return key_or_ref
     parts = key_or_ref.removesuffix(".cache").split("/")
@@ -271,6 +260,11 @@ def timing_cache_ref(key_or_ref: str) -> str:
                              "shows it, e.g. tensorrt-11.4.0.106/h100-sm90/0123456789ab")
     segments = [_segment("toolchain", parts[0]), *(check_name("timing cache part", p) for p in parts[1:])]
     return f"{TIMING_CACHES}/{'/'.join(segments)}.cache"
+
+
+def timing_caches_prefix() -> str:
+    """``timing-caches/``: what to list for every shared timing cache."""
+    return f"{TIMING_CACHES}/"
 
 
 def timing_cache_label(key: str) -> str:
@@ -317,9 +311,7 @@ def exports_prefix(model: str | None = None) -> str:
 def parse_export_record_key(key: str) -> tuple[str, str] | None:
     """``(model, export_id)`` of an ``models/<model>/<export_id>/export.json`` key; None for any other key."""
     parts = key.split("/")
-    if len(parts) == 4 and parts[0] == MODELS and parts[3] == EXPORT_NAME:
-        return parts[1], parts[2]
-    return None
+    return (parts[1], parts[2]) if len(parts) == 4 and parts[0] == MODELS and parts[3] == EXPORT_NAME else None
 
 
 def report_key(model: str, run: str, name: str) -> str:
@@ -349,10 +341,8 @@ def state_prefix() -> str:
 
 def parse_state_key(key: str) -> str | None:
     """The model of a ``state/<model>.json`` key; None for any other key."""
-    parts = key.split("/")
-    if len(parts) == 2 and parts[0] == STATE and parts[1].endswith(".json") and is_name(parts[1][:-5]):
-        return parts[1][:-5]
-    return None
+    model = key.removeprefix(f"{STATE}/").removesuffix(".json")
+    return model if key == f"{STATE}/{model}.json" and is_name(model) else None
 
 
 def parse_report_key(key: str) -> tuple[str, str, str] | None:

@@ -25,7 +25,9 @@ def _prefixes(model: str | None = None) -> list[str]:
 
 def known_models(store) -> list[str]:
     """Every model name the store holds anything of (a pointer of either channel, a plan, an export), sorted."""
-    return sorted({key.split("/")[1] for prefix in _prefixes() for key in store.list(prefix) if key.count("/") >= 2})
+    from trtfarm.layout import parse_model
+
+    return sorted({m for prefix in _prefixes() for key in store.list(prefix) if (m := parse_model(key))})
 
 
 def has_model(store, model: str) -> bool:
@@ -48,7 +50,7 @@ def check_registered(store, ref: str | None) -> None:
 
     An export folder URI and no model at all (every registered model) pass: the run resolves them.
     """
-    from trtfarm.layout import MODELS
+    from trtfarm.layout import exports_prefix
     from trtfarm.publishing.registry import registered_models
     from trtfarm.store import is_uri
 
@@ -60,7 +62,7 @@ def check_registered(store, ref: str | None) -> None:
         return
     built = " (it has plans or releases, built by `trtfarm build`, but no registered export)" \
         if has_model(store, name) else ""
-    raise UserInputError(f"model {name!r} is not registered in {store.url(MODELS)}{built}; "
+    raise UserInputError(f"model {name!r} is not registered in {store.url(exports_prefix())}{built}; "
                          f"{nearest_and_known(name, registered, 'registered')}. Fix: `trtfarm models push "
                          "FOLDER`, or give an export folder URI")
 

@@ -22,7 +22,7 @@ from trtfarm.cli.common import (
     store_uri,
     targets_path,
 )
-from trtfarm.layout import TIMING_CACHES, timing_cache_flavour, timing_cache_label, timing_cache_ref
+from trtfarm.layout import timing_cache_flavour, timing_cache_label, timing_cache_ref, timing_caches_prefix
 
 cache_app = typer.Typer(no_args_is_help=True, help="Shared timing caches, one per exact TensorRT build, GPU model and "
                         "cache-relevant builder flags (TF32, refit, hardware compatibility).")
@@ -35,7 +35,7 @@ def cache_ls(store: str = STORE_OPT, as_json: bool = JSON_OPT) -> None:
     from trtfarm.store import open_store
 
     s = open_store(store_uri(store))
-    rows = [{"key": k, "bytes": len(s.get(k).data)} for k in s.list(f"{TIMING_CACHES}/")]
+    rows = [{"key": k, "bytes": len(s.get(k).data)} for k in s.list(timing_caches_prefix())]
     if as_json:
         print_json(rows)
         return

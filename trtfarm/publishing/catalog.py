@@ -15,6 +15,7 @@ from trtfarm.layout import (
     MANIFEST_NAME,
     folder_of,
     manifest_key,
+    parse_model,
     parse_plan_key,
     parse_short_ref,
     plans_prefix,
@@ -66,7 +67,7 @@ def manifests_in(store, model: str | None = None, problems: list[str] | None = N
 def store_models(store, *, plans: bool = True, releases: bool = True) -> list[str]:
     """The model names the store holds plans (and/or) releases of, sorted: for messages naming the known ones."""
     prefixes = [p for p, wanted in ((plans_prefix(), plans), (releases_prefix(), releases)) if wanted]
-    return sorted({key.split("/")[1] for prefix in prefixes for key in store.list(prefix) if key.count("/") >= 2})
+    return sorted({m for prefix in prefixes for key in store.list(prefix) if (m := parse_model(key))})
 
 
 def load_manifest(ref: str, store_uri: str) -> tuple[str, Manifest]:
@@ -183,7 +184,7 @@ def manifest_table(url: str, m: Manifest) -> Table:
     """
     from trtfarm.layout import short_ref
 
-    t = Table(title=escape(f"manifest {short_ref(m.plan.key.rsplit('/', 1)[0] + '/' + MANIFEST_NAME)}"),
+    t = Table(title=escape(f"manifest {short_ref(manifest_key(folder_of(m.plan.key)))}"),
               show_header=False)
     t.add_column("field", style="bold", no_wrap=True)
     t.add_column("value", overflow="fold")

@@ -24,7 +24,6 @@ from trtfarm.identity import model_name_from_path, sha256_file
 from trtfarm.layout import (
     EXPORT_NAME,
     MANIFEST_NAME,
-    MODELS,
     ONNX_NAME,
     check_name,
     export_file_key,
@@ -176,8 +175,8 @@ def resolve_model(store: Store, ref: str) -> ExportRef:
     ids = _exports(store, name)
     if not ids:
         known = registered_models(store)
-        raise UserInputError(f"model {name!r} is not registered in {store.url(MODELS)}; registered: {known or 'none'}."
-                             " Fix: `trtfarm models push FOLDER` or give an export folder URI")
+        raise UserInputError(f"model {name!r} is not registered in {store.url(exports_prefix())}; registered: "
+                             f"{known or 'none'}. Fix: `trtfarm models push FOLDER` or give an export folder URI")
     if wanted and wanted not in ids:
         raise UserInputError(f"model {name!r} has no export {wanted!r}; newest: {ids[-1]}")
     export_id = wanted or ids[-1]
@@ -190,17 +189,23 @@ def export_folder(uri: str) -> str:
     return uri.rsplit("/", 1)[0] if uri.endswith(f"/{ONNX_NAME}") else uri
 
 
+def _registered_as(folder_uri: str) -> tuple[str, str] | None:
+    """``(model, export_id)`` of a folder laid out by the registry (``.../models/<name>/<export_id>``), else None."""
+    tail = "/".join([p for p in uri_parts(folder_uri)[2].split("/") if p][-3:])
+    return parse_export_record_key(export_file_key(tail, EXPORT_NAME))
+
+
 def is_registry_export(folder_uri: str) -> bool:
     """True for a folder laid out by the registry: ``.../models/<name>/<export_id>``."""
-    parts = [p for p in uri_parts(folder_uri)[2].split("/") if p]
-    return len(parts) >= 3 and parts[-3] == MODELS
+    return _registered_as(folder_uri) is not None
 
 
 def export_name(folder_uri: str) -> str:
     """The model name of an export folder: a registry export's model, else the folder's name."""
+    registered = _registered_as(folder_uri)
+    if registered:
+        return registered[0]
     parts = [p for p in uri_parts(folder_uri)[2].split("/") if p]
-    if is_registry_export(folder_uri):
-        return parts[-2]
     return model_name_from_path(Path(parts[-1] if parts else "model") / ONNX_NAME)
 
 

@@ -99,7 +99,7 @@ class StoreSurvey:
         parts += sorted(f"{o.key}@{o.version}" for f in self.by_model.get(model, [])
                         for o in self.folders[f.prefix].values())
         parts += sorted(f"{o.key}@{o.version}" for o in self._pointers_of.get(model, []))
-        parts += sorted(f"{k}@{o.version}" for k, o in self.candidates.items() if k.split("/")[1] == model)
+        parts += sorted(f"{k}@{o.version}" for k, o in self.candidates.items() if layout.parse_model(k) == model)
         parts += sorted(f"{o.key}@{o.version}" for o in self.converted.get(model, []))
         parts += [f"{o.key}@{o.version}" for _, o in self.runs.get(model, [])[:runs_back]]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
@@ -147,7 +147,7 @@ class StoreSurvey:
     def channel_pointers(self, model: str | None = None) -> list[str]:
         """The keys of every channel pointer listed (of ``model``): the release pointers, then the candidates'."""
         stable = [o.key for o in self._pointers_of.get(model, [])] if model else list(self.pointers)
-        return [*stable, *(k for k in self.candidates if model is None or k.split("/")[1] == model)]
+        return [*stable, *(k for k in self.candidates if model is None or layout.parse_model(k) == model)]
 
     def pointer_summaries(self, keys: Iterable[str]) -> dict[str, PointerSummary]:
         """The summaries of these channel pointers (those listed and readable)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from trtfarm.errors import UserInputError
+from trtfarm.layout import parse_model
 from trtfarm.publishing.registry import resolve_model
 from trtfarm.signing.keys import TrustedKeys
 from trtfarm.state.cells import RUNS_BACK
@@ -129,7 +130,7 @@ def release_references(store: Store, trust: TrustedKeys | None = None, *, cache:
     keys = survey.channel_pointers()
     found: dict[str, ReleaseRef] = {}
     if trust is not None:
-        current, _ = current_records(survey, sorted({k.split("/")[1] for k in keys}), trust)
+        current, _ = current_records(survey, sorted({parse_model(k) for k in keys}), trust)
         for model, state in current.items():
             found.update((r.pointer, r) for r in recorded_refs(state, survey.channel_pointers(model)) or [])
     rest = [k for k in keys if k not in found]
