@@ -231,6 +231,16 @@ def parse_model(key: str) -> str | None:
     return model if root in _PER_MODEL and model and rest else None
 
 
+def toolchain_label(flavour: str, version: str) -> str:
+    """``tensorrt-11.4.0.106`` / ``tensorrt_rtx-1.7.1.116``: a toolchain in keys, pointers and work queues."""
+    return f"{flavour}-{version}"
+
+
+def parse_toolchain_label(label: str) -> tuple[str, str]:
+    """``tensorrt_rtx-1.7.1.116`` -> ``("tensorrt_rtx", "1.7.1.116")``: ``toolchain_label``'s inverse."""
+    return label.rpartition("-")[0], label.rpartition("-")[2]
+
+
 # --- timing caches -----------------------------------------------------------------------------------------------
 def timing_cache_key(flavour: str, exact_version: str, gpu: str, compute_capability: str, flags_digest: str) -> str:
     """``timing-caches/<flavour>-<exact_version>/<gpu>-sm<cc>/<cache_flags:12>.cache``: one per what invalidates one.
@@ -245,7 +255,7 @@ def timing_cache_key(flavour: str, exact_version: str, gpu: str, compute_capabil
         raise UserInputError(f"timing cache: compute capability {compute_capability!r} is not MAJOR.MINOR")
     if not isinstance(flags_digest, str) or not re.fullmatch(r"[0-9a-f]{12,64}", flags_digest):
         raise UserInputError(f"timing cache: flags digest {flags_digest!r} is not a hex digest")
-    toolchain = _segment("toolchain", f"{flavour}-{exact_version}")
+    toolchain = _segment("toolchain", toolchain_label(flavour, exact_version))
     return (f"{TIMING_CACHES}/{toolchain}/{check_name('GPU', gpu)}-sm{compute_capability.replace('.', '')}/"
             f"{flags_digest[:12]}.cache")
 
@@ -274,7 +284,7 @@ def timing_cache_label(key: str) -> str:
 
 def timing_cache_flavour(key: str) -> str:
     """The toolchain flavour (``tensorrt``) a cache key names."""
-    return timing_cache_label(key).split("/", 1)[0].rsplit("-", 1)[0]
+    return parse_toolchain_label(timing_cache_label(key).split("/", 1)[0])[0]
 
 
 # --- precision steps, registry, reports, runs, webhook claims ---------------------------------------------------

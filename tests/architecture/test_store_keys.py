@@ -1,5 +1,7 @@
 """Store keys are spelled in trtfarm/layout.py only: no other module, the command line included, writes a store root.
 
+And a toolchain label (``tensorrt-11.4.0.106``) is made by ``layout.toolchain_label`` only, never ``f"{flavour}-{v}"``.
+
 Read from the syntax tree, not the lines: a string constant or an f-string part that starts with a top-level folder of
 the store (``"releases/"``, ``f"plans/{model}"``), and a root's name taken from layout (``f"{TIMING_CACHES}/"``,
 ``layout.MODELS``), are offences; docstrings and comments are not.
@@ -42,7 +44,18 @@ def offences_in(source: str) -> list[str]:
             found += [f"{node.lineno}: imports {a.name}" for a in node.names if a.name in ROOT_NAMES]
         elif isinstance(node, ast.Attribute) and node.attr in ROOT_NAMES and getattr(node.value, "id", "") == "layout":
             found.append(f"{node.lineno}: layout.{node.attr}")
+        elif isinstance(node, ast.JoinedStr):
+            found += [f"{node.lineno}: a toolchain label" for label in _labels(node.values)]
     return found
+
+
+def _labels(parts: list[ast.expr]):
+    """Each ``{flavour}-{version}`` in an f-string's parts: a toolchain label made by hand."""
+    for a, dash, b in zip(parts, parts[1:], parts[2:], strict=False):
+        if isinstance(a, ast.FormattedValue) and isinstance(b, ast.FormattedValue) and \
+                isinstance(dash, ast.Constant) and dash.value == "-" and "flavour" in ast.unparse(a.value) and \
+                isinstance(b.value, (ast.Name, ast.Attribute)) and "version" in ast.unparse(b.value):
+            yield a
 
 
 def test_the_scan_finds_each_way_of_spelling_a_key_by_hand():
@@ -51,6 +64,8 @@ def test_the_scan_finds_each_way_of_spelling_a_key_by_hand():
     assert offences_in('from trtfarm.layout import TIMING_CACHES\nk = f"{TIMING_CACHES}/"') == [
         "1: imports TIMING_CACHES"]
     assert offences_in("from trtfarm import layout\nk = layout.MODELS + '/a'") == ["2: layout.MODELS"]
+    two = 'q = f"{t.flavour}-{t.version}"\nk = f"{m.model}/{m.target.flavour}-" f"{m.target.toolchain_version}"'
+    assert offences_in(two) == ["1: a toolchain label", "2: a toolchain label"]
     assert offences_in('"""Lists ``releases/``."""\nmsg = "see the releases of a model"  # releases/x') == []
 
 

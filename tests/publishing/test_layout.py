@@ -35,6 +35,7 @@ def test_every_key_has_the_documented_shape():
     assert layout.webhook_claim_key("ab" * 32) == f"webhook/exports/{'ab' * 32}.json"
     assert layout.status_page_key() == "status/status.html"
     assert layout.timing_caches_prefix() == "timing-caches/"
+    assert layout.toolchain_label("tensorrt_rtx", "1.7.1.116") == "tensorrt_rtx-1.7.1.116"
 
 
 def test_a_plan_key_parses_back_into_its_fields():
@@ -131,6 +132,16 @@ def test_every_key_that_is_parsed_parses_back_into_what_built_it(model):
         assert layout.parse_report_key(layout.report_key(model, "local-1", "outcomes.json")) == \
             (model, "local-1", "outcomes.json")
         assert layout.parse_model(layout.report_key(model, "r", "x.md")) == layout.parse_model(export) == model
+
+
+@pytest.mark.parametrize("flavour, version", [("tensorrt", "11.4.0.106"), ("tensorrt_rtx", "1.7.1.116"),
+                                              ("tensorrt", "10.13.3")])
+def test_a_toolchain_label_parses_back_into_its_flavour_and_version(flavour, version):
+    label = layout.toolchain_label(flavour, version)
+    assert layout.parse_toolchain_label(label) == (flavour, version)
+    assert layout.parse_plan_prefix(layout.plan_prefix("m", D64, "h100", label, B64)).toolchain == label
+    key = layout.timing_cache_key(flavour, version, "h100", "9.0", B64) if version.count(".") == 3 else None
+    assert key is None or layout.timing_cache_flavour(key) == flavour
 
 
 def test_keys_of_other_shapes_parse_to_none():

@@ -24,6 +24,7 @@ from trtfarm.layout import (
     parse_plan_key,
     releases_prefix,
 )
+from trtfarm.layout import toolchain_label as label_of
 from trtfarm.publishing.publish import plan_intact, read_manifest
 from trtfarm.publishing.release_check import read_pointer
 from trtfarm.signing.accepted import check_not_rolled_back
@@ -58,7 +59,7 @@ class ChannelRefused(MismatchError):
 
 def toolchain_label(m: Manifest) -> str:
     """``tensorrt-11.4.0.106`` for a manifest's target."""
-    return f"{m.target.flavour}-{m.target.toolchain_version}"
+    return label_of(m.target.flavour, m.target.toolchain_version)
 
 
 def pointer_key(m: Manifest, channel: str = "stable") -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from trtfarm.errors import CorruptObject
-from trtfarm.layout import folder_of, parse_channel_key, parse_plan_key
+from trtfarm.layout import folder_of, parse_channel_key, parse_plan_key, toolchain_label
 from trtfarm.publishing.attest import StoredPlan
 from trtfarm.signing.accepted import AcceptedReleases, check_not_frozen, check_not_rolled_back
 from trtfarm.signing.bundle import SignatureRefused
@@ -29,7 +29,7 @@ from trtfarm.vocabulary.pointer import PointerInvalid, ReleasePointer, pointer_f
 
 def identity_of(m: Manifest) -> str:
     """``model/gpu/toolchain`` of a manifest."""
-    return f"{m.model.name}/{m.target.gpu}/{m.target.flavour}-{m.target.toolchain_version}"
+    return f"{m.model.name}/{m.target.gpu}/{toolchain_label(m.target.flavour, m.target.toolchain_version)}"
 
 
 def asked_identity(pointer_key: str) -> str:

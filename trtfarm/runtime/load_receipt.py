@@ -11,7 +11,7 @@ from __future__ import annotations
 import warnings
 
 from trtfarm.errors import TrtfarmError
-from trtfarm.layout import ReleaseName
+from trtfarm.layout import ReleaseName, toolchain_label
 from trtfarm.project.fleet_file import signing_settings
 from trtfarm.publishing.release import who
 from trtfarm.releases.channels import ReceiptRecord, record_receipt, serving_key
@@ -33,8 +33,8 @@ def record_load(store: Store | str, m: Manifest, channel: str, *, load_ms: float
     """
     try:
         s, settings = open_by(store), signing_settings()
-        key = serving_key(s, ReleaseName(m.model.name, m.target.gpu, f"{m.target.flavour}-"
-                                         f"{m.target.toolchain_version}"), channel)
+        key = serving_key(s, ReleaseName(m.model.name, m.target.gpu, toolchain_label(m.target.flavour,
+                                         m.target.toolchain_version)), channel)
         done = record_receipt(s, key, lambda p, served: new_receipt(
             p, ok=error is None, error=error[:2000] if error else None, load_ms=load_ms, latency_ms=None, by=who(),
             host=this_host(gpus, m), plan_sha256=m.plan.sha256, served=served), signer=settings.signer(),

@@ -150,7 +150,7 @@ def configured_trust():
 
 
 def _identity(m: Manifest) -> str:
-    return f"{m.model.name}/{m.target.gpu}/{m.target.flavour}-{m.target.toolchain_version}"
+    return f"{m.model.name}/{m.target.gpu}/{layout.toolchain_label(m.target.flavour, m.target.toolchain_version)}"
 
 
 def channel_problem(claim, channel: str | None) -> str | None:

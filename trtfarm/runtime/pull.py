@@ -14,7 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from trtfarm.errors import OutputRefused, UserInputError
-from trtfarm.layout import ReleaseName, channel_key
+from trtfarm.layout import ReleaseName, channel_key, toolchain_label
 from trtfarm.machine.gpu import GpuScan
 from trtfarm.publishing.release import list_pointers
 from trtfarm.publishing.release_check import ReleaseVerdict, served_release
@@ -74,7 +74,7 @@ def local_toolchains(installed: dict[str, str | None], override: str | None) -> 
     """Toolchain labels this host can run, most specific first (``--toolchain`` wins)."""
     if override:
         return [override]
-    labels = [f"{flavour}-{v}" for flavour, v in installed.items() if v]
+    labels = [toolchain_label(flavour, v) for flavour, v in installed.items() if v]
     if not labels:
         raise UserInputError("neither tensorrt nor tensorrt_rtx imports here; install the serving toolchain, or "
                              "pass --toolchain tensorrt-11.4.0.106 (say) to pull for another host")

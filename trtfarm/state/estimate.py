@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from trtfarm.layout import parse_toolchain_label
 from trtfarm.state.summaries import ManifestSummary
 from trtfarm.state.survey import Folder, StoreSurvey
 from trtfarm.vocabulary.fleet import ResolvedTarget
@@ -32,7 +33,7 @@ class Want:
 
 def family(toolchain_label: str) -> str:
     """The toolchain family of a plan folder's label: ``tensorrt_rtx-1.7.1.116`` -> ``tensorrt_rtx``."""
-    return toolchain_label.rsplit("-", 1)[0]
+    return parse_toolchain_label(toolchain_label)[0]
 
 
 def _newest(survey: StoreSurvey, folders: list[Folder]) -> Folder | None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from trtfarm.cachedir import cache_dir
+from trtfarm.layout import toolchain_label
 from trtfarm.vocabulary.manifest import Manifest
 from trtfarm.vocabulary.plan_gate import plan_gate
 from trtfarm.vocabulary.pointer import ReleasePointer
@@ -115,7 +116,7 @@ class ManifestSummary(_Row):
     @property
     def toolchain_label(self) -> str:
         """``tensorrt-11.4.0.106``."""
-        return f"{self.flavour}-{self.toolchain_version}"
+        return toolchain_label(self.flavour, self.toolchain_version)
 
     @classmethod
     def of(cls, m: Manifest, data: bytes) -> ManifestSummary:

@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from trtfarm.layout import toolchain_label
 from trtfarm.machine.gpu_ids import RTX_COMPUTE_CAPABILITIES, mig_problem, pci_id
 from trtfarm.yamlfile import LocatedValueError
 
@@ -290,7 +291,7 @@ class ResolvedTarget:
     @property
     def toolchain_label(self) -> str:
         """``tensorrt-11.4.0.106`` / ``tensorrt_rtx-1.7.1.116``, as used in keys."""
-        return f"{self.toolchain.flavour.value}-{self.toolchain.version}"
+        return toolchain_label(self.toolchain.flavour.value, self.toolchain.version)
 
 
 def compat_class(flavour: Flavour, gpu_key: str, gpu: Gpu, hw: HardwareCompatibility, mig: str | None = None) -> str:

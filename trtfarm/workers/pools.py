@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from trtfarm.layout import toolchain_label
 from trtfarm.vocabulary.fleet import Fleet
 
 CONTROL_POOL = "trtfarm-control"
@@ -67,7 +68,7 @@ def desired_pools(fleet: Fleet, worker_type: str = "process", control_limit: int
 
 def toolchain_queue(flavour: str, version: str) -> str:
     """The work queue of one toolchain version inside a GPU pool: ``tensorrt-11.4.0.106``."""
-    return f"{flavour}-{version}"
+    return toolchain_label(flavour, version)
 
 
 def pool_queues(fleet: Fleet, pool: str) -> tuple[str, ...]:
