@@ -207,9 +207,11 @@ def channel_prefix(channel: str, model: str | None = None) -> str:
     return CHANNEL_ROOTS[channel] + releases_prefix(model).removeprefix(RELEASES)
 
 
-def receipts_prefix(model: str, gpu: str | None = None, toolchain_label: str | None = None,
+def receipts_prefix(model: str | None = None, gpu: str | None = None, toolchain_label: str | None = None,
                     channel: str | None = None, plan_sha256: str | None = None) -> str:
-    """Where the load receipts of a model (narrowed by GPU, toolchain, channel and plan, in that order) live."""
+    """Where the load receipts (of a model, narrowed by GPU, toolchain, channel and plan, in that order) live."""
+    if model is None:
+        return f"{RECEIPTS}/"
     parts = [RECEIPTS, check_name("model name", model)]
     for kind, value in (("GPU", gpu), ("toolchain", toolchain_label), ("channel", channel)):
         if value is None:

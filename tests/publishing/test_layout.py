@@ -34,7 +34,7 @@ def test_every_key_has_the_documented_shape():
         "runs/6f1c2d3e-0000-4000-8000-000000000000/jobs/fedcba9876540000-1.json"
     assert layout.webhook_claim_key("ab" * 32) == f"webhook/exports/{'ab' * 32}.json"
     assert layout.status_page_key() == "status/status.html"
-    assert layout.timing_caches_prefix() == "timing-caches/"
+    assert layout.timing_caches_prefix() == "timing-caches/" and layout.receipts_prefix() == "receipts/"
     assert layout.toolchain_label("tensorrt_rtx", "1.7.1.116") == "tensorrt_rtx-1.7.1.116"
 
 
