@@ -26,10 +26,12 @@ def workdir(tmp_path):
     return tmp_path
 
 
-def run(cwd: Path, *args: str, python: tuple[str, ...] = ("-m", "trtfarm")) -> subprocess.CompletedProcess:
-    """``python -m trtfarm ARGS`` (or ``python PYTHON... ARGS``) in ``cwd``."""
-    env = {**os.environ, "COLUMNS": "200", "TMPDIR": str(cwd / "tmp")}
-    env.pop("PREFECT_API_URL", None)
+def run(cwd: Path, *args: str, python: tuple[str, ...] = ("-m", "trtfarm"),
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python -m trtfarm ARGS`` (or ``python PYTHON... ARGS``) in ``cwd``, with no signing key unless ``env``'s."""
+    unset = ("PREFECT_API_URL", "TRTFARM_SIGNING_KEY", "TRTFARM_TRUSTED_KEYS")
+    env = {**{k: v for k, v in os.environ.items() if k not in unset}, "COLUMNS": "200", "TMPDIR": str(cwd / "tmp"),
+           **(env or {})}
     return subprocess.run([sys.executable, *python, *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=300)
 
@@ -265,3 +267,54 @@ def test_the_trtfarm_modules_a_build_imports_are_the_ones_listed(workdir, exampl
                           f"add them to {BUILD_IMPORTS.name} knowingly"
         if set(listed[run_name]) - found:
             print(f"{run_name}: {sorted(set(listed[run_name]) - found)} no longer imported: drop them from the file")
+
+
+@pytest.mark.parametrize("signed", [False, True], ids=["no key", "TRTFARM_SIGNING_KEY"])
+def test_a_local_build_importing_less_still_records_its_state_and_signs_where_a_key_is_configured(
+        workdir, example_dir, tmp_path, signed):
+    """However little `trtfarm build` imports, it records the model's state in the store (state/<model>.json, what
+    `trtfarm status` reads) and, with a signing key, signs both the plan and that record with it; an up-to-date
+    rerun (which imports none of the recorder) leaves the record as it was."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from trtfarm import layout
+    from trtfarm.publishing.attest import read_stored
+    from trtfarm.signing.keys import load_trusted_keys
+    from trtfarm.signing.state_claim import verify_state
+    from trtfarm.store import open_store
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    private, public = tmp_path / "farm.pem", tmp_path / "farm.pub"
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                                          serialization.NoEncryption()))
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    model = workdir / "encoder" / "model.onnx"
+    model.parent.mkdir()
+    model.write_bytes((example_dir / "model.onnx").read_bytes())
+    build = ["build", str(model), "--json", "--store", "store", "--profile", "input_ids=1x16:16x128:32x512",
+             "--profile", "attention_mask=1x16:16x128:32x512"]
+    env = {"TRTFARM_SIGNING_KEY": str(private)} if signed else {}
+    built = run(workdir, *build, env=env)
+    assert built.returncode == 0, built.stderr[-2000:]
+    [row] = json.loads(built.stdout)
+    assert row["status"] == "built", row
+    store = open_store(str(workdir / "store"))
+    blob = store.get(layout.state_key("encoder"))
+    assert blob is not None, sorted(o.key for o in store.list(""))
+    record = json.loads(blob.data)
+    assert record["model"] == "encoder" and record["by"].startswith("trtfarm build"), record
+    assert {t: c["state"] for t, c in record["cells"].items()} == {"rtx-4090-rtx1.7": "released"}, record["cells"]
+    stored = read_stored(store, row["manifest"].removeprefix(store.uri + "/"))
+    trust = load_trusted_keys([public], "test")
+    if signed:
+        assert stored.verdict(trust).ok is True
+        verify_state(record["signature"], layout.state_key("encoder"), record, trust)  # raises unless this key's
+    else:
+        assert stored.signature is None and record.get("signature") is None
+
+    again = run(workdir, *build, env=env)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert [r["status"] for r in json.loads(again.stdout)] == ["up-to-date"]
+    assert store.get(layout.state_key("encoder")).data == blob.data

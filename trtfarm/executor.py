@@ -16,22 +16,18 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from trtfarm.building.release_move import release_if_allowed
 from trtfarm.planning.plan import ExportWork, full_build_of
-from trtfarm.publishing.publish import withdraw
-from trtfarm.publishing.release import ChannelRefused
-from trtfarm.releases.channels import promote_move
 from trtfarm.store import Store
 from trtfarm.vocabulary.job import BuildJob, JobResult
-from trtfarm.vocabulary.pointer import ReleasePointer
-from trtfarm.vocabulary.precision_job import PrecisionJob, PrecisionRun
 from trtfarm.vocabulary.target_outcome import RunRow, TargetOutcome
 
-if TYPE_CHECKING:  # the promotion path reads the gates; a build never does
+if TYPE_CHECKING:  # the promotion path reads the gates and the channels; a build never does
     from trtfarm.releases.gates import Candidate
+    from trtfarm.vocabulary.pointer import ReleasePointer
+    from trtfarm.vocabulary.precision_job import PrecisionJob, PrecisionRun
 
 Dispatch = Callable[[list[BuildJob]], Awaitable[list[JobResult]]]
-PrecisionDispatch = Callable[[list[PrecisionJob]], Awaitable[list[PrecisionRun]]]
+PrecisionDispatch = Callable[[list["PrecisionJob"]], Awaitable[list["PrecisionRun"]]]
 
 
 async def precision_first(plans: list[ExportWork], dispatch: PrecisionDispatch,
@@ -77,6 +73,9 @@ def settle(store: Store, plan: ExportWork, signer=None) -> JobResult:
     Returns the released targets' outcomes, each with its typed ``ReleaseOutcome``. ``signer`` (this process's
     key) signs the releases and the repair of a damaged pointer.
     """
+    from trtfarm.building.release_move import release_if_allowed  # (imported where a plan settles something)
+    from trtfarm.publishing.publish import withdraw
+
     for w in plan.withdrawals:
         withdraw(store, w.prefix)
     override = plan.model is not None and plan.model.release_override  # --release: past a gate not passed
@@ -158,6 +157,9 @@ def promote(store: Store, found: list[Candidate], *, reason: str = "promoted: ev
 
     The loser of a promotion race (``ChannelRefused``: another writer moved stable first) is reported, not raised.
     """
+    from trtfarm.publishing.release import ChannelRefused
+    from trtfarm.releases.channels import promote_move
+
     done = []
     for c in found:
         moved, why = None, ""

@@ -169,12 +169,12 @@ def record_changed_states(setup: RunSetup, changed: list[str], by: str) -> list[
     The run's key signs the records; the trusted keys of its fleet file verify each release recorded. Best effort:
     the builds stand when the store refuses the record, and views compute what is not recorded.
     """
+    if not changed:  # (an up-to-date rerun imports none of the recorder)
+        return []
     from trtfarm.errors import TrtfarmError
     from trtfarm.publishing.release import who
     from trtfarm.state.recorder import record_states
 
-    if not changed:
-        return []
     every = None if setup.request.targets else setup.targets  # the fleet's every target, resolved already
     try:
         setup.record_fleet()

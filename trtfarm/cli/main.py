@@ -17,7 +17,7 @@ import sys
 import typer
 from typer.exceptions import TyperException
 
-from trtfarm import interrupt, scratch
+from trtfarm import interrupt
 from trtfarm.cli.common import err, message_text, plain_metavars
 from trtfarm.extras import missing_extra
 
@@ -124,6 +124,8 @@ def _main() -> None:
     except typer.Abort:
         sys.exit(1)
     except interrupt.Interrupted as stopped:
+        from trtfarm import scratch  # (imported by whatever made a temporary: --help and a typo need none)
+
         scratch.remove_all()  # what the signal caught mid-way (between creating a temporary and its cleanup)
         err.print(message_text(interrupt.stopped_line(int(stopped.code or 130))), highlight=False,
                   soft_wrap=not err.is_terminal)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from trtfarm.errors import UserInputError
 from trtfarm.precision.recipe import Mode
@@ -78,6 +78,7 @@ class MatrixRequest(BaseModel):
 class PromoteRequest(BaseModel):
     """Promote every candidate whose gates hold (the hourly promote-candidates run)."""
 
+    model_config = ConfigDict(defer_build=True)  # (its schema is built where first used: no build uses it)
     models: list[str] = Field(default_factory=list, description="model names (default: every model with a "
                               "candidate pointer in the store)")
     store: str = Field(default_factory=default_store, description="artifact store: a path, file:// or s3://bucket/prefix")

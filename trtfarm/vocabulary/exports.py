@@ -43,7 +43,7 @@ class ExportRecord(BaseModel):
     checks each file against it.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # (built where first read: a build reads none)
     name: str
     export_id: str
     registered_at: str

@@ -24,7 +24,7 @@ class PrecisionJob(BaseModel):
     job on its pool, toolchain queue and image (a worker that builds for the model anyway).
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # (built where first used: an fp32 build has none)
     model: ModelSource
     export: ExportRef
     recipe: Recipe
@@ -48,6 +48,7 @@ class PrecisionRun(BaseModel):
     sha256 matches; elsewhere it is downloaded from the store).
     """
 
+    model_config = ConfigDict(defer_build=True)  # (built where first used: an fp32 build has no precision step)
     job_id: str
     model: str
     step: PrecisionStep | None = None

@@ -49,7 +49,7 @@ class ReceiptHost(BaseModel):
 class Receipt(BaseModel):
     """One load of a channel's plan on a serving host: an append-only object in the store."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)  # (not on a build's path)
     schema_version: Literal[1] = 1
     model: str
     gpu: str
