@@ -9,7 +9,9 @@ trtfarm's modules are byte-compiled first, as `pip install` does for a wheel (an
 install's first run): under PYTHONDONTWRITEBYTECODE=1 an editable install would otherwise compile every module it
 imports on every run (about 0.1 to 0.3 s a build), which no installed copy does.
 
-Goal: median trtfarm <= 1.15 x plain + 0.4 s; the up-to-date rerun <= 0.4 s. The model is PP-OCRv4's detector from
+Each side's import time (``python -X importtime``: the top-level imports' cumulative time of one run) is printed
+beside its build time (the median wall time less the imports) and its total. Goals (issue 60): median trtfarm <=
+1.10 x plain + 0.25 s; the up-to-date rerun and ``trtfarm --help`` each <= 0.25 s. The model is PP-OCRv4's detector from
 the pinned corpus (tests/corpus/sources.py; its wheel is fetched from PyPI once), or with --model conv a
 detector-shaped conv net of a few MB made here.
 
@@ -35,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.fleets import ONE_RTX_TARGET  # noqa: E402 - after the repository is on the path
 
-GOAL_RATIO, GOAL_EXTRA_S, GOAL_RERUN_S = 1.15, 0.4, 0.4
+GOAL_RATIO, GOAL_EXTRA_S, GOAL_RERUN_S = 1.10, 0.25, 0.25
 MODELS = {  # input name -> (min, opt, max)
     "ppocr-det": {"x": ((1, 3, 320, 320), (1, 3, 640, 640), (1, 3, 960, 960))},
     "conv": {"image": ((1, 3, 320, 320), (1, 3, 640, 640), (4, 3, 960, 960))},
@@ -59,8 +61,8 @@ plan = builder.build_serialized_network(network, config)
 with open(out, "wb") as f:
     f.write(plan)
 '''
-NAMES = {"direct": "plain TensorRT-RTX builder", "trtfarm": "trtfarm build (fresh store)",
-         "up_to_date": "trtfarm build (up to date)", "help": "trtfarm --help"}
+NAMES = {"direct": "plain builder", "trtfarm": "trtfarm build", "up_to_date": "up-to-date rerun",
+         "help": "trtfarm --help"}
 
 
 def model_bytes(name: str) -> bytes:
@@ -122,10 +124,12 @@ def measure(args, work: Path) -> tuple[dict[str, list[tuple[float, float]]], dic
         runs["up_to_date"].append(timed(farm, work))
         runs["help"].append(timed([sys.executable, "-m", "trtfarm", "--help"], work))
     load.append(os.getloadavg()[0])
-    farm = [sys.executable, "-m", "trtfarm", "build", str(model), *flags]
+    farm = [sys.executable, "-m", "trtfarm", "build", str(model), *flags, "--store", "store-imports"]
+    imports = {"direct": import_seconds([sys.executable, "direct.py", str(model), "direct-imports.plan"], work),
+               "trtfarm": import_seconds(farm, work), "up_to_date": import_seconds(farm, work),
+               "help": import_seconds([sys.executable, "-m", "trtfarm", "--help"], work)}
     info = {"model_mib": round(model.stat().st_size / 2**20, 1), "profile": " ".join(flags[1::2]),
-            "imports_fresh_s": round(import_seconds([*farm, "--store", "store-imports"], work), 3),
-            "imports_up_to_date_s": round(import_seconds([*farm, "--store", "store-imports"], work), 3),
+            "imports_s": {k: round(v, 3) for k, v in imports.items()},
             "load_avg_1m": [round(x, 2) for x in load], "cpus": os.cpu_count(), "bytecode": bytecode}
     return runs, info
 
@@ -147,7 +151,9 @@ def main() -> None:
            "ratio_of_pairs_median": round(statistics.median(pairs), 3),
            "overhead_s": round(wall["trtfarm"] - wall["direct"], 3), "up_to_date_s": round(wall["up_to_date"], 3),
            "help_s": round(wall["help"], 3), "cpu_s": {k: round(v, 3) for k, v in cpu.items()},
-           "goal_s": round(goal, 3), "goal_met": wall["trtfarm"] <= goal and wall["up_to_date"] <= GOAL_RERUN_S}
+           "goal_s": round(goal, 3), "goals_met": {"fresh": wall["trtfarm"] <= goal,
+                                                  "up_to_date": wall["up_to_date"] <= GOAL_RERUN_S,
+                                                  "help": wall["help"] <= GOAL_RERUN_S}}
     if args.json:
         print(json.dumps(doc))
         return
@@ -155,21 +161,23 @@ def main() -> None:
     from rich.table import Table
 
     table = Table(title=f"{args.model} ({info['model_mib']} MB), {info['profile']}, one TensorRT-RTX target: "
-                        f"{args.repeat} alternating runs, fresh processes")
-    for col in ("run", "median s", "min s", "max s", "CPU s", "vs plain"):
+                        f"{args.repeat} alternating runs, fresh processes (each build into a fresh store)")
+    for col in ("run", "import s", "build s", "total s", "min s", "max s", "CPU s", "vs plain"):
         table.add_column(col, justify="right" if col != "run" else "left")
-    for key, xs in runs.items():
-        table.add_row(NAMES[key], f"{wall[key]:.2f}", f"{min(w for w, _ in xs):.2f}", f"{max(w for w, _ in xs):.2f}",
+    for key, xs in runs.items():  # build s: the median wall time less the imports (for --help: printing it)
+        table.add_row(NAMES[key], f"{info['imports_s'][key]:.2f}", f"{wall[key] - info['imports_s'][key]:.2f}",
+                      f"{wall[key]:.2f}", f"{min(w for w, _ in xs):.2f}", f"{max(w for w, _ in xs):.2f}",
                       f"{cpu[key]:.2f}", f"{wall[key] / wall['direct']:.2f}x")
     Console().print(table)
+    met = {k: "met" if v else "NOT met" for k, v in doc["goals_met"].items()}
     print(f"trtfarm / plain = {doc['ratio']:.2f}x (pairs: {doc['ratio_of_pairs_median']:.2f}x), "
-          f"{doc['overhead_s']:+.2f} s; goal <= {GOAL_RATIO}x + {GOAL_EXTRA_S} s = {goal:.2f} s and the rerun "
-          f"<= {GOAL_RERUN_S} s: {'met' if doc['goal_met'] else 'NOT met'}")
+          f"{doc['overhead_s']:+.2f} s; goal <= {GOAL_RATIO}x + {GOAL_EXTRA_S} s = {goal:.2f} s: {met['fresh']}; "
+          f"the rerun <= {GOAL_RERUN_S} s: {met['up_to_date']}; --help <= {GOAL_RERUN_S} s: {met['help']}")
     print(f"CPU seconds (user + system; less moved by other work than wall time): trtfarm / plain = "
           f"{cpu['trtfarm'] / cpu['direct']:.2f}x, {cpu['trtfarm'] - cpu['direct']:+.2f} s; up to date "
           f"{cpu['up_to_date']:.2f} s")
-    print(f"imports (python -X importtime): {doc['imports_fresh_s']:.2f} s fresh, {doc['imports_up_to_date_s']:.2f} s "
-          f"up to date; {info['cpus']} CPUs, 1-min load average {info['load_avg_1m'][0]} -> {info['load_avg_1m'][1]}; "
+    print(f"imports: python -X importtime, one run each after the timed ones; {info['cpus']} CPUs, 1-min load "
+          f"average {info['load_avg_1m'][0]} -> {info['load_avg_1m'][1]}; "
           f"trtfarm's bytecode: {info['bytecode']}")
 
 
