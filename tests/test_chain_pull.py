@@ -32,7 +32,8 @@ def fleet(tmp_path):
 
 
 def scan(*names: str) -> GpuScan:
-    return GpuScan(tuple(LocalGpu(i, n, "8.9", 24.0) for i, n in enumerate(names)), "580.0")
+    cc = {"NVIDIA GeForce RTX 3090": "8.6", "Tesla T4": "7.5"}
+    return GpuScan(tuple(LocalGpu(i, n, cc.get(n, "8.9"), 24.0) for i, n in enumerate(names)), "580.0")
 
 
 def test_this_hosts_gpu_is_the_fleets_gpu_of_that_name_unless_told(fleet):
@@ -44,7 +45,7 @@ def test_this_hosts_gpu_is_the_fleets_gpu_of_that_name_unless_told(fleet):
     assert str(err.value) == "--gpu 'h100' is not in the fleet; known GPUs: rtx-3090, rtx-4090"
     with pytest.raises(UserInputError) as err:
         local_gpu_key(fleet, scan("Tesla T4"), None)
-    assert str(err.value) == ("this host has Tesla T4 (cc 8.9), which matches no GPU in the fleet; pass --gpu KEY (one "
+    assert str(err.value) == ("this host has Tesla T4 (cc 7.5), which matches no GPU in the fleet; pass --gpu KEY (one "
                               "of ['rtx-3090', 'rtx-4090']) to pull for another host")
 
 

@@ -1,6 +1,7 @@
 """Does a local device serve a target (or a plan's manifest)? By PCI device id where one is declared.
 
-One rule for the worker's self-check, ``trtfarm targets``, ``verify``, ``pull`` and ``load_plan``:
+One rule for the worker's self-check, ``trtfarm targets``, ``verify``, ``pull`` (which fleet GPU this host is:
+``best_key``) and ``load_plan``:
 
 - a MIG instance serves only a target of its profile, and a whole GPU only a target of no profile;
 - a plan of a portable class (TensorRT-RTX's default, ``same_compute_capability``, ``ampere_plus``) serves by
@@ -13,6 +14,7 @@ One rule for the worker's self-check, ``trtfarm targets``, ``verify``, ``pull`` 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from trtfarm.machine.gpu import GpuScan, LocalGpu
@@ -135,3 +137,13 @@ def best_fit(spec: DeviceSpec, scan: GpuScan) -> Fit:
     if not fits:
         return Fit("no", f"this machine has {scan.describe()}")
     return fits[0]
+
+
+def best_key(specs: Mapping[str, DeviceSpec], scan: GpuScan) -> str | None:
+    """The key of the spec a local device serves best (exact, then group, class, name; the first listed of a rank).
+
+    None when no device serves any: how ``pull`` finds which fleet GPU this host is, by the rule ``verify`` and the
+    worker's self-check hold each plan and target to.
+    """
+    ranked = sorted((RANK[best_fit(spec, scan).how], i, key) for i, (key, spec) in enumerate(specs.items()))
+    return next((key for rank, _, key in ranked if rank < RANK["no"]), None)

@@ -26,6 +26,7 @@ from trtfarm.signing.verdict import TrustVerdict
 from trtfarm.store import Store
 from trtfarm.store.base import Progress
 from trtfarm.store.resume import download_resumable
+from trtfarm.vocabulary.device_spec import fleet_gpu_of
 from trtfarm.vocabulary.fleet import Fleet
 
 
@@ -56,18 +57,6 @@ def local_gpu_key(fleet: Fleet, gpus: GpuScan, override: str | None) -> str:
         return key
     raise UserInputError(f"this host has {gpus.describe()}, which matches no GPU in the fleet; pass --gpu KEY "
                          f"(one of {sorted(fleet.gpus)}) to pull for another host")
-
-
-def fleet_gpu_of(fleet: Fleet, gpus: GpuScan) -> str | None:
-    """The fleet GPU this host's device is: by PCI id (and MIG profile) where the fleet declares ids, else by name."""
-    for gpu in gpus.gpus:
-        profile = gpu.mig.profile if gpu.mig else None
-        same = {k: g for k, g in fleet.gpus.items() if g.mig == profile}
-        by_id = [k for k, g in same.items() if gpu.pci_device_id and gpu.pci_device_id in g.pci_ids]
-        by_name = [k for k, g in same.items() if g.nvml_name == gpu.name and not (g.pci_ids and gpu.pci_device_id)]
-        if by_id or by_name:
-            return (by_id or by_name)[0]
-    return None
 
 
 def local_toolchains(installed: dict[str, str | None], override: str | None) -> list[str]:
