@@ -97,6 +97,8 @@ def main() -> None:
 
 def quiet_nanobind_leaks() -> None:
     """Turn off the leak report of every module of ``NANOBIND_LEAK_SWITCHES`` that is loaded (importing none)."""
+    if not any(name in sys.modules for name in NANOBIND_LEAK_SWITCHES):  # (most commands: nothing to look up)
+        return
     from trtfarm.precision.deferred import loaded
 
     for name, switch in NANOBIND_LEAK_SWITCHES.items():

@@ -51,7 +51,7 @@ from trtfarm.vocabulary.targets import TargetWork, group_by_build, plan_targets
 class ExportWork(BaseModel):
     """One model of a run: every target in order, the outcomes known before any build, and the builds to run.
 
-    The run's work for the model (not a TensorRT plan, nor ``trtfarm plan --fleet``'s what-if).
+    The run's work for the model (not a TensorRT plan, nor ``trtfarm whatif --fleet``'s what-if).
     """
 
     model_config = ConfigDict(frozen=True)

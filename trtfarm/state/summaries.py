@@ -1,6 +1,6 @@
 """What fleet views need of each stored object, and a cache of it on this machine keyed by the object's version.
 
-A ``ManifestSummary`` keeps the fields ``trtfarm plan`` and ``trtfarm status`` read (target, toolchain, settings,
+A ``ManifestSummary`` keeps the fields ``trtfarm whatif`` and ``trtfarm status`` read (target, toolchain, settings,
 recipe, profiles, build time, checks); a ``PointerSummary`` the release pointer's last release; an ``OutcomeSummary``
 one target's outcome in a run. ``SummaryCache`` holds them in one JSON file per store in the user's cache folder, each
 beside the version a listing showed when it was read (``Store.list_versions``): a later view reads only the objects

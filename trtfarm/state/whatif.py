@@ -55,7 +55,7 @@ def decide_fleet(survey: StoreSurvey, expected: dict[str, ExpectedExport], curre
                  force: bool = False) -> FleetDecisions:
     """Every (model, target) decision of a run under ``proposed``.
 
-    ``baseline="fleet"`` (``trtfarm plan``): what the change from ``current`` costs; a pair whose build the proposal
+    ``baseline="fleet"`` (``trtfarm whatif``): what the change from ``current`` costs; a pair whose build the proposal
     leaves as it is keeps, built or not. ``baseline="store"`` (``farm run --dry-run``): what a run would do now; a
     pair keeps only when its build is published.
     """

@@ -39,7 +39,7 @@ class TargetDecision:
     channel: str = "stable"  # the pointer its release moves: candidate when the model's farm.yaml declares promotion:
 
     def to_json(self) -> dict:
-        """``{model, target, action, reasons, estimate_s, basis, channel}`` (``trtfarm plan --json``, one per pair)."""
+        """``{model, target, action, reasons, estimate_s, basis, channel}`` (``trtfarm whatif --json``, one per pair)."""
         return {"model": self.model, "target": self.target, "action": self.action, "reasons": list(self.reasons),
                 "estimate_s": self.estimate_s, "basis": self.basis, "channel": self.channel}
 
