@@ -25,6 +25,7 @@ from trtfarm.publishing.release_check import check_release
 from trtfarm.publishing.sign_store import sign_store
 from trtfarm.releases.moves import move_release
 from trtfarm.signing.release_claim import unverified_claim, verify_release
+from trtfarm.state.run_view import RunView
 from trtfarm.vocabulary.fleet import select_targets
 from trtfarm.vocabulary.pointer import POINTER_SCHEMA, PointerInvalid, PointerTooNew, pointer_from_json
 from trtfarm.vocabulary.targets import TargetWork
@@ -155,7 +156,8 @@ def test_the_executor_signs_the_release_planning_decided_for_a_plan_a_killed_run
     assert pointer.manifest == plan.manifest_key and _signed_by(farm, pointer) == pointer.version == 1
     assert farm.pull().release.claim.version == 1
     farm.store.delete(KEY)  # the farm's path: the listings say there is no pointer
-    done = _carried_out(farm, triage_listed(farm.store, [replace(plan, pointer=None)]), farm.signer)
+    view = RunView(farm.store, load_fleet(tmp_path / "gpu_targets.yaml"))  # the run's read model of the store
+    done = _carried_out(farm, triage_listed(farm.store, [replace(plan, pointer=None)], view), farm.signer)
     assert done[plan.target.id].release.action == "moved"
     again, _ = farm.pointer()
     assert _signed_by(farm, again) == again.version == 1 and again.manifest == plan.manifest_key
@@ -164,7 +166,8 @@ def test_the_executor_signs_the_release_planning_decided_for_a_plan_a_killed_run
 def test_a_run_without_a_key_releases_unsigned_and_sign_signs_it_later(farm, tmp_path):
     farm.store.delete(KEY)
     plan = _plan(farm, tmp_path)
-    done = _carried_out(farm, triage_listed(farm.store, [plan]))
+    view = RunView(farm.store, load_fleet(tmp_path / "gpu_targets.yaml"))
+    done = _carried_out(farm, triage_listed(farm.store, [plan], view))
     assert str(done[plan.target.id].release).startswith("released: ")
     pointer, _ = farm.pointer()
     assert (pointer.claim, pointer.version) == (None, 1)

@@ -21,7 +21,6 @@ from trtfarm.executor import changed_models, execute, precision_first
 from trtfarm.machine.capabilities import local_capabilities
 from trtfarm.planning.plan import ExportWork, plan_export
 from trtfarm.planning.requests import MatrixRequest
-from trtfarm.planning.triage import StoreIndex
 from trtfarm.project.fleet_file import load_fleet
 from trtfarm.run_setup import RunSetup, setup_run
 from trtfarm.scratch import scratch_dir
@@ -45,9 +44,9 @@ def plan_run(request: MatrixRequest, store: Store, exports: Iterable[ExportRef],
              fleet: Fleet | None = None, targets: list[ResolvedTarget] | None = None) -> list[ExportWork]:
     """Plan every model of the run; the fleet is parsed, its targets resolved and this machine scanned once per run.
 
-    A farm run over several models lists the store's plans and release pointers once and plans the models on a
-    few threads (their store requests overlap; the store client is shared). Planning reads the store only: what it
-    decides is carried out by ``trtfarm.executor``.
+    A farm run over several models reads the store's one read model once (``RunView``: listings, the models' state
+    records) and plans the models on a few threads (their store requests overlap; the store client is shared).
+    Planning reads the store only: what it decides is carried out by ``trtfarm.executor``.
     """
     fleet = fleet or load_fleet(request.targets_file)
     if targets is None:  # an unknown target id fails the run before any work
@@ -56,9 +55,11 @@ def plan_run(request: MatrixRequest, store: Store, exports: Iterable[ExportRef],
     if not farm:
         caps = local_capabilities()
         return [plan_export(request, e, store, farm=False, fleet=fleet, caps=caps, targets=targets) for e in exports]
-    index = StoreIndex(store) if len(exports) > 1 else None
+    from trtfarm.state.run_view import RunView
+
+    view = RunView(store, fleet, whole_store=True) if len(exports) > 1 else None
     with ThreadPoolExecutor(max_workers=min(PLAN_THREADS, max(len(exports), 1))) as pool:
-        return list(pool.map(lambda e: plan_export(request, e, store, farm=True, fleet=fleet, index=index,
+        return list(pool.map(lambda e: plan_export(request, e, store, farm=True, fleet=fleet, view=view,
                                                    targets=targets), exports))
 
 

@@ -198,7 +198,7 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
              server_wait: int = SERVER_WAIT_OPT) -> None:
     """Start a build-matrix run on the farm (as the Prefect UI does); bad parameters are refused before it starts.
 
-    With --dry-run nothing starts and no server is needed: the decisions come from the store (as `trtfarm plan`'s).
+    With --dry-run nothing starts and no server is needed: the run's own planner decides, from the store.
     """
     from trtfarm.planning.requests import MatrixRequest
 
@@ -216,7 +216,7 @@ def farm_run(model: str = typer.Argument(None, help="registered model, name@expo
         raise fail(f"invalid parameters: {'; '.join(problems) or first_line(e)}") from e
     if dry_run:
         _check_model(request)
-        _dry_run(request, as_json, fleet)
+        _dry_run(request, as_json, fleet, targets)
         return
     rows = None if force or refit else _published_already(request, fleet, targets)
     if rows is not None:  # nothing to build: answer from the store, start no run, wait on no worker
@@ -253,18 +253,25 @@ def _check_model(request) -> None:
                   highlight=False, soft_wrap=True)
 
 
-def _dry_run(request, as_json: bool, fleet) -> None:
-    """What the run would do, decided from the store (``state.views.dry_run``): nothing starts."""
+def _dry_run(request, as_json: bool, fleet, targets) -> None:
+    """What the run would do, decided by the planner the run uses (``planning/dry_run.py``): nothing starts.
+
+    The what-if (``state.views.dry_run``) adds to each decision what changed and an estimate.
+    """
     from trtfarm.cli.fleet_commands import print_decisions
-    from trtfarm.state.views import dry_run, run_exports
+    from trtfarm.planning.dry_run import planned_decisions
+    from trtfarm.run_setup import find_exports
+    from trtfarm.state.views import dry_run
     from trtfarm.store import open_store
 
     if request.refit:
         raise fail("--dry-run with --refit: a dry run does not decide refits (they depend on each released plan's "
                    "refit flags); drop --refit to see what a full run would build")
     store = open_store(request.store)
-    decisions = dry_run(store, fleet, run_exports(store, request.model),
-                        targets=request.targets, precision=request.precision, force=request.force)
+    exports = find_exports(store, request.model)
+    decided, refused = planned_decisions(request, store, exports, fleet, targets)
+    decisions = dry_run(store, fleet, exports, decided, refused, targets=request.targets,
+                        precision=request.precision, force=request.force)
     if as_json:
         print_json([d.to_json() for d in decisions.decisions])
     else:
@@ -272,39 +279,30 @@ def _dry_run(request, as_json: bool, fleet) -> None:
 
 
 def _published_already(request, fleet, targets) -> list | None:
-    """Every target's ``RunRow`` when all of them are published and released (from the listings), else None.
+    """Every target's ``RunRow`` when the planner finds all of them up to date, else None (the run is started).
 
-    Then the fleet's state (``state.status``, the function every view reads) must agree: a cell it calls damaged,
-    refused (a tampered pointer), stale, failed or missing is the run's to repair, so the farm is asked.
-
-    Asks the store this shell names (``--store`` / ``$TRTFARM_STORE``, which ``--wait`` needs to be the farm's).
+    Up to date is the planner's own answer from the store's one read model (``state/run_view.py``): each target's
+    cell is released and names the build the run would build; a release a killed run left undone, a damaged or
+    refused cell, is the run's to repair. Asks the store this shell names (``--store`` / ``$TRTFARM_STORE``, which
+    ``--wait`` needs to be the farm's).
     """
     from trtfarm.executor import rows_for
     from trtfarm.planning.plan import up_to_date_export
-    from trtfarm.planning.triage import StoreIndex
     from trtfarm.run_setup import find_exports
+    from trtfarm.state.run_view import RunView
     from trtfarm.store import open_store
 
     try:  # read only: a release a killed run left undone is the run's to carry out
         store = open_store(request.store)
-        exports, index = find_exports(store, request.model), StoreIndex(store)
-        checks = (up_to_date_export(request, e, store, fleet, index, targets) for e in exports)  # lazily, in order:
+        exports = find_exports(store, request.model)
+        view = RunView(store, fleet, whole_store=True) if len(exports) > 1 else None  # as the run plans them
+        checks = (up_to_date_export(request, e, store, fleet, view, targets) for e in exports)  # lazily, in order:
         plans = list(iter(lambda: next(checks, None), None))  # the first model with work ends it (the run plans it)
         if not exports or len(plans) != len(exports):
             return None
-        if _unsound(store, fleet, [p.name for p in plans], [t.id for t in targets] if targets else None):
-            return None  # the one state function sees what a run must repair: the run does it
     except TrtfarmError:  # this shell's store is not the farm's (or cannot say): let the farm decide
         return None
     return rows_for(plans, [])
-
-
-def _unsound(store, fleet, models: list[str], targets: list[str] | None) -> list:
-    """The cells of ``models`` the fleet's state calls damaged, refused, stale, failed or missing (status's rule)."""
-    from trtfarm.state.views import status
-
-    found = status(store, fleet, models, targets=targets)
-    return [c for c in found.cells if c.state in ("damaged", "refused", "stale", "failed", "missing")]
 
 
 def _print_run(run, as_json: bool) -> None:

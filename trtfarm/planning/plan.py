@@ -14,6 +14,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
@@ -24,7 +25,7 @@ from trtfarm.machine.capabilities import Capabilities, local_capabilities
 from trtfarm.modelfile import model_source, verified
 from trtfarm.planning.precision import planned_precision
 from trtfarm.planning.requests import MatrixRequest
-from trtfarm.planning.triage import StoreIndex, Triage, skip_unservable, triage, triage_listed
+from trtfarm.planning.triage import Triage, skip_unservable, triage, triage_listed
 from trtfarm.precision.recipe import GateFailed
 from trtfarm.profiles.profile import (
     Profile,
@@ -46,6 +47,9 @@ from trtfarm.vocabulary.model import ModelSource
 from trtfarm.vocabulary.precision_job import PrecisionJob
 from trtfarm.vocabulary.target_outcome import TargetOutcome
 from trtfarm.vocabulary.targets import TargetWork, group_by_build, plan_targets
+
+if TYPE_CHECKING:  # a local build never asks the read model: imported where a farm run's first stage makes one
+    from trtfarm.state.run_view import RunView
 
 
 class ExportWork(BaseModel):
@@ -94,16 +98,16 @@ def model_name(given: str | None, export: ExportRef, spec_name: str | None, path
 
 def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm: bool,
                 fleet: Fleet | None = None, caps: Capabilities | None = None,
-                index: StoreIndex | None = None, targets: list[ResolvedTarget] | None = None) -> ExportWork:
+                view: RunView | None = None, targets: list[ResolvedTarget] | None = None) -> ExportWork:
     """Decide what to build for ``export``; a refused precision recipe fails every target (nothing is built).
 
     ``fleet``, ``caps`` and ``targets`` (the request's targets, resolved) come once per run from the caller;
     ``caps`` is ignored in farm mode (each job goes to a pool whose workers check themselves). The first stage
-    (``listed_stage``) answers a registered export from its recorded digests and two store listings, without
-    fetching the model: when every target is published, that is the plan; else the model is fetched and only the
-    targets the listings did not settle are looked at again. Planning reads the store and writes nothing: a
-    published plan that was never released, or a damaged one, is a decision in the plan (``releases``,
-    ``withdrawals``) that ``trtfarm.executor`` carries out.
+    (``listed_stage``) answers a registered export from its recorded digests and the store's read model
+    (``view``: the run's, else this model's), without fetching the model: when every target is up to date, that is
+    the plan; else the model is fetched and only the targets it did not settle are looked at again. Planning reads
+    the store and writes nothing: a published plan that was never released, or a damaged one, is a decision in the
+    plan (``releases``, ``withdrawals``) that ``trtfarm.executor`` carries out.
     """
     if farm and not is_uri(export.uri):
         raise UserInputError(f"{export.uri}: a farm run builds registered models or export URIs that every worker "
@@ -111,7 +115,7 @@ def plan_export(request: MatrixRequest, export: ExportRef, store: Store, *, farm
     fleet = fleet or load_fleet(request.targets_file)
     first = None
     if farm and not (request.force or request.refit or request.verify_store):
-        first = listed_stage(request, export, store, fleet, index, targets)
+        first = listed_stage(request, export, store, fleet, view, targets)
         if first is not None and not first.todo:
             return first.plan
     path = local_copy(export, first.record if first else None)
@@ -256,24 +260,25 @@ class ListedStage:
         known = {p.target.id: done[p.target.id] for p in plans if p.target.id in done
                  and done[p.target.id].manifest_key == p.manifest_key}
         rest = [listed.get(p.manifest_key, p) for p in plans if p.target.id not in known]
+        same = set(known) | {p.target.id for p in plans if p.manifest_key in listed}  # a withdrawal stands for them
         return Triage(known, [], [r for r in self.plan.releases if r.target in known],
-                      [w for w in self.plan.withdrawals if w.target in known]), rest
+                      [w for w in self.plan.withdrawals if w.target in same]), rest
 
 
 def up_to_date_export(request: MatrixRequest, export: ExportRef, store: Store, fleet: Fleet,
-                      index: StoreIndex | None = None,
+                      view: RunView | None = None,
                       targets: list[ResolvedTarget] | None = None) -> ExportWork | None:
-    """The plan of a registered export whose every target is published and released, else None; reads only.
+    """The plan of a registered export whose every target is up to date (its cell released), else None; reads only.
 
     None when anything needs more: a build, or a release a killed run left undone (the run carries it out).
     """
-    first = listed_stage(request, export, store, fleet, index, targets)
+    first = listed_stage(request, export, store, fleet, view, targets)
     return first.plan if first is not None and not first.todo and first.plan.settled else None
 
 
 def listed_stage(request: MatrixRequest, export: ExportRef, store: Store, fleet: Fleet,
-                 index: StoreIndex | None = None, targets: list[ResolvedTarget] | None = None) -> ListedStage | None:
-    """The first stage of planning a registered export: what its record and two listings settle, or None.
+                 view: RunView | None = None, targets: list[ResolvedTarget] | None = None) -> ListedStage | None:
+    """The first stage of planning a registered export: what its record and the store's read model settle, or None.
 
     Trusts the digests recorded at registration (``export.json``) and reads only the build spec; the model bytes
     are fetched (and re-hashed) only when something is built. Covers the nightly's common case: an fp32 recipe with
@@ -300,7 +305,11 @@ def listed_stage(request: MatrixRequest, export: ExportRef, store: Store, fleet:
                         exported_at=record.registered_at, promotion=spec.promotion)
     profiles = _profiles(request, path, spec)
     plans = plan_targets(model, model.onnx_digest, resolved, profiles, None)
-    found = triage_listed(store, plans, index)
+    if view is None:
+        from trtfarm.state.run_view import RunView
+
+        view = RunView(store, fleet)
+    found = triage_listed(store, plans, view)
     return ListedStage(record, resolved, profiles, ExportWork(
         name=name, model=model, profiles=profile_texts(profiles), targets=[t.id for t in resolved],
         outcomes=found.done, releases=found.releases, withdrawals=found.withdrawals), found.todo)
@@ -333,3 +342,4 @@ def _jobs(store: Store, request: MatrixRequest, model: ModelSource, uri: str, te
 def full_build_of(job: BuildJob, why: str) -> BuildJob:
     """The full build that replaces a refit the workers could not do."""
     return job.model_copy(update={"refit_of": None, "parent": None, "full_build_reason": why, "fallback": True})
+

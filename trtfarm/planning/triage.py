@@ -5,15 +5,16 @@ writing nothing. A target is up to date when its manifest exists and its plan ob
 manifest records (a full re-hash is ``trtfarm verify --store``). A published manifest whose release pointer was
 never written (a run killed between the two) gets a release decision, which ``trtfarm.executor`` carries out
 (``building/release_move.py``: ``release_if_allowed``) when the target's policy allows, so a rerun completes the
-release.
+release. ``triage_listed``, a farm run's first stage, asks the store's read model instead (``state/run_view.py``: the
+target's cell released, naming this build) and triages in full only what that does not settle.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from trtfarm import layout
 from trtfarm.building.release_move import outcome_from_manifest
 from trtfarm.errors import CorruptObject
 from trtfarm.machine.capabilities import Capabilities
@@ -25,6 +26,9 @@ from trtfarm.vocabulary.decisions import Release, Withdraw
 from trtfarm.vocabulary.pointer import SeenPointer
 from trtfarm.vocabulary.target_outcome import TargetOutcome
 from trtfarm.vocabulary.targets import TargetWork
+
+if TYPE_CHECKING:  # (a local build triages in full: it never makes one)
+    from trtfarm.state.run_view import RunView
 
 
 @dataclass
@@ -101,47 +105,33 @@ def skip_unservable(plans: Sequence[TargetWork], caps: Capabilities) -> tuple[di
     return done, todo
 
 
-class StoreIndex:
-    """What a run over many models needs to know of the store, from two paginated listings.
+def triage_listed(store: Store, plans: Sequence[TargetWork], view: RunView) -> Triage:
+    """``triage`` at the floor for runs over many models: the store's read model instead of a read per target.
 
-    Plan objects with their sizes, and release pointers. Built once per run (thread-safe reads after construction).
-    """
-
-    def __init__(self, store: Store) -> None:
-        self.sizes = dict(store.list_sizes(layout.plans_prefix()))
-        self.pointers = set(store.list(layout.releases_prefix()))
-
-
-def triage_listed(store: Store, plans: Sequence[TargetWork], index: StoreIndex | None = None) -> Triage:
-    """``triage`` at the floor for runs over many models: listings instead of a manifest read per target.
-
-    A target is up to date when its manifest and a non-empty plan object are listed (its manifest is not read). A
-    target without a release pointer gets the full treatment (its manifest read, a release decided if policy
-    allows), so a killed run's release still completes. ``index``: the run's listings; without it, this model's
-    are listed.
+    A target is up to date when the listings show its manifest, a non-empty plan object and its release pointer,
+    and its cell (``RunView.released``: from the model's current state record, else computed once per model) is
+    released and names this build. A target the listings show unpublished is built (nothing is read); any other is
+    triaged in full (its manifest and pointer read): a release a killed run left undone, a damaged manifest or plan
+    object, a pointer serving hosts refuse.
     """
     found = Triage()
-    if not plans:
-        return found
-    model, onnx12 = layout.parse_plan_key(plans[0].manifest_key)[:2]
-    if index is not None:
-        sizes, pointers = index.sizes, index.pointers
-    else:
-        sizes = dict(store.list_sizes(f"{layout.plans_prefix(model)}{onnx12}/"))
-        pointers = set(store.list(layout.releases_prefix(model)))
     for p in plans:
         t = p.target
         if p.skip_reason:
             found.done[t.id] = TargetOutcome(t.id, "skipped", p.skip_reason, build_digest=p.build_digest,
                                              fix=p.skip_fix)
-        elif p.manifest_key not in sizes or not sizes.get(layout.plan_key(p.prefix)):
-            unreleased = SeenPointer(key=p.release_key, pointer=None, etag=None) if p.release_key not in pointers \
-                else None  # what the listings said travels with the plan: neither is read again
-            found.todo.append(replace(p, manifest_absent=p.manifest_key not in sizes, pointer=unreleased))
-        elif p.release_key not in pointers:  # listed as absent: the release swaps it in from nothing
+            continue
+        size, pointed = view.plan_bytes(p.manifest_key), view.pointer_listed(p.manifest_key, p.release_key)
+        if size is None:
+            unreleased = None if pointed else SeenPointer(key=p.release_key, pointer=None, etag=None)
+            # what the listings said travels with the plan: neither is read again
+            found.todo.append(replace(p, manifest_absent=not view.manifest_listed(p.manifest_key), pointer=unreleased))
+        elif not pointed:  # listed as absent: the release swaps it in from nothing
             found.add(triage(store, [replace(p, pointer=SeenPointer(key=p.release_key, pointer=None, etag=None))]))
-        else:
+        elif view.released(t.id, p.manifest_key):
             found.done[t.id] = TargetOutcome(t.id, "up-to-date", f"build {p.build_digest[:12]} already published",
-                                             store.url(p.manifest_key), plan_bytes=sizes[layout.plan_key(p.prefix)],
+                                             store.url(p.manifest_key), plan_bytes=size,
                                              manifest_key=p.manifest_key, build_digest=p.build_digest)
+        else:  # published, yet its cell is not this build released: what is wrong is read and decided
+            found.add(triage(store, [p]))
     return found

@@ -6,6 +6,7 @@ returns typed results. None writes to the store.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timezone
 
 from trtfarm.errors import UserInputError
@@ -23,7 +24,14 @@ from trtfarm.state.whatif import decide_fleet
 from trtfarm.store import Store
 from trtfarm.vocabulary.exports import ExportRef
 from trtfarm.vocabulary.fleet import Fleet
-from trtfarm.vocabulary.fleetview import FleetDecisions, FleetStatus, ReleaseRef
+from trtfarm.vocabulary.fleetview import (
+    RUN_BUILDS,
+    FleetDecisions,
+    FleetStatus,
+    ReleaseRef,
+    RunDecision,
+    TargetDecision,
+)
 
 
 def survey_of(store: Store, *, runs: bool = False, cache: bool = True, keep_parsed: bool = False) -> StoreSurvey:
@@ -57,14 +65,61 @@ def plan_fleet(store: Store, current: Fleet | None, proposed: Fleet, models: lis
 
 
 @collector_paused()
-def dry_run(store: Store, fleet: Fleet, exports: list[ExportRef], *, targets: list[str] | None = None,
-            precision: str | None = None, force: bool = False) -> FleetDecisions:
-    """What a run of ``exports`` would do now (``farm run --dry-run``): the fleet as it is, against the store."""
+def dry_run(store: Store, fleet: Fleet, exports: list[ExportRef], decided: list[RunDecision],
+            refused: dict[str, str] | None = None, *, targets: list[str] | None = None, precision: str | None = None,
+            force: bool = False) -> FleetDecisions:
+    """What a run of ``exports`` would do now (``farm run --dry-run``): its planner's ``decided``, explained.
+
+    Each decision is the planner's (``planning/dry_run.py``); the what-if adds what it knows of each build (what
+    changed against the build it replaces, an estimate). A build the what-if would keep (the listings show it
+    published, yet its cell is not released: damaged, refused) is estimated as a forced rebuild. ``refused``: the
+    models the planner refuses, and why.
+    """
     survey = survey_of(store, runs=True)
     expected = recorded_exports(survey, [e.name for e in exports], precision, {e.name: e for e in exports})
-    decisions = decide_fleet(survey, expected, fleet, fleet, baseline="store", target_ids=targets, force=force)
+    found = decide_fleet(survey, expected, fleet, fleet, baseline="store", target_ids=targets, force=force)
+    by_pair = {(d.model, d.target): d for d in found.decisions}
+    rebuilt = {(r.model, r.target) for r in decided if r.run in RUN_BUILDS and (r.model, r.target) in by_pair
+               and by_pair[r.model, r.target].action == "keep"}
+    if rebuilt:  # estimated as forced rebuilds: what the what-if knows of a build it does not call for
+        forced = decide_fleet(survey, {m: expected[m] for m, _ in rebuilt}, fleet, fleet, baseline="store",
+                              target_ids=sorted({t for _, t in rebuilt}), force=True)
+        by_pair.update({(d.model, d.target): d for d in forced.decisions if (d.model, d.target) in rebuilt})
     survey.save()
-    return decisions
+    out = [_as_decided(by_pair.get((r.model, r.target)), r, (r.model, r.target) in rebuilt) for r in decided]
+    return FleetDecisions(out, found.serving, {m: [d.target for d in out if d.model == m and d.action != "keep"]
+                                    for m in dict.fromkeys(d.model for d in out if d.action != "keep")},
+                          found.refused + [f"{m}: {why}" for m, why in (refused or {}).items()
+                                           if not any(line.startswith(f"{m}: ") for line in found.refused)])
+
+
+UNRELEASED = "published, not released yet: the run releases it when the target's policy allows"
+NOT_SOUND = "listed as published, yet its cell is not this build released (status says what): the run rebuilds it"
+
+
+def _as_decided(d: TargetDecision | None, r: RunDecision, forced: bool) -> TargetDecision:
+    """The what-if's decision of a pair made to say what the planner decided (``r``), and why.
+
+    ``forced``: ``d`` is the what-if's forced rebuild of a pair it would keep (its estimate stands, not its reason).
+    """
+    if d is None:  # a pair the what-if does not cover: the planner's word alone
+        d = TargetDecision(r.model, r.target, "keep", build_digest=r.build_digest)
+    if r.run in RUN_BUILDS:
+        reasons = tuple(x for x in d.reasons if not x.startswith("--force")) if forced else \
+            d.reasons if d.action != "keep" else ()
+        first = r.reason or (NOT_SOUND if forced or d.action == "keep" else "")
+        return replace(d, action="rebuild" if d.action == "keep" else d.action,
+                       reasons=((first,) if first else ()) + reasons, build_digest=r.build_digest or d.build_digest,
+                       published=False, run=r.run)
+    if r.run == "precision first":
+        return replace(d, reasons=(r.reason, *d.reasons), run=r.run)
+    if r.run in ("up-to-date", "release"):
+        kept = d.reasons if d.action == "keep" else ("published already",)
+        kept = tuple(x for x in kept if x != UNRELEASED) + ((UNRELEASED,) if r.run == "release" else ())
+        return replace(d, action="keep", reasons=kept, estimate_s=0.0, basis="nothing to build",
+                       basis_kind="nothing to build", published=True, run=r.run)
+    return replace(d, action="keep", reasons=(f"{r.run}: {r.reason}",), estimate_s=0.0, basis="nothing to build",
+                   basis_kind="nothing to build", published=False, run=r.run)  # skipped, or failed (the gate)
 
 
 def recorded_exports(survey: StoreSurvey, models: list[str], precision: str | None = None,
@@ -111,10 +166,17 @@ def status(store: Store, fleet: Fleet, models: list[str] | None = None, *, targe
                          previous={m: r for m, r in records.items() if m not in recorded and r.model == m},
                          keep=[m for m in stale if m not in kept])
     survey.save()
-    if stale:
-        found.notes.append(f"{len(stale)} of {len(names)} models have no state recorded in the store, or one older "
-                           "than their objects: computed from the store's records (`trtfarm status --record` "
-                           "records it; every run does)")
+    copied = {m: r.store for m, r in records.items() if m in stale and r.store not in (None, store.uri)
+              and r.shape == survey.model_inputs(m, RUNS_BACK, "size")}  # the same objects, at other versions
+    if copied:  # records of the store this one was copied from, whose objects' versions the copy did not keep
+        found.notes.append(f"{len(copied)} of {len(names)} models' state records were written in "
+                           f"{', '.join(sorted(set(copied.values())))} and this copy did not keep its objects' "
+                           "versions (modification times, ETags): computed from the store's records once on this "
+                           "machine; `trtfarm status --record` records them for this copy")
+    if len(stale) > len(copied):
+        found.notes.append(f"{len(stale) - len(copied)} of {len(names)} models have no state recorded in the store, "
+                           "or one older than their objects: computed from the store's records (`trtfarm status "
+                           "--record` records it; every run does)")
     return found
 
 

@@ -14,7 +14,20 @@ Action = Literal["rebuild", "keep", "new", "drop"]
 State = Literal["released", "stale", "failed", "missing", "pending", "refused", "damaged"]
 ACTIONS: tuple[Action, ...] = ("rebuild", "new", "drop", "keep")
 STATES: tuple[State, ...] = ("released", "pending", "stale", "failed", "refused", "damaged", "missing")
+RunWord = Literal["build", "withdraw+rebuild", "release", "up-to-date", "skipped", "failed", "precision first"]
+RUN_BUILDS: tuple[RunWord, ...] = ("build", "withdraw+rebuild")
 NOTHING_RELEASED = "no plan released for this target"  # a missing target's reason when no run said more
+
+
+@dataclass(frozen=True)
+class RunDecision:
+    """What a run's planner decided for one (model, target), and why (``farm run --dry-run`` says it)."""
+
+    model: str
+    target: str
+    run: RunWord
+    reason: str = ""
+    build_digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -37,11 +50,16 @@ class TargetDecision:
     build_digest: str | None = None  # the proposed build (None: dropped, or not computable before the precision step)
     published: bool = False  # whether that build is in the store now
     channel: str = "stable"  # the pointer its release moves: candidate when the model's farm.yaml declares promotion:
+    run: str = ""  # farm run --dry-run: what the run's planner decides (a RunWord); "": a what-if
 
     def to_json(self) -> dict:
-        """``{model, target, action, reasons, estimate_s, basis, channel}`` (``trtfarm whatif --json``, one per pair)."""
+        """``{model, target, action, reasons, estimate_s, basis, channel}`` (``trtfarm whatif --json``, one per pair).
+
+        A dry run's decision adds ``run``: the planner's own word for it (build, withdraw+rebuild, release, ...).
+        """
         return {"model": self.model, "target": self.target, "action": self.action, "reasons": list(self.reasons),
-                "estimate_s": self.estimate_s, "basis": self.basis, "channel": self.channel}
+                "estimate_s": self.estimate_s, "basis": self.basis, "channel": self.channel,
+                **({"run": self.run} if self.run else {})}
 
 
 @dataclass(frozen=True)
