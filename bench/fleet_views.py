@@ -251,7 +251,7 @@ def with_cache(folder: Path, fn):
 def views(uri: str, fleet_file: Path) -> dict:
     """Each view by name: a function of ``open_store`` returning the view's counts."""
     from trtfarm.project.fleet_file import load_fleet
-    from trtfarm.state.views import dry_run, plan_fleet, run_exports, status
+    from trtfarm.state.views import plan_fleet, status
     from trtfarm.vocabulary.fleet import Fleet
 
     current = load_fleet(fleet_file)
@@ -264,8 +264,20 @@ def views(uri: str, fleet_file: Path) -> dict:
                  "add a B200": Fleet.model_validate(gpu), "no change": current}
     out = {f"plan: {n}": (lambda o, p=p: plan_fleet(o(uri), current, p).counts()) for n, p in proposals.items()}
     out["status"] = lambda o: status(o(uri), current).counts()
-    out["farm run --dry-run"] = lambda o: dry_run(o(uri), current, run_exports(o(uri), None)).counts()
+    out["farm run --dry-run"] = lambda o: farm_dry_run(o(uri), current).counts()
     return out
+
+
+def farm_dry_run(store, fleet):
+    """``farm run --dry-run`` of every registered model: the run's planner decides, the what-if explains."""
+    from trtfarm.planning.dry_run import planned_decisions
+    from trtfarm.planning.requests import MatrixRequest
+    from trtfarm.run_setup import find_exports
+    from trtfarm.state.views import dry_run
+
+    exports = find_exports(store, None)
+    decided, refused = planned_decisions(MatrixRequest(store=store.uri), store, exports, fleet, None)
+    return dry_run(store, fleet, exports, decided, refused)
 
 
 def measure(spec: dict) -> list[dict]:

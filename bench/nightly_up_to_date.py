@@ -1,10 +1,12 @@
 """The nightly run when every target is up to date: 100 registered models x 10 targets, nothing to build.
 
 Setup (not timed): moto's S3 server on 127.0.0.1, a 10-GPU TensorRT-RTX fleet, MODELS registered exports of the
-example encoder (different weights each), each built once and published for all 10 targets. Timed:
+example encoder (different weights each), each built once and published for all 10 targets, and each model's state
+recorded (as the run that builds a model records it). Timed:
 
 - `core`: the same decision without Prefect (list the registry, read each export's record and build spec, plan the
-  targets, one listing of each model's plans and release pointers), the floor for any orchestrator;
+  targets, the store's listings and each model's state record: each target's cell released), the floor for any
+  orchestrator;
 - `flow`: the build-matrix flow in farm mode on a real Prefect server (`prefect server start` on 127.0.0.1, as
   tests/farm_server.py starts it), as the schedule runs it: it must dispatch nothing and report every target up to
   date. Goal: core <= 2 s, flow <= 4 s.
@@ -77,6 +79,9 @@ def seed_store(store_uri: str, fleet: Path, models: int, work: Path) -> None:
             build_group(store, model, group, profiles)
         print(f"\rseeded {i + 1}/{models} models", end="", flush=True)
     print()
+    from trtfarm.state.recorder import record_states
+
+    record_states(store, load_fleet(fleet), by="bench seed")  # each model's state, as the run that built it records
 
 
 def core_decision(store_uri: str, fleet: Path) -> tuple[int, int]:

@@ -1,17 +1,18 @@
 """What a farm run would do, in one word per (model, target), as its own planner decides it (``farm run --dry-run``).
 
-The dry run asks ``plan_export`` (planning/plan.py), the planner the run uses, over the store's one read model
-(``state/run_view.py``), and reads the plan back as the executor would carry it out: build, withdraw and rebuild,
-release, up to date, skipped. ``state/views.py`` (``dry_run``) adds what the what-if knows of each build (what
-changed, an estimate); the decisions stay the planner's.
+The dry run asks the planner the run uses (planning/plan.py: its first stage, ``listed_stage``, over the store's one
+read model, ``state/run_view.py``; else ``plan_export``) and reads the plan back as the executor would carry it
+out: build, withdraw and rebuild, release, up to date, skipped. ``state/views.py`` (``dry_run``) adds what the
+what-if knows of each build (what changed, an estimate); the decisions stay the planner's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from trtfarm.errors import UserInputError, first_line
-from trtfarm.planning.plan import ExportWork, plan_export
+from trtfarm.planning.plan import ExportWork, listed_stage, plan_export
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.state.run_view import RunView
 from trtfarm.store import Store
@@ -19,6 +20,7 @@ from trtfarm.vocabulary.decisions import Release
 from trtfarm.vocabulary.exports import ExportRef
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget
 from trtfarm.vocabulary.fleetview import RunDecision
+from trtfarm.vocabulary.targets import TargetWork
 
 PLAN_THREADS = 16  # models planned at once, as a farm run plans them (``pipeline.plan_run``)
 
@@ -31,35 +33,57 @@ def planned_decisions(request: MatrixRequest, store: Store, exports: list[Export
     model the planner refuses (a bad build spec, a target its farm.yaml names that the fleet lacks) is returned
     apart, with why: the run refuses it too.
     """
-    view = RunView(store, fleet, whole_store=True) if len(exports) > 1 else None
+    from trtfarm.state.summaries import SummaryCache
 
-    def one(export: ExportRef) -> tuple[ExportWork | None, str]:
+    view = RunView(store, fleet, whole_store=len(exports) > 1, cache=SummaryCache.for_store(store.uri))  # a view's
+
+    def one(export: ExportRef) -> tuple[list[RunDecision] | None, str]:
         try:
-            return plan_export(request, export, store, farm=True, fleet=fleet, view=view, targets=targets), ""
+            return _decided(request, export, store, fleet, view, targets), ""
         except UserInputError as refused:
             return None, first_line(refused)
 
     with ThreadPoolExecutor(max_workers=min(PLAN_THREADS, max(len(exports), 1))) as pool:
         planned = list(pool.map(one, exports))
-    refused = {e.name or e.uri: why for e, (work, why) in zip(exports, planned, strict=True) if work is None}
-    return [d for work, _ in planned if work is not None for d in run_decisions(work)], refused
+    view.save()
+    refused = {e.name or e.uri: why for e, (said, why) in zip(exports, planned, strict=True) if said is None}
+    return [d for said, _ in planned for d in said or []], refused
 
 
-def run_decisions(work: ExportWork) -> list[RunDecision]:
-    """The plan of one model, as one word per target: what the executor will do with it."""
+def _decided(request: MatrixRequest, export: ExportRef, store: Store, fleet: Fleet, view: RunView,
+             targets: list[ResolvedTarget] | None) -> list[RunDecision]:
+    """One model's decisions: the planner's first stage where it answers, else the whole planner.
+
+    Where the first stage leaves targets to build, the run fetches the model and plans those targets again from
+    its files, to the same build digests (the export record's): the dry run stops before the download.
+    """
+    first = None if request.force or request.refit or request.verify_store else \
+        listed_stage(request, export, store, fleet, view, targets)
+    if first is None:
+        return run_decisions(plan_export(request, export, store, farm=True, fleet=fleet, view=view,
+                                         targets=targets))
+    return run_decisions(first.plan, first.todo)
+
+
+def run_decisions(work: ExportWork, todo: Sequence[TargetWork] = ()) -> list[RunDecision]:
+    """The plan of one model, as one word per target: what the executor will do with it.
+
+    ``todo``: targets still to build beside the plan's jobs (the first stage's, before any job is made).
+    """
     withdrawn = {w.target: w.why for w in work.withdrawals}
     releases = {r.target: r for r in work.releases}
-    built = {p.target.id: (job, p) for job in work.jobs for p in job.plans}
+    built = {p.target.id: (p, job.full_build_reason) for job in work.jobs for p in job.plans}
+    built.update((p.target.id, (p, "")) for p in todo)
     out = []
     for tid in work.targets:
         if work.precision is not None:
             out.append(RunDecision(work.name, tid, "precision first", "its precision step runs first; the builds "
                                    "are planned once it ran"))
         elif tid in built:
-            job, p = built[tid]
+            p, reason = built[tid]
             why = withdrawn.get(tid)
             out.append(RunDecision(work.name, tid, "withdraw+rebuild" if why else "build",
-                                   f"withdrawn first: {why}" if why else job.full_build_reason, p.build_digest))
+                                   f"withdrawn first: {why}" if why else reason, p.build_digest))
         elif tid in work.outcomes:
             o = work.outcomes[tid]
             word = o.status if o.status in ("skipped", "failed") else \

@@ -16,6 +16,7 @@ import threading
 from datetime import datetime, timezone
 
 from trtfarm import layout
+from trtfarm.state.summaries import SummaryCache
 from trtfarm.state.survey import StoreSurvey
 from trtfarm.store import Store
 from trtfarm.vocabulary.fleet import Fleet, select_targets
@@ -26,13 +27,15 @@ class RunView:
 
     ``whole_store``: one survey of every model (a run over many models); else the plans of one export and the
     release pointers of its model are listed, and the model's survey is made only when a cell is asked for. Safe to
-    ask from several planning threads.
+    ask from several planning threads. ``cache``: this machine's summaries of the objects read (a dry run's, as a
+    view's; ``save`` keeps what was read); a run reads afresh.
     """
 
-    def __init__(self, store: Store, fleet: Fleet, *, whole_store: bool = False) -> None:
-        self.store, self.fleet = store, fleet
+    def __init__(self, store: Store, fleet: Fleet, *, whole_store: bool = False,
+                 cache: SummaryCache | None = None) -> None:
+        self.store, self.fleet, self.cache = store, fleet, cache
         self._lock = threading.Lock()
-        self._survey = StoreSurvey(store, runs=True) if whole_store else None
+        self._survey = StoreSurvey(store, cache, runs=True, keep_parsed=True) if whole_store else None
         self._pointers = set(self._survey.pointers) if self._survey else set()
         self._listed: dict[str, tuple[dict[str, int], set[str]]] = {}  # model/onnx12 -> (sizes, pointer keys)
         self._cells: dict[str, dict[str, tuple[str, str | None]]] = {}  # model -> target -> (state, manifest)
@@ -72,43 +75,54 @@ class RunView:
 
     def _cells_of(self, model: str) -> dict[str, tuple[str, str | None]]:
         """The model's cells: from its current state record, else computed from the store's records (once)."""
-        recorded = self._recorded()
-        if model in recorded:
-            return recorded[model]
+        if self._survey is not None:
+            return self._recorded().get(model, {})
         if model not in self._cells:  # each model is planned by one thread: no other computes it meanwhile
-            self._cells[model] = computed_cells_of(self.store, self.fleet, model)
+            self._cells[model] = computed_cells_of(self.store, self.fleet, model, self.cache)
         return self._cells[model]
 
+    def save(self) -> None:
+        """Keep what was read in this machine's summary cache (with ``cache``)."""
+        if self.cache is not None:
+            self.cache.save()
+
     def _recorded(self) -> dict[str, dict[str, tuple[str, str | None]]]:
-        """The cells of every model whose state record is current, read at once (a whole-store view only)."""
+        """Every model's cells, at the first ask (a whole-store view only): as a cold ``trtfarm status`` has them.
+
+        From each model's state record where it is current (one object each), the others computed together from
+        the survey (their pointers and manifests read many at once).
+        """
         if self._survey is None:
             return {}
-        with self._lock:
+        with self._lock:  # the survey is read under the lock only
             if self._records is None:
-                from trtfarm.state.views import current_records
-
-                current, _ = current_records(self._survey, sorted(self._survey.states))
-                self._records = {m: {t: (c.state, c.manifest) for t, c in s.cells.items()}
-                                 for m, s in current.items()}
+                self._records = _cells(self._survey, self.fleet, self._survey.models())
             return self._records
 
 
-def computed_cells_of(store: Store, fleet: Fleet, model: str) -> dict[str, tuple[str, str | None]]:
-    """One model's cells (target -> (state, manifest)), as ``trtfarm status`` has them, from the model's survey.
-
-    From its state record where that is current (one object), else computed from its pointers, manifests and runs.
-    """
+def _cells(survey: StoreSurvey, fleet: Fleet, models: list[str]) -> dict[str, dict[str, tuple[str, str | None]]]:
+    """``models``' cells (model -> target -> (state, manifest)): recorded where current, else computed."""
     from trtfarm.state.cells import computed_cells, pairs_of
     from trtfarm.state.expected import expected_exports
     from trtfarm.state.views import current_records
 
-    survey = StoreSurvey(store, runs=True, model=model, keep_parsed=True)  # releases judged from what is read
-    current, _ = current_records(survey, [model])
-    if model in current:
-        return {t: (c.state, c.manifest) for t, c in current[model].cells.items()}
-    expected = expected_exports(survey, [model])
-    if model not in expected:
-        return {}
+    current, stale = current_records(survey, models)
+    out = {m: {t: _said(c) for t, c in s.cells.items()} for m, s in current.items()}
+    expected = expected_exports(survey, stale) if stale else {}
     pairs = pairs_of(expected, select_targets(fleet))
-    cells = computed_cells(survey, pairs, datetime.now(timezone.utc), fleet, survey.recorded([model]))
-    return {c.target: (c.state, c.manifest) for c in cells}
+    for c in computed_cells(survey, pairs, datetime.now(timezone.utc), fleet, survey.recorded(stale)) if pairs else []:
+        out.setdefault(c.model, {})[c.target] = (c.state, c.manifest)
+    return out
+
+
+def _said(kept) -> tuple[str, str | None]:
+    """(state, manifest) of a recorded cell: a record's cell kept whole (``.cell``), or its fields beside the rest."""
+    cell = getattr(kept, "cell", kept)
+    return cell.state, cell.manifest
+
+
+def computed_cells_of(store: Store, fleet: Fleet, model: str,
+                      cache: SummaryCache | None = None) -> dict[str, tuple[str, str | None]]:
+    """One model's cells (target -> (state, manifest)), as ``trtfarm status`` has them, from the model's survey."""
+    survey = StoreSurvey(store, cache, runs=True, model=model, keep_parsed=True)  # releases judged as read
+    return _cells(survey, fleet, [model]).get(model, {})
