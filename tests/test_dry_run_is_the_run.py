@@ -11,6 +11,8 @@ the third stays released. Then three answers must be equal for every (model, tar
   pointer read, no read model);
 - what the state means (``STATES``), so that both cannot be wrong together.
 
+The same for a trial run (``release: false``: no pointer moves), where a published build is up to date.
+
 A few cases go through the CLI, and one through a real ``trtfarm build``, whose outcomes must be what the dry run
 said. No case is skipped: a target this machine cannot build is left out of the fleet (a farm run does not skip it).
 """
@@ -118,10 +120,15 @@ def _store_in(base, name: str, states: dict[str, str]) -> Path:
     return copy
 
 
-def _dry(root: Path, fleet: Path, model: str | None = None) -> dict[tuple[str, str], str]:
+def _request(root: Path, fleet: Path, model: str | None, trial: bool) -> MatrixRequest:
+    given = {"model": model} if model else {}
+    return MatrixRequest(store=str(root), targets_file=str(fleet), **given, **({"release": False} if trial else {}))
+
+
+def _dry(root: Path, fleet: Path, model: str | None = None, trial: bool = False) -> dict[tuple[str, str], str]:
     """What ``farm run --dry-run`` says (the functions it calls), one word per (model, target)."""
     store = open_store(str(root))
-    request = MatrixRequest(store=str(root), targets_file=str(fleet), **({"model": model} if model else {}))
+    request = _request(root, fleet, model, trial)
     f, targets = request.check_targets()
     exports = find_exports(store, model)
     decided, refused = planned_decisions(request, store, exports, f, targets)
@@ -131,17 +138,20 @@ def _dry(root: Path, fleet: Path, model: str | None = None) -> dict[tuple[str, s
     return {(d.model, d.target): d.run for d in said.decisions}
 
 
-def _run(root: Path, fleet: Path, model: str | None = None) -> dict[tuple[str, str], str]:
+def _run(root: Path, fleet: Path, model: str | None = None, trial: bool = False) -> dict[tuple[str, str], str]:
     """What ``trtfarm build`` plans (local mode: every manifest and pointer read), one word per (model, target)."""
     store = open_store(str(root))
-    request = MatrixRequest(store=str(root), targets_file=str(fleet), **({"model": model} if model else {}))
+    request = _request(root, fleet, model, trial)
     return {(d.model, d.target): d.run for work in plan_run(request, store, find_exports(store, model), farm=False)
             for d in run_decisions(work)}
 
 
-def _meant(states: dict[str, str]) -> dict[tuple[str, str], str]:
+def _meant(states: dict[str, str], trial: bool = False) -> dict[tuple[str, str], str]:
+    """What each state means for a run; a trial's (``--trial``: no pointer moves) is up to date once published."""
     out = {("enc", t): STATES[states.get(t, "released")] for t in ("rtx4090-rtx1.7", "rtx5090-rtx1.7",
                                                                   "rtx3090-rtx1.7-o5")}
+    if trial:
+        out = {k: "up-to-date" if v == "release" else v for k, v in out.items()}
     out.update({("old", t): "build" for t in ("rtx4090-rtx1.7", "rtx5090-rtx1.7", "rtx3090-rtx1.7-o5")})
     return out
 
@@ -162,6 +172,20 @@ def test_the_dry_run_and_the_run_decide_alike_on_every_store_of_the_matrix(base)
                                    if len({meant[k], dry.get(k), run.get(k), one.get(k, meant[k])}) > 1}))
         shutil.rmtree(root)
     # each: the states, and {(model, target): (meant, dry run, run, dry run of enc alone)} where they differ
+    assert wrong == [], "\n".join(map(str, wrong))
+
+
+def test_a_trial_is_up_to_date_once_published_in_the_dry_run_as_in_the_run(base):
+    _, _, fleet, _ = base
+    wrong = []
+    for i, state in enumerate(STATES):  # each state on both varied targets, for a run that moves no pointer
+        states = dict.fromkeys(VARIED, state)
+        root = _store_in(base, f"trial-{i}", states)
+        meant, dry, run = _meant(states, trial=True), _dry(root, fleet, trial=True), _run(root, fleet, trial=True)
+        if not dry == run == meant:
+            wrong.append((state, {k: (meant[k], dry.get(k), run.get(k)) for k in meant
+                                  if len({meant[k], dry.get(k), run.get(k)}) > 1}))
+        shutil.rmtree(root)
     assert wrong == [], "\n".join(map(str, wrong))
 
 
