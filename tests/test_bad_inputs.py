@@ -40,7 +40,7 @@ def _npy(array) -> bytes:
 IDS = np.ones((4, 16), np.int64)
 PRECISION = ["precision", "{export}/model.onnx", "--mode", "fp16"]
 VIEW = ["--targets-file", "{fleet}", "--store", "{store}"]  # every fleet-view row's store and fleet
-VIEW_ROWS = ("plan-", "status-", "farm-dry-run-")
+VIEW_ROWS = ("whatif-", "status-", "farm-dry-run-")
 
 
 def _closed_port() -> int:
@@ -146,12 +146,12 @@ CATALOGUE = [
     ("webhook-dot-dot-root", ["webhook", "serve", "--allow-root", "s3://bucket/a/%2e%2e/b", "--store", "{store}"],
      {}, 2, ["'..' segments"]),
     # the fleet views (issue 36): they read the store and write nothing, whatever the input
-    ("plan-fleet-missing", ["plan", "--fleet", "nope.yaml", *VIEW], {}, 2, ["nope.yaml", "no such fleet file"]),
-    ("plan-fleet-key-twice", ["plan", "--fleet", "p.yaml", *VIEW],
+    ("whatif-fleet-missing", ["whatif", "--fleet", "nope.yaml", *VIEW], {}, 2, ["nope.yaml", "no such fleet file"]),
+    ("whatif-fleet-key-twice", ["whatif", "--fleet", "p.yaml", *VIEW],
      {"p.yaml": RTX_FLEET + "defaults:\n  tf32: true\n  tf32: false\n"}, 2,
      [f"p.yaml:{len(RTX_FLEET.splitlines()) + 3}", "key 'tf32' is given twice"]),
-    ("plan-unknown-model", ["plan", "nope", "--fleet", "{fleet}", *VIEW], {}, 2, ["'nope'", "known models: none"]),
-    ("plan-html-is-a-file", ["plan", "--fleet", "{fleet}", "--html", "{fleet}", *VIEW], {}, 2,
+    ("whatif-unknown-model", ["whatif", "nope", "--fleet", "{fleet}", *VIEW], {}, 2, ["'nope'", "known models: none"]),
+    ("whatif-html-is-a-file", ["whatif", "--fleet", "{fleet}", "--html", "{fleet}", *VIEW], {}, 2,
      ["--html", "is a file, not a folder"]),
     ("status-unknown-model", ["status", "nope", *VIEW], {}, 2, ["'nope'", "known models: none"]),
     ("status-html-folder-missing", ["status", "--html", "no/such/folder/status.html", *VIEW], {}, 2,

@@ -79,7 +79,7 @@ def _answer(done: subprocess.CompletedProcess):
 def _views(farm, env: dict, cwd: Path) -> list:
     work, store, fleet, whatif = farm
     return [_answer(_cli("status", "--json", "--store", store, "--targets-file", str(fleet), env=env, cwd=cwd)),
-            _answer(_cli("plan", "--fleet", str(whatif), "--json", "--store", store, "--targets-file", str(fleet),
+            _answer(_cli("whatif", "--fleet", str(whatif), "--json", "--store", store, "--targets-file", str(fleet),
                          env=env, cwd=cwd))]
 
 

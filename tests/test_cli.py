@@ -54,6 +54,14 @@ def test_build_then_rebuild_show_and_plans(workdir, example_dir):
     listed = json.loads(cli(["plans", "--json"], workdir).stdout)
     assert sorted(m["target"]["target_id"] for m in listed) == ["rtx-4090-rtx1.7", "rtx-5090-rtx1.7"]
 
+    whatif = cli(["whatif", "--fleet", "gpu_targets.yaml", "--json"], workdir)  # the same fleet: every built plan keeps
+    kept = {(d["target"], d["action"]) for d in json.loads(whatif.stdout)}
+    assert {("rtx-4090-rtx1.7", "keep"), ("rtx-5090-rtx1.7", "keep")} <= kept
+    old = cli(["plan", "--fleet", "gpu_targets.yaml", "--json"], workdir)  # the old name, hidden: says so, and works
+    assert old.stdout == whatif.stdout and old.stderr == "`trtfarm plan` is now `trtfarm whatif`\n" + whatif.stderr
+    listing = [line.split()[1] for line in cli(["--help"], workdir).stdout.splitlines() if line.startswith("│ ")]
+    assert "whatif" in listing and "plan" not in listing
+
 
 def test_corrupt_onnx_exits_nonzero_with_the_reason_and_publishes_nothing(workdir, example_onnx):
     bad = workdir / "bad.onnx"

@@ -29,7 +29,7 @@ ROLES = {
     "folder": "folder-in", "context": "folder-in",
     ("init", "folder"): "folder-out", "repo": "folder-out", "out_dir": "folder-out",
     "out": "file-out", "out_path": "file-out", "to": "file-or-folder-out",
-    "fleet": "file-in", ("plan", "html"): "folder-out", ("status", "html"): "file-out",
+    "fleet": "file-in", ("whatif", "html"): "folder-out", ("status", "html"): "file-out",
 }
 CREATES_STORE = {"build", "models push", "webhook serve"}  # make the store when its folder exists
 # required arguments that are not paths: a value that gets the command as far as its paths
@@ -38,8 +38,10 @@ REQUIRED = {"mode": "fp16", "reason": "checked", "pool": "rtx-4090", "model": "e
 
 
 def commands(tapp=app, prefix=()):
-    """(command words, callback) for every command of the app, groups walked."""
+    """(command words, callback) for every command of the app, groups walked (not a hidden alias: its command's)."""
     for c in tapp.registered_commands:
+        if c.hidden:
+            continue
         yield (*prefix, c.name or c.callback.__name__.replace("_", "-")), c.callback
     for g in tapp.registered_groups:
         yield from commands(g.typer_instance, (*prefix, g.name))

@@ -1,7 +1,7 @@
 """The fleet pages in a real browser, and the nightly run that writes status.html and posts its artifact.
 
 Headless Chromium opens ``status.html`` from disk (written by ``trtfarm status --html`` for a store built by the
-suite, with a failed, a stale, a pending, a released and a missing target) and ``plan.html`` (with its chart): every
+suite, with a failed, a stale, a pending, a released and a missing target) and ``whatif.html`` (with its chart): every
 model and target must be shown, each cell in its state. Then a nightly build-matrix run (every registered model,
 dispatched in its process) on a real ``prefect server start`` writes ``status/status.html`` to the store and posts the
 ``fleet-status`` artifact, which the Prefect UI shows with every target. With TRTFARM_UPDATE_SCREENSHOTS=1 the status
@@ -103,12 +103,12 @@ def test_plan_html_shows_its_gpu_minutes_chart_and_every_change(chromium, stale_
     doc["gpus"]["l40s"] = {"nvml_name": "NVIDIA L40S", "compute_capability": "8.9", "memory_gib": 48, "pool": "l40s"}
     doc["targets"].append({"id": "l40s-trt11.4", "gpu": "l40s", "toolchain": "trt-11.4"})
     (tmp_path / "proposed.yaml").write_text(yaml.safe_dump(doc))
-    rows = json.loads(_trtfarm("plan", "--fleet", str(tmp_path / "proposed.yaml"), "--store", store,
+    rows = json.loads(_trtfarm("whatif", "--fleet", str(tmp_path / "proposed.yaml"), "--store", store,
                                "--targets-file", str(fleet), "--json", "--html", str(tmp_path / "out"),
                                cwd=tmp_path).stdout)
     page = chromium.new_page()
     try:
-        page.goto((tmp_path / "out" / "plan.html").as_uri())
+        page.goto((tmp_path / "out" / "whatif.html").as_uri())
         shown = images(page, ["gpu_minutes"])
         changes = page.evaluate("[...document.querySelectorAll('#decisions tbody tr')].map(r => [r.dataset.model, "
                                 "r.dataset.target, r.className])")

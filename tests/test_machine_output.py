@@ -77,7 +77,7 @@ def test_json_and_pages_carry_no_backticks_or_markup(built, tmp_path):
         "build": _cli("build", str(export / "model.onnx"), *view, "--json", cwd=tmp_path),
         "status": _cli("status", *view, "--json", "--html", str(tmp_path / "status.html"), cwd=tmp_path),
         "targets": _cli("targets", "--targets-file", str(fleet), "--json", cwd=tmp_path),
-        "plan": _cli("plan", "--fleet", str(fleet), *view, "--json", "--html", str(tmp_path / "plan"), cwd=tmp_path),
+        "plan": _cli("whatif", "--fleet", str(fleet), *view, "--json", "--html", str(tmp_path / "plan"), cwd=tmp_path),
     }
     docs = {name: json.loads(text) for name, text in outputs.items()}
     skipped = [r for r in docs["build"] if r["status"] == "skipped"]
@@ -90,7 +90,7 @@ def test_json_and_pages_carry_no_backticks_or_markup(built, tmp_path):
     assert len(pages) == 2
     for page in pages:
         texts = page_strings(page)
-        assert any("not installed" in t for t in texts) or page.name == "plan.html", page
+        assert any("not installed" in t for t in texts) or page.name == "whatif.html", page
         assert marked_up(texts) == [], page
 
 

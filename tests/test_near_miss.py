@@ -32,7 +32,7 @@ KIND_OF = {("report", "ref"): "model"}  # RUN_OR_MODEL
 # what a command needs besides the name tried, to reach its check of names on this machine (no GPU, no server)
 EXTRA = {"build": ["{root}/encoder/model.onnx"], "pull": ["--to", "{root}/pulled.plan"], "receipt": ["--ok"],
          "triton": ["--repo", "{root}/repo"], "farm run": ["--dry-run"],
-         "plan": ["--fleet", "{root}/gpu_targets.yaml"]}
+         "whatif": ["--fleet", "{root}/gpu_targets.yaml"]}
 ALSO = {"pull": ["gpu"]}  # kinds given their real name too (this machine has no GPU to pull for)
 # (command, parameter) whose module this change does not own: each still answers a near miss without the name meant
 PENDING: dict[tuple[str, str], str] = {}
@@ -40,8 +40,10 @@ NEAR_NOTHING_PENDING: set[tuple[str, str]] = set()
 
 
 def _commands(app: typer.Typer, prefix: tuple[str, ...] = ()):
-    """``(path, function)`` of every command the app registers, groups walked."""
+    """``(path, function)`` of every command the app registers, groups walked (a hidden alias is its command's)."""
     for info in app.registered_commands:
+        if info.hidden:
+            continue
         yield (*prefix, info.name or info.callback.__name__.replace("_", "-")), info.callback
     for group in app.registered_groups:
         yield from _commands(group.typer_instance, (*prefix, group.name))
@@ -176,3 +178,19 @@ def test_a_candidate_only_model_points_to_promote_and_the_candidate_channel(stor
     said = _refused(trtfarm(env, root, "receipt", "encoder", "--target", TARGET, "--ok"))
     assert "encoder has no stable release for rtx-4090-rtx1.7; its candidate channel has one: pass --channel " \
            "candidate, or trtfarm promote encoder moves it to stable" in said, said
+
+
+def test_a_near_miss_of_a_command_suggests_it():
+    """``trtfarm whatfi`` (and a near miss of every command of three letters or more) says "Did you mean 'whatif'?"."""
+    from typer.testing import CliRunner
+
+    from trtfarm.cli.main import registered
+
+    app = registered()
+    names = [c.name or c.callback.__name__ for c in app.registered_commands if not c.hidden]
+    names += [g.name for g in app.registered_groups]
+    assert "whatif" in names and "plan" not in names
+    for name in (n for n in names if len(n) >= 3):
+        for typo in {near_miss(name, swap) for swap in (False, True)} - {name}:
+            said = CliRunner().invoke(app, [typo], env={"COLUMNS": "200"}).output
+            assert f"No such command '{typo}'. Did you mean" in said and f"'{name}'" in said, (typo, said)

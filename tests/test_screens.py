@@ -177,7 +177,7 @@ def test_a_build_of_the_readme_fleet_is_at_most_20_lines_at_80_columns(farm_dir)
     verbose = shown_lines(on_terminal(["build", "encoder/model.onnx", "--verbose"], farm_dir, 80))
     for target in ("h100-trt11.4", "h100-trt10.16", "l4-trt11.4", "l4-trt10.16"):
         assert any(target in line for line in verbose), (target, verbose)
-    for name, screen in (("targets", ["targets"]), ("status", ["status"]), ("plan --fleet", ["plan", "--fleet",
+    for name, screen in (("targets", ["targets"]), ("status", ["status"]), ("whatif --fleet", ["whatif", "--fleet",
                                                                                               "gpu_targets.yaml"])):
         shown = shown_lines(on_terminal(screen, farm_dir, 80))
         assert max(len(line) for line in shown) <= 80 and len(shown) <= 24, (name, len(shown), shown)
@@ -188,7 +188,7 @@ def test_a_build_of_the_readme_fleet_is_at_most_20_lines_at_80_columns(farm_dir)
 @pytest.mark.integration
 def test_the_day_to_day_screens_fit_80_columns_in_the_lines_stated(farm_dir, monkeypatch):
     """After a build of the README's fleet, at 80 columns: ``targets`` 24 lines, ``status`` 23 (the folded view:
-    each skipped target's reason in full), ``plan --fleet`` of the same fleet 7, ``sign`` 5 (a line per plan and
+    each skipped target's reason in full), ``whatif --fleet`` of the same fleet 7, ``sign`` 5 (a line per plan and
     release signed, then the count). Each fits 80 columns, words whole. The counts are what they are today: a
     screen that grows fails here."""
     from .test_signing import key_pair
@@ -196,7 +196,7 @@ def test_the_day_to_day_screens_fit_80_columns_in_the_lines_stated(farm_dir, mon
     subprocess.run(TRTFARM + ["build", "encoder/model.onnx"], cwd=farm_dir, capture_output=True, check=True,
                    timeout=300, env={**os.environ, "TRTFARM_SIGNING_KEY": ""})
     monkeypatch.setenv("TRTFARM_SIGNING_KEY", str(key_pair(farm_dir, "screens")[0]))
-    stated = {("targets",): 24, ("status",): 23, ("plan", "--fleet", "gpu_targets.yaml"): 7, ("sign",): 5}
+    stated = {("targets",): 24, ("status",): 23, ("whatif", "--fleet", "gpu_targets.yaml"): 7, ("sign",): 5}
     for args, most in stated.items():
         screen = on_terminal(list(args), farm_dir, 80)
         lines = shown_lines(screen)

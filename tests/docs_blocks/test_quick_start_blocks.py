@@ -19,7 +19,7 @@ def test_the_quick_start_and_the_blocks_after_it_say_what_they_did(request, venv
     assert "name: myproject" in (ran.home / "myproject/farm.yaml").read_text()
     signed = ran.of("TRTFARM_TRUSTED_KEYS")
     assert all("signature: signed by trusted key" in o for o in signed)
-    for fleet in ran.of("trtfarm plan --fleet"):  # read-only: the same both times
+    for fleet in ran.of("trtfarm whatif --fleet"):  # read-only: the same both times
         assert "toolchain: tensorrt 11.4.0.106 -> tensorrt 11.5.0.20" in " ".join(fleet.split())
         assert "fleet status:" in fleet and "released" in fleet  # the quick start's RTX plans
     assert (ran.work / "status.html").read_text().count('data-model="encoder"') == 1

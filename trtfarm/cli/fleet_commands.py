@@ -1,10 +1,11 @@
-"""The fleet at a glance: ``trtfarm plan`` (what a proposed fleet would cost) and ``trtfarm status`` (the matrix).
+"""The fleet at a glance: ``trtfarm whatif`` (what a proposed fleet would do) and ``trtfarm status`` (the matrix).
 
 Both read the store and write nothing to it. ``farm run --dry-run`` prints its decisions with ``print_decisions``.
 """
 
 from __future__ import annotations
 
+from functools import wraps
 from pathlib import Path
 
 import typer
@@ -121,14 +122,14 @@ def _grouped_table(changed) -> None:
                            "with its reasons and estimate"), highlight=False)
 
 
-@app.command("plan")
-def plan(models: list[str] = typer.Argument(None, help="models to plan (default: every model in the store)"),
-         fleet: Path = typer.Option(..., "--fleet", metavar="PROPOSED.yaml", help="the proposed fleet file"),
-         html: Path = typer.Option(None, "--html", metavar="DIR", help="also write plan.html (with a chart of "
-                                   "GPU-minutes per pool) into DIR"),
-         store: str = STORE_OPT, targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
-         wide: bool = WIDE_OPT, verbose: bool = VERBOSE_OPT) -> None:
-    """What a proposed fleet would cost before it runs: which plans rebuild, keep, are new or dropped, and why.
+@app.command("whatif")
+def whatif(models: list[str] = typer.Argument(None, help="models to look at (default: every model in the store)"),
+           fleet: Path = typer.Option(..., "--fleet", metavar="PROPOSED.yaml", help="the proposed fleet file"),
+           html: Path = typer.Option(None, "--html", metavar="DIR", help="also write whatif.html (with a chart of "
+                                     "GPU-minutes per pool) into DIR"),
+           store: str = STORE_OPT, targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT,
+           wide: bool = WIDE_OPT, verbose: bool = VERBOSE_OPT) -> None:
+    """What a run under a proposed fleet would do: which plans rebuild, keep, are new or dropped, why, and the cost.
 
     Compares the fleet as it is (--targets-file) with PROPOSED.yaml against the store, and estimates each build from
     the build times manifests record. Reads the store; writes nothing to it.
@@ -150,9 +151,18 @@ def plan(models: list[str] = typer.Argument(None, help="models to plan (default:
     if as_json:
         print_json([d.to_json() for d in decisions.decisions])
     else:
-        print_decisions(decisions, f"plan {fleet.name}", wide)
+        print_decisions(decisions, f"whatif {fleet.name}", wide)
     if written:
         err.print(message_text(f"html: {written} (open it in a browser)"), highlight=False)
+
+
+@wraps(whatif)
+def _plan(*args, **kwargs) -> None:
+    err.print("`trtfarm plan` is now `trtfarm whatif`", markup=False, highlight=False)
+    whatif(*args, **kwargs)
+
+
+app.command("plan", hidden=True)(_plan)  # the what-if's name until it collided with the engine plan: still works
 
 
 def _plan_page(decisions, fleet: Path, folder: Path) -> Path:
@@ -161,8 +171,8 @@ def _plan_page(decisions, fleet: Path, folder: Path) -> Path:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         chart = pool_chart(decisions, folder)
-        page = folder / "plan.html"
-        page.write_text(plan_html(f"trtfarm plan: {fleet.name}", decisions, chart))
+        page = folder / "whatif.html"
+        page.write_text(plan_html(f"trtfarm whatif: {fleet.name}", decisions, chart))
     except OSError as e:
         raise fail(f"--html {folder}: cannot write there ({e.strerror}); give a folder you can write to") from e
     return page

@@ -27,7 +27,7 @@ from trtfarm.extras import missing_extra
 COMMAND_MODULES = {
     "build": "build_commands", "targets": "build_commands", "plans": "build_commands", "show": "build_commands",
     "worker": "farm", "pools": "farm", "farm": "farm",
-    "plan": "fleet_commands", "status": "fleet_commands",
+    "whatif": "fleet_commands", "plan": "fleet_commands", "status": "fleet_commands",
     "images": "image_commands", "models": "models", "profiles": "profiles", "init": "project",
     "precision": "quality", "report": "quality", "triton": "serving", "sign": "signing",
     "release": "store_ops", "pull": "store_ops", "verify": "store_ops", "gc": "store_ops", "cache": "store_ops",
