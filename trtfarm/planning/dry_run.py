@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from trtfarm.errors import UserInputError, first_line
+from trtfarm.errors import IntegrityError, MismatchError, UserInputError, first_line
 from trtfarm.planning.plan import ExportWork, listed_stage, plan_export
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.state.run_view import RunView
@@ -30,8 +30,8 @@ def planned_decisions(request: MatrixRequest, store: Store, exports: list[Export
     """What a farm run of ``exports`` decides per (model, target): this planner's answer, read only (the dry run's).
 
     Planned as the run plans them (one read model of the store for a run over several models, a few at once). A
-    model the planner refuses (a bad build spec, a target its farm.yaml names that the fleet lacks) is returned
-    apart, with why: the run refuses it too.
+    model the planner refuses (a bad build spec, a target its farm.yaml names that the fleet lacks, a damaged export
+    record) is returned apart, with why: the run refuses it too; the other models' decisions stand.
     """
     from trtfarm.state.summaries import SummaryCache
 
@@ -40,7 +40,7 @@ def planned_decisions(request: MatrixRequest, store: Store, exports: list[Export
     def one(export: ExportRef) -> tuple[list[RunDecision] | None, str]:
         try:
             return _decided(request, export, store, fleet, view, targets), ""
-        except UserInputError as refused:
+        except (UserInputError, MismatchError, IntegrityError) as refused:  # its spec, its damaged export record
             return None, first_line(refused)
 
     with ThreadPoolExecutor(max_workers=min(PLAN_THREADS, max(len(exports), 1))) as pool:
