@@ -14,10 +14,9 @@ from prefect import flow, get_run_logger
 from prefect.runtime import deployment, flow_run
 
 from flows.dispatch import SKIPPED, ChildJob, ChildRun, cancel_children, lost_rows, run_children
-from tasks.build import build_job, plan_models, precision_step, replan_model, settle_model
-from tasks.report import report_run
-from tasks.status import publish_status, record_model_states
+from tasks.build import plan_models, replan_model, settle_model
 from trtfarm import layout
+from trtfarm.building.warm import wait_warm, warm_in_background
 from trtfarm.errors import TrtfarmError
 from trtfarm.executor import changed_models, execute, precision_first
 from trtfarm.planning.requests import MatrixRequest
@@ -26,6 +25,10 @@ from trtfarm.store import Store
 from trtfarm.vocabulary.job import BuildJob, JobResult
 from trtfarm.vocabulary.precision_job import PrecisionJob, PrecisionRun
 from trtfarm.vocabulary.target_outcome import LostChild, RunRow, TargetOutcome
+
+# the S3 client, while the engine starts the run (building/warm.py); the builder, the report and the state record are
+# imported where they are used: a farm parent builds nothing, and reports once its children are done
+warm_in_background(toolchains=False)
 
 
 def _farm_mode(request: MatrixRequest) -> bool:
@@ -78,6 +81,8 @@ async def _dispatch(jobs: list[BuildJob], farm: bool, setup: RunSetup, lost: lis
     if not jobs:
         return []
     if not farm:
+        from tasks.job import build_job
+
         return [build_job(setup.store, job, setup.signer) for job in jobs]
     request, parent = setup.request, str(flow_run.get_id())
     children = await run_children([_child(j, request, parent) for j in jobs], request.child_timeout_s,
@@ -112,6 +117,8 @@ async def _dispatch_precision(jobs: list[PrecisionJob], farm: bool, setup: RunSe
                               lost: list[LostChild]) -> list[PrecisionRun]:
     """Run the precision steps: each on a worker of its model's first target (farm), or in this process (local)."""
     if not farm:
+        from tasks.job import precision_step
+
         return [precision_step(setup.store, job) for job in jobs]
     parent = str(flow_run.get_id())
     request = setup.request
@@ -128,6 +135,7 @@ async def _cancel_children_hook(flow, run, state) -> None:
 @flow(name="build-matrix", on_cancellation=[_cancel_children_hook], on_crashed=[_cancel_children_hook])
 async def build_matrix(request: MatrixRequest) -> list[RunRow]:
     """Build models for the fleet; returns one row (model, target outcome) per target."""
+    wait_warm()
     setup = setup_run(request)  # store, fleet, targets, key, exports: read once; an unknown target fails here
     farm = _farm_mode(request)
     logger = get_run_logger()
@@ -150,13 +158,17 @@ async def build_matrix(request: MatrixRequest) -> list[RunRow]:
     rows = await execute(setup.store, plans, dispatch, lambda job: f"{' or '.join(job.pools)} workers", setup.signer,
                          settle_model)
     setup.note_unsigned(rows)
-    report_run(rows, setup.store, lost)
+    from tasks.report import report_run
+
+    report_run(rows, setup.store, lost)  # first: the state record reads the run's outcomes from its report
     _record(setup, changed_models(plans, rows), logger)
     return rows
 
 
 def _record(setup: RunSetup, changed: list[str], logger) -> None:
     """The changed models' states, and on the nightly (every registered model) the fleet's matrix page."""
+    from tasks.status import publish_status, record_model_states
+
     if changed:
         try:
             record_model_states(setup, changed)

@@ -19,7 +19,7 @@ from prefect import flow, get_run_logger
 from prefect.states import Completed, Crashed, Failed
 
 from flows.heartbeats import NOTICE, TERMINATION_NOTICE
-from tasks.build import build_job, precision_step, worker_signer
+from tasks.job import build_job, precision_step, worker_signer
 from trtfarm import interrupt
 from trtfarm.building.warm import warm_in_background
 from trtfarm.store import Store, open_store

@@ -1,7 +1,7 @@
 """Build progress on a farm worker: the builder's phases, logged.
 
 Progress is a parameter, never a process-wide registry: ``trtfarm build`` passes its rich display
-(``trtfarm/cli/progress.py``) to ``run_local``; a farm task (``tasks/build.py``) passes ``LoggingProgress`` with its
+(``trtfarm/cli/progress.py``) to ``run_local``; a farm task (``tasks/job.py``) passes ``LoggingProgress`` with its
 Prefect run logger, so the phases of each build show in that run's logs in the Prefect UI. Uploads log nothing.
 """
 

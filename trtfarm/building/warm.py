@@ -3,7 +3,7 @@
 A farm child is a fresh interpreter. Importing boto3 and building its S3 client costs 0.4 s on an idle 2-core
 machine and 1.2-1.6 s on a busy one; importing TensorRT-RTX 0.1-0.3 s. Done on first use they would sit inside the
 build task, after the run is Running. ``flows/build_target.py`` calls ``warm_in_background()`` when the engine loads
-it, and ``tasks/build.py`` waits for it just before the build opens the store: the work overlaps the engine's own
+it, and ``tasks/job.py`` waits for it just before the build opens the store: the work overlaps the engine's own
 round trips to the server (read the flow run, propose Running, create the task run). Nothing here can fail a build:
 whatever does not warm is done on first use, and a failure there is reported as usual.
 """
@@ -21,12 +21,12 @@ def installed_flavours() -> list[str]:
     return [flavour for flavour, module in MODULES.items() if importlib.util.find_spec(module) is not None]
 
 
-def warm() -> None:
+def warm(toolchains: bool = True) -> None:
     """Build the process's S3 client (store/s3.py keeps one per process) and import the installed toolchains."""
     from trtfarm.store.s3 import _client
 
     _client(None)
-    for flavour in installed_flavours():
+    for flavour in installed_flavours() if toolchains else ():
         try:
             import_flavour(flavour)
         except ToolchainUnavailable:
@@ -36,10 +36,10 @@ def warm() -> None:
 _WARMING: list[threading.Thread] = []
 
 
-def warm_in_background() -> None:
-    """Start ``warm()`` on a daemon thread (once per process)."""
+def warm_in_background(toolchains: bool = True) -> None:
+    """Start ``warm()`` on a daemon thread (once per process); a build-matrix parent warms the S3 client only."""
     if not _WARMING:
-        thread = threading.Thread(target=warm, name="trtfarm-warm", daemon=True)
+        thread = threading.Thread(target=warm, args=(toolchains,), name="trtfarm-warm", daemon=True)
         thread.start()
         _WARMING.append(thread)
 
