@@ -33,13 +33,13 @@ def publish_status(setup: RunSetup) -> str:
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5, retry_condition_fn=retry_infrastructure_only)
 def record_model_states(setup: RunSetup, models: list[str]) -> list[str]:
-    """Record in the store the state of the models a run changed (``state/<model>.json``), which views read first."""
-    from trtfarm.publishing.release import who
-    from trtfarm.state.recorder import record_states
+    """Record in the store the state of the models a run changed (``state/<model>.json``), which views read first.
 
-    trust = setup.trusted_keys() if setup.signer else None
-    setup.record_fleet()  # views on a host without a fleet file read the fleet the run built for
-    done = record_states(setup.store, setup.fleet, models, by=f"farm run ({who()})", signer=setup.signer,
-                         trust=trust)
+    The executor's end, as a local run's (``pipeline.record_changed_states``): the run's fleet recorded, each
+    model's state signed by the run's key. Best effort: the builds stand when the store refuses a record.
+    """
+    from trtfarm.pipeline import record_changed_states
+
+    done = record_changed_states(setup, models, "farm run")
     get_run_logger().info("recorded the state of %d model(s)", len(done))
     return done

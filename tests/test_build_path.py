@@ -305,7 +305,7 @@ def test_a_local_build_importing_less_still_records_its_state_and_signs_where_a_
     assert blob is not None, sorted(o.key for o in store.list(""))
     record = json.loads(blob.data)
     assert record["model"] == "encoder" and record["by"].startswith("trtfarm build"), record
-    assert {t: c["state"] for t, c in record["cells"].items()} == {"rtx-4090-rtx1.7": "released"}, record["cells"]
+    assert {t: c["cell"]["state"] for t, c in record["cells"].items()} == {"rtx-4090-rtx1.7": "released"}, record
     stored = read_stored(store, row["manifest"].removeprefix(store.uri + "/"))
     trust = load_trusted_keys([public], "test")
     if signed:

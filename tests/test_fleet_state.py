@@ -142,8 +142,8 @@ def test_a_forged_state_record_never_makes_a_view_say_signed_what_pull_refuses(f
             store.delete(key)
     assert run("status", "--record", "--store", store.uri, "--targets-file", fleet, env=plain, cwd=tmp).returncode == 0
     record = json.loads(store.get(layout.state_key("mlp")).data)
-    assert record["cells"][TARGET]["signed"] == "unsigned"
-    record["cells"][TARGET]["signed"] = "signed"  # the listing's digest still matches: only the words are forged
+    assert record["cells"][TARGET]["cell"]["signed"] == "unsigned"
+    record["cells"][TARGET]["cell"]["signed"] = "signed"  # the listing still matches: only words forged
     key = layout.state_key("mlp")
     store.compare_and_swap(key, json.dumps(record).encode(), store.get(key).etag)
     assert pull(farm, store, trusted, tmp, "t", "mlp").returncode == 1

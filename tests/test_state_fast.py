@@ -29,6 +29,7 @@ from trtfarm.publishing.release import read_pointer
 from trtfarm.releases.moves import move_release
 from trtfarm.signing.keys import PemKeySigner, load_trusted_keys
 from trtfarm.signing.release_claim import unverified_claim
+from trtfarm.state.record import STATE_FORMAT
 from trtfarm.state.recorder import record_states
 from trtfarm.state.views import release_references, status
 from trtfarm.store import open_store
@@ -196,7 +197,7 @@ def test_a_state_record_answers_only_while_current_and_says_what_the_records_say
     assert record_states(store, fleet, by="test") == ["dedupe", "encoder"]
     recorded = json.loads(store.get(layout.state_key("encoder")).data)
     assert recorded["model"] == "encoder" and recorded["by"] == "test"
-    assert {t: c["state"] for t, c in recorded["cells"].items()} == {
+    assert {t: c["cell"]["state"] for t, c in recorded["cells"].items()} == {
         t: s for (m, t), s in _states(truth).items() if m == "encoder"}
     again = status(store, fleet)
     assert [c.to_json() | {"age_s": None} for c in again.cells] == [c.to_json() | {"age_s": None}
@@ -227,7 +228,7 @@ def test_a_record_of_another_model_or_shape_is_not_read(views):
     record_states(store, fleet, by="test")
     enc = store.get(layout.state_key("encoder"))
     doc = json.loads(enc.data)
-    doc["cells"]["rtx4090-rtx1.7"]["state"] = "failed"
+    doc["cells"]["rtx4090-rtx1.7"]["cell"]["state"] = "failed"
     for forged in ({**doc, "model": "dedupe"}, {**doc, "expected": {"format": 1}}):
         store.compare_and_swap(layout.state_key("encoder"), json.dumps(forged).encode(),
                                store.get(layout.state_key("encoder")).etag)
@@ -323,11 +324,26 @@ def test_a_damaged_state_record_costs_reads_never_an_answer_and_is_named_with_it
     truth = _states(status(store, fleet))
     record_states(store, fleet, by="test")
     key = layout.state_key("encoder")
-    store.compare_and_swap(key, b'{"format": 1, "model": "encoder"}', store.get(key).etag)
+    store.compare_and_swap(key, b'{"format": %d, "model": "encoder"}' % STATE_FORMAT, store.get(key).etag)
     found = status(store, fleet)
     assert _states(found) == truth and any("1 of 2 models" in n for n in found.notes), found.notes
     named = [p for p in found.problems if store.url(key) in p]
     assert len(named) == 1 and "not a recorded state" in named[0] and "trtfarm status --record" in named[0], named
+
+
+def test_a_record_of_an_older_format_is_computed_again_and_named_as_nothing_wrong(views):
+    """A record an older trtfarm wrote (its cells flat, format 1): the model is computed, no damage is named."""
+    store, fleet = views
+    truth = _states(status(store, fleet))
+    record_states(store, fleet, by="test")
+    key = layout.state_key("encoder")
+    doc = json.loads(store.get(key).data)
+    older = {**doc, "format": 1, "cells": {t: {"target_print": c["target_print"], **c["cell"]}
+                                          for t, c in doc["cells"].items()}}
+    store.compare_and_swap(key, json.dumps(older).encode(), store.get(key).etag)
+    found = status(store, fleet)
+    assert _states(found) == truth and found.problems == [], found.problems
+    assert any("1 of 2 models" in n for n in found.notes), found.notes
 
 
 def test_an_unsigned_record_is_not_read_where_keys_are_trusted_however_it_reads(farm):
@@ -335,7 +351,7 @@ def test_an_unsigned_record_is_not_read_where_keys_are_trusted_however_it_reads(
     record_states(store, fleet, by="forger", trust=keys["worker"])  # says signed, and signed by nobody
     key = layout.state_key("mlp")
     doc = json.loads(store.get(key).data)
-    doc["cells"][SIGNED_TARGET]["reason"] = "forged"
+    doc["cells"][SIGNED_TARGET]["cell"]["reason"] = "forged"
     store.compare_and_swap(key, json.dumps(doc).encode(), store.get(key).etag)
     assert status(store, fleet).cell("mlp", SIGNED_TARGET).reason == "forged"  # no keys: its words are read
     found = status(store, fleet, trust=keys["worker"])

@@ -36,6 +36,7 @@ class Gate:
     name: str
     verdict: Verdict
     detail: str
+    timed: bool = False  # the verdict may change with time alone (a soak in progress), not only with the store
 
     def text(self) -> str:
         """``holds: ...`` as ``promote`` prints it and the history records it."""
@@ -134,7 +135,8 @@ def _canary(policy: Promotion, receipts: list[Receipt], now: datetime) -> Gate:
     first = datetime.fromisoformat(ok[0].at)
     soaked = (now - (first if first.tzinfo else first.replace(tzinfo=timezone.utc))).total_seconds()
     if soaked < policy.soak_s:
-        return Gate("canary", "waits", f"{len(ok)} ok receipts; soaked {soaked:.0f} of {policy.soak_s:.0f} s")
+        return Gate("canary", "waits", f"{len(ok)} ok receipts; soaked {soaked:.0f} of {policy.soak_s:.0f} s",
+                    timed=True)
     return Gate("canary", "holds", f"{len(ok)} ok receipts over {soaked:.0f} s, none failed")
 
 

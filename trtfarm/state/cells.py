@@ -14,7 +14,7 @@ from functools import cached_property
 from trtfarm import layout
 from trtfarm.releases.rules import RELEASABLE
 from trtfarm.state.expected import ExpectedExport, digest_part, stale_changes
-from trtfarm.state.record import RecordedState
+from trtfarm.state.record import RecordedState, in_parts
 from trtfarm.state.served import (
     has_release,
     one_line,
@@ -165,10 +165,11 @@ def _rewritten(survey: StoreSurvey, c: TargetStatus, previous: dict[str, Recorde
     """
     old = (previous or {}).get(c.model)
     seen = old.cells.get(c.target) if old else None
-    if not has_release(c) or seen is None or seen.manifest != c.manifest or seen.plan_version is None:
+    if not has_release(c) or seen is None or seen.cell.manifest != c.manifest or seen.plan_version is None:
         return c
     manifest_version, plan_version = object_versions(survey, c.manifest)
-    if manifest_version != seen.manifest_version or plan_version in (None, seen.plan_version):
+    if manifest_version != seen.manifest_version or plan_version in (None, seen.plan_version) or \
+            in_parts(plan_version):  # an ETag of parts: a bucket copy with other parts changes it
         return c
     return refused_cell(c, f"the plan object {layout.plan_key(layout.folder_of(c.manifest))} was rewritten after it "
                        "was published (its manifest is unchanged), so its sha256 no longer matches; `trtfarm build` "

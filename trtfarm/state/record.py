@@ -13,35 +13,54 @@ Written the way pointers are: create-only the first time, compare-and-swap after
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from trtfarm.errors import CorruptObject
-from trtfarm.layout import state_key
+from trtfarm.layout import PLAN_NAME, leaf_of, state_key
 from trtfarm.store import Conflict, Store
-from trtfarm.vocabulary.fleetview import State
+from trtfarm.store.base import ListedObject
+from trtfarm.vocabulary.fleetview import TargetStatus
 from trtfarm.vocabulary.manifest import validation_problems
 
-STATE_FORMAT = 1
+STATE_FORMAT = 2  # 2: each cell kept as the view's own cell (``TargetStatus``), its candidate channel beside it
 
 
-class RecordedCell(BaseModel):
-    """One target's state as it was computed, and the digest of the target's part of it (settings, policy)."""
+_S3_ETAG = re.compile(r'"[0-9a-f]{32}(-[0-9]+)?"')  # an S3 ETag: the content's MD5, or "MD5 of parts-count"
+
+
+def content_stamp(o: ListedObject) -> str:
+    """What a record's digest (``StoreSurvey.model_inputs``) says of a listed object: its version, or its size.
+
+    An S3 ETag is the MD5 of an object put whole, and a bucket copy keeps it; a plan object is put or copied in parts
+    (trtfarm uploads 16 MiB parts above 64 MiB, the AWS CLI copies 8 MiB parts above 8 MiB), and its ETag, of the
+    parts, changes with a copy. A plan's contents are pinned by the sha256 its manifest holds, which ``pull`` checks,
+    so there its size stands for it. A file store's version (size and modification time) is taken as it is.
+    """
+    if _S3_ETAG.fullmatch(o.version) and leaf_of(o.key) == PLAN_NAME:
+        return f"{o.size} bytes"
+    return o.version
+
+
+def in_parts(version: str | None) -> bool:
+    """Whether a listed version is the ETag of an S3 object put or copied in parts (a copy may change it)."""
+    return bool(version) and bool(_S3_ETAG.fullmatch(version)) and "-" in version
+
+
+class KeptCell(BaseModel):
+    """One target's cell as a record keeps it: the cell itself, and what the record knows of it besides.
+
+    ``cell`` is the view's own type (``vocabulary/fleetview.TargetStatus``), serialised as it is, its candidate
+    channel's columns included (``age_s`` left out: a view counts it by its own clock). A record never says a release
+    is ``signed`` (only a reader's trusted keys can): one that does is not a record this trtfarm wrote.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+    cell: TargetStatus
     target_print: str  # state/status.py ``target_print``
-    target: str
-    state: State
-    reason: str = ""
-    released_at: str | None = None
-    precision: str | None = None
-    engine: str | None = None
-    signed: Literal["unverified", "unsigned", "refused"] | None = None  # never "signed": records are not signed
-    since: str | None = None
-    manifest: str | None = None
-    export: str | None = None
     # where the writer trusted keys (RecordedState.trusted_keys): what a host trusting them would say of the release
     verified: Literal["signed", "refused"] | None = None
     verified_reason: str = ""
@@ -49,6 +68,24 @@ class RecordedCell(BaseModel):
     expires_at: str | None = None  # when the signed release claim expires (signed)
     manifest_version: str | None = None  # the listed versions of the manifest and plan objects the cell names
     plan_version: str | None = None
+    # its candidate's verdict may change with time alone (a soak in progress): a view computes the cell anew
+    timed: bool = False
+
+    @property
+    def state(self) -> str:
+        """The cell's state."""
+        return self.cell.state
+
+    @property
+    def manifest(self) -> str | None:
+        """The manifest the cell names."""
+        return self.cell.manifest
+
+    @model_validator(mode="after")
+    def _never_signed(self) -> KeptCell:
+        if self.cell.signed == "signed" or self.cell.age_s is not None:
+            raise ValueError("a recorded cell says neither signed nor an age")
+        return self
 
 
 class RecordedRelease(BaseModel):
@@ -63,13 +100,15 @@ class RecordedState(BaseModel):
     """``state/<model>.json``: the state of a model's targets and what it was computed from."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    format: Literal[1] = STATE_FORMAT
+    format: Literal[2] = STATE_FORMAT
     model: str
     inputs: str  # StoreSurvey.model_inputs when it was computed
+    shape: str | None = None  # the same by size (``stamp='size'``): equal in a copy that kept no versions
     written_at: str
     by: str
+    store: str | None = None  # the store it was written in (its URI): a copy's records name the original
     expected: dict  # the export the model's next build starts from (state/expected.py ExpectedExport's fields)
-    cells: dict[str, RecordedCell]  # target id -> its cell
+    cells: dict[str, KeptCell]  # target id -> its cell
     problems: list[str] = []  # damaged objects of the model, named on every view
     trusted_keys: list[str] | None = None  # the hints of the keys the writer verified releases with (None: none)
     # every channel pointer of the model (its key -> what it references), whatever the fleet; None: a record written
@@ -88,13 +127,28 @@ class RecordedState(BaseModel):
     summary_values: dict = {}  # the values the rows share (a target's settings, a model's profiles), by shared_ref
 
 
-def recorded_state_from_json(data: bytes, where: str) -> RecordedState:
-    """Parse a stored state record; ``CorruptObject`` naming ``where`` when it is not one."""
+def recorded_state_from_json(data: bytes, where: str) -> RecordedState | None:
+    """Parse a stored state record; ``CorruptObject`` naming ``where`` when it is not one.
+
+    None for a record of an older format (an older trtfarm wrote it): nothing is wrong with it, it just says less, so
+    the view computes the model's state as for a model without one, and the next run records it in this format.
+    """
     try:
         return RecordedState.model_validate_json(data)
     except ValidationError as err:
+        if _older_format(data):
+            return None
         raise CorruptObject(f"{where}: not a recorded state ({validation_problems(err)}); `trtfarm status --record` "
                             "writes it again from the store's records") from err
+
+
+def _older_format(data: bytes) -> bool:
+    """Whether ``data`` is a JSON object whose ``format`` is an integer older than ``STATE_FORMAT``."""
+    try:
+        found = json.loads(data).get("format")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(found, int) and not isinstance(found, bool) and 0 < found < STATE_FORMAT
 
 
 def write_state(store: Store, state: RecordedState, signer=None) -> bool:

@@ -1,6 +1,6 @@
-"""Recording each model's state in the store (``state/<model>.json``), as every run does for the models it changed.
+"""Recording each model's state in the store (``state/<model>.json``): the one writer of state records.
 
-Kept apart from the views' entry points (``overview.py``) so that a local build records its model without importing
+Kept apart from the views' entry points (``views.py``) so that a local build records its model without importing
 the what-if: the model's own listings, its next export and its cells (``state/status.py``), then one
 compare-and-swap.
 """
@@ -20,9 +20,12 @@ def record_states(store: Store, fleet: Fleet, models: list[str] | None = None, *
                   trust: TrustedKeys | None = None) -> list[str]:
     """Compute each model's state from the store's records and record it there (``state/<model>.json``).
 
-    ``models``: those (default: every model in the store); ``targets``: the fleet's every target, if resolved
-    already; ``trust``: the fleet's trusted keys, each release verified with them; ``signer``: signs each record.
-    Returns the models recorded; a record another writer replaced meanwhile is left to it.
+    The one writer of state records, with two callers: the executor's end (``pipeline.record_changed_states``, for
+    a local run and, as a task, for a farm run: the models it changed) and ``trtfarm status --record`` (every model).
+    ``models``: those (default: every model in the store); ``targets``: the fleet's every target (a record is of
+    the whole fleet), where the caller resolved them already (a run, once); ``trust``: the fleet's trusted keys,
+    each release verified with them; ``signer``: signs each record. Returns the models recorded; a record another
+    writer replaced meanwhile is left to it.
     """
     from trtfarm.state.record import write_state
 

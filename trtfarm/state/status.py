@@ -41,7 +41,7 @@ from trtfarm.state.cells import (
     refused_cell,
 )
 from trtfarm.state.expected import ExpectedExport, digest_part
-from trtfarm.state.record import STATE_FORMAT, RecordedCell, RecordedRelease, RecordedState, now_iso
+from trtfarm.state.record import STATE_FORMAT, KeptCell, RecordedRelease, RecordedState, now_iso
 from trtfarm.state.served import (
     expired,
     has_release,
@@ -57,8 +57,6 @@ from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 from trtfarm.vocabulary.fleetview import FleetStatus, ReleaseRef, TargetStatus
 
 KEPT = "status"  # the summary cache's kind for the states this machine computed (``kept_states``)
-CELL_FIELDS = ("target", "state", "reason", "released_at", "precision", "engine", "signed", "since", "manifest",
-               "export")  # TargetStatus's fields as a state record keeps them (less the model and the age)
 
 
 def target_print(t: ResolvedTarget, x: ExpectedExport) -> str:
@@ -89,22 +87,20 @@ def fleet_status(survey: StoreSurvey, expected: dict[str, ExpectedExport], fleet
     serving = serving_digest(fleet)
     for p in pairs:
         state = (recorded or {}).get(p.model)
-        cell = state.cells.get(p.target.id) if state else None
-        if cell is None or cell.target != p.target.id:
+        kept = state.cells.get(p.target.id) if state else None
+        if kept is None or (kept.cell.model, kept.cell.target) != (p.model, p.target.id):
             continue
-        if cell.target_print == _print(prints, p):
-            taken = _from_record(p.model, cell, now, trust is not None and hints, state.serving == serving)
+        if kept.target_print == _print(prints, p):
+            taken = _from_record(kept, now, trust is not None and hints, state.serving == serving)
             if taken is not None:
                 found[p.model, p.target.id] = taken
     todo = [p for p in pairs if (p.model, p.target.id) not in found]
-    found.update({(c.model, c.target): c for c in computed_cells(survey, todo, now, fleet, previous)})
+    computed, timed = channel_cells(survey, todo, computed_cells(survey, todo, now, fleet, previous), now, fleet)
+    found.update({(c.model, c.target): c for c in computed})
     whole = set(keep) - {m for m, _ in found.keys() - {(p.model, p.target.id) for p in todo}}
     if whole and not target_ids:  # models whose every cell was computed here
-        _keep_states(survey, fleet, [p for p in pairs if p.model in whole], found, prints)
-    candidates = [k for p in pairs if (k := _candidate_key(survey, p))]
-    refs = {r.pointer: r for r in release_refs(survey, candidates, now, fleet)}
-    cells = [_with_candidate(survey, p, _signed(survey, found[p.model, p.target.id], trust, fleet, now), now, refs)
-             for p in pairs]
+        _keep_states(survey, fleet, [p for p in pairs if p.model in whole], found, prints, timed)
+    cells = [_signed(survey, found[p.model, p.target.id], trust, fleet, now) for p in pairs]
     problems = [*survey.problems, *(x for s in (recorded or {}).values() for x in s.problems)]
     return FleetStatus(sorted(expected), [t.id for t in targets], cells, now.isoformat(timespec="seconds"),
                        survey.store.location, sorted(set(problems)))  # in one order however they were found
@@ -118,13 +114,12 @@ def _print(prints: dict[tuple[str, bool], str], p: Pair) -> str:
     return prints[kept]
 
 
-def _recorded_cell(survey: StoreSurvey, p: Pair, c: TargetStatus, prints: dict[tuple[str, bool], str],
-                   **verified) -> RecordedCell:
-    """The cell as a state record keeps it: its target's print, its words and its manifest's listed versions."""
+def _kept_cell(survey: StoreSurvey, p: Pair, c: TargetStatus, prints: dict[tuple[str, bool], str], timed: bool,
+               **verified) -> KeptCell:
+    """The cell as a state record keeps it: itself (less its age), its target's print and its objects' versions."""
     versions = dict(zip(("manifest_version", "plan_version"), object_versions(survey, c.manifest),
                         strict=True)) if c.manifest else {}
-    return RecordedCell(target_print=_print(prints, p), **{f: getattr(c, f) for f in CELL_FIELDS}, **verified,
-                        **versions)
+    return KeptCell(cell=replace(c, age_s=None), target_print=_print(prints, p), timed=timed, **verified, **versions)
 
 
 def _recorded_manifests(survey: StoreSurvey, pairs: list[Pair], cells: Iterable[TargetStatus],
@@ -153,7 +148,7 @@ def _share(values: dict, value) -> str:
 
 
 def _keep_states(survey: StoreSurvey, fleet: Fleet, pairs: list[Pair], found: dict[tuple[str, str], TargetStatus],
-                 prints: dict[tuple[str, bool], str]) -> None:
+                 prints: dict[tuple[str, bool], str], timed: set[tuple[str, str]]) -> None:
     """Keep on this machine the state computed from the store's objects of each model of ``pairs`` (all its cells).
 
     What a state record would say, without its signatures' verdicts (a reader trusting keys checks each release).
@@ -165,8 +160,8 @@ def _keep_states(survey: StoreSurvey, fleet: Fleet, pairs: list[Pair], found: di
         inputs = survey.model_inputs(model, RUNS_BACK)
         state = RecordedState(model=model, inputs=inputs, written_at=now_iso(), by="this machine",
                               expected=mine[0].export.to_record(),
-                              cells={p.target.id: _recorded_cell(survey, p, found[model, p.target.id], prints)
-                                     for p in mine},
+                              cells={p.target.id: _kept_cell(survey, p, found[model, p.target.id], prints,
+                                                             (model, p.target.id) in timed) for p in mine},
                               problems=[x for x in survey.problems if f"/{model}/" in x],
                               serving=serving_digest(fleet))
         survey.cache.put(KEPT, model, _kept_version(survey, model, fleet, inputs), state)
@@ -212,7 +207,9 @@ def model_state(survey: StoreSurvey, model: str, expected: ExpectedExport, fleet
     """
     now = datetime.now(timezone.utc)
     pairs = pairs_of({model: expected}, targets)
-    cells = {c.target: c for c in computed_cells(survey, pairs, now, fleet, survey.recorded([model]))}
+    computed, timed = channel_cells(survey, pairs, computed_cells(survey, pairs, now, fleet, survey.recorded([model])),
+                                    now, fleet)
+    cells = {c.target: c for c in computed}
     recorded, prints, values = {}, {}, {}
     manifests = _recorded_manifests(survey, pairs, cells.values(), values)
     for p in pairs:
@@ -222,10 +219,11 @@ def model_state(survey: StoreSurvey, model: str, expected: ExpectedExport, fleet
             check = served_check(survey, release_key_of(c), trust, fleet, now)
             verified = {"verified": "refused", "verified_reason": check.refusal} if check.refusal else \
                 {"verified": "signed", "keys": list(check.keys), "expires_at": check.expires}
-        recorded[p.target.id] = _recorded_cell(survey, p, c, prints, **verified)
+        recorded[p.target.id] = _kept_cell(survey, p, c, prints, (model, p.target.id) in timed, **verified)
     releases = {r.pointer: RecordedRelease(manifest=r.manifest, refusal=r.refusal)
                 for r in release_refs(survey, survey.channel_pointers(model), now, fleet)}
     return RecordedState(model=model, inputs=survey.model_inputs(model, RUNS_BACK), written_at=now_iso(), by=by,
+                         store=survey.store.uri, shape=survey.model_inputs(model, RUNS_BACK, "size"),
                          expected=expected.to_record(), cells=recorded, releases=releases,
                          problems=[x for x in survey.problems if f"/{model}/" in x],
                          trusted_keys=sorted(k.hint for k in trust.keys) if trust else None,
@@ -233,21 +231,21 @@ def model_state(survey: StoreSurvey, model: str, expected: ExpectedExport, fleet
                          summary_values=values)
 
 
-def _from_record(model: str, cell: RecordedCell, now: datetime, hints: set[str] | bool,
-                 serving: bool) -> TargetStatus | None:
+def _from_record(kept: KeptCell, now: datetime, hints: set[str] | bool, serving: bool) -> TargetStatus | None:
     """The cell a record holds, for a reader trusting the keys ``hints`` (False: none); None to compute it anew.
 
-    ``serving``: whether the record's releases were checked against the fleet's serving images as they are now
-    (else a release is checked again). Without trusted keys the record's own words stand (it never says signed).
-    With them, a release is signed when the record says the keys that signed it are all trusted here and its claim
-    has not expired; any other release is checked from the store's objects.
+    ``serving``: whether the record's releases (and candidate pointers) were checked against the fleet's serving
+    images as they are now (else they are checked again). A cell whose candidate verdict changes with time alone is
+    computed anew. Without trusted keys the record's own words stand (it never says signed). With them, a release is
+    signed when the record says the keys that signed it are all trusted here and its claim has not expired; any
+    other release is checked from the store's objects.
     """
-    c = TargetStatus(model=model, age_s=age_of(cell.released_at, now), **{f: getattr(cell, f) for f in CELL_FIELDS})
-    if has_release(c) and not serving:
+    c = replace(kept.cell, age_s=age_of(kept.cell.released_at, now))
+    if kept.timed or ((has_release(c) or c.candidate) and not serving):
         return None
     if not hints or not has_release(c):
         return c
-    if cell.verified == "signed" and cell.keys and set(cell.keys) <= hints and not expired(cell.expires_at, now):
+    if kept.verified == "signed" and kept.keys and set(kept.keys) <= hints and not expired(kept.expires_at, now):
         return TargetStatus(**{**c.__dict__, "signed": "signed"})
     return None
 
@@ -271,19 +269,36 @@ def _candidate_key(survey: StoreSurvey, p: Pair) -> str | None:
     return key if key in survey.candidates else None
 
 
-def _with_candidate(survey: StoreSurvey, p: Pair, c: TargetStatus, now: datetime,
-                    refs: dict[str, ReleaseRef]) -> TargetStatus:
-    """The cell with its candidate channel beside it: the build and its gates' verdict.
+def channel_cells(survey: StoreSurvey, pairs: list[Pair], cells: list[TargetStatus], now: datetime,
+                  fleet: Fleet) -> tuple[list[TargetStatus], set[tuple[str, str]]]:
+    """``cells`` (of ``pairs``, in order) with their candidate channel's columns, as a record keeps them.
 
-    The verdict is ``releases.gates``', the rule ``promote`` applies; read only for the targets the listing shows a
-    candidate pointer of. A candidate pointer serving hosts refuse (``refs``: ``release_refs``) is ``damaged``.
+    And the (model, target) pairs whose candidate verdict may change with time alone (a soak in progress), which a
+    record keeps but no view takes from it. Read only for the targets the listing shows a candidate pointer of.
     """
-    ref = refs.get(_candidate_key(survey, p) or "")
-    if ref is None:
-        return c
+    keys = [_candidate_key(survey, p) for p in pairs]
+    if not any(keys):
+        return cells, set()
+    refs = {r.pointer: r for r in release_refs(survey, [k for k in keys if k], now, fleet)}
+    out, timed = [], set()
+    for p, c, key in zip(pairs, cells, keys, strict=True):
+        cell, moves = _with_candidate(survey, p, c, now, refs[key]) if key else (c, False)
+        out.append(cell)
+        if moves:
+            timed.add((p.model, p.target.id))
+    return out, timed
+
+
+def _with_candidate(survey: StoreSurvey, p: Pair, c: TargetStatus, now: datetime,
+                    ref: ReleaseRef) -> tuple[TargetStatus, bool]:
+    """The cell with its candidate channel beside it (the build and its gates' verdict); whether time moves it.
+
+    The verdict is ``releases.gates``', the rule ``promote`` applies. A candidate pointer serving hosts refuse
+    (``ref``: ``release_refs``) is ``damaged``.
+    """
     if ref.refusal:
         return replace(c, candidate=layout.short_ref(ref.manifest) if ref.manifest else "?",
-                       candidate_verdict="damaged", candidate_detail=ref.refusal)
+                       candidate_verdict="damaged", candidate_detail=ref.refusal), False
     from trtfarm.errors import CorruptObject
     from trtfarm.publishing.release_check import read_pointer
     from trtfarm.releases.gates import candidate_gates
@@ -291,16 +306,17 @@ def _with_candidate(survey: StoreSurvey, p: Pair, c: TargetStatus, now: datetime
     try:
         pointer, _ = read_pointer(survey.store, ref.pointer)  # the gates read the whole pointer
     except CorruptObject as damaged:
-        return replace(c, candidate="?", candidate_verdict="damaged", candidate_detail=str(damaged))
+        return replace(c, candidate="?", candidate_verdict="damaged", candidate_detail=str(damaged)), False
     if pointer is None:
-        return c
+        return c, False
     try:  # the gates compare with stable's release: a damaged one leaves them unjudged
         cand = candidate_gates(survey.store, layout.parse_channel_key(ref.pointer)[0], pointer, p.target.release_on,
                                now)
     except CorruptObject as damaged:
         return replace(c, candidate=layout.short_ref(pointer.manifest), candidate_verdict="damaged",
-                       candidate_detail=one_line(str(damaged)))
+                       candidate_detail=one_line(str(damaged))), False
     deciding = [g for g in cand.gates if g.verdict == cand.verdict]  # what it waits on, or fails on
     return replace(in_candidate(c, pointer.manifest, cand.verdict, [(g.name, g.detail) for g in deciding]),
                    candidate=layout.short_ref(pointer.manifest), candidate_verdict=cand.verdict,
-                   candidate_detail="; ".join(f"{g.name}: {g.detail}" for g in deciding))
+                   candidate_detail="; ".join(f"{g.name}: {g.detail}" for g in deciding)), \
+        any(g.timed for g in cand.gates)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from trtfarm import layout
 from trtfarm.errors import CorruptObject, UserInputError
-from trtfarm.state.record import RecordedState
+from trtfarm.state.record import RecordedState, content_stamp
 from trtfarm.state.summaries import ManifestSummary, OutcomeSummary, PointerSummary, SummaryCache
 from trtfarm.store import Store
 from trtfarm.store.base import ListedObject
@@ -87,21 +87,25 @@ class StoreSurvey:
         self.candidates = {o.key: o for o in listed[4]}  # the candidate channel's pointers (models with promotion:)
         self.runs = _runs(listed[5]) if runs else {}
         self._pointers_of = _by_model(listed[2], 1)
+        self.receipts = _receipts(store, model, self.candidates)  # of models with a candidate: one listing more
 
-    def model_inputs(self, model: str, runs_back: int) -> str:
+    def model_inputs(self, model: str, runs_back: int, stamp: str = "version") -> str:
         """A digest of every listed object a model's state is made from (by version); equal digests, equal state.
 
-        Its export records, plan folders (plans, manifests, attestations), release pointers, stored precision steps
-        and its newest ``runs_back`` runs' outcomes. Computed from the listings alone, so a view knows without reading
-        anything whether the state recorded in the store (``state/<model>.json``) is the state of these objects.
+        Its export records, plan folders (plans, manifests, attestations), release pointers, stored precision steps,
+        its newest ``runs_back`` runs' outcomes and, where it has a candidate, its load receipts, in key order.
+        Computed from the listings alone, so a view knows without reading anything whether the state recorded in the
+        store (``state/<model>.json``) is the state of these objects. ``stamp="size"``: by size, not version (equal
+        in a copy of the store that did not keep the objects' versions, and after a change of the same size).
         """
-        parts = [f"{o.key}@{o.version}" for _, o in self.exports.get(model, [])]
-        parts += sorted(f"{o.key}@{o.version}" for f in self.by_model.get(model, [])
-                        for o in self.folders[f.prefix].values())
-        parts += sorted(f"{o.key}@{o.version}" for o in self._pointers_of.get(model, []))
-        parts += sorted(f"{k}@{o.version}" for k, o in self.candidates.items() if layout.parse_model(k) == model)
-        parts += sorted(f"{o.key}@{o.version}" for o in self.converted.get(model, []))
-        parts += [f"{o.key}@{o.version}" for _, o in self.runs.get(model, [])[:runs_back]]
+        objects = [o for _, o in self.exports.get(model, [])]
+        objects += [o for f in self.by_model.get(model, []) for o in self.folders[f.prefix].values()]
+        objects += self._pointers_of.get(model, [])
+        objects += [o for k, o in self.candidates.items() if layout.parse_model(k) == model]
+        objects += self.converted.get(model, [])
+        objects += [o for _, o in self.runs.get(model, [])[:runs_back]]
+        objects += self.receipts.get(model, [])
+        parts = sorted(f"{o.key}@{content_stamp(o) if stamp == 'version' else o.size}" for o in objects)
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
     # --- what the listings say -------------------------------------------------------------------------------------
@@ -310,6 +314,15 @@ def _folders(listed: list[ListedObject]) -> tuple[dict[str, dict[str, ListedObje
                 by_model.setdefault(parsed.model, []).append(Folder(prefix, *parsed[:5]))
         objects[leaf] = obj
     return folders, by_model
+
+
+def _receipts(store: Store, model: str | None, candidates: dict[str, ListedObject]) -> dict[str, list[ListedObject]]:
+    """The load receipts of each model with a candidate pointer listed (its promotion gates count them)."""
+    if not candidates:
+        return {}
+    found = _by_model(list(store.list_versions(layout.receipts_prefix(model))), 1)
+    promoted = {k.split("/")[1] for k in candidates}
+    return {m: objects for m, objects in found.items() if m in promoted}
 
 
 def _runs(listed: list[ListedObject]) -> dict[str, list[tuple[str, ListedObject]]]:
