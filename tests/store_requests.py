@@ -46,6 +46,7 @@ class CountingStore(Store):
 
     def __init__(self, inner: Store, calls: Counter) -> None:
         self.inner, self.calls, self.uri = inner, calls, inner.uri
+        self.paged_listings = inner.paged_listings
 
     def _count(self, method: str, key: str) -> None:
         self.calls[(method, key)] += 1
@@ -94,6 +95,11 @@ class CountingStore(Store):
     def list_versions(self, prefix: str = "") -> Iterator[ListedObject]:  # noqa: D102
         self._count("list_versions", prefix)
         return self.inner.list_versions(prefix)
+
+    def list_versions_between(self, prefix: str, after: str | None = None,  # noqa: D102
+                              upto: str | None = None) -> Iterator[ListedObject]:
+        self._count("list_versions", prefix)
+        return self.inner.list_versions_between(prefix, after, upto)
 
     def delete(self, key: str) -> None:  # noqa: D102
         self._count("delete", key)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import islice
 
 from trtfarm import layout
 from trtfarm.errors import CorruptObject, UserInputError
@@ -28,6 +29,7 @@ from trtfarm.vocabulary.manifest import manifest_from_json
 from trtfarm.vocabulary.pointer import pointer_from_json
 
 READ_THREADS = 16  # objects read at once (their requests overlap; the store client is shared)
+LIST_PARTS, FIRST_PAGE = 8, 1000  # a paged store's long listing: in at most 8 parts after its first page (S3's)
 
 
 @contextmanager
@@ -75,11 +77,14 @@ class StoreSurvey:
                     layout.converted_models_prefix(model), layout.channel_prefix("candidate", model)]
         if runs:
             prefixes.append(layout.reports_prefix(model))
-        with ThreadPoolExecutor(max_workers=len(prefixes) + 1) as pool:
-            states = pool.submit(lambda: list(store.list_versions(layout.state_prefix())) if model is None else
-                                 [o for o in [_listed(store, layout.state_key(model))] if o])
-            listed = list(pool.map(lambda p: list(store.list_versions(p)), prefixes))
-            self.states = {name: o for o in states.result() if (name := layout.parse_state_key(o.key))}
+        if model is None and store.paged_listings:  # S3: the records first, then every listing in parts
+            self.states, listed = _in_parts(store, prefixes)
+        else:
+            with ThreadPoolExecutor(max_workers=len(prefixes) + 1) as pool:
+                states = pool.submit(lambda: list(store.list_versions(layout.state_prefix())) if model is None else
+                                     [o for o in [_listed(store, layout.state_key(model))] if o])
+                listed = list(pool.map(lambda p: list(store.list_versions(p)), prefixes))
+                self.states = _states(states.result())
         self.exports = _exports(listed[0])
         self.folders, self.by_model = _folders(listed[1])  # by_model: model -> its plan folders, in listing order
         self.pointers = {o.key: o for o in listed[2]}
@@ -276,6 +281,51 @@ def _exports(listed: list[ListedObject]) -> dict[str, list[tuple[str, ListedObje
         if parsed:
             found.setdefault(parsed[0], []).append((parsed[1], obj))
     return {m: sorted(v, key=lambda e: e[0]) for m, v in found.items()}
+
+
+def _states(listed: Iterable[ListedObject]) -> dict[str, ListedObject]:
+    """``model -> its state record`` of a listing of ``state/``."""
+    return {name: o for o in listed if (name := layout.parse_state_key(o.key))}
+
+
+def _in_parts(store: Store, prefixes: list[str]) -> tuple[dict[str, ListedObject], list[list[ListedObject]]]:
+    """The state records' listing, and each prefix's, the long ones in parts split at model prefixes, side by side.
+
+    On a store whose listing is a sequence of pages (S3), a listing of 40,000 keys is 40 requests one after another.
+    First, side by side, the state records' listing (whose models name the splits) and each prefix's first page
+    (``FIRST_PAGE`` objects); a prefix with more is listed on from its page's last key in parts (``_splits``),
+    all side by side. A part ends after a model's prefix (``a < key <= b``): each object is listed once, whatever
+    its model's name.
+    """
+    with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(prefixes) + 1)) as pool:
+        listed = pool.submit(lambda: _states(store.list_versions(layout.state_prefix())))
+        firsts = list(pool.map(lambda p: list(islice(store.list_versions(p), FIRST_PAGE)), prefixes))
+        models = sorted(listed.result())
+        parts = []
+        for prefix, first in zip(prefixes, firsts, strict=True):
+            if len(first) == FIRST_PAGE:
+                bounds = [first[-1].key, *_splits(prefix, first[-1].key, models)]
+                parts += [(prefix, a, b) for a, b in zip(bounds, [*bounds[1:], None], strict=True)]
+        rest = list(pool.map(lambda part: list(store.list_versions_between(*part)), parts))
+    for (prefix, _, _), objects in zip(parts, rest, strict=True):
+        firsts[prefixes.index(prefix)].extend(objects)
+    return listed.result(), firsts
+
+
+def _splits(prefix: str, last: str, models: list[str]) -> list[str]:
+    """Where to split the rest of a listing after ``last``: in at most ``LIST_PARTS`` parts, each under whole pages.
+
+    The keys per model are guessed from the first page (``FIRST_PAGE`` keys held the models up to ``last``'s), so
+    that a part's last page reads few keys of the next part (a part's end is known only once a key passes it).
+    """
+    after = [prefix + m for m in models if prefix + m > last]
+    per_model = FIRST_PAGE / max(1, len(models) - len(after))
+    pages = -(-int(len(after) * per_model) // FIRST_PAGE)
+    if pages < 2:
+        return []
+    each = max(int(-(-pages // LIST_PARTS) * FIRST_PAGE * 0.9 / per_model),  # models a part: 10% under its pages,
+               -(-len(after) // LIST_PARTS))  # unless that would take more parts
+    return after[each::each]
 
 
 def _listed(store: Store, key: str) -> ListedObject | None:

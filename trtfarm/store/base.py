@@ -93,6 +93,8 @@ class Store(ABC):
     """One interface, two backends (``file://`` and ``s3://``)."""
 
     uri: str
+    # True: a listing is a sequence of pages, one request each (S3); a long one is faster as parts side by side
+    paged_listings = False
 
     @abstractmethod
     def get(self, key: str) -> Blob | None:
@@ -174,6 +176,18 @@ class Store(ABC):
             etag = self.etag(key)
             if etag is not None:
                 yield ListedObject(key, size, etag, 0.0)
+
+    def list_versions_between(self, prefix: str, after: str | None = None,
+                              upto: str | None = None) -> Iterator[ListedObject]:
+        """``list_versions(prefix)``'s objects whose key sorts after ``after`` and not after ``upto`` (None: no bound).
+
+        A part of a listing: parts split at keys (``a < k <= b``) cover it once, each in its own order.
+        """
+        for obj in self.list_versions(prefix):
+            if upto is not None and obj.key > upto:
+                return
+            if after is None or obj.key > after:
+                yield obj
 
     def sweep_temporaries(self, prefix: str, older_than_s: float) -> int:
         """Remove in-flight write files that a killed writer left under ``prefix``; returns how many.

@@ -136,8 +136,9 @@ def _no_credentials(where: str, doing: str) -> StoreError:
 
 def _client(endpoint_url: str | None):
     """One boto3 S3 client per process and endpoint (clients are thread-safe; building one costs ~40 ms)."""
-    import boto3
     from botocore.config import Config
+
+    from trtfarm.store.s3_listing import listing_session
 
     env = tuple(os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID",
                                             "AWS_PROFILE"))
@@ -146,7 +147,7 @@ def _client(endpoint_url: str | None):
     with _CLIENTS_LOCK:
         if key not in _CLIENTS:
             try:
-                client = boto3.client("s3", endpoint_url=endpoint_url or None, config=Config(
+                client = listing_session().client("s3", endpoint_url=endpoint_url or None, config=Config(
                     connect_timeout=connect, read_timeout=read, max_pool_connections=32,
                     retries={"total_max_attempts": attempts, "mode": "standard"}))
             except (ProfileNotFound, PartialCredentialsError) as err:
@@ -204,6 +205,8 @@ class _TranslatedBody:
 
 class S3Store(Store):
     """A store under ``s3://bucket/prefix``."""
+
+    paged_listings = True
 
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
                  multipart_threshold: int = MULTIPART_THRESHOLD, client=None) -> None:
@@ -358,13 +361,21 @@ class S3Store(Store):
 
     def list_versions(self, prefix: str = "") -> Iterator[ListedObject]:
         """Yield each object under ``prefix`` with its size, ETag and LastModified: one paginated listing."""
+        return self.list_versions_between(prefix)
+
+    def list_versions_between(self, prefix: str, after: str | None = None,
+                              upto: str | None = None) -> Iterator[ListedObject]:
+        """A part of a listing: pages from after ``after`` (``StartAfter``) until a key passes ``upto``."""
         full = self._k(prefix.rstrip("/")) if prefix else self.prefix
         strip = len(self.prefix) + 1 if self.prefix else 0
-        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full)
+        start = {"StartAfter": f"{self.prefix}/{after}" if self.prefix else after} if after else {}
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full, **start)
         try:
             for page in pages:
                 for obj in page.get("Contents", []):
                     key = obj["Key"][strip:]
+                    if upto is not None and key > upto:
+                        return
                     if key.startswith(prefix):
                         yield ListedObject(key, int(obj["Size"]), obj["ETag"], obj["LastModified"].timestamp())
         except _BOTO_ERRORS as err:
