@@ -111,7 +111,11 @@ class FleetDecisions:
 
 @dataclass(frozen=True)
 class TargetStatus:
-    """Where one (model, target) stands: its state, why, and the released plan's facts.
+    """Where one (model, target) stands: its state, why, and the released plan's facts; the one cell type.
+
+    Computed from the store's objects (``state/status.py``), kept as it is in a state record (``state/record.py``
+    ``KeptCell``, less ``age_s``: a view counts the age by its own clock) and read back from one; its candidate
+    channel's columns are kept with it, so a view of a promoted model reads nothing else.
 
     ``released_at``/``age_s``: when the released build was released (a refresh by ``trtfarm sign`` is no release) or
     since when a build has failed (``since``). ``engine``: the engine check's status on the target GPU (passed,
