@@ -69,7 +69,8 @@ def test_the_walk_finds_the_known_paths_to_a_pointer_move():
         assert f"trtfarm.{known}" in carry, known
     assert "tasks.build.settle_model" in carry  # the flow's settle (the executor calls it through its settler)
     for planner in ("planning.triage.triage", "planning.triage.triage_listed", "planning.plan.plan_export",
-                    "planning.plan.listed_stage", "pipeline.plan_run"):  # planning decides: it moves nothing
+                    "planning.plan.listed_stage", "pipeline.plan_run",
+                    "planning.dry_run.planned_decisions"):  # planning decides (a dry run too): it moves nothing
         assert f"trtfarm.{planner}" not in carry, planner
 
 

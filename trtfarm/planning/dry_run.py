@@ -33,9 +33,7 @@ def planned_decisions(request: MatrixRequest, store: Store, exports: list[Export
     model the planner refuses (a bad build spec, a target its farm.yaml names that the fleet lacks, a damaged export
     record) is returned apart, with why: the run refuses it too; the other models' decisions stand.
     """
-    from trtfarm.state.summaries import SummaryCache
-
-    view = RunView(store, fleet, whole_store=len(exports) > 1, cache=SummaryCache.for_store(store.uri))  # a view's
+    view = RunView(store, fleet, whole_store=len(exports) > 1, cached=True)  # as a view: this machine's summaries
 
     def one(export: ExportRef) -> tuple[list[RunDecision] | None, str]:
         try:

@@ -27,12 +27,12 @@ class RunView:
 
     ``whole_store``: one survey of every model (a run over many models); else the plans of one export and the
     release pointers of its model are listed, and the model's survey is made only when a cell is asked for. Safe to
-    ask from several planning threads. ``cache``: this machine's summaries of the objects read (a dry run's, as a
-    view's; ``save`` keeps what was read); a run reads afresh.
+    ask from several planning threads. ``cached``: with this machine's summaries of the objects read (a dry run's,
+    as a view's; ``save`` keeps what was read); a run reads afresh.
     """
 
-    def __init__(self, store: Store, fleet: Fleet, *, whole_store: bool = False,
-                 cache: SummaryCache | None = None) -> None:
+    def __init__(self, store: Store, fleet: Fleet, *, whole_store: bool = False, cached: bool = False) -> None:
+        cache = SummaryCache.for_store(store.uri) if cached else None
         self.store, self.fleet, self.cache = store, fleet, cache
         self._lock = threading.Lock()
         self._survey = StoreSurvey(store, cache, runs=True, keep_parsed=True) if whole_store else None
