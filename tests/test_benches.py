@@ -88,6 +88,14 @@ def _dispatch(out: str) -> None:
     assert path["n"] == 1 and path["states"] == ["Completed"] and path["e2e_s"] > 0, doc
 
 
+def _export_to_release(out: str) -> None:
+    doc = json.loads(out)
+    landing, summary = doc["landings"][0], doc["summary"]
+    assert doc["n"] == 1 and summary["states"] == ["COMPLETED"] and landing["build_s"] > 0, doc
+    assert None not in summary["marks"].values(), summary  # every phase was read back from the farm
+    assert 0 < summary["marks"]["accepted"] < summary["marks"]["released"] < summary["marks"]["parent_end"], summary
+
+
 def _install(out: str) -> None:
     rows = json.loads(out)
     assert [r["extra"] for r in rows] == ["base"] and rows[0]["mib"] > 0 and rows[0]["install_s"] > 0, rows
@@ -146,6 +154,7 @@ SMALLEST: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "tensorrt_api.py": (["--json"], _tensorrt_api),
     "dispatch_latency.py": (["--n", "1", "--sleep", "0", "--modes", "task-worker", "--no-crash", "--json"],
                             _dispatch),
+    "export_to_release.py": (["--n", "1", "--json"], _export_to_release),
     "install_sizes.py": (["--extras", "base", "--no-deps", "--json"], _install),
     "extras_agree.py": (["--extras", "rtx,triton", "--json"], _extras_agree),
     "precision_speed.py": (["--smoke"], _table("| encoder |", "passed / passed", "over the target")),
@@ -154,7 +163,8 @@ SMALLEST: dict[str, tuple[list[str], Callable[[str], None]]] = {
     "mutation_score.py": (["trtfarm/signing/accepted.py", "--per-function", "1", "--survivors", "/dev/null"],
                           _mutation),
 }
-ON_SHARED_SERVER = {"dispatch_latency.py", "farm_fanout.py", "farm_soak.py", "nightly_up_to_date.py"}
+ON_SHARED_SERVER = {"dispatch_latency.py", "export_to_release.py", "farm_fanout.py", "farm_soak.py",
+                    "nightly_up_to_date.py"}
 # The benches run by three modules, side by side on the suite's workers: the farm benches on their shared server
 # (tests/test_benches_farm.py), those that install venvs or run ModelOpt (tests/test_benches_installs.py), the rest here
 INSTALLS = {"install_sizes.py", "extras_agree.py", "precision_speed.py", "mutation_score.py"}
