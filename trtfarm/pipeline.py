@@ -57,7 +57,7 @@ def plan_run(request: MatrixRequest, store: Store, exports: Iterable[ExportRef],
         return [plan_export(request, e, store, farm=False, fleet=fleet, caps=caps, targets=targets) for e in exports]
     from trtfarm.state.run_view import RunView
 
-    view = RunView(store, fleet, whole_store=True) if len(exports) > 1 else None
+    view = RunView(store, fleet, targets, whole_store=True) if len(exports) > 1 else None
     with ThreadPoolExecutor(max_workers=min(PLAN_THREADS, max(len(exports), 1))) as pool:
         return list(pool.map(lambda e: plan_export(request, e, store, farm=True, fleet=fleet, view=view,
                                                    targets=targets), exports))

@@ -295,7 +295,7 @@ def _published_already(request, fleet, targets) -> list | None:
     try:  # read only: a release a killed run left undone is the run's to carry out
         store = open_store(request.store)
         exports = find_exports(store, request.model)
-        view = RunView(store, fleet, whole_store=True) if len(exports) > 1 else None  # as the run plans them
+        view = RunView(store, fleet, targets, whole_store=True) if len(exports) > 1 else None  # as the run plans them
         checks = (up_to_date_export(request, e, store, fleet, view, targets) for e in exports)  # lazily, in order:
         plans = list(iter(lambda: next(checks, None), None))  # the first model with work ends it (the run plans it)
         if not exports or len(plans) != len(exports):

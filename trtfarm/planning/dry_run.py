@@ -33,7 +33,7 @@ def planned_decisions(request: MatrixRequest, store: Store, exports: list[Export
     model the planner refuses (a bad build spec, a target its farm.yaml names that the fleet lacks, a damaged export
     record) is returned apart, with why: the run refuses it too; the other models' decisions stand.
     """
-    view = RunView(store, fleet, whole_store=len(exports) > 1, cached=True)  # as a view: this machine's summaries
+    view = RunView(store, fleet, targets, whole_store=len(exports) > 1, cached=True)  # cached: as a view
 
     def one(export: ExportRef) -> tuple[list[RunDecision] | None, str]:
         try:

@@ -308,7 +308,7 @@ def listed_stage(request: MatrixRequest, export: ExportRef, store: Store, fleet:
     if view is None:
         from trtfarm.state.run_view import RunView
 
-        view = RunView(store, fleet)
+        view = RunView(store, fleet, resolved)
     found = triage_listed(store, plans, view)
     return ListedStage(record, resolved, profiles, ExportWork(
         name=name, model=model, profiles=profile_texts(profiles), targets=[t.id for t in resolved],

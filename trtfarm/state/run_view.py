@@ -19,21 +19,24 @@ from trtfarm import layout
 from trtfarm.state.summaries import SummaryCache
 from trtfarm.state.survey import StoreSurvey
 from trtfarm.store import Store
-from trtfarm.vocabulary.fleet import Fleet, select_targets
+from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 
 
 class RunView:
     """What a run reads of the store: its plans and release pointers listed once, each model's cells on demand.
 
+    ``targets``: the targets the run asks about, resolved already (None: the fleet's every target).
     ``whole_store``: one survey of every model (a run over many models); else the plans of one export and the
     release pointers of its model are listed, and the model's survey is made only when a cell is asked for. Safe to
     ask from several planning threads. ``cached``: with this machine's summaries of the objects read (a dry run's,
     as a view's; ``save`` keeps what was read); a run reads afresh.
     """
 
-    def __init__(self, store: Store, fleet: Fleet, *, whole_store: bool = False, cached: bool = False) -> None:
+    def __init__(self, store: Store, fleet: Fleet, targets: list[ResolvedTarget] | None = None, *,
+                 whole_store: bool = False, cached: bool = False) -> None:
         cache = SummaryCache.for_store(store.uri) if cached else None
         self.store, self.fleet, self.cache = store, fleet, cache
+        self.targets = targets  # the run's targets, resolved (None: the fleet's every target)
         self._lock = threading.Lock()
         self._survey = StoreSurvey(store, cache, runs=True, keep_parsed=True) if whole_store else None
         self._pointers = set(self._survey.pointers) if self._survey else set()
@@ -78,7 +81,7 @@ class RunView:
         if self._survey is not None:
             return self._recorded().get(model, {})
         if model not in self._cells:  # each model is planned by one thread: no other computes it meanwhile
-            self._cells[model] = computed_cells_of(self.store, self.fleet, model, self.cache)
+            self._cells[model] = computed_cells_of(self.store, self.fleet, model, self.cache, self.targets)
         return self._cells[model]
 
     def save(self) -> None:
@@ -96,11 +99,12 @@ class RunView:
             return {}
         with self._lock:  # the survey is read under the lock only
             if self._records is None:
-                self._records = _cells(self._survey, self.fleet, self._survey.models())
+                self._records = _cells(self._survey, self.fleet, self._survey.models(), self.targets)
             return self._records
 
 
-def _cells(survey: StoreSurvey, fleet: Fleet, models: list[str]) -> dict[str, dict[str, tuple[str, str | None]]]:
+def _cells(survey: StoreSurvey, fleet: Fleet, models: list[str],
+           targets: list[ResolvedTarget] | None = None) -> dict[str, dict[str, tuple[str, str | None]]]:
     """``models``' cells (model -> target -> (state, manifest)): recorded where current, else computed."""
     from trtfarm.state.cells import computed_cells, pairs_of
     from trtfarm.state.expected import expected_exports
@@ -109,7 +113,7 @@ def _cells(survey: StoreSurvey, fleet: Fleet, models: list[str]) -> dict[str, di
     current, stale = current_records(survey, models)
     out = {m: {t: _said(c) for t, c in s.cells.items()} for m, s in current.items()}
     expected = expected_exports(survey, stale) if stale else {}
-    pairs = pairs_of(expected, select_targets(fleet))
+    pairs = pairs_of(expected, select_targets(fleet) if targets is None else targets) if expected else []
     for c in computed_cells(survey, pairs, datetime.now(timezone.utc), fleet, survey.recorded(stale)) if pairs else []:
         out.setdefault(c.model, {})[c.target] = (c.state, c.manifest)
     return out
@@ -121,8 +125,8 @@ def _said(kept) -> tuple[str, str | None]:
     return cell.state, cell.manifest
 
 
-def computed_cells_of(store: Store, fleet: Fleet, model: str,
-                      cache: SummaryCache | None = None) -> dict[str, tuple[str, str | None]]:
+def computed_cells_of(store: Store, fleet: Fleet, model: str, cache: SummaryCache | None = None,
+                      targets: list[ResolvedTarget] | None = None) -> dict[str, tuple[str, str | None]]:
     """One model's cells (target -> (state, manifest)), as ``trtfarm status`` has them, from the model's survey."""
     survey = StoreSurvey(store, cache, runs=True, model=model, keep_parsed=True)  # releases judged as read
-    return _cells(survey, fleet, [model]).get(model, {})
+    return _cells(survey, fleet, [model], targets).get(model, {})
