@@ -16,6 +16,7 @@ from pathlib import Path
 from trtfarm.errors import OutputRefused, UserInputError
 from trtfarm.layout import ReleaseName, channel_key, toolchain_label
 from trtfarm.machine.gpu import GpuScan
+from trtfarm.machine.match import DeviceSpec, best_key
 from trtfarm.publishing.release import list_pointers
 from trtfarm.publishing.release_check import ReleaseVerdict, served_release
 from trtfarm.releases.channels import serving_key
@@ -26,7 +27,6 @@ from trtfarm.signing.verdict import TrustVerdict
 from trtfarm.store import Store
 from trtfarm.store.base import Progress
 from trtfarm.store.resume import download_resumable
-from trtfarm.vocabulary.device_spec import fleet_gpu_of
 from trtfarm.vocabulary.fleet import Fleet
 
 
@@ -57,6 +57,17 @@ def local_gpu_key(fleet: Fleet, gpus: GpuScan, override: str | None) -> str:
         return key
     raise UserInputError(f"this host has {gpus.describe()}, which matches no GPU in the fleet; pass --gpu KEY "
                          f"(one of {sorted(fleet.gpus)}) to pull for another host")
+
+
+def fleet_gpu_of(fleet: Fleet, scan: GpuScan) -> str | None:
+    """The fleet GPU this host's device is; None when no device is one of the fleet's GPUs.
+
+    machine/match.py's rule, the one ``verify`` and the worker's self-check judge by: the MIG profile, then the PCI id
+    where the fleet declares ids, else NVML name and compute capability.
+    """
+    specs = {key: DeviceSpec(key, g.nvml_name, g.compute_capability, tuple(g.pci_ids), "", g.mig)
+             for key, g in fleet.gpus.items()}  # a GPU's own device: no group, no portable class
+    return best_key(specs, scan)
 
 
 def local_toolchains(installed: dict[str, str | None], override: str | None) -> list[str]:

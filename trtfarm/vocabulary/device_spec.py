@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trtfarm.machine.match import DeviceSpec, GroupMember, best_key
+from trtfarm.machine.match import DeviceSpec, GroupMember
 
 if TYPE_CHECKING:
-    from trtfarm.machine.gpu import GpuScan
-    from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget
+    from trtfarm.vocabulary.fleet import ResolvedTarget
     from trtfarm.vocabulary.manifest import Manifest
 
 
@@ -24,14 +23,3 @@ def spec_of_manifest(m: Manifest) -> DeviceSpec:
     t = m.target
     group = tuple(GroupMember(s.gpu, s.gpu_name, tuple(s.pci_ids)) for s in t.serves if s.gpu != t.gpu)
     return DeviceSpec(t.gpu, t.gpu_name, t.compute_capability, tuple(t.pci_ids), t.compat_class, t.mig, group)
-
-
-def fleet_gpu_of(fleet: Fleet, scan: GpuScan) -> str | None:
-    """The fleet GPU this host's device is; None when no device is one of the fleet's GPUs.
-
-    machine/match.py's rule, the one ``verify`` and the worker's self-check judge by: the MIG profile, then the PCI id
-    where the fleet declares ids, else NVML name and compute capability.
-    """
-    specs = {key: DeviceSpec(key, g.nvml_name, g.compute_capability, tuple(g.pci_ids), "", g.mig)
-             for key, g in fleet.gpus.items()}  # a GPU's own device: no group, no portable class
-    return best_key(specs, scan)
