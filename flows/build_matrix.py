@@ -24,7 +24,7 @@ from trtfarm.run_setup import RunSetup, setup_run
 from trtfarm.store import Store
 from trtfarm.vocabulary.job import BuildJob, JobResult
 from trtfarm.vocabulary.precision_job import PrecisionJob, PrecisionRun
-from trtfarm.vocabulary.target_outcome import LostChild, RunRow, TargetOutcome
+from trtfarm.vocabulary.target_outcome import LostChild, Reason, RunRow, TargetOutcome
 
 # the S3 client, while the engine starts the run (building/warm.py); the builder, the report and the state record are
 # imported where they are used: a farm parent builds nothing, and reports once its children are done
@@ -59,8 +59,9 @@ def _result_of(store: Store, job: BuildJob, child: ChildRun, parent: str) -> Job
         status = "skipped" if child.state == SKIPPED else "failed"
         why = child.message or f"child run ended {child.state} without a result"
         return JobResult(job_id=job.job_id, model=job.model.name,
-                         outcomes=[TargetOutcome(t, status, "; ".join(filter(None, [why, losses])),
-                                                 build_digest=job.build_digest) for t in job.targets])
+                         outcomes=[TargetOutcome(t, status, why, build_digest=job.build_digest,
+                                                 notes=(Reason("lost", losses),) if losses else ())
+                                   for t in job.targets])
     result = JobResult.model_validate_json(blob.data)
     note = f"built on {child.pool} by child run {child.flow_run_id}"
     if child.worker:
@@ -69,7 +70,7 @@ def _result_of(store: Store, job: BuildJob, child: ChildRun, parent: str) -> Job
         note += f", resubmitted after {losses}"
     for o in result.outcomes:
         if o.status != "failed":
-            o.reason = "; ".join(filter(None, [o.reason, note]))
+            o.note("built-on", note)
     return result
 
 

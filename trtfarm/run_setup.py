@@ -96,7 +96,7 @@ class RunSetup:
             o = row.outcome
             if o.status == "up-to-date" and o.manifest_key and (stored := read_stored(self.store, o.manifest_key)) \
                     and stored.signature is None:
-                o.reason = f"{o.reason}; unsigned (published before signing was on): `trtfarm sign` signs it"
+                o.note("unsigned", "unsigned (published before signing was on): `trtfarm sign` signs it")
 
 
 def setup_run(request: MatrixRequest) -> RunSetup:

@@ -343,7 +343,7 @@ def _build_group(store: Store, model: ModelSource, group: Sequence[TargetWork], 
                 outcomes = list(pool.map(publish, group))
     if warning := merge_after_publish(store, trt, key, result):  # published first: a failed merge loses no build
         for o in outcomes:
-            o.reason = "; ".join(filter(None, [o.reason, warning]))
+            o.note("timing-cache", warning)
     return outcomes
 
 

@@ -97,7 +97,7 @@ def run_job(store: Store, job: BuildJob, work: Path, *, run_id: str | None = Non
         return _failed(job, str(err))
     if job.full_build_reason:
         for o in outcomes:
-            o.reason = "; ".join(filter(None, [f"full build: {job.full_build_reason}", o.reason]))
+            o.note("full-build", f"full build: {job.full_build_reason}")
     return _keys_noted(job, signer, JobResult(job_id=job.job_id, model=job.model.name, outcomes=outcomes))
 
 
@@ -114,7 +114,7 @@ def _keys_noted(job: BuildJob, signer: Signer | None, result: JobResult) -> JobR
         + f", not the run's key {job.release_key[:12]} (the provenance states both)"
     for o in result.outcomes:
         if o.status == "built":
-            o.reason = "; ".join(filter(None, [o.reason, said]))
+            o.note("signed-by", said)
     return result
 
 

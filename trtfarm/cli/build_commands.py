@@ -158,7 +158,7 @@ def skip_fixes(rows: list[TargetOutcome]) -> dict[str, list[str]]:
     fixes: dict[str, list[str]] = {}
     for o in rows:
         if o.status == "skipped":
-            fixes.setdefault(o.fix or (o.reason.splitlines()[0] if o.reason else ""), []).append(o.target)
+            fixes.setdefault(o.fix or o.headline, []).append(o.target)
     return fixes
 
 
@@ -169,8 +169,7 @@ def _note(o: TargetOutcome) -> str:
     """
     from trtfarm.layout import short_ref
 
-    first = o.reason.splitlines()[0] if o.reason else ""
-    note = first.removesuffix(f"; {o.fix}") if o.fix else first.split("; ")[0]  # a built one's: its first note
+    note = o.headline.removesuffix(f"; {o.fix}")  # a skip's cause ends with its fix
     if o.status in ("built", "up-to-date") and o.manifest_key:
         ref = short_ref(o.manifest_key)
         note = f"{note} · {ref}" if note and o.status == "built" else ref

@@ -14,6 +14,21 @@ from trtfarm.vocabulary.manifest import Manifest
 
 Status = Literal["built", "up-to-date", "skipped", "failed"]
 ReleaseAction = Literal["moved", "already", "kept", "refused", "recorded"]
+# what a note beside an outcome's cause says: why the job built in full (said first), the key that signed a build, a
+# timing cache that did not merge, a plan published before signing was on, where a farm child built it
+NoteKind = Literal["full-build", "signed-by", "timing-cache", "unsigned", "built-on", "lost"]
+LEADING: frozenset[NoteKind] = frozenset({"full-build"})  # said before the cause
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One part of why a target ended as it did: ``cause`` (the status's own reason) or a note of ``NoteKind``."""
+
+    kind: Literal["cause"] | NoteKind
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
 
 
 @dataclass(frozen=True)
@@ -69,11 +84,13 @@ class TargetOutcome:
     manifest itself when the run had it in hand (a build just published it, or planning read it), so the report
     does not read it again. ``fix``: what would let this machine build a skipped target (what to install, what
     it lacks), said apart from the ``reason`` that ends with it, so a view groups skips by it without parsing text.
+    ``cause`` is why the target has its status; ``notes`` what steps after it said (``note``). Both stay apart, typed
+    (``reasons``), and are joined only where text leaves: ``reason``, the ``--json`` field.
     """
 
     target: str
     status: Status
-    reason: str = ""
+    cause: str = ""
     manifest: str | None = None
     build_s: float | None = None
     plan_bytes: int | None = None
@@ -83,6 +100,30 @@ class TargetOutcome:
     published: Manifest | None = None
     build_digest: str | None = None  # the build this outcome is of (None: not known, e.g. the precision gate refused)
     fix: str = ""
+    notes: tuple[Reason, ...] = ()
+
+    def note(self, kind: NoteKind, text: str) -> None:
+        """Add what a later step says about this target (nothing for empty text)."""
+        if text:
+            self.notes = (*self.notes, Reason(kind, text))
+
+    @property
+    def reasons(self) -> tuple[Reason, ...]:
+        """Every part of why, in the order said: a leading note (a full build's why), the cause, the other notes."""
+        cause = (Reason("cause", self.cause),) if self.cause else ()
+        return (*(n for n in self.notes if n.kind in LEADING), *cause,
+                *(n for n in self.notes if n.kind not in LEADING))
+
+    @property
+    def reason(self) -> str:
+        """The reasons as one text (``; ``-joined), as ``--json`` and a run's stored outcomes carry it."""
+        return "; ".join(r.text for r in self.reasons)
+
+    @property
+    def headline(self) -> str:
+        """The first line of the first reason: what a one-line view shows."""
+        first = self.reasons[:1]
+        return first[0].text.splitlines()[0] if first and first[0].text else ""
 
     def to_json(self) -> dict:
         """``{target, status, reason, fix, manifest, build_s, plan_bytes, verification, release, released, held_by}``.
