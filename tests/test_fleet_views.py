@@ -239,12 +239,12 @@ def _cli(*args: str, cwd: Path, columns: int = 80) -> subprocess.CompletedProces
                           timeout=300)
 
 
-def test_plan_prints_json_one_object_per_pair_and_an_html_page_with_its_chart(built, tmp_path):
+def test_whatif_prints_json_one_object_per_pair_and_an_html_page_with_its_chart(built, tmp_path):
     _, store_uri, fleet_file = built
     doc = yaml.safe_load(fleet_file.read_text())
     doc["toolchains"]["rtx-1.7"]["version"] = "1.7.2.1"
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(doc))
-    done = _cli("plan", "--fleet", str(tmp_path / "p.yaml"), "--targets-file", str(fleet_file), "--store", store_uri,
+    done = _cli("whatif", "--fleet", str(tmp_path / "p.yaml"), "--targets-file", str(fleet_file), "--store", store_uri,
                 "--json", "--html", str(tmp_path / "page"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
@@ -254,10 +254,10 @@ def test_plan_prints_json_one_object_per_pair_and_an_html_page_with_its_chart(bu
     assert Counter(r["action"] for r in rows) == Counter(rebuild=3, new=1, keep=2)
     assert [r["reasons"][:2] for r in rows if r["action"] == "new"] == [
         ["not built yet", "toolchain: tensorrt_rtx 1.7.1.116 -> tensorrt_rtx 1.7.2.1"]]
-    page = (tmp_path / "page" / "plan.html").read_text()
+    page = (tmp_path / "page" / "whatif.html").read_text()
     assert 'alt="gpu_minutes" src="data:image/png;base64,' in page and "toolchain: tensorrt_rtx 1.7.1.116 -&gt; " \
         "tensorrt_rtx 1.7.2.1" in page
-    table = _cli("plan", "--fleet", str(tmp_path / "p.yaml"), "--targets-file", str(fleet_file), "--store", store_uri,
+    table = _cli("whatif", "--fleet", str(tmp_path / "p.yaml"), "--targets-file", str(fleet_file), "--store", store_uri,
                  cwd=tmp_path)
     assert table.returncode == 0 and max(map(len, table.stdout.splitlines())) <= 80, table.stdout
     assert "3 rebuild, 1 new, 2 keep" in " ".join(table.stdout.split()) and "rtx-4090" in table.stdout
@@ -280,7 +280,7 @@ def test_farm_run_dry_run_lists_exactly_what_the_planner_would_send_out(own_stor
     doc = yaml.safe_load(fleet_file.read_text())
     doc["toolchains"]["rtx-1.7"]["version"] = "1.7.2.1"
     (work / "p.yaml").write_text(yaml.safe_dump(doc))
-    planned = _cli("plan", "--fleet", str(work / "p.yaml"), "--targets-file", str(fleet_file), "--store", store_uri,
+    planned = _cli("whatif", "--fleet", str(work / "p.yaml"), "--targets-file", str(fleet_file), "--store", store_uri,
                    "--json", cwd=work)
     assert {(r["model"], r["channel"]) for r in json.loads(planned.stdout) if r["action"] != "keep"} == {
         ("encoder", "candidate"), ("dedupe", "stable")}, planned.stdout

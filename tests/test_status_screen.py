@@ -66,8 +66,8 @@ def test_status_in_a_pipe_says_the_hint_once_too(three_models):
 
 @pytest.mark.integration
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is Debian's package tmux")
-def test_plan_notes_that_wrap_keep_their_indent_at_80_columns(three_models):
-    screen = on_tmux(["plan", "--fleet", "proposed.yaml"], three_models, 80)
+def test_whatif_notes_that_wrap_keep_their_indent_at_80_columns(three_models):
+    screen = on_tmux(["whatif", "--fleet", "proposed.yaml"], three_models, 80)
     assert f"\n  {MODELS[2]}/h100-trt11.4: not built" in screen, screen
     assert unindented_continuations(screen) == [], screen
 

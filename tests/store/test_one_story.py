@@ -87,7 +87,7 @@ def read_views(store: str, fleet: Path) -> dict[str, Answer]:
     """The fleet views' answers (the readers with a cache on this machine)."""
     where = ["--store", store, "--targets-file", str(fleet)]
     return {"status": _invoke(["status", "--json", *where]),
-            "plan": _invoke(["plan", "--fleet", str(fleet), "--json", *where]),
+            "plan": _invoke(["whatif", "--fleet", str(fleet), "--json", *where]),
             "dry-run": _invoke(["farm", "run", "--dry-run", "--json", *where]),
             "gc": _invoke(["gc", "--json", "--keep", "1", *where])}
 
