@@ -22,25 +22,11 @@ import trtfarm.store
 from trtfarm.store import Store
 from trtfarm.store.base import Blob, ListedObject, Progress, Uploaded
 
-from .fleets import REFIT_FLEET
+from .fleets import REFIT_FLEET, THREE_TARGETS
 
 REPO = Path(__file__).resolve().parents[1]
 REQUESTS = ("get", "etag", "size", "put_if_absent", "compare_and_swap", "upload_file", "download_file", "list",
             "list_sizes", "list_versions", "delete")
-# three release_on: built targets: rtx4090 and rtx5090 share one build (rtx-portable), rtx3090 (-O5) builds its own
-THREE_TARGETS = """\
-version: 1
-toolchains:
-  rtx-1.7: {flavour: tensorrt_rtx, version: "1.7.1.116"}
-gpus:
-  rtx-4090: {nvml_name: "NVIDIA GeForce RTX 4090", compute_capability: "8.9", memory_gib: 24, pool: rtx-4090}
-  rtx-5090: {nvml_name: "NVIDIA GeForce RTX 5090", compute_capability: "12.0", memory_gib: 32, pool: rtx-5090}
-  rtx-3090: {nvml_name: "NVIDIA GeForce RTX 3090", compute_capability: "8.6", memory_gib: 24, pool: rtx-3090}
-targets:
-  - {id: rtx-4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7, release_on: built}
-  - {id: rtx-5090-rtx1.7, gpu: rtx-5090, toolchain: rtx-1.7, release_on: built}
-  - {id: rtx3090-rtx1.7-o5, gpu: rtx-3090, toolchain: rtx-1.7, release_on: built, settings: {optimization_level: 5}}
-"""
 class CountingStore(Store):
     """A real store whose every request is counted by ``(method, key)`` (``url`` asks the store nothing)."""
 

@@ -39,23 +39,11 @@ from trtfarm.state.views import dry_run
 from trtfarm.store import open_store
 
 from .fleet_store import encoder_export
+from .fleets import THREE_TARGETS
 
 pytestmark = pytest.mark.integration
 
-FLEET = """\
-version: 1
-toolchains:
-  rtx-1.7: {flavour: tensorrt_rtx, version: "1.7.1.116"}
-gpus:
-  rtx-4090: {nvml_name: "NVIDIA GeForce RTX 4090", compute_capability: "8.9", memory_gib: 24, pool: rtx-4090}
-  rtx-5090: {nvml_name: "NVIDIA GeForce RTX 5090", compute_capability: "12.0", memory_gib: 32, pool: rtx-5090}
-  rtx-3090: {nvml_name: "NVIDIA GeForce RTX 3090", compute_capability: "8.6", memory_gib: 24, pool: rtx-3090}
-targets:
-  - {id: rtx4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7, release_on: built}
-  - {id: rtx5090-rtx1.7, gpu: rtx-5090, toolchain: rtx-1.7, release_on: built}
-  - {id: rtx3090-rtx1.7-o5, gpu: rtx-3090, toolchain: rtx-1.7, release_on: built, settings: {optimization_level: 5}}
-"""
-VARIED = ("rtx4090-rtx1.7", "rtx3090-rtx1.7-o5")  # the targets each case puts in a state (the third stays released)
+VARIED = ("rtx-4090-rtx1.7", "rtx3090-rtx1.7-o5")  # the targets each case puts in a state (the third stays released)
 
 # state -> what a run does with the target in it
 STATES = {
@@ -94,7 +82,7 @@ def base(tmp_path_factory):
     """(work folder, the built store's folder, fleet file, (model, target) -> (plan folder, release pointer))."""
     work = tmp_path_factory.mktemp("dry-run-is-the-run")
     fleet = work / "gpu_targets.yaml"
-    fleet.write_text(FLEET)
+    fleet.write_text(THREE_TARGETS)
     root = work / "base"
     store = open_store(str(root))
     register_export(store, encoder_export(work / "enc", 0, name="enc"))
@@ -148,11 +136,11 @@ def _run(root: Path, fleet: Path, model: str | None = None, trial: bool = False)
 
 def _meant(states: dict[str, str], trial: bool = False) -> dict[tuple[str, str], str]:
     """What each state means for a run; a trial's (``--trial``: no pointer moves) is up to date once published."""
-    out = {("enc", t): STATES[states.get(t, "released")] for t in ("rtx4090-rtx1.7", "rtx5090-rtx1.7",
+    out = {("enc", t): STATES[states.get(t, "released")] for t in ("rtx-4090-rtx1.7", "rtx-5090-rtx1.7",
                                                                   "rtx3090-rtx1.7-o5")}
     if trial:
         out = {k: "up-to-date" if v == "release" else v for k, v in out.items()}
-    out.update({("old", t): "build" for t in ("rtx4090-rtx1.7", "rtx5090-rtx1.7", "rtx3090-rtx1.7-o5")})
+    out.update({("old", t): "build" for t in ("rtx-4090-rtx1.7", "rtx-5090-rtx1.7", "rtx3090-rtx1.7-o5")})
     return out
 
 
@@ -195,8 +183,8 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           env=env)
 
 
-@pytest.mark.parametrize("states", [{"rtx4090-rtx1.7": "manifest damaged", "rtx3090-rtx1.7-o5": "unreleased"},
-                                    {"rtx4090-rtx1.7": "absent", "rtx3090-rtx1.7-o5": "plan resized"}],
+@pytest.mark.parametrize("states", [{"rtx-4090-rtx1.7": "manifest damaged", "rtx3090-rtx1.7-o5": "unreleased"},
+                                    {"rtx-4090-rtx1.7": "absent", "rtx3090-rtx1.7-o5": "plan resized"}],
                          ids=["damaged-unreleased", "absent-resized"])
 def test_farm_run_dry_run_json_says_the_runs_words_and_a_real_build_does_them(base, states):
     work, _, fleet, _ = base
@@ -210,7 +198,7 @@ def test_farm_run_dry_run_json_says_the_runs_words_and_a_real_build_does_them(ba
     assert all(r["action"] == "keep" for r in rows if r["run"] in ("up-to-date", "release")), rows
     text = _cli("farm", "run", "enc", "--dry-run", "--store", str(root), "--targets-file", str(fleet))
     assert text.returncode == 0 and max(map(len, text.stdout.splitlines())) <= 80, text.stdout
-    if states["rtx4090-rtx1.7"] != "manifest damaged":
+    if states["rtx-4090-rtx1.7"] != "manifest damaged":
         return
     onnx = str(work / "enc" / "model.onnx")  # the registered export's own files: the same builds
     built = _cli("build", onnx, "--json", "--store", str(root), "--targets-file", str(fleet))  # the real run
