@@ -119,7 +119,7 @@ def _kept_cell(survey: StoreSurvey, p: Pair, c: TargetStatus, prints: dict[tuple
     """The cell as a state record keeps it: itself (less its age), its target's print and its objects' versions."""
     versions = dict(zip(("manifest_version", "plan_version"), object_versions(survey, c.manifest),
                         strict=True)) if c.manifest else {}
-    return KeptCell(cell=replace(c, age_s=None), target_print=_print(prints, p), timed=timed, **verified, **versions)
+    return KeptCell(cell=c.aged(None), target_print=_print(prints, p), timed=timed, **verified, **versions)
 
 
 def _recorded_manifests(survey: StoreSurvey, pairs: list[Pair], cells: Iterable[TargetStatus],
@@ -240,7 +240,7 @@ def _from_record(kept: KeptCell, now: datetime, hints: set[str] | bool, serving:
     signed when the record says the keys that signed it are all trusted here and its claim has not expired; any
     other release is checked from the store's objects.
     """
-    c = replace(kept.cell, age_s=age_of(kept.cell.released_at, now))
+    c = kept.cell.aged(age_of(kept.cell.released_at, now))
     if kept.timed or ((has_release(c) or c.candidate) and not serving):
         return None
     if not hints or not has_release(c):

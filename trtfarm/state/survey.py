@@ -206,7 +206,7 @@ class StoreSurvey:
 
         items = {layout.state_key(m): self.states[m] for m in models if m in self.states}
         found = self._read("state", items, lambda data, key: recorded_state_from_json(data, self.store.url(key)),
-                           RecordedState)
+                           RecordedState, remember=not self.store.local_reads)
         return {layout.parse_state_key(k): v for k, v in found.items()}
 
     def know_manifests(self, states: Iterable[RecordedState]) -> None:
@@ -238,11 +238,15 @@ class StoreSurvey:
         self.cache.save()
 
     def _read(self, kind: str, items: dict[str, ListedObject], parse: Callable[[bytes, str], object], model,
-              by: Callable[[str], str] | None = None) -> dict:
-        """Each item's summary: from the cache at the listed version, else read (many at once) and parsed."""
+              by: Callable[[str], str] | None = None, remember: bool = True) -> dict:
+        """Each item's summary: from the cache at the listed version, else read (many at once) and parsed.
+
+        ``remember=False``: the cache is neither read nor written for this kind (an object as cheap to read again as
+        its cached copy).
+        """
         out, todo = {}, []
         for key, obj in items.items():
-            hit = self.cache.get(kind, key, obj.version, model)
+            hit = self.cache.get(kind, key, obj.version, model) if remember else None
             if hit is None and self._recorded and model is ManifestSummary:
                 hit = self._recorded_manifest(key, obj.version)
             if hit is not None:
@@ -269,7 +273,8 @@ class StoreSurvey:
             for batch, values in zip(batches, pool.map(lambda b: [fetch(k) for k in b], batches), strict=True):
                 for key, value in zip(batch, values, strict=True):
                     if value is not None:
-                        self.cache.put(kind, key, items[key].version, value)
+                        if remember:
+                            self.cache.put(kind, key, items[key].version, value)
                         out[(by or str)(key)] = value
         return out
 

@@ -142,6 +142,16 @@ class TargetStatus:
     candidate_verdict: str | None = None
     candidate_detail: str = ""
 
+    def aged(self, age_s: float | None) -> TargetStatus:
+        """This cell with ``age_s`` (a view counts a kept cell's age by its own clock), copied field for field.
+
+        What ``dataclasses.replace`` does, without its per-field introspection: a view of 20,000 cells spent a
+        sixth of its time there.
+        """
+        cell = object.__new__(TargetStatus)
+        cell.__dict__.update(self.__dict__, age_s=age_s)
+        return cell
+
     def to_json(self) -> dict:
         """``{model, target, state, reason, released_at, ...}`` (``trtfarm status --json``, one per pair)."""
         return {"model": self.model, "target": self.target, "state": self.state, "reason": self.reason,
