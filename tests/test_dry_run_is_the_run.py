@@ -55,6 +55,7 @@ STATES = {
     "manifest damaged": "withdraw+rebuild",  # the manifest of this very build does not parse
     "pointer damaged": "release",  # the pointer does not parse: the release repairs it
     "deleted under its pointer": "build",  # its folder deleted (gc, by hand), its pointer left naming it
+    "pointer on another build": "release",  # a whole pointer, of another target's build (copied by hand)
 }
 
 
@@ -75,6 +76,9 @@ def _damage(root: Path, state: str, prefix: str, pointer: str) -> None:
         manifest.write_bytes(b"{" + manifest.read_bytes()[1:-9])
     if state == "pointer damaged":
         (root / pointer).write_bytes(b"{not json")
+    if state == "pointer on another build":  # the third target's pointer, which stays released in every case
+        other = next(p for p in (root / "releases/enc").rglob("*") if p.is_file() and "rtx-5090" in str(p))
+        (root / pointer).write_bytes(other.read_bytes())
 
 
 @pytest.fixture(scope="module")
