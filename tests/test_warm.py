@@ -12,9 +12,9 @@ CHILD = """
 import sys
 import flows.build_target  # what the engine loads: it starts the warm-up
 from trtfarm.building.warm import wait_warm
-from trtfarm.store import s3
+from trtfarm.store import s3_client
 wait_warm()
-print("boto3" in sys.modules, "tensorrt_rtx" in sys.modules, len(s3._CLIENTS))
+print("boto3" in sys.modules, "tensorrt_rtx" in sys.modules, len(s3_client.CLIENTS))
 """
 
 

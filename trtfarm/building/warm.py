@@ -22,10 +22,10 @@ def installed_flavours() -> list[str]:
 
 
 def warm(toolchains: bool = True) -> None:
-    """Build the process's S3 client (store/s3.py keeps one per process) and import the installed toolchains."""
-    from trtfarm.store.s3 import _client
+    """Build the process's S3 client (store/s3_client.py keeps one per process) and import the installed toolchains."""
+    from trtfarm.store.s3_client import client_for
 
-    _client(None)
+    client_for(None)
     for flavour in installed_flavours() if toolchains else ():
         try:
             import_flavour(flavour)
