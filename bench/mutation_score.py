@@ -48,6 +48,7 @@ SUITES = {
     "trtfarm/publishing/publish.py": CHAIN,
     "trtfarm/runtime/pull.py": CHAIN,
     "trtfarm/runtime/loader.py": CHAIN,
+    "trtfarm/runtime/plan_files.py": CHAIN,
     # the state model and the views (issue 46): in-process stores built once per module, copied per test
     "trtfarm/state/status.py": STATE,
     "trtfarm/state/cells.py": STATE,

@@ -23,7 +23,8 @@ from trtfarm.publishing.release import ReleaseRefused, refresh_release
 from trtfarm.publishing.release_check import check_release, manifest_identity_problem
 from trtfarm.publishing.sign_store import sign_store
 from trtfarm.releases.moves import move_release
-from trtfarm.runtime.loader import PlanFiles, signature_check, static_checks
+from trtfarm.runtime.loader import signature_check, static_checks
+from trtfarm.runtime.plan_files import PlanFiles
 from trtfarm.runtime.pull import pull_release
 from trtfarm.signing.accepted import AcceptedReleases
 from trtfarm.signing.release_claim import sign_release, unverified_claim

@@ -26,16 +26,18 @@ from trtfarm.runtime.loader import (
     UntrustedPlan,
     VerifyCheck,
     contexts_that_fit,
+    load_plan,
+    runtime_check,
+    signature_check,
+    static_checks,
+)
+from trtfarm.runtime.plan_files import (
     find_files,
     find_pair,
-    load_plan,
     manifest_beside,
     provenance_beside,
     release_beside,
-    runtime_check,
     signature_beside,
-    signature_check,
-    static_checks,
 )
 from trtfarm.signing.release_claim import sign_release, unverified_claim
 from trtfarm.vocabulary.manifest import manifest_from_json

@@ -15,7 +15,8 @@ import json
 import pytest
 
 from trtfarm.errors import UserInputError
-from trtfarm.runtime.loader import PlanMismatch, load_plan, manifest_beside
+from trtfarm.runtime.loader import PlanMismatch, load_plan
+from trtfarm.runtime.plan_files import manifest_beside
 from trtfarm.vocabulary.manifest import ServedGpu, manifest_from_json
 
 from .chain_farm import TEMPLATE, rtx_header

@@ -22,7 +22,8 @@ from trtfarm.publishing.gc import delete_plans, plans_to_delete
 from trtfarm.publishing.publish import publish_plan, read_manifest
 from trtfarm.publishing.release import read_pointer
 from trtfarm.releases.moves import move_release
-from trtfarm.runtime.loader import UntrustedPlan, find_files, load_plan, static_checks
+from trtfarm.runtime.loader import UntrustedPlan, load_plan, static_checks
+from trtfarm.runtime.plan_files import find_files
 from trtfarm.runtime.pull import pull_release
 from trtfarm.signing.bundle import SignatureRefused
 from trtfarm.signing.keys import PemKeySigner, load_trusted_keys

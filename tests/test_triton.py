@@ -25,7 +25,7 @@ from trtfarm.project.fleet_file import load_fleet
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.release import list_pointers
 from trtfarm.releases.moves import move_release
-from trtfarm.runtime.loader import find_pair
+from trtfarm.runtime.plan_files import find_pair
 from trtfarm.serving.python_model import MODEL_PY
 from trtfarm.serving.triton import TritonRequest, config_spec, triton_repositories
 from trtfarm.serving.triton_config import TritonConfigRefused, validated_config

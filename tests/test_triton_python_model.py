@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from trtfarm.profiles.profile import profiles_json
-from trtfarm.runtime.loader import find_pair, manifest_beside
+from trtfarm.runtime.plan_files import find_pair, manifest_beside
 from trtfarm.serving.python_model import MODEL_PY, REQUIREMENTS, PlanRunner, TritonPythonModel
 
 from .conftest import REPO

@@ -10,7 +10,8 @@ import pytest
 
 from trtfarm.machine.gpu import GpuScan, LocalGpu
 from trtfarm.releases.moves import move_release
-from trtfarm.runtime.loader import PlanMismatch, contexts_that_fit, load_plan, manifest_beside, static_checks
+from trtfarm.runtime.loader import PlanMismatch, contexts_that_fit, load_plan, static_checks
+from trtfarm.runtime.plan_files import manifest_beside
 from trtfarm.runtime.pull import pull_release
 from trtfarm.store import open_store
 

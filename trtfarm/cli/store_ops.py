@@ -232,7 +232,7 @@ def _report(s, pulled, checks, targets_file) -> str:
 
 def _pulled_checks(pulled, trust, model: str) -> list:
     """``verify``'s checks on a plan ``pull`` just wrote, against this host's GPUs and toolchain."""
-    from trtfarm.runtime.loader import find_files
+    from trtfarm.runtime.plan_files import find_files
 
     return plan_checks(find_files(pulled.plan), trust, model=model)
 
@@ -266,7 +266,7 @@ def verify(ref: Path = typer.Argument(..., help="a plan (manifest beside it) or 
     """Check a plan against its manifest, this host and the fleet's trusted keys, then load it."""
     from trtfarm.machine.gpu import GpuScan, LocalGpu
     from trtfarm.project.fleet_file import signing_settings
-    from trtfarm.runtime.loader import find_files
+    from trtfarm.runtime.plan_files import find_files
     from trtfarm.vocabulary.manifest import ManifestInvalid
 
     try:

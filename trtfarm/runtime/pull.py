@@ -20,7 +20,7 @@ from trtfarm.machine.match import DeviceSpec, best_key
 from trtfarm.publishing.release import list_pointers
 from trtfarm.publishing.release_check import ReleaseVerdict, served_release
 from trtfarm.releases.channels import serving_key
-from trtfarm.runtime.loader import manifest_beside, provenance_beside, release_beside, signature_beside
+from trtfarm.runtime.plan_files import manifest_beside, provenance_beside, release_beside, signature_beside
 from trtfarm.signing.accepted import AcceptedReleases
 from trtfarm.signing.keys import TrustedKeys
 from trtfarm.signing.verdict import TrustVerdict

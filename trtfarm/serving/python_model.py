@@ -109,7 +109,8 @@ def plan_for_device(folder: Path, device: InstanceGpu):
     ``PlanMismatch`` naming the device and the plans here when none is.
     """
     from trtfarm.machine.gpu import GpuScan, scan_gpus
-    from trtfarm.runtime.loader import PlanMismatch, find_pair, gpu_check
+    from trtfarm.runtime.loader import PlanMismatch, gpu_check
+    from trtfarm.runtime.plan_files import find_pair
 
     scan = scan_gpus()
     same = tuple(g for g in scan.gpus if (g.name, g.compute_capability) == (device.name, device.compute_capability))
@@ -209,7 +210,8 @@ class TritonPythonModel:
 
     def initialize(self, args: dict) -> None:
         """Load the plan of this instance's GPU through ``load_plan`` and make one context per profile."""
-        from trtfarm.runtime.loader import find_pair, load_plan
+        from trtfarm.runtime.loader import load_plan
+        from trtfarm.runtime.plan_files import find_pair
 
         config = json.loads(args["model_config"])
         self.batched = config.get("max_batch_size", 0) > 0

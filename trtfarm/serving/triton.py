@@ -38,7 +38,7 @@ from trtfarm.publishing.release_check import (
 )
 from trtfarm.publishing.serving_pin import check_serving_images
 from trtfarm.releases.channels import serving_key
-from trtfarm.runtime.loader import manifest_beside, provenance_beside, signature_beside
+from trtfarm.runtime.plan_files import manifest_beside, provenance_beside, signature_beside
 from trtfarm.scratch import scratch_dir
 from trtfarm.serving.python_model import MODEL_PY, REQUIREMENTS
 from trtfarm.serving.triton_config import config_text, served_by
