@@ -46,25 +46,77 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _sh(command: str, folder: Path, *args: str) -> str:
+    done = subprocess.run(["bash", str(POSTGRES_SH), command, str(folder), *args], capture_output=True, text=True,
+                          timeout=900)
+    if done.returncode != 0:
+        raise RuntimeError(f"postgres.sh {command} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    return done.stdout.strip()
+
+
+def migrated_seed() -> Path | None:
+    """A stopped cluster whose ``prefect`` database Prefect has migrated, made once per machine (temp dir); None
+    before PostgreSQL is installed (the first cluster installs it).
+
+    Its key is this Prefect's version, postgres.sh and the PostgreSQL install: a new one of any of them makes a new
+    seed. A fresh database costs a Prefect server ~10-20 s of migrations and a cluster its initdb; a copy of the seed
+    costs neither. The copies do not sync to disk (``fsync = off``): a test cluster is deleted, never recovered, and
+    its stop no longer waits on the disk.
+    """
+    import fcntl
+    import glob
+    import hashlib
+
+    import prefect
+
+    installs = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
+    if not installs:
+        return None
+    key = hashlib.sha256("|".join([prefect.__version__, POSTGRES_SH.read_text(), *installs]).encode()).hexdigest()
+    seed = Path(tempfile.gettempdir()) / f"trtfarm-pg-seed-{key[:12]}"
+    with open(f"{seed}.lock", "w") as lock:  # one maker at a time, across the suite's workers
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (seed / "data" / "PG_VERSION").exists():
+            made = Path(tempfile.mkdtemp(prefix=f"{seed.name}-"))
+            try:
+                url = _sh("start", made, "--db", "prefect")
+                subprocess.run([sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"], check=True,
+                               env={**os.environ, "PREFECT_API_DATABASE_CONNECTION_URL": url,
+                                    "PREFECT_HOME": str(made / "prefect")}, capture_output=True, timeout=900)
+                _sh("stop", made)
+                shutil.rmtree(made / "prefect")
+                with open(made / "data" / "postgresql.conf", "a") as conf:
+                    conf.write("fsync = off\nfull_page_writes = off\n")
+                for log in ("postgres.log", "initdb.log", "port"):  # each copy picks a free port of its own
+                    (made / log).unlink(missing_ok=True)
+                os.rename(made, seed)
+            finally:
+                if made.exists():
+                    with contextlib.suppress(RuntimeError):
+                        _sh("stop", made)
+                    shutil.rmtree(made, ignore_errors=True)
+    return seed
+
+
 class Postgres:
     """A private PostgreSQL cluster on 127.0.0.1 (``infra/local-farm/postgres.sh``), with a ``prefect`` database.
 
     Its folder is a fresh one under the temp dir, not under a caller's home: as root the cluster runs as the
-    ``postgres`` user, which cannot enter pytest's or ``TemporaryDirectory``'s private (0700) folders. ``stop`` stops
-    the cluster (also at interpreter exit, if nobody did) and removes the folder.
+    ``postgres`` user, which cannot enter pytest's or ``TemporaryDirectory``'s private (0700) folders. It starts as a
+    copy of ``migrated_seed()``. ``stop`` stops the cluster (also at interpreter exit, if nobody did) and removes the
+    folder.
     """
 
     def __init__(self) -> None:
+        seed = migrated_seed()
         self.dir = Path(tempfile.mkdtemp(prefix="trtfarm-pg-"))
         atexit.register(self.stop)
+        if seed is not None:  # owners and modes kept: the cluster's user must own its data
+            subprocess.run(["cp", "-a", f"{seed}/.", str(self.dir)], check=True)
         self.url = self._sh("start", "--db", "prefect")
 
     def _sh(self, command: str, *args: str) -> str:
-        done = subprocess.run(["bash", str(POSTGRES_SH), command, str(self.dir), *args], capture_output=True,
-                              text=True, timeout=900)
-        if done.returncode != 0:
-            raise RuntimeError(f"postgres.sh {command} exited {done.returncode}:\n{done.stderr[-3000:]}")
-        return done.stdout.strip()
+        return _sh(command, self.dir, *args)
 
     def database(self, name: str) -> str:
         """The URL of a new (or existing) database ``name`` in this cluster."""
