@@ -20,10 +20,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from trtfarm import layout
-from trtfarm.cli.main import app
 from trtfarm.publishing.attest import read_stored
 from trtfarm.publishing.release import read_pointer
 from trtfarm.runtime.loader import PlanMismatch, load_plan
@@ -33,6 +31,7 @@ from trtfarm.signing.release_claim import sign_release, unverified_claim
 from trtfarm.vocabulary.manifest import ManifestInvalid
 from trtfarm.vocabulary.pointer import pointer_from_json
 
+from .clirunner import invoke
 from .signed_farm import GPU, OTHER_GPU, build_farm
 from .test_signing import RTX, RTX4090, TOOLCHAIN
 
@@ -176,7 +175,7 @@ def farm(tmp_path_factory):
 
 
 def _invoke(args: list[str], env: dict[str, str]):
-    return CliRunner().invoke(app, args, env={"COLUMNS": "200", **env}, catch_exceptions=True)
+    return invoke(args, env={"COLUMNS": "200", **env})
 
 
 def _cli(farm: Farm, consumer: str, work: Path, state: Path):

@@ -24,14 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from trtfarm import layout
-from trtfarm.cli.main import app
 from trtfarm.errors import TrtfarmError
 from trtfarm.publishing.release_check import read_pointer
 from trtfarm.store import open_store
 
+from ..clirunner import invoke
 from .story_farm import GPU, OTHER_TARGET, TARGET, TOOLCHAIN, State, StoryFarm, all_states, sampled_states
 
 ENV = {"COLUMNS": "200", "TRTFARM_TRUSTED_KEYS": None, "TRTFARM_SIGNING_KEY": None, "TRTFARM_TARGETS": None,
@@ -62,7 +61,7 @@ class Answer:
 
 
 def _invoke(args: list[str], env: dict | None = None) -> Answer:
-    result = CliRunner().invoke(app, args, env={**ENV, **(env or {})}, catch_exceptions=True)
+    result = invoke(args, env={**ENV, **(env or {})})
     crash = None
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         crash = repr(result.exception)
