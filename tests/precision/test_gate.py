@@ -8,8 +8,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from trtfarm.precision import runs as gate_runs
-from trtfarm.precision.figures import figure_failures, output_figures, output_ranges
+from trtfarm.precision.figures import figure_failures, output_figures
 from trtfarm.precision.gate import GateReport, accuracy_gate
+from trtfarm.precision.output_meaning import output_ranges
 from trtfarm.precision.progress import precision_progress
 from trtfarm.precision.step import Recipe, convert_and_gate
 

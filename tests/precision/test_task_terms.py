@@ -15,8 +15,9 @@ from PIL import Image, ImageDraw, ImageFont
 
 from tests.corpus.sources import corpus_file
 from trtfarm.errors import UserInputError
-from trtfarm.precision.figures import OutputMeaning, figure_failures, output_figures, output_meanings
+from trtfarm.precision.figures import figure_failures, output_figures
 from trtfarm.precision.gate import accuracy_gate
+from trtfarm.precision.output_meaning import OutputMeaning, output_meanings
 from trtfarm.precision.recipe import Recipe
 from trtfarm.precision.step import convert_and_gate, gate_inputs
 

@@ -24,12 +24,11 @@ from trtfarm.precision.figures import (
     check_output_names,
     figure_failures,
     output_figures,
-    output_meanings,
-    output_ranges,
 )
 from trtfarm.precision.inputs import batch_axes
 from trtfarm.precision.layerwise import LAYERWISE_SAMPLES, layerwise_divergence, worst_samples
 from trtfarm.precision.normalise import name_nodes
+from trtfarm.precision.output_meaning import output_meanings, output_ranges
 from trtfarm.precision.recipe import Recipe
 from trtfarm.precision.runs import (
     all_tensors,

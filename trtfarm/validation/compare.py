@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from trtfarm.precision.figures import OutputMeaning
 from trtfarm.precision.gate import OutputFigures, figure_failures, output_figures
 from trtfarm.precision.inputs import inputs_for_shapes as generated_inputs
+from trtfarm.precision.output_meaning import OutputMeaning
 from trtfarm.precision.recipe import Recipe
 from trtfarm.profiles.profile import Profile
 

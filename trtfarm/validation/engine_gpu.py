@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trtfarm.onnxfile import load_model
-from trtfarm.precision.figures import output_meanings
+from trtfarm.precision.output_meaning import output_meanings
 from trtfarm.precision.recipe import Recipe
 from trtfarm.profiles.profile import Profile, format_shape
 from trtfarm.runtime.loader import contexts_that_fit
