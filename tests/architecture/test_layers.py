@@ -46,7 +46,7 @@ def imports(path: Path, top_level_only: bool = False) -> set[str]:
 LEVELS: tuple[tuple[str, ...], ...] = (
     ("trtfarm", "errors", "nearest"),  # the package itself (its version), the error kinds, the name nearest a typo
     ("interrupt", "scratch", "cachedir", "yamlfile", "onnxfile", "extras", "layout"),  # plain utilities; store keys
-    ("identity",),  # content addresses
+    ("identity", "onnxshapes"),  # content addresses; the sizes an ONNX graph's inputs take
     ("store", "signing", "profiles", "machine"),  # storage adapters, keys and signatures, shapes, this machine
     ("precision",),  # ModelOpt conversion and the accuracy gate
     ("vocabulary",),  # fleet schema, build specs, models and exports, targets, jobs, outcomes

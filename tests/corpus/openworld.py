@@ -166,7 +166,8 @@ def profile_for(model: CorpusModel, data: dict[str, np.ndarray] | None) -> list[
     """``--profile`` arguments: its shipped inputs' shapes (shape tensors: values), else three generated points."""
     import onnx
 
-    from trtfarm.onnxfile import onnx_inputs, shape_tensor_inputs
+    from trtfarm.onnxfile import onnx_inputs
+    from trtfarm.onnxshapes import shape_tensor_inputs
 
     inputs = onnx_inputs(model.path)
     graph = onnx.load(str(model.path), load_external_data=False).graph

@@ -31,7 +31,8 @@ import onnx
 from onnx import helper
 
 from trtfarm.errors import UserInputError
-from trtfarm.onnxfile import dim_label, dim_names, dim_size, is_expression, shape_tensor_inputs
+from trtfarm.onnxfile import dim_label
+from trtfarm.onnxshapes import dim_names, dim_size, is_expression, shape_tensor_inputs
 from trtfarm.precision.domains import index_bound, non_negative_inputs
 from trtfarm.precision.recipe import clip
 from trtfarm.precision.ties import Tie, answer_text, tie_of

@@ -15,7 +15,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, RootModel, field_validator, model_validator
 
 from trtfarm.errors import UserInputError
-from trtfarm.onnxfile import InputDims, onnx_inputs, onnx_shape_tensors  # noqa: F401 - the one ONNX reader; planning reads here
+from trtfarm.onnxfile import InputDims, onnx_inputs  # noqa: F401 - the one ONNX reader; planning reads here
+from trtfarm.onnxshapes import onnx_shape_tensors  # noqa: F401 - planning reads here
 
 _SHAPE = re.compile(r"^\d+(x\d+)*$")
 MAX_DIM = 2**31 - 1  # the largest dimension a TensorRT profile takes (its Python bindings pass dims as int32)
