@@ -8,6 +8,7 @@ users can meet. Each is then imported to read its kind (its base) and its exit c
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import re
 
@@ -22,6 +23,7 @@ KINDS = {"UserInputError": "user input", "InfrastructureError": "infrastructure"
          "MismatchError": "mismatch or failure"}
 
 
+@functools.cache  # the source does not change while the tests run: parsed once, not once per error class
 def classes() -> dict[str, list[tuple[str, list[str]]]]:
     """Every class the core, flows and tasks define: name -> [(module, base names)]."""
     found: dict[str, list[tuple[str, list[str]]]] = {}
@@ -33,6 +35,7 @@ def classes() -> dict[str, list[tuple[str, list[str]]]]:
     return found
 
 
+@functools.cache
 def error_classes() -> dict[str, str]:
     """Every exception class defined in trtfarm/, flows/, tasks/ (the command line included): name -> module."""
     every = classes()
