@@ -234,7 +234,28 @@ print(json.dumps(found))
 """
 # `trtfarm ARGS` as the console script runs it, and with every command registered first (as before the command line
 # imported only the one asked for)
-LAZY_APP, WHOLE_APP = "from trtfarm.cli.main import main; main()", "from trtfarm.cli.main import app, main; main()"
+LAZY_APP, WHOLE_APP = "from trtfarm.cli.main import main", "from trtfarm.cli.main import app, main"
+# Runs `trtfarm ARGS` for each ARGS of its argument (JSON) in a fork of this process, which has run the imports of
+# sys.argv[2] first (LAZY_APP or WHOLE_APP): each fork goes on as a fresh `python -c "IMPORTS; main()"` would after
+# them, its standard output and error in files of its own, and ends as that process ends (exit handlers included).
+# What each said: [exit code, stdout, stderr] per ARGS, as JSON. The imports once, not once per command.
+FORKED = """
+import json, os, sys, tempfile
+exec(sys.argv[2])
+said = []
+for args in json.loads(sys.argv[1]):
+    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    sys.stdout.flush(), sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(out.fileno(), 1), os.dup2(err.fileno(), 2)
+        sys.argv[1:] = args
+        main()
+        sys.exit(0)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    said.append([code, *(f.seek(0) or f.read().decode() for f in (out, err))])
+print(json.dumps(said))
+"""
 
 
 def test_each_command_imports_only_its_module_and_says_what_the_whole_app_says(tmp_path):
@@ -247,7 +268,11 @@ def test_each_command_imports_only_its_module_and_says_what_the_whole_app_says(t
     assert found == COMMAND_MODULES and list(found) == list(COMMAND_MODULES)
     env = {**os.environ, "COLUMNS": "80"}
     env.pop("PREFECT_API_URL", None)
-    for args in [[c, "--help"] for c in COMMAND_MODULES] + [["bulid"], ["build"], ["init", "x", "y"], []]:
-        lazy, whole = (subprocess.run([sys.executable, *how, *args], cwd=tmp_path, env=env, capture_output=True,
-                                      text=True, timeout=120) for how in (["-c", LAZY_APP], ["-c", WHOLE_APP]))
-        assert (lazy.returncode, lazy.stdout, lazy.stderr) == (whole.returncode, whole.stdout, whole.stderr), args
+    every = [[c, "--help"] for c in COMMAND_MODULES] + [["bulid"], ["build"], ["init", "x", "y"], []]
+    lazy, whole = (json.loads(subprocess.run([sys.executable, "-c", FORKED, json.dumps(every), how], cwd=tmp_path,
+                                             env=env, capture_output=True, text=True, timeout=600,
+                                             check=True).stdout) for how in (LAZY_APP, WHOLE_APP))
+    assert len(lazy) == len(whole) == len(every)
+    for args, one, all_of_them in zip(every, lazy, whole, strict=True):
+        assert one == all_of_them, args
+    assert all(code == 0 and out for (code, out, _), args in zip(lazy, every, strict=True) if "--help" in args)
