@@ -3,7 +3,8 @@
     python bench/extras_agree.py [--extras rtx,triton,...] [--json]
 
 pip resolves without installing (``pip install --dry-run --ignore-installed --report``, network to the index): the
-checkout with each extra alone, then with all the chosen extras at once (the default: every extra ``[all]`` holds).
+checkout's wheel (built once: each resolve of the checkout itself made a build environment of its own) with each
+extra alone, then with all the chosen extras at once (the default: every extra ``[all]`` holds).
 A package whose version differs between an extra alone and the extras together is one that installing a second
 extra into the first one's venv would change (``[triton]`` into ``[rtx]`` downgraded protobuf 7.36 -> 6.33 and
 ml_dtypes 0.7 -> 0.5 before the base pinned them). It prints one row per such package and exits 1; none: exit 0.
@@ -24,11 +25,19 @@ REPO = Path(__file__).resolve().parents[1]
 EXTRAS = ["rtx", "precision", "profiles", "farm", "webhook", "reports", "triton"]  # [all]'s
 
 
-def resolve(extras: list[str], folder: Path) -> dict[str, str]:
-    """``{package: version}`` that pip would install for the checkout with ``extras``."""
+def wheel(out: Path) -> Path:
+    """The checkout's wheel: its metadata is what pip reads of the checkout."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "-q", "-w", str(out)], check=True,
+                   stderr=subprocess.DEVNULL)
+    return next(out.glob("trtfarm-*.whl"))
+
+
+def resolve(extras: list[str], whl: Path, folder: Path) -> dict[str, str]:
+    """``{package: version}`` that pip would install for the checkout's wheel with ``extras``."""
     report = folder / f"{'+'.join(extras)}.json"
     subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-                    "--report", str(report), f"{REPO}[{','.join(extras)}]"], check=True, stderr=subprocess.DEVNULL)
+                    "--report", str(report), f"trtfarm[{','.join(extras)}] @ {whl.as_uri()}"], check=True,
+                   stderr=subprocess.DEVNULL)
     found = json.loads(report.read_text())["install"]
     return {i["metadata"]["name"].lower().replace("_", "-"): i["metadata"]["version"] for i in found}
 
@@ -47,8 +56,9 @@ def main() -> int:
     args = parser.parse_args()
     extras = args.extras.split(",")
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(2) as pool:
-        futures = {e: pool.submit(resolve, [e], Path(tmp)) for e in extras}
-        together = resolve(extras, Path(tmp))
+        whl = wheel(Path(tmp))
+        futures = {e: pool.submit(resolve, [e], whl, Path(tmp)) for e in extras}
+        together = resolve(extras, whl, Path(tmp))
         alone = {e: f.result() for e, f in futures.items()}
     rows = differences(alone, together)
     if args.json:
