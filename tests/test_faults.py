@@ -170,12 +170,23 @@ def test_a_bad_timeout_setting_is_refused_naming_it(work):
 
 
 # --- damaged store objects -----------------------------------------------------------------------------------------
-@pytest.fixture
-def released(work) -> tuple[Path, Path]:
-    """A file store where the encoder is built and released for the RTX targets; returns (store, pointer)."""
-    store = work / "store"
-    done = build(work, str(store))
+@pytest.fixture(scope="module")
+def built_store(tmp_path_factory, example_dir) -> Path:
+    """A file store where ``trtfarm build`` built and released the encoder for the RTX targets, once a module: each
+    case that damages it gets a copy (``released``)."""
+    root = tmp_path_factory.mktemp("faults-released")
+    shutil.copytree(example_dir, root / "export")
+    (root / "fleet.yaml").write_text(RELEASING_FLEET)
+    done = build(root, str(root / "store"))
     assert done.returncode == 0, done.stderr[-3000:]
+    return root / "store"
+
+
+@pytest.fixture
+def released(work, built_store) -> tuple[Path, Path]:
+    """A copy of ``built_store`` in the case's folder; returns (store, pointer)."""
+    store = work / "store"
+    shutil.copytree(built_store, store)
     pointers = sorted(store.glob("releases/encoder/*/*.json"))
     assert pointers, published(store)
     return store, pointers[0]
