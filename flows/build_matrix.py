@@ -15,7 +15,7 @@ from prefect.runtime import deployment, flow_run
 
 from flows.dispatch import SKIPPED, ChildJob, ChildRun, cancel_children, lost_rows, run_children
 from tasks.build import plan_models, replan_model, settle_model
-from trtfarm import layout
+from trtfarm import layout_shared
 from trtfarm.building.warm import wait_warm, warm_in_background
 from trtfarm.errors import TrtfarmError
 from trtfarm.executor import changed_models, execute, precision_first
@@ -42,7 +42,7 @@ def _child(job: BuildJob, request: MatrixRequest, parent: str) -> ChildJob:
 
     def parameters(attempt: int) -> dict:
         return {"job": job.model_dump(mode="json"), "store": request.store,
-                "result_key": layout.job_result_key(parent, f"{job.job_id}-{attempt}")}
+                "result_key": layout_shared.job_result_key(parent, f"{job.job_id}-{attempt}")}
 
     return ChildJob(tuple(job.pools), lead.toolchain_label, lead.toolchain.image, parameters,
                     f"{parent}:{job.job_id}", f"{job.model.name}-{'+'.join(job.targets)}",
@@ -53,7 +53,7 @@ def _result_of(store: Store, job: BuildJob, child: ChildRun, parent: str) -> Job
     """The child's ``JobResult`` from the store; its state message where it wrote none (crash, timeout, skip)."""
     blob = None
     if child.flow_run_id:
-        blob = store.get(layout.job_result_key(parent, f"{job.job_id}-{child.attempts}"))
+        blob = store.get(layout_shared.job_result_key(parent, f"{job.job_id}-{child.attempts}"))
     losses = "; ".join(loss.sentence() for loss in child.losses)
     if blob is None:
         status = "skipped" if child.state == SKIPPED else "failed"
@@ -98,7 +98,7 @@ def _precision_child(job: PrecisionJob, request: MatrixRequest, parent: str) -> 
 
     def parameters(attempt: int) -> dict:
         return {"precision": job.model_dump(mode="json"), "store": request.store,
-                "result_key": layout.job_result_key(parent, f"{job.job_id}-{attempt}")}
+                "result_key": layout_shared.job_result_key(parent, f"{job.job_id}-{attempt}")}
 
     return ChildJob((lead.gpu.pool,), lead.toolchain_label, lead.toolchain.image, parameters,
                     f"{parent}:{job.job_id}", f"{job.model.name}-precision-{job.recipe.mode}", lead.gpu.nvml_name)
@@ -106,7 +106,8 @@ def _precision_child(job: PrecisionJob, request: MatrixRequest, parent: str) -> 
 
 def _precision_of(store: Store, job: PrecisionJob, child: ChildRun, parent: str) -> PrecisionRun:
     """The child's ``PrecisionRun`` from the store; its state message where it wrote none (crash, timeout, skip)."""
-    blob = store.get(layout.job_result_key(parent, f"{job.job_id}-{child.attempts}")) if child.flow_run_id else None
+    blob = store.get(layout_shared.job_result_key(parent, f"{job.job_id}-{child.attempts}")) \
+        if child.flow_run_id else None
     if blob is None:
         losses = "; ".join(loss.sentence() for loss in child.losses)
         why = child.message or f"precision child run ended {child.state} without a result"

@@ -8,7 +8,7 @@ from prefect.cache_policies import NO_CACHE
 
 from tasks.build import retry_infrastructure_only
 from tasks.report import SHARE_S
-from trtfarm import layout
+from trtfarm import layout_shared
 from trtfarm.reports.fleet_html import status_html, status_markdown, store_status_page
 from trtfarm.run_setup import RunSetup
 from trtfarm.state.views import status
@@ -24,7 +24,7 @@ def publish_status(setup: RunSetup) -> str:
     store = setup.store
     found = status(store, setup.fleet, trust=setup.trusted_keys())
     url = store_status_page(store, status_html(found))
-    create_markdown_artifact(status_markdown(found, url, store.share_url(layout.status_page_key(), SHARE_S)),
+    create_markdown_artifact(status_markdown(found, url, store.share_url(layout_shared.status_page_key(), SHARE_S)),
                              key="fleet-status", description="trtfarm fleet status: " + ", ".join(
                                  f"{n} {s}" for s, n in found.counts().items() if n))
     get_run_logger().info("fleet status: %s", url)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trtfarm import layout
+from trtfarm import layout_shared
 from trtfarm.pipeline import run_local
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.publishing.registry import register_export
@@ -136,7 +136,7 @@ def test_the_nightly_run_writes_status_html_and_the_prefect_ui_shows_its_artifac
             rows = asyncio.run(build_matrix(MatrixRequest(store=store, targets_file=str(fleet), dispatch="local")))
             flush_prefect_services()  # the run's events reach the server before it stops
         assert {(r.model, r.outcome.status) for r in rows} >= {("encoder", "built"), ("dedupe", "failed")}
-        page_html = open_store(store).get(layout.status_page_key()).data.decode()
+        page_html = open_store(store).get(layout_shared.status_page_key()).data.decode()
         assert 'data-model="encoder"' in page_html and 'data-model="dedupe"' in page_html
         post = urllib.request.Request(f"{farm.api}/artifacts/filter", data=json.dumps(
             {"artifacts": {"key": {"any_": ["fleet-status"]}}}).encode(),

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from trtfarm.layout import fleet_pointer_key
+from trtfarm.layout_shared import fleet_pointer_key
 from trtfarm.state.fleet_record import recorded_fleet
 from trtfarm.store import open_store
 

@@ -15,7 +15,7 @@ import pytest
 
 from trtfarm.building.build import _timing
 from trtfarm.building.timing_cache import cache_flags, cache_flags_digest, merge_timing_cache, pull_timing_cache
-from trtfarm.layout import timing_cache_key
+from trtfarm.layout_shared import timing_cache_key
 from trtfarm.store import open_store
 from trtfarm.vocabulary.fleet import BuilderSettings, HardwareCompatibility, RefitMode
 

@@ -20,6 +20,8 @@ A manifest's provenance and signature are named by the manifest's own sha256: ea
 its manifest, and whichever manifest wins the create-only write finds its own pair beside it.
 Model names and GPU keys are path segments: ``check_name`` refuses anything that could leave its folder.
 ``tests/publishing/test_layout.py`` pins this layout like a file format.
+The keys under no model's folder (timing caches, a run's job results, webhook claims, the status page, the
+recorded fleets) are spelled beside it, in ``layout_shared.py``, with these names and roots.
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ def is_name(value: object) -> bool:
     return isinstance(value, str) and bool(_NAME.fullmatch(value)) and ".." not in value
 
 
-def _segment(kind: str, value: str) -> str:
+def check_segment(kind: str, value: str) -> str:
+    """Accept a key segment that is not a name (a toolchain label, a run id): names plus '@' and '+'."""
     if not isinstance(value, str) or not _SEGMENT.fullmatch(value) or ".." in value:
         raise UserInputError(f"{kind} {value!r} is not a valid key segment: use letters, digits, '.', '_', '-', "
                              "'@' or '+' (at most 128, starting with a letter or digit, no '..')")
@@ -71,7 +74,7 @@ def _segment(kind: str, value: str) -> str:
 def plan_prefix(model: str, onnx_digest: str, gpu: str, toolchain_label: str, build_digest: str) -> str:
     """``plans/<model>/<onnx_digest:12>/<gpu>/<toolchain>-<version>/<build_digest:12>``."""
     return (f"{PLANS}/{check_name('model name', model)}/{onnx_digest[:12]}/{check_name('GPU', gpu)}/"
-            f"{_segment('toolchain', toolchain_label)}/{build_digest[:12]}")
+            f"{check_segment('toolchain', toolchain_label)}/{build_digest[:12]}")
 
 
 def plan_key(prefix: str) -> str:
@@ -168,7 +171,7 @@ def parse_short_ref(ref: str) -> ShortRef | None:
 def release_key(model: str, gpu: str, toolchain_label: str) -> str:
     """``releases/<model>/<gpu>/<toolchain>-<version>.json``."""
     return f"{RELEASES}/{check_name('model name', model)}/{check_name('GPU', gpu)}/" \
-           f"{_segment('toolchain', toolchain_label)}.json"
+           f"{check_segment('toolchain', toolchain_label)}.json"
 
 
 class ReleaseName(NamedTuple):
@@ -216,7 +219,7 @@ def receipts_prefix(model: str | None = None, gpu: str | None = None, toolchain_
     for kind, value in (("GPU", gpu), ("toolchain", toolchain_label), ("channel", channel)):
         if value is None:
             return "/".join(parts) + "/"
-        parts.append(_segment(kind, value))
+        parts.append(check_segment(kind, value))
     if plan_sha256 is not None:
         parts.append(plan_sha256[:16])
     return "/".join(parts) + "/"
@@ -243,53 +246,7 @@ def parse_toolchain_label(label: str) -> tuple[str, str]:
     return label.rpartition("-")[0], label.rpartition("-")[2]
 
 
-# --- timing caches -----------------------------------------------------------------------------------------------
-def timing_cache_key(flavour: str, exact_version: str, gpu: str, compute_capability: str, flags_digest: str) -> str:
-    """``timing-caches/<flavour>-<exact_version>/<gpu>-sm<cc>/<cache_flags:12>.cache``: one per what invalidates one.
-
-    The exact build (``combine`` needs it; never a fleet's label), the GPU and its capability (NVIDIA warns against
-    merging caches of different devices), and the digest of the builder flags a cache depends on (TF32, refit, HWC).
-    """
-    if not isinstance(exact_version, str) or not re.fullmatch(r"\d+\.\d+\.\d+\.\d+", exact_version):
-        raise UserInputError(f"timing cache: toolchain version {exact_version!r} is not an exact build "
-                             "(major.minor.patch.build, e.g. 11.4.0.106)")
-    if not isinstance(compute_capability, str) or not re.fullmatch(r"\d+\.\d+", compute_capability):
-        raise UserInputError(f"timing cache: compute capability {compute_capability!r} is not MAJOR.MINOR")
-    if not isinstance(flags_digest, str) or not re.fullmatch(r"[0-9a-f]{12,64}", flags_digest):
-        raise UserInputError(f"timing cache: flags digest {flags_digest!r} is not a hex digest")
-    toolchain = _segment("toolchain", toolchain_label(flavour, exact_version))
-    return (f"{TIMING_CACHES}/{toolchain}/{check_name('GPU', gpu)}-sm{compute_capability.replace('.', '')}/"
-            f"{flags_digest[:12]}.cache")
-
-
-def timing_cache_ref(key_or_ref: str) -> str:
-    """The key of ``TOOLCHAIN/GPU-SM/FLAGS`` (what ``cache ls`` shows), of a key, or of an older ``TOOLCHAIN/GPU``."""
-    if key_or_ref.startswith(f"{TIMING_CACHES}/"):
-        return key_or_ref
-    parts = key_or_ref.removesuffix(".cache").split("/")
-    if len(parts) not in (2, 3):
-        raise UserInputError(f"timing cache {key_or_ref!r}: write TOOLCHAIN/GPU-SM/FLAGS as `trtfarm cache ls` "
-                             "shows it, e.g. tensorrt-11.4.0.106/h100-sm90/0123456789ab")
-    segments = [_segment("toolchain", parts[0]), *(check_name("timing cache part", p) for p in parts[1:])]
-    return f"{TIMING_CACHES}/{'/'.join(segments)}.cache"
-
-
-def timing_caches_prefix() -> str:
-    """``timing-caches/``: what to list for every shared timing cache."""
-    return f"{TIMING_CACHES}/"
-
-
-def timing_cache_label(key: str) -> str:
-    """The ``TOOLCHAIN/GPU-SM/FLAGS`` label of a cache key."""
-    return key.removeprefix(f"{TIMING_CACHES}/").removesuffix(".cache")
-
-
-def timing_cache_flavour(key: str) -> str:
-    """The toolchain flavour (``tensorrt``) a cache key names."""
-    return parse_toolchain_label(timing_cache_label(key).split("/", 1)[0])[0]
-
-
-# --- precision steps, registry, reports, runs, webhook claims ---------------------------------------------------
+# --- precision steps, registry, reports, state records, gc records ---------------------------------------------
 def converted_prefix(model: str, onnx_digest: str, step_digest: str) -> str:
     """``converted/<model>/<onnx_digest:12>/<precision_step:12>``: a stored precision conversion and its report."""
     return f"{CONVERTED}/{check_name('model name', model)}/{onnx_digest[:12]}/{step_digest[:12]}"
@@ -307,7 +264,7 @@ def converted_report_key(prefix: str) -> str:
 
 def export_prefix(model: str, export_id: str) -> str:
     """``models/<model>/<export_id>``: one registered export."""
-    return f"{MODELS}/{check_name('model name', model)}/{_segment('export id', export_id)}"
+    return f"{MODELS}/{check_name('model name', model)}/{check_segment('export id', export_id)}"
 
 
 def export_file_key(prefix: str, rel: str) -> str:
@@ -328,7 +285,8 @@ def parse_export_record_key(key: str) -> tuple[str, str] | None:
 
 def report_key(model: str, run: str, name: str) -> str:
     """``reports/<model>/<run>/<name>``: one file of a run's report."""
-    return f"{REPORTS}/{check_name('model name', model)}/{_segment('run', run)}/{_segment('report file', name)}"
+    return (f"{REPORTS}/{check_name('model name', model)}/{check_segment('run', run)}/"
+            f"{check_segment('report file', name)}")
 
 
 def reports_prefix(model: str | None = None) -> str:
@@ -363,36 +321,9 @@ def parse_report_key(key: str) -> tuple[str, str, str] | None:
     return (parts[1], parts[2], parts[3]) if len(parts) == 4 and parts[0] == REPORTS else None
 
 
-def job_result_key(run: str, job_id: str) -> str:
-    """``runs/<run>/jobs/<job_id>.json``: what a farm child built, read by its parent."""
-    return f"{RUNS}/{_segment('run', run)}/jobs/{_segment('job id', job_id)}.json"
-
-
-def webhook_claim_key(claim_id: str) -> str:
-    """``webhook/exports/<claim>.json``: the create-only marker that makes one event per export."""
-    return f"webhook/exports/{_segment('claim', claim_id)}.json"
-
-
-def status_page_key() -> str:
-    """``status/status.html``: the fleet's status page, which each nightly run replaces (compare-and-swap)."""
-    return f"{STATUS}/status.html"
-
-
-def fleet_key(fleet_digest: str) -> str:
-    """``fleets/<fleet_digest>.json``: one fleet a run built for, by the sha256 of its canonical JSON."""
-    if not re.fullmatch(r"[0-9a-f]{64}", fleet_digest):
-        raise UserInputError(f"fleet digest {fleet_digest!r}: expected 64 lowercase hex digits")
-    return f"{FLEETS}/{fleet_digest}.json"
-
-
-def fleet_pointer_key() -> str:
-    """``fleets/current.json``: which recorded fleet the store's newest run built for."""
-    return f"{FLEETS}/current.json"
-
-
 def gc_record_key(model: str, at: str, nonce: str) -> str:
     """``gc/<model>/<at>-<nonce>.json``: the plan folders of ``model`` one ``gc --apply`` deleted."""
-    return f"{GC}/{check_name('model name', model)}/{_segment('time', at)}-{_segment('nonce', nonce)}.json"
+    return f"{GC}/{check_name('model name', model)}/{check_segment('time', at)}-{check_segment('nonce', nonce)}.json"
 
 
 def gc_prefix() -> str:

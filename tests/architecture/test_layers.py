@@ -46,7 +46,8 @@ def imports(path: Path, top_level_only: bool = False) -> set[str]:
 LEVELS: tuple[tuple[str, ...], ...] = (
     ("trtfarm", "errors", "nearest"),  # the package itself (its version), the error kinds, the name nearest a typo
     ("interrupt", "scratch", "cachedir", "yamlfile", "onnxfile", "extras", "layout"),  # plain utilities; store keys
-    ("identity", "onnxshapes"),  # content addresses; the sizes an ONNX graph's inputs take
+    ("identity", "onnxshapes", "layout_shared"),  # content addresses; the sizes an ONNX graph's inputs take; the
+    # store's keys under no model's folder
     ("store", "signing", "profiles", "machine"),  # storage adapters, keys and signatures, shapes, this machine
     ("precision",),  # ModelOpt conversion and the accuracy gate
     ("vocabulary",),  # fleet schema, build specs, models and exports, targets, jobs, outcomes

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from flows.heartbeats import AUTOMATION, HOST_LOST, TERMINATION_NOTICE, lost_host_automation
-from trtfarm import layout
+from trtfarm import layout, layout_shared
 from trtfarm.reports.stored_outcomes import run_outcomes
 from trtfarm.store import open_store
 
@@ -343,7 +343,7 @@ def test_a_partitioned_child_that_comes_back_after_its_resubmission_publishes_no
             a.restore()
         hold.unlink()  # its build goes on, and publishes after its resubmission did
         store = open_store(farm.env["TRTFARM_STORE"])
-        jobs = layout.job_result_key(parent, "x").rsplit("/", 1)[0] + "/"
+        jobs = layout_shared.job_result_key(parent, "x").rsplit("/", 1)[0] + "/"
         wait_for(lambda: any(k.endswith("-1.json") for k in store.list(jobs)), 300,
                   "the cut-off child to come back and write its result")
         late = _final(client, first.id, 120)

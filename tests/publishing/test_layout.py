@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trtfarm import layout
+from trtfarm import layout, layout_shared
 from trtfarm.errors import UserInputError
 
 D64, B64 = "0123456789ab" + "c" * 52, "fedcba987654" + "0" * 52
@@ -23,18 +23,18 @@ def test_every_key_has_the_documented_shape():
     assert layout.release_key("encoder", "h100", "tensorrt-11.4.0.106") == \
         "releases/encoder/h100/tensorrt-11.4.0.106.json"
     assert layout.releases_prefix("encoder") == "releases/encoder/"
-    assert layout.timing_cache_key("tensorrt", "11.4.0.106", "h100", "9.0", B64) == \
+    assert layout_shared.timing_cache_key("tensorrt", "11.4.0.106", "h100", "9.0", B64) == \
         "timing-caches/tensorrt-11.4.0.106/h100-sm90/fedcba987654.cache"
     assert layout.converted_prefix("encoder", D64, B64) == "converted/encoder/0123456789ab/fedcba987654"
     assert layout.export_prefix("encoder", "20261201T000000000000Z-0123456789ab") == \
         "models/encoder/20261201T000000000000Z-0123456789ab"
     assert layout.report_key("encoder", "local-20261201T000000-abcdef", "outcomes.json") == \
         "reports/encoder/local-20261201T000000-abcdef/outcomes.json"
-    assert layout.job_result_key("6f1c2d3e-0000-4000-8000-000000000000", "fedcba9876540000-1") == \
+    assert layout_shared.job_result_key("6f1c2d3e-0000-4000-8000-000000000000", "fedcba9876540000-1") == \
         "runs/6f1c2d3e-0000-4000-8000-000000000000/jobs/fedcba9876540000-1.json"
-    assert layout.webhook_claim_key("ab" * 32) == f"webhook/exports/{'ab' * 32}.json"
-    assert layout.status_page_key() == "status/status.html"
-    assert layout.timing_caches_prefix() == "timing-caches/" and layout.receipts_prefix() == "receipts/"
+    assert layout_shared.webhook_claim_key("ab" * 32) == f"webhook/exports/{'ab' * 32}.json"
+    assert layout_shared.status_page_key() == "status/status.html"
+    assert layout_shared.timing_caches_prefix() == "timing-caches/" and layout.receipts_prefix() == "receipts/"
     assert layout.toolchain_label("tensorrt_rtx", "1.7.1.116") == "tensorrt_rtx-1.7.1.116"
 
 
@@ -64,11 +64,12 @@ def test_converted_registry_and_report_keys_have_their_shape_and_parse_back():
 
 
 def test_timing_cache_references_round_trip():
-    key = layout.timing_cache_ref("tensorrt-11.4.0.106/h100-sm90/fedcba987654")
-    assert key == layout.timing_cache_key("tensorrt", "11.4.0.106", "h100", "9.0", B64) == layout.timing_cache_ref(key)
-    assert layout.timing_cache_label(key) == "tensorrt-11.4.0.106/h100-sm90/fedcba987654"
-    assert layout.timing_cache_flavour(key) == "tensorrt"
-    assert layout.timing_cache_ref("tensorrt-11.4.0.106/h100") == "timing-caches/tensorrt-11.4.0.106/h100.cache"
+    key = layout_shared.timing_cache_ref("tensorrt-11.4.0.106/h100-sm90/fedcba987654")
+    assert key == layout_shared.timing_cache_key("tensorrt", "11.4.0.106", "h100", "9.0", B64) == \
+        layout_shared.timing_cache_ref(key)
+    assert layout_shared.timing_cache_label(key) == "tensorrt-11.4.0.106/h100-sm90/fedcba987654"
+    assert layout_shared.timing_cache_flavour(key) == "tensorrt"
+    assert layout_shared.timing_cache_ref("tensorrt-11.4.0.106/h100") == "timing-caches/tensorrt-11.4.0.106/h100.cache"
 
 
 @pytest.mark.parametrize("version, cc, flags", [("11.4", "9.0", B64), ("11.4.0", "9.0", B64),
@@ -76,13 +77,13 @@ def test_timing_cache_references_round_trip():
                                                 ("11.4.0.106", "9.0", "abc")])
 def test_a_timing_cache_key_needs_the_exact_build_the_capability_and_a_flags_digest(version, cc, flags):
     with pytest.raises(UserInputError, match="timing cache"):
-        layout.timing_cache_key("tensorrt", version, "h100", cc, flags)
+        layout_shared.timing_cache_key("tensorrt", version, "h100", cc, flags)
 
 
 @pytest.mark.parametrize("bad", ["tensorrt-11.4.0.106", "a/b/c/d", "tensorrt-11.4.0.106/../x", "../h100"])
 def test_a_timing_cache_reference_that_could_leave_its_folder_is_refused(bad):
     with pytest.raises(UserInputError):
-        layout.timing_cache_ref(bad)
+        layout_shared.timing_cache_ref(bad)
 
 
 @pytest.mark.parametrize("bad", ["", ".", "..", "../x", "a/b", "-lead", "x" * 129, "a b", "a\\b", "%2e%2e"])
@@ -96,7 +97,7 @@ def test_names_that_could_leave_their_folder_are_user_errors(bad):
 @pytest.mark.parametrize("bad", ["../x", "a/b", "..", ""])
 def test_other_segments_refuse_traversal_too(bad):
     with pytest.raises(UserInputError):
-        layout.job_result_key(bad, "job")
+        layout_shared.job_result_key(bad, "job")
     with pytest.raises(UserInputError):
         layout.report_key("encoder", bad, "report.md")
 
@@ -140,19 +141,20 @@ def test_a_toolchain_label_parses_back_into_its_flavour_and_version(flavour, ver
     label = layout.toolchain_label(flavour, version)
     assert layout.parse_toolchain_label(label) == (flavour, version)
     assert layout.parse_plan_prefix(layout.plan_prefix("m", D64, "h100", label, B64)).toolchain == label
-    key = layout.timing_cache_key(flavour, version, "h100", "9.0", B64) if version.count(".") == 3 else None
-    assert key is None or layout.timing_cache_flavour(key) == flavour
+    key = layout_shared.timing_cache_key(flavour, version, "h100", "9.0", B64) if version.count(".") == 3 else None
+    assert key is None or layout_shared.timing_cache_flavour(key) == flavour
 
 
 def test_keys_of_other_shapes_parse_to_none():
     prefix = layout.plan_prefix("encoder", D64, "h100", "tensorrt-11.4.0.106", B64)
     release = layout.release_key("encoder", "h100", "tensorrt-11.4.0.106")
-    cache = layout.timing_cache_key("tensorrt", "11.4.0.106", "h100", "9.0", B64)
+    cache = layout_shared.timing_cache_key("tensorrt", "11.4.0.106", "h100", "9.0", B64)
     for parse, others in ((layout.parse_release_key, [prefix, layout.manifest_key(prefix), "releases/encoder/h100",
                                                       "releases/encoder/h100/x.json/y", "plans/encoder/h100/x.json"]),
                           (layout.parse_plan_prefix, [release, layout.manifest_key(prefix), "plans/encoder"]),
                           (layout.parse_short_ref, [release, layout.manifest_key(prefix), "encoder/h100",
                                                     "plans/encoder/h100"]),
                           (layout.parse_model, ["releases/encoder", "plans//x", layout.state_key("encoder"),
-                                                layout.job_result_key("r", "j"), layout.status_page_key(), cache])):
+                                                layout_shared.job_result_key("r", "j"), layout_shared.status_page_key(),
+                                                cache])):
         assert [k for k in others if parse(k) is not None] == [], parse.__name__

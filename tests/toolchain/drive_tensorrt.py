@@ -90,7 +90,7 @@ def _build_group(trt, tmp: Path, store, shared: bytes | None) -> tuple[list, str
     """``build_group`` for one TensorRT target on a real file store, ``shared`` (if any) as the shared cache."""
     from trtfarm.building import build
     from trtfarm.building.timing_cache import cache_flags_digest
-    from trtfarm.layout import timing_cache_key
+    from trtfarm.layout_shared import timing_cache_key
     from trtfarm.modelfile import model_source
     from trtfarm.vocabulary.fleet import Fleet, resolve_target
     from trtfarm.vocabulary.targets import plan_targets

@@ -29,7 +29,7 @@ from trtfarm.building.timing_cache import (
 )
 from trtfarm.errors import StoreError, UserInputError
 from trtfarm.identity import sha256_file
-from trtfarm.layout import timing_cache_key
+from trtfarm.layout_shared import timing_cache_key
 from trtfarm.modelfile import verified
 from trtfarm.profiles.profile import Profile, profiles_json
 from trtfarm.publishing.attest import Attestation

@@ -2,7 +2,7 @@
 
 TensorRT's caches depend on the device, the exact TensorRT build and some builder flags; ``ITimingCache.combine``
 needs the same version on both sides, and merging caches of different devices is documented as unsafe. So the key
-(``layout.timing_cache_key``) carries the installed version, the GPU and its compute capability, and a digest of
+(``layout_shared.timing_cache_key``) carries the installed version, the GPU and its compute capability, and a digest of
 ``cache_flags``. TensorRT-RTX has no timing cache: its builds never pull, attach or merge one.
 
 Pull with its ETag, build with it, publish the plan, then merge ours back with compare-and-swap: read the current

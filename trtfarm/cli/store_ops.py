@@ -22,7 +22,7 @@ from trtfarm.cli.common import (
     store_uri,
     targets_path,
 )
-from trtfarm.layout import timing_cache_flavour, timing_cache_label, timing_cache_ref, timing_caches_prefix
+from trtfarm.layout_shared import timing_cache_flavour, timing_cache_label, timing_cache_ref, timing_caches_prefix
 
 cache_app = typer.Typer(no_args_is_help=True, help="Shared timing caches, one per exact TensorRT build, GPU model and "
                         "cache-relevant builder flags (TF32, refit, hardware compatibility).")

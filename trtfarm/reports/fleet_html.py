@@ -8,7 +8,7 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
-from trtfarm import layout
+from trtfarm import layout_shared
 from trtfarm.errors import html_text, plain_text
 from trtfarm.reports.html import data_uri
 from trtfarm.reports.report import NO_CHARTS, charts_available
@@ -118,7 +118,7 @@ def store_status_page(store: Store, page: str, attempts: int = 5) -> str:
 
     Two nightly runs that finish together each write a whole page; the later swap wins, neither leaves half of one.
     """
-    key, data = layout.status_page_key(), page.encode()
+    key, data = layout_shared.status_page_key(), page.encode()
     for _ in range(attempts):
         try:
             store.compare_and_swap(key, data, store.etag(key))

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pydantic import ValidationError
 
 from trtfarm.identity import canonical_json
-from trtfarm.layout import fleet_key, fleet_pointer_key
+from trtfarm.layout_shared import fleet_key, fleet_pointer_key
 from trtfarm.store import Conflict
 from trtfarm.vocabulary.fleet import Fleet
 

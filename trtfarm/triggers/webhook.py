@@ -34,7 +34,8 @@ from pathlib import Path
 from urllib.parse import unquote, unquote_plus, urlparse
 
 from trtfarm.errors import StoreError
-from trtfarm.layout import is_name, webhook_claim_key
+from trtfarm.layout import is_name
+from trtfarm.layout_shared import webhook_claim_key
 from trtfarm.publishing.registry import EXPORT_NAME, ONNX_NAME, export_folder, export_name, is_registry_export
 from trtfarm.store import Store, is_store_uri, is_uri, uri_parts
 from trtfarm.store.uri import SCHEMES
