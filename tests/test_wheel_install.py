@@ -3,7 +3,8 @@
 The base install serves a host that pulls and verifies plans and loads them with ``trtfarm.runtime``: no torch, no
 Prefect. The [rtx] extra adds the toolchain, and ``trtfarm build model.onnx`` then builds in a project folder: the
 README.md block "Your own project" runs here as written.
-pip's cache (or the machine's wheel folder) makes the two installs take seconds.
+pip's cache (or the machine's wheel folder) makes the installs take seconds. The base install is made once for the
+module: its tests run commands in it and change nothing installed.
 """
 
 from __future__ import annotations
@@ -28,6 +29,16 @@ def wheel(tmp_path_factory):
     return session_wheel(tmp_path_factory)  # the session's: the docs' blocks install the same one
 
 
+@pytest.fixture(scope="module")
+def base_venv(wheel, tmp_path_factory):
+    """A fresh venv with the wheel installed as a pip user installs it (no extra)."""
+    folder = tmp_path_factory.mktemp("base-install")
+    venv = folder / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    run(venv, [str(venv / "bin/pip"), "install", "-q", str(wheel)], folder)
+    return venv
+
+
 def run(venv, args, cwd, check=True):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRTFARM_", "PREFECT_", "VIRTUAL_ENV"))}
     env["PATH"] = f"{venv / 'bin'}:{env['PATH']}"
@@ -43,15 +54,13 @@ def test_the_wheel_carries_the_templates_and_the_local_farm_script(wheel):
             "trtfarm/templates/local-farm/postgres.sh", "flows/build_matrix.py"} <= names
 
 
-def test_a_base_install_pulls_verifies_and_loads_with_neither_torch_nor_prefect(wheel, tmp_path, example_dir):
+def test_a_base_install_pulls_verifies_and_loads_with_neither_torch_nor_prefect(base_venv, tmp_path, example_dir):
     # a plan to pull, built by the development install into a store the fresh one reads
     store = tmp_path / "store"
     subprocess.run([sys.executable, "-m", "trtfarm", "build", str(example_dir / "model.onnx"), "--store", str(store),
                     "--targets-file", str(REPO / "gpu_targets.yaml"), "--target", "rtx-4090-rtx1.7"], check=True,
                    capture_output=True, cwd=tmp_path)
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    run(venv, [str(venv / "bin/pip"), "install", "-q", str(wheel)], tmp_path)
+    venv = base_venv
     installed = {line.split("==")[0].lower() for line in run(venv, [str(venv / "bin/pip"), "freeze"],
                                                               tmp_path).stdout.splitlines()}
     assert not installed & {"torch", "prefect", "nvidia-modelopt", "onnxruntime", "matplotlib", "tensorrt-rtx-cu13"}
@@ -77,7 +86,8 @@ def test_a_base_install_pulls_verifies_and_loads_with_neither_torch_nor_prefect(
         "everything)"]
 
 
-def test_in_a_base_install_each_command_names_the_extra_the_readme_table_gives_it(wheel, tmp_path, example_dir):
+def test_in_a_base_install_each_command_names_the_extra_the_readme_table_gives_it(base_venv, tmp_path,
+                                                                                 example_dir):
     """The README's "What to install" table is the referee: a command of an extra's row, run in a base install, says
     in one line (exit 2) to install that extra."""
     import re
@@ -85,9 +95,7 @@ def test_in_a_base_install_each_command_names_the_extra_the_readme_table_gives_i
     readme = (REPO / "README.md").read_text().split("## What to install", 1)[1].split("Each row is", 1)[0]
     rows = {m.group(1): re.findall(r"`([a-z][a-z ]*)`", m.group(2).split(":", 1)[1])
             for m in re.finditer(r"^\| `trtfarm\[(\w+)\]` \| ([^|]*) \|", readme, re.M) if ":" in m.group(2)}
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    run(venv, [str(venv / "bin/pip"), "install", "-q", str(wheel)], tmp_path)
+    venv = base_venv
     (tmp_path / "s.jsonl").write_text('{"x": [1, 2]}\n')
     args = {"webhook serve": [], "triton": ["encoder", "--repo", "repo"], "precision": [
         str(example_dir / "model.onnx"), "--mode", "fp16"], "profiles derive": ["s.jsonl"], "pools": ["sync"],
