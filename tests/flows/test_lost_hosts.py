@@ -4,9 +4,11 @@ notice (SIGTERM), and a host cut off by a network partition whose child comes ba
 Each GPU worker runs on its own host: a network namespace joined to the farm by a veth pair (tests/hosts.py), so
 "the host is gone" is every process of the namespace SIGKILLed at once behind a silent link, and "the host is cut
 off" is its link dropping every packet. The Prefect server (on Postgres) and moto's S3 listen on the host network's
-address; the control worker runs beside them. One pool with a concurrency limit of 1 (one GPU) and two hosts: the
-first takes the child (a test hook holds it Running, mid-build, while a hold file exists), the second is there for
-the resubmission. Farm set-up as a user does it: `trtfarm pools sync`, `trtfarm farm deploy`, `trtfarm worker`.
+address; the control worker runs beside them. Each scenario has a pool with a concurrency limit of 1 (one GPU) and
+two hosts: the first takes the child (a test hook holds it Running, mid-build, while a hold file exists), the second
+is there for the resubmission. The partitioned host's pool is the 5090's, so that its scenario runs beside the lost
+host's (each waits ~90 s for the server to miss its heartbeats). Farm set-up as a user does it: `trtfarm pools sync`,
+`trtfarm farm deploy`, `trtfarm worker`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import uuid
 import warnings
 from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -35,15 +38,17 @@ from ..hosts import HostNetwork
 pytestmark = pytest.mark.integration
 
 POOL, TARGET = "rtx-4090", "rtx4090-rtx1.7"
+PARTITION_POOL, PARTITION_TARGET = "rtx-5090", "rtx5090-rtx1.7"  # the partitioned host's: its wait overlaps another
 # every pool prefect.yaml deploys to must exist for `trtfarm farm deploy` (pools sync makes those with targets);
-# the tests build the 4090 target only
+# the tests build the 4090 target, and the partitioned host's the 5090's
 FLEET = """\
 version: 1
 toolchains:
   rtx-1.7: {flavour: tensorrt_rtx, version: "1.7.1.116"}
 gpus:
   rtx-4090: {nvml_name: "NVIDIA GeForce RTX 4090", compute_capability: "8.9", memory_gib: 24, pool: rtx-4090, count: 1}
-  rtx-5090: {nvml_name: "NVIDIA GeForce RTX 5090", compute_capability: "12.0", memory_gib: 32, pool: rtx-5090}
+  rtx-5090: {nvml_name: "NVIDIA GeForce RTX 5090", compute_capability: "12.0", memory_gib: 32, pool: rtx-5090,
+             count: 1}
   rtx-4080: {nvml_name: "NVIDIA GeForce RTX 4080", compute_capability: "8.9", memory_gib: 16, pool: gpu-l4}
   rtx-5080: {nvml_name: "NVIDIA GeForce RTX 5080", compute_capability: "12.0", memory_gib: 16, pool: gpu-h100}
 targets:
@@ -127,18 +132,19 @@ def _hosts_of_the_test(farm):
         host.remove()
 
 
-def _start_host(farm: Farm, label: str, hold: Path | None = None):
-    """A new host with one `trtfarm worker` of the pool (named after the host); returns once the worker is online."""
+def _start_host(farm: Farm, label: str, hold: Path | None = None, pool: str = POOL, hosts: list | None = None):
+    """A new host with one `trtfarm worker` of ``pool`` (named after the host), one of ``hosts`` (the test's, by
+    default); returns once the worker is online."""
     host = farm.net.host(label)
-    farm.test_hosts.append(host)
+    (farm.test_hosts if hosts is None else hosts).append(host)
     env = {"TRTFARM_TEST_HOLD_FILE": str(hold)} if hold else {}
     if hold:
         env["PYTHONPATH"] = os.pathsep.join([str(farm.home / "hook"), farm.env.get("PYTHONPATH", "")])
-    host.worker = farm.spawn_on(host, f"worker-{label}", [*TRTFARM, "worker", "--pool", POOL, "--name", label],
+    host.worker = farm.spawn_on(host, f"worker-{label}", [*TRTFARM, "worker", "--pool", pool, "--name", label],
                                 env=env)
     with farm_client(farm) as c:
         wait_for(lambda: any(w.name == label and w.status.value == "ONLINE"
-                              for w in c.read_workers_for_work_pool(POOL)), 180, f"worker {label} to come online")
+                              for w in c.read_workers_for_work_pool(pool)), 180, f"worker {label} to come online")
     return host
 
 
@@ -231,7 +237,7 @@ def test_deploy_brings_an_automation_deployed_before_the_state_names_up_to_date(
     assert now.trigger.expect == want.trigger.expect  # the window closes on the named ends' events too
 
 
-def test_a_host_that_goes_away_with_its_running_child_loses_no_build(farm):
+def test_a_host_that_goes_away_with_its_running_child_loses_no_build(farm, partitioned):
     model, hold = "lost-host", farm.home / "hold-lost"
     _push(farm, model, 31)
     hold.touch()
@@ -323,18 +329,32 @@ def test_a_worker_given_a_termination_notice_has_its_child_resubmitted_at_once(f
     assert "completed by worker host-d" in " ".join(lost.split()) and max(map(len, out.splitlines())) <= 80, out
 
 
-def test_a_partitioned_child_that_comes_back_after_its_resubmission_publishes_nothing_twice(farm):
-    model, hold = "partitioned", farm.home / "hold-partition"
+@pytest.fixture(scope="module")
+def partitioned(farm):
+    """The partitioned host's scenario up to the cut, on a pool of its own (the 5090's): its host, cut off with its
+    child held mid-build, and a second host for the resubmission. Started before the host-lost test, which then
+    waits out its own lost host while the server sees this one lost: the two heartbeat windows overlap."""
+    model, hold, hosts = "partitioned", farm.home / "hold-partition", []
     _push(farm, model, 33)
     hold.touch()
-    a = _start_host(farm, "host-e", hold)
-    with farm_client(farm) as client:
-        parent = farm.trtfarm_json("farm", "run", model, "--target", TARGET)["flow_run_id"]
-        first, _ = _held_child(farm, client, parent, hold)
-        _start_host(farm, "host-f")
-
+    a = _start_host(farm, "host-e", hold, PARTITION_POOL, hosts)
+    try:
+        with farm_client(farm) as client:
+            parent = farm.trtfarm_json("farm", "run", model, "--target", PARTITION_TARGET)["flow_run_id"]
+            first, _ = _held_child(farm, client, parent, hold)
+        _start_host(farm, "host-f", pool=PARTITION_POOL, hosts=hosts)
         cut_at = time.time()
         a.cut()  # the host is cut off: its child lives on, building, but nothing it sends arrives
+        yield SimpleNamespace(model=model, hold=hold, host=a, parent=parent, first=first, cut_at=cut_at)
+    finally:
+        for host in hosts:
+            host.remove()
+
+
+def test_a_partitioned_child_that_comes_back_after_its_resubmission_publishes_nothing_twice(farm, partitioned):
+    model, hold, a, parent, first = (partitioned.model, partitioned.hold, partitioned.host, partitioned.parent,
+                                     partitioned.first)
+    with farm_client(farm) as client:
         try:
             second = wait_for(lambda: _children(client, parent).get(2), DETECT_S + 60,
                                "the cut-off child's resubmission")
@@ -349,6 +369,7 @@ def test_a_partitioned_child_that_comes_back_after_its_resubmission_publishes_no
         late = _final(client, first.id, 120)
         states = [s.type.value for s in client.read_flow_run_states(first.id)]
 
+    cut_at = partitioned.cut_at
     print(f"partition: resubmitted after {_at(second.created) - cut_at:.0f} s; the cut-off child ended {states}")
     assert _at(second.created) - cut_at <= DETECT_S
     assert run.state.is_completed(), run.state.message
@@ -363,4 +384,4 @@ def test_a_partitioned_child_that_comes_back_after_its_resubmission_publishes_no
     late_result = json.loads(store.get(next(k for k in store.list(jobs) if k.endswith("-1.json"))).data)
     assert [o["status"] for o in late_result["outcomes"]] == ["built"]  # it built and published: idempotently
     rows = run_outcomes(store, parent)[model]
-    assert [(o.target, o.status) for o in rows] == [(TARGET, "built")]  # counted once
+    assert [(o.target, o.status) for o in rows] == [(PARTITION_TARGET, "built")]  # counted once
