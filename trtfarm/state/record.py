@@ -20,9 +20,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from trtfarm.errors import CorruptObject
-from trtfarm.layout import PLAN_NAME, leaf_of, state_key
+from trtfarm.layout import state_key
 from trtfarm.store import Conflict, Store
-from trtfarm.store.base import ListedObject
 from trtfarm.vocabulary.fleetview import TargetStatus
 from trtfarm.vocabulary.manifest import validation_problems
 
@@ -30,19 +29,6 @@ STATE_FORMAT = 2  # 2: each cell kept as the view's own cell (``TargetStatus``),
 
 
 _S3_ETAG = re.compile(r'"[0-9a-f]{32}(-[0-9]+)?"')  # an S3 ETag: the content's MD5, or "MD5 of parts-count"
-
-
-def content_stamp(o: ListedObject) -> str:
-    """What a record's digest (``StoreSurvey.model_inputs``) says of a listed object: its version, or its size.
-
-    An S3 ETag is the MD5 of an object put whole, and a bucket copy keeps it; a plan object is put or copied in parts
-    (trtfarm uploads 16 MiB parts above 64 MiB, the AWS CLI copies 8 MiB parts above 8 MiB), and its ETag, of the
-    parts, changes with a copy. A plan's contents are pinned by the sha256 its manifest holds, which ``pull`` checks,
-    so there its size stands for it. A file store's version (size and modification time) is taken as it is.
-    """
-    if _S3_ETAG.fullmatch(o.version) and leaf_of(o.key) == PLAN_NAME:
-        return f"{o.size} bytes"
-    return o.version
 
 
 def in_parts(version: str | None) -> bool:

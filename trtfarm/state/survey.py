@@ -20,7 +20,7 @@ from itertools import islice
 
 from trtfarm import layout
 from trtfarm.errors import CorruptObject, UserInputError
-from trtfarm.state.record import RecordedState, content_stamp
+from trtfarm.state.record import RecordedState
 from trtfarm.state.summaries import ManifestSummary, OutcomeSummary, PointerSummary, SummaryCache
 from trtfarm.store import Store
 from trtfarm.store.base import ListedObject
@@ -110,7 +110,7 @@ class StoreSurvey:
         objects += self.converted.get(model, [])
         objects += [o for _, o in self.runs.get(model, [])[:runs_back]]
         objects += self.receipts.get(model, [])
-        parts = sorted(f"{o.key}@{content_stamp(o) if stamp == 'version' else o.size}" for o in objects)
+        parts = sorted(f"{o.key}@{o.version if stamp == 'version' else o.size}" for o in objects)
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
     # --- what the listings say -------------------------------------------------------------------------------------
