@@ -48,6 +48,19 @@ def farm(tmp_path_factory):
     return work, store, fleet, work / "whatif.yaml"
 
 
+@pytest.fixture(scope="module")
+def first_run(farm, tmp_path_factory):
+    """A clean machine's folders (home, cache, tmp) after the views ran there once, filling its own cache, and the
+    views' answers: the store never changes, so this is every test's clean answer."""
+    root = tmp_path_factory.mktemp("clean")
+    return root, _views(farm, _clean_env(root), root)
+
+
+@pytest.fixture
+def clean(first_run):
+    return first_run[1]
+
+
 @pytest.fixture
 def shared(tmp_path):
     """A folder like /tmp that ``nobody`` can add to (pytest's own base folder is private to root)."""
@@ -152,8 +165,7 @@ WHERE = ["nobody's cache home", "nobody's home, no XDG_CACHE_HOME", "nobody's fo
 
 
 @pytest.mark.parametrize("where", WHERE)
-def test_caches_another_user_made_first_are_neither_trusted_nor_a_crash(farm, shared, tmp_path, where):
-    clean = _views(farm, _clean_env(tmp_path / "clean"), tmp_path)
+def test_caches_another_user_made_first_are_neither_trusted_nor_a_crash(farm, clean, shared, tmp_path, where):
     if "sticky" in where:
         cache_home = shared / "sticky"  # like /tmp: root's, everyone may add to it
         cache_home.mkdir()
@@ -242,9 +254,10 @@ def _damage(cache: Path, shape: bytes) -> int:
 
 
 @pytest.mark.parametrize("shape", GARBAGE, ids=[g.decode()[:20] for g in GARBAGE])
-def test_a_damaged_own_cache_is_read_again_never_a_crash(farm, tmp_path, shape):
+def test_a_damaged_own_cache_is_read_again_never_a_crash(farm, first_run, tmp_path, shape):
+    filled, clean = first_run
+    shutil.copytree(filled, tmp_path / "own", symlinks=True)  # the cache the first run filled, modes and times kept
     env = _clean_env(tmp_path / "own")
-    clean = _views(farm, env, tmp_path)  # fills the cache
     cache = tmp_path / "own" / "cache" / "trtfarm"
     assert (cache / "survey").is_dir() and stat.S_IMODE(cache.stat().st_mode) == 0o700
     assert _damage(cache, shape) > 0
