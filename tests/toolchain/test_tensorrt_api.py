@@ -17,7 +17,7 @@ import pytest
 
 from tools.apicheck.check import check_versions, trtfarm_sources
 from tools.apicheck.surface import bindings_env
-from trtfarm.building.build import _verification
+from trtfarm.building.plan_manifest import _verification
 from trtfarm.project.fleet_file import load_fleet
 from trtfarm.vocabulary.fleet import TENSORRT_BINDINGS, Flavour
 from trtfarm.vocabulary.manifest import Check

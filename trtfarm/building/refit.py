@@ -82,7 +82,8 @@ def refit_and_publish(store: Store, model: ModelSource, plan: TargetWork, parent
     is the toolchain seam (``trtfarm.toolchain.refitter.refit_plan``, GPU only); it raises ``RefitUnavailable``
     where the engine cannot load. ``parent``: the manifest at ``parent_key`` as planning read it (else it is read).
     """
-    from trtfarm.building.build import attestation, build_manifest, engine_result
+    from trtfarm.building.build import attestation, engine_result
+    from trtfarm.building.plan_manifest import build_manifest
     from trtfarm.building.release_move import outcome_from_manifest, release_if_allowed
     from trtfarm.toolchain import import_flavour, read_plan_header
     from trtfarm.toolchain.refitter import refit_plan
