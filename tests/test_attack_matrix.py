@@ -126,8 +126,11 @@ class Farm:
         return objs
 
     def write_store(self, objs: dict[str, bytes]) -> None:
+        """Put ``objs`` in the store: the objects whose stored bytes differ are written (the plan is megabytes)."""
         for name, key in self.keys_of.items():
-            (self.files / key).write_bytes(objs[name])
+            path = self.files / key
+            if not path.is_file() or path.read_bytes() != objs[name]:
+                path.write_bytes(objs[name])
 
     def restore(self) -> None:
         for key in set(self.store.list("")) - self.listing:
