@@ -1,4 +1,4 @@
-"""What every command shares: the app, the consoles, the common options and how a failure is shown."""
+"""What every command shares: the app, the consoles, the common options, how a failure is shown, the farm's server."""
 
 from __future__ import annotations
 
@@ -65,6 +65,10 @@ JSON_OPT = typer.Option(False, "--json", help="machine-readable output on stdout
 UNCHECKED_MODELOPT_OPT = typer.Option(False, "--unchecked-modelopt", help="run the precision step on a ModelOpt, "
                                       "onnxruntime or Polygraphy other than the versions its workarounds were "
                                       "compared with (refused without it); the step's record and manifest say so")
+
+
+SERVER_WAIT_OPT = typer.Option(60, "--server-wait", min=0, help="seconds to wait for the Prefect server to answer "
+                               "(it needs ~50 s after `prefect server start`)")
 
 
 def store_uri(store: str | None, *, creates: bool = False, check: bool = True) -> str:
@@ -213,6 +217,22 @@ def fail(message: str | Exception, code: int | None = None) -> typer.Exit:
 def project_root() -> Path:
     """The checkout the flows' entrypoints are relative to (``$TRTFARM_HOME``, else where trtfarm is installed from)."""
     return Path(os.environ.get("TRTFARM_HOME") or Path(__file__).resolve().parents[2])
+
+
+def need_server(wait_s: float) -> str:
+    """The Prefect API URL once its server answers; exit 2 when none is configured, 3 when it does not answer."""
+    from trtfarm.extras import require
+
+    require("prefect")  # a base install: one line naming the [farm] extra
+    from flows.client import prefect_api_url
+    from trtfarm.workers.server import wait_for_server
+
+    api = prefect_api_url()
+    if not api:
+        raise fail("PREFECT_API_URL is not set: point it at the farm's Prefect server, e.g. "
+                   "PREFECT_API_URL=http://127.0.0.1:4200/api (trtfarm never starts an ephemeral one)")
+    wait_for_server(api, wait_s, lambda line: err.print(line, highlight=False, soft_wrap=not err.is_terminal))
+    return api
 
 
 def one_line_paragraphs(text: str) -> str:

@@ -1,10 +1,12 @@
-"""Farm commands that talk to a Prefect server: ``worker``, ``pools``, ``farm run`` and ``farm deploy``."""
+"""Farm commands that talk to a Prefect server: ``pools``, ``farm run`` and ``farm deploy``.
+
+``trtfarm worker``, run on each GPU machine, is ``worker_commands.py``.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -14,12 +16,14 @@ from rich.table import Table
 
 from trtfarm.cli.common import (
     JSON_OPT,
+    SERVER_WAIT_OPT,
     STORE_OPT,
     TARGETS_OPT,
     app,
     err,
     fail,
     message_text,
+    need_server,
     out,
     output_path,
     print_json,
@@ -29,77 +33,10 @@ from trtfarm.cli.common import (
 )
 from trtfarm.errors import TrtfarmError, first_line
 
-SERVER_WAIT_OPT = typer.Option(60, "--server-wait", min=0, help="seconds to wait for the Prefect server to answer "
-                               "(it needs ~50 s after `prefect server start`)")
-
-
-def need_server(wait_s: float) -> str:
-    """The Prefect API URL once its server answers; exit 2 when none is configured, 3 when it does not answer."""
-    from trtfarm.extras import require
-
-    require("prefect")  # a base install: one line naming the [farm] extra
-    from flows.client import prefect_api_url
-    from trtfarm.workers.server import wait_for_server
-
-    api = prefect_api_url()
-    if not api:
-        raise fail("PREFECT_API_URL is not set: point it at the farm's Prefect server, e.g. "
-                   "PREFECT_API_URL=http://127.0.0.1:4200/api (trtfarm never starts an ephemeral one)")
-    wait_for_server(api, wait_s, lambda line: err.print(line, highlight=False, soft_wrap=not err.is_terminal))
-    return api
-
-
 pools_app = typer.Typer(no_args_is_help=True, help="Work pools on the Prefect server: one per GPU model.")
 farm_app = typer.Typer(no_args_is_help=True, help="Start build-matrix runs on a farm's Prefect server.")
 app.add_typer(pools_app, name="pools")
 app.add_typer(farm_app, name="farm")
-
-
-@app.command()
-def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve (one per GPU model)"),
-           queue: str = typer.Option(None, "--queue", help="serve only this toolchain's queue of the pool, e.g. "
-                                     "tensorrt-11.4.0.106 (a worker image carries one TensorRT version)"),
-           check_only: bool = typer.Option(False, "--check-only", help="check this machine against POOL, then exit"),
-           name: str = typer.Option(None, "--name", help="worker name"),
-           healthcheck: bool = typer.Option(False, "--healthcheck", help="serve Prefect's worker health endpoint "
-                                            "(http://127.0.0.1:8080/health) for container health checks"),
-           targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT, server_wait: int = SERVER_WAIT_OPT) -> None:
-    """Check the local GPU and toolchains against POOL's targets; only then start a Prefect worker on it."""
-    from trtfarm.machine.capabilities import local_capabilities
-    from trtfarm.project.fleet_file import load_fleet, signing_settings
-    from trtfarm.workers.admission import check_worker
-    from trtfarm.workers.built_by import NAME_ENV, POOL_ENV
-
-    fleet_path = targets_path(targets_file)
-    caps = local_capabilities()
-    result = check_worker(load_fleet(fleet_path), pool, caps.gpus, caps.versions, queue)
-    signing_settings(fleet_path, only="key").signer()  # a configured key must load, now
-    if as_json:
-        print_json({"pool": pool, "queue": queue, "ok": result.ok, "found": result.found, "needs": result.needs,
-                    "targets": result.targets, "problems": result.problems})
-    else:
-        out.print(message_text(f"pool {pool}: needs {result.needs}\nthis machine: {result.found}"), highlight=False)
-    if not result.ok:
-        raise fail("refusing to serve pool {!r}:\n  - {}".format(pool, "\n  - ".join(result.problems)), code=3)
-    if check_only:
-        return
-    need_server(server_wait)
-    argv = [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process",
-            "--no-create-pool-if-not-found", *(["--name", name] if name else []),
-            *(["--work-queue", queue] if queue else []),
-            *(["--with-healthcheck"] if healthcheck else [])]
-    # prefect.yaml's build-target runs `python -m prefect.engine` in one interpreter (docs/dispatch.md): `python`
-    # must be this one, with Prefect and trtfarm installed
-    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    env = {**os.environ, "PREFECT_WORKER_QUERY_SECONDS": os.environ.get("PREFECT_WORKER_QUERY_SECONDS", "1"),
-           "TRTFARM_HOME": str(project_root()), "PATH": path,
-           "TRTFARM_TARGETS": str(Path(fleet_path).resolve()) if Path(fleet_path).is_file() else fleet_path,
-           POOL_ENV: pool, NAME_ENV: name or os.environ.get(NAME_ENV) or f"{pool}@{socket.gethostname()}"}
-    from trtfarm.workers.supervise import supervise
-
-    # the Prefect worker runs as this process's child, so that a termination notice (SIGTERM) reaches the builds
-    code = supervise(argv, env, lambda line: err.print(message_text(line), highlight=False, soft_wrap=True))
-    raise typer.Exit(code)
 
 
 @pools_app.command("sync")

@@ -26,7 +26,7 @@ from trtfarm.extras import missing_extra
 # (tests/test_cli.py holds this table to the commands the modules register).
 COMMAND_MODULES = {
     "build": "build_commands", "targets": "build_commands", "plans": "build_commands", "show": "build_commands",
-    "worker": "farm", "pools": "farm", "farm": "farm",
+    "worker": "worker_commands", "pools": "farm", "farm": "farm",
     "whatif": "fleet_commands", "plan": "fleet_commands", "status": "fleet_commands",
     "images": "image_commands", "models": "models", "profiles": "profiles", "init": "project",
     "precision": "quality", "report": "quality", "triton": "serving", "sign": "signing",
