@@ -5,6 +5,8 @@ A ``Path`` parameter has a role (a file or folder it reads, a file or folder it 
 command reads or creates. A ``Path`` parameter with no role fails the test: a new command says what its paths are.
 The README's exit codes are the referee: 2 for bad input (a path that does not exist, a file where a folder is
 wanted, a folder where a file is, a store that is not there), 1 for a place that refuses a write (read-only).
+Each case is ``python -m trtfarm ...`` after its imports: a fork of one process per module that has imported the
+command line with every command registered (tests/test_cli.py holds each command's output to the whole app's).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -127,8 +130,50 @@ def world(tmp_path_factory, example_dir):
     subprocess.run(["umount", "-l", str(ro)], check=False)
 
 
+# `python -m trtfarm ARGS` for each line ARGS (JSON) of its input, in a fork of this process, which has imported the
+# command line with every command registered: the fork goes on as `python -m trtfarm` does after its imports
+# (trtfarm/__main__.py), its input empty, its output and error in files of its own, and ends as that process ends.
+# Prints [exit code, stdout, stderr] (JSON) per line.
+FORKS = """
+import json, os, sys, tempfile
+import trtfarm
+from trtfarm.cli.main import app, main
+sys.argv[0] = os.path.join(os.path.dirname(trtfarm.__file__), "__main__.py")
+__package__ = "trtfarm"  # as -m leaves it: click names the program `python -m trtfarm` by it
+for line in sys.stdin:
+    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    sys.stdout.flush(), sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0), os.dup2(out.fileno(), 1), os.dup2(err.fileno(), 2)
+        sys.argv[1:] = json.loads(line)
+        main()
+        sys.exit(0)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    print(json.dumps([code, *(f.seek(0) or f.read().decode(errors="replace") for f in (out, err))]), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def trtfarm(world):
+    """``trtfarm(argv)``: what ``python -m trtfarm ARGV`` did, run in ``world``'s folder and environment."""
+    server = subprocess.Popen([sys.executable, "-c", FORKS], cwd=world["tmp"], env=world["env"], text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess:
+        server.stdin.write(json.dumps(argv) + "\n")
+        server.stdin.flush()
+        assert select.select([server.stdout], [], [], 300)[0], f"{argv}: no answer in 300 s"
+        code, out, err = json.loads(server.stdout.readline())
+        return subprocess.CompletedProcess(argv, code, out, err)
+
+    yield run
+    server.stdin.close()
+    server.wait(timeout=60)
+
+
 @pytest.mark.parametrize("words,ps,bad,value,code,expect", list(cases()))
-def test_a_bad_path_is_one_line_naming_it_with_the_readmes_exit(world, words, ps, bad, value, code, expect):
+def test_a_bad_path_is_one_line_naming_it_with_the_readmes_exit(world, trtfarm, words, ps, bad, value, code, expect):
     command = " ".join(words)
     argv = [*words]
     for name, flag, annotation, required in ps:
@@ -145,8 +190,7 @@ def test_a_bad_path_is_one_line_naming_it_with_the_readmes_exit(world, words, ps
         argv += [given.format(**world)] if flag is None else [flag, given.format(**world)]
     if bad == "store" and command in CREATES_STORE:
         expect = ["typo", "does not exist"]  # a store is made in a folder that exists; this one's folder does not
-    done = subprocess.run([sys.executable, "-m", "trtfarm", *argv], cwd=world["tmp"], env=world["env"],
-                          capture_output=True, text=True, timeout=300)
+    done = trtfarm(argv)
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == code, f"{argv}: exit {done.returncode}\n{done.stdout[-1500:]}\n{done.stderr[-3000:]}"
     assert len(errors) == 1 and "Traceback" not in done.stderr, f"{argv}\n{done.stderr[-3000:]}"
