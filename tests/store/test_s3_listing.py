@@ -14,7 +14,8 @@ import boto3
 
 from tests.store_requests import CountingStore
 from trtfarm import layout
-from trtfarm.state.survey import FIRST_PAGE, LIST_PARTS, StoreSurvey
+from trtfarm.state.listings import FIRST_PAGE, LIST_PARTS
+from trtfarm.state.survey import StoreSurvey
 from trtfarm.store import open_store
 
 MODELS, GPUS = 40, 40  # 40 models x 40 targets: 3,200 plan objects, 1,600 release pointers

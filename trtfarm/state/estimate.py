@@ -13,8 +13,9 @@ import statistics
 from dataclasses import dataclass
 
 from trtfarm.layout import parse_toolchain_label
+from trtfarm.state.listings import Folder
 from trtfarm.state.summaries import ManifestSummary
-from trtfarm.state.survey import Folder, StoreSurvey
+from trtfarm.state.survey import StoreSurvey
 from trtfarm.vocabulary.fleet import ResolvedTarget
 
 SIZE_SAMPLE = 8  # builds of other models per GPU that a size-based estimate scales from

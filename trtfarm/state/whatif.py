@@ -26,8 +26,9 @@ from trtfarm.state.expected import (
     digest_part,
     target_differences,
 )
+from trtfarm.state.listings import Folder
 from trtfarm.state.summaries import ManifestSummary
-from trtfarm.state.survey import Folder, StoreSurvey
+from trtfarm.state.survey import StoreSurvey
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 from trtfarm.vocabulary.fleetview import Action, FleetDecisions, TargetDecision
 
