@@ -7,7 +7,9 @@ One row per model (``ROWS``), one cell per step (``STEPS``), each cell's expecte
 - ``precheck``: the profile pre-check against the model's inputs (``check_profiles_against_inputs``).
 - ``build``: ``trtfarm build`` for one TensorRT-RTX target; ``rerun``: the same again (up to date).
 - ``verify``: ``trtfarm verify`` of the published plan, for the target's GPU (the runtime step needs that GPU).
-- ``fp16``: ``trtfarm precision --mode fp16`` (ModelOpt AutoCast and the accuracy gate against FP32 on CPU).
+  These three run in this process through the command line's own app, as ``tests/corpus/openworld.py`` runs them.
+- ``fp16``: ``trtfarm precision --mode fp16`` (ModelOpt AutoCast and the accuracy gate against FP32 on CPU), as a
+  real process (``python -m trtfarm``), as is ``int8``.
 - ``int8``: ``trtfarm precision --mode int8`` with calibration data generated for the model's inputs.
 
 An expectation is an outcome (``built``, ``up-to-date``, ``ok``, ``passed``, ``refused``, ``failed``, or ``-`` for a
@@ -150,6 +152,17 @@ def _cli(*args: str, cwd: Path) -> tuple[int, str, str]:
     return done.returncode, done.stdout, done.stderr
 
 
+def _in_process(*args: str) -> tuple[int, str, str]:
+    """``trtfarm ARGS`` in this process through the command line's own app, as ``python -m trtfarm`` runs it (a
+    traceback printed on stderr): a build, its rerun and verify need no interpreter of their own, whose start was
+    most of a rerun's time. The precision steps stay real processes (``_cli``): their memory budget counts their
+    process's peak."""
+    from tests.corpus.openworld import cli
+
+    code, stdout, stderr, _ = cli(*args)
+    return code, stdout, stderr
+
+
 def _message(stderr: str) -> str:
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     return " ".join(lines)[-2000:]
@@ -216,7 +229,7 @@ def build(path: Path, row: Row, work: Path) -> tuple[Cell, dict | None]:
     for p in row.profile:
         args += ["--profile", p]
     start = time.perf_counter()
-    code, stdout, stderr = _cli(*args, cwd=work)
+    code, stdout, stderr = _in_process(*args)
     seconds = time.perf_counter() - start
     if code == 2 or not stdout.strip():
         return Cell("refused" if code == 2 else "error", _message(stderr), seconds, "Traceback" in stderr), None
@@ -228,8 +241,8 @@ def verify(work: Path, target: dict) -> Cell:
     """``trtfarm verify`` of the published plan against the target's GPU (the runtime step needs that GPU)."""
     manifest = Path(urlparse(target["manifest"]).path)  # the build's --json names it by URL
     start = time.perf_counter()
-    code, stdout, stderr = _cli("verify", str(manifest), "--gpu-name", TARGET_GPU[0],
-                                "--compute-capability", TARGET_GPU[1], "--json", cwd=work)
+    code, stdout, stderr = _in_process("verify", str(manifest), "--gpu-name", TARGET_GPU[0],
+                                       "--compute-capability", TARGET_GPU[1], "--json")
     seconds = time.perf_counter() - start
     if not stdout.strip():
         return Cell("error", _message(stderr), seconds, "Traceback" in stderr)
