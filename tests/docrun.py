@@ -237,7 +237,8 @@ def _on_a_farm_of_its_own(block: Block, script: str, work: Path, farm: Path | No
 def _run(block: Block, script: str, cwd: Path, env: dict, log: Path, timeout: int = 1200) -> str:
     """One run of a block: exit 0 (else the test fails with its output); its background jobs are stopped after."""
     script = script if block.lang != "python" else f".venv/bin/python - <<'EOF'\n{script}EOF\n"
-    (log.parent / f"{log.name}.sh").write_text("set -euo pipefail\n" + script)
+    trace = f"exec 9>'{log}.trace'; BASH_XTRACEFD=9; PS4='+ $EPOCHREALTIME '; set -x\n"  # each command's start
+    (log.parent / f"{log.name}.sh").write_text("set -euo pipefail\n" + trace + script)
     with open(log, "w") as out, open(f"{log}.err", "w") as errs:  # files: background jobs keep pipes open
         proc = subprocess.Popen(["bash", f"{log}.sh"], cwd=cwd, env=env, stdout=out, stderr=errs,
                                 start_new_session=True)
