@@ -34,6 +34,12 @@ PIP_EXTRAS = re.compile(r"""pip install (?:-q )?(?:-e )?['"]?(?:\.|\$\(ls [^)]*\
 EDITABLE = re.compile(r"""pip install (?P<q>-q )?-e '\.\[(?P<extras>[a-z,]+)\]'""")
 
 
+def times(block: Block) -> int:
+    """How many times in a row a block runs: RUNS; once when its marker says ``once: WHY`` (a later block of the same
+    module runs its steps again in the same clone, so that block's runs are this one's rerun)."""
+    return 1 if block.marker and ", once: " in block.marker else RUNS
+
+
 def runner(block: Block) -> str | None:
     """The path a ``<!-- run by PATH ... -->`` marker names."""
     return block.marker.split()[2].rstrip(",") if block.marker and block.marker.startswith("run by") else None
@@ -187,7 +193,7 @@ class Ran:
 
 def run_marked_blocks(request, venvs: Venvs, tmp_path: Path, farm_folder: Path | None = None) -> Ran:
     """In a clone of its own: the README's quick start (once, unless it is one of them), then every block marked as
-    run by the calling test's module, each twice in a row; after them the clone has nothing to commit."""
+    run by the calling test's module, each ``times`` in a row; after them the clone has nothing to commit."""
     here = Path(request.node.path).relative_to(REPO).as_posix()
     mine, quick = run_by(here), quick_start()
     assert mine, f"no block is marked <!-- run by {here} -->"
@@ -195,7 +201,7 @@ def run_marked_blocks(request, venvs: Venvs, tmp_path: Path, farm_folder: Path |
     home.mkdir()
     work = clone(home / "trtfarm")
     write_small_cnn(home / "myproject" / "model.onnx")  # your model: not the encoder
-    plan = ([] if quick in mine else [(quick, 1)]) + [(b, RUNS) for b in mine]
+    plan = ([] if quick in mine else [(quick, 1)]) + [(b, times(b)) for b in mine]
     for extras in sorted({install_set(b, quick) for b, _ in plan}, key=lambda s: (-len(s), sorted(s))):
         venvs.get(extras)  # the module's own sets first: meanwhile another worker makes the one they all need
     outputs: dict[str, list[str]] = {}
