@@ -17,6 +17,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -193,7 +195,9 @@ class Ran:
 
 def run_marked_blocks(request, venvs: Venvs, tmp_path: Path, farm_folder: Path | None = None) -> Ran:
     """In a clone of its own: the README's quick start (once, unless it is one of them), then every block marked as
-    run by the calling test's module, each ``times`` in a row; after them the clone has nothing to commit."""
+    run by the calling test's module, each ``times`` in a row; after them the clone has nothing to commit. The venvs
+    that later blocks need are made behind the blocks that can already run (pip waits on the index, a block on the
+    CPU)."""
     here = Path(request.node.path).relative_to(REPO).as_posix()
     mine, quick = run_by(here), quick_start()
     assert mine, f"no block is marked <!-- run by {here} -->"
@@ -202,14 +206,20 @@ def run_marked_blocks(request, venvs: Venvs, tmp_path: Path, farm_folder: Path |
     work = clone(home / "trtfarm")
     write_small_cnn(home / "myproject" / "model.onnx")  # your model: not the encoder
     plan = ([] if quick in mine else [(quick, 1)]) + [(b, times(b)) for b in mine]
-    for extras in sorted({install_set(b, quick) for b, _ in plan}, key=lambda s: (-len(s), sorted(s))):
-        venvs.get(extras)  # the module's own sets first: meanwhile another worker makes the one they all need
+    # in the order the blocks need them, the module's own sets first: meanwhile another worker makes the one they
+    # all need (the quick start's), or this one's blocks ask for it and make it
+    sets = sorted(dict.fromkeys(install_set(b, quick) for b, _ in plan), key=lambda s: s == install_set(quick, quick))
     outputs: dict[str, list[str]] = {}
-    try:
-        for block, runs in plan:
-            outputs[block.where] = _runs(block, runs, venvs, work, user_env(home), tmp_path, farm_folder)
-    finally:
-        unlink_venv(work)
+    stop = threading.Event()
+    with ThreadPoolExecutor(max_workers=1) as behind:
+        made = behind.submit(lambda: [venvs.get(extras) for extras in sets if not stop.is_set()])
+        try:
+            for block, runs in plan:
+                outputs[block.where] = _runs(block, runs, venvs, work, user_env(home), tmp_path, farm_folder)
+        finally:
+            stop.set()  # after a failure: the set being made is finished (another test may wait for it), no more
+            unlink_venv(work)
+        made.result()
     leftover = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=work, capture_output=True,
                               text=True, check=True).stdout
     assert leftover == "", f"the blocks left files that .gitignore does not cover:\n{leftover}"
