@@ -19,11 +19,10 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock, ReadWriteLock
+from filelock import FileLock
 
 from .docblocks import COMMANDS, REPO, Block, all_blocks, blocks
 from .farm_server import free_port
@@ -134,13 +133,6 @@ class Venvs:
                               text=True, timeout=1800)
         assert done.returncode == 0, f"pip install {spec}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
 
-    def in_use(self, extras: frozenset[str], remaking: bool):
-        """Held by every block run in this set's venv when some block remakes it (the quick start): ``python3 -m venv
-        .venv`` over an existing venv rewrites its pyvenv.cfg, which a Python starting in it at that moment would read
-        empty. The remaking block holds it alone, the others together."""
-        lock = ReadWriteLock(self.root / f"{'-'.join(sorted(extras)) or 'base'}.in-use.db", is_singleton=False)
-        return lock.write_lock() if remaking else lock.read_lock()
-
 
 def clone(dest: Path) -> Path:
     """The repository's tracked files in a git repository of their own, as ``git clone`` leaves them."""
@@ -163,18 +155,27 @@ def user_env(home: Path) -> dict[str, str]:
     return env
 
 
-def link_venv(folder: Path, venv: Path) -> None:
+def link_venv(folder: Path, venv: Path, changes: Path | None = None) -> None:
     """Make ``folder/.venv`` the given venv: a bind mount, so a block's own ``python3 -m venv .venv`` finds a folder
-    (a symlink it refuses) and its scripts keep the venv's own paths."""
+    (a symlink it refuses) and its scripts keep the venv's own paths. With ``changes``, an overlay of the venv whose
+    writes land in that folder, for a block that remakes the venv (the quick start): ``python3 -m venv .venv`` over
+    an existing venv rewrites its pyvenv.cfg, which a Python starting in the shared venv at that moment (another
+    worker's block) would read empty; on the overlay the shared venv stays as made, so no block waits for another."""
     link = folder / ".venv"
     unlink_venv(folder)
     link.mkdir(exist_ok=True)
-    subprocess.run(["mount", "--bind", str(venv), str(link)], check=True)
+    if changes is None:
+        subprocess.run(["mount", "--bind", str(venv), str(link)], check=True)
+        return
+    (changes / "upper").mkdir(parents=True, exist_ok=True)
+    (changes / "work").mkdir(exist_ok=True)
+    subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+                    f"lowerdir={venv},upperdir={changes / 'upper'},workdir={changes / 'work'}", str(link)], check=True)
 
 
 def unlink_venv(folder: Path) -> None:
-    """Undo ``link_venv``: every bind mount at ``folder/.venv`` (``Path.is_mount`` misses a bind mount of a folder on
-    the same filesystem, so the mount table is asked)."""
+    """Undo ``link_venv``: every mount at ``folder/.venv`` (``Path.is_mount`` misses a bind mount of a folder on the
+    same filesystem, so the mount table is asked)."""
     link = folder / ".venv"
     while subprocess.run(["mountpoint", "-q", str(link)]).returncode == 0:
         subprocess.run(["umount", str(link)], check=True)
@@ -231,11 +232,9 @@ def _runs(block: Block, runs: int, venvs: Venvs, work: Path, env: dict, logs: Pa
     quick = quick_start()
     extras = install_set(block, quick)
     script = from_wheel(block.text, venvs.wheel)
-    venv = venvs.get(extras)
-    with venvs.in_use(extras, block == quick) if extras == install_set(quick, quick) else nullcontext():
-        link_venv(work, venv)
-        return [_run(block, _on_a_farm_of_its_own(block, script, work, farm), work, env,
-                     logs / f"{block.doc.stem}-{block.line}-{run}.log") for run in range(runs)]
+    link_venv(work, venvs.get(extras), logs / "quick-start-venv" if block == quick else None)
+    return [_run(block, _on_a_farm_of_its_own(block, script, work, farm), work, env,
+                 logs / f"{block.doc.stem}-{block.line}-{run}.log") for run in range(runs)]
 
 
 def _on_a_farm_of_its_own(block: Block, script: str, work: Path, farm: Path | None) -> str:

@@ -53,4 +53,4 @@ def test_the_install_sets_are_what_the_text_installs():
     farm = next(b for b in run_by(RUNNERS) if "prefect server start" in b.text)
     assert sets[farm.where] == {"rtx", "farm"}  # no [reports]: charts are optional
     remakes = [b for b in run_by(RUNNERS) if own_venv(b) and "python3 -m venv .venv" in b.text]
-    assert remakes == [quick]  # the one block that takes Venvs.in_use's write lock
+    assert remakes == [quick]  # the one block that runs on an overlay of its venv (docrun.link_venv)
