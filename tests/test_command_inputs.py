@@ -5,8 +5,9 @@ A ``Path`` parameter has a role (a file or folder it reads, a file or folder it 
 command reads or creates. A ``Path`` parameter with no role fails the test: a new command says what its paths are.
 The README's exit codes are the referee: 2 for bad input (a path that does not exist, a file where a folder is
 wanted, a folder where a file is, a store that is not there), 1 for a place that refuses a write (read-only).
-Each case is ``python -m trtfarm ...`` after its imports: a fork of one process per module that has imported the
-command line with every command registered (tests/test_cli.py holds each command's output to the whole app's).
+Each case is ``python -m trtfarm ...`` after the interpreter's start: a fork of one process per module that has
+imported the command line's entry point (``trtfarm.cli.main``), which then imports its command's module as the
+command does.
 """
 
 from __future__ import annotations
@@ -131,13 +132,13 @@ def world(tmp_path_factory, example_dir):
 
 
 # `python -m trtfarm ARGS` for each line ARGS (JSON) of its input, in a fork of this process, which has imported the
-# command line with every command registered: the fork goes on as `python -m trtfarm` does after its imports
-# (trtfarm/__main__.py), its input empty, its output and error in files of its own, and ends as that process ends.
+# command line's entry point: the fork goes on as trtfarm/__main__.py does after that import, its input empty, its
+# output and error in files of its own, and ends as that process ends (exit handlers included).
 # Prints [exit code, stdout, stderr] (JSON) per line.
 FORKS = """
 import json, os, sys, tempfile
 import trtfarm
-from trtfarm.cli.main import app, main
+from trtfarm.cli.main import main
 sys.argv[0] = os.path.join(os.path.dirname(trtfarm.__file__), "__main__.py")
 __package__ = "trtfarm"  # as -m leaves it: click names the program `python -m trtfarm` by it
 for line in sys.stdin:
