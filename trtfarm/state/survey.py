@@ -200,7 +200,7 @@ class StoreSurvey:
 
         items = {layout.state_key(m): self.states[m] for m in models if m in self.states}
         found = self._read("state", items, lambda data, key: recorded_state_from_json(data, self.store.url(key)),
-                           RecordedState, remember=not self.store.local_reads)
+                           RecordedState)
         return {layout.parse_state_key(k): v for k, v in found.items()}
 
     def know_manifests(self, states: Iterable[RecordedState]) -> None:

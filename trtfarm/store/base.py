@@ -95,8 +95,6 @@ class Store(ABC):
     uri: str
     # True: a listing is a sequence of pages, one request each (S3); a long one is faster as parts side by side
     paged_listings = False
-    # True: an object is read from this machine's own disk, as fast as any copy of it this machine could keep
-    local_reads = False
 
     @abstractmethod
     def get(self, key: str) -> Blob | None:

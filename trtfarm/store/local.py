@@ -59,8 +59,6 @@ def _os_errors(doing: str) -> Callable[[F], F]:
 class LocalStore(Store):
     """A store rooted at a local directory (created by the first write, not by opening)."""
 
-    local_reads = True
-
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).resolve()
         self.uri = self.root.as_uri()
