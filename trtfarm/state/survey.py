@@ -232,15 +232,11 @@ class StoreSurvey:
         self.cache.save()
 
     def _read(self, kind: str, items: dict[str, ListedObject], parse: Callable[[bytes, str], object], model,
-              by: Callable[[str], str] | None = None, remember: bool = True) -> dict:
-        """Each item's summary: from the cache at the listed version, else read (many at once) and parsed.
-
-        ``remember=False``: the cache is neither read nor written for this kind (an object as cheap to read again as
-        its cached copy).
-        """
+              by: Callable[[str], str] | None = None) -> dict:
+        """Each item's summary: from the cache at the listed version, else read (many at once) and parsed."""
         out, todo = {}, []
         for key, obj in items.items():
-            hit = self.cache.get(kind, key, obj.version, model) if remember else None
+            hit = self.cache.get(kind, key, obj.version, model)
             if hit is None and self._recorded and model is ManifestSummary:
                 hit = self._recorded_manifest(key, obj.version)
             if hit is not None:
@@ -267,8 +263,7 @@ class StoreSurvey:
             for batch, values in zip(batches, pool.map(lambda b: [fetch(k) for k in b], batches), strict=True):
                 for key, value in zip(batch, values, strict=True):
                     if value is not None:
-                        if remember:
-                            self.cache.put(kind, key, items[key].version, value)
+                        self.cache.put(kind, key, items[key].version, value)
                         out[(by or str)(key)] = value
         return out
 
