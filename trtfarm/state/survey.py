@@ -200,7 +200,7 @@ class StoreSurvey:
 
         items = {layout.state_key(m): self.states[m] for m in models if m in self.states}
         found = self._read("state", items, lambda data, key: recorded_state_from_json(data, self.store.url(key)),
-                           RecordedState)
+                           RecordedState, keep_text=True)
         return {layout.parse_state_key(k): v for k, v in found.items()}
 
     def know_manifests(self, states: Iterable[RecordedState]) -> None:
@@ -232,8 +232,12 @@ class StoreSurvey:
         self.cache.save()
 
     def _read(self, kind: str, items: dict[str, ListedObject], parse: Callable[[bytes, str], object], model,
-              by: Callable[[str], str] | None = None) -> dict:
-        """Each item's summary: from the cache at the listed version, else read (many at once) and parsed."""
+              by: Callable[[str], str] | None = None, keep_text: bool = False) -> dict:
+        """Each item's summary: from the cache at the listed version, else read (many at once) and parsed.
+
+        ``keep_text``: the value is the object's own JSON parsed whole (a state record), so the cache keeps the
+        text read (the same value when parsed again) rather than the value serialised again.
+        """
         out, todo = {}, []
         for key, obj in items.items():
             hit = self.cache.get(kind, key, obj.version, model)
@@ -249,7 +253,8 @@ class StoreSurvey:
             if blob is None:  # deleted since the listing (gc): as if never listed
                 return None
             try:
-                return parse(blob.data, key)
+                value = parse(blob.data, key)
+                return value, (blob.data.decode() if keep_text and value is not None else value)
             except (CorruptObject, UserInputError) as damaged:
                 self.problems.append(str(damaged))
                 self.damaged[key] = str(damaged)
@@ -261,10 +266,10 @@ class StoreSurvey:
         batches = [todo[i:i + size] for i in range(0, len(todo), size)]  # than the read it started, on 2 cores
         with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(batches))) as pool:
             for batch, values in zip(batches, pool.map(lambda b: [fetch(k) for k in b], batches), strict=True):
-                for key, value in zip(batch, values, strict=True):
-                    if value is not None:
-                        self.cache.put(kind, key, items[key].version, value)
-                        out[(by or str)(key)] = value
+                for key, read in zip(batch, values, strict=True):
+                    if read is not None and read[0] is not None:
+                        self.cache.put(kind, key, items[key].version, read[1])
+                        out[(by or str)(key)] = read[0]
         return out
 
 
