@@ -30,9 +30,8 @@ def work(tmp_path_factory):
 # suite stays within its time; bench/conformance.py runs every model of every family with the same code.
 # Measured on the 2-core machine at load 12 (bench/conformance.py): onnx-simple 136 s for all 23 (147 s at load 7;
 # the suite runs half since), the PyTorch families 6-9 s a model (3-6 s at load 7; the suite runs a tenth and a
-# sixth), a transformers export 40-60 s,
-# a model-zoo net 1-28 min (ModelOpt's cleanup is quadratic in the nodes): the model-zoo draw is squeezenet alone,
-# and tests/test_open_world.py converts it too.
+# sixth), a transformers export 40-60 s, a model-zoo net 1-28 min (ModelOpt's cleanup is quadratic in the nodes):
+# the model-zoo draw is squeezenet alone, and tests/test_open_world.py converts it too.
 SUITE_SHARE = {"onnx-light": 29, "onnx-simple": 2, "onnx-pytorch-converted": 10, "onnx-pytorch-operator": 5,
                "onnxruntime-samples": 1, "transformers-ts": 3, "transformers-dynamo": 3}
 SHARE_SCALE = int(os.environ.get("TRTFARM_CORPUS_SHARE_SCALE", "1"))  # 0: every model of every family
