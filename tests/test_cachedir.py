@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from . import forkcli
 from .conftest import REPO
 from .fleet_store import built_store
 from .fleets import ONE_RTX_TARGET
@@ -74,8 +75,7 @@ def _cli(*args: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
     full = {**os.environ, "COLUMNS": "200", **env}
     for name in ("TRTFARM_CACHE_DIR", "PREFECT_API_URL", *(k for k, v in env.items() if v is None)):
         full.pop(name, None)
-    return subprocess.run([sys.executable, "-m", "trtfarm", *args], cwd=cwd, env=full, capture_output=True,
-                          text=True, timeout=600)
+    return forkcli.trtfarm(args, cwd=cwd, env=full, timeout=600)
 
 
 def _answer(done: subprocess.CompletedProcess):

@@ -12,6 +12,7 @@ import pytest
 
 from trtfarm.identity import sha256_file
 
+from . import forkcli
 from .conftest import REPO
 
 pytestmark = pytest.mark.integration
@@ -27,7 +28,7 @@ def workdir(tmp_path):
 def cli(args, cwd, check=True):
     env = {**os.environ, "PREFECT_HOME": str(cwd / ".prefect"), "COLUMNS": "200"}
     env.pop("PREFECT_API_URL", None)
-    proc = subprocess.run(TRTFARM + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    proc = forkcli.trtfarm(args, cwd=cwd, env=env, timeout=300)
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
     return proc

@@ -18,6 +18,7 @@ import pytest
 from trtfarm.signing.keys import PemKeySigner
 from trtfarm.store import open_store
 
+from . import forkcli
 from .conftest import REPO
 from .conftest_builds import publish_export
 from .test_signing import RELEASED_FLEET, TOOLCHAIN, key_pair
@@ -56,8 +57,7 @@ COMMANDS = {
 def trtfarm(*args: str, env: dict[str, str], cwd, timeout: float = 120) -> subprocess.CompletedProcess:
     """The command as a person runs it, with none of this shell's TRTFARM_ settings."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("TRTFARM_")}
-    return subprocess.run([sys.executable, "-m", "trtfarm", *args], env={**base, "COLUMNS": "200", **env}, cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout)
+    return forkcli.trtfarm(args, env={**base, "COLUMNS": "200", **env}, cwd=cwd, timeout=timeout)
 
 
 def served(*args: str, env: dict[str, str], cwd, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -12,13 +12,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from . import endpoints
+from . import endpoints, forkcli
 from .conftest import ENCODER_PROFILE, RTX_FLEET
 
 PROFILE = [a for p in ENCODER_PROFILE for a in ("--profile", p)]
@@ -28,8 +27,7 @@ RELEASING_FLEET = RTX_FLEET.replace("toolchain: rtx-1.7}", "toolchain: rtx-1.7, 
 def trtfarm(cwd: Path, *args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "TRTFARM_"))}
     base.update(COLUMNS="200", PREFECT_HOME=str(cwd / "prefect-home"))
-    return subprocess.run([sys.executable, "-m", "trtfarm", *args], cwd=cwd, env={**base, **(env or {})},
-                          capture_output=True, text=True, timeout=timeout)
+    return forkcli.trtfarm(args, cwd=cwd, env={**base, **(env or {})}, timeout=timeout)
 
 
 def one_error(done: subprocess.CompletedProcess, code: int, *words: str) -> str:
