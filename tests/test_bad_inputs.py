@@ -12,12 +12,11 @@ import io
 import os
 import shutil
 import socket
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from . import forkcli
 from .conftest import ENCODER_PROFILE, RTX_FLEET
 
 BUILD = ["build", "{export}/model.onnx", "--targets-file", "{fleet}", "--store", "{store}"]
@@ -181,8 +180,7 @@ def test_a_bad_input_is_refused_in_one_line_and_publishes_nothing(tmp_path, exam
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "TRTFARM_", "AWS_"))}
     env.update(PREFECT_HOME=str(tmp_path / "prefect-home"), TRTFARM_WEBHOOK_SECRET="s3cret", COLUMNS="200",
                PREFECT_API_URL=f"http://127.0.0.1:{_closed_port()}/api")
-    done = subprocess.run([sys.executable, "-m", "trtfarm", *argv], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = forkcli.trtfarm(argv, cwd=tmp_path, env=env, timeout=300)
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == code, f"exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     assert "Traceback" not in done.stderr and "Traceback" not in done.stdout, done.stderr[-3000:]

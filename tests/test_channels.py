@@ -17,6 +17,7 @@ from trtfarm.publishing.release_check import read_pointer
 from trtfarm.releases.channels import promote_move
 from trtfarm.store import open_store
 
+from . import forkcli
 from .fleet_store import encoder_export
 from .fleets import ONE_RTX_TARGET
 
@@ -44,8 +45,7 @@ def channels(tmp_path_factory):
 
 def run(env, *args, code: int | None = 0) -> subprocess.CompletedProcess:
     """``trtfarm ARGS``; its exit must be ``code`` (None: promote's 0, 1 or 3, whatever the gates say now)."""
-    proc = subprocess.run([sys.executable, "-m", "trtfarm", *args], capture_output=True, text=True, timeout=300,
-                          env=env, cwd=env["TRTFARM_STORE"].rsplit("/", 1)[0])
+    proc = forkcli.trtfarm(args, env=env, cwd=env["TRTFARM_STORE"].rsplit("/", 1)[0], timeout=300)
     assert proc.returncode == code or code is None and proc.returncode in (0, 1, 3), \
         f"{args}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     assert "Traceback" not in proc.stderr, proc.stderr

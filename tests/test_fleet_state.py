@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from trtfarm import layout
 from trtfarm.publishing.release import read_pointer
 from trtfarm.store import open_store
 
+from . import forkcli
 from .signed_farm import GPU, build_farm
 
 TOOLCHAIN = "tensorrt_rtx-1.7.1.116"
@@ -46,8 +46,7 @@ def host(farm, tmp_path):
 
 def run(*args: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("TRTFARM_", "XDG_"))}
-    done = subprocess.run([sys.executable, "-m", "trtfarm", *args], env={**clean, "COLUMNS": "200", **env}, cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+    done = forkcli.trtfarm(args, env={**clean, "COLUMNS": "200", **env}, cwd=cwd, timeout=300)
     assert "Traceback" not in done.stdout + done.stderr, done.stderr[-3000:]
     return done
 

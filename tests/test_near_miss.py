@@ -13,11 +13,11 @@ from __future__ import annotations
 import inspect
 import os
 import subprocess
-import sys
 
 import pytest
 import typer
 
+from . import forkcli
 from .fleet_store import encoder_export
 from .fleets import ONE_RTX_TARGET
 
@@ -126,8 +126,7 @@ def store(tmp_path_factory):
 
 
 def trtfarm(env, root, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trtfarm", *args], capture_output=True, text=True, timeout=300,
-                          env=env, cwd=root)
+    return forkcli.trtfarm(args, env=env, cwd=root, timeout=300)
 
 
 def _refused(done) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from datetime import datetime, timezone
 
 import pytest
@@ -21,6 +20,7 @@ from trtfarm.publishing.publish import read_manifest
 from trtfarm.publishing.release_check import read_pointer
 from trtfarm.store import open_store
 
+from . import forkcli
 from .fleet_store import encoder_export
 
 TOOLCHAIN = "tensorrt_rtx-1.7.1.116"
@@ -54,8 +54,7 @@ def farm(tmp_path):
 
 
 def run(env, *args) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "trtfarm", *args], capture_output=True, text=True, timeout=300,
-                          env=env, cwd=env["TRTFARM_STORE"].rsplit("/", 1)[0])
+    proc = forkcli.trtfarm(args, env=env, cwd=env["TRTFARM_STORE"].rsplit("/", 1)[0], timeout=300)
     assert proc.returncode == 0, f"{args}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc
