@@ -135,9 +135,10 @@ class Server:
                 self.proc.kill()
 
 
-# What the interpreter reads at its start, before the server can see what is read: its own variables, the locale
+# What the process reads at its start, before the server can see what is read: the dynamic loader's variables (a
+# preloaded library, the library path a later dlopen searches), the C library's, the interpreter's own, the locale
 # (the streams' encoding), the home folder (the user's site folder) and the temporary folder (``tempfile``'s, kept).
-START_PREFIXES = ("PYTHON", "LC_")
+START_PREFIXES = ("LD_", "GLIBC_", "MALLOC_", "PYTHON", "LC_")
 START_NAMES = {"LANG", "HOME", "TMPDIR", "TEMP", "TMP"}
 _SERVERS: list[Server] = []
 _LOCK = threading.Lock()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
@@ -15,6 +14,7 @@ from trtfarm.project.fleet_file import BUILTIN_FLEET, load_fleet
 from trtfarm.vocabulary.fleet import select_targets
 from trtfarm.vocabulary.machine_fleet import gpu_key, machine_fleet
 
+from . import forkcli
 from .conftest import REPO
 
 TRTFARM = [sys.executable, "-m", "trtfarm"]
@@ -24,7 +24,7 @@ def cli(args, cwd, check=True):
     env = {**os.environ, "PREFECT_HOME": str(cwd / ".prefect"), "COLUMNS": "200"}
     env.pop("TRTFARM_TARGETS", None)
     env.pop("TRTFARM_STORE", None)
-    proc = subprocess.run(TRTFARM + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    proc = forkcli.trtfarm(args, cwd=cwd, env=env, timeout=600)
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
     return proc

@@ -12,7 +12,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from trtfarm.state.views import plan_fleet, status
 from trtfarm.store import open_store
 from trtfarm.vocabulary.fleet import BuilderSettings, Fleet, select_targets
 
+from . import forkcli
 from .fleet_store import DEDUPE_TARGETS, FLEET, build_all, built_store, encoder_export, planner_prefixes
 from .store_requests import Tally, _open, counting
 
@@ -235,8 +235,7 @@ def _manifests(store_uri: str, model: str):
 
 def _cli(*args: str, cwd: Path, columns: int = 80) -> subprocess.CompletedProcess:
     env = {**__import__("os").environ, "COLUMNS": str(columns)}
-    return subprocess.run([sys.executable, "-m", "trtfarm", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return forkcli.trtfarm(args, cwd=cwd, env=env, timeout=300)
 
 
 def test_whatif_prints_json_one_object_per_pair_and_an_html_page_with_its_chart(built, tmp_path):

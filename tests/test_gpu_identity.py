@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -18,6 +16,7 @@ from trtfarm.project.buildable import buildable_here
 from trtfarm.project.fleet_file import load_fleet
 from trtfarm.workers.admission import check_worker
 
+from . import forkcli
 from .conftest import REPO
 
 SIBLINGS = """\
@@ -57,8 +56,7 @@ DEVICES = {"NVIDIA H100 80GB HBM3:9.0:79.6": {"h100-sxm": "exact"},
 def trtfarm(args, cwd, gpus):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRTFARM_", "PREFECT_"))}
     env.update(PYTHONPATH=f"{REPO / 'tests/fake_nvml'}{os.pathsep}{REPO}", FAKE_NVML_GPUS=gpus, COLUMNS="80")
-    return subprocess.run([sys.executable, "-m", "trtfarm", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=120)
+    return forkcli.trtfarm(args, cwd=cwd, env=env, timeout=120)
 
 
 @pytest.mark.parametrize("device", sorted(DEVICES))

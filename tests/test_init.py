@@ -12,6 +12,7 @@ import yaml
 from trtfarm.project.init_files import farm_yaml
 from trtfarm.vocabulary.buildspec import BuildSpec
 
+from . import forkcli
 from .conftest import REPO
 from .models import write_small_cnn
 
@@ -21,8 +22,7 @@ TEMPLATE = (REPO / "trtfarm/templates/farm.yaml").read_text()
 
 def cli(args, cwd):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRTFARM_", "PREFECT_"))}
-    return subprocess.run(TRTFARM + args, cwd=cwd, env={**env, "COLUMNS": "200"}, capture_output=True, text=True,
-                          timeout=600)
+    return forkcli.trtfarm(args, cwd=cwd, env={**env, "COLUMNS": "200"}, timeout=600)
 
 
 def test_with_no_model_farm_yaml_is_the_template_with_its_examples_commented():

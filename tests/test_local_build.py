@@ -15,6 +15,7 @@ import pytest
 from trtfarm.publishing.publish import read_manifest
 from trtfarm.store import open_store
 
+from . import forkcli
 from .fleets import ONE_RTX_TARGET
 from .test_signing import key_pair
 
@@ -36,8 +37,7 @@ def env_for(cwd: Path, **extra) -> dict:
 
 
 def build(cwd: Path, model: Path, *args, env=None, check=True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([*TRTFARM, "build", str(model), "--json", *args], cwd=cwd, env=env or env_for(cwd),
-                          capture_output=True, text=True, timeout=300)
+    proc = forkcli.trtfarm(["build", model, "--json", *args], cwd=cwd, env=env or env_for(cwd), timeout=300)
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
     return proc

@@ -25,6 +25,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from . import forkcli
 from .corpus.exported import exported_model
 from .corpus.families import family_models
 from .corpus.matrix import calibration_for
@@ -38,7 +39,7 @@ TRTFARM = [sys.executable, "-m", "trtfarm"]
 def run(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200", "PYTHONWARNINGS": "ignore"}
     env.pop("PREFECT_API_URL", None)
-    done = subprocess.run([*TRTFARM, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    done = forkcli.trtfarm(args, cwd=cwd, env=env, timeout=600)
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     if check and done.returncode not in (0, 1, 4):  # 4: the gate could not judge (README's exit codes)
         raise AssertionError(f"exit {done.returncode}\n{done.stdout}\n{done.stderr}")

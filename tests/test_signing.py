@@ -31,6 +31,7 @@ from trtfarm.state.views import release_references
 from trtfarm.store import open_store
 from trtfarm.vocabulary.manifest import manifest_from_json
 
+from . import forkcli
 from .conftest import REPO, RTX_FLEET
 from .conftest_builds import publish_export
 
@@ -60,8 +61,7 @@ def keys(tmp_path_factory):
 
 def trtfarm(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if k not in ("TRTFARM_SIGNING_KEY", "TRTFARM_TRUSTED_KEYS")}
-    return subprocess.run([*TRTFARM, *args], env={**base, "COLUMNS": "200", **(env or {})}, cwd=cwd or REPO,
-                          capture_output=True, text=True, timeout=300)
+    return forkcli.trtfarm(args, env={**base, "COLUMNS": "200", **(env or {})}, cwd=cwd or REPO, timeout=300)
 
 
 def signed_store(store_uri: str, root: Path, signer, seed: int = 0, mtime: float = 1_700_000_000):

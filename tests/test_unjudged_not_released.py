@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from . import forkcli
 from .fleets import ONE_RTX_TARGET
 from .precision.test_not_judged import two_outputs
 
@@ -29,7 +30,7 @@ SPEC = "name: {name}\nprecision: fp16\nprofiles:\n  - {{x: 1x16:8x16:32x16}}\n"
 def trtfarm(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "80", "TMPDIR": str(cwd / "tmp")}
     env.pop("PREFECT_API_URL", None)
-    return subprocess.run([*TRTFARM, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return forkcli.trtfarm(args, cwd=cwd, env=env, timeout=300)
 
 
 def export(cwd: Path, name: str, bias: float) -> str:

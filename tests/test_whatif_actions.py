@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from trtfarm.state.views import plan_fleet
 from trtfarm.store import open_store
 from trtfarm.vocabulary.fleet import BuilderSettings, ResolvedTarget, select_targets
 
+from . import forkcli
 from .fleet_store import FLEET, built_store, planner_prefixes
 
 BUILDS = ("rebuild", "new")
@@ -104,8 +104,7 @@ def _judge(store_dir: Path, fleets: list, pairs, owners: dict[str, ResolvedTarge
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**__import__("os").environ, "COLUMNS": "80"}
-    return subprocess.run([sys.executable, "-m", "trtfarm", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return forkcli.trtfarm(args, cwd=cwd, env=env, timeout=300)
 
 
 def _assert_honest(decisions: list, published: dict[tuple[str, str], bool]) -> None:
