@@ -22,6 +22,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from . import forkcli
+
 REPO = Path(__file__).resolve().parents[1]
 TRTFARM = [sys.executable, "-m", "trtfarm"]
 POSTGRES_SH = REPO / "infra" / "local-farm" / "postgres.sh"
@@ -211,7 +213,10 @@ class Farm:
         return done
 
     def trtfarm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return self.run([*TRTFARM, *args], check=check)
+        done = forkcli.trtfarm(args, env=self.env, cwd=REPO, timeout=300)
+        if check and done.returncode != 0:
+            raise AssertionError(f"{args} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        return done
 
     def trtfarm_json(self, *args: str):
         return json.loads(self.trtfarm(*args, "--json").stdout)

@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -38,6 +37,7 @@ from trtfarm.run_setup import find_exports
 from trtfarm.state.views import dry_run
 from trtfarm.store import open_store
 
+from . import forkcli
 from .fleet_store import encoder_export
 from .fleets import THREE_TARGETS
 
@@ -183,8 +183,7 @@ def test_a_trial_is_up_to_date_once_published_in_the_dry_run_as_in_the_run(base)
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "80", "TRTFARM_SIGNING_KEY": ""}
-    return subprocess.run([sys.executable, "-m", "trtfarm", *args], capture_output=True, text=True, timeout=300,
-                          env=env)
+    return forkcli.trtfarm(args, env=env, timeout=300)
 
 
 @pytest.mark.parametrize("states", [{"rtx-4090-rtx1.7": "manifest damaged", "rtx3090-rtx1.7-o5": "unreleased"},

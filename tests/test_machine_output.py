@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
+from . import forkcli
 from .fleet_store import built_store, encoder_export
 
 
@@ -28,8 +27,7 @@ def built(tmp_path_factory):
 
 
 def _cli(*args: str, cwd: Path) -> str:
-    done = subprocess.run([sys.executable, "-m", "trtfarm", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "80"}, timeout=300)
+    done = forkcli.trtfarm(args, cwd=cwd, env={**os.environ, "COLUMNS": "80"}, timeout=300)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

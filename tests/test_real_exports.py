@@ -29,6 +29,7 @@ from trtfarm.precision.recipe import GateError
 from trtfarm.precision.runs import infer, low_precision_tensors
 from trtfarm.profiles.profile import check_profiles_against_inputs, profile_from_args
 
+from . import forkcli
 from .corpus.matrix import plain_build
 from .corpus.sources import corpus_file
 from .fleets import ONE_RTX_TARGET
@@ -41,7 +42,7 @@ SQUARE = ["x=1x3x48x48:8x3x48x48:32x3x48x48"]  # the classifier's "?" height and
 def run(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200"}
     env.pop("PREFECT_API_URL", None)
-    done = subprocess.run([*TRTFARM, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    done = forkcli.trtfarm(args, cwd=cwd, env=env, timeout=600)
     assert "Traceback" not in done.stderr, done.stderr
     if check and done.returncode:
         raise AssertionError(f"exit {done.returncode}\n{done.stdout}\n{done.stderr}")

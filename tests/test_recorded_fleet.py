@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from trtfarm.layout_shared import fleet_pointer_key
 from trtfarm.state.fleet_record import recorded_fleet
 from trtfarm.store import open_store
 
+from . import forkcli
 from .fleet_store import encoder_export
 from .fleets import ONE_RTX_TARGET
 
@@ -28,8 +28,7 @@ H200 = "NVIDIA H200:9.0:141.0"
 
 
 def run(env, cwd, *args, code: int = 0) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "trtfarm", *args], capture_output=True, text=True, timeout=300,
-                          env=env, cwd=cwd)
+    proc = forkcli.trtfarm(args, env=env, cwd=cwd, timeout=300)
     assert proc.returncode == code, f"{args}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
 from trtfarm.state.cells import in_candidate
 from trtfarm.vocabulary.fleetview import TargetStatus
 
+from . import forkcli
 from .fleet_store import encoder_export
 from .fleets import ONE_RTX_TARGET
 
@@ -43,8 +43,7 @@ def candidate_only(tmp_path_factory):
 
 
 def run(env, *args) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "trtfarm", *args], capture_output=True, text=True, timeout=300,
-                          env=env, cwd=env["TRTFARM_STORE"].rsplit("/", 1)[0])
+    proc = forkcli.trtfarm(args, env=env, cwd=env["TRTFARM_STORE"].rsplit("/", 1)[0], timeout=300)
     assert proc.returncode == 0, f"{args}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc
