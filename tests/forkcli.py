@@ -137,9 +137,10 @@ class Server:
 
 # What the process reads at its start, before the server can see what is read: the dynamic loader's variables (a
 # preloaded library, the library path a later dlopen searches), the C library's, the interpreter's own, the locale
-# (the streams' encoding), the home folder (the user's site folder) and the temporary folder (``tempfile``'s, kept).
+# (the streams' encoding), the time zone (read by ``time`` when it loads), the home folder (the user's site folder)
+# and the temporary folder (``tempfile``'s, kept).
 START_PREFIXES = ("LD_", "GLIBC_", "MALLOC_", "PYTHON", "LC_")
-START_NAMES = {"LANG", "HOME", "TMPDIR", "TEMP", "TMP"}
+START_NAMES = {"LANG", "TZ", "HOME", "TMPDIR", "TEMP", "TMP"}
 _SERVERS: list[Server] = []
 _LOCK = threading.Lock()
 

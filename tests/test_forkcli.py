@@ -57,6 +57,7 @@ def test_a_server_serves_only_environments_that_agree_on_what_its_start_read(fol
         assert server.serves({**env, "COLUMNS": "91", "PYTEST_CURRENT_TEST": "another"})
         assert not server.serves({**env, "COLUMNS": "92"})
         assert not server.serves({**env, "COLUMNS": "91", "PYTHONHASHSEED": "7"})  # read by the interpreter's start
+        assert not server.serves({**env, "COLUMNS": "91", "TZ": "Asia/Tokyo"})  # read by `time` as it loads
     finally:
         server.close()
 
