@@ -16,6 +16,7 @@ again. A test of the start itself (imports, signals sent to a running command, a
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import select
@@ -110,7 +111,8 @@ class Server:
             try:
                 done = self._answer(timeout)
             except TimeoutError:
-                os.killpg(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):  # (unless it ended meanwhile)
+                    os.killpg(pid, signal.SIGKILL)
                 done = self._answer(60)
                 self._remove(done)
                 raise subprocess.TimeoutExpired(list(argv), timeout) from None
@@ -154,7 +156,12 @@ def trtfarm(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: P
     with _LOCK:  # a server runs one command at a time: a caller takes one that is free, or starts one
         server = next((s for s in _SERVERS if s.serves(env) and s.busy.acquire(blocking=False)), None)
     if server is None:
-        server = Server(env)
+        try:
+            server = Server(env)
+        except RuntimeError:  # an environment in which the imports fail: what a plain process does there
+            done = subprocess.run([sys.executable, "-m", "trtfarm", *map(str, argv)], env=env, cwd=cwd, input=input,
+                                  capture_output=True, text=True, timeout=timeout, check=check)
+            return done
         server.busy.acquire()
         with _LOCK:
             _SERVERS.append(server)

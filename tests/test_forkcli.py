@@ -69,3 +69,12 @@ def test_a_command_past_its_timeout_is_killed_and_raises(folder):
         forkcli.trtfarm(["webhook", "serve", "--port", "0", "--store", str(folder / "s")], env=env, cwd=folder,
                         timeout=3)
     assert forkcli.trtfarm(["targets"], env=env, cwd=folder).returncode == 0  # the server goes on serving
+
+
+def test_an_environment_in_which_the_imports_fail_gets_what_a_plain_process_gets(folder, tmp_path):
+    (tmp_path / "rich").mkdir()
+    (tmp_path / "rich/__init__.py").write_text("raise ImportError('a rich that does not load')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "COLUMNS": "100"}
+    want, got = plain(["targets"], env, folder), forkcli.trtfarm(["targets"], env=env, cwd=folder)
+    assert want.returncode == got.returncode == 1 and "a rich that does not load" in got.stderr
+    assert (got.stdout, got.stderr) == (want.stdout, want.stderr)
