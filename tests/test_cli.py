@@ -1,4 +1,5 @@
-"""The command line as a user runs it: subprocesses in a fresh working directory (no Prefect server needed)."""
+"""The command line as a user runs it: a process per command (tests/forkcli.py) in a fresh working directory (no
+Prefect server needed)."""
 
 from __future__ import annotations
 
