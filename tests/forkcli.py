@@ -10,7 +10,9 @@ as ``trtfarm/__main__.py`` does after that import: in its own folder (``cwd``), 
 and error (files, read back whole) and its own exit, by code or by signal. So a command still runs in a process of
 its own, with what the environment says at import read from that environment; only the shared start is not paid
 again. A test of the start itself (imports, signals sent to a running command, a command's wall time) runs
-``python -m trtfarm`` as a plain subprocess instead.
+``python -m trtfarm`` as a plain subprocess instead. What a fork still shares with its server: the hash seed (a set's
+order) and the memory layout. ``FORKCLI=0`` in the tests' environment runs every command as a plain process, the
+check that the forks change nothing.
 """
 
 from __future__ import annotations
@@ -74,9 +76,16 @@ class Server:
     def __init__(self, env: Mapping[str, str]):
         self.env = dict(env)
         self.busy = threading.Lock()
-        self.proc = subprocess.Popen([sys.executable, "-c", SERVER], env=self.env, text=True, cwd="/",
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self.read = set(self._answer(120))
+        # Unbuffered, so that a reply's line is never read ahead into a buffer that ``select`` cannot see; its
+        # error to nowhere, as a captured command's is not a terminal (rich decides its colours from it at import).
+        self.proc = subprocess.Popen([sys.executable, "-c", SERVER], env=self.env, cwd="/", bufsize=0,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        try:
+            self.read = set(self._answer(120))
+        except (TimeoutError, RuntimeError):
+            self.proc.kill()
+            self.proc.wait()
+            raise RuntimeError("the forking server did not start") from None
 
     def serves(self, env: Mapping[str, str]) -> bool:
         """Whether a command with ``env`` would have started as this server did: the two agree on every variable
@@ -104,9 +113,8 @@ class Server:
             with os.fdopen(fd, "w") as f:
                 f.write(input)
         try:
-            self.proc.stdin.write(json.dumps({"argv": list(argv), "env": dict(env), "cwd": str(Path(cwd).resolve()),
-                                              "stdin": stdin}) + "\n")
-            self.proc.stdin.flush()
+            request = {"argv": list(argv), "env": dict(env), "cwd": str(Path(cwd).resolve()), "stdin": stdin}
+            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
             pid = self._answer(60)["pid"]
             try:
                 done = self._answer(timeout)
@@ -119,7 +127,7 @@ class Server:
         finally:
             if stdin is not None:
                 os.unlink(stdin)
-        out, err = (Path(done[k]).read_text(errors="replace") for k in ("out", "err"))
+        out, err = (Path(done[k]).read_text() for k in ("out", "err"))
         self._remove(done)
         return subprocess.CompletedProcess(list(argv), done["code"], out, err)
 
@@ -153,15 +161,15 @@ def trtfarm(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: P
     """What ``python -m trtfarm ARGV`` (run in ``cwd`` with ``env``, this process's by default) exited with and
     printed, as ``subprocess.run(..., capture_output=True, text=True)`` gives it."""
     env = dict(os.environ if env is None else env)
+    if os.environ.get("FORKCLI") == "0":  # every command a plain process: the check that forks change nothing
+        return _plain(argv, env, cwd, input, timeout, check)
     with _LOCK:  # a server runs one command at a time: a caller takes one that is free, or starts one
         server = next((s for s in _SERVERS if s.serves(env) and s.busy.acquire(blocking=False)), None)
     if server is None:
         try:
             server = Server(env)
         except RuntimeError:  # an environment in which the imports fail: what a plain process does there
-            done = subprocess.run([sys.executable, "-m", "trtfarm", *map(str, argv)], env=env, cwd=cwd, input=input,
-                                  capture_output=True, text=True, timeout=timeout, check=check)
-            return done
+            return _plain(argv, env, cwd, input, timeout, check)
         server.busy.acquire()
         with _LOCK:
             _SERVERS.append(server)
@@ -172,6 +180,11 @@ def trtfarm(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: P
     if check and done.returncode != 0:
         raise subprocess.CalledProcessError(done.returncode, done.args, done.stdout, done.stderr)
     return done
+
+
+def _plain(argv, env, cwd, input, timeout, check) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trtfarm", *map(str, argv)], env=env, cwd=cwd, input=input,
+                          capture_output=True, text=True, timeout=timeout, check=check)
 
 
 @atexit.register

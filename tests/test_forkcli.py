@@ -8,9 +8,11 @@ module imported after the fork, and a command killed by its timeout.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -78,3 +80,17 @@ def test_an_environment_in_which_the_imports_fail_gets_what_a_plain_process_gets
     want, got = plain(["targets"], env, folder), forkcli.trtfarm(["targets"], env=env, cwd=folder)
     assert want.returncode == got.returncode == 1 and "a rich that does not load" in got.stderr
     assert (got.stdout, got.stderr) == (want.stdout, want.stderr)
+
+
+def test_a_reply_that_arrives_with_the_one_before_it_is_read_at_once(folder):
+    env = {**os.environ, "COLUMNS": "100"}
+    server = forkcli.Server(env)
+    try:
+        request = {"argv": ["targets"], "env": env, "cwd": str(folder), "stdin": None}
+        server.proc.stdin.write(json.dumps(request).encode() + b"\n")
+        time.sleep(3)  # the command ends meanwhile: its pid and its exit wait in the pipe together
+        assert "pid" in server._answer(10)
+        done = server._answer(10)  # a line read ahead into a buffer would leave nothing for select to see
+        server._remove(done)
+    finally:
+        server.close()
