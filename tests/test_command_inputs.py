@@ -5,9 +5,8 @@ A ``Path`` parameter has a role (a file or folder it reads, a file or folder it 
 command reads or creates. A ``Path`` parameter with no role fails the test: a new command says what its paths are.
 The README's exit codes are the referee: 2 for bad input (a path that does not exist, a file where a folder is
 wanted, a folder where a file is, a store that is not there), 1 for a place that refuses a write (read-only).
-Each case is ``python -m trtfarm ...`` after the interpreter's start: a fork of one process per module that has
-imported the command line's entry point (``trtfarm.cli.main``), which then imports its command's module as the
-command does.
+Each case is ``python -m trtfarm ...`` after the interpreter's start: a fork of a process that has imported the
+command line's entry point (tests/forkcli.py), which then imports its command's module as the command does.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import select
 import socket
 import subprocess
 import sys
@@ -24,6 +22,7 @@ import pytest
 
 from trtfarm.cli.main import app
 
+from . import forkcli
 from .conftest import REPO
 
 # (command, parameter) or parameter -> role
@@ -131,46 +130,10 @@ def world(tmp_path_factory, example_dir):
     subprocess.run(["umount", "-l", str(ro)], check=False)
 
 
-# `python -m trtfarm ARGS` for each line ARGS (JSON) of its input, in a fork of this process, which has imported the
-# command line's entry point: the fork goes on as trtfarm/__main__.py does after that import, its input empty, its
-# output and error in files of its own, and ends as that process ends (exit handlers included).
-# Prints [exit code, stdout, stderr] (JSON) per line.
-FORKS = """
-import json, os, sys, tempfile
-import trtfarm
-from trtfarm.cli.main import main
-sys.argv[0] = os.path.join(os.path.dirname(trtfarm.__file__), "__main__.py")
-__package__ = "trtfarm"  # as -m leaves it: click names the program `python -m trtfarm` by it
-for line in sys.stdin:
-    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
-    sys.stdout.flush(), sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        os.dup2(os.open(os.devnull, os.O_RDONLY), 0), os.dup2(out.fileno(), 1), os.dup2(err.fileno(), 2)
-        sys.argv[1:] = json.loads(line)
-        main()
-        sys.exit(0)
-    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    print(json.dumps([code, *(f.seek(0) or f.read().decode(errors="replace") for f in (out, err))]), flush=True)
-"""
-
-
 @pytest.fixture(scope="module")
 def trtfarm(world):
     """``trtfarm(argv)``: what ``python -m trtfarm ARGV`` did, run in ``world``'s folder and environment."""
-    server = subprocess.Popen([sys.executable, "-c", FORKS], cwd=world["tmp"], env=world["env"], text=True,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-
-    def run(argv: list[str]) -> subprocess.CompletedProcess:
-        server.stdin.write(json.dumps(argv) + "\n")
-        server.stdin.flush()
-        assert select.select([server.stdout], [], [], 300)[0], f"{argv}: no answer in 300 s"
-        code, out, err = json.loads(server.stdout.readline())
-        return subprocess.CompletedProcess(argv, code, out, err)
-
-    yield run
-    server.stdin.close()
-    server.wait(timeout=60)
+    return lambda argv: forkcli.trtfarm(argv, env=world["env"], cwd=world["tmp"], timeout=300)
 
 
 @pytest.mark.parametrize("words,ps,bad,value,code,expect", list(cases()))
