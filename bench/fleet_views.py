@@ -17,7 +17,8 @@ measuring process that has imported trtfarm and made the store's client (a comma
 - `farm run --dry-run` (the same decisions against the store);
 - `status --record` (each model's state computed and recorded in the store, as every run does for its models), then
   `status` and each `plan` what-if cold again, reading the records (one object per model, in place of its export
-  record, farm.yaml and the manifests a what-if reads): each answer must equal the same view's cold one.
+  record, farm.yaml and the manifests a what-if reads): each answer must equal the same view's cold one. On S3 the
+  records are read from their index (state-index/, 32 objects), then once more without it (one GET per model).
 Printed per run: wall and CPU time (on S3, moto's server process's CPU apart), the load, store requests (and
 GETs); `--json` adds listings, writes and the files the run left in its cache folder. Goal (issue 46): a cold status
 at most 3 s of CPU and 1,100 requests on the file store, a cold what-if at most 5 s; (issue 58) on S3, a cold status
@@ -347,6 +348,21 @@ def recorded(spec: dict, backend: str, uri: str, named: dict, rows: list[dict]) 
                       None) or next(r for r in rows if r["view"] == view and r["cache"] == "cold")
         if cold["result"] != before["result"]:
             raise SystemExit(f"{view} from the records says {cold['result']}, from the objects {before['result']}")
+        out.append(cold)
+    if backend == "s3":  # the same cold status with the records' index gone: one GET per model again
+        from trtfarm.layout_shared import state_index_prefix
+        from trtfarm.store import open_store
+
+        store = open_store(uri)
+        for key in list(store.list(state_index_prefix())):
+            store.delete(key)
+        fresh = Path(spec["caches"]) / backend / "recorded-cold-no-index"
+        fresh.mkdir(mode=0o700, parents=True)
+        cold = in_fork(with_cache(fresh, lambda: timed("status", "cold, recorded, no index", backend,
+                                                       named["status"])))
+        with_index = next(r for r in out if r["view"] == "status")
+        if cold["result"] != with_index["result"]:
+            raise SystemExit(f"status without the index says {cold['result']}, with it {with_index['result']}")
         out.append(cold)
     return out
 

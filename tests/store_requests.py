@@ -32,7 +32,7 @@ class CountingStore(Store):
 
     def __init__(self, inner: Store, calls: Counter) -> None:
         self.inner, self.calls, self.uri = inner, calls, inner.uri
-        self.paged_listings = inner.paged_listings
+        self.paged_listings, self.md5_versions = inner.paged_listings, inner.md5_versions
 
     def _count(self, method: str, key: str) -> None:
         self.calls[(method, key)] += 1

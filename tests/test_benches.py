@@ -39,6 +39,8 @@ def _fleet_views(out: str) -> None:
         assert whatif["cpu_s"] > 0 and whatif["wall_s"] > 0 and whatif["requests"] > 0, whatif
         again = rows[("plan: TensorRT 11.5", "cold, recorded", backend)]  # each model's state record, not its spec
         assert again["result"] == whatif["result"] and again["requests"] < whatif["requests"], (again, whatif)
+    bare, indexed = rows[("status", "cold, recorded, no index", "s3")], rows[("status", "cold, recorded", "s3")]
+    assert bare["result"] == indexed["result"] and bare["gets"] >= 3, (bare, indexed)  # each record read again
 
 
 def _store_requests(out: str) -> None:

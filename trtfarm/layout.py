@@ -36,7 +36,7 @@ ONNX_NAME, EXPORT_NAME = "model.onnx", "export.json"
 CONVERTED_REPORT = "report.json"  # a precision step's gate report, beside its converted model.onnx
 PLANS, RELEASES, TIMING_CACHES, CONVERTED, MODELS, REPORTS, RUNS, STATUS, STATE = (
     "plans", "releases", "timing-caches", "converted", "models", "reports", "runs", "status", "state")
-CANDIDATES, RECEIPTS, FLEETS, GC = "candidates", "receipts", "fleets", "gc"
+CANDIDATES, RECEIPTS, FLEETS, GC, STATE_INDEX = "candidates", "receipts", "fleets", "gc", "state-index"
 CHANNEL_ROOTS = {"stable": RELEASES, "candidate": CANDIDATES}
 _PER_MODEL = frozenset({PLANS, RELEASES, CANDIDATES, RECEIPTS, CONVERTED, MODELS, REPORTS, GC})  # <root>/<model>/...
 OUTCOMES_NAME = "outcomes.json"  # a run's outcomes of one model, in its report folder

@@ -6,9 +6,11 @@ runs/<run>/jobs/<job_id>.json
 webhook/exports/<claim>.json
 status/status.html                       (the fleet's matrix, rewritten by each nightly run)
 fleets/<fleet_digest>.json, fleets/current.json   (the fleet each run built for; views on a host without a fleet file)
+state-index/<nn>.json                     (the state records of many models in one object, for a cold view on S3)
 ```
 Each is shared by the whole store: a timing cache by every model built with its toolchain on its GPU, a run's job
-results by the run's children, a claim by the webhook's deliveries, the page and the fleets by every view.
+results by the run's children, a claim by the webhook's deliveries, the page, the fleets and the state index by
+every view.
 ``tests/publishing/test_layout.py`` pins these keys as it pins ``layout.py``'s.
 """
 
@@ -20,6 +22,7 @@ from trtfarm.errors import UserInputError
 from trtfarm.layout import (
     FLEETS,
     RUNS,
+    STATE_INDEX,
     STATUS,
     TIMING_CACHES,
     check_name,
@@ -99,3 +102,16 @@ def fleet_key(fleet_digest: str) -> str:
 def fleet_pointer_key() -> str:
     """``fleets/current.json``: which recorded fleet the store's newest run built for."""
     return f"{FLEETS}/current.json"
+
+
+
+def state_index_key(shard: int) -> str:
+    """``state-index/<nn>.json``: one shard of the state records' index (``state/record_index.py``)."""
+    if not isinstance(shard, int) or not 0 <= shard < 100:
+        raise UserInputError(f"state index: shard {shard!r} is not a number from 0 to 99")
+    return f"{STATE_INDEX}/{shard:02d}.json"
+
+
+def state_index_prefix() -> str:
+    """``state-index/``: what to list for the state index's shards."""
+    return f"{STATE_INDEX}/"

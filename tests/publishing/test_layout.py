@@ -34,6 +34,8 @@ def test_every_key_has_the_documented_shape():
         "runs/6f1c2d3e-0000-4000-8000-000000000000/jobs/fedcba9876540000-1.json"
     assert layout_shared.webhook_claim_key("ab" * 32) == f"webhook/exports/{'ab' * 32}.json"
     assert layout_shared.status_page_key() == "status/status.html"
+    assert layout_shared.state_index_key(7) == "state-index/07.json" and layout_shared.state_index_prefix() == \
+        "state-index/"
     assert layout_shared.timing_caches_prefix() == "timing-caches/" and layout.receipts_prefix() == "receipts/"
     assert layout.toolchain_label("tensorrt_rtx", "1.7.1.116") == "tensorrt_rtx-1.7.1.116"
 
@@ -61,6 +63,7 @@ def test_converted_registry_and_report_keys_have_their_shape_and_parse_back():
     assert layout.reports_prefix("encoder") == "reports/encoder/" and layout.converted_models_prefix() == "converted/"
     assert layout.parse_state_key(layout.state_key("encoder")) == "encoder" == layout.state_key("encoder")[6:-5]
     assert layout.parse_state_key("state/a/b.json") is None and layout.parse_state_key("state/.json") is None
+    assert layout.parse_state_key(layout_shared.state_index_key(0)) is None
 
 
 def test_timing_cache_references_round_trip():
@@ -156,5 +159,5 @@ def test_keys_of_other_shapes_parse_to_none():
                                                     "plans/encoder/h100"]),
                           (layout.parse_model, ["releases/encoder", "plans//x", layout.state_key("encoder"),
                                                 layout_shared.job_result_key("r", "j"), layout_shared.status_page_key(),
-                                                cache])):
+                                                layout_shared.state_index_key(0), cache])):
         assert [k for k in others if parse(k) is not None] == [], parse.__name__

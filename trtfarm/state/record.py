@@ -137,8 +137,8 @@ def _older_format(data: bytes) -> bool:
     return isinstance(found, int) and not isinstance(found, bool) and 0 < found < STATE_FORMAT
 
 
-def write_state(store: Store, state: RecordedState, signer=None) -> bool:
-    """Replace the model's state record by ``state`` (compare-and-swap); False when another writer won the race.
+def write_state(store: Store, state: RecordedState, signer=None) -> bytes | None:
+    """Replace the model's state record by ``state`` (compare-and-swap): the bytes written, None if another won.
 
     ``signer`` signs it (``signing/state_claim.py``). The loser's state is not lost: the winner's was computed from
     the store too, and a view that finds it older than the store recomputes it.
@@ -149,12 +149,13 @@ def write_state(store: Store, state: RecordedState, signer=None) -> bool:
         from trtfarm.signing.state_claim import sign_state
 
         doc["signature"] = sign_state(signer, key, doc)
+    data = json.dumps(doc, separators=(",", ":")).encode()
     blob = store.get(key)
     try:
-        store.compare_and_swap(key, json.dumps(doc, separators=(",", ":")).encode(), blob.etag if blob else None)
+        store.compare_and_swap(key, data, blob.etag if blob else None)
     except Conflict:
-        return False
-    return True
+        return None
+    return data
 
 
 def now_iso() -> str:

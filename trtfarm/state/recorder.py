@@ -25,17 +25,21 @@ def record_states(store: Store, fleet: Fleet, models: list[str] | None = None, *
     ``models``: those (default: every model in the store); ``targets``: the fleet's every target (a record is of
     the whole fleet), where the caller resolved them already (a run, once); ``trust``: the fleet's trusted keys,
     each release verified with them; ``signer``: signs each record. Returns the models recorded; a record another
-    writer replaced meanwhile is left to it.
+    writer replaced meanwhile is left to it. The records written are then put in the index a cold view reads
+    (``state/record_index.py``; on S3).
     """
     from trtfarm.state.record import write_state
+    from trtfarm.state.record_index import index_records
 
     names = models if models is not None else StoreSurvey(store, None).models()
     targets = targets if targets is not None else select_targets(fleet, None)
-    done = []
+    written: dict[str, bytes] = {}
     for model in names:
         survey = StoreSurvey(store, None, runs=True, model=model, keep_parsed=True)  # releases judged as read
         expected = expected_exports(survey, [model])
         state = model_state(survey, model, expected[model], fleet, by, targets, trust) if model in expected else None
-        if state is not None and write_state(store, state, signer):
-            done.append(model)
-    return done
+        data = write_state(store, state, signer) if state is not None else None
+        if data is not None:
+            written[model] = data
+    index_records(store, written)  # each shard of the index touched once, after the records
+    return list(written)

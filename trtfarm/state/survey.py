@@ -200,8 +200,21 @@ class StoreSurvey:
 
         items = {layout.state_key(m): self.states[m] for m in models if m in self.states}
         found = self._read("state", items, lambda data, key: recorded_state_from_json(data, self.store.url(key)),
-                           RecordedState, keep_text=True)
+                           RecordedState, keep_text=True, proven=self._indexed if self.store.md5_versions else None)
         return {layout.parse_state_key(k): v for k, v in found.items()}
+
+    def _indexed(self, keys: list[str]) -> dict[str, bytes]:
+        """The bytes of these state records that the index proves (``state/record_index.py``), where worth it.
+
+        Worth a read where the shards the records fall in are at most half as many as the records.
+        """
+        from trtfarm.state.record_index import indexed_records, shard_of
+
+        models = {layout.parse_state_key(k): k for k in keys}
+        if len({shard_of(m) for m in models}) * 2 > len(models):
+            return {}
+        found = indexed_records(self.store, {m: self.states[m] for m in models})
+        return {models[m]: data for m, data in found.items()}
 
     def know_manifests(self, states: Iterable[RecordedState]) -> None:
         """Take the manifest summaries these (current) state records keep, each for the version it was read at.
@@ -232,11 +245,13 @@ class StoreSurvey:
         self.cache.save()
 
     def _read(self, kind: str, items: dict[str, ListedObject], parse: Callable[[bytes, str], object], model,
-              by: Callable[[str], str] | None = None, keep_text: bool = False) -> dict:
+              by: Callable[[str], str] | None = None, keep_text: bool = False,
+              proven: Callable[[list[str]], dict[str, bytes]] | None = None) -> dict:
         """Each item's summary: from the cache at the listed version, else read (many at once) and parsed.
 
         ``keep_text``: the value is the object's own JSON parsed whole (a state record), so the cache keeps the
-        text read (the same value when parsed again) rather than the value serialised again.
+        text read (the same value when parsed again) rather than the value serialised again. ``proven``: the bytes
+        of some of the keys not remembered, each proven to be the listed object's (read in their place).
         """
         out, todo = {}, []
         for key, obj in items.items():
@@ -249,12 +264,15 @@ class StoreSurvey:
                 todo.append(key)
 
         def fetch(key: str):
-            blob = self.store.get(key)
-            if blob is None:  # deleted since the listing (gc): as if never listed
-                return None
+            data = known.get(key)
+            if data is None:
+                blob = self.store.get(key)
+                if blob is None:  # deleted since the listing (gc): as if never listed
+                    return None
+                data = blob.data
             try:
-                value = parse(blob.data, key)
-                return value, (blob.data.decode() if keep_text and value is not None else value)
+                value = parse(data, key)
+                return value, (data.decode() if keep_text and value is not None else value)
             except (CorruptObject, UserInputError) as damaged:
                 self.problems.append(str(damaged))
                 self.damaged[key] = str(damaged)
@@ -262,6 +280,7 @@ class StoreSurvey:
 
         if not todo:  # every one remembered: no reader threads
             return out
+        known = proven(todo) if proven is not None else {}
         size = max(1, min(64, len(todo) // (READ_THREADS * 4)))  # a task per batch: a submit per key cost more CPU
         batches = [todo[i:i + size] for i in range(0, len(todo), size)]  # than the read it started, on 2 cores
         with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(batches))) as pool:

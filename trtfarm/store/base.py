@@ -95,6 +95,9 @@ class Store(ABC):
     uri: str
     # True: a listing is a sequence of pages, one request each (S3); a long one is faster as parts side by side
     paged_listings = False
+    # True: a listed version of an object written in one request is the MD5 of its bytes (S3's ETag), so a copy of
+    # the bytes kept elsewhere proves itself against the listing (state/record_index.py)
+    md5_versions = False
 
     @abstractmethod
     def get(self, key: str) -> Blob | None:

@@ -71,6 +71,7 @@ class S3Store(Store):
     """A store under ``s3://bucket/prefix``."""
 
     paged_listings = True
+    md5_versions = True
 
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
                  multipart_threshold: int = MULTIPART_THRESHOLD, client=None) -> None:
