@@ -13,10 +13,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from rich.cells import cell_len
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from trtfarm.cli.common import message_text, out
+from trtfarm.cli.grid import grid_lines
 from trtfarm.cli.tables import labelled
 
 STATE_STYLE = {"released": "green", "pending": "yellow", "stale": "dark_orange", "failed": "bold red",
@@ -87,12 +90,18 @@ def print_status(found, wide: bool = False) -> None:
     counts = ", ".join(f"{n} {s}" for s, n in found.counts().items() if n) or "nothing"
     out.print(message_text(f"fleet status: {_n(len(found.models), 'model')} x {_n(len(found.targets), 'target')} in "
                            f"{found.store}: {counts}"), highlight=False)
+    rows = [(model, [found.cell(model, t) for t in found.targets]) for model in found.models]
+    texts = [[model, *(cell_text(c) if c else "·" for c in cells)] for model, cells in rows]
+    # the widest text of each column, less than Rich's measure of the table: over the width, the matrix cannot fit
+    # (measuring 1,000 rows through Rich costs a second)
+    narrowest = sum(max(cell_len(t) for t in column) for column in zip(["model", *found.targets], *texts, strict=True))
     table = Table("model", *(escape(t) for t in found.targets), show_lines=False)
-    for model in found.models:
-        cells = [found.cell(model, t) for t in found.targets]
-        table.add_row(escape(model), *(f"[{STATE_STYLE[c.state]}]{cell_text(c)}[/]" if c else "[dim]·[/]"
-                                       for c in cells))
-    if wide or Measurement.get(out, out.options.update_width(10_000), table).maximum <= out.width:
+    if wide or narrowest <= out.width:
+        for (model, cells), text in zip(rows, texts, strict=True):
+            table.add_row(escape(model), *(f"[{STATE_STYLE[c.state]}]{t}[/]" if c else "[dim]·[/]"
+                                           for c, t in zip(cells, text[1:], strict=True)))
+    if wide or (narrowest <= out.width and
+                Measurement.get(out, out.options.update_width(10_000), table).maximum <= out.width):
         out.print(table)
         out.print(message_text(f"{CELL_TEXT['released']} AGE released (* engine check pending on its GPU), "
                                "pend waiting for its engine check or, in candidate, for promotion, stale, FAIL "
@@ -102,20 +111,29 @@ def print_status(found, wide: bool = False) -> None:
         _candidates(found)
         return
     fixes = SharedFixes.of([c.reason for c in found.cells if c.state != "released"])
+    widths = (2 + max(map(len, found.targets), default=0), 8)
     for model in found.models:
         out.print(message_text(model), style="bold", highlight=False)
-        out.print(_model_block(found, model, fixes))
+        rows = _model_rows(found, model, fixes)
+        lines = grid_lines(out, rows, widths)  # Rich's grid's lines, drawn at a fraction of its cost
+        if lines is None:
+            block = Table.grid(padding=(0, 2))
+            block.add_column(no_wrap=True, min_width=widths[0])
+            block.add_column(no_wrap=True, min_width=widths[1])
+            block.add_column()
+            for first, second, last in rows:
+                block.add_row(escape(first), second, last)
+            out.print(block)
+        elif lines:
+            out.print(Text("\n").join(lines), soft_wrap=True)
     fixes.print()
 
 
-def _model_block(found, model: str, fixes: SharedFixes) -> Table:
+def _model_rows(found, model: str, fixes: SharedFixes) -> list[tuple[str, Text, str]]:
     """One model's targets, a row each: its state and the facts (released) or the reason (else)."""
     from trtfarm.vocabulary.fleetview import age_text
 
-    block = Table.grid(padding=(0, 2))
-    block.add_column(no_wrap=True, min_width=2 + max(map(len, found.targets), default=0))
-    block.add_column(no_wrap=True, min_width=8)
-    block.add_column()
+    rows = []
     for target in found.targets:
         c = found.cell(model, target)
         if c is None:
@@ -126,12 +144,11 @@ def _model_block(found, model: str, fixes: SharedFixes) -> Table:
         else:
             detail = fixes.short(c.reason) + (f" (since {c.since[:16].replace('T', ' ')})" if c.since and c.state ==
                                               "failed" else "")
-        block.add_row(f"  {escape(target)}", f"[{STATE_STYLE[c.state]}]{c.state}[/]", message_text(detail))
+        rows.append((f"  {target}", Text.assemble((c.state, STATE_STYLE[c.state])), message_text(detail)))
         if c.candidate and c.candidate_verdict != "already":
-            block.add_row("    candidate", f"[{CANDIDATE_STYLE.get(c.candidate_verdict, 'yellow')}]"
-                          f"{c.candidate_verdict}[/]", message_text(f"{c.candidate.split('/')[-1]}: "
-                                                                    f"{c.candidate_detail}"))
-    return block
+            verdict = Text.assemble((c.candidate_verdict, CANDIDATE_STYLE.get(c.candidate_verdict, "yellow")))
+            rows.append(("    candidate", verdict, message_text(f"{c.candidate.split('/')[-1]}: {c.candidate_detail}")))
+    return rows
 
 
 def _candidates(found) -> None:
