@@ -82,6 +82,7 @@ class S3Store(Store):
         self.client = client or client_for(endpoint_url)
         self._transfer = TransferConfig(multipart_threshold=multipart_threshold, multipart_chunksize=16 << 20,
                                         preferred_transfer_client="classic")
+        self._pager, self._pager_lock = None, threading.Lock()
         events = self.client.meta.events  # the client is shared: register once per client (unique_id), not per store
         for event in ("before-parameter-build.s3.PutObject", "before-parameter-build.s3.CompleteMultipartUpload"):
             events.register(event, _add_if_none_match, unique_id=f"trtfarm-create-only:{event}")
@@ -224,7 +225,7 @@ class S3Store(Store):
         full = self._k(prefix.rstrip("/")) if prefix else self.prefix
         strip = len(self.prefix) + 1 if self.prefix else 0
         start = {"StartAfter": f"{self.prefix}/{after}" if self.prefix else after} if after else {}
-        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full, **start)
+        pages = self._listing_pager().paginate(Bucket=self.bucket, Prefix=full, **start)
         try:
             for page in pages:
                 for obj in page.get("Contents", []):
@@ -235,6 +236,17 @@ class S3Store(Store):
                         yield ListedObject(key, int(obj["Size"]), obj["ETag"], obj["LastModified"].timestamp())
         except BOTO_ERRORS as err:
             raise self._failed(err, prefix, "list") from err
+
+    def _listing_pager(self):
+        """ListObjectsV2's paginator, made once per store.
+
+        A cold view's listings start together on 16 threads: each that made its own read botocore's list of services
+        from disk, side by side.
+        """
+        with self._pager_lock:
+            if self._pager is None:
+                self._pager = self.client.get_paginator("list_objects_v2")
+            return self._pager
 
     def delete(self, key: str) -> None:
         """Delete the object."""
