@@ -29,7 +29,6 @@ def record_states(store: Store, fleet: Fleet, models: list[str] | None = None, *
     (``state/record_index.py``; on S3).
     """
     from trtfarm.state.record import write_state
-    from trtfarm.state.record_index import index_records
 
     names = models if models is not None else StoreSurvey(store, None).models()
     targets = targets if targets is not None else select_targets(fleet, None)
@@ -41,5 +40,8 @@ def record_states(store: Store, fleet: Fleet, models: list[str] | None = None, *
         data = write_state(store, state, signer) if state is not None else None
         if data is not None:
             written[model] = data
-    index_records(store, written)  # each shard of the index touched once, after the records
+    if store.md5_versions:  # each shard of the index touched once, after the records (a file store keeps none)
+        from trtfarm.state.record_index import index_records
+
+        index_records(store, written)
     return list(written)
