@@ -104,7 +104,6 @@ def fleet_pointer_key() -> str:
     return f"{FLEETS}/current.json"
 
 
-
 def state_index_key(shard: int) -> str:
     """``state-index/<nn>.json``: one shard of the state records' index (``state/record_index.py``)."""
     if not isinstance(shard, int) or not 0 <= shard < 100:

@@ -36,6 +36,11 @@ def in_parts(version: str | None) -> bool:
     return bool(version) and bool(_S3_ETAG.fullmatch(version)) and "-" in version
 
 
+def single_part_md5(version: str | None) -> str | None:
+    """The MD5 of the bytes a listed version names, where it is the ETag of an S3 object put in one request."""
+    return version[1:-1] if version and _S3_ETAG.fullmatch(version) and "-" not in version else None
+
+
 class KeptCell(BaseModel):
     """One target's cell as a record keeps it: the cell itself, and what the record knows of it besides.
 

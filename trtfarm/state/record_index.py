@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from trtfarm.errors import StoreError
 from trtfarm.layout_shared import state_index_key, state_index_prefix
+from trtfarm.state.record import single_part_md5
 from trtfarm.store import Conflict, Store
 from trtfarm.store.base import ListedObject
 
@@ -31,7 +31,6 @@ SHARDS = 32  # 1,000 models: 32 objects of about 31 records (875 KB) each, again
 INDEX_FORMAT = 1
 ATTEMPTS = 4  # compare-and-swap tries of one shard before it is left to the other writer
 READ_THREADS = 16
-_SINGLE_PART_ETAG = re.compile(r'"([0-9a-f]{32})"')  # S3: the MD5 of the bytes of an object put in one request
 
 
 def shard_of(model: str) -> int:
@@ -41,8 +40,8 @@ def shard_of(model: str) -> int:
 
 def proves(data: bytes, version: str) -> bool:
     """Whether ``data`` is the object a listing shows at ``version``: a single-part S3 ETag equal to its MD5."""
-    found = _SINGLE_PART_ETAG.fullmatch(version or "")
-    return bool(found) and hashlib.md5(data, usedforsecurity=False).hexdigest() == found.group(1)
+    md5 = single_part_md5(version)
+    return md5 is not None and hashlib.md5(data, usedforsecurity=False).hexdigest() == md5
 
 
 def index_records(store: Store, written: Mapping[str, bytes]) -> int:
@@ -99,7 +98,7 @@ def indexed_records(store: Store, listed: Mapping[str, ListedObject]) -> dict[st
     costs no more), then reads the shards these models hash to, side by side; a model whose entry is missing or not
     its listed record is left out (the caller reads its record).
     """
-    wanted = [m for m in listed if _SINGLE_PART_ETAG.fullmatch(listed[m].version or "")]
+    wanted = [m for m in listed if single_part_md5(listed[m].version)]
     if not wanted:
         return {}
     try:
