@@ -33,6 +33,7 @@ class CountingStore(Store):
     def __init__(self, inner: Store, calls: Counter) -> None:
         self.inner, self.calls, self.uri = inner, calls, inner.uri
         self.paged_listings, self.md5_versions = inner.paged_listings, inner.md5_versions
+        self.waits_on_network = inner.waits_on_network
 
     def _count(self, method: str, key: str) -> None:
         self.calls[(method, key)] += 1

@@ -10,7 +10,6 @@ has not run yet).
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path
@@ -20,6 +19,7 @@ from trtfarm.errors import CorruptObject, IntegrityError, UserInputError
 from trtfarm.identity import build_digest_of, model_digest_part, target_digest_part
 from trtfarm.state.summaries import ManifestSummary, SpecSummary
 from trtfarm.state.survey import READ_THREADS, StoreSurvey
+from trtfarm.store.base import side_by_side
 from trtfarm.vocabulary.exports import ExportRecord, ExportRef
 from trtfarm.vocabulary.fleet import ResolvedTarget
 
@@ -94,7 +94,7 @@ def expected_exports(survey: StoreSurvey, models: list[str], precision: str | No
     for m in registered:
         export_id, _ = survey.exports[m][-1]
         refs[m] = ExportRef(survey.store.url(layout.export_prefix(m, export_id)), m, export_id)
-    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+    with side_by_side(survey.store, READ_THREADS) as pool:
         found = dict(zip(refs, pool.map(lambda m: _from_export(survey, refs[m], records.get(m), precision), refs),
                          strict=True))
     rest = [m for m in models if m not in found]

@@ -9,7 +9,6 @@ it (``gc`` keeps by it; a state record keeps it).
 from __future__ import annotations
 
 import hashlib
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
@@ -21,6 +20,7 @@ from trtfarm.signing.keys import TrustedKeys
 from trtfarm.state.record import RecordedState
 from trtfarm.state.summaries import PointerSummary
 from trtfarm.state.survey import READ_THREADS, StoreSurvey
+from trtfarm.store.base import side_by_side
 from trtfarm.vocabulary.fleet import Fleet
 from trtfarm.vocabulary.fleetview import ReleaseRef, TargetStatus
 from trtfarm.vocabulary.pointer import ReleasePointer
@@ -196,7 +196,7 @@ def refusals(survey: StoreSurvey, keys: list[str], fleet: Fleet | None, now: dat
     asked = [k for k in dict.fromkeys(keys) if k not in out]
     size = max(1, min(64, len(asked) // (READ_THREADS * 4)))  # a task per batch, as the survey reads
     batches = [asked[i:i + size] for i in range(0, len(asked), size)]
-    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+    with side_by_side(survey.store, READ_THREADS) as pool:
         for batch, answers in zip(batches, pool.map(lambda b: [
                 served_check(survey, k, None, fleet, now).refusal for k in b], batches), strict=True):
             out.update(zip(batch, answers, strict=True))

@@ -13,7 +13,6 @@ import gc
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 from trtfarm import layout
@@ -32,7 +31,7 @@ from trtfarm.state.listings import (
 from trtfarm.state.record import RecordedState
 from trtfarm.state.summaries import ManifestSummary, OutcomeSummary, PointerSummary, SummaryCache
 from trtfarm.store import Store
-from trtfarm.store.base import ListedObject
+from trtfarm.store.base import ListedObject, side_by_side
 from trtfarm.vocabulary.exports import ExportRecord
 from trtfarm.vocabulary.manifest import manifest_from_json
 from trtfarm.vocabulary.pointer import pointer_from_json
@@ -74,7 +73,7 @@ class StoreSurvey:
         if model is None and store.paged_listings:  # S3: the records first, then every listing in parts
             self.states, listed = listed_in_parts(store, prefixes)
         else:
-            with ThreadPoolExecutor(max_workers=len(prefixes) + 1) as pool:
+            with side_by_side(store, len(prefixes) + 1) as pool:
                 states = pool.submit(lambda: list(store.list_versions(layout.state_prefix())) if model is None else
                                      [o for o in [listed_one(store, layout.state_key(model))] if o])
                 listed = list(pool.map(lambda p: list(store.list_versions(p)), prefixes))
@@ -283,7 +282,7 @@ class StoreSurvey:
         known = proven(todo) if proven is not None else {}
         size = max(1, min(64, len(todo) // (READ_THREADS * 4)))  # a task per batch: a submit per key cost more CPU
         batches = [todo[i:i + size] for i in range(0, len(todo), size)]  # than the read it started, on 2 cores
-        with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(batches))) as pool:
+        with side_by_side(self.store, min(READ_THREADS, len(batches))) as pool:
             for batch, values in zip(batches, pool.map(lambda b: [fetch(k) for k in b], batches), strict=True):
                 for key, read in zip(batch, values, strict=True):
                     if read is not None and read[0] is not None:

@@ -64,6 +64,11 @@ class LocalStore(Store):
         self.uri = self.root.as_uri()
         self._under = os.path.join(str(self.root), "")  # the root's path with its separator: what keys resolve under
 
+    @functools.cached_property
+    def waits_on_network(self) -> bool:  # type: ignore[override]
+        """True when the store's folder is on a network file system (NFS, SMB, CephFS, Lustre, a FUSE mount...)."""
+        return network_mount(str(self.root))
+
     @property
     def location(self) -> str:
         """The folder as written (``file://`` URIs percent-encode spaces, brackets and non-ASCII letters)."""
@@ -330,3 +335,24 @@ class LocalStore(Store):
         if key and all(part not in ("", ".") for part in key.split("/")):
             return self.uri.removesuffix("/") + "/" + quote_from_bytes(os.fsencode(key))
         return (self.root / key).as_uri()
+
+
+NETWORK_FILE_SYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "lustre", "gpfs", "beegfs",
+                        "9p", "afs", "ocfs2", "gfs2", "davfs", "sshfs")
+
+
+def network_mount(path: str, mounts: str = "/proc/self/mounts") -> bool:
+    """True when ``path`` lies on a network file system, by the longest mount point above it (False if unknown)."""
+    try:
+        with open(mounts, encoding="utf-8", errors="replace") as lines:
+            table = [line.split()[1:3] for line in lines if len(line.split()) > 2]
+    except OSError:
+        return False
+    here = os.path.join(os.path.realpath(path), "")
+    best, fstype = "", ""
+    for point, kind in table:
+        point = point.replace("\\040", " ")
+        if here.startswith(os.path.join(point, "")) and len(point) >= len(best):
+            best, fstype = point, kind
+    return fstype.split(".")[0] in NETWORK_FILE_SYSTEMS or fstype.startswith("fuse.") and fstype != "fuse.lxcfs"
+

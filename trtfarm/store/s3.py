@@ -72,6 +72,7 @@ class S3Store(Store):
 
     paged_listings = True
     md5_versions = True
+    waits_on_network = True
 
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
                  multipart_threshold: int = MULTIPART_THRESHOLD, client=None) -> None:
