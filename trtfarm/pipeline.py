@@ -25,7 +25,7 @@ from trtfarm.project.fleet_file import load_fleet
 from trtfarm.run_setup import RunSetup, setup_run
 from trtfarm.scratch import scratch_dir
 from trtfarm.store import Store
-from trtfarm.store.base import Progress
+from trtfarm.store.base import Progress, side_by_side
 from trtfarm.vocabulary.exports import ExportRef
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget, select_targets
 from trtfarm.vocabulary.job import BuildJob, JobResult
@@ -117,7 +117,7 @@ def store_reports(store: Store, run: str, rows: list[RunRow], out: Path, full: b
         else:
             quiet[layout.report_key(model, run, "outcomes.json")] = outcomes_json(outcomes)
             written[model] = None
-    with ThreadPoolExecutor(max_workers=PLAN_THREADS) as pool:  # a nightly has one per model: overlap them
+    with side_by_side(store, PLAN_THREADS) as pool:  # a nightly has one per model: overlap them (on a network)
         list(pool.map(lambda item: store.put_if_absent(*item), quiet.items()))
     return written
 

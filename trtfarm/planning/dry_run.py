@@ -9,13 +9,13 @@ what-if knows of each build (what changed, an estimate); the decisions stay the 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from trtfarm.errors import IntegrityError, MismatchError, UserInputError, first_line
 from trtfarm.planning.plan import ExportWork, listed_stage, plan_export
 from trtfarm.planning.requests import MatrixRequest
 from trtfarm.state.run_view import RunView
 from trtfarm.store import Store
+from trtfarm.store.base import side_by_side
 from trtfarm.vocabulary.decisions import Release
 from trtfarm.vocabulary.exports import ExportRef
 from trtfarm.vocabulary.fleet import Fleet, ResolvedTarget
@@ -41,7 +41,7 @@ def planned_decisions(request: MatrixRequest, store: Store, exports: list[Export
         except (UserInputError, MismatchError, IntegrityError) as refused:  # its spec, its damaged export record
             return None, first_line(refused)
 
-    with ThreadPoolExecutor(max_workers=min(PLAN_THREADS, max(len(exports), 1))) as pool:
+    with side_by_side(store, min(PLAN_THREADS, len(exports))) as pool:  # each in turn on a local disk
         planned = list(pool.map(one, exports))
     view.save()
     refused = {e.name or e.uri: why for e, (said, why) in zip(exports, planned, strict=True) if said is None}
