@@ -7,10 +7,14 @@ and the ListObjectsV2 pages botocore sends.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import Counter
+from datetime import timezone
 
 import boto3
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.store_requests import CountingStore
 from trtfarm import layout
@@ -148,3 +152,74 @@ def test_a_page_as_s3_writes_it_reads_the_same_by_its_leaves_as_by_its_tree():
         ("farm/a%26b", '"45ed"', 16, "2026-12-04T03:18:20+00:00"), ("farm/c", '"46"', 17, "2026-12-04T03:18:21+00:00")]
     assert fast["IsTruncated"] is True and fast["NextContinuationToken"] == "t&k" and fast["KeyCount"] == 2
     assert listing_page(PAGE.replace(b"<Key>farm/c</Key>", b"<Key><![CDATA[farm/c]]></Key>")) == fast  # the tree's
+
+
+def _escaped(text: str, quote: str) -> str:
+    """``text`` as an XML writer may escape it (``quote``: how a double quote is written)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', quote)
+
+
+_XML_TEXT = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=12)
+
+
+@st.composite
+def _contents(draw) -> bytes:
+    """One ``<Contents>`` element: S3's fields in S3's order, or with the extras and orders other servers write."""
+    quote = draw(st.sampled_from(['"', "&quot;", "&#34;"]))
+    fields = [("Key", _escaped(draw(_XML_TEXT), quote)),
+              ("LastModified", draw(st.datetimes(timezones=st.just(timezone.utc))).strftime("%Y-%m-%dT%H:%M:%S.%f")[
+                  :-3] + "Z"),
+              ("ETag", _escaped(f'"{draw(st.text("0123456789abcdef", min_size=1, max_size=32))}"', quote))]
+    fields += [(name, "CRC32") for name in draw(st.lists(st.sampled_from(["ChecksumAlgorithm", "ChecksumType"]),
+                                                          max_size=2))]
+    fields.append(("Size", str(draw(st.integers(0, 2**40)))))
+    if draw(st.booleans()):
+        fields.append(("Owner", "<ID>x</ID><DisplayName>y</DisplayName>"))
+    fields.append(("StorageClass", draw(st.sampled_from(["STANDARD", "GLACIER", "INTELLIGENT_TIERING"]))))
+    if draw(st.integers(0, 9)) == 0:
+        fields.append(("RestoreStatus", "<IsRestoreInProgress>false</IsRestoreInProgress>"))
+    if draw(st.integers(0, 9)) == 0:
+        fields = draw(st.permutations(fields))
+    return b"<Contents>" + b"".join(f"<{n}>{v}</{n}>".encode() for n, v in fields) + b"</Contents>"
+
+
+@st.composite
+def _listing_pages(draw) -> bytes:
+    page = [f"<{n}>{v}</{n}>".encode() for n, v in [
+        ("Name", "b"), ("Prefix", _escaped(draw(_XML_TEXT), "&quot;")), ("KeyCount", "3"), ("MaxKeys", "1000"),
+        ("IsTruncated", draw(st.sampled_from(["true", "false"]))),
+        ("NextContinuationToken", _escaped(draw(_XML_TEXT), "&#34;"))]]
+    page = draw(st.permutations(page))
+    at = draw(st.integers(0, len(page)))
+    objects = draw(st.lists(_contents(), max_size=6))
+    if draw(st.booleans()):
+        objects.insert(draw(st.integers(0, len(objects))), b"<CommonPrefixes><Prefix>p/</Prefix></CommonPrefixes>")
+    return (b'<?xml version="1.0" encoding="UTF-8"?>\n<ListBucketResult xmlns="http://s3.amazonaws.com/doc/'
+            b'2006-03-01/">' + b"".join(page[:at] + objects + page[at:]) + b"</ListBucketResult>")
+
+
+@functools.cache
+def _listing_shape():
+    import botocore.session
+
+    return botocore.session.get_session().get_service_model("s3").operation_model("ListObjectsV2").output_shape
+
+
+@settings(max_examples=150, deadline=None)
+@given(_listing_pages())
+def test_every_page_reads_as_botocores_own_parser_reads_it(body):
+    """The referee is botocore's REST-XML parser with its model of ListObjectsV2, as a plain client parses."""
+    from botocore.parsers import RestXMLParser
+
+    from trtfarm.store.s3_listing import OBJECT_FIELDS, listing_page
+
+    theirs = RestXMLParser().parse({"body": body, "headers": {}, "status_code": 200}, _listing_shape())
+    ours = listing_page(body)
+
+    def plain(page: dict) -> dict:
+        out = {k: v for k, v in page.items() if k not in ("ResponseMetadata", "Contents")}
+        out["Contents"] = [{k: v.timestamp() if k == "LastModified" else v for k, v in o.items() if k in OBJECT_FIELDS}
+                           for o in page.get("Contents", [])]
+        return out
+
+    assert plain(ours) == plain(theirs)

@@ -3,7 +3,8 @@
 botocore parses every response by walking its model, field by field, and every timestamp with dateutil: a page of
 1,000 keys of a ListObjectsV2 cost ~85 ms of CPU (~60 ms of it in dateutil), so a view of a store of 64,000 objects
 spent 5.5-6 s of CPU reading its listings. This session's parsers read a ListObjectsV2 page in one pass over its
-XML (each object's key, size, ETag, time and storage class by a regular expression; the page's own fields), and
+XML (a page as S3 writes it by one regular expression over all its objects, ~2 ms a page; another page object by
+object, each one's key, size, ETag, time and storage class by a regular expression; the page's own fields), and
 timestamps with the standard library (ISO 8601 in bodies, RFC 1123 in headers; anything else through botocore's own
 parser). Every other response is botocore's parse, unchanged; errors, retries and signing are botocore's.
 """
@@ -60,16 +61,28 @@ def _leaf(value: bytes) -> str:
     return html.unescape(text) if "&" in text else text
 
 
+# An object's element as S3 writes it: its fields in S3's order, each a leaf (checksums and the owner optional)
+_CANONICAL = re.compile(
+    rb"<Contents><Key>([^<]*)</Key><LastModified>([^<]*)</LastModified><ETag>([^<]*)</ETag>"
+    rb"(?:<Checksum\w+>[^<]*</Checksum\w+>)*<Size>(\d+)</Size>"
+    rb"(?:<Owner>(?:<ID>[^<]*</ID>)?(?:<DisplayName>[^<]*</DisplayName>)?</Owner>)?"
+    rb"<StorageClass>([^<]*)</StorageClass></Contents>")
+
+
 def listing_page(body: bytes) -> dict:
     """A ListObjectsV2 page's XML as botocore's parse gives it: the page's fields and each object's.
 
-    Each object is read from its ``<Contents>`` element's flat leaves by one regular expression (an element tree of
-    a page of 1,000 objects costs ~8 ms, this ~2); of its fields, those a listing reads (``OBJECT_FIELDS``). The
-    page's own fields, and a page with markup a flat reading could misread (CDATA, comments, an object whose key
-    it did not find), through the tree.
+    A page whose objects are written as S3 writes them (``_CANONICAL``, one after the other) is read by one
+    regular expression over the page, its own fields from what is around them (~2 ms for 1,000 objects). Any other
+    page's objects are read from each ``<Contents>`` element's flat leaves (~9 ms); of each object's fields, those a
+    listing reads (``OBJECT_FIELDS``). The page's own fields, and a page with markup a flat reading could misread
+    (CDATA, comments, an object whose key it did not find), through the tree.
     """
     if b"<![CDATA[" in body or b"<!--" in body:
         return _page_tree(ElementTree.fromstring(body))
+    fast = _canonical_page(body)
+    if fast is not None:
+        return fast
     contents = [{name: _text(_leaf(value), name) for tag, value in _LEAF.findall(m.group(1))
                  if (name := tag.decode()) in OBJECT_FIELDS} for m in _CONTENTS.finditer(body)]
     if not all("Key" in obj for obj in contents):
@@ -77,6 +90,19 @@ def listing_page(body: bytes) -> dict:
     out = _page_tree(ElementTree.fromstring(_CONTENTS.sub(b"", body)))
     if contents:
         out["Contents"] = contents
+    return out
+
+
+def _canonical_page(body: bytes) -> dict | None:
+    """The page read by ``_CANONICAL`` where every object matches it, side by side; None for any other page."""
+    found = list(_CANONICAL.finditer(body))
+    if not found or len(found) != body.count(b"<Contents>") or any(
+            a.end() != b.start() for a, b in zip(found, found[1:], strict=False)):
+        return None
+    out = _page_tree(ElementTree.fromstring(body[:found[0].start()] + body[found[-1].end():]))
+    out["Contents"] = [{"Key": _leaf(key), "LastModified": fast_timestamp(modified.decode()), "ETag": _leaf(etag),
+                        "Size": int(size), "StorageClass": _leaf(storage)}
+                       for key, modified, etag, size, storage in (m.groups() for m in found)]
     return out
 
 
