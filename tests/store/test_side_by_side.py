@@ -25,6 +25,7 @@ nas:/export /mnt nfs4 rw,vers=4.2 0 0
 /dev/vdb /mnt/local ext4 rw 0 0
 server:/share /srv/my\\040share cifs rw 0 0
 me@host:/x /home/me/remote fuse.sshfs rw 0 0
+nas:/t /srv/tab\\011and\\134slash nfs rw 0 0
 lxcfs /var/lib/lxcfs fuse.lxcfs rw 0 0
 """
 
@@ -32,7 +33,7 @@ lxcfs /var/lib/lxcfs fuse.lxcfs rw 0 0
 @pytest.mark.parametrize(("path", "network"), [
     ("/tmp/store", False), ("/mnt/store", True), ("/mnt", True), ("/mnt/local/store", False),
     ("/mnt/localer", True), ("/srv/my share/store", True), ("/srv/my", False), ("/home/me/remote/s", True),
-    ("/var/lib/lxcfs/x", False),
+    ("/var/lib/lxcfs/x", False), ("/srv/tab\tand\\slash/s", True), ("/srv/tab", False),
 ])
 def test_the_mount_table_says_which_folders_are_on_a_network(tmp_path, path, network):
     mounts = tmp_path / "mounts"

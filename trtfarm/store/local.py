@@ -14,6 +14,7 @@ import functools
 import hashlib
 import operator
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -351,7 +352,7 @@ def network_mount(path: str, mounts: str = "/proc/self/mounts") -> bool:
     here = os.path.join(os.path.realpath(path), "")
     best, fstype = "", ""
     for point, kind in table:
-        point = point.replace("\\040", " ")
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), point)  # the table's octal escapes
         if here.startswith(os.path.join(point, "")) and len(point) >= len(best):
             best, fstype = point, kind
     return fstype.split(".")[0] in NETWORK_FILE_SYSTEMS or fstype.startswith("fuse.") and fstype != "fuse.lxcfs"
