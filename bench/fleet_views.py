@@ -289,8 +289,8 @@ def farm_dry_run(store, fleet):
     from trtfarm.state.views import dry_run
 
     exports = find_exports(store, None)
-    decided, refused = planned_decisions(MatrixRequest(store=store.uri), store, exports, fleet, None)
-    return dry_run(store, fleet, exports, decided, refused)
+    decided, refused, view = planned_decisions(MatrixRequest(store=store.uri), store, exports, fleet, None)
+    return dry_run(store, fleet, exports, decided, refused, survey=view.survey)
 
 
 def measure(spec: dict) -> list[dict]:

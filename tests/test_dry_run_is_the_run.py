@@ -123,9 +123,9 @@ def _dry(root: Path, fleet: Path, model: str | None = None, trial: bool = False)
     request = _request(root, fleet, model, trial)
     f, targets = request.check_targets()
     exports = find_exports(store, model)
-    decided, refused = planned_decisions(request, store, exports, f, targets)
+    decided, refused, view = planned_decisions(request, store, exports, f, targets)
     assert refused == {}
-    said = dry_run(store, f, exports, decided, refused)
+    said = dry_run(store, f, exports, decided, refused, survey=view.survey)  # as `farm run --dry-run` does
     assert len(said.decisions) == len(decided)
     return {(d.model, d.target): d.run for d in said.decisions}
 

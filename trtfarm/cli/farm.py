@@ -206,9 +206,9 @@ def _dry_run(request, as_json: bool, fleet, targets) -> None:
                    "refit flags); drop --refit to see what a full run would build")
     store = open_store(request.store)
     exports = find_exports(store, request.model)
-    decided, refused = planned_decisions(request, store, exports, fleet, targets)
+    decided, refused, view = planned_decisions(request, store, exports, fleet, targets)
     decisions = dry_run(store, fleet, exports, decided, refused, targets=request.targets,
-                        precision=request.precision, force=request.force)
+                        precision=request.precision, force=request.force, survey=view.survey)
     if as_json:
         print_json([d.to_json() for d in decisions.decisions])
     else:

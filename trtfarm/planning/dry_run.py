@@ -9,6 +9,7 @@ what-if knows of each build (what changed, an estimate); the decisions stay the 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from trtfarm.errors import IntegrityError, MismatchError, UserInputError, first_line
 from trtfarm.planning.plan import ExportWork, listed_stage, plan_export
@@ -25,8 +26,20 @@ from trtfarm.vocabulary.targets import TargetWork
 PLAN_THREADS = 16  # models planned at once, as a farm run plans them (``pipeline.plan_run``)
 
 
+class Planned(NamedTuple):
+    """The planner's decisions, the models it refused (and why), and the store's read model it planned from.
+
+    The what-if that explains the decisions (``state.views.dry_run``) reads the same survey: one reading of the
+    store for the whole dry run, not a second one that could see a store changed in between.
+    """
+
+    decided: list[RunDecision]
+    refused: dict[str, str]
+    view: RunView
+
+
 def planned_decisions(request: MatrixRequest, store: Store, exports: list[ExportRef], fleet: Fleet,
-                      targets: list[ResolvedTarget] | None) -> tuple[list[RunDecision], dict[str, str]]:
+                      targets: list[ResolvedTarget] | None) -> Planned:
     """What a farm run of ``exports`` decides per (model, target): this planner's answer, read only (the dry run's).
 
     Planned as the run plans them (one read model of the store for a run over several models, a few at once). A
@@ -45,7 +58,7 @@ def planned_decisions(request: MatrixRequest, store: Store, exports: list[Export
         planned = list(pool.map(one, exports))
     view.save()
     refused = {e.name or e.uri: why for e, (said, why) in zip(exports, planned, strict=True) if said is None}
-    return [d for said, _ in planned for d in said or []], refused
+    return Planned([d for said, _ in planned for d in said or []], refused, view)
 
 
 def _decided(request: MatrixRequest, export: ExportRef, store: Store, fleet: Fleet, view: RunView,

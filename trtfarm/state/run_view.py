@@ -84,6 +84,11 @@ class RunView:
             self._cells[model] = computed_cells_of(self.store, self.fleet, model, self.cache, self.targets)
         return self._cells[model]
 
+    @property
+    def survey(self) -> StoreSurvey | None:
+        """The survey of every model it read (None: it listed one export's plans and its model's pointers)."""
+        return self._survey
+
     def save(self) -> None:
         """Keep what was read in this machine's summary cache (with ``cache``)."""
         if self.cache is not None:

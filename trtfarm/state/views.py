@@ -67,15 +67,16 @@ def plan_fleet(store: Store, current: Fleet | None, proposed: Fleet, models: lis
 @collector_paused()
 def dry_run(store: Store, fleet: Fleet, exports: list[ExportRef], decided: list[RunDecision],
             refused: dict[str, str] | None = None, *, targets: list[str] | None = None, precision: str | None = None,
-            force: bool = False) -> FleetDecisions:
+            force: bool = False, survey: StoreSurvey | None = None) -> FleetDecisions:
     """What a run of ``exports`` would do now (``farm run --dry-run``): its planner's ``decided``, explained.
 
     Each decision is the planner's (``planning/dry_run.py``); the what-if adds what it knows of each build (what
     changed against the build it replaces, an estimate). A build the what-if would keep (the listings show it
     published, yet its cell is not released: damaged, refused) is estimated as a forced rebuild. ``refused``: the
-    models the planner refuses, and why.
+    models the planner refuses, and why. ``survey``: the planner's survey of every model (``Planned.view.survey``):
+    the store is not read again, and the what-if sees the store the planner saw; None: one is made.
     """
-    survey = survey_of(store, runs=True)
+    survey = survey or survey_of(store, runs=True)
     expected = recorded_exports(survey, [e.name for e in exports], precision, {e.name: e for e in exports})
     found = decide_fleet(survey, expected, fleet, fleet, baseline="store", target_ids=targets, force=force)
     by_pair = {(d.model, d.target): d for d in found.decisions}
