@@ -27,6 +27,7 @@ server:/share /srv/my\\040share cifs rw 0 0
 me@host:/x /home/me/remote fuse.sshfs rw 0 0
 nas:/t /srv/tab\\011and\\134slash nfs rw 0 0
 lxcfs /var/lib/lxcfs fuse.lxcfs rw 0 0
+fuse-overlayfs /home/me/.local/share/containers fuse.fuse-overlayfs rw 0 0
 """
 
 
@@ -34,6 +35,7 @@ lxcfs /var/lib/lxcfs fuse.lxcfs rw 0 0
     ("/tmp/store", False), ("/mnt/store", True), ("/mnt", True), ("/mnt/local/store", False),
     ("/mnt/localer", True), ("/srv/my share/store", True), ("/srv/my", False), ("/home/me/remote/s", True),
     ("/var/lib/lxcfs/x", False), ("/srv/tab\tand\\slash/s", True), ("/srv/tab", False),
+    ("/home/me/.local/share/containers/x", False),
 ])
 def test_the_mount_table_says_which_folders_are_on_a_network(tmp_path, path, network):
     mounts = tmp_path / "mounts"
@@ -93,3 +95,18 @@ def test_in_place_runs_each_call_in_turn_and_hands_back_errors():
     assert order == [(i, threading.get_ident()) for i in range(4)]
     with pytest.raises(ValueError, match="three"):
         failed.result()
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, SystemExit])
+def test_a_stop_leaves_at_once_and_no_later_call_runs(stop):
+    calls = []
+
+    def call(i):
+        calls.append(i)
+        if i == 1:
+            raise stop
+        return i
+
+    with pytest.raises(stop):
+        list(InPlace().map(call, range(5)))
+    assert calls == [0, 1]

@@ -210,13 +210,17 @@ class Store(ABC):
 
 
 class InPlace(Executor):
-    """An executor that runs each call where it is submitted, one after the other (``side_by_side``'s one worker)."""
+    """An executor that runs each call where it is submitted, one after the other (``side_by_side``'s one worker).
+
+    A call's error is handed back through its future, as a thread pool does. A stop (Ctrl-C, SIGTERM: raised in
+    this thread by ``interrupt.py``) is not: it leaves at once, and no later call runs.
+    """
 
     def submit(self, fn, /, *args, **kwargs) -> Future:  # noqa: D102
         done: Future = Future()
         try:
             done.set_result(fn(*args, **kwargs))
-        except BaseException as err:  # noqa: B036 - handed back through the future, as a thread pool does
+        except Exception as err:  # noqa: BLE001 - handed back through the future, as a thread pool does
             done.set_exception(err)
         return done
 

@@ -339,7 +339,8 @@ class LocalStore(Store):
 
 
 NETWORK_FILE_SYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "lustre", "gpfs", "beegfs",
-                        "9p", "afs", "ocfs2", "gfs2", "davfs", "sshfs")
+                        "wekafs", "9p", "afs", "ocfs2", "gfs2", "davfs", "sshfs")
+LOCAL_FUSE = ("fuse.lxcfs", "fuse.fuse-overlayfs")  # FUSE mounts of this machine's own disks
 
 
 def network_mount(path: str, mounts: str = "/proc/self/mounts") -> bool:
@@ -355,5 +356,5 @@ def network_mount(path: str, mounts: str = "/proc/self/mounts") -> bool:
         point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), point)  # the table's octal escapes
         if here.startswith(os.path.join(point, "")) and len(point) >= len(best):
             best, fstype = point, kind
-    return fstype.split(".")[0] in NETWORK_FILE_SYSTEMS or fstype.startswith("fuse.") and fstype != "fuse.lxcfs"
+    return fstype.split(".")[0] in NETWORK_FILE_SYSTEMS or fstype.startswith("fuse.") and fstype not in LOCAL_FUSE
 
