@@ -17,7 +17,7 @@ plan is published), the child's end, and in the parent: its report and state-rec
 The goal (issue 60): an export released within its build + 2 s, i.e. (pointer written - post) - build <= 2 s,
 median over N.
 
-    python bench/export_to_release.py [--n 5] [--server URL] [--json]
+    python bench/export_to_release.py [--n 5] [--server URL] [--json] [--cold-start] [--poll-only] [--poll S]
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ sys.path.insert(0, str(REPO))
 POOL = "rtx-4090"
 POOLS = ("trtfarm-control", POOL)
 GOAL_S = 2.0
+COLD_START, POLL_ONLY, POLL_S = False, False, 1.0  # the workers' options (--cold-start, --poll-only, --poll)
 SECRET = "bench-export-to-release"
 FLEET = """\
 version: 1
@@ -236,8 +237,11 @@ def _start(farm, port: int, bucket: str) -> None:
     farm.start_server()
     farm.trtfarm("pools", "sync")
     farm.deploy("on-export", POOL)
-    for pool in POOLS:
-        farm.start_worker(pool)
+    for pool in POOLS:  # `--cold-start`: each run in a fresh interpreter, as before the warm one (issue 60)
+        farm.spawn(f"worker-{pool}", [*TRTFARM, "worker", "--pool", pool, "--name", f"test-{pool}",
+                                      *(["--cold-start"] if COLD_START else []),
+                                      *(["--poll-only"] if POLL_ONLY else [])],
+                   env={"PREFECT_WORKER_QUERY_SECONDS": str(POLL_S)})
     farm.spawn("webhook", [*TRTFARM, "webhook", "serve", "--port", str(port), "--allow-root",
                            f"s3://{bucket}/exports"], env={"TRTFARM_WEBHOOK_SECRET": SECRET})
     farm.wait_http(f"http://127.0.0.1:{port}/healthz", 120)
@@ -315,10 +319,16 @@ def main() -> None:
     parser.add_argument("--server", help="a running Prefect server's URL (http://HOST:PORT) to use, not a new one")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--trace", action="store_true", help="also print the last landing's logs and task runs")
+    parser.add_argument("--cold-start", action="store_true", help="workers start each run in a fresh interpreter")
+    parser.add_argument("--poll-only", action="store_true", help="workers take runs on their poll alone")
+    parser.add_argument("--poll", type=float, default=1.0, help="the workers' poll interval, s (trtfarm's default: 1)")
     args = parser.parse_args()
+    global COLD_START, POLL_ONLY, POLL_S
+    COLD_START, POLL_ONLY, POLL_S = args.cold_start, args.poll_only, args.poll
     load_before = [round(x, 2) for x in os.getloadavg()]
     doc = run(args.n, args.server)
     doc["load"] = load_before
+    doc["cold_start"], doc["poll_only"], doc["poll_s"] = COLD_START, POLL_ONLY, POLL_S
     doc["load_after"] = [round(x, 2) for x in os.getloadavg()]
     doc["summary"] = summary(doc)
     if args.json:

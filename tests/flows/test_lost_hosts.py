@@ -57,17 +57,19 @@ targets:
   - {id: rtx4080-rtx1.7, gpu: rtx-4080, toolchain: rtx-1.7, release_on: built}
   - {id: rtx5080-rtx1.7, gpu: rtx-5080, toolchain: rtx-1.7, release_on: built}
 """
-# Loaded by every Python a held host's worker starts. A child (it has PREFECT__FLOW_RUN_ID) that creates its build
-# folder while the hold file exists writes "<hold>.<run id>" (the folder's path) and waits: Running, mid-build, its
-# heartbeats going on, nothing published yet.
+# Loaded by every Python a held host's worker starts (its warm interpreter too: a run forked from it has
+# PREFECT__FLOW_RUN_ID by then). A child that creates its build folder while the hold file exists writes
+# "<hold>.<run id>" (the folder's path) and waits: Running, mid-build, its heartbeats going on, nothing published yet.
 HOLD_HOOK = """\
 import os
 import sys
 import time
 
-if os.environ.get("PREFECT__FLOW_RUN_ID") and os.environ.get("TRTFARM_TEST_HOLD_FILE"):
+if os.environ.get("TRTFARM_TEST_HOLD_FILE"):
     def _hold(event, args):
         if event != "os.mkdir" or not os.path.basename(str(args[0])).startswith("trtfarm-build-"):
+            return
+        if not os.environ.get("PREFECT__FLOW_RUN_ID"):
             return
         hold = os.environ["TRTFARM_TEST_HOLD_FILE"]
         if os.path.exists(hold):

@@ -34,11 +34,17 @@ def warm(toolchains: bool = True) -> None:
 
 
 _WARMING: list[threading.Thread] = []
+_HELD: list[bool] = []  # a warm interpreter (flows/warm_engine.py) starts no thread: it forks
+
+
+def hold(held: bool = True) -> None:
+    """Start no warm-up thread until ``hold(False)``: a process that will fork imports the flows without one."""
+    _HELD[:] = [True] if held else []
 
 
 def warm_in_background(toolchains: bool = True) -> None:
     """Start ``warm()`` on a daemon thread (once per process); a build-matrix parent warms the S3 client only."""
-    if not _WARMING:
+    if not _WARMING and not _HELD:
         thread = threading.Thread(target=warm, args=(toolchains,), name="trtfarm-warm", daemon=True)
         thread.start()
         _WARMING.append(thread)

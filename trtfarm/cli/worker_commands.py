@@ -7,8 +7,10 @@ the builds; the admission check is ``workers/admission.py``'s.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sys
+import tempfile
 from pathlib import Path
 
 import typer
@@ -37,6 +39,10 @@ def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve 
            name: str = typer.Option(None, "--name", help="worker name"),
            healthcheck: bool = typer.Option(False, "--healthcheck", help="serve Prefect's worker health endpoint "
                                             "(http://127.0.0.1:8080/health) for container health checks"),
+           cold_start: bool = typer.Option(False, "--cold-start", help="start each run in a fresh interpreter, "
+                                           "as Prefect does, not forked from this worker's warm one"),
+           poll_only: bool = typer.Option(False, "--poll-only", help="take runs on the worker's poll alone, as "
+                                          "Prefect does, not also when the server announces one in the pool"),
            targets_file: Path = TARGETS_OPT, as_json: bool = JSON_OPT, server_wait: int = SERVER_WAIT_OPT) -> None:
     """Check the local GPU and toolchains against POOL's targets; only then start a Prefect worker on it."""
     from trtfarm.machine.capabilities import local_capabilities
@@ -58,19 +64,35 @@ def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve 
     if check_only:
         return
     need_server(server_wait)
-    argv = [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process",
-            "--no-create-pool-if-not-found", *(["--name", name] if name else []),
+    # Prefect's `prefect worker start`; its process worker also takes a run when the server announces one in the
+    # pool (flows/listening_worker.py), unless --poll-only
+    argv = [sys.executable, "-m", "prefect" if poll_only else "flows.listening_worker", "worker", "start",
+            "--pool", pool, "--type", "process", "--no-create-pool-if-not-found", *(["--name", name] if name else []),
             *(["--work-queue", queue] if queue else []),
             *(["--with-healthcheck"] if healthcheck else [])]
-    # prefect.yaml's build-target runs `python -m prefect.engine` in one interpreter (docs/dispatch.md): `python`
-    # must be this one, with Prefect and trtfarm installed
+    # prefect.yaml's runs start `python -m trtfarm.workers.run_engine` (docs/dispatch.md): `python` must be this
+    # one, with Prefect and trtfarm installed
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     env = {**os.environ, "PREFECT_WORKER_QUERY_SECONDS": os.environ.get("PREFECT_WORKER_QUERY_SECONDS", "1"),
            "TRTFARM_HOME": str(project_root()), "PATH": path,
            "TRTFARM_TARGETS": str(Path(fleet_path).resolve()) if Path(fleet_path).is_file() else fleet_path,
            POOL_ENV: pool, NAME_ENV: name or os.environ.get(NAME_ENV) or f"{pool}@{socket.gethostname()}"}
+    from trtfarm.workers.run_engine import SOCKET_ENV
     from trtfarm.workers.supervise import supervise
 
+    # each run's command (prefect.yaml: `python -m trtfarm.workers.run_engine`) forks its engine from a warm
+    # interpreter beside the worker (flows/warm_engine.py), through a socket in a folder only this user opens
+    folder = tempfile.mkdtemp(prefix="trtfarm-warm-")
+    beside = None
+    if cold_start:
+        env.pop(SOCKET_ENV, None)
+    else:
+        env[SOCKET_ENV] = os.path.join(folder, "engine.sock")
+        beside = [sys.executable, "-m", "flows.warm_engine", "--socket", env[SOCKET_ENV]]
     # the Prefect worker runs as this process's child, so that a termination notice (SIGTERM) reaches the builds
-    code = supervise(argv, env, lambda line: err.print(message_text(line), highlight=False, soft_wrap=True))
+    try:
+        code = supervise(argv, env, lambda line: err.print(message_text(line), highlight=False, soft_wrap=True),
+                         beside=beside)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     raise typer.Exit(code)

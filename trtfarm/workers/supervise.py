@@ -76,11 +76,27 @@ def _running(pid: int) -> bool:
         return False
 
 
-def supervise(argv: list[str], env: dict[str, str], say: Callable[[str], None], grace_s: float = GRACE_S) -> int:
+def supervise(argv: list[str], env: dict[str, str], say: Callable[[str], None], grace_s: float = GRACE_S,
+              beside: list[str] | None = None) -> int:
     """Run ``argv`` (``prefect worker start ...``) as a child until it exits; returns the exit status to use.
 
-    ``say`` gets one line when a notice arrives and what was done with it.
+    ``say`` gets one line when a notice arrives and what was done with it. ``beside`` (the warm interpreter the runs
+    fork from, ``flows/warm_engine.py``) runs as another child from before the worker starts until after it ends.
     """
+    helper = subprocess.Popen(beside, env=env, preexec_fn=_die_with_parent) if beside else None  # noqa: PLW1509
+    try:
+        return _supervise(argv, env, say, grace_s)
+    finally:
+        if helper is not None:
+            helper.terminate()
+            try:
+                helper.wait(5)
+            except subprocess.TimeoutExpired:
+                helper.kill()
+                helper.wait()
+
+
+def _supervise(argv: list[str], env: dict[str, str], say: Callable[[str], None], grace_s: float) -> int:
     proc = subprocess.Popen(argv, env=env, preexec_fn=_die_with_parent)  # noqa: PLW1509 - prctl only, no threads yet
     noticed: list[int] = []
     previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, lambda s, f: noticed.append(s)),

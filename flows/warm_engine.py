@@ -1,0 +1,308 @@
+"""A farm worker's warm interpreter: Prefect, the flows and the builder imported once, one fork per run.
+
+Prefect's process worker starts a fresh Python for every flow run; importing Prefect, trtfarm and the flow took
+1.5-1.7 s of each of the two runs between an export landing and its release, on an idle 2-core host (5-15 s on a
+busy one; docs/measurements.md). ``trtfarm worker`` starts this process beside the Prefect worker. It imports what a
+run imports, then waits on a Unix socket in a folder only its user can open. Each run's command
+(``workers/run_engine.py``) sends its arguments, environment, working folder and standard streams; this process
+forks, and the fork becomes that run's ``python -m prefect.engine``: it takes the run's environment (Prefect's
+settings are read again from it), folder and streams, leaves this process's group, and runs the engine as
+``python -m`` would. This process reaps it and sends its wait status back, which the command exits with.
+
+- Nothing runs stale code: before each fork the files of every module loaded from the project (``TRTFARM_HOME``) and
+  from trtfarm are checked; once one has changed, each run gets a fresh interpreter, and once none of this
+  process's forks is running, it starts again (``exec``) and imports the new code.
+- It forks only while it has one thread (a fork of a process with threads can inherit a held lock): the warm-up
+  threads of ``building/warm.py`` are held here and run in each fork instead.
+- A warm-up that fails (a broken checkout) is said once; every run then starts fresh, and Prefect reports the
+  error as it would have.
+- Only this user's processes are served (the socket's folder is private, and the peer's uid is checked).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import runpy
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+from pathlib import Path
+from typing import NamedTuple
+
+from trtfarm.workers.run_engine import FORKED, REQUEST, STATUS
+
+ENGINE = "prefect.engine"
+# the flows prefect.yaml deploys, and the modules they import where used (tests/workers: the template's entrypoints)
+ENTRYPOINTS = ("flows/build_target.py", "flows/build_matrix.py", "flows/promote.py")
+LATER = ("tasks.job", "tasks.build", "tasks.report", "tasks.status")
+COLD = b"C"
+
+
+class Run(NamedTuple):
+    """What a fork runs: the engine module with these arguments (its environment and streams are already set)."""
+
+    module: str
+    argv: list[str]
+
+
+def warm_up(home: Path) -> None:
+    """Import what a run imports: Prefect's engine, the deployed flows (as the engine loads them), the builder."""
+    from trtfarm.building import warm
+
+    warm.hold()
+    importlib.import_module(ENGINE)
+    importlib.import_module("prefect.flow_engine")
+    from prefect.utilities.importtools import load_script_as_module
+
+    before = os.getcwd()
+    os.chdir(home)
+    sys.path.insert(0, str(home))
+    try:
+        for entry in ENTRYPOINTS:
+            if (home / entry).is_file():
+                load_script_as_module(str(home / entry))
+        for name in LATER:
+            if importlib.util.find_spec(name) is not None:
+                importlib.import_module(name)
+    finally:
+        sys.path.remove(str(home))
+        os.chdir(before)
+    for flavour in warm.installed_flavours():
+        with contextlib.suppress(warm.ToolchainUnavailable):
+            warm.import_flavour(flavour)
+    importlib.import_module("boto3")
+
+
+def sources(roots: list[Path]) -> dict[str, tuple[int, int]]:
+    """(mtime, size) of the file of every loaded module under ``roots``: what a fork would run without reading."""
+    found = {}
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if path and any(path.startswith(f"{root}{os.sep}") for root in roots):
+            try:
+                st = os.stat(path)
+            except OSError:
+                found[path] = (-1, -1)
+            else:
+                found[path] = (st.st_mtime_ns, st.st_size)
+    return found
+
+
+def changed(seen: dict[str, tuple[int, int]]) -> str | None:
+    """The first file of ``seen`` that is not as it was, if any."""
+    for path, was in seen.items():
+        try:
+            st = os.stat(path)
+            now = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            now = (-1, -1)
+        if now != was:
+            return path
+    return None
+
+
+def _peer_uid(conn: socket.socket) -> int:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
+def _request(conn: socket.socket) -> tuple[dict, list[int]]:
+    data, fds, _flags, _addr = socket.recv_fds(conn, 65536, 3)
+    try:
+        if len(data) < REQUEST.size:
+            raise ValueError("short request")
+        size = REQUEST.unpack_from(data)[0]
+        body = data[REQUEST.size:]
+        while len(body) < size:
+            chunk = conn.recv(size - len(body))
+            if not chunk:
+                raise ValueError("short request")
+            body += chunk
+        if len(fds) != 3:
+            raise ValueError("a request carries the run's three standard streams")
+        return json.loads(body), fds
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+
+
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+class Server:
+    """The socket, the forks running and whether this process may still fork."""
+
+    def __init__(self, path: str, home: Path, say=print) -> None:
+        self.path, self.home, self.say = path, home, say
+        self.running: dict[int, socket.socket] = {}
+        self.cold: str | None = None  # why runs start fresh now
+        self.seen: dict[str, tuple[int, int]] = {}
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        os.chmod(path, 0o600)
+        self.listener.listen(64)  # runs that come while it warms wait, then fork
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+
+    def warm(self, module: str = ENGINE) -> None:
+        try:
+            if module == ENGINE:
+                warm_up(self.home)
+            else:  # tests: an engine of their own, from the project folder
+                sys.path.insert(0, str(self.home))
+                importlib.import_module(module)
+        except BaseException as exc:  # noqa: BLE001 - a broken checkout: Prefect reports it in each fresh run
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            self.cold = f"warming failed ({type(exc).__name__}: {exc})"
+            self.say(f"trtfarm warm engine: {self.cold}; every run starts in a fresh interpreter")
+        self.seen = sources([self.home, *(Path(sys.modules[name].__file__).parent for name in ("trtfarm", "flows", "tasks")
+                                          if name in sys.modules)])
+
+    def serve(self) -> Run:
+        """Serve until a fork: returns, in the fork, what it runs (the parent never returns)."""
+        while True:
+            if self.cold and self.cold.startswith("code changed") and not self.running:
+                self.restart()
+            ready, _, _ = select.select([self.listener, self.wake_r], [], [])
+            if self.wake_r in ready:
+                with contextlib.suppress(BlockingIOError, InterruptedError):
+                    os.read(self.wake_r, 512)
+                self.reap()
+            if self.listener in ready:
+                conn, _ = self.listener.accept()
+                run = self.take(conn)
+                if run is not None:
+                    return run
+
+    def take(self, conn: socket.socket) -> Run | None:
+        try:
+            if _peer_uid(conn) != os.getuid():
+                conn.close()
+                return None
+            request, fds = _request(conn)
+        except (OSError, ValueError):
+            conn.close()
+            return None
+        if not self.cold and (path := changed(self.seen)):
+            self.cold = f"code changed ({path})"
+            self.say(f"trtfarm warm engine: {self.cold}: it starts again once its runs end")
+        if self.cold or _threads() > 1:
+            for fd in fds:
+                os.close(fd)
+            with contextlib.suppress(OSError):
+                conn.sendall(COLD)
+            conn.close()
+            return None
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        pid = os.fork()
+        if pid == 0:
+            return self.become(conn, request, fds)
+        for fd in fds:
+            os.close(fd)
+        self.running[pid] = conn
+        with contextlib.suppress(OSError):
+            conn.sendall(FORKED)
+        return None
+
+    def reap(self) -> None:
+        while self.running:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            conn = self.running.pop(pid, None)
+            if conn is not None:
+                with contextlib.suppress(OSError):
+                    conn.sendall(STATUS.pack(status))
+                conn.close()
+
+    def become(self, conn: socket.socket, request: dict, fds: list[int]) -> Run:
+        """In the fork: this run's process, as ``python -m prefect.engine`` would start it."""
+        signal.set_wakeup_fd(-1)
+        for fd in (self.wake_r, self.wake_w):
+            os.close(fd)
+        self.listener.close()
+        for other in self.running.values():
+            other.close()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.setpgid(0, 0)  # signals reach it once, through its command
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        if "prefect.context" in sys.modules:  # Prefect's settings, read again from the run's environment
+            sys.modules["prefect.context"].refresh_global_settings_context()
+        if "trtfarm.building.warm" in sys.modules:
+            sys.modules["trtfarm.building.warm"].hold(False)
+        threading.Thread(target=_watch, args=(conn,), name="trtfarm-run-engine", daemon=True).start()
+        return Run(ENGINE, list(request["argv"]))
+
+    def restart(self) -> None:
+        """Start again with the code as it is now (same PID, same socket path)."""
+        self.say("trtfarm warm engine: starting again to import the changed code")
+        signal.set_wakeup_fd(-1)
+        self.listener.close()
+        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+
+
+def _watch(conn: socket.socket) -> None:
+    """Pass on the signals the run's command gets; if the command is killed, so is this run."""
+    while True:
+        try:
+            data = conn.recv(64)
+        except OSError:
+            data = b""
+        if not data:
+            os.kill(os.getpid(), signal.SIGKILL)
+        for signum in data:
+            os.kill(os.getpid(), signum)
+
+
+def run(job: Run) -> None:
+    """Run the engine module as ``python -m`` runs it; its ``exit()`` ends the process as it would have."""
+    sys.argv = [job.module, *job.argv]
+    runpy.run_module(job.module, run_name="__main__", alter_sys=True)
+    sys.exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m flows.warm_engine", description=__doc__.split("\n")[0])
+    parser.add_argument("--socket", required=True, help="the Unix socket to serve, in a folder only this user opens")
+    parser.add_argument("--home", default=os.environ.get("TRTFARM_HOME", "."), help="the project the flows are in")
+    parser.add_argument("--module", default=ENGINE, help=argparse.SUPPRESS)  # tests: another engine
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the worker, which stops this process
+    server = Server(args.socket, Path(args.home).resolve(), say=lambda line: print(line, file=sys.stderr, flush=True))
+    server.warm(args.module)
+    job = server.serve()
+    run(job._replace(module=args.module))
+
+
+if __name__ == "__main__":
+    main()
