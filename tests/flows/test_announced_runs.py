@@ -15,19 +15,11 @@ import uuid
 import pytest
 
 from ..farm_server import TRTFARM, Farm, farm_client, wait_for
+from ..fleets import ONE_RTX_TARGET
 
 pytestmark = pytest.mark.integration
 
 POOL = "rtx-4090"
-FLEET = """\
-version: 1
-toolchains:
-  rtx-1.7: {flavour: tensorrt_rtx, version: "1.7.1.116"}
-gpus:
-  rtx-4090: {nvml_name: "NVIDIA GeForce RTX 4090", compute_capability: "8.9", memory_gib: 24, pool: rtx-4090, count: 1}
-targets:
-  - {id: rtx-4090-rtx1.7, gpu: rtx-4090, toolchain: rtx-1.7, release_on: built}
-"""
 SLOW_POLLS = {"PREFECT_WORKER_QUERY_SECONDS": "600"}
 
 
@@ -36,7 +28,7 @@ def farm(tmp_path_factory, s3_endpoint):
     import boto3
 
     home = tmp_path_factory.mktemp("announced")
-    (home / "gpu_targets.yaml").write_text(FLEET)
+    (home / "gpu_targets.yaml").write_text(ONE_RTX_TARGET)
     bucket = f"announced-{uuid.uuid4().hex[:8]}"
     boto3.client("s3").create_bucket(Bucket=bucket)
     f = Farm(home, {"TRTFARM_STORE": f"s3://{bucket}/store", "TRTFARM_TARGETS": str(home / "gpu_targets.yaml")})
