@@ -113,12 +113,15 @@ def _peer_uid(conn: socket.socket) -> int:
 
 
 def _request(conn: socket.socket) -> tuple[dict, list[int]]:
-    data, fds, _flags, _addr = socket.recv_fds(conn, 65536, 3)
+    data, fds, _flags, _addr = socket.recv_fds(conn, REQUEST.size, 3)
     try:
-        if len(data) < REQUEST.size:
-            raise ValueError("short request")
-        size = REQUEST.unpack_from(data)[0]
-        body = data[REQUEST.size:]
+        while len(data) < REQUEST.size:
+            chunk = conn.recv(REQUEST.size - len(data))
+            if not chunk:
+                raise ValueError("short request")
+            data += chunk
+        size = REQUEST.unpack(data)[0]
+        body = b""
         while len(body) < size:
             chunk = conn.recv(size - len(body))
             if not chunk:

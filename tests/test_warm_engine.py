@@ -41,7 +41,8 @@ if __name__ == "__main__":
     if what == "show":
         settings = sys.modules.get("prefect.settings")
         print(json.dumps({"cwd": os.getcwd(), "argv": sys.argv[1:], "x": os.environ.get("X"), "stdin": sys.stdin.read(),
-                          "api": settings and str(settings.get_current_settings().api.url), "pid": os.getpid()}))
+                          "api": settings and str(settings.get_current_settings().api.url), "pid": os.getpid(),
+                          "big": sorted((k, len(v)) for k, v in os.environ.items() if k.startswith("BIG_"))}))
         print("to stderr", file=sys.stderr)
     if what == "wait":
         signal.signal(signal.SIGTERM, lambda s, f: (print("stopping", flush=True), sys.exit(7)))
@@ -267,3 +268,10 @@ def test_a_worker_takes_a_run_the_server_announces_in_its_pool_and_queues_only(p
     in_pool = ("work-pool", "rtx-4090") in placed
     in_queue = not queues or any(("work-queue", q) in placed for q in queues)
     assert announces(event, "rtx-4090", queues) == (name == "prefect.flow-run.Scheduled" and in_pool and in_queue)
+
+
+def test_a_run_with_a_large_environment_is_forked_whole(warm):
+    home, sock, _ = warm
+    large = {f"BIG_{i}": "x" * 100_000 for i in range(8)}  # more than a socket's buffer: many reads
+    forked, fresh = _both(home, sock, env={"DO": "show", **large})
+    assert json.loads(forked.stdout)["big"] == json.loads(fresh.stdout)["big"] == [[k, 100_000] for k in large]

@@ -78,7 +78,8 @@ def main() -> None:
     try:
         sock.connect(path)
         body = json.dumps({"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd()}).encode()
-        socket.send_fds(sock, [REQUEST.pack(len(body)) + body], [0, 1, 2])
+        socket.send_fds(sock, [REQUEST.pack(len(body))], [0, 1, 2])  # the streams ride on the length
+        sock.sendall(body)  # any size: sendmsg alone may send part of it
         answer = _read(sock, 1)
     except OSError as exc:
         sock.close()
