@@ -7,8 +7,8 @@ Prefect 3.9's workers only poll (every ``PREFECT_WORKER_QUERY_SECONDS``, 1 s und
 events websocket the parent already uses to see its children end) and, for one whose related work pool is its pool
 (and work queue one of its queues, if it serves some), runs the same ``get_and_submit_flow_runs`` a poll runs. Two
 takings of one run are Prefect's to refuse, as for two polls: the run is submitted once. The poll stays as it was:
-an event that is lost or late costs what it cost before, and a subscription that fails is said once, then the worker
-polls alone.
+an event that is lost or late costs what it cost before, and a subscription that fails or is closed is said once and
+made again (1 s, then up to a minute apart), the worker polling meanwhile.
 
 This process is ``python -m prefect`` with one difference: ``ListeningProcessWorker`` is registered under the
 ``process`` worker type in this process only, so the command line's ``worker start --type process`` starts it. Every
@@ -58,19 +58,28 @@ with warnings.catch_warnings():
         async def _take_announced_runs(self) -> None:
             while self._runs_task_group is None or self._work_pool is None:  # set up and synced with the server
                 await anyio.sleep(0.05)
-            listen = EventFilter(event=EventNameFilter(name=[SCHEDULED]),
-                                 occurred=EventOccurredFilter(since=datetime.now(timezone.utc)))
+            wait_s = 1.0
+            while True:  # the poll goes on meanwhile: it is how runs were taken before
+                listen = EventFilter(event=EventNameFilter(name=[SCHEDULED]),
+                                     occurred=EventOccurredFilter(since=datetime.now(timezone.utc)))
+                try:
+                    async with get_events_subscriber(filter=listen, reconnect_on_clean_close=True) as events:
+                        async for event in events:
+                            wait_s = 1.0
+                            if announces(event, self._work_pool_name, self._work_queues):
+                                await self._take()
+                except Exception as exc:  # noqa: BLE001 - the server restarts, a proxy drops the socket
+                    if wait_s == 1.0:
+                        self._logger.warning(f"not listening for scheduled runs ({type(exc).__name__}: {exc}); "
+                                             "runs are taken on the worker's poll until it listens again")
+                await anyio.sleep(wait_s)
+                wait_s = min(wait_s * 2, 60.0)
+
+        async def _take(self) -> None:
             try:
-                async with get_events_subscriber(filter=listen) as events:
-                    async for event in events:
-                        if announces(event, self._work_pool_name, self._work_queues):
-                            try:
-                                await self.get_and_submit_flow_runs()
-                            except Exception as exc:  # noqa: BLE001 - as a failed poll: the next one retries
-                                self._logger.debug(f"taking an announced run failed: {exc}")
-            except Exception as exc:  # noqa: BLE001 - the poll goes on: it is how runs were taken before
-                self._logger.warning(f"not listening for scheduled runs any more ({type(exc).__name__}: {exc}); "
-                                     "runs are taken on the worker's poll alone")
+                await self.get_and_submit_flow_runs()
+            except Exception as exc:  # noqa: BLE001 - as a failed poll: the next one retries
+                self._logger.debug(f"taking an announced run failed: {exc}")
 
 
 def main() -> None:

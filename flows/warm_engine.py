@@ -41,7 +41,9 @@ ENGINE = "prefect.engine"
 # the flows prefect.yaml deploys, and the modules they import where used (tests/workers: the template's entrypoints)
 ENTRYPOINTS = ("flows/build_target.py", "flows/build_matrix.py", "flows/promote.py")
 LATER = ("tasks.job", "tasks.build", "tasks.report", "tasks.status")
-COLD = b"C"
+COLD = b"C"  # then why, in a few words
+REQUEST_S = 10.0  # a request is a few kB on a local socket
+STARTED_IN = os.getcwd()
 
 
 class Run(NamedTuple):
@@ -79,12 +81,12 @@ def warm_up(home: Path) -> None:
     importlib.import_module("boto3")
 
 
-def sources(roots: list[Path]) -> dict[str, tuple[int, int]]:
-    """(mtime, size) of the file of every loaded module under ``roots``: what a fork would run without reading."""
+def sources() -> dict[str, tuple[int, int]]:
+    """(mtime, size) of the file of every loaded module: what a fork would run without reading (5 ms for 1,300)."""
     found = {}
     for module in list(sys.modules.values()):
         path = getattr(module, "__file__", None)
-        if path and any(path.startswith(f"{root}{os.sep}") for root in roots):
+        if isinstance(path, str):
             try:
                 st = os.stat(path)
             except OSError:
@@ -136,6 +138,17 @@ def _request(conn: socket.socket) -> tuple[dict, list[int]]:
         raise
 
 
+def startup_differs(env: dict[str, str], cwd: str) -> str | None:
+    """Why a fresh interpreter would start otherwise than this one did: a variable Python reads at its start
+    (``PYTHON*``, the locale) that differs, or a relative ``PYTHONPATH`` entry read from another folder."""
+    for name in sorted({*env, *os.environ}):
+        if (name.startswith(("PYTHON", "LC_")) or name in ("LANG", "LANGUAGE")) and env.get(name) != os.environ.get(name):
+            return f"the run's {name} is not the warm interpreter's"
+    if cwd != STARTED_IN and not all(map(os.path.isabs, env.get("PYTHONPATH", "/").split(os.pathsep))):
+        return "the run's PYTHONPATH names folders relative to its own"
+    return None
+
+
 def _threads() -> int:
     try:
         return len(os.listdir("/proc/self/task"))
@@ -150,7 +163,9 @@ class Server:
         self.path, self.home, self.say = path, home, say
         self.running: dict[int, socket.socket] = {}
         self.cold: str | None = None  # why runs start fresh now
+        self.stale = False  # a loaded module's file changed: start again once no fork runs
         self.seen: dict[str, tuple[int, int]] = {}
+        self.base_path = list(sys.path)  # as a fresh interpreter has it; the warm-up's additions are not
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -166,21 +181,21 @@ class Server:
         try:
             if module == ENGINE:
                 warm_up(self.home)
-            else:  # tests: an engine of their own, from the project folder
-                sys.path.insert(0, str(self.home))
+            else:  # tests: an engine of their own
                 importlib.import_module(module)
         except BaseException as exc:  # noqa: BLE001 - a broken checkout: Prefect reports it in each fresh run
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            self.cold = f"warming failed ({type(exc).__name__}: {exc})"
-            self.say(f"trtfarm warm engine: {self.cold}; every run starts in a fresh interpreter")
-        self.seen = sources([self.home, *(Path(sys.modules[name].__file__).parent for name in ("trtfarm", "flows", "tasks")
-                                          if name in sys.modules)])
+            self.cold = f"its warm-up failed ({type(exc).__name__}: {exc})"
+            self.say(f"trtfarm warm engine: {self.cold}; runs start in a fresh interpreter until the code changes")
+        finally:
+            sys.path[:] = self.base_path
+        self.seen = sources()
 
     def serve(self) -> Run:
         """Serve until a fork: returns, in the fork, what it runs (the parent never returns)."""
         while True:
-            if self.cold and self.cold.startswith("code changed") and not self.running:
+            if self.stale and not self.running:
                 self.restart()
             ready, _, _ = select.select([self.listener, self.wake_r], [], [])
             if self.wake_r in ready:
@@ -188,7 +203,11 @@ class Server:
                     os.read(self.wake_r, 512)
                 self.reap()
             if self.listener in ready:
-                conn, _ = self.listener.accept()
+                try:
+                    conn, _ = self.listener.accept()
+                except OSError as exc:  # too many open files: the run's command waits, or starts fresh
+                    self.say(f"trtfarm warm engine: cannot take a run ({exc})")
+                    continue
                 run = self.take(conn)
                 if run is not None:
                     return run
@@ -198,24 +217,33 @@ class Server:
             if _peer_uid(conn) != os.getuid():
                 conn.close()
                 return None
+            conn.settimeout(REQUEST_S)  # a command stopped mid-request holds up no other run
             request, fds = _request(conn)
+            conn.settimeout(None)
         except (OSError, ValueError):
             conn.close()
             return None
-        if not self.cold and (path := changed(self.seen)):
-            self.cold = f"code changed ({path})"
+        if not self.stale and (path := changed(self.seen)):
+            self.stale, self.cold = True, f"its code changed since it started ({path})"
             self.say(f"trtfarm warm engine: {self.cold}: it starts again once its runs end")
-        if self.cold or _threads() > 1:
+        why = self.cold or startup_differs(request["env"], request["cwd"]) or (
+            "it has more than one thread" if _threads() > 1 else None)
+        pid = None
+        if why is None:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            try:
+                pid = os.fork()
+            except OSError as exc:  # a process limit: this run starts fresh, and may fail as it would have
+                why = f"it cannot fork ({exc})"
+        if pid is None:
             for fd in fds:
                 os.close(fd)
             with contextlib.suppress(OSError):
-                conn.sendall(COLD)
+                conn.sendall(COLD + why.encode()[:400])
             conn.close()
             return None
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        pid = os.fork()
         if pid == 0:
             return self.become(conn, request, fds)
         for fd in fds:
@@ -257,8 +285,11 @@ class Server:
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
-        if "prefect.context" in sys.modules:  # Prefect's settings, read again from the run's environment
+        sys.path[:] = [request["cwd"], *self.base_path[1:]]  # `python -m` puts its folder first
+        if "prefect.context" in sys.modules:  # Prefect's settings and logging, again from the run's environment
             sys.modules["prefect.context"].refresh_global_settings_context()
+        if "prefect.main" in sys.modules:  # Prefect set logging up as it was imported: again, from the run's settings
+            sys.modules["prefect.logging.configuration"].setup_logging(incremental=False)
         if "trtfarm.building.warm" in sys.modules:
             sys.modules["trtfarm.building.warm"].hold(False)
         threading.Thread(target=_watch, args=(conn,), name="trtfarm-run-engine", daemon=True).start()
@@ -288,6 +319,7 @@ def _watch(conn: socket.socket) -> None:
 def run(job: Run) -> None:
     """Run the engine module as ``python -m`` runs it; its ``exit()`` ends the process as it would have."""
     sys.argv = [job.module, *job.argv]
+    sys.modules.pop(job.module, None)  # as in a fresh interpreter, where `-m` runs it before anything imports it
     runpy.run_module(job.module, run_name="__main__", alter_sys=True)
     sys.exit(0)
 

@@ -25,7 +25,10 @@ from .test_signing import RELEASED_FLEET, TOOLCHAIN, key_pair
 
 SOURCES = sorted((REPO / "trtfarm").rglob("*.py"))
 NAMES = sorted({n for p in SOURCES for n in re.findall(r"\"(TRTFARM_[A-Z0-9_]+)\"", p.read_text())})
-WRITTEN_ONLY = {"TRTFARM_TOOLCHAIN_FLAVOUR": "trtfarm/workers/images.py"}  # set for a worker image's build only
+# set by trtfarm for its own processes, not by a user: a worker image's build; the socket of the warm interpreter
+# `trtfarm worker` passes to its runs' command (any other value: the run starts fresh, with one line saying why)
+WRITTEN_ONLY = {"TRTFARM_TOOLCHAIN_FLAVOUR": "trtfarm/workers/images.py",
+                "TRTFARM_WARM_ENGINE": "trtfarm/workers/run_engine.py"}
 BAD = ["", " ", "100000000000d", "-1", "nan", "1e400", "/nonexistent/x", "{folder}", "{file}", "{ro}/x",
        "über\tx"]
 PULL = ["pull", "encoder", "--gpu", "rtx-4090", "--toolchain", TOOLCHAIN, "--to", "{out}/got.plan",

@@ -39,10 +39,13 @@ if __name__ == "__main__":
         os.kill(os.getpid(), int(what[7:]))
         time.sleep(5)
     if what == "show":
+        import logging
+
         settings = sys.modules.get("prefect.settings")
         print(json.dumps({"cwd": os.getcwd(), "argv": sys.argv[1:], "x": os.environ.get("X"), "stdin": sys.stdin.read(),
                           "api": settings and str(settings.get_current_settings().api.url), "pid": os.getpid(),
-                          "big": sorted((k, len(v)) for k, v in os.environ.items() if k.startswith("BIG_"))}))
+                          "big": sorted((k, len(v)) for k, v in os.environ.items() if k.startswith("BIG_")),
+                          "path": sys.path, "level": logging.getLogger("prefect").level}))
         print("to stderr", file=sys.stderr)
     if what == "wait":
         signal.signal(signal.SIGTERM, lambda s, f: (print("stopping", flush=True), sys.exit(7)))
@@ -54,7 +57,8 @@ if __name__ == "__main__":
 def _serve(home: Path, module: str) -> tuple[subprocess.Popen, Path]:
     sock = home / "engine.sock"
     server = subprocess.Popen([sys.executable, "-m", "flows.warm_engine", "--socket", str(sock),
-                               "--home", str(home), "--module", module], stderr=subprocess.PIPE, text=True)
+                               "--home", str(home), "--module", module], stderr=subprocess.PIPE, text=True,
+                              env=_env(home, None))
     deadline = time.monotonic() + 60
     while not sock.exists():
         assert server.poll() is None and time.monotonic() < deadline, server.stderr.read()
@@ -65,10 +69,10 @@ def _serve(home: Path, module: str) -> tuple[subprocess.Popen, Path]:
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory):
     home = tmp_path_factory.mktemp("warm")
-    (home / "fake_engine.py").write_text(ENGINE)
-    # an engine that imports Prefect's settings as Prefect's engine does: a fork must read them from its run
-    (home / "prefect_engine.py").write_text("import prefect.settings\n" + ENGINE)
-    server, sock = _serve(home, "fake_engine")
+    (home / "engines").mkdir()  # a module of a package, as prefect.engine is
+    (home / "engines" / "__init__.py").write_text("")
+    (home / "engines" / "fake_engine.py").write_text(ENGINE)
+    server, sock = _serve(home, MODULE)
     yield home, sock, server
     server.terminate()
     server.wait()
@@ -76,13 +80,16 @@ def warm(tmp_path_factory):
 
 def _env(home: Path, sock: Path | None, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != SOCKET_ENV}
-    env["PYTHONPATH"] = os.pathsep.join([str(home), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(home), env.get("PYTHONPATH")]))
     if sock is not None:
         env[SOCKET_ENV] = str(sock)
     return {**env, **extra}
 
 
-def _both(home: Path, sock: Path, module: str = "fake_engine", **kw) -> tuple:
+MODULE = "engines.fake_engine"
+
+
+def _both(home: Path, sock: Path, module: str = MODULE, **kw) -> tuple:
     """The same run forked (through the run's command) and fresh (``python -m``)."""
     env, cwd, stdin = kw.pop("env"), kw.pop("cwd", home), kw.pop("input", "")
     forked = subprocess.run([sys.executable, "-m", "trtfarm.workers.run_engine", *kw.pop("args", [])],
@@ -110,18 +117,22 @@ def test_a_forked_run_has_its_own_environment_folder_arguments_and_streams(warm,
     seen, expected = json.loads(forked.stdout), json.loads(fresh.stdout)
     assert seen.pop("pid") != warm[2].pid
     expected.pop("pid")
+    assert seen["path"][0] == expected["path"][0] == str(tmp_path)
     assert seen == expected == {**expected, "cwd": str(tmp_path), "x": "the run's own", "stdin": "from stdin",
                                 "argv": ["--flag", "a b"]}
     assert forked.stderr == fresh.stderr == "to stderr\n"
 
 
 def test_prefects_settings_in_a_fork_are_the_runs_not_the_warm_interpreters(tmp_path):
-    (tmp_path / "prefect_engine.py").write_text("import prefect.settings\n" + ENGINE)
+    (tmp_path / "prefect_engine.py").write_text("import prefect.flow_engine\n" + ENGINE)  # as prefect.engine does
     server, sock = _serve(tmp_path, "prefect_engine")
     try:
         forked, fresh = _both(tmp_path, sock, module="prefect_engine",
-                              env={"DO": "show", "PREFECT_API_URL": "http://127.0.0.1:4999/api"})
-        assert json.loads(forked.stdout)["api"] == json.loads(fresh.stdout)["api"] == "http://127.0.0.1:4999/api"
+                              env={"DO": "show", "PREFECT_API_URL": "http://127.0.0.1:4999/api",
+                                   "PREFECT_LOGGING_LEVEL": "DEBUG"})
+        seen, expected = json.loads(forked.stdout), json.loads(fresh.stdout)
+        assert seen["api"] == expected["api"] == "http://127.0.0.1:4999/api"
+        assert seen["level"] == expected["level"] == 10  # DEBUG, from the run's environment
     finally:
         server.terminate()
         server.wait()
@@ -176,7 +187,7 @@ def test_changed_code_is_never_run_warm_and_the_interpreter_starts_again(tmp_pat
         # the next run: the new code, in a fresh interpreter (here `python -m prefect.engine`: no run, exit 1)
         fresh = subprocess.run([sys.executable, "-m", "trtfarm.workers.run_engine"], env=_env(tmp_path, sock,
                                DO="exit:3"), capture_output=True, text=True, timeout=120)
-        assert "code changed since it started; starting the run in a fresh interpreter" in fresh.stderr
+        assert "did not fork this run: its code changed since it started" in fresh.stderr
         assert "Invalid flow run id" in fresh.stderr and fresh.returncode == 1
         deadline = time.monotonic() + 60
         while True:  # then it starts again (same process), and the new code runs warm
@@ -275,3 +286,51 @@ def test_a_run_with_a_large_environment_is_forked_whole(warm):
     large = {f"BIG_{i}": "x" * 100_000 for i in range(8)}  # more than a socket's buffer: many reads
     forked, fresh = _both(home, sock, env={"DO": "show", **large})
     assert json.loads(forked.stdout)["big"] == json.loads(fresh.stdout)["big"] == [[k, 100_000] for k in large]
+
+
+@pytest.mark.parametrize(("extra", "why"), [
+    ({"PYTHONHASHSEED": "7"}, "the run's PYTHONHASHSEED is not the warm interpreter's"),
+    ({"PYTHONPATH": "relative"}, "the run's PYTHONPATH is not the warm interpreter's")])
+def test_a_run_python_would_start_otherwise_is_not_forked(warm, extra, why):
+    home, sock, _ = warm
+    run = subprocess.run([sys.executable, "-m", "trtfarm.workers.run_engine"], env={**_env(home, sock, DO="exit:5"),
+                         **extra}, capture_output=True, text=True, timeout=120)
+    assert run.stderr.startswith(f"trtfarm: the warm interpreter did not fork this run: {why}; starting the run in a "
+                                 "fresh interpreter")
+    assert "Invalid flow run id" in run.stderr and run.returncode == 1  # prefect.engine itself, with no run
+
+
+def test_a_relative_python_path_read_from_another_folder_is_not_forked(tmp_path):
+    (tmp_path / "fake_engine.py").write_text(ENGINE)
+    env = {**_env(tmp_path, None), "PYTHONPATH": "."}  # the folder each starts in
+    sock = tmp_path / "engine.sock"
+    server = subprocess.Popen([sys.executable, "-m", "flows.warm_engine", "--socket", str(sock), "--module",
+                               "fake_engine"], env=env, cwd=tmp_path)
+    try:
+        wait_for_socket = time.monotonic() + 60
+        while not sock.exists() and time.monotonic() < wait_for_socket:
+            time.sleep(0.05)
+        same = subprocess.run([sys.executable, "-m", "trtfarm.workers.run_engine"], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120, env={**env, SOCKET_ENV: str(sock), "DO": "exit:6"})
+        assert (same.returncode, same.stderr) == (6, "")
+        (tmp_path / "elsewhere").mkdir()
+        other = subprocess.run([sys.executable, "-m", "trtfarm.workers.run_engine"], cwd=tmp_path / "elsewhere",
+                               capture_output=True, text=True, timeout=120,
+                               env={**env, SOCKET_ENV: str(sock), "DO": "exit:6"})
+        assert "did not fork this run: the run's PYTHONPATH names folders relative to its own" in other.stderr
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def test_a_command_that_never_sends_its_request_holds_up_no_other_run(warm):
+    import socket
+
+    home, sock, _ = warm
+    stuck = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stuck.connect(str(sock))  # and says nothing
+    try:
+        forked, fresh = _both(home, sock, env={"DO": "exit:4"})
+        assert forked.returncode == fresh.returncode == 4 and forked.stderr == ""
+    finally:
+        stuck.close()

@@ -87,5 +87,8 @@ def test_a_run_is_taken_when_the_server_announces_it_not_on_the_next_poll(farm, 
 
             children = c.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["build-target"])))
         assert [r.state.type.value for r in children] == ["COMPLETED"]
+        # and each was forked from its worker's warm interpreter: a run that is not says so in its worker's log
+        logs = {name: farm.log(name) for name in farm.procs if name.startswith("worker-")}
+        assert not [name for name, text in logs.items() if "fresh interpreter" in text], logs
     finally:
         _stop(listening)

@@ -84,6 +84,10 @@ def worker(pool: str = typer.Option(..., "--pool", help="the work pool to serve 
     # interpreter beside the worker (flows/warm_engine.py), through a socket in a folder only this user opens
     folder = tempfile.mkdtemp(prefix="trtfarm-warm-")
     beside = None
+    if len(os.path.join(folder, "engine.sock")) > 100:  # a Unix socket's path holds 107 bytes
+        err.print(message_text(f"{folder} is too long a path for the warm interpreter's socket: each run starts in "
+                               "a fresh interpreter (set TMPDIR to a shorter folder)"), highlight=False)
+        cold_start = True
     if cold_start:
         env.pop(SOCKET_ENV, None)
     else:

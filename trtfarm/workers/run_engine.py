@@ -28,6 +28,7 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signa
 FORKED = b"F"  # the warm interpreter forked the engine; b"C" (or nothing): start a fresh one
 STATUS = struct.Struct("!i")  # the engine's wait status, from waitpid
 REQUEST = struct.Struct("!I")  # the request's length, then its JSON
+ANSWER_S = 60.0  # the warm interpreter answers at once, or after its warm-up (seconds on a busy host)
 
 
 def cold(why: str | None) -> None:
@@ -63,6 +64,9 @@ def exit_as(status: int) -> None:
     """End this process as a process with wait status ``status`` ended: the same exit code, or the same signal."""
     if os.WIFSIGNALED(status):
         signum = os.WTERMSIG(status)
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the engine's core, if any, is the one to read
         if signum not in (signal.SIGKILL, signal.SIGSTOP):
             signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
@@ -75,18 +79,24 @@ def main() -> None:
     if not path:
         cold(None)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(ANSWER_S)
     try:
         sock.connect(path)
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        if struct.unpack("3i", creds)[1] != os.getuid():  # the run's environment goes to its own user only
+            raise PermissionError(13, "served by another user")
         body = json.dumps({"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd()}).encode()
         socket.send_fds(sock, [REQUEST.pack(len(body))], [0, 1, 2])  # the streams ride on the length
-        sock.sendall(body)  # any size: sendmsg alone may send part of it
+        sock.sendall(body)
         answer = _read(sock, 1)
+        why = _read(sock, 400).decode(errors="replace") if answer == b"C" else ""
     except OSError as exc:
         sock.close()
         cold(f"no warm interpreter at {path} ({exc.strerror or exc})")
     if answer != FORKED:
         sock.close()
-        cold("the warm interpreter's code changed since it started" if answer else "the warm interpreter went away")
+        cold(f"the warm interpreter did not fork this run: {why}" if answer else "the warm interpreter went away")
+    sock.settimeout(None)
     for signum in FORWARDED:
         signal.signal(signum, lambda s, _frame: _forward(sock, s))
     status = _read(sock, STATUS.size)
