@@ -44,6 +44,8 @@ LATER = ("tasks.job", "tasks.build", "tasks.report", "tasks.status")
 COLD = b"C"  # then why, in a few words
 REQUEST_S = 10.0  # a request is a few kB on a local socket
 STARTED_IN = os.getcwd()
+LOGGING_VARS = ("PREFECT_LOGGING_", "PREFECT_SERVER_LOGGING_", "PREFECT_INTERNAL_LOGGING_")  # logging.yml reads these
+LOGGING_NAMES = ("PREFECT_HOME", "PREFECT_PROFILE", "PREFECT_PROFILES_PATH", "PREFECT_DEBUG_MODE")
 
 
 class Run(NamedTuple):
@@ -147,6 +149,15 @@ def startup_differs(env: dict[str, str], cwd: str) -> str | None:
     if cwd != STARTED_IN and not all(map(os.path.isabs, env.get("PYTHONPATH", "/").split(os.pathsep))):
         return "the run's PYTHONPATH names folders relative to its own"
     return None
+
+
+def logging_differs(env: dict[str, str]) -> bool:
+    """Whether Prefect would set logging up otherwise for the run than it did here (0.1 s to do again): a variable
+    its logging settings read differs, or a logging file of the user's, which may read any setting."""
+    if "PREFECT_LOGGING_SETTINGS_PATH" in env:
+        return True
+    names = {n for n in {*env, *os.environ} if n.startswith(LOGGING_VARS) or n in LOGGING_NAMES}
+    return any(env.get(n) != os.environ.get(n) for n in names)
 
 
 def _threads() -> int:
@@ -282,13 +293,14 @@ class Server:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
+        relog = logging_differs(request["env"])
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
         sys.path[:] = [request["cwd"], *self.base_path[1:]]  # `python -m` puts its folder first
         if "prefect.context" in sys.modules:  # Prefect's settings and logging, again from the run's environment
             sys.modules["prefect.context"].refresh_global_settings_context()
-        if "prefect.main" in sys.modules:  # Prefect set logging up as it was imported: again, from the run's settings
+        if relog and "prefect.main" in sys.modules:  # Prefect set logging up at its import: again, for the run
             sys.modules["prefect.logging.configuration"].setup_logging(incremental=False)
         if "trtfarm.building.warm" in sys.modules:
             sys.modules["trtfarm.building.warm"].hold(False)
