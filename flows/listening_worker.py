@@ -1,6 +1,6 @@
-"""The Prefect worker ``trtfarm worker`` runs: Prefect's own ``prefect worker start``, whose process worker also
-takes a run the moment the server says one was scheduled in its pool, not only on its next poll.
+"""The Prefect worker ``trtfarm worker`` runs: Prefect's own ``prefect worker start``, taking runs as announced.
 
+Its process worker takes a run the moment the server says one was scheduled in its pool, not only on its next poll.
 Prefect 3.9's workers only poll (every ``PREFECT_WORKER_QUERY_SECONDS``, 1 s under ``trtfarm worker``, with Prefect's
 +-30 % jitter), so each of the two runs between an export landing and its release waited 0.1-1.3 s to be taken
 (docs/measurements.md). Here the worker also subscribes to the server's ``prefect.flow-run.Scheduled`` events (the
@@ -45,6 +45,7 @@ with warnings.catch_warnings():
         """Prefect's process worker, that also takes a run when the server announces it in its pool."""
 
         async def start(self, run_once: bool = False, with_healthcheck: bool = False, printer: Any = print) -> None:
+            """Prefect's worker, and beside it (not for a single pass) the subscription to announced runs."""
             if run_once:
                 return await super().start(run_once=run_once, with_healthcheck=with_healthcheck, printer=printer)
             async with anyio.create_task_group() as group:
@@ -83,6 +84,7 @@ with warnings.catch_warnings():
 
 
 def main() -> None:
+    """Prefect's command line, as ``python -m prefect``, with this module's worker under the ``process`` type."""
     from prefect.cli import app
 
     sys.argv = ["prefect", *sys.argv[1:]]

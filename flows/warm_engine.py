@@ -6,16 +6,19 @@ busy one; docs/measurements.md). ``trtfarm worker`` starts this process beside t
 run imports, then waits on a Unix socket in a folder only its user can open. Each run's command
 (``workers/run_engine.py``) sends its arguments, environment, working folder and standard streams; this process
 forks, and the fork becomes that run's ``python -m prefect.engine``: it takes the run's environment (Prefect's
-settings are read again from it), folder and streams, leaves this process's group, and runs the engine as
-``python -m`` would. This process reaps it and sends its wait status back, which the command exits with.
+settings, and its logging where that differs, are read again from it), folder, ``sys.path`` and streams, leaves this
+process's group, and runs the engine as ``python -m`` would. This process reaps it and sends its wait status back,
+which the command exits with.
 
-- Nothing runs stale code: before each fork the files of every module loaded from the project (``TRTFARM_HOME``) and
-  from trtfarm are checked; once one has changed, each run gets a fresh interpreter, and once none of this
-  process's forks is running, it starts again (``exec``) and imports the new code.
+- Nothing runs stale code: before each fork the file of every loaded module is checked; once one has changed, each
+  run gets a fresh interpreter, and once none of this process's forks is running, it starts again (``exec``) and
+  imports the new code.
+- A run that Python would start otherwise (a ``PYTHON*`` or locale variable, a relative ``PYTHONPATH``) is not
+  forked, nor one that comes when a fork fails; its command starts it fresh and says why.
 - It forks only while it has one thread (a fork of a process with threads can inherit a held lock): the warm-up
   threads of ``building/warm.py`` are held here and run in each fork instead.
-- A warm-up that fails (a broken checkout) is said once; every run then starts fresh, and Prefect reports the
-  error as it would have.
+- A warm-up that fails (a broken checkout) is said once; runs then start fresh, and Prefect reports the error as
+  it would have, until the code changes.
 - Only this user's processes are served (the socket's folder is private, and the peer's uid is checked).
 """
 
@@ -29,19 +32,18 @@ import runpy
 import select
 import signal
 import socket
-import struct
 import sys
 import threading
 from pathlib import Path
 from typing import NamedTuple
 
-from trtfarm.workers.run_engine import FORKED, REQUEST, STATUS
+from trtfarm.workers.run_engine import COLD, FORKED, REQUEST, STATUS, peer_uid
 
 ENGINE = "prefect.engine"
-# the flows prefect.yaml deploys, and the modules they import where used (tests/workers: the template's entrypoints)
+# the flows prefect.yaml deploys (tests/test_warm_engine.py: the template's entrypoints), and the modules they import
+# where used
 ENTRYPOINTS = ("flows/build_target.py", "flows/build_matrix.py", "flows/promote.py")
 LATER = ("tasks.job", "tasks.build", "tasks.report", "tasks.status")
-COLD = b"C"  # then why, in a few words
 REQUEST_S = 10.0  # a request is a few kB on a local socket
 STARTED_IN = os.getcwd()
 LOGGING_VARS = ("PREFECT_LOGGING_", "PREFECT_SERVER_LOGGING_", "PREFECT_INTERNAL_LOGGING_")  # logging.yml reads these
@@ -64,7 +66,7 @@ def warm_up(home: Path) -> None:
     importlib.import_module("prefect.flow_engine")
     from prefect.utilities.importtools import load_script_as_module
 
-    before = os.getcwd()
+    before, path = os.getcwd(), list(sys.path)
     os.chdir(home)
     sys.path.insert(0, str(home))
     try:
@@ -74,8 +76,8 @@ def warm_up(home: Path) -> None:
         for name in LATER:
             if importlib.util.find_spec(name) is not None:
                 importlib.import_module(name)
-    finally:
-        sys.path.remove(str(home))
+    finally:  # a fork's sys.path is a fresh interpreter's: neither this one nor Prefect's loader adds to it
+        sys.path[:] = path
         os.chdir(before)
     for flavour in warm.installed_flavours():
         with contextlib.suppress(warm.ToolchainUnavailable):
@@ -111,11 +113,6 @@ def changed(seen: dict[str, tuple[int, int]]) -> str | None:
     return None
 
 
-def _peer_uid(conn: socket.socket) -> int:
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
-
-
 def _request(conn: socket.socket) -> tuple[dict, list[int]]:
     data, fds, _flags, _addr = socket.recv_fds(conn, REQUEST.size, 3)
     try:
@@ -141,10 +138,14 @@ def _request(conn: socket.socket) -> tuple[dict, list[int]]:
 
 
 def startup_differs(env: dict[str, str], cwd: str) -> str | None:
-    """Why a fresh interpreter would start otherwise than this one did: a variable Python reads at its start
-    (``PYTHON*``, the locale) that differs, or a relative ``PYTHONPATH`` entry read from another folder."""
+    """Why a fresh interpreter would start otherwise than this one did, if it would.
+
+    A variable Python reads at its start (``PYTHON*``, the locale) that differs, or a relative ``PYTHONPATH`` entry
+    read from another folder.
+    """
     for name in sorted({*env, *os.environ}):
-        if (name.startswith(("PYTHON", "LC_")) or name in ("LANG", "LANGUAGE")) and env.get(name) != os.environ.get(name):
+        read = name.startswith(("PYTHON", "LC_")) or name in ("LANG", "LANGUAGE")
+        if read and env.get(name) != os.environ.get(name):
             return f"the run's {name} is not the warm interpreter's"
     if cwd != STARTED_IN and not all(map(os.path.isabs, env.get("PYTHONPATH", "/").split(os.pathsep))):
         return "the run's PYTHONPATH names folders relative to its own"
@@ -152,8 +153,11 @@ def startup_differs(env: dict[str, str], cwd: str) -> str | None:
 
 
 def logging_differs(env: dict[str, str]) -> bool:
-    """Whether Prefect would set logging up otherwise for the run than it did here (0.1 s to do again): a variable
-    its logging settings read differs, or a logging file of the user's, which may read any setting."""
+    """Whether Prefect would set logging up otherwise for the run than it did here (0.1 s to do again).
+
+    So it would if a variable its logging settings read differs, or with a logging file of the user's, which may
+    read any setting.
+    """
     if "PREFECT_LOGGING_SETTINGS_PATH" in env:
         return True
     names = {n for n in {*env, *os.environ} if n.startswith(LOGGING_VARS) or n in LOGGING_NAMES}
@@ -189,6 +193,7 @@ class Server:
         signal.signal(signal.SIGCHLD, lambda *_: None)
 
     def warm(self, module: str = ENGINE) -> None:
+        """Import what a run imports (or, for tests, ``module``), then note every loaded module's file."""
         try:
             if module == ENGINE:
                 warm_up(self.home)
@@ -199,8 +204,6 @@ class Server:
                 raise
             self.cold = f"its warm-up failed ({type(exc).__name__}: {exc})"
             self.say(f"trtfarm warm engine: {self.cold}; runs start in a fresh interpreter until the code changes")
-        finally:
-            sys.path[:] = self.base_path
         self.seen = sources()
 
     def serve(self) -> Run:
@@ -224,8 +227,9 @@ class Server:
                     return run
 
     def take(self, conn: socket.socket) -> Run | None:
+        """Read one run's request and fork it, or answer why not; returns, in the fork, what it runs."""
         try:
-            if _peer_uid(conn) != os.getuid():
+            if peer_uid(conn) != os.getuid():
                 conn.close()
                 return None
             conn.settimeout(REQUEST_S)  # a command stopped mid-request holds up no other run
@@ -265,6 +269,7 @@ class Server:
         return None
 
     def reap(self) -> None:
+        """Send each ended fork's wait status to its command."""
         while self.running:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -298,7 +303,7 @@ class Server:
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
         sys.path[:] = [request["cwd"], *self.base_path[1:]]  # `python -m` puts its folder first
-        if "prefect.context" in sys.modules:  # Prefect's settings and logging, again from the run's environment
+        if "prefect.context" in sys.modules:  # Prefect's settings, again from the run's environment
             sys.modules["prefect.context"].refresh_global_settings_context()
         if relog and "prefect.main" in sys.modules:  # Prefect set logging up at its import: again, for the run
             sys.modules["prefect.logging.configuration"].setup_logging(incremental=False)
@@ -337,6 +342,7 @@ def run(job: Run) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Serve the socket; in each fork, run the engine."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m flows.warm_engine", description=__doc__.split("\n")[0])

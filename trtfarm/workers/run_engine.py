@@ -25,7 +25,8 @@ import sys
 
 SOCKET_ENV = "TRTFARM_WARM_ENGINE"
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
-FORKED = b"F"  # the warm interpreter forked the engine; b"C" (or nothing): start a fresh one
+FORKED = b"F"  # the warm interpreter forked the engine; COLD then why (or nothing): start a fresh one
+COLD = b"C"
 STATUS = struct.Struct("!i")  # the engine's wait status, from waitpid
 REQUEST = struct.Struct("!I")  # the request's length, then its JSON
 ANSWER_S = 60.0  # the warm interpreter answers at once, or after its warm-up (seconds on a busy host)
@@ -41,6 +42,12 @@ def cold(why: str | None) -> None:
         print(f"trtfarm: cannot start {sys.executable} ({exc.strerror or exc}); check the worker's Python",
               file=sys.stderr, flush=True)
         os._exit(127)
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end of a Unix socket."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
 
 
 def _read(sock: socket.socket, n: int) -> bytes:
@@ -75,6 +82,7 @@ def exit_as(status: int) -> None:
 
 
 def main() -> None:
+    """Have the warm interpreter fork this run's engine, pass signals on and end as it ends; else become it."""
     path = os.environ.get(SOCKET_ENV)
     if not path:
         cold(None)
@@ -82,14 +90,13 @@ def main() -> None:
     sock.settimeout(ANSWER_S)
     try:
         sock.connect(path)
-        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        if struct.unpack("3i", creds)[1] != os.getuid():  # the run's environment goes to its own user only
+        if peer_uid(sock) != os.getuid():  # the run's environment goes to its own user only
             raise PermissionError(13, "served by another user")
         body = json.dumps({"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd()}).encode()
         socket.send_fds(sock, [REQUEST.pack(len(body))], [0, 1, 2])  # the streams ride on the length
         sock.sendall(body)
         answer = _read(sock, 1)
-        why = _read(sock, 400).decode(errors="replace") if answer == b"C" else ""
+        why = _read(sock, 400).decode(errors="replace") if answer == COLD else ""
     except OSError as exc:
         sock.close()
         cold(f"no warm interpreter at {path} ({exc.strerror or exc})")
